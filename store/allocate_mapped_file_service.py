@@ -1,0 +1,129 @@
+"""AllocateMappedFileService: creates the next and the next-next commitlog file ahead of need.
+
+The writer asks for file N and pre-orders N+1; it waits only for N, for at most
+`allocate_mapped_file_timeout_ms`, then gets None (CREATE_MAPPED_FILE_FAILED).
+Requests are bounded (at most two pending per call, deduplicated by path).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+
+from store.mapped_file import MappedFile
+from store.service_thread import ServiceThread
+from store.transient_store_pool import TransientStorePool
+
+log = logging.getLogger("tidemq.store")
+
+MAX_PENDING_REQUESTS = 16  # more than the writer can ever have outstanding (it asks for two)
+
+
+class AllocateRequest:
+    __slots__ = ("path", "file_size", "done", "mapped_file", "error")
+
+    def __init__(self, path: str, file_size: int) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.done = threading.Event()
+        self.mapped_file: MappedFile | None = None
+        self.error: str = ""
+
+
+class AllocateMappedFileService(ServiceThread):
+    def __init__(
+        self,
+        timeout_ms: int,
+        warm_up: bool = False,
+        transient_store_pool: TransientStorePool | None = None,
+    ) -> None:
+        super().__init__("AllocateMappedFileService")
+        self.timeout_ms = timeout_ms
+        self.warm_up = warm_up
+        self.transient_store_pool = transient_store_pool
+        self._requests: dict[str, AllocateRequest] = {}
+        self._heap: list[tuple[str, AllocateRequest]] = []
+        self._lock = threading.Lock()
+
+    def put_request_and_return_mapped_file(self, path: str, next_path: str, file_size: int) -> MappedFile | None:
+        if not self.is_alive():
+            # Not started (loading, tests): create in the caller's thread.
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            return self._create(path, file_size)
+        request = self._enqueue(path, file_size)
+        self._enqueue(next_path, file_size)
+        self.wakeup()
+        if not request.done.wait(self.timeout_ms / 1000.0):
+            log.warning("allocation of %s timed out after %d ms", path, self.timeout_ms)
+            return None
+        with self._lock:
+            self._requests.pop(path, None)
+        if request.mapped_file is None:
+            log.error("allocation of %s failed: %s", path, request.error)
+        return request.mapped_file
+
+    def _enqueue(self, path: str, file_size: int) -> AllocateRequest:
+        with self._lock:
+            request = self._requests.get(path)
+            if request is None:
+                if len(self._requests) >= MAX_PENDING_REQUESTS:
+                    # Never grows without bound; the stale pre-orders are dropped.
+                    self._drop_oldest_locked()
+                request = AllocateRequest(path, file_size)
+                self._requests[path] = request
+                heapq.heappush(self._heap, (path, request))
+            return request
+
+    def _drop_oldest_locked(self) -> None:
+        """Caller holds `_lock`."""
+        if self._heap:
+            _, request = heapq.heappop(self._heap)
+            self._requests.pop(request.path, None)
+            request.error = "dropped"
+            request.done.set()
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            if not self._serve_one():
+                self.wait_for_running(100)
+        # Files pre-created but never handed out are closed; they are reused by name on load.
+        with self._lock:
+            pending = list(self._requests.values())
+            self._requests.clear()
+            self._heap.clear()
+        for request in pending:
+            if request.mapped_file is not None and not request.done.is_set():
+                request.mapped_file.close()
+            request.done.set()
+
+    def _serve_one(self) -> bool:
+        with self._lock:
+            if not self._heap:
+                return False
+            _, request = heapq.heappop(self._heap)
+        if request.done.is_set():
+            return True
+        try:
+            os.makedirs(os.path.dirname(request.path), exist_ok=True)
+            request.mapped_file = self._create(request.path, request.file_size)
+        except OSError as exc:
+            request.error = str(exc)
+        request.done.set()
+        return True
+
+    def _create(self, path: str, file_size: int) -> MappedFile:
+        mf = MappedFile(path, file_size, self.transient_store_pool)
+        if self.warm_up:
+            mf.warm_up()
+        return mf
+
+    def close_unclaimed(self) -> None:
+        """Close files created ahead that no writer took (at shutdown)."""
+        with self._lock:
+            pending = list(self._requests.values())
+            self._requests.clear()
+        for request in pending:
+            if request.mapped_file is not None:
+                request.mapped_file.close()

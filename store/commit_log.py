@@ -1,0 +1,250 @@
+"""CommitLog: every topic's messages appended to one log of fixed-size mapped files.
+
+Invariants:
+- Appends happen only under `put_lock`; queue offsets (`topic_queue_table`) and
+  store timestamps are assigned under it, so both grow in log order.
+- A message never spans two files: when `size + END_FILE_MIN_BLANK_LENGTH` does not
+  fit, the rest of the file becomes a blank end marker and the message goes to the
+  next file.
+- Nothing is written for a refused message (validation happens before the lock).
+- Readers see only bytes below a file's read position.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+from store.allocate_mapped_file_service import AllocateMappedFileService
+from store.config import MessageStoreConfig
+from store.mapped_file import MappedFile, SelectMappedBufferResult
+from store.mapped_file_queue import MappedFileQueue
+from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
+from store.message_codec import (
+    END_FILE_MIN_BLANK_LENGTH,
+    FIXED_PART_BYTES,
+    CheckResult,
+    check_message,
+    decode_message,
+    write_blank_into,
+    write_message_into,
+)
+from store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from store.transient_store_pool import TransientStorePool
+
+log = logging.getLogger("tidemq.store")
+
+
+class CommitLog:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        allocate_service: AllocateMappedFileService | None = None,
+        transient_store_pool: TransientStorePool | None = None,
+    ) -> None:
+        self.config = config
+        self.file_size = config.mapped_file_size_commit_log_bytes
+        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir(), self.file_size, allocate_service)
+        self.transient_store_pool = transient_store_pool
+        self.put_lock = threading.Lock()
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.store_host = config.store_host_bytes()
+        self.delay_levels_ms = config.delay_levels_ms()
+        self.begin_time_in_lock_ms = 0  # non-zero while a put holds the lock (OS_PAGECACHE_BUSY probe)
+        self.confirm_offset = -1  # slave mode: the offset confirmed by the master
+        self._last_file: MappedFile | None = None
+
+    # Loading ---------------------------------------------------------------------------
+
+    def load(self) -> bool:
+        ok = self.mapped_file_queue.load()
+        log.info("commitlog load %s, %d files", "ok" if ok else "failed", len(self.mapped_file_queue.mapped_files))
+        return ok
+
+    # Putting ---------------------------------------------------------------------------
+
+    def put_message(self, msg: MessageInner) -> PutMessageResult:
+        """Append one message (the caller has validated it). Never raises for I/O trouble."""
+        return self.put_messages((msg,))
+
+    def put_messages(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> PutMessageResult:
+        """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix."""
+        for msg in msgs:
+            if msg.properties.get(PROPERTY_DELAY) and msg.topic != SCHEDULE_TOPIC:
+                self._rewrite_for_delay(msg)
+        crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in msgs]
+        items: list[AppendMessageResult] = []
+        status = PutMessageStatus.PUT_OK
+        with self.put_lock:
+            self.begin_time_in_lock_ms = now = int(time.time() * 1000)
+            try:
+                for msg, crc in zip(msgs, crcs, strict=True):
+                    item = self._append_locked(msg, crc, now)
+                    if item is None:
+                        status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+                        break
+                    items.append(item)
+            finally:
+                self.begin_time_in_lock_ms = 0
+        return PutMessageResult(status, items=items)
+
+    def _append_locked(self, msg: MessageInner, crc: int, store_ts: int) -> AppendMessageResult | None:
+        """Append one message; the caller holds `put_lock`. None when no file could be created."""
+        topic = msg.topic_bytes
+        body = msg.body
+        props = msg.properties_bytes
+        total = FIXED_PART_BYTES + len(body) + len(topic) + len(props)
+        mf = self._last_file
+        if mf is None or mf.is_full():
+            mf = self._roll_locked()
+            if mf is None:
+                return None
+        pos = mf.wrote_position
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size - pos:
+            # The end marker's TOTALSIZE is the rest of the file, so a reader skips to the next file.
+            write_blank_into(mf.write_target, pos, self.file_size - pos)
+            mf.mark_written(self.file_size)
+            mf = self._roll_locked()
+            if mf is None:
+                return None
+            pos = 0
+        key = (msg.topic, msg.queue_id)
+        queue_offset = self.topic_queue_table.get(key, 0)
+        phys = mf.file_from_offset + pos
+        write_message_into(
+            mf.write_target, pos, total, topic, body, props, crc, msg.queue_id, queue_offset, phys, msg.flag,
+            msg.sys_flag, msg.born_timestamp, msg.born_host, store_ts, self.store_host, msg.reconsume_times,
+            msg.prepared_transaction_offset,
+        )  # fmt: skip
+        mf.mark_written(pos + total)
+        mf.store_timestamp = store_ts
+        self.topic_queue_table[key] = queue_offset + 1
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, phys, total, store_ts, queue_offset, msg.queue_id, self.store_host)
+
+    def _roll_locked(self) -> MappedFile | None:
+        """The next file to append to; the caller holds `put_lock`."""
+        mf = self.mapped_file_queue.get_last_mapped_file_or_create(0)
+        self._last_file = mf
+        return mf
+
+    def _rewrite_for_delay(self, msg: MessageInner) -> None:
+        """Send a delayed message to SCHEDULE_TOPIC_XXXX, queue level-1 (RocketMQ's putMessage)."""
+        try:
+            level = int(msg.properties[PROPERTY_DELAY])
+        except ValueError:
+            level = 0
+        if level <= 0:
+            del msg.properties[PROPERTY_DELAY]
+            msg.refresh()
+            return
+        level = min(level, len(self.delay_levels_ms))
+        msg.properties[PROPERTY_DELAY] = str(level)
+        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[PROPERTY_REAL_QID] = str(msg.queue_id)
+        msg.topic = SCHEDULE_TOPIC
+        msg.topic_bytes = SCHEDULE_TOPIC.encode()
+        msg.queue_id = level - 1
+        msg.refresh()
+
+    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """Append raw log bytes at `start_offset` (a slave replicating its master).
+
+        The bytes must continue the log exactly where it ends; they may span files
+        only at file boundaries the master also had.
+        """
+        with self.put_lock:
+            if start_offset != self.get_max_offset():
+                return False
+            view = memoryview(data)
+            while view:
+                mf = self.mapped_file_queue.get_last_mapped_file_or_create(start_offset)
+                if mf is None:
+                    return False
+                self._last_file = mf
+                room = mf.remaining()
+                chunk = view[:room]
+                mf.append_bytes(chunk)
+                view = view[len(chunk) :]
+                start_offset += len(chunk)
+            return True
+
+    # Reading ---------------------------------------------------------------------------
+
+    def get_min_offset(self) -> int:
+        first = self.mapped_file_queue.get_first_mapped_file()
+        if first is None:
+            return -1
+        if first.is_available():
+            return first.file_from_offset
+        return self.roll_next_file(first.file_from_offset)
+
+    def get_max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - (offset % self.file_size)
+
+    def get_data(self, offset: int) -> SelectMappedBufferResult | None:
+        """A held view from `offset` to the end of what is readable in its file."""
+        return self.mapped_file_queue.select(offset, None)
+
+    def get_message(self, offset: int, size: int) -> SelectMappedBufferResult | None:
+        return self.mapped_file_queue.select(offset, size)
+
+    def look_message_by_offset(self, offset: int) -> dict | None:
+        """Decode the message at `offset` after checking its size, magic and CRC."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mf is None or not mf.hold():
+            return None
+        try:
+            pos = offset - mf.file_from_offset
+            result = self.check_at(mf, pos, decode=False)
+            if result.outcome.value != "MESSAGE":
+                return None
+            return decode_message(mf.mm, pos)
+        finally:
+            mf.release()
+
+    def check_at(self, mf: MappedFile, pos: int, decode: bool = True, check_crc: bool = True) -> CheckResult:
+        return check_message(mf.mm, pos, mf.get_read_position(), check_crc, decode, self.delay_levels_ms)
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the message at `offset`, or -1 when it is gone."""
+        res = self.get_message(offset, size)
+        if res is None:
+            return -1
+        try:
+            return int.from_bytes(res.view[56:64], "big", signed=True)
+        finally:
+            res.release()
+
+    # Flush helpers ----------------------------------------------------------------------
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    def commit(self, least_pages: int = 0) -> bool:
+        return self.mapped_file_queue.commit(least_pages)
+
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    # Recovery helpers -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at `offset` (after recovery found the last valid message there)."""
+        with self.put_lock:
+            self.mapped_file_queue.truncate_dirty_files(offset)
+            self.mapped_file_queue.set_positions(offset)
+            self._last_file = self.mapped_file_queue.get_last_mapped_file()
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown()
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.destroy()

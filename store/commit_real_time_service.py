@@ -1,0 +1,48 @@
+"""CommitRealTimeService: copies the transient store pool's write buffers into the files.
+
+Every `commit_interval_commit_log_ms` it commits when `commit_commit_log_least_pages`
+pages are pending (everything at least every `commit_commit_log_thorough_interval_ms`)
+and wakes the flusher after a commit moved data. Readers only see committed bytes,
+so under SYNC_FLUSH the group commit also commits before it flushes (see
+DefaultMessageStore's flush hook).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from store.commit_log import CommitLog
+from store.config import MessageStoreConfig
+from store.service_thread import ServiceThread
+
+log = logging.getLogger("tidemq.store")
+
+SHUTDOWN_COMMIT_ROUNDS = 10
+
+
+class CommitRealTimeService(ServiceThread):
+    def __init__(self, commit_log: CommitLog, config: MessageStoreConfig, flush_service: ServiceThread) -> None:
+        super().__init__("CommitRealTimeService")
+        self.commit_log = commit_log
+        self.config = config
+        self.flush_service = flush_service
+        self._last_thorough_ms = 0
+
+    def run(self) -> None:
+        cfg = self.config
+        while not self.is_stopped():
+            least_pages = cfg.commit_commit_log_least_pages
+            now = int(time.monotonic() * 1000)
+            if now >= self._last_thorough_ms + cfg.commit_commit_log_thorough_interval_ms:
+                self._last_thorough_ms = now
+                least_pages = 0
+            try:
+                if not self.commit_log.commit(least_pages):
+                    self.flush_service.wakeup()
+            except Exception:
+                log.exception("commit of the write buffer failed")
+            self.wait_for_running(cfg.commit_interval_commit_log_ms)
+        for _ in range(SHUTDOWN_COMMIT_ROUNDS):
+            if self.commit_log.commit(0):
+                break

@@ -1,0 +1,211 @@
+"""ConsumeQueue: one topic-queue's index into the commitlog.
+
+Entry i (the message with queue offset i) lies at byte i * 20 of the queue's log:
+    commitlog offset 8 | size 4 | tags code 8        (big-endian)
+Files of `mapped_file_size_consume_queue_bytes` live in consumequeue/<topic>/<queueId>/.
+
+Invariants:
+- only the dispatch thread writes; an entry is written once, at its own position
+  (a duplicate from re-dispatch is skipped, a gap is logged and filled with zeros);
+- `max_physic_offset` is the commitlog offset just past the last dispatched message;
+- `min_logic_offset` (bytes) is the first entry still pointing into the commitlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger("tidemq.store")
+
+CQ_STORE_UNIT_SIZE = 20
+ENTRY = struct.Struct(">qiq")
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, store_path: str, mapped_file_size: int) -> None:
+        assert mapped_file_size % CQ_STORE_UNIT_SIZE == 0
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
+        self.queue_dir = os.path.join(store_path, topic, str(queue_id))
+        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.last_store_timestamp = 0
+        self._entry = bytearray(CQ_STORE_UNIT_SIZE)
+
+    # Loading and recovery ----------------------------------------------------------------
+
+    def load(self) -> bool:
+        return self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid entry in the last three files and cut the queue after it."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            return
+        start = max(0, len(files) - 3)
+        end = files[start].file_from_offset
+        max_phys = -1
+        for mf in files[start:]:
+            pos = 0
+            while pos + CQ_STORE_UNIT_SIZE <= self.mapped_file_size:
+                offset, size, _tags = ENTRY.unpack_from(mf.mm, pos)
+                if offset >= 0 and size > 0:
+                    max_phys = offset + size
+                    pos += CQ_STORE_UNIT_SIZE
+                    end = mf.file_from_offset + pos
+                elif offset == 0 and size == 0 and _is_zero_tail(mf.mm, pos, self.mapped_file_size):
+                    break
+                else:
+                    # A zero entry inside the queue is a gap filled earlier; keep scanning past it.
+                    pos += CQ_STORE_UNIT_SIZE
+            if pos < self.mapped_file_size:
+                break
+        self.max_physic_offset = max_phys
+        self.mapped_file_queue.truncate_dirty_files(end)
+        self.mapped_file_queue.set_positions(end)
+
+    def truncate_dirty_logic_files(self, phy_offset: int) -> None:
+        """Drop entries that point at or past `phy_offset` (the commitlog was cut there)."""
+        files = self.mapped_file_queue.mapped_files
+        cut = None
+        for mf in reversed(files):
+            pos = min(mf.wrote_position, self.mapped_file_size) - CQ_STORE_UNIT_SIZE
+            while pos >= 0:
+                offset, size, _ = ENTRY.unpack_from(mf.mm, pos)
+                if size > 0 and offset + size <= phy_offset:
+                    cut = mf.file_from_offset + pos + CQ_STORE_UNIT_SIZE
+                    self.max_physic_offset = offset + size
+                    break
+                pos -= CQ_STORE_UNIT_SIZE
+            if cut is not None:
+                break
+        if cut is None:
+            cut = files[0].file_from_offset if files else 0
+            self.max_physic_offset = -1
+        self.mapped_file_queue.truncate_dirty_files(cut)
+        self.mapped_file_queue.set_positions(min(self.mapped_file_queue.flushed_where, cut))
+
+    # Writing -------------------------------------------------------------------------
+
+    def put_message_position_info(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int, store_ts: int) -> bool:
+        """Write the entry of queue offset `queue_offset`; True when stored or already present."""
+        if commitlog_offset + size <= self.max_physic_offset:
+            return True  # re-dispatch of a message this queue already holds
+        expect = queue_offset * CQ_STORE_UNIT_SIZE
+        mfq = self.mapped_file_queue
+        mf = mfq.find_mapped_file_by_offset(expect)
+        if mf is None:
+            last = mfq.get_last_mapped_file()
+            if last is None:
+                mf = mfq.get_last_mapped_file_or_create(expect)
+                if mf is not None and expect % self.mapped_file_size != 0:
+                    # A queue whose early files were deleted starts mid-file: mark the gap.
+                    self.min_logic_offset = expect
+                    mfq.set_positions(expect - expect % self.mapped_file_size)
+            else:
+                while last is not None and last.file_from_offset + self.mapped_file_size <= expect:
+                    last.mark_written(self.mapped_file_size)
+                    last = mfq.get_last_mapped_file_or_create(expect)
+                mf = last
+            if mf is None:
+                log.error("consume queue %s/%d: cannot create a file for offset %d", self.topic, self.queue_id, expect)
+                return False
+        pos = expect - mf.file_from_offset
+        current = mf.wrote_position
+        if pos < current:
+            return True  # already written
+        if pos > current:
+            log.warning(
+                "consume queue %s/%d: gap, expected entry %d at %d but queue ends at %d",
+                self.topic, self.queue_id, queue_offset, pos, current,
+            )  # fmt: skip
+        ENTRY.pack_into(self._entry, 0, commitlog_offset, size, tags_code)
+        mf.write_at(pos, self._entry)
+        self.max_physic_offset = commitlog_offset + size
+        self.last_store_timestamp = store_ts
+        return True
+
+    def flush(self, least_pages: int) -> bool:
+        return self.mapped_file_queue.flush(least_pages)
+
+    # Reading -------------------------------------------------------------------------
+
+    def get_min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_max_offset_in_queue(self) -> int:
+        return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
+
+    def get_index_buffer(self, start_index: int):  # -> SelectMappedBufferResult | None
+        """A held view from entry `start_index` to the end of its file's written entries."""
+        offset = start_index * CQ_STORE_UNIT_SIZE
+        if offset < self.min_logic_offset:
+            return None
+        return self.mapped_file_queue.select(offset, None)
+
+    def read_entry(self, index: int) -> tuple[int, int, int] | None:
+        res = self.mapped_file_queue.select(index * CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE)
+        if res is None:
+            return None
+        try:
+            return ENTRY.unpack_from(res.view, 0)
+        finally:
+            res.release()
+
+    def rollnext_file(self, index: int) -> int:
+        per_file = self.mapped_file_size // CQ_STORE_UNIT_SIZE
+        return index + per_file - index % per_file
+
+    # Cleanup -------------------------------------------------------------------------
+
+    def correct_min_offset(self, min_commit_log_offset: int) -> None:
+        """Move `min_logic_offset` to the first entry whose message is still in the commitlog."""
+        first = self.mapped_file_queue.get_first_mapped_file()
+        if first is None:
+            return
+        res = first.select_mapped_buffer(0)
+        if res is None:
+            return
+        try:
+            for pos in range(0, res.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+                offset, size, _ = ENTRY.unpack_from(res.view, pos)
+                if size > 0 and offset >= min_commit_log_offset:
+                    self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + pos)
+                    return
+            self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + res.size)
+        finally:
+            res.release()
+
+    def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int) -> int:
+        """Delete leading files whose every entry points below the commitlog's minimum offset."""
+
+        def all_below(mf) -> bool:
+            last = mf.get_read_position() - CQ_STORE_UNIT_SIZE
+            if last < 0:
+                return False
+            offset, size, _ = ENTRY.unpack_from(mf.mm, last)
+            return offset + size <= min_commit_log_offset
+
+        deleted = self.mapped_file_queue.delete_files_below(min_commit_log_offset, all_below, interval_forcibly_ms, now_ms)
+        self.correct_min_offset(min_commit_log_offset)
+        return deleted
+
+    def destroy(self) -> None:
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.mapped_file_queue.destroy()
+
+    def shutdown(self) -> None:
+        self.mapped_file_queue.shutdown()
+
+
+def _is_zero_tail(buf, pos: int, end: int) -> bool:
+    """True when every byte from `pos` to the next 4 KiB boundary (or `end`) is zero."""
+    stop = min(end, pos + 4096)
+    return not any(buf[pos:stop])

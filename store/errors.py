@@ -1,0 +1,32 @@
+"""The store's one small exception tree.
+
+Expected outcomes of puts and gets are status enums (store/status.py); these
+exceptions are for conditions that stop an operation as a whole (a broken
+configuration, a directory already in use, a corrupt metadata file).
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Raised when the store cannot carry out an operation; the base of all store errors."""
+
+
+class ConfigInvalid(StoreError):
+    """Raised when a setting or a relation between settings is invalid."""
+
+
+class StoreLocked(StoreError):
+    """Raised when another process already holds the store directory's lock file."""
+
+
+class StoreNotRunning(StoreError):
+    """Raised when an operation needs a loaded, started store and it is not."""
+
+
+class MetadataCorrupt(StoreError):
+    """Raised when a metadata file (topics, offsets, checkpoint) cannot be parsed."""
+
+
+class TopicInvalid(StoreError):
+    """Raised when a topic name breaks the naming rules (charset, length)."""

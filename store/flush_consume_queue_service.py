@@ -1,0 +1,71 @@
+"""FlushConsumeQueueService: flushes consume queues, the index and the checkpoint.
+
+Every `flush_interval_consume_queue_ms` it flushes each queue with at least
+`flush_consume_queue_least_pages` dirty pages (everything every
+`flush_consume_queue_thorough_interval_ms`), then records the logics timestamp and
+flushes the checkpoint. At shutdown it flushes everything, up to 3 rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from store.config import MessageStoreConfig
+from store.consume_queue import ConsumeQueue
+from store.index_service import IndexService
+from store.service_thread import ServiceThread
+from store.store_checkpoint import StoreCheckpoint
+
+log = logging.getLogger("tidemq.store")
+
+SHUTDOWN_FLUSH_ROUNDS = 3
+
+
+class FlushConsumeQueueService(ServiceThread):
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        queues: Callable[[], Iterable[ConsumeQueue]],
+        index_service: IndexService,
+        checkpoint: StoreCheckpoint,
+        last_dispatched_timestamp: Callable[[], int],
+    ) -> None:
+        super().__init__("FlushConsumeQueueService")
+        self.config = config
+        self._queues = queues
+        self.index_service = index_service
+        self.checkpoint = checkpoint
+        self._last_dispatched_timestamp = last_dispatched_timestamp
+        self._last_thorough_ms = 0
+
+    def do_flush(self, retry_times: int) -> None:
+        least_pages = self.config.flush_consume_queue_least_pages
+        if retry_times == SHUTDOWN_FLUSH_ROUNDS:
+            least_pages = 0
+        now = int(time.monotonic() * 1000)
+        if now >= self._last_thorough_ms + self.config.flush_consume_queue_thorough_interval_ms:
+            self._last_thorough_ms = now
+            least_pages = 0
+        # Read the timestamp before flushing: everything dispatched before it is then on disk.
+        logics_ts = self._last_dispatched_timestamp()
+        index_ts = self.index_service.last_store_timestamp
+        for cq in list(self._queues()):
+            cq.flush(least_pages)
+        if least_pages == 0:
+            self.index_service.flush()
+            if index_ts:
+                self.checkpoint.index_msg_timestamp = index_ts
+            if logics_ts:
+                self.checkpoint.logics_msg_timestamp = logics_ts
+            self.checkpoint.flush()
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            try:
+                self.wait_for_running(self.config.flush_interval_consume_queue_ms)
+                self.do_flush(1)
+            except Exception:
+                log.exception("consume queue flush failed")
+        self.do_flush(SHUTDOWN_FLUSH_ROUNDS)

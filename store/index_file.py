@@ -1,0 +1,162 @@
+"""IndexFile: a hash index from `topic#key` to commitlog offsets, one file per time span.
+
+Layout (big-endian; docs/layouts.md):
+    header 40 B: begin_timestamp 8 | end_timestamp 8 | begin_phy_offset 8 | end_phy_offset 8 |
+                 hash_slot_count 4 | index_count 4
+    slots: max_hash_slot_num x 4 B, each the number of the newest entry of its chain (0 = empty)
+    entries: max_index_num x 20 B: key_hash 4 | phy_offset 8 | time_diff_s 4 | prev_index 4
+Entry 0 is never used (index_count starts at 1), so 0 ends a chain.
+
+Invariants: only the dispatch thread writes; an entry is complete before its slot
+points at it, so a reader following a chain never sees a half-written entry.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+from store.mapped_file import MappedFile
+from store.message import java_string_hash
+
+HEADER_BYTES = 40
+SLOT_BYTES = 4
+ENTRY_BYTES = 20
+INVALID_INDEX = 0
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_SLOT = struct.Struct(">i")
+
+
+def key_hash(key: str) -> int:
+    """Non-negative hash of a key (Java's String.hashCode, absolute value as RocketMQ takes it)."""
+    h = abs(java_string_hash(key))
+    return 0 if h < 0 else h  # abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ maps it to 0
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    return HEADER_BYTES + slot_num * SLOT_BYTES + index_num * ENTRY_BYTES
+
+
+class IndexFile:
+    def __init__(self, path: str, slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0) -> None:
+        self.path = path
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.file_size = index_file_size(slot_num, index_num)
+        existed = os.path.exists(path) and os.path.getsize(path) == self.file_size
+        # Index files are named by time, not offset: wrap the mapping without MappedFile's name rule.
+        self.mapped_file = _NamedMappedFile(path, self.file_size)
+        self.mm = self.mapped_file.mm
+        self._lock = threading.Lock()
+        if existed:
+            (
+                self.begin_timestamp,
+                self.end_timestamp,
+                self.begin_phy_offset,
+                self.end_phy_offset,
+                self.hash_slot_count,
+                self.index_count,
+            ) = _HEADER.unpack_from(self.mm, 0)
+            if self.index_count < 1:
+                self.index_count = 1
+        else:
+            self.begin_timestamp = end_timestamp
+            self.end_timestamp = end_timestamp
+            self.begin_phy_offset = end_phy_offset
+            self.end_phy_offset = end_phy_offset
+            self.hash_slot_count = 0
+            self.index_count = 1
+            self._write_header()
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.path)
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Add one key; False when the file is full (the caller rolls to a new file)."""
+        if self.index_count >= self.index_num:
+            return False
+        h = key_hash(key)
+        slot_pos = HEADER_BYTES + (h % self.slot_num) * SLOT_BYTES
+        (slot_value,) = _SLOT.unpack_from(self.mm, slot_pos)
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+            slot_value = INVALID_INDEX
+        if self.index_count <= 1:
+            self.begin_timestamp = store_timestamp
+            self.begin_phy_offset = phy_offset
+        diff_s = (store_timestamp - self.begin_timestamp) // 1000
+        diff_s = max(0, min(diff_s, 0x7FFFFFFF))
+        entry_pos = HEADER_BYTES + self.slot_num * SLOT_BYTES + self.index_count * ENTRY_BYTES
+        _ENTRY.pack_into(self.mm, entry_pos, h, phy_offset, diff_s, slot_value)
+        _SLOT.pack_into(self.mm, slot_pos, self.index_count)
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+            self.hash_slot_count, self.index_count,
+        )  # fmt: skip
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        return not (self.end_timestamp < begin or self.begin_timestamp > end)
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commitlog offsets of entries with the key's hash stored in [begin, end], newest first."""
+        out: list[int] = []
+        h = key_hash(key)
+        slot_pos = HEADER_BYTES + (h % self.slot_num) * SLOT_BYTES
+        if not self.mapped_file.hold():
+            return out
+        try:
+            (index,) = _SLOT.unpack_from(self.mm, slot_pos)
+            count = self.index_count
+            steps = 0
+            while INVALID_INDEX < index < count and len(out) < max_num and steps < count:
+                steps += 1  # a corrupt chain can never loop forever
+                entry_pos = HEADER_BYTES + self.slot_num * SLOT_BYTES + index * ENTRY_BYTES
+                entry_hash, phy, diff_s, prev = _ENTRY.unpack_from(self.mm, entry_pos)
+                ts = self.begin_timestamp + diff_s * 1000
+                # Entries keep second precision: a message stored within the last second of `end` is kept.
+                if entry_hash == h and begin - 999 <= ts <= end:
+                    out.append(phy)
+                if prev <= INVALID_INDEX or prev >= index:
+                    break
+                index = prev
+        finally:
+            self.mapped_file.release()
+        return out
+
+    def flush(self) -> None:
+        if self.mapped_file.hold():
+            try:
+                self.mm.flush()
+            finally:
+                self.mapped_file.release()
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        return self.mapped_file.destroy(interval_forcibly_ms)
+
+    def close(self) -> None:
+        self.mapped_file.close()
+
+
+class _NamedMappedFile(MappedFile):
+    """A MappedFile whose name is a timestamp, not a start offset."""
+
+    def __init__(self, path: str, file_size: int) -> None:
+        base = os.path.basename(path)
+        tmp_name_ok = base.isdigit()
+        assert tmp_name_ok, "index files are named by digits (yyyyMMddHHmmssSSS)"
+        super().__init__(path, file_size)
+        self.file_from_offset = 0

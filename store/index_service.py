@@ -1,0 +1,147 @@
+"""IndexService: the IndexFiles under index/, written by dispatch, queried by key and time.
+
+Keys are `topic#key` for every KEYS entry and for the UNIQ_KEY. A full file rolls to
+a new one named by the current time (yyyyMMddHHmmssSSS). A message below the last
+file's end offset is already indexed (re-dispatch after recovery) and is skipped.
+Queries walk files newest first; the store confirms each hit against the stored
+message, so a hash collision never returns a wrong message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from store.config import MessageStoreConfig
+from store.index_file import IndexFile, index_file_size
+from store.message_codec import DispatchRequest
+
+log = logging.getLogger("tidemq.store")
+
+
+def index_file_name(now_ms: int) -> str:
+    t = time.localtime(now_ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
+
+
+class IndexService:
+    def __init__(self, config: MessageStoreConfig) -> None:
+        self.config = config
+        self.store_path = config.index_dir()
+        self.slot_num = config.max_hash_slot_num
+        self.index_num = config.max_index_num
+        self.index_files: list[IndexFile] = []
+        self._lock = threading.Lock()  # guards the list; entries are written only by dispatch
+        self.last_store_timestamp = 0
+
+    def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> bool:
+        if not os.path.isdir(self.store_path):
+            return True
+        expected = index_file_size(self.slot_num, self.index_num)
+        for name in sorted(os.listdir(self.store_path)):
+            path = os.path.join(self.store_path, name)
+            if not name.isdigit() or os.path.getsize(path) != expected:
+                log.warning("ignoring index file %s (unexpected name or size)", path)
+                continue
+            f = IndexFile(path, self.slot_num, self.index_num)
+            if not last_exit_ok and f.end_timestamp > checkpoint_index_ts:
+                # Entries past the checkpoint may be torn; dispatch rebuilds them.
+                f.destroy(0)
+                continue
+            self.index_files.append(f)
+        return True
+
+    def build_index(self, request: DispatchRequest) -> None:
+        f = self._retry_get_writable_file()
+        if f is None:
+            log.error("no writable index file; index entry of offset %d lost", request.commitlog_offset)
+            return
+        offset = request.commitlog_offset
+        if offset < f.end_phy_offset or (f.index_count > 1 and offset == f.end_phy_offset):
+            return  # already indexed (re-dispatch after recovery)
+        topic = request.topic
+        keys = request.keys
+        if request.uniq_key and self.config.message_index_uniq_key_enable:
+            f = self._put_key(f, f"{topic}#{request.uniq_key}", request)
+        if keys:
+            for key in keys.split(" "):
+                if key and f is not None:
+                    f = self._put_key(f, f"{topic}#{key}", request)
+        self.last_store_timestamp = request.store_timestamp
+
+    def _put_key(self, f: IndexFile | None, key: str, request: DispatchRequest) -> IndexFile | None:
+        for _ in range(3):
+            if f is None:
+                return None
+            if f.put_key(key, request.commitlog_offset, request.store_timestamp):
+                return f
+            log.info("index file %s is full; rolling", f.file_name)
+            f = self._retry_get_writable_file()
+        return f
+
+    def _retry_get_writable_file(self) -> IndexFile | None:
+        files = self.index_files
+        if files and not files[-1].is_write_full():
+            return files[-1]
+        last = files[-1] if files else None
+        now = int(time.time() * 1000)
+        name = index_file_name(now)
+        if last is not None and name <= last.file_name:
+            name = str(int(last.file_name) + 1)  # two files in one millisecond
+        try:
+            os.makedirs(self.store_path, exist_ok=True)
+            f = IndexFile(
+                os.path.join(self.store_path, name),
+                self.slot_num,
+                self.index_num,
+                last.end_phy_offset if last else 0,
+                last.end_timestamp if last else 0,
+            )
+        except OSError as exc:
+            log.error("cannot create index file: %s", exc)
+            return None
+        with self._lock:
+            self.index_files = [*self.index_files, f]
+        if last is not None:
+            threading.Thread(target=last.flush, name="IndexFileFlush", daemon=True).start()
+        return f
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Candidate commitlog offsets for `topic#key` in [begin, end], newest first."""
+        out: list[int] = []
+        full_key = f"{topic}#{key}"
+        for f in reversed(self.index_files):
+            if len(out) >= max_num:
+                break
+            if f.index_count <= 1 or not f.is_time_matched(begin, end):
+                continue
+            out.extend(f.select_phy_offsets(full_key, max_num - len(out), begin, end))
+        return out
+
+    def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int) -> int:
+        """Delete files (never the last) whose every entry points below the commitlog's minimum."""
+        files = self.index_files
+        doomed = [f for f in files[:-1] if f.end_phy_offset < min_commit_log_offset]
+        deleted = [f for f in doomed if f.destroy(interval_forcibly_ms)]
+        if deleted:
+            gone = {id(f) for f in deleted}
+            with self._lock:
+                self.index_files = [f for f in self.index_files if id(f) not in gone]
+        return len(deleted)
+
+    def flush(self) -> None:
+        files = self.index_files
+        if files:
+            files[-1].flush()
+
+    def shutdown(self) -> None:
+        for f in self.index_files:
+            f.flush()
+            f.close()
+
+    def destroy(self) -> None:
+        for f in self.index_files:
+            f.destroy(0)
+        self.index_files = []

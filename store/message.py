@@ -1,0 +1,239 @@
+"""Messages as the store sees them: the put-side record, properties, tag hash and ids.
+
+- Properties use RocketMQ's encoding: `name \\x01 value \\x02` for each pair, UTF-8.
+- The tags code is Java's `String.hashCode` of the tag (UTF-16 code units, int32).
+- The offset message id is store host IPv4 (4 B) + port (4 B) + commitlog offset
+  (8 B), as 32 upper-case hex characters; it decodes back to the offset.
+- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters:
+  IPv4 + pid (2 B) + random (4 B) + ms since the start of the month (4 B) + counter (2 B).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+from typing import Any
+
+# Property names (RocketMQ's MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"})
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+class MessageInner:
+    """A message to put (RocketMQ's MessageExtBrokerInner, the fields the store needs).
+
+    `properties_bytes` and `tags_code` are derived once when the message is made,
+    not on the put path.
+    """
+
+    __slots__ = (
+        "topic",
+        "topic_bytes",
+        "queue_id",
+        "body",
+        "flag",
+        "properties",
+        "properties_bytes",
+        "tags_code",
+        "born_timestamp",
+        "born_host",
+        "sys_flag",
+        "reconsume_times",
+        "prepared_transaction_offset",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.topic_bytes = topic.encode("utf-8")
+        self.queue_id = queue_id
+        self.body = body
+        self.flag = flag
+        self.properties = properties if properties is not None else {}
+        self.born_timestamp = born_timestamp if born_timestamp is not None else int(time.time() * 1000)
+        self.born_host = born_host
+        self.sys_flag = sys_flag
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the encoded properties and tags code after properties change."""
+        self.properties_bytes = encode_properties(self.properties)
+        self.tags_code = tags_hash(self.properties.get(PROPERTY_TAGS, ""))
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS, ""))
+
+
+def build_message(
+    topic: str,
+    body: bytes,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: list[str] | None = None,
+    properties: dict[str, str] | None = None,
+    uniq_key: str | None = None,
+    delay_level: int = 0,
+    born_timestamp: int | None = None,
+) -> MessageInner:
+    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent)."""
+    props: dict[str, str] = dict(properties) if properties else {}
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+    props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
+    if delay_level > 0:
+        props[PROPERTY_DELAY] = str(delay_level)
+    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp)
+
+
+def split_keys(value: str) -> list[str]:
+    return [k for k in value.split(KEY_SEPARATOR) if k]
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    if not properties:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")
+
+
+def decode_properties(data: bytes | memoryview) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not data:
+        return out
+    text = bytes(data).decode("utf-8", errors="replace")
+    for item in text.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[name] = value
+    return out
+
+
+def properties_are_encodable(properties: dict[str, Any]) -> str | None:
+    """Return why the properties cannot be encoded, or None when they can."""
+    for k, v in properties.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            return "property names and values must be strings"
+        if not k:
+            return "property names must not be empty"
+        for text in (k, v):
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                return "property names and values must not contain \\x01 or \\x02"
+    return None
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, wrapped to int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+_TAG_HASH_CACHE: dict[str, int] = {}
+
+
+def tags_hash(tag: str) -> int:
+    """The tags code of a tag (0 for no tag); cached since tags repeat."""
+    if not tag:
+        return 0
+    code = _TAG_HASH_CACHE.get(tag)
+    if code is None:
+        code = java_string_hash(tag)
+        if len(_TAG_HASH_CACHE) < 65_536:
+            _TAG_HASH_CACHE[tag] = code
+    return code
+
+
+def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
+    """RocketMQ's offset message id: host (8 B) + offset (8 B) as 32 upper-case hex characters."""
+    return (store_host + commitlog_offset.to_bytes(8, "big")).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """Return (ip, port, commitlog offset) of an offset message id; ValueError when malformed."""
+    if len(msg_id) != 32:
+        raise ValueError("an offset message id has 32 hex characters")
+    raw = bytes.fromhex(msg_id)
+    ip = ".".join(str(b) for b in raw[:4])
+    port = int.from_bytes(raw[4:8], "big")
+    offset = int.from_bytes(raw[8:16], "big", signed=True)
+    if offset < 0:
+        raise ValueError("offset is negative")
+    return ip, port, offset
+
+
+class UniqKeyGenerator:
+    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix."""
+
+    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01") -> None:
+        prefix = ipv4[:4] + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count()
+        self._month_start_ms = _month_start_ms()
+
+    def next(self) -> str:
+        now = int(time.time() * 1000) - self._month_start_ms
+        if now >= 0xFFFF_FFFF:  # a new month: restart the time base
+            self._month_start_ms = _month_start_ms()
+            now = int(time.time() * 1000) - self._month_start_ms
+        return f"{self._prefix}{now & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+
+
+def _month_start_ms() -> int:
+    t = time.gmtime()
+    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+
+_DEFAULT_GENERATOR = UniqKeyGenerator()
+
+
+def new_uniq_key() -> str:
+    return _DEFAULT_GENERATOR.next()
+
+
+def topic_problem(topic: str, max_length_bytes: int = 127) -> str | None:
+    """Return why a topic name is invalid, or None when it is valid."""
+    if not topic:
+        return "topic must not be empty"
+    if len(topic.encode("utf-8")) > max_length_bytes:
+        return f"topic is longer than {max_length_bytes} bytes"
+    if not TOPIC_PATTERN.match(topic):
+        return "topic must match ^[%|a-zA-Z0-9_-]+$"
+    return None

@@ -1,0 +1,321 @@
+"""The commitlog message layout (RocketMQ 4.x, big-endian; docs/layouts.md has the table).
+
+    1 TOTALSIZE 4 | 2 MAGICCODE 4 | 3 BODYCRC 4 | 4 QUEUEID 4 | 5 FLAG 4 |
+    6 QUEUEOFFSET 8 | 7 PHYSICALOFFSET 8 | 8 SYSFLAG 4 | 9 BORNTIMESTAMP 8 |
+    10 BORNHOST 8 | 11 STORETIMESTAMP 8 | 12 STOREHOST 8 | 13 RECONSUMETIMES 4 |
+    14 PREPARED TRANSACTION OFFSET 8 | 15 BODY 4+n | 16 TOPIC 1+n | 17 PROPERTIES 2+n
+
+A file that cannot hold the next message plus 8 bytes gets an end marker:
+TOTALSIZE = the bytes left in the file, MAGICCODE = BLANK_MAGIC_CODE.
+
+BODYCRC is RocketMQ's `UtilAll.crc32`: zlib's CRC32 masked to 31 bits.
+Invariants: a decoded message is only returned after its TOTALSIZE matches the sum
+of its parts, its magic code is MESSAGE_MAGIC_CODE and (when checked) its CRC matches.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from store.message import (
+    PROPERTY_DELAY,
+    PROPERTY_TAGS,
+    SCHEDULE_TOPIC,
+    decode_properties,
+    offset_msg_id,
+    split_keys,
+    tags_hash,
+)
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+FIXED_PART_BYTES = 91  # every field but the variable body, topic and properties bytes
+
+# Fields 1..14 and the body length, in one struct so a put writes them in one call.
+HEADER = struct.Struct(">iIiiiqqiq8sq8siqi")
+HEADER_BYTES = HEADER.size  # 88
+assert HEADER_BYTES == 88
+TOTAL_AND_MAGIC = struct.Struct(">iI")
+TOPIC_LENGTH = struct.Struct(">B")
+PROPERTIES_LENGTH = struct.Struct(">h")
+
+# Byte positions used by readers that need one field without decoding the rest.
+POS_TOTAL_SIZE = 0
+POS_MAGIC = 4
+POS_BODY_CRC = 8
+POS_QUEUE_ID = 12
+POS_QUEUE_OFFSET = 20
+POS_PHYSICAL_OFFSET = 28
+POS_STORE_TIMESTAMP = 56
+POS_BODY_LENGTH = 84
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def message_length(body_length: int, topic_length: int, properties_length: int) -> int:
+    return FIXED_PART_BYTES + body_length + topic_length + properties_length
+
+
+class DecodeOutcome(enum.Enum):
+    """Result of checking the bytes at a position (RocketMQ's checkMessageAndReturnSize)."""
+
+    MESSAGE = "MESSAGE"
+    BLANK = "BLANK"  # end-of-file marker: continue in the next file
+    END = "END"  # zero bytes: nothing more was written here
+    CORRUPT = "CORRUPT"  # bad magic, bad length or bad CRC
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the reput service hands to dispatchers for one stored message."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str
+    uniq_key: str
+    sys_flag: int
+    properties: dict[str, str]
+
+
+@dataclass(slots=True)
+class CheckResult:
+    outcome: DecodeOutcome
+    size: int  # bytes to advance by (message size, blank size), 0 for END/CORRUPT
+    reason: str = ""
+    request: DispatchRequest | None = None
+
+
+def check_message(
+    buf: Any,
+    pos: int,
+    limit: int,
+    check_crc: bool = True,
+    decode: bool = True,
+    delay_levels_ms: list[int] | None = None,
+) -> CheckResult:
+    """Check the message at `pos` of `buf` (valid bytes end at `limit`).
+
+    With `decode`, the result carries the dispatch request of the message. With
+    `delay_levels_ms`, a SCHEDULE_TOPIC_XXXX message gets its due time as tags code.
+    """
+    if limit - pos < 8:
+        return CheckResult(DecodeOutcome.END, 0, "fewer than 8 bytes left")
+    total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
+    if total == 0 and magic == 0:
+        return CheckResult(DecodeOutcome.END, 0)
+    if magic == BLANK_MAGIC_CODE:
+        if total < END_FILE_MIN_BLANK_LENGTH or pos + total > limit:
+            return CheckResult(DecodeOutcome.CORRUPT, 0, f"blank marker of bad length {total}")
+        return CheckResult(DecodeOutcome.BLANK, total)
+    if magic != MESSAGE_MAGIC_CODE:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"bad magic code {magic:#x} at {pos}")
+    if total < FIXED_PART_BYTES or pos + total > limit:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"bad total size {total} at {pos}")
+    (_, _, crc, queue_id, _flag, queue_offset, phys, sys_flag, _bts, _bh, store_ts, _sh, _rc, _pto, body_len) = HEADER.unpack_from(buf, pos)
+    body_start = pos + HEADER_BYTES
+    if body_len < 0 or body_start + body_len + 3 > pos + total:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"bad body length {body_len} at {pos}")
+    topic_len = buf[body_start + body_len]
+    props_pos = body_start + body_len + 1 + topic_len
+    if props_pos + 2 > pos + total:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"bad topic length at {pos}")
+    (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)
+    if props_len < 0 or message_length(body_len, topic_len, props_len) != total:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"total size {total} disagrees with its parts at {pos}")
+    if check_crc and body_crc(memoryview(buf)[body_start : body_start + body_len]) != crc:
+        return CheckResult(DecodeOutcome.CORRUPT, 0, f"body CRC mismatch at {pos}")
+    if not decode:
+        return CheckResult(DecodeOutcome.MESSAGE, total)
+    topic = bytes(buf[body_start + body_len + 1 : props_pos]).decode("utf-8", errors="replace")
+    props = decode_properties(buf[props_pos + 2 : props_pos + 2 + props_len])
+    tags_code = tags_hash(props.get(PROPERTY_TAGS, ""))
+    if delay_levels_ms is not None and topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+        # Delay messages carry their due time as the tags code (ScheduleMessageService).
+        tags_code = delay_due_time_ms(props, store_ts, delay_levels_ms)
+    request = DispatchRequest(
+        topic=topic,
+        queue_id=queue_id,
+        commitlog_offset=phys,
+        msg_size=total,
+        tags_code=tags_code,
+        store_timestamp=store_ts,
+        consume_queue_offset=queue_offset,
+        keys=props.get("KEYS", ""),
+        uniq_key=props.get("UNIQ_KEY", ""),
+        sys_flag=sys_flag,
+        properties=props,
+    )
+    return CheckResult(DecodeOutcome.MESSAGE, total, request=request)
+
+
+def delay_due_time_ms(props: dict[str, str], store_ts: int, delay_levels_ms: list[int]) -> int:
+    """Due time of a delayed message: its store time plus its level's delay (capped at the top level)."""
+    try:
+        level = int(props.get(PROPERTY_DELAY, "0"))
+    except ValueError:
+        level = 0
+    if level <= 0:
+        return store_ts
+    level = min(level, len(delay_levels_ms))
+    return store_ts + delay_levels_ms[level - 1]
+
+
+def decode_message(buf: Any, pos: int, store_host: bytes | None = None) -> dict[str, Any]:
+    """Decode the message at `pos` into a dict (no CRC check: callers read checked bytes)."""
+    (
+        total,
+        _magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host_raw,
+        reconsume,
+        pto,
+        body_len,
+    ) = HEADER.unpack_from(buf, pos)
+    body_start = pos + HEADER_BYTES
+    body = bytes(buf[body_start : body_start + body_len])
+    topic_len = buf[body_start + body_len]
+    topic_start = body_start + body_len + 1
+    topic = bytes(buf[topic_start : topic_start + topic_len]).decode("utf-8", errors="replace")
+    props_pos = topic_start + topic_len
+    (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)
+    props = decode_properties(buf[props_pos + 2 : props_pos + 2 + props_len])
+    host = store_host if store_host is not None else bytes(store_host_raw)
+    return {
+        "topic": topic,
+        "queue_id": queue_id,
+        "queue_offset": queue_offset,
+        "commitlog_offset": phys,
+        "store_size": total,
+        "body_crc": crc,
+        "flag": flag,
+        "sys_flag": sys_flag,
+        "born_timestamp": born_ts,
+        "born_host": _host_text(bytes(born_host)),
+        "store_timestamp": store_ts,
+        "store_host": _host_text(bytes(store_host_raw)),
+        "reconsume_times": reconsume,
+        "prepared_transaction_offset": pto,
+        "body": body,
+        "properties": props,
+        "tags": props.get("TAGS"),
+        "keys": split_keys(props.get("KEYS", "")),
+        "msg_id": props.get("UNIQ_KEY") or offset_msg_id(host, phys),
+        "offset_msg_id": offset_msg_id(host, phys),
+    }
+
+
+def _host_text(raw: bytes) -> str:
+    return ".".join(str(b) for b in raw[:4]) + ":" + str(int.from_bytes(raw[4:8], "big"))
+
+
+def encode_message(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    flag: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+    store_timestamp: int = 0,
+    store_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> bytes:
+    """Encode one message as bytes (tests and tools; the put path writes in place)."""
+    total = message_length(len(body), len(topic), len(properties))
+    out = bytearray(total)
+    write_message_into(
+        out, 0, total, topic, body, properties, body_crc(body), queue_id, queue_offset, physical_offset,
+        flag, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+        prepared_transaction_offset,
+    )  # fmt: skip
+    return bytes(out)
+
+
+def write_message_into(
+    buf: Any,
+    pos: int,
+    total: int,
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    crc: int,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+) -> None:
+    """Write one message at `pos` of `buf`; the caller has checked it fits."""
+    body_len = len(body)
+    HEADER.pack_into(
+        buf, pos, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+        born_timestamp, born_host, store_timestamp, store_host, reconsume_times, prepared_transaction_offset,
+        body_len,
+    )  # fmt: skip
+    p = pos + HEADER_BYTES
+    buf[p : p + body_len] = body
+    p += body_len
+    topic_len = len(topic)
+    buf[p] = topic_len
+    p += 1
+    buf[p : p + topic_len] = topic
+    p += topic_len
+    PROPERTIES_LENGTH.pack_into(buf, p, len(properties))
+    p += 2
+    buf[p : p + len(properties)] = properties
+
+
+def write_blank_into(buf: Any, pos: int, size: int) -> None:
+    TOTAL_AND_MAGIC.pack_into(buf, pos, size, BLANK_MAGIC_CODE)
+
+
+def read_int(buf: Any, pos: int) -> int:
+    return _INT.unpack_from(buf, pos)[0]
+
+
+def read_long(buf: Any, pos: int) -> int:
+    return _LONG.unpack_from(buf, pos)[0]
+
+
+def iter_messages(buf: Any, start: int = 0, limit: int | None = None) -> Any:
+    """Yield (position, size) of each message in a buffer of concatenated stored messages."""
+    end = len(buf) if limit is None else limit
+    pos = start
+    while pos + 8 <= end:
+        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
+        if magic != MESSAGE_MAGIC_CODE or total < FIXED_PART_BYTES or pos + total > end:
+            return
+        yield pos, total
+        pos += total

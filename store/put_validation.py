@@ -1,0 +1,84 @@
+"""PutValidator: every check a put must pass before a byte is written.
+
+A refused put answers a PutMessageResult with a status and a PutRefusal saying why;
+nothing is appended. Topic names are checked once and remembered (bounded), so the
+regular expression stays off the hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from store.config import BrokerRole
+from store.message import MessageInner, topic_problem
+from store.status import PutMessageResult, PutMessageStatus, PutRefusal
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+MAX_REMEMBERED_TOPICS = 100_000  # bound of the valid-topic cache
+
+
+class PutValidator:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        cfg = store.config
+        self.max_body = cfg.max_message_size_bytes
+        self.max_props = cfg.max_properties_size_bytes
+        self.max_topic = cfg.max_topic_length_bytes
+        self.max_queues = cfg.max_topic_queue_nums
+        self.max_batch = cfg.max_batch_messages
+        self.busy_timeout_ms = cfg.os_page_cache_busy_timeout_ms
+        self._valid_topics: set[str] = set()
+
+    def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
+        store = self.store
+        if not store.is_running():
+            return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.SHUTTING_DOWN, "the store is not running")
+        if store.config.broker_role is BrokerRole.SLAVE:
+            return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.NOT_MASTER, "this store is a slave")
+        if store.disk_full:
+            return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, "disk usage is past the warning ratio")
+        begin = store.commit_log.begin_time_in_lock_ms
+        if begin and int(time.time() * 1000) - begin > self.busy_timeout_ms:
+            return _refused(PutMessageStatus.OS_PAGECACHE_BUSY, PutRefusal.NONE, "a put has held the lock too long")
+        if not msgs:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_EMPTY, "a batch needs at least one message")
+        if len(msgs) > self.max_batch:
+            return _refused(
+                PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_TOO_LARGE, f"a batch holds at most {self.max_batch} messages"
+            )
+        for msg in msgs:
+            refusal = self._check_one(msg)
+            if refusal is not None:
+                return refusal
+        return None
+
+    def _check_one(self, msg: MessageInner) -> PutMessageResult | None:
+        topic = msg.topic
+        if topic not in self._valid_topics:
+            problem = topic_problem(topic, self.max_topic)
+            if problem:
+                return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.TOPIC_INVALID, problem)
+            if len(self._valid_topics) < MAX_REMEMBERED_TOPICS:
+                self._valid_topics.add(topic)
+        if not 0 <= msg.queue_id < self.max_queues:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.QUEUE_NOT_FOUND, f"queue id must be in 0..{self.max_queues - 1}")
+        if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.NONE, "the body must be bytes")
+        if len(msg.body) > self.max_body:
+            return _refused(
+                PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.MESSAGE_TOO_LARGE, f"the body is larger than {self.max_body} bytes"
+            )
+        if len(msg.properties_bytes) > self.max_props:
+            return _refused(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                PutRefusal.PROPERTIES_TOO_LARGE,
+                f"properties are larger than {self.max_props} bytes",
+            )
+        return None
+
+
+def _refused(status: PutMessageStatus, refusal: PutRefusal, detail: str) -> PutMessageResult:
+    return PutMessageResult(status, refusal, detail)

@@ -1,0 +1,107 @@
+"""ReputMessageService: reads what was appended to the commitlog and dispatches it.
+
+From `reput_from_offset` it walks every message below the commitlog's readable end
+(the confirmed offset on a slave with duplication enabled), runs each dispatcher
+(consume queue, index; the list is extensible) and then the arriving listeners. A
+put wakes it at once through `wakeup()`; otherwise it waits at most 1 ms.
+
+Invariants: `reput_from_offset` only grows (or is reset by recovery before start);
+a message is dispatched only after its bytes passed the size and magic checks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from store.commit_log import CommitLog
+from store.config import MessageStoreConfig
+from store.message_codec import DecodeOutcome, DispatchRequest, check_message
+from store.service_thread import ServiceThread
+
+log = logging.getLogger("tidemq.store")
+
+Dispatcher = Callable[[DispatchRequest], None]
+ArrivingListener = Callable[[str, int, int, int, int, dict[str, str]], None]
+SHUTDOWN_DRAIN_ROUNDS = 50
+
+
+class ReputMessageService(ServiceThread):
+    def __init__(self, commit_log: CommitLog, config: MessageStoreConfig) -> None:
+        super().__init__("ReputMessageService")
+        self.commit_log = commit_log
+        self.config = config
+        self.reput_from_offset = 0
+        self.dispatchers: list[Dispatcher] = []
+        self.arriving_listeners: list[ArrivingListener] = []
+        self.dispatched_messages = 0
+
+    def behind(self) -> int:
+        return max(0, self._end_offset() - self.reput_from_offset)
+
+    def _end_offset(self) -> int:
+        if self.config.duplication_enable and self.commit_log.confirm_offset >= 0:
+            return min(self.commit_log.confirm_offset, self.commit_log.get_max_offset())
+        return self.commit_log.get_max_offset()
+
+    def do_reput(self) -> int:
+        """Dispatch everything readable now; returns the number of messages dispatched."""
+        count = 0
+        cl = self.commit_log
+        listeners = self.arriving_listeners
+        dispatchers = self.dispatchers
+        levels = cl.delay_levels_ms
+        min_offset = cl.get_min_offset()
+        if 0 <= self.reput_from_offset < min_offset:
+            log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
+            self.reput_from_offset = min_offset
+        while self.reput_from_offset < self._end_offset():
+            res = cl.get_data(self.reput_from_offset)
+            if res is None:
+                break
+            try:
+                view = res.view
+                limit = min(res.size, self._end_offset() - res.start_offset)
+                pos = 0
+                while pos < limit:
+                    r = check_message(view, pos, limit, False, True, levels)
+                    if r.outcome is DecodeOutcome.MESSAGE:
+                        req = r.request
+                        assert req is not None
+                        for dispatcher in dispatchers:
+                            dispatcher(req)
+                        for listener in listeners:
+                            listener(
+                                req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code, req.store_timestamp, req.properties
+                            )
+                        pos += r.size
+                        count += 1
+                    elif r.outcome is DecodeOutcome.BLANK:
+                        pos = res.size
+                        self.reput_from_offset = cl.roll_next_file(res.start_offset)
+                        break
+                    else:
+                        # END: the writer has not finished this message yet (or nothing more).
+                        if r.outcome is DecodeOutcome.CORRUPT:
+                            log.error("reput stopped at %d: %s", res.start_offset + pos, r.reason)
+                        limit = pos
+                        break
+                    self.reput_from_offset = res.start_offset + pos
+            finally:
+                res.release()
+            if pos == 0:
+                break
+        self.dispatched_messages += count
+        return count
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            try:
+                self.wait_for_running(1)
+                self.do_reput()
+            except Exception:
+                log.exception("dispatch failed")
+        # Dispatch what was appended before the stop, so the queues are complete at shutdown.
+        for _ in range(SHUTDOWN_DRAIN_ROUNDS):
+            if self.do_reput() == 0 and self.behind() == 0:
+                break

@@ -1,0 +1,122 @@
+"""Status enums and result records of puts and gets (RocketMQ's names)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class PutMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class PutRefusal(enum.Enum):
+    """Why a put was refused before anything was written (detail of a non-OK status)."""
+
+    NONE = "NONE"
+    TOPIC_INVALID = "TOPIC_INVALID"
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    TOPIC_NOT_WRITABLE = "TOPIC_NOT_WRITABLE"
+    QUEUE_NOT_FOUND = "QUEUE_NOT_FOUND"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    PROPERTIES_TOO_LARGE = "PROPERTIES_TOO_LARGE"
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
+    BATCH_EMPTY = "BATCH_EMPTY"
+    NOT_MASTER = "NOT_MASTER"
+    DISK_FULL = "DISK_FULL"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+
+
+class AppendMessageStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    END_OF_FILE = "END_OF_FILE"
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetMessageStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class AppendMessageResult:
+    """One appended message; `msg_id` (the offset message id) is derived only when asked for."""
+
+    __slots__ = ("status", "wrote_offset", "wrote_bytes", "store_timestamp", "logics_offset", "queue_id", "store_host")
+
+    def __init__(
+        self,
+        status: AppendMessageStatus,
+        wrote_offset: int = 0,
+        wrote_bytes: int = 0,
+        store_timestamp: int = 0,
+        logics_offset: int = 0,
+        queue_id: int = 0,
+        store_host: bytes = b"",
+    ) -> None:
+        self.status = status
+        self.wrote_offset = wrote_offset
+        self.wrote_bytes = wrote_bytes
+        self.store_timestamp = store_timestamp
+        self.logics_offset = logics_offset
+        self.queue_id = queue_id
+        self.store_host = store_host
+
+    @property
+    def msg_id(self) -> str:
+        return (self.store_host + self.wrote_offset.to_bytes(8, "big")).hex().upper()
+
+    def __repr__(self) -> str:
+        return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
+
+
+@dataclass(slots=True)
+class PutMessageResult:
+    """Outcome of one put (or one batch put: `items` has one entry per message)."""
+
+    status: PutMessageStatus
+    refusal: PutRefusal = PutRefusal.NONE
+    detail: str = ""
+    items: list[AppendMessageResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+    @property
+    def stored(self) -> bool:
+        """True when the messages are in the commitlog (even if a flush or slave wait timed out)."""
+        return bool(self.items) and self.status in _STORED_STATUSES
+
+    @property
+    def end_offset(self) -> int:
+        """Commitlog offset just past the last message written."""
+        last = self.items[-1]
+        return last.wrote_offset + last.wrote_bytes
+
+
+_STORED_STATUSES = frozenset(
+    {
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    }
+)

@@ -1,0 +1,81 @@
+"""TopicConfigManager: each topic's queue counts and permission, persisted as config/topics.json."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import asdict, dataclass
+
+from store.errors import MetadataCorrupt, TopicInvalid
+from store.json_file import read_json, write_json_atomically
+from store.message import topic_problem
+
+PERM_READ = "r"
+PERM_WRITE = "w"
+VALID_PERMS = frozenset({"r", "w", "rw", ""})
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: str = "rw"
+
+    def is_readable(self) -> bool:
+        return PERM_READ in self.perm
+
+    def is_writable(self) -> bool:
+        return PERM_WRITE in self.perm
+
+
+class TopicConfigManager:
+    def __init__(self, config_dir: str, max_queue_nums: int) -> None:
+        self.path = os.path.join(config_dir, "topics.json")
+        self.max_queue_nums = max_queue_nums
+        self._topics: dict[str, TopicConfig] = {}
+        self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
+
+    def load(self) -> None:
+        data = read_json(self.path)
+        if data is None:
+            return
+        try:
+            topics = {name: TopicConfig(**value) for name, value in data.get("topics", {}).items()}
+        except (TypeError, AttributeError) as exc:
+            raise MetadataCorrupt(f"{self.path}: {exc}") from exc
+        self._topics = topics
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.topic_name)
+
+    def create_or_update(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
+        problem = topic_problem(topic)
+        if problem:
+            raise TopicInvalid(problem)
+        if not 1 <= queues <= self.max_queue_nums:
+            raise ValueError(f"queues must be in 1..{self.max_queue_nums}")
+        if perm not in VALID_PERMS:
+            raise ValueError("perm must be one of r, w, rw")
+        tc = TopicConfig(topic, queues, queues, perm)
+        with self._lock:
+            self._topics = {**self._topics, topic: tc}
+            self._persist_locked()
+        return tc
+
+    def delete(self, topic: str) -> bool:
+        with self._lock:
+            if topic not in self._topics:
+                return False
+            topics = dict(self._topics)
+            del topics[topic]
+            self._topics = topics
+            self._persist_locked()
+        return True
+
+    def _persist_locked(self) -> None:
+        """Caller holds `_lock`."""
+        write_json_atomically(self.path, {"topics": {name: asdict(tc) for name, tc in self._topics.items()}})
