@@ -168,7 +168,8 @@ class MessageStoreConfig:
         checks: list[tuple[bool, str]] = [
             (self.mapped_file_size_commit_log_bytes >= 4096, "commitlog file size must be >= 4096 bytes"),
             (
-                self.mapped_file_size_commit_log_bytes >= self.max_message_size_bytes + 8 + 91 + 32_767 + 127,
+                self.mapped_file_size_commit_log_bytes
+                >= self.max_message_size_bytes + self.max_properties_size_bytes + self.max_topic_length_bytes + 91 + 8,
                 "commitlog file size must hold the largest message plus its end marker",
             ),
             (self.mapped_file_size_consume_queue_bytes % CQ_UNIT_SIZE_BYTES == 0, "consume queue file size must be a multiple of 20"),

@@ -32,12 +32,16 @@ from collections.abc import Callable
 from typing import Any
 
 from store.allocate_mapped_file_service import AllocateMappedFileService
+from store.clean_commit_log_service import CleanCommitLogService
+from store.clean_consume_queue_service import CleanConsumeQueueService
+from store.clock import SYSTEM_CLOCK, Clock
 from store.commit_log import CommitLog
 from store.commit_log_recovery import recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_manager import ConsumerOffsetManager
+from store.disk_usage import DiskUsageProbe, disk_used_ratio
 from store.errors import StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
@@ -48,6 +52,7 @@ from store.message_codec import DispatchRequest
 from store.message_getter import MessageGetter
 from store.put_validation import PutValidator
 from store.reput_message_service import ArrivingListener, ReputMessageService
+from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 from store.store_checkpoint import StoreCheckpoint
@@ -61,7 +66,7 @@ ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus]
 
 
 class DefaultMessageStore:
-    def __init__(self, config: MessageStoreConfig) -> None:
+    def __init__(self, config: MessageStoreConfig, clock: Clock | None = None, disk_usage_probe: DiskUsageProbe | None = None) -> None:
         self.config = config.validate()
         self.transient_store_pool: TransientStorePool | None = None
         if config.transient_store_pool_enable and config.broker_role is not BrokerRole.SLAVE:
@@ -100,6 +105,16 @@ class DefaultMessageStore:
         self._shutdown_done = False
         self._lock_fd: int | None = None
         self._ready_offset = 0
+        # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
+        self.schedule_service = ScheduleMessageService(self, self.clock)
+        self.clean_consume_queue_service = CleanConsumeQueueService(self, self.clock)
+        self.clean_commit_log_service = CleanCommitLogService(
+            self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
+        )
+        self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
+        # --- end of delay levels and retention
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -119,6 +134,7 @@ class DefaultMessageStore:
             self.topic_config_manager.load()
             self.consumer_offset_manager.load()
             self._recover()
+            self.schedule_service.load()  # after recovery: it reads the delay queues' ends
         except BaseException:
             self._release_lock_file()
             raise
@@ -470,8 +486,7 @@ class DefaultMessageStore:
     # Status --------------------------------------------------------------------------
 
     def disk_used_ratio(self) -> float:
-        usage = shutil.disk_usage(self.config.store_path_root_dir)
-        return usage.used / usage.total if usage.total else 0.0
+        return self.disk_usage_probe(self.config.commit_log_dir())
 
     def runtime_info(self) -> dict[str, Any]:
         cl = self.commit_log
@@ -489,6 +504,7 @@ class DefaultMessageStore:
             "broker_role": self.config.broker_role.value,
             "disk_used_ratio": round(self.disk_used_ratio(), 4),
             "disk_full": self.disk_full,
+            "cleanup": {**self.clean_commit_log_service.status(), **self.clean_consume_queue_service.status()},
             "index_files": len(self.index_service.index_files),
             "consume_queues": len(self._all_consume_queues()),
             "topics": len(self.topic_config_manager.all()),
@@ -496,6 +512,20 @@ class DefaultMessageStore:
             "running": self._running,
             "ready": self.is_ready(),
         }
+
+    # Delay levels and retention -------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> dict[str, Any]:
+        """Delete expired commitlog files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
+        return self.clean_commit_log_service.execute_delete_files_manually()
+
+    def schedule_status(self) -> dict[str, Any]:
+        """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time."""
+        return self.schedule_service.status()
+
+    def delay_level_for_ms(self, delay_ms: int) -> int | None:
+        """The smallest delay level not shorter than `delay_ms` (0 for none); None when every level is shorter."""
+        return self.schedule_service.level_for_delay_ms(delay_ms)
 
     def refuse(self, refusal: PutRefusal, detail: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
         return PutMessageResult(status, refusal, detail)

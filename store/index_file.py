@@ -32,7 +32,7 @@ _SLOT = struct.Struct(">i")
 def key_hash(key: str) -> int:
     """Non-negative hash of a key (Java's String.hashCode, absolute value as RocketMQ takes it)."""
     h = abs(java_string_hash(key))
-    return 0 if h < 0 else h  # abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ maps it to 0
+    return 0 if h > 0x7FFFFFFF else h  # Java's abs(Integer.MIN_VALUE) stays negative; RocketMQ maps it to 0
 
 
 def index_file_size(slot_num: int, index_num: int) -> int:

@@ -120,11 +120,16 @@ class IndexService:
             out.extend(f.select_phy_offsets(full_key, max_num - len(out), begin, end))
         return out
 
-    def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int) -> int:
-        """Delete files (never the last) whose every entry points below the commitlog's minimum."""
-        files = self.index_files
-        doomed = [f for f in files[:-1] if f.end_phy_offset < min_commit_log_offset]
-        deleted = [f for f in doomed if f.destroy(interval_forcibly_ms)]
+    def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int | None = None) -> int:
+        """Delete leading files (never the last) whose every entry points below the commitlog's minimum.
+
+        Stops at the first file still held by readers, so the files left stay a contiguous span.
+        """
+        deleted: list[IndexFile] = []
+        for f in self.index_files[:-1]:
+            if f.end_phy_offset >= min_commit_log_offset or not f.mapped_file.destroy(interval_forcibly_ms, now_ms):
+                break
+            deleted.append(f)
         if deleted:
             gone = {id(f) for f in deleted}
             with self._lock:

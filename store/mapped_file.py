@@ -233,11 +233,15 @@ class MappedFile:
             self._available = False
             self._first_shutdown_ms = now
             self.release()
-        elif self._ref_count > 0 and now - self._first_shutdown_ms >= interval_forcibly_ms:
-            log.warning("forcing release of %s with %d readers", self.path, self._ref_count)
-            with self._ref_lock:
-                self._ref_count = 0
-            self._cleanup(force=True)
+        elif not self._cleanup_over:
+            # Also reached with no reader left when the mapping could not close then (a view was still exported).
+            if now - self._first_shutdown_ms >= interval_forcibly_ms:
+                log.warning("forcing release of %s with %d readers", self.path, self._ref_count)
+                with self._ref_lock:
+                    self._ref_count = 0
+                self._cleanup(force=True)
+            elif self._ref_count <= 0:
+                self._cleanup()
 
     def _cleanup(self, force: bool = False) -> None:
         if self._cleanup_over:

@@ -1,0 +1,189 @@
+"""CleanCommitLogService: deletes expired commitlog files and guards the disk (RocketMQ's CleanCommitLogService).
+
+Every `clean_resource_interval_ms` one pass:
+1. measures disk usage with the probe and sets the store's disk flags:
+   - above `disk_warning_ratio_percent`: `store.disk_full` (puts answer SERVICE_NOT_AVAILABLE /
+     DISK_FULL) and clean-immediately;
+   - above `disk_clean_forcibly_ratio_percent`: clean-immediately;
+   - at or below it: `store.disk_full` cleared (between the two ratios the flag keeps its
+     value, so it does not flap around the warning ratio);
+   - an unknown usage (negative ratio) changes nothing;
+2. deletes when the hour is in `delete_when`, or usage is above `disk_max_used_space_ratio_percent`,
+   or a manual round is pending: leading files (never the last) last modified more than
+   `file_reserved_time_hours` ago — any age when cleaning immediately — at most
+   `delete_files_batch_max` per pass, `delete_commit_log_files_interval_ms` apart;
+3. retries a leading file an earlier pass shut down while readers still held it; it is
+   deleted when they let go, or forcibly `destroy_mapped_file_interval_forcibly_ms` after
+   the first attempt.
+
+Invariants: passes never overlap (the thread and a direct caller share `_pass_lock`); a file
+is deleted only from the front, so the log stays contiguous; after a pass that deleted files
+the consume queue cleaner is woken so queues and index follow the new minimum offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from store.clock import SYSTEM_CLOCK, Clock
+from store.disk_usage import DiskUsageProbe, disk_used_ratio
+from store.service_thread import ServiceThread
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+log = logging.getLogger("tidemq.store")
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(slots=True)
+class CleanPass:
+    """What one pass saw and did."""
+
+    disk_ratio: float
+    time_up: bool
+    space_full: bool
+    manual: bool
+    clean_immediately: bool
+    files_deleted: int
+
+
+class CleanCommitLogService(ServiceThread):
+    def __init__(
+        self,
+        store: DefaultMessageStore,
+        clock: Clock = SYSTEM_CLOCK,
+        disk_usage_probe: DiskUsageProbe = disk_used_ratio,
+        on_files_deleted: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__("CleanCommitLogService")
+        self.store = store
+        self.clock = clock
+        self.probe = disk_usage_probe
+        self.on_files_deleted = on_files_deleted
+        cfg = store.config
+        self.interval_ms = cfg.clean_resource_interval_ms
+        self.reserved_ms = cfg.file_reserved_time_hours * HOUR_MS
+        self.delete_hours = cfg.delete_hours()
+        self.max_used_ratio = cfg.disk_max_used_space_ratio_percent / 100.0
+        self.clean_forcibly_ratio = cfg.disk_clean_forcibly_ratio_percent / 100.0
+        self.warning_ratio = cfg.disk_warning_ratio_percent / 100.0
+        self._stop_event = threading.Event()  # ends the pause between two deletions at shutdown
+        self._pass_lock = threading.Lock()
+        self.manual_rounds = 0  # passes left that delete expired files at any hour
+        self.clean_immediately = False
+        self.disk_ratio = -1.0
+        self.files_deleted = 0
+        self.passes = 0
+        self.last_pass_ms = 0
+        self.next_pass_ms = clock.now_ms() + self.interval_ms
+
+    def shutdown(self, interrupt: bool = False) -> None:
+        self._stop_event.set()
+        super().shutdown(interrupt)
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            self.wait_for_running(self.interval_ms)
+            if self.is_stopped():
+                break
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("commitlog cleanup pass failed")
+
+    def _pause(self, seconds: float) -> None:
+        self._stop_event.wait(seconds)
+
+    # One pass ----------------------------------------------------------------------------
+
+    def run_once(self) -> CleanPass:
+        with self._pass_lock:
+            now = self.clock.now_ms()
+            self.next_pass_ms = now + self.interval_ms
+            ratio = self._check_disk()
+            time_up = self.clock.hour() in self.delete_hours
+            space_full = ratio > self.max_used_ratio
+            manual = self.manual_rounds > 0
+            deleted = 0
+            if time_up or space_full or manual:
+                if manual:
+                    self.manual_rounds -= 1
+                deleted = self.store.commit_log.mapped_file_queue.delete_expired_files_by_time(
+                    self.reserved_ms,
+                    self.store.config.delete_commit_log_files_interval_ms,
+                    self.store.config.destroy_mapped_file_interval_forcibly_ms,
+                    self.clean_immediately,
+                    self.store.config.delete_files_batch_max,
+                    now,
+                    self._pause,
+                )
+                if deleted == 0 and space_full:
+                    log.warning(
+                        "disk usage %.1f%% is above %.0f%% but no commitlog file could be deleted", ratio * 100, self.max_used_ratio * 100
+                    )
+            deleted += self._redelete_hanged_file(now)
+            self.files_deleted += deleted
+            self.passes += 1
+            self.last_pass_ms = now
+        if deleted and self.on_files_deleted is not None:
+            self.on_files_deleted()
+        return CleanPass(ratio, time_up, space_full, manual, self.clean_immediately, deleted)
+
+    def _check_disk(self) -> float:
+        """Measure usage and set `store.disk_full` and `clean_immediately` (RocketMQ's isSpaceToDelete)."""
+        store = self.store
+        ratio = max(self.probe(store.config.commit_log_dir()), self.probe(store.config.consume_queue_dir()))
+        self.disk_ratio = ratio
+        if ratio < 0:
+            self.clean_immediately = False
+            return ratio
+        if ratio > self.warning_ratio:
+            if not store.disk_full:
+                log.error("disk usage %.1f%% is above the warning ratio %.0f%%: refusing puts", ratio * 100, self.warning_ratio * 100)
+            store.disk_full = True
+            self.clean_immediately = True
+        elif ratio > self.clean_forcibly_ratio:
+            self.clean_immediately = True
+        else:
+            if store.disk_full:
+                log.info("disk usage %.1f%% is back at or below %.0f%%: accepting puts", ratio * 100, self.clean_forcibly_ratio * 100)
+            store.disk_full = False
+            self.clean_immediately = False
+        return ratio
+
+    def _redelete_hanged_file(self, now: int) -> int:
+        """Retry leading files shut down earlier but still held by readers (RocketMQ's redeleteHangedFile)."""
+        mfq = self.store.commit_log.mapped_file_queue
+        forcibly_ms = self.store.config.destroy_mapped_file_interval_forcibly_ms
+        return mfq.delete_files_below(0, lambda mf: not mf.is_available(), forcibly_ms, now)
+
+    # Manual cleanup and status --------------------------------------------------------------
+
+    def execute_delete_files_manually(self) -> dict[str, Any]:
+        """Delete expired files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
+        self.manual_rounds = self.store.config.manual_delete_file_rounds
+        self.next_pass_ms = self.clock.now_ms()
+        self.wakeup()
+        log.info("manual cleanup requested: %d rounds", self.manual_rounds)
+        return {"rounds": self.manual_rounds, "next_pass_ms": self.next_pass_ms}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "next_pass_ms": self.next_pass_ms,
+            "last_pass_ms": self.last_pass_ms,
+            "passes": self.passes,
+            "commitlog_files_deleted": self.files_deleted,
+            "manual_rounds_left": self.manual_rounds,
+            "clean_immediately": self.clean_immediately,
+            "disk_ratio": round(self.disk_ratio, 4),
+            "disk_max_used_ratio": self.max_used_ratio,
+            "disk_clean_forcibly_ratio": self.clean_forcibly_ratio,
+            "disk_warning_ratio": self.warning_ratio,
+            "disk_full": self.store.disk_full,
+        }

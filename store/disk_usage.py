@@ -1,0 +1,41 @@
+"""Disk usage probes: how full the partition holding a path is.
+
+A probe is any callable `probe(path) -> ratio` answering the used share of the
+partition (0.0..1.0), or a negative number when it cannot tell. The cleanup service
+takes one as a parameter so tests can drive the disk-ratio branches with a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+log = logging.getLogger("tidemq.store")
+
+DiskUsageProbe = Callable[[str], float]
+UNKNOWN_RATIO = -1.0
+
+
+def disk_used_ratio(path: str) -> float:
+    """Used share of the partition holding `path` ((total - free) / total, as RocketMQ computes it).
+
+    A path that does not exist yet is measured at its nearest existing parent; an
+    unreadable partition answers UNKNOWN_RATIO.
+    """
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    try:
+        st = os.statvfs(probe)
+    except OSError as exc:
+        log.warning("cannot measure disk usage of %s: %s", path, exc)
+        return UNKNOWN_RATIO
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return UNKNOWN_RATIO
+    free = st.f_bfree * st.f_frsize
+    return (total - free) / total

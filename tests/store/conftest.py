@@ -1,0 +1,55 @@
+"""Fixtures for the store tests: tiny files so every test crosses file boundaries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from store import DefaultMessageStore, MessageStoreConfig
+
+
+def small_config(root: str, **overrides: object) -> MessageStoreConfig:
+    values: dict[str, object] = {
+        "store_path_root_dir": root,
+        "mapped_file_size_commit_log_bytes": 64 * 1024,
+        "mapped_file_size_consume_queue_bytes": 20 * 64,
+        "max_message_size_bytes": 8 * 1024,
+        "max_hash_slot_num": 64,
+        "max_index_num": 256,
+        "flush_interval_commit_log_ms": 50,
+        "flush_interval_consume_queue_ms": 50,
+    }
+    values.update(overrides)
+    return MessageStoreConfig(**values)  # type: ignore[arg-type]
+
+
+def open_store(config: MessageStoreConfig) -> DefaultMessageStore:
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    return store
+
+
+@pytest.fixture
+def config(tmp_path) -> MessageStoreConfig:
+    return small_config(str(tmp_path / "store"))
+
+
+@pytest.fixture
+def store(config: MessageStoreConfig) -> Iterator[DefaultMessageStore]:
+    s = open_store(config)
+    try:
+        yield s
+    finally:
+        s.shutdown()
+
+
+def wait_dispatched(store: DefaultMessageStore, timeout_s: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    # The wrote position, not the readable one: with a write buffer, bytes become readable on commit.
+    while store.reput_service.reput_from_offset < store.commit_log.mapped_file_queue.get_max_wrote_position():
+        assert time.monotonic() < deadline, "dispatch did not catch up"
+        time.sleep(0.002)

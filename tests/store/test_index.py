@@ -1,0 +1,100 @@
+"""IndexFile layout and key queries: collisions, rolling files, time ranges."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from store import build_message
+from store.index_file import HEADER_BYTES, IndexFile, key_hash
+from tests.store.conftest import open_store, small_config, wait_dispatched
+
+FAR = 2**62
+
+
+def test_index_file_layout(tmp_path) -> None:
+    path = str(tmp_path / "20260101000000000")
+    f = IndexFile(path, slot_num=8, index_num=16)
+    assert f.put_key("t#a", 100, 1_000_000)
+    assert f.put_key("t#b", 200, 1_003_500)
+    f.flush()
+    with open(path, "rb") as fh:
+        data = fh.read()
+    assert len(data) == 40 + 8 * 4 + 16 * 20
+    begin_ts, end_ts, begin_phy, end_phy, slots_used, count = struct.unpack_from(">qqqqii", data, 0)
+    assert (begin_ts, end_ts, begin_phy, end_phy, count) == (1_000_000, 1_003_500, 100, 200, 3)
+    assert slots_used in (1, 2)
+    h = key_hash("t#b")
+    (slot_value,) = struct.unpack_from(">i", data, HEADER_BYTES + (h % 8) * 4)
+    assert slot_value == 2
+    entry = struct.unpack_from(">iqii", data, HEADER_BYTES + 8 * 4 + 2 * 20)
+    assert entry[0] == h and entry[1] == 200 and entry[2] == 3  # time difference in seconds
+    f.close()
+    again = IndexFile(path, slot_num=8, index_num=16)
+    assert again.index_count == 3 and again.select_phy_offsets("t#a", 10, 0, FAR) == [100]
+    again.close()
+
+
+def test_full_index_file_refuses(tmp_path) -> None:
+    f = IndexFile(str(tmp_path / "1"), slot_num=4, index_num=3)
+    assert f.put_key("a", 1, 1) and f.put_key("b", 2, 2)
+    assert not f.put_key("c", 3, 3)
+    f.close()
+
+
+def test_query_by_key_confirms_hits_against_messages(store) -> None:
+    # "Aa" and "BB" collide in Java's hash: the index returns both, the store keeps the right one.
+    r1 = store.put_message(build_message("T", b"one", keys=["Aa"]))
+    r2 = store.put_message(build_message("T", b"two", keys=["BB"]))
+    store.put_message(build_message("Other", b"three", keys=["Aa"]))
+    wait_dispatched(store)
+    assert key_hash("T#Aa") == key_hash("T#BB")  # a real collision
+    got = store.query_message("T", "Aa", 10, 0, FAR)
+    assert [m["body"] for m in got] == [b"one"] and got[0]["commitlog_offset"] == r1.items[0].wrote_offset
+    assert [m["body"] for m in store.query_message("T", "BB", 10, 0, FAR)] == [b"two"]
+    assert r2.ok
+
+
+def test_forced_hash_collisions_in_one_slot(tmp_path) -> None:
+    cfg = small_config(str(tmp_path / "s"), max_hash_slot_num=1, max_index_num=500)
+    s = open_store(cfg)
+    try:
+        for i in range(50):
+            s.put_message(build_message("T", f"b{i}".encode(), keys=[f"k{i}"]))
+        wait_dispatched(s)
+        for i in (0, 17, 49):
+            got = s.query_message("T", f"k{i}", 10, 0, FAR)
+            assert [m["body"] for m in got] == [f"b{i}".encode()]
+    finally:
+        s.shutdown()
+
+
+def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path) -> None:
+    cfg = small_config(str(tmp_path / "s"), max_index_num=20)
+    s = open_store(cfg)
+    try:
+        ids = []
+        for i in range(40):
+            r = s.put_message(build_message("T", f"m{i}".encode(), keys=["same"], uniq_key=f"U{i}"))
+            ids.append(r)
+            time.sleep(0.001)
+        wait_dispatched(s)
+        assert len(os.listdir(cfg.index_dir())) >= 4
+        got = s.query_message("T", "same", 100, 0, FAR)
+        assert [m["body"] for m in got] == [f"m{i}".encode() for i in reversed(range(40))]
+        assert [m["body"] for m in s.query_message("T", "U7", 5, 0, FAR)] == [b"m7"]
+        assert [m["body"] for m in s.query_message("T", "same", 3, 0, FAR)] == [b"m39", b"m38", b"m37"]
+    finally:
+        s.shutdown()
+
+
+def test_time_range_filters(store) -> None:
+    store.put_message(build_message("T", b"old", keys=["k"]))
+    wait_dispatched(store)
+    time.sleep(2.1)
+    mark = int(time.time() * 1000)
+    store.put_message(build_message("T", b"new", keys=["k"]))
+    wait_dispatched(store)
+    assert [m["body"] for m in store.query_message("T", "k", 10, mark, FAR)] == [b"new"]
+    assert [m["body"] for m in store.query_message("T", "k", 10, 0, mark - 1500)] == [b"old"]

@@ -1,0 +1,171 @@
+"""MappedFile and MappedFileQueue: positions, flush, reference counting, pool, warm-up, allocation."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from store.allocate_mapped_file_service import AllocateMappedFileService
+from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file_queue import MappedFileQueue
+from store.transient_store_pool import TransientStorePool
+
+SIZE = 16 * 4096
+
+
+def test_name_and_positions(tmp_path) -> None:
+    path = str(tmp_path / offset_to_file_name(SIZE * 3))
+    mf = MappedFile(path, SIZE)
+    assert os.path.basename(path) == "00000000000000196608" and mf.file_from_offset == SIZE * 3
+    assert os.path.getsize(path) == SIZE
+    assert mf.append_bytes(b"a" * 5000)
+    assert (mf.wrote_position, mf.committed_position, mf.flushed_position) == (5000, 5000, 0)
+    assert mf.flush(4) == 0  # one page dirty, four required
+    assert mf.flush(0) == 5000
+    assert not mf.append_bytes(b"x" * SIZE)
+    mf.close()
+
+
+def test_reader_delays_deletion_until_release(tmp_path) -> None:
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append_bytes(b"hello world")
+    view = mf.select_mapped_buffer(0, 5)
+    assert view is not None and bytes(view.view) == b"hello"
+    assert not mf.destroy(interval_forcibly_ms=60_000, now_ms=1_000)
+    assert os.path.exists(mf.path) and mf.ref_count == 1
+    assert mf.select_mapped_buffer(0, 5) is None, "a file being deleted takes no new readers"
+    view.release()
+    assert mf.destroy(60_000, now_ms=2_000)
+    assert not os.path.exists(mf.path)
+
+
+def test_forced_deletion_after_the_interval(tmp_path) -> None:
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append_bytes(b"data")
+    held = mf.select_mapped_buffer(0, 4)
+    assert held is not None
+    assert not mf.destroy(1_000, now_ms=10_000)
+    assert mf.destroy(1_000, now_ms=11_500)
+    assert not os.path.exists(mf.path)
+    assert bytes(held.view) == b"data", "a reader forced out still reads valid bytes"
+    held.release()
+
+
+def test_reads_stop_at_the_read_position(tmp_path) -> None:
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.append_bytes(b"abc")
+    assert mf.select_mapped_buffer(0, 4) is None
+    assert mf.select_mapped_buffer(2, None) is not None
+    mf.close()
+
+
+def test_transient_pool_commit_makes_bytes_readable(tmp_path) -> None:
+    pool = TransientStorePool(2, SIZE)
+    pool.init()
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE, pool)
+    assert pool.available_buffer_count() == 1
+    mf.append_bytes(b"z" * 100)
+    assert mf.get_read_position() == 0 and mf.select_mapped_buffer(0, 10) is None
+    assert mf.commit(0) == 100
+    sel = mf.select_mapped_buffer(0, 100)
+    assert sel is not None and bytes(sel.view) == b"z" * 100
+    sel.release()
+    assert mf.flush(0) == 100
+    with open(mf.path, "rb") as fh:
+        assert fh.read(100) == b"z" * 100
+    mf.close()
+    assert pool.available_buffer_count() == 2
+
+
+def test_warm_up_never_fails(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="tidemq.store")
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
+    mf.warm_up()
+    assert mf.append_bytes(b"ok")
+    mf.close()
+
+
+def test_queue_load_lookup_and_truncate(tmp_path) -> None:
+    d = str(tmp_path / "q")
+    q = MappedFileQueue(d, SIZE)
+    for _ in range(3):
+        mf = q.get_last_mapped_file_or_create(0)
+        assert mf is not None
+        mf.append_bytes(b"x" * SIZE)
+    assert q.get_max_offset() == 3 * SIZE
+    q.shutdown()
+    q2 = MappedFileQueue(d, SIZE)
+    assert q2.load() and len(q2.mapped_files) == 3
+    assert q2.find_mapped_file_by_offset(SIZE + 5).file_from_offset == SIZE  # type: ignore[union-attr]
+    assert q2.find_mapped_file_by_offset(10 * SIZE) is None
+    q2.truncate_dirty_files(SIZE + 100)
+    assert len(q2.mapped_files) == 2 and q2.get_max_offset() == SIZE + 100
+    assert sorted(os.listdir(d)) == [offset_to_file_name(0), offset_to_file_name(SIZE)]
+    q2.shutdown()
+
+
+def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
+    service = AllocateMappedFileService(timeout_ms=5_000)
+    service.start()
+    try:
+        d = tmp_path / "cl"
+        q = MappedFileQueue(str(d), SIZE, service)
+        first = q.get_last_mapped_file_or_create(0)
+        assert first is not None and first.file_from_offset == 0
+        for _ in range(200):
+            if (d / offset_to_file_name(SIZE)).exists():
+                break
+            import time
+
+            time.sleep(0.01)
+        assert (d / offset_to_file_name(SIZE)).exists(), "the next file is created before it is needed"
+        first.append_bytes(b"x" * SIZE)
+        second = q.get_last_mapped_file_or_create(0)
+        assert second is not None and second.file_from_offset == SIZE
+        q.shutdown()
+    finally:
+        service.shutdown()
+        service.close_unclaimed()
+
+
+def test_allocation_failure_is_reported_not_raised(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    service = AllocateMappedFileService(timeout_ms=2_000)
+    service.start()
+    try:
+        q = MappedFileQueue(str(blocker / "sub"), SIZE, service)
+        assert q.get_last_mapped_file_or_create(0) is None
+    finally:
+        service.shutdown()
+
+
+def test_commit_log_with_pool_round_trips(tmp_path) -> None:
+    from store import build_message
+    from tests.store.conftest import open_store, small_config, wait_dispatched
+
+    cfg = small_config(str(tmp_path / "s"), transient_store_pool_enable=True, transient_store_pool_size=3, commit_interval_commit_log_ms=5)
+    s = open_store(cfg)
+    try:
+        for i in range(200):
+            assert s.put_message(build_message("P", f"m{i}".encode() * 50)).ok
+        wait_dispatched(s)
+        with s.get_message("g", "P", 0, 199, 1) as r:
+            assert r.decode()[0]["body"] == b"m199" * 50
+    finally:
+        s.shutdown()
+    s = open_store(cfg)
+    try:
+        assert s.get_max_offset_in_queue("P", 0) == 200
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("bad", [0, 4095])
+def test_config_rejects_tiny_files(tmp_path, bad: int) -> None:
+    from store import ConfigInvalid, MessageStoreConfig
+
+    with pytest.raises(ConfigInvalid):
+        MessageStoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log_bytes=bad).validate()

@@ -1,0 +1,167 @@
+"""The commitlog message layout, byte for byte, and its round trips."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.message import (
+    decode_offset_msg_id,
+    decode_properties,
+    encode_properties,
+    java_string_hash,
+    offset_msg_id,
+    tags_hash,
+    topic_problem,
+)
+from store.message_codec import (
+    BLANK_MAGIC_CODE,
+    FIXED_PART_BYTES,
+    MESSAGE_MAGIC_CODE,
+    DecodeOutcome,
+    check_message,
+    decode_message,
+    encode_message,
+    iter_messages,
+    write_blank_into,
+)
+
+
+def test_fields_lie_at_rocketmq_positions() -> None:
+    body = b"hello"
+    props = encode_properties({"TAGS": "TagA", "KEYS": "k1 k2"})
+    raw = encode_message(
+        b"TopicA", body, props, queue_id=3, queue_offset=7, physical_offset=1234, flag=9, sys_flag=2,
+        born_timestamp=1111, born_host=bytes([10, 0, 0, 1]) + (5555).to_bytes(4, "big"), store_timestamp=2222,
+        store_host=bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big"), reconsume_times=4, prepared_transaction_offset=77,
+    )  # fmt: skip
+    total = FIXED_PART_BYTES + len(body) + len(b"TopicA") + len(props)
+    assert len(raw) == total
+    (size, magic, crc, qid, flag, qoff, phys, sysflag, bts) = struct.unpack_from(">iIiiiqqiq", raw, 0)
+    assert (size, magic, qid, flag, qoff, phys, sysflag, bts) == (total, 0xDAA320A7, 3, 9, 7, 1234, 2, 1111)
+    assert crc == zlib.crc32(body) & 0x7FFFFFFF  # RocketMQ's UtilAll.crc32 masks to 31 bits
+    assert raw[48:52] == bytes([10, 0, 0, 1]) and raw[52:56] == (5555).to_bytes(4, "big")  # BORNHOST
+    assert struct.unpack_from(">q", raw, 56)[0] == 2222  # STORETIMESTAMP
+    assert raw[64:72] == bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")  # STOREHOST
+    assert struct.unpack_from(">iq", raw, 72) == (4, 77)  # RECONSUMETIMES, PREPARED TRANSACTION OFFSET
+    assert struct.unpack_from(">i", raw, 84)[0] == len(body)
+    assert raw[88:93] == body
+    assert raw[93] == 6 and raw[94:100] == b"TopicA"
+    assert struct.unpack_from(">h", raw, 100)[0] == len(props)
+    assert raw[102:] == props
+
+
+def test_decode_returns_every_field() -> None:
+    props = encode_properties({"TAGS": "T", "KEYS": "a b", "UNIQ_KEY": "U1"})
+    raw = encode_message(b"top", b"xyz", props, queue_id=1, queue_offset=5, physical_offset=99, born_timestamp=10, store_timestamp=20)
+    msg = decode_message(raw, 0)
+    assert msg["topic"] == "top" and msg["body"] == b"xyz" and msg["queue_id"] == 1
+    assert msg["queue_offset"] == 5 and msg["commitlog_offset"] == 99
+    assert msg["tags"] == "T" and msg["keys"] == ["a", "b"] and msg["msg_id"] == "U1"
+    assert msg["born_timestamp"] == 10 and msg["store_timestamp"] == 20
+    assert decode_offset_msg_id(msg["offset_msg_id"])[2] == 99
+
+
+def test_check_detects_bad_magic_length_and_crc() -> None:
+    raw = bytearray(encode_message(b"t", b"body-bytes", b""))
+    assert check_message(raw, 0, len(raw)).outcome is DecodeOutcome.MESSAGE
+    flipped = bytearray(raw)
+    flipped[FIXED_PART_BYTES - 3] ^= 0xFF  # inside the body
+    result = check_message(flipped, 0, len(flipped))
+    assert result.outcome is DecodeOutcome.CORRUPT and "CRC" in result.reason
+    bad_magic = bytearray(raw)
+    bad_magic[4] ^= 1
+    assert check_message(bad_magic, 0, len(bad_magic)).outcome is DecodeOutcome.CORRUPT
+    bad_len = bytearray(raw)
+    struct.pack_into(">i", bad_len, 0, len(raw) + 5)
+    assert check_message(bad_len, 0, len(bad_len)).outcome is DecodeOutcome.CORRUPT
+    torn = raw[: len(raw) - 4]
+    assert check_message(torn, 0, len(torn)).outcome is DecodeOutcome.CORRUPT
+    assert check_message(bytes(64), 0, 64).outcome is DecodeOutcome.END
+
+
+def test_blank_marker() -> None:
+    buf = bytearray(100)
+    write_blank_into(buf, 40, 60)
+    assert struct.unpack_from(">iI", buf, 40) == (60, BLANK_MAGIC_CODE)
+    result = check_message(buf, 40, 100)
+    assert result.outcome is DecodeOutcome.BLANK and result.size == 60
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("a", 97),
+        ("hello", 99162322),
+        ("TagA", 2598919),
+        ("Aa", 2112),
+        ("BB", 2112),
+        ("polygenelubricants", -2147483648),
+        ("é", 233),
+    ],
+)
+def test_java_string_hash(text: str, expected: int) -> None:
+    assert java_string_hash(text) == expected
+
+
+def test_tags_hash_of_no_tag_is_zero() -> None:
+    assert tags_hash("") == 0
+    assert tags_hash("TagA") == 2598919
+
+
+def test_offset_msg_id_round_trip() -> None:
+    host = bytes([192, 168, 1, 2]) + (10911).to_bytes(4, "big")
+    msg_id = offset_msg_id(host, 123456789)
+    assert msg_id == "C0A80102" + "00002A9F" + "00000000075BCD15"
+    assert decode_offset_msg_id(msg_id) == ("192.168.1.2", 10911, 123456789)
+    for bad in ("", "XYZ", "0" * 31, "G" * 32):
+        with pytest.raises(ValueError):
+            decode_offset_msg_id(bad)
+
+
+@pytest.mark.parametrize("topic", ["", "../x", "a/b", "a b", "x" * 128, "t\x00", "中文"])
+def test_topic_problems(topic: str) -> None:
+    assert topic_problem(topic) is not None
+
+
+@pytest.mark.parametrize("topic", ["a", "Topic_1-x", "%RETRY%g", "a|b", "x" * 127])
+def test_valid_topics(topic: str) -> None:
+    assert topic_problem(topic) is None
+
+
+property_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    body=st.binary(max_size=2048),
+    topic=st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True),
+    props=st.dictionaries(property_text.filter(bool), property_text, max_size=6),
+    queue_id=st.integers(0, 2**31 - 1),
+    queue_offset=st.integers(0, 2**63 - 1),
+    phys=st.integers(0, 2**63 - 1),
+    ts=st.integers(0, 2**62),
+)
+def test_encode_decode_round_trip(body: bytes, topic: str, props: dict, queue_id: int, queue_offset: int, phys: int, ts: int) -> None:
+    raw = encode_message(
+        topic.encode(), body, encode_properties(props), queue_id, queue_offset, phys, born_timestamp=ts, store_timestamp=ts
+    )
+    result = check_message(raw, 0, len(raw))
+    assert result.outcome is DecodeOutcome.MESSAGE and result.size == len(raw)
+    assert result.request is not None and result.request.topic == topic and result.request.commitlog_offset == phys
+    msg = decode_message(raw, 0)
+    assert (msg["body"], msg["topic"], msg["properties"], msg["queue_id"], msg["queue_offset"]) == (
+        body,
+        topic,
+        props,
+        queue_id,
+        queue_offset,
+    )
+    assert decode_properties(encode_properties(props)) == props
+    assert list(iter_messages(raw + raw)) == [(0, len(raw)), (len(raw), len(raw))]
+    assert struct.unpack_from(">I", raw, 4)[0] == MESSAGE_MAGIC_CODE

@@ -1,0 +1,142 @@
+"""Recovery: clean restarts, torn tails, flipped bytes, lost queues; queues and index follow the log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import pytest
+
+from store import DefaultMessageStore, GetMessageStatus, build_message
+from store.message_codec import HEADER_BYTES
+from tests.store.conftest import open_store, small_config, wait_dispatched
+
+FAR = 2**62
+
+
+def fill(store: DefaultMessageStore, n: int) -> list:
+    results = [store.put_message(build_message("R", f"body-{i:05d}".encode() * 20, queue_id=i % 2, keys=[f"k{i}"])) for i in range(n)]
+    assert all(r.ok for r in results)
+    wait_dispatched(store)
+    return results
+
+
+def reopen(config) -> DefaultMessageStore:
+    return open_store(config)
+
+
+def test_clean_restart_keeps_everything(config) -> None:
+    s = open_store(config)
+    results = fill(s, 300)
+    end = s.commit_log.get_max_offset()
+    s.shutdown()
+    assert not os.path.exists(config.abort_path()), "a clean shutdown removes the abort file"
+    s = reopen(config)
+    try:
+        assert s.last_exit_ok and s.commit_log.get_max_offset() == end
+        assert s.get_max_offset_in_queue("R", 0) == 150 and s.get_max_offset_in_queue("R", 1) == 150
+        r = s.put_message(build_message("R", b"next", queue_id=0))
+        assert r.items[0].logics_offset == 150 and r.items[0].wrote_offset >= end
+        assert [m["body"] for m in s.query_message("R", "k7", 5, 0, FAR)] == [results[7] and f"body-{7:05d}".encode() * 20]
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("crashed", [True, False])
+@pytest.mark.parametrize("damage", ["flip", "torn"])
+def test_log_is_cut_at_the_first_bad_message(config, caplog, crashed: bool, damage: str) -> None:
+    s = open_store(config)
+    results = fill(s, 300)
+    s.shutdown()
+    victim = results[200].items[0]
+    mfq_size = config.mapped_file_size_commit_log_bytes
+    path = os.path.join(config.commit_log_dir(), f"{victim.wrote_offset - victim.wrote_offset % mfq_size:020d}")
+    pos = victim.wrote_offset % mfq_size
+    with open(path, "r+b") as fh:
+        if damage == "flip":
+            fh.seek(pos + HEADER_BYTES + 5)  # a byte of the body: only the CRC can tell
+            b = fh.read(1)
+            fh.seek(pos + HEADER_BYTES + 5)
+            fh.write(bytes([b[0] ^ 0x55]))
+        else:
+            fh.seek(pos + 40)
+            fh.write(bytes(mfq_size - pos - 40))  # the message is half there, the rest never written
+    if crashed:
+        open(config.abort_path(), "w").close()
+    # A torn tail in a middle file: later files must go too (they follow a hole).
+    caplog.set_level(logging.WARNING, logger="tidemq.store")
+    s = reopen(config)
+    try:
+        assert s.commit_log.get_max_offset() == victim.wrote_offset
+        assert any("truncated at offset" in rec.getMessage() for rec in caplog.records)
+        q = victim.queue_id
+        assert s.get_max_offset_in_queue("R", q) == victim.logics_offset
+        with s.get_message("g", "R", q, victim.logics_offset, 5) as r:
+            assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert s.query_message("R", "k250", 5, 0, FAR) == []  # index entries past the end are never served
+        assert [m["body"][:10] for m in s.query_message("R", "k199", 5, 0, FAR)] == [b"body-00199"]
+        r = s.put_message(build_message("R", b"again", queue_id=q))
+        assert r.items[0].wrote_offset == victim.wrote_offset and r.items[0].logics_offset == victim.logics_offset
+        wait_dispatched(s)
+        with s.get_message("g", "R", q, victim.logics_offset, 5) as got:
+            assert [m["body"] for m in got.decode()] == [b"again"]
+    finally:
+        s.shutdown()
+
+
+def test_lost_consume_queues_are_rebuilt_from_the_log(config) -> None:
+    s = open_store(config)
+    fill(s, 200)
+    s.shutdown()
+    shutil.rmtree(config.consume_queue_dir())
+    open(config.abort_path(), "w").close()
+    s = reopen(config)
+    try:
+        assert s.get_max_offset_in_queue("R", 0) == 100 and s.get_max_offset_in_queue("R", 1) == 100
+        with s.get_message("g", "R", 1, 99, 5) as r:
+            assert r.decode()[0]["body"].startswith(b"body-00199")
+    finally:
+        s.shutdown()
+
+
+def test_consume_queue_entries_past_the_log_end_are_dropped(config) -> None:
+    s = open_store(config)
+    results = fill(s, 100)
+    s.shutdown()
+    cut = results[60].items[0].wrote_offset
+    # Cut the log itself (as if its tail was never flushed) and keep the longer queues.
+    size = config.mapped_file_size_commit_log_bytes
+    for name in sorted(os.listdir(config.commit_log_dir())):
+        start = int(name)
+        path = os.path.join(config.commit_log_dir(), name)
+        if start > cut:
+            os.truncate(path, 0)
+            os.truncate(path, size)
+        elif start <= cut < start + size:
+            with open(path, "r+b") as fh:
+                fh.seek(cut - start)
+                fh.write(bytes(start + size - cut))
+    open(config.abort_path(), "w").close()
+    s = reopen(config)
+    try:
+        assert s.commit_log.get_max_offset() == cut
+        assert s.get_max_offset_in_queue("R", 0) + s.get_max_offset_in_queue("R", 1) == 60
+    finally:
+        s.shutdown()
+
+
+def test_files_of_the_wrong_size_stop_the_load(config) -> None:
+    s = open_store(config)
+    fill(s, 10)
+    s.shutdown()
+    name = sorted(os.listdir(config.commit_log_dir()))[0]
+    os.truncate(os.path.join(config.commit_log_dir(), name), 1000)
+    s = DefaultMessageStore(config)
+    with pytest.raises(Exception, match="could not be loaded"):
+        s.load()
+    # The failed load released the lock: a fixed directory can be opened again.
+    os.truncate(os.path.join(config.commit_log_dir(), name), config.mapped_file_size_commit_log_bytes)
+    s = DefaultMessageStore(small_config(config.store_path_root_dir))
+    s.load()
+    s.shutdown()
