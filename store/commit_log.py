@@ -13,6 +13,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 import zlib
@@ -25,12 +26,15 @@ from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
 from store.message_codec import (
     END_FILE_MIN_BLANK_LENGTH,
-    FIXED_PART_BYTES,
+    HEADER,
+    HEADER_BYTES,
+    MESSAGE_MAGIC_CODE,
+    POS_QUEUE_OFFSET,
+    POS_STORE_TIMESTAMP,
     CheckResult,
     check_message,
     decode_message,
     write_blank_into,
-    write_message_into,
 )
 from store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 
@@ -38,6 +42,9 @@ if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
+
+_QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")  # fields 6 and 7, adjacent
+_STORE_TIMESTAMP = struct.Struct(">q")
 
 
 class CommitLog:
@@ -73,18 +80,19 @@ class CommitLog:
         return self.put_messages((msg,))
 
     def put_messages(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> PutMessageResult:
-        """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix."""
-        for msg in msgs:
-            if msg.properties.get(PROPERTY_DELAY) and msg.topic != SCHEDULE_TOPIC:
-                self._rewrite_for_delay(msg)
-        crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in msgs]
+        """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix.
+
+        Each message's bytes are built before the lock (`_encode_image`); under the lock
+        only the queue offset, physical offset and store time are patched in.
+        """
+        images = [self._encode_image(m) for m in msgs]
         items: list[AppendMessageResult] = []
         status = PutMessageStatus.PUT_OK
         with self.put_lock:
             self.begin_time_in_lock_ms = now = int(time.time() * 1000)
             try:
-                for msg, crc in zip(msgs, crcs, strict=True):
-                    item = self._append_locked(msg, crc, now)
+                for msg, image in zip(msgs, images, strict=True):
+                    item = self._append_locked(msg, image, now)
                     if item is None:
                         status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
                         break
@@ -93,14 +101,25 @@ class CommitLog:
                 self.begin_time_in_lock_ms = 0
         return PutMessageResult(status, items=items)
 
-    def _append_locked(self, msg: MessageInner, crc: int, store_ts: int) -> AppendMessageResult | None:
-        """Append one message; the caller holds `put_lock`. None when no file could be created."""
-        topic = msg.topic_bytes
+    def _encode_image(self, msg: MessageInner) -> bytes:
+        """The message's stored bytes with queue offset, physical offset and store time left zero."""
+        if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
+            self._rewrite_for_delay(msg)
         body = msg.body
-        props = msg.properties_bytes
-        total = FIXED_PART_BYTES + len(body) + len(topic) + len(props)
+        tail = msg.tail
+        body_len = len(body)
+        header = HEADER.pack(
+            HEADER_BYTES + body_len + len(tail), MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
+            msg.flag, 0, 0, msg.sys_flag, msg.born_timestamp, msg.born_host, 0, self.store_host, msg.reconsume_times,
+            msg.prepared_transaction_offset, body_len,
+        )  # fmt: skip
+        return b"".join((header, body, tail))
+
+    def _append_locked(self, msg: MessageInner, image: bytes, store_ts: int) -> AppendMessageResult | None:
+        """Append one encoded message; the caller holds `put_lock`. None when no file could be created."""
+        total = len(image)
         mf = self._last_file
-        if mf is None or mf.is_full():
+        if mf is None or mf.wrote_position >= self.file_size:
             mf = self._roll_locked()
             if mf is None:
                 return None
@@ -116,11 +135,10 @@ class CommitLog:
         key = (msg.topic, msg.queue_id)
         queue_offset = self.topic_queue_table.get(key, 0)
         phys = mf.file_from_offset + pos
-        write_message_into(
-            mf.write_target, pos, total, topic, body, props, crc, msg.queue_id, queue_offset, phys, msg.flag,
-            msg.sys_flag, msg.born_timestamp, msg.born_host, store_ts, self.store_host, msg.reconsume_times,
-            msg.prepared_transaction_offset,
-        )  # fmt: skip
+        target = mf.write_target
+        target[pos : pos + total] = image
+        _QUEUE_AND_PHYSICAL_OFFSET.pack_into(target, pos + POS_QUEUE_OFFSET, queue_offset, phys)
+        _STORE_TIMESTAMP.pack_into(target, pos + POS_STORE_TIMESTAMP, store_ts)
         mf.mark_written(pos + total)
         mf.store_timestamp = store_ts
         self.topic_queue_table[key] = queue_offset + 1
@@ -147,7 +165,6 @@ class CommitLog:
         msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
         msg.properties[PROPERTY_REAL_QID] = str(msg.queue_id)
         msg.topic = SCHEDULE_TOPIC
-        msg.topic_bytes = SCHEDULE_TOPIC.encode()
         msg.queue_id = level - 1
         msg.refresh()
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import re
 import time
@@ -55,6 +56,7 @@ class MessageInner:
         "sys_flag",
         "reconsume_times",
         "prepared_transaction_offset",
+        "tail",
     )
 
     def __init__(
@@ -71,7 +73,6 @@ class MessageInner:
         prepared_transaction_offset: int = 0,
     ) -> None:
         self.topic = topic
-        self.topic_bytes = topic.encode("utf-8")
         self.queue_id = queue_id
         self.body = body
         self.flag = flag
@@ -84,9 +85,19 @@ class MessageInner:
         self.refresh()
 
     def refresh(self) -> None:
-        """Recompute the encoded properties and tags code after properties change."""
-        self.properties_bytes = encode_properties(self.properties)
+        """Recompute the derived fields after the topic or the properties change.
+
+        `tail` is fields 16 and 17 as stored (topic length + topic, properties length +
+        properties); it is built here so the put path only joins header, body and tail.
+        """
+        self.topic_bytes = self.topic.encode("utf-8")
+        self.properties_bytes = props = encode_properties(self.properties)
         self.tags_code = tags_hash(self.properties.get(PROPERTY_TAGS, ""))
+        topic = self.topic_bytes
+        if len(topic) <= 255 and len(props) <= 0x7FFF:
+            self.tail = b"".join((bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
+        else:
+            self.tail = b""  # refused by validation before it is ever written
 
     @property
     def tags(self) -> str | None:
@@ -157,12 +168,29 @@ def properties_are_encodable(properties: dict[str, Any]) -> str | None:
     return None
 
 
+_POWERS_OF_31 = 256
+# _POW31_DESC[j] = 31 ** (_POWERS_OF_31 - 1 - j) mod 2^32: the coefficients of a string's code units.
+_POW31_DESC = [pow(31, _POWERS_OF_31 - 1 - j, 1 << 32) for j in range(_POWERS_OF_31)]
+
+
 def java_string_hash(text: str) -> int:
-    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, wrapped to int32."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, wrapped to int32.
+
+    Evaluated as one dot product with precomputed powers (keys and tags are short),
+    which keeps the per-character work in C.
+    """
+    try:
+        units: bytes | list[int] = text.encode("ascii")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-16-be")
+        units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
+    n = len(units)
+    if n <= _POWERS_OF_31:
+        h = sum(map(operator.mul, units, _POW31_DESC[_POWERS_OF_31 - n :])) & 0xFFFFFFFF
+    else:
+        h = 0
+        for unit in units:
+            h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 

@@ -30,13 +30,14 @@ class PutValidator:
         self.max_queues = cfg.max_topic_queue_nums
         self.max_batch = cfg.max_batch_messages
         self.busy_timeout_ms = cfg.os_page_cache_busy_timeout_ms
+        self.is_slave = cfg.broker_role is BrokerRole.SLAVE
         self._valid_topics: set[str] = set()
 
     def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
         store = self.store
         if not store.is_running():
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.SHUTTING_DOWN, "the store is not running")
-        if store.config.broker_role is BrokerRole.SLAVE:
+        if self.is_slave:
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.NOT_MASTER, "this store is a slave")
         if store.disk_full:
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, "disk usage is past the warning ratio")
@@ -49,10 +50,19 @@ class PutValidator:
             return _refused(
                 PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_TOO_LARGE, f"a batch holds at most {self.max_batch} messages"
             )
+        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
         for msg in msgs:
-            refusal = self._check_one(msg)
-            if refusal is not None:
-                return refusal
+            # One expression for the common case; the detailed checks run only when it fails.
+            if not (
+                msg.topic in valid
+                and 0 <= msg.queue_id < max_queues
+                and len(msg.body) <= max_body
+                and len(msg.properties_bytes) <= max_props
+                and msg.tail
+            ):
+                refusal = self._check_one(msg)
+                if refusal is not None:
+                    return refusal
         return None
 
     def _check_one(self, msg: MessageInner) -> PutMessageResult | None:

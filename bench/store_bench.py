@@ -1,0 +1,308 @@
+"""In-process store benchmark: puts, batched puts, gets and SYNC_FLUSH group commit.
+
+Every figure is printed beside a baseline measured in the same run on the same disk,
+because the machines are shared and absolute numbers drift:
+- raw write: the same encoded bytes written sequentially with os.write in 1 MiB chunks;
+- raw copy: the same bytes copied message by message into a mapped file (the least a
+  put must do);
+- raw read: the same bytes sliced message by message out of a mapped file;
+- raw fsync: one os.write + os.fdatasync per message, one thread (what SYNC_FLUSH would
+  cost without group commit).
+
+Usage: python bench/store_bench.py [--quick] [--markdown FILE]
+Messages are built before timing starts; a put's time includes validation, encoding,
+the append and the stats, with the dispatch thread running beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig
+from store.message import MessageInner
+from store.message_codec import encode_message
+
+TOPIC = "Bench"
+QUEUES = 4
+CHUNK_BYTES = 1 << 20
+
+
+class Row:
+    def __init__(self, name: str, value: float, unit: str, baseline_name: str, baseline: float, target: str = "") -> None:
+        self.name, self.value, self.unit = name, value, unit
+        self.baseline_name, self.baseline, self.target = baseline_name, baseline, target
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.baseline if self.baseline else 0.0
+
+
+def make_store(root: str, flush: FlushDiskType, file_bytes: int) -> DefaultMessageStore:
+    cfg = MessageStoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log_bytes=file_bytes,
+        flush_disk_type=flush,
+        max_transfer_count_on_message_in_memory=32,
+    )
+    store = DefaultMessageStore(cfg)
+    store.load()
+    store.start()
+    return store
+
+
+def messages(count: int, size: int) -> list[MessageInner]:
+    body = os.urandom(size)
+    return [MessageInner(TOPIC, body, i % QUEUES) for i in range(count)]
+
+
+def encoded(count: int, size: int) -> list[bytes]:
+    body = os.urandom(size)
+    return [encode_message(TOPIC.encode(), body, b"", i % QUEUES, i, i) for i in range(count)]
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def raw_write_rate(root: str, images: list[bytes]) -> float:
+    """Bytes/s of writing the images sequentially to a file in 1 MiB chunks (page cache, no fsync)."""
+    data = b"".join(images)
+    path = os.path.join(root, "raw-write")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        elapsed = timed(lambda: [os.write(fd, view[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES)])
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return len(data) / elapsed
+
+
+def raw_copy_rate(root: str, images: list[bytes]) -> float:
+    """Messages/s of copying each image into a fresh mapped file, one slice assignment per message."""
+    total = sum(len(i) for i in images)
+    path = os.path.join(root, "raw-copy")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.ftruncate(fd, total)
+    mm = mmap.mmap(fd, total)
+
+    def copy() -> None:
+        pos = 0
+        for image in images:
+            n = len(image)
+            mm[pos : pos + n] = image
+            pos += n
+
+    try:
+        elapsed = timed(copy)
+    finally:
+        mm.close()
+        os.close(fd)
+        os.unlink(path)
+    return len(images) / elapsed
+
+
+def raw_read_rate(root: str, images: list[bytes]) -> float:
+    """Messages/s of slicing each image out of a mapped file (memoryviews, like a get)."""
+    data = b"".join(images)
+    path = os.path.join(root, "raw-read")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    fd = os.open(path, os.O_RDONLY)
+    mm = mmap.mmap(fd, len(data), prot=mmap.PROT_READ)
+    view = memoryview(mm)
+    sizes = [len(i) for i in images]
+
+    def read() -> None:
+        pos = 0
+        out = []
+        for n in sizes:
+            out.append(view[pos : pos + n])
+            pos += n
+        for v in out:
+            v.release()
+
+    try:
+        elapsed = timed(read)
+    finally:
+        view.release()
+        mm.close()
+        os.close(fd)
+        os.unlink(path)
+    return len(images) / elapsed
+
+
+def raw_fsync_rate(root: str, image: bytes, seconds: float) -> float:
+    path = os.path.join(root, "raw-fsync")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    count = 0
+    deadline = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    try:
+        while time.perf_counter() < deadline:
+            os.write(fd, image)
+            os.fdatasync(fd)
+            count += 1
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return count / (time.perf_counter() - t0)
+
+
+def bench_puts(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
+    msgs = messages(count, size)
+    try:
+        if batch == 1:
+            put = store.put_message
+            elapsed = timed(lambda: [put(m) for m in msgs])
+        else:
+            put_many = store.put_messages
+            elapsed = timed(lambda: [put_many(msgs[i : i + batch]) for i in range(0, count, batch)])
+        assert store.commit_log.topic_queue_table[(TOPIC, 0)] == (count + QUEUES - 1) // QUEUES
+        return count / elapsed
+    finally:
+        store.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_gets(root: str, size: int, count: int, file_bytes: int) -> float:
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
+    try:
+        msgs = messages(count, size)
+        for i in range(0, count, 100):
+            store.put_messages(msgs[i : i + 100])
+        while store.reput_service.behind() > 0:
+            time.sleep(0.01)
+
+        def read_all() -> int:
+            got = 0
+            for qid in range(QUEUES):
+                offset = 0
+                while True:
+                    r = store.get_message("bench", TOPIC, qid, offset, 32)
+                    try:
+                        if r.status is not GetMessageStatus.FOUND:
+                            break
+                        got += r.message_count
+                        offset = r.next_begin_offset
+                    finally:
+                        r.release()
+            assert got == count, got
+            return got
+
+        return count / timed(read_all)
+    finally:
+        store.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_sync_flush(root: str, threads: int, seconds: float, file_bytes: int) -> float:
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.SYNC_FLUSH, file_bytes)
+    body = os.urandom(1024)
+    counts = [0] * threads
+    stop = threading.Event()
+
+    def producer(n: int) -> None:
+        msg_count = 0
+        while not stop.is_set():
+            r = store.put_message(MessageInner(TOPIC, body, n % QUEUES))
+            assert r.ok, r.status
+            msg_count += 1
+        counts[n] = msg_count
+
+    workers = [threading.Thread(target=producer, args=(n,)) for n in range(threads)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - t0
+    store.shutdown()
+    shutil.rmtree(d, ignore_errors=True)
+    return sum(counts) / elapsed
+
+
+def run(quick: bool) -> list[Row]:
+    scale = 0.05 if quick else 1.0
+    root = tempfile.mkdtemp(prefix="tidemq-bench-", dir=os.environ.get("TIDEMQ_BENCH_DIR"))
+    file_bytes = (32 if quick else 256) * 1024 * 1024
+    sync_seconds = 0.5 if quick else 3.0
+    rows: list[Row] = []
+    try:
+        for size, count in ((128, 200_000), (1024, 100_000), (4096, 50_000)):
+            n = max(1000, int(count * scale))
+            images = encoded(n, size)
+            avg = sum(len(i) for i in images) / n
+            write_bps = raw_write_rate(root, images)
+            copy_mps = raw_copy_rate(root, images)
+            single = bench_puts(root, size, n, file_bytes, 1)
+            target = ">= 250,000 msg/s" if size == 128 else ""
+            rows.append(Row(f"put {size} B, single", single, "msg/s", "raw copy (msg/s)", copy_mps, target))
+            batched = bench_puts(root, size, n, file_bytes, 100)
+            rows.append(Row(f"put {size} B, batch of 100", batched, "msg/s", "raw copy (msg/s)", copy_mps))
+            target = ">= 0.4 of raw write" if size == 1024 else ""
+            rows.append(Row(f"put {size} B, batch of 100 (bytes)", batched * avg, "B/s", "raw write (B/s)", write_bps, target))
+        n = max(2000, int(100_000 * scale))
+        images = encoded(n, 1024)
+        rows.append(
+            Row("get 1 KiB, 32 per call", bench_gets(root, 1024, n, file_bytes), "msg/s", "raw read (msg/s)", raw_read_rate(root, images))
+        )
+        fsync_rate = raw_fsync_rate(root, images[0], sync_seconds)
+        single_sync = bench_sync_flush(root, 1, sync_seconds, file_bytes)
+        rows.append(Row("SYNC_FLUSH 1 KiB, 1 producer", single_sync, "msg/s", "raw write+fdatasync (msg/s)", fsync_rate))
+        for threads in (16, 64):
+            rate = bench_sync_flush(root, threads, sync_seconds, file_bytes)
+            target = ">= 20x 1 producer" if threads == 64 else ""
+            rows.append(Row(f"SYNC_FLUSH 1 KiB, {threads} producers", rate, "msg/s", "SYNC_FLUSH 1 producer", single_sync, target))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def render(rows: list[Row]) -> str:
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}",
+        "",
+        "| figure | value | unit | baseline | baseline value | ratio | target |",
+        "|---|---:|---|---|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r.name} | {r.value:,.0f} | {r.unit} | {r.baseline_name} | {r.baseline:,.0f} | {r.ratio:.3f} | {r.target} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts: checks the harness runs, figures mean little")
+    parser.add_argument("--markdown", help="also write the table to this file")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    table = render(run(args.quick))
+    print(table)
+    print(f"\n(took {time.perf_counter() - started:.0f} s)")
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
