@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv run test test-fast lint openapi bench-store bench-http bench-ha bench-spark bench-compare clean
+.PHONY: venv run test test-fast lint openapi bench-store bench-http bench-ha bench-spark bench-compare bench-schedule clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ openapi: $(STAMP)
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py
+
+bench-schedule: $(STAMP)
+	$(PY) bench/schedule_bench.py
 
 bench-http: $(BENCH_STAMP)
 	$(PY) bench/http_bench.py

@@ -181,7 +181,7 @@ class CleanCommitLogService(ServiceThread):
             "commitlog_files_deleted": self.files_deleted,
             "manual_rounds_left": self.manual_rounds,
             "clean_immediately": self.clean_immediately,
-            "disk_ratio": round(self.disk_ratio, 4),
+            "disk_ratio": round(self.disk_ratio, 4) if self.disk_ratio >= 0 else None,  # None: not measured (yet)
             "disk_max_used_ratio": self.max_used_ratio,
             "disk_clean_forcibly_ratio": self.clean_forcibly_ratio,
             "disk_warning_ratio": self.warning_ratio,

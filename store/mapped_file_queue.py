@@ -49,9 +49,15 @@ class MappedFileQueue:
             return True
         names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20)
         files: list[MappedFile] = []
-        for name in names:
+        for index, name in enumerate(names):
             path = os.path.join(self.store_path, name)
             size = os.path.getsize(path)
+            if size < self.mapped_file_size and index == len(names) - 1:
+                # Files are sized before their first byte is written, so a short last file is one
+                # whose creation a crash interrupted: it holds nothing and is completed here.
+                log.warning("%s has %d bytes (creation interrupted); extending it to %d", path, size, self.mapped_file_size)
+                os.truncate(path, self.mapped_file_size)
+                size = self.mapped_file_size
             if size != self.mapped_file_size:
                 log.error("%s has %d bytes, expected %d; refusing to load", path, size, self.mapped_file_size)
                 for f in files:

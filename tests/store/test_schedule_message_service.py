@@ -13,7 +13,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -85,7 +86,7 @@ def queue_messages(store: DefaultMessageStore, topic: str, queue_id: int) -> lis
             offset = res.next_begin_offset
 
 
-def wait_until(predicate, timeout_s: float = 10.0) -> None:
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -118,7 +119,7 @@ def test_born_host_round_trips_and_odd_text_falls_back_to_loopback() -> None:
     assert born_host_bytes("1.2.3.999:1") == b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 
 
-def test_delay_offset_table_refuses_bad_files(tmp_path) -> None:
+def test_delay_offset_table_refuses_bad_files(tmp_path: Path) -> None:
     table = DelayOffsetTable(str(tmp_path))
     table.load()
     assert table.get(1) == 0
@@ -135,7 +136,7 @@ def test_delay_offset_table_refuses_bad_files(tmp_path) -> None:
 # Delivery --------------------------------------------------------------------------------
 
 
-def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tmp_path, opened: Opened) -> None:
+def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tmp_path: Path, opened: Opened) -> None:
     clock = FakeClock()
     store = opened(schedule_config(str(tmp_path / "s")), clock)
     born = int(time.time() * 1000) - 5
@@ -173,7 +174,7 @@ def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tm
     assert status["delivered"] == 1
 
 
-def test_level_above_the_highest_is_capped(tmp_path, opened: Opened) -> None:
+def test_level_above_the_highest_is_capped(tmp_path: Path, opened: Opened) -> None:
     store = opened(schedule_config(str(tmp_path / "s")), FakeClock())
     put_delayed(store, "Capped", 0, 99, b"x", "k")
     wait_dispatched(store)
@@ -182,7 +183,7 @@ def test_level_above_the_highest_is_capped(tmp_path, opened: Opened) -> None:
     assert store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 0
 
 
-def test_real_time_delivery_keeps_order_and_wakes_listeners(tmp_path, opened: Opened) -> None:
+def test_real_time_delivery_keeps_order_and_wakes_listeners(tmp_path: Path, opened: Opened) -> None:
     store = opened(schedule_config(str(tmp_path / "s")))
     arrivals: list[tuple[str, int, int]] = []
     store.add_message_arriving_listener(lambda topic, qid, after, *_: arrivals.append((topic, qid, after)))
@@ -199,7 +200,7 @@ def test_real_time_delivery_keeps_order_and_wakes_listeners(tmp_path, opened: Op
     assert store.schedule_status()["delivered"] == 12
 
 
-def test_undeliverable_entry_is_skipped_and_the_level_moves_on(tmp_path, opened: Opened) -> None:
+def test_undeliverable_entry_is_skipped_and_the_level_moves_on(tmp_path: Path, opened: Opened) -> None:
     clock = FakeClock()
     store = opened(schedule_config(str(tmp_path / "s")), clock)
     # Written straight to the schedule topic: no REAL_TOPIC, so it can never be delivered.
@@ -214,7 +215,7 @@ def test_undeliverable_entry_is_skipped_and_the_level_moves_on(tmp_path, opened:
     assert status["levels"][0]["offset"] == 2
 
 
-def test_refused_delivery_is_retried_without_moving_past_it(tmp_path, opened: Opened) -> None:
+def test_refused_delivery_is_retried_without_moving_past_it(tmp_path: Path, opened: Opened) -> None:
     clock = FakeClock()
     probe = Probe(0.10)
     store = opened(schedule_config(str(tmp_path / "s")), clock, probe)
@@ -241,7 +242,7 @@ def test_refused_delivery_is_retried_without_moving_past_it(tmp_path, opened: Op
     assert [m["body"] for m in queue_messages(store, "Held", 1)] == [b"first", b"second"]
 
 
-def test_scan_bound_stops_one_level_starving_the_others(tmp_path, opened: Opened, monkeypatch) -> None:
+def test_scan_bound_stops_one_level_starving_the_others(tmp_path: Path, opened: Opened, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("store.schedule_message_service.MAX_DELIVERIES_PER_SCAN", 3)
     clock = FakeClock()
     store = opened(schedule_config(str(tmp_path / "s")), clock)
@@ -262,7 +263,7 @@ def test_scan_bound_stops_one_level_starving_the_others(tmp_path, opened: Opened
 # Restarts --------------------------------------------------------------------------------
 
 
-def test_restart_during_a_delay_delivers_each_message_once(tmp_path, opened: Opened) -> None:
+def test_restart_during_a_delay_delivers_each_message_once(tmp_path: Path, opened: Opened) -> None:
     root = str(tmp_path / "s")
     clock = FakeClock()
     store = opened(schedule_config(root), clock)
@@ -287,7 +288,7 @@ def test_restart_during_a_delay_delivers_each_message_once(tmp_path, opened: Ope
     assert store.schedule_status()["delivered"] == 0
 
 
-def test_restart_before_the_due_time_still_waits_for_it(tmp_path, opened: Opened) -> None:
+def test_restart_before_the_due_time_still_waits_for_it(tmp_path: Path, opened: Opened) -> None:
     root = str(tmp_path / "s")
     clock = FakeClock()
     store = opened(schedule_config(root, message_delay_level="1s 1h"), clock)
@@ -298,10 +299,11 @@ def test_restart_before_the_due_time_still_waits_for_it(tmp_path, opened: Opened
     clock.advance_ms(30 * 60_000)
     store = opened(schedule_config(root, message_delay_level="1s 1h"), clock)
     store.schedule_service.scan_once()
+    [scheduled] = queue_messages(store, SCHEDULE_TOPIC, 1)
     level = store.schedule_status()["levels"][1]
     assert level["waiting"] == 1
-    assert 0 < level["oldest_due_in_ms"] <= 30 * 60_000
-    assert level["oldest_age_ms"] >= 30 * 60_000
+    assert level["oldest_due_in_ms"] == scheduled["store_timestamp"] + HOUR_MS - clock.now_ms()
+    assert level["oldest_age_ms"] == clock.now_ms() - scheduled["store_timestamp"]
     assert store.get_max_offset_in_queue("Hourly", 0) == 0
 
     clock.advance_ms(level["oldest_due_in_ms"])
@@ -334,7 +336,7 @@ CRASHING_DELIVERER = textwrap.dedent(
 )
 
 
-def test_crash_after_delivery_does_not_deliver_again(tmp_path, opened: Opened) -> None:
+def test_crash_after_delivery_does_not_deliver_again(tmp_path: Path, opened: Opened) -> None:
     root = str(tmp_path / "s")
     proc = subprocess.run([sys.executable, "-c", CRASHING_DELIVERER, root], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
