@@ -18,11 +18,13 @@ from store.message import (
     offset_msg_id,
     topic_problem,
 )
-from store.message_codec import decode_message, iter_messages
+from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, decode_message, iter_messages
 from store.status import AppendMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
 from store.topic_config_manager import TopicConfig, TopicConfigManager
 
 __all__ = [
+    "BLANK_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE",
     "SCHEDULE_TOPIC",
     "SYSTEM_TOPICS",
     "AppendMessageResult",

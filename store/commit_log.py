@@ -31,6 +31,7 @@ from store.message_codec import (
     MESSAGE_MAGIC_CODE,
     POS_QUEUE_OFFSET,
     POS_STORE_TIMESTAMP,
+    TOTAL_AND_MAGIC,
     CheckResult,
     check_message,
     decode_message,
@@ -171,11 +172,14 @@ class CommitLog:
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Append raw log bytes at `start_offset` (a slave replicating its master).
 
-        The bytes must continue the log exactly where it ends; they may span files
-        only at file boundaries the master also had.
+        The bytes must continue the log exactly where it ends, or, on an empty log, start
+        at a file boundary (a master whose first files were deleted). They may span files
+        only at file boundaries the master also had. The store time of the last whole
+        message is recorded so the checkpoint advances as on a master.
         """
         with self.put_lock:
-            if start_offset != self.get_max_offset():
+            empty = self.mapped_file_queue.get_last_mapped_file() is None
+            if start_offset != self.get_max_offset() and not (empty and start_offset % self.file_size == 0):
                 return False
             view = memoryview(data)
             while view:
@@ -183,9 +187,12 @@ class CommitLog:
                 if mf is None:
                     return False
                 self._last_file = mf
-                room = mf.remaining()
-                chunk = view[:room]
+                chunk = view[: mf.remaining()]
+                pos = mf.wrote_position
                 mf.append_bytes(chunk)
+                ts = _last_store_timestamp(mf.write_target, pos, pos + len(chunk))
+                if ts:
+                    mf.store_timestamp = ts
                 view = view[len(chunk) :]
                 start_offset += len(chunk)
             return True
@@ -265,3 +272,16 @@ class CommitLog:
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()
+
+
+def _last_store_timestamp(buf: object, start: int, end: int) -> int:
+    """STORETIMESTAMP of the last whole message in buf[start:end], 0 when there is none."""
+    ts = 0
+    pos = start
+    while pos + POS_STORE_TIMESTAMP + 8 <= end:
+        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)  # type: ignore[arg-type]
+        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > end:
+            break
+        (ts,) = _STORE_TIMESTAMP.unpack_from(buf, pos + POS_STORE_TIMESTAMP)  # type: ignore[arg-type]
+        pos += total
+    return ts

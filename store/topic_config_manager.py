@@ -34,6 +34,7 @@ class TopicConfigManager:
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
         self._topics: dict[str, TopicConfig] = {}
+        self.version = 0  # bumped on every change, so watchers (replication) compare one integer
         self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
 
     def load(self) -> None:
@@ -63,6 +64,7 @@ class TopicConfigManager:
         tc = TopicConfig(topic, queues, queues, perm)
         with self._lock:
             self._topics = {**self._topics, topic: tc}
+            self.version += 1
             self._persist_locked()
         return tc
 
@@ -73,6 +75,7 @@ class TopicConfigManager:
             topics = dict(self._topics)
             del topics[topic]
             self._topics = topics
+            self.version += 1
             self._persist_locked()
         return True
 

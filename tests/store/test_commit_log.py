@@ -139,3 +139,30 @@ def test_properties_use_rocketmq_encoding(store) -> None:
     data = store.look_message_by_offset(r.items[0].wrote_offset)
     assert data is not None and data["properties"]["KEYS"] == "k1 k2"
     assert r.items[0].msg_id == data["offset_msg_id"]
+
+
+def test_append_data_replicates_bytes_at_the_same_offsets(tmp_path, store) -> None:
+    for i in range(500):
+        store.put_message(build_message("Rep", f"{i:03d}".encode() * 100, queue_id=i % 2))
+    wait_dispatched(store)
+    size = store.config.mapped_file_size_commit_log_bytes
+    start = size  # a copy that begins at the master's second file, as after its first was deleted
+    end = store.commit_log.get_max_offset()
+    replica = open_store(small_config(str(tmp_path / "replica")))
+    try:
+        offset = start
+        assert not replica.commit_log.append_data(start + 1, b"x"), "an empty log starts only at a file boundary"
+        while offset < end:
+            chunk = store.get_commit_log_data(offset, 5000)
+            assert replica.commit_log.append_data(offset, chunk)
+            offset += len(chunk)
+        assert not replica.commit_log.append_data(offset - 10, b"x"), "bytes must continue the log"
+        assert replica.commit_log.get_max_offset() == end and replica.commit_log.get_min_offset() == start
+        assert replica.commit_log.mapped_file_queue.get_last_mapped_file().store_timestamp > 0
+        replica.reput_service.wakeup()
+        wait_dispatched(replica)
+        last = store.get_max_offset_in_queue("Rep", 1) - 1
+        with replica.get_message("g", "Rep", 1, last, 1) as got, store.get_message("g", "Rep", 1, last, 1) as want:
+            assert got.to_bytes() == want.to_bytes()
+    finally:
+        replica.shutdown()

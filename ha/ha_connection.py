@@ -1,0 +1,222 @@
+"""HAConnection: the master's side of one slave connection (a reader and a writer thread).
+
+The reader takes the slave's HELLO, has the HAService judge it, answers, and on ACCEPT
+starts the writer; it then reads the slave's 8-byte reports (its acknowledged offset). The
+writer sends frames of whole messages from the start offset the handshake agreed, at most
+`ha_transfer_batch_size_bytes` each (one larger message goes whole), a heartbeat frame when
+idle for `ha_send_heartbeat_interval_ms`, and the topic table when it changed.
+
+Invariants: frames leave in log order without gaps (`sent_offset` only grows); acknowledged
+offsets only grow and never pass the master's max offset (a slave claiming more is cut
+off); the first failure of either thread closes the connection and both threads end within
+`io_poll_ms`. A slave silent for `ha_housekeeping_interval_ms` is disconnected.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ha.errors import ConnectionLost, ProtocolViolation
+from ha.protocol import FRAME_HEADER, HELLO, REPORT, Channel, Hello, Verdict, control_frame, whole_messages_length
+from ha.topic_sync import topic_snapshot, topics_payload
+from store.service_thread import ServiceThread
+
+if TYPE_CHECKING:
+    from ha.ha_service import HAService
+
+log = logging.getLogger("tidemq.ha")
+
+
+class HAConnection:
+    def __init__(self, service: HAService, sock: socket.socket, peer: tuple[str, int]) -> None:
+        self.service = service
+        self.address = f"{peer[0]}:{peer[1]}"
+        cfg = service.store.config
+        self.channel = Channel(sock, service.settings.io_poll_ms, cfg.ha_housekeeping_interval_ms, self.is_closed)
+        self.state = "HANDSHAKING"
+        self.start_offset = -1
+        self.sent_offset = -1
+        self.acked_offset = -1
+        self.connected_at = time.time()
+        self.last_report_at = time.monotonic()
+        self.close_reason = ""
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.reader = _ReadSocketService(self)
+        self.writer = _WriteSocketService(self)
+
+    def start(self) -> None:
+        self.reader.start()
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self, reason: str) -> None:
+        """Close once; both threads see it within `io_poll_ms`."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.close_reason = reason
+        if self.state == "STREAMING":
+            self.state = "CLOSED"
+        self.channel.close()
+        self.writer.wakeup()
+        self.service.remove(self)
+        log.info("slave %s disconnected: %s", self.address, reason)
+
+    def stop(self, reason: str) -> None:
+        """Close and wait (bounded) for both threads."""
+        self.close(reason)
+        self.reader.shutdown()
+        self.writer.shutdown()
+
+    def status(self) -> dict[str, object]:
+        master_max = self.service.store.commit_log.get_max_offset()
+        return {
+            "address": self.address,
+            "state": self.state.lower(),
+            "acknowledged_offset": self.acked_offset,
+            "sent_offset": self.sent_offset,
+            "bytes_behind": max(0, master_max - self.acked_offset) if self.acked_offset >= 0 else None,
+            "connected_at_ms": int(self.connected_at * 1000),
+            "last_report_age_ms": int((time.monotonic() - self.last_report_at) * 1000),
+        }
+
+
+class _ReadSocketService(ServiceThread):
+    """Handshake, then the slave's reports."""
+
+    def __init__(self, conn: HAConnection) -> None:
+        super().__init__(f"HAReadSocketService-{conn.address}")
+        self.conn = conn
+
+    def run(self) -> None:
+        conn = self.conn
+        reason = "stopping"
+        try:
+            if self._handshake():
+                self._read_reports()
+        except (ConnectionLost, ProtocolViolation) as exc:
+            reason = str(exc)
+        except Exception as exc:
+            log.exception("slave %s: unexpected error", conn.address)
+            reason = f"unexpected {type(exc).__name__}"
+        finally:
+            conn.close(reason)
+
+    def _handshake(self) -> bool:
+        conn = self.conn
+        hello = Hello.unpack(conn.channel.recv_exact(HELLO.size))
+        reply = conn.service.judge(hello, conn.address)
+        conn.channel.send(reply.pack())
+        if reply.verdict is not Verdict.ACCEPT:
+            conn.state = "REFUSED"
+            conn.close(f"refused ({reply.verdict.name}): {reply.reason}")
+            return False
+        conn.start_offset = conn.sent_offset = reply.start_offset
+        conn.acked_offset = hello.max_offset
+        conn.state = "STREAMING"
+        conn.service.on_accepted(conn)
+        conn.writer.start()
+        log.info("slave %s streaming from offset %d (its log ends at %d)", conn.address, reply.start_offset, hello.max_offset)
+        return True
+
+    def _read_reports(self) -> None:
+        conn = self.conn
+        buf = bytearray(REPORT.size)
+        view = memoryview(buf)
+        commit_log = conn.service.store.commit_log
+        while not self.is_stopped() and not conn.is_closed():
+            conn.channel.recv_into(view)
+            (offset,) = REPORT.unpack(buf)
+            conn.last_report_at = time.monotonic()
+            if offset < conn.acked_offset or offset > commit_log.get_max_offset():
+                raise ProtocolViolation(
+                    f"slave reported offset {offset} (previous {conn.acked_offset}, master end {commit_log.get_max_offset()})"
+                )
+            if offset != conn.acked_offset:
+                conn.acked_offset = offset
+                conn.service.on_ack(offset)
+
+
+class _WriteSocketService(ServiceThread):
+    """Commitlog frames, heartbeats and the topic table, in that priority."""
+
+    def __init__(self, conn: HAConnection) -> None:
+        super().__init__(f"HAWriteSocketService-{conn.address}")
+        self.conn = conn
+
+    def run(self) -> None:
+        conn = self.conn
+        try:
+            self._loop()
+        except ConnectionLost as exc:
+            conn.close(str(exc))
+        except Exception as exc:
+            log.exception("slave %s: unexpected error while sending", conn.address)
+            conn.close(f"unexpected {type(exc).__name__}")
+
+    def _loop(self) -> None:
+        conn = self.conn
+        service = conn.service
+        store = service.store
+        commit_log = store.commit_log
+        cfg = store.config
+        heartbeat_s = cfg.ha_send_heartbeat_interval_ms / 1000.0
+        topic_interval_s = service.settings.topic_sync_interval_ms / 1000.0
+        poll_ms = service.settings.write_poll_ms
+        topics_sent: list | None = None
+        next_topic_check = 0.0
+        last_send = time.monotonic()
+        while not self.is_stopped() and not conn.is_closed():
+            now = time.monotonic()
+            # A topic created since the last check (auto-create before a put) is sent before its data.
+            added = topics_sent is not None and len(topic_snapshot(store)) != len(topics_sent)
+            if added or now >= next_topic_check:
+                topics = topic_snapshot(store)
+                if topics != topics_sent:
+                    conn.channel.send(control_frame(topics_payload(topics)))
+                    topics_sent = topics
+                    last_send = now
+                next_topic_check = now + topic_interval_s
+            if self._send_available(cfg.ha_transfer_batch_size_bytes):
+                last_send = time.monotonic()
+                continue
+            if time.monotonic() - last_send >= heartbeat_s:
+                conn.channel.send(FRAME_HEADER.pack(commit_log.get_max_offset(), 0))
+                last_send = time.monotonic()
+            self.wait_for_running(poll_ms)
+
+    def _send_available(self, batch_bytes: int) -> bool:
+        """Send every whole message readable past `sent_offset`; True when anything was sent."""
+        conn = self.conn
+        cl = conn.service.store.commit_log
+        sent_any = False
+        while not conn.is_closed() and conn.sent_offset < cl.get_max_offset():
+            offset = conn.sent_offset
+            res = cl.get_data(offset)
+            if res is None:
+                min_offset = cl.get_min_offset()
+                if offset < min_offset:
+                    raise ConnectionLost(f"the slave needs offset {offset}, below the master's first offset {min_offset} (files deleted)")
+                return sent_any  # the next file is being created; try again after the poll
+            try:
+                length = whole_messages_length(res.view, res.size, batch_bytes)
+                if length == 0:
+                    log.error("commitlog bytes at %d are not a message; not sending them to %s", offset, conn.address)
+                    raise ConnectionLost(f"corrupt commitlog at {offset}")
+                body = res.view[:length]
+                try:
+                    conn.channel.send(FRAME_HEADER.pack(offset, length), body)
+                finally:
+                    body.release()
+            finally:
+                res.release()
+            conn.sent_offset = offset + length
+            sent_any = True
+        return sent_any

@@ -1,0 +1,194 @@
+"""HAService: the master's acceptor, its slave connections and the handshake's verdict.
+
+The acceptor thread takes connections on the HA port (at most `max_slave_connections`);
+each gets an HAConnection. `judge()` decides where a slave resumes, or that it must not:
+- a different protocol version or commitlog file size: INCOMPATIBLE;
+- a slave log that ends beyond the master's: DIVERGED (the master lost bytes the slave has,
+  e.g. it recovered from a crash to a shorter log); never truncated from here;
+- a slave log whose last `handshake_check_bytes` differ from the master's at the same offsets
+  (CRC32), or that ends inside one of the master's messages: DIVERGED;
+- a non-empty slave log ending below the master's first offset (files deleted): INCOMPATIBLE;
+- an empty slave log: ACCEPT from the master's first offset;
+- otherwise ACCEPT from the slave's end.
+
+Invariant: the best acknowledged offset (`acked_offset()`) only grows while the service runs;
+SYNC_MASTER waits are answered from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+from typing import Any
+
+from ha.errors import HAStartFailed
+from ha.group_transfer_service import GroupTransferService
+from ha.ha_connection import HAConnection
+from ha.protocol import VERSION, Hello, Reply, Verdict, log_crc
+from ha.settings import HASettings
+from store import DefaultMessageStore
+from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store.service_thread import ServiceThread
+
+log = logging.getLogger("tidemq.ha")
+_MAGIC_AT = struct.Struct(">iI")
+
+
+class HAService(ServiceThread):
+    def __init__(self, store: DefaultMessageStore, settings: HASettings, transfer: GroupTransferService | None = None) -> None:
+        super().__init__("HAAcceptService")
+        self.store = store
+        self.settings = settings
+        self.transfer = transfer
+        self.connections: list[HAConnection] = []  # replaced, never mutated in place
+        self.listen_address = ""
+        self.accepted_total = 0
+        self.refused_total = 0
+        self.last_refusal: dict[str, Any] | None = None
+        self._last_accept_time = 0.0
+        self._server: socket.socket | None = None
+
+    # Lifecycle -------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Listen on the HA port now, so a port in use fails the start-up, not a thread later."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.settings.ha_host, self.settings.ha_port))
+            sock.listen(self.settings.max_slave_connections)
+        except OSError as exc:
+            sock.close()
+            raise HAStartFailed(f"cannot listen on {self.settings.ha_host}:{self.settings.ha_port}: {exc.strerror}") from exc
+        sock.settimeout(self.settings.io_poll_ms / 1000.0)
+        host, port = sock.getsockname()[:2]
+        self.listen_address = f"{host}:{port}"
+        self._server = sock
+        log.info("HA service listening on %s", self.listen_address)
+
+    def run(self) -> None:
+        server = self._server
+        assert server is not None, "bind() before start()"
+        try:
+            while not self.is_stopped():
+                try:
+                    sock, peer = server.accept()
+                except TimeoutError:
+                    continue
+                except OSError as exc:
+                    if not self.is_stopped():
+                        log.warning("accept failed: %s", exc)
+                        self.wait_for_running(self.settings.io_poll_ms)
+                    continue
+                if len(self.connections) >= self.settings.max_slave_connections:
+                    log.warning("refusing slave %s:%d: already %d connections", peer[0], peer[1], len(self.connections))
+                    sock.close()
+                    continue
+                conn = HAConnection(self, sock, peer)
+                self.connections = [*self.connections, conn]
+                conn.start()
+        finally:
+            server.close()
+
+    def shutdown(self, interrupt: bool = False) -> None:
+        super().shutdown(interrupt)
+        for conn in list(self.connections):
+            conn.stop("master stopping")
+
+    # Called by connections -------------------------------------------------------------
+
+    def remove(self, conn: HAConnection) -> None:
+        self.connections = [c for c in self.connections if c is not conn]
+
+    def on_accepted(self, conn: HAConnection) -> None:
+        self.accepted_total += 1
+        self._last_accept_time = time.time()
+        self.on_ack(conn.acked_offset)
+
+    def on_ack(self, offset: int) -> None:
+        if self.transfer is not None:
+            self.transfer.notify_acked(offset)
+
+    def wakeup_writers(self) -> None:
+        for conn in self.connections:
+            conn.writer.wakeup()
+
+    # The handshake ---------------------------------------------------------------------
+
+    def judge(self, hello: Hello, address: str) -> Reply:
+        """The verdict on a slave's HELLO (see the module docstring)."""
+        verdict, start, reason = self._verdict(hello)
+        cl = self.store.commit_log
+        reply = Reply(verdict, max(0, cl.get_min_offset()), cl.get_max_offset(), start, self.settings.advertised_http_address, reason)
+        if verdict is not Verdict.ACCEPT:
+            self.refused_total += 1
+            self.last_refusal = {"address": address, "verdict": verdict.name, "reason": reason, "at_ms": int(time.time() * 1000)}
+            log.error("slave %s refused (%s): %s", address, verdict.name, reason)
+        return reply
+
+    def _verdict(self, hello: Hello) -> tuple[Verdict, int, str]:
+        cl = self.store.commit_log
+        master_min = max(0, cl.get_min_offset())
+        master_max = cl.get_max_offset()
+        file_size = self.store.config.mapped_file_size_commit_log_bytes
+        slave_max = hello.max_offset
+        if hello.version != VERSION:
+            return Verdict.INCOMPATIBLE, -1, f"protocol version {hello.version}, the master speaks {VERSION}"
+        if hello.file_size != file_size:
+            return Verdict.INCOMPATIBLE, -1, f"commitlog file size {hello.file_size} bytes, the master's is {file_size}"
+        if slave_max > master_max:
+            return Verdict.DIVERGED, -1, f"the slave's log ends at {slave_max}, beyond the master's end {master_max}"
+        if slave_max == 0:
+            return Verdict.ACCEPT, master_min, "empty slave: starting at the master's first offset"
+        if slave_max < master_min:
+            return Verdict.INCOMPATIBLE, -1, f"the slave's log ends at {slave_max}; the master's now begins at {master_min} (files deleted)"
+        if hello.check_length > 0 and hello.check_start >= master_min:
+            ours = self.store.get_commit_log_data(hello.check_start, hello.check_length)
+            if len(ours) != hello.check_length or log_crc(ours) != hello.check_crc:
+                end = hello.check_start + hello.check_length
+                return Verdict.DIVERGED, -1, f"the slave's bytes [{hello.check_start}, {end}) differ from the master's"
+        if slave_max < master_max:
+            head = self.store.get_commit_log_data(slave_max, 8)
+            if len(head) < 8 or _MAGIC_AT.unpack(head)[1] not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
+                return Verdict.DIVERGED, -1, f"the slave's log ends at {slave_max}, inside one of the master's messages"
+        return Verdict.ACCEPT, slave_max, ""
+
+    # Status ----------------------------------------------------------------------------
+
+    def streaming(self) -> list[HAConnection]:
+        return [c for c in self.connections if c.state == "STREAMING"]
+
+    def acked_offset(self) -> int:
+        """The best offset a connected slave acknowledged (-1 with none)."""
+        acks = [c.acked_offset for c in self.streaming()]
+        return max(acks) if acks else -1
+
+    def slave_ok(self, end_offset: int) -> bool:
+        """A slave streams and is at most `ha_slave_fall_behind_max_bytes` behind `end_offset`."""
+        best = self.acked_offset()
+        return best >= 0 and end_offset - best <= self.store.config.ha_slave_fall_behind_max_bytes
+
+    def status(self) -> dict[str, Any]:
+        streaming = self.streaming()
+        best = self.acked_offset()
+        master_max = self.store.commit_log.get_max_offset()
+        refusal = self.last_refusal
+        diverged = bool(refusal and refusal["verdict"] == Verdict.DIVERGED.name and refusal["at_ms"] > self._last_accept_time * 1000)
+        return {
+            "role": "master",
+            "replication": self.settings.replication,
+            "ha_address": self.listen_address,
+            "peer_address": streaming[0].address if streaming else None,
+            "connection_state": "connected" if streaming else "no_slave",
+            "acknowledged_offset": best,
+            "bytes_behind": master_max - best if best >= 0 else None,
+            "diverged": diverged,
+            "diverged_reason": f"slave {refusal['address']}: {refusal['reason']}" if diverged and refusal else None,
+            "master_http_address": self.settings.advertised_http_address,
+            "slaves": [c.status() for c in self.connections],
+            "accepted_total": self.accepted_total,
+            "refused_total": self.refused_total,
+            "last_refusal": refusal,
+        }

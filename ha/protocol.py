@@ -1,0 +1,209 @@
+"""The HA wire protocol between a master and its slaves (big-endian throughout).
+
+Slave -> master, once:   HELLO  = magic "TMQS" | version u16 | commitlog file size i64 |
+                                  slave max offset i64 | check start i64 | check length i32 |
+                                  check CRC32 u32
+Master -> slave, once:   REPLY  = magic "TMQM" | verdict u8 | master min offset i64 |
+                                  master max offset i64 | start offset i64 | info length u16 |
+                                  info (UTF-8 JSON: http_address, reason)
+Master -> slave, then:   FRAME  = physical offset i64 | length i32 | body
+                                  length > 0: commitlog bytes at that offset (whole messages)
+                                  length = 0: heartbeat; the offset is the master's max offset
+                                  length < 0: control frame of -length bytes (UTF-8 JSON)
+Slave -> master, then:   REPORT = the slave's max offset i64 (after each write and every heartbeat)
+
+Invariants: a data frame's body is whole messages (and end-of-file markers), so a slave
+never holds half a message except after a crash, which recovery truncates. Only the
+handshake and control frames carry JSON; the data path is fixed-size headers and raw bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ha.errors import ConnectionLost, ProtocolViolation
+from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+VERSION = 1
+HELLO = struct.Struct(">4sHqqqiI")
+HELLO_MAGIC = b"TMQS"
+REPLY = struct.Struct(">4sBqqqH")
+REPLY_MAGIC = b"TMQM"
+FRAME_HEADER = struct.Struct(">qi")
+REPORT = struct.Struct(">q")
+_TOTAL_AND_MAGIC = struct.Struct(">iI")
+# Bytes a frame may carry beyond the batch bound: one message of the largest kind plus its fixed part.
+MESSAGE_OVERHEAD_BYTES = 91 + 255 + 32_767 + 8
+
+
+class Verdict(enum.Enum):
+    """The master's answer to a HELLO."""
+
+    ACCEPT = 0
+    DIVERGED = 1
+    INCOMPATIBLE = 2
+
+
+@dataclass(slots=True)
+class Hello:
+    version: int
+    file_size: int
+    max_offset: int
+    check_start: int
+    check_length: int
+    check_crc: int
+
+    def pack(self) -> bytes:
+        return HELLO.pack(HELLO_MAGIC, self.version, self.file_size, self.max_offset, self.check_start, self.check_length, self.check_crc)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> Hello:
+        magic, version, file_size, max_offset, check_start, check_length, check_crc = HELLO.unpack(data)
+        if magic != HELLO_MAGIC:
+            raise ProtocolViolation(f"not a tidemq slave (magic {magic!r})")
+        return cls(version, file_size, max_offset, check_start, check_length, check_crc)
+
+
+@dataclass(slots=True)
+class Reply:
+    verdict: Verdict
+    master_min_offset: int
+    master_max_offset: int
+    start_offset: int
+    http_address: str | None
+    reason: str
+
+    def pack(self) -> bytes:
+        info = json.dumps({"http_address": self.http_address, "reason": self.reason}).encode()[:65535]
+        return (
+            REPLY.pack(REPLY_MAGIC, self.verdict.value, self.master_min_offset, self.master_max_offset, self.start_offset, len(info)) + info
+        )
+
+
+def read_reply(recv_exact: Callable[[int], bytes]) -> Reply:
+    magic, verdict, min_offset, max_offset, start, info_len = REPLY.unpack(recv_exact(REPLY.size))
+    if magic != REPLY_MAGIC:
+        raise ProtocolViolation(f"not a tidemq master (magic {magic!r})")
+    try:
+        info = json.loads(recv_exact(info_len)) if info_len else {}
+        kind = Verdict(verdict)
+    except ValueError as exc:
+        raise ProtocolViolation(f"bad handshake reply: {exc}") from exc
+    return Reply(kind, min_offset, max_offset, start, info.get("http_address"), str(info.get("reason", "")))
+
+
+def control_frame(payload: dict[str, Any]) -> bytes:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return FRAME_HEADER.pack(0, -len(body)) + body
+
+
+def log_crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def whole_messages_length(view: memoryview, size: int, batch_bytes: int) -> int:
+    """Length of the longest prefix of `view[:size]` made of whole messages and at most `batch_bytes`.
+
+    A first message larger than the batch is returned whole. 0 means the bytes at the
+    start are not a message (a corrupt log): the caller must not send them.
+    """
+    pos = 0
+    unpack = _TOTAL_AND_MAGIC.unpack_from
+    while pos + 8 <= size:
+        total, magic = unpack(view, pos)
+        if total <= 8 or pos + total > size or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
+            break
+        if pos > 0 and pos + total > batch_bytes:
+            break
+        pos += total
+        if pos >= batch_bytes:
+            break
+    return pos
+
+
+class Channel:
+    """A blocking socket with a poll timeout, read and written in whole units.
+
+    Every wait is bounded: a call returns, raises ConnectionLost when `should_stop()` turns
+    true or the peer stays silent (reads) or stuck (writes) for `silence_ms`.
+    """
+
+    def __init__(self, sock: socket.socket, poll_ms: int, silence_ms: int, should_stop: Callable[[], bool]) -> None:
+        self.sock = sock
+        self.silence_ms = silence_ms
+        self.should_stop = should_stop
+        self.last_read = time.monotonic()
+        self.on_idle: Callable[[], None] | None = None  # called on every read timeout (the slave's heartbeat)
+        sock.settimeout(poll_ms / 1000.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def recv_into(self, buf: memoryview) -> None:
+        """Fill `buf` completely."""
+        got = 0
+        need = len(buf)
+        while got < need:
+            try:
+                n = self.sock.recv_into(buf[got:])
+            except TimeoutError:
+                self._check_silence()
+                if self.on_idle is not None:
+                    self.on_idle()
+                continue
+            except OSError as exc:
+                raise ConnectionLost(f"receive failed: {exc}") from exc
+            if n == 0:
+                raise ConnectionLost("the peer closed the connection")
+            got += n
+            self.last_read = time.monotonic()
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        self.recv_into(memoryview(buf))
+        return bytes(buf)
+
+    def _check_silence(self) -> None:
+        if self.should_stop():
+            raise ConnectionLost("stopping")
+        silent_ms = (time.monotonic() - self.last_read) * 1000
+        if silent_ms > self.silence_ms:
+            raise ConnectionLost(f"the peer was silent for {silent_ms:.0f} ms (limit {self.silence_ms} ms)")
+
+    def send(self, *parts: bytes | memoryview) -> None:
+        """Send every part (one sendmsg call when the kernel takes it all)."""
+        pending = [memoryview(p).cast("B") for p in parts if len(p)]
+        stuck_since = time.monotonic()
+        while pending:
+            try:
+                sent = self.sock.sendmsg(pending)
+            except TimeoutError:
+                if self.should_stop():
+                    raise ConnectionLost("stopping") from None
+                if (time.monotonic() - stuck_since) * 1000 > self.silence_ms:
+                    raise ConnectionLost(f"the peer took nothing for {self.silence_ms} ms") from None
+                continue
+            except OSError as exc:
+                raise ConnectionLost(f"send failed: {exc}") from exc
+            stuck_since = time.monotonic()
+            while sent and pending:
+                head = pending[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    pending.pop(0)
+                else:
+                    pending[0] = head[sent:]
+                    sent = 0
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

@@ -1,0 +1,156 @@
+"""HASettings: a broker's replication role and the limits of its HA connections.
+
+Roles:
+- "standalone" (the default): no replication; the store is an ASYNC_MASTER with no HA port.
+- "master": listens on `ha_port`; `replication` "async" is RocketMQ's ASYNC_MASTER (puts are
+  answered once stored) and "sync" its SYNC_MASTER (puts wait until a slave holds them).
+- "slave": connects to `master_ha_address`, copies the master's commitlog and refuses puts.
+
+The store's own `ha_*` settings (heartbeat, housekeeping, batch size, fall-behind bound) stay
+in MessageStoreConfig; this class holds what only ha/ uses. Invariant: `validate()` has
+passed before `attach()` uses the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from store import BrokerRole, MessageStoreConfig
+from store.errors import ConfigInvalid
+
+ROLES = ("standalone", "master", "slave")
+REPLICATION_MODES = ("async", "sync")
+DEFAULT_HA_PORT = 10912
+# option dest -> environment variable.
+ENV_NAMES = {
+    "role": "TIDEMQ_ROLE",
+    "ha_port": "TIDEMQ_HA_PORT",
+    "ha_host": "TIDEMQ_HA_HOST",
+    "master_ha_address": "TIDEMQ_MASTER_HA_ADDRESS",
+    "replication": "TIDEMQ_REPLICATION",
+    "advertised_http_address": "TIDEMQ_ADVERTISED_HTTP_ADDRESS",
+    "master_http_address": "TIDEMQ_MASTER_HTTP_ADDRESS",
+}
+
+
+@dataclass
+class HASettings:
+    # "standalone", "master" or "slave".
+    role: str = "standalone"
+    # Master: TCP port slaves connect to.
+    ha_port: int = DEFAULT_HA_PORT
+    # Master: address the HA port listens on (loopback unless told otherwise).
+    ha_host: str = "127.0.0.1"
+    # Slave: the master's HA endpoint, "host:port".
+    master_ha_address: str | None = None
+    # Master: "sync" (SYNC_MASTER) or "async" (ASYNC_MASTER).
+    replication: str = "async"
+    # Master: its HTTP base URL, sent to slaves for their NOT_MASTER replies ("http://host:port").
+    advertised_http_address: str | None = None
+    # Slave: the master's HTTP base URL when it should not be learned from the handshake.
+    master_http_address: str | None = None
+    # Slave: longest wait for a TCP connect to the master.
+    connect_timeout_ms: int = 3_000
+    # Slave: first pause before reconnecting after a failure (doubles on each failure).
+    reconnect_backoff_min_ms: int = 100
+    # Slave: longest pause between reconnection attempts.
+    reconnect_backoff_max_ms: int = 5_000
+    # Master: slave connections served at once; more are closed at accept.
+    max_slave_connections: int = 8
+    # Master: SYNC_MASTER puts waiting for a slave at once; past it a put answers FLUSH_SLAVE_TIMEOUT at once.
+    max_pending_transfers: int = 100_000
+    # How long a blocking socket call waits before the loop re-checks its stop flag.
+    io_poll_ms: int = 100
+    # Master: longest pause of a connection's writer between two checks for new commitlog bytes.
+    write_poll_ms: int = 10
+    # Bytes at the end of the slave's log whose CRC the handshake compares with the master's.
+    handshake_check_bytes: int = 4_096
+    # Master: how often the topic table is compared with what was last sent to slaves.
+    topic_sync_interval_ms: int = 1_000
+    # Largest control frame (topic table) either side accepts.
+    max_control_frame_bytes: int = 4 * 1024 * 1024
+
+    def validate(self) -> HASettings:
+        """Raise ConfigInvalid when a setting is unusable."""
+        if self.role not in ROLES:
+            raise ConfigInvalid(f"role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.replication not in REPLICATION_MODES:
+            raise ConfigInvalid(f"replication must be sync or async, not {self.replication!r}")
+        if not 0 <= self.ha_port <= 65535:
+            raise ConfigInvalid(f"ha port must be in 0..65535, not {self.ha_port}")
+        if self.role == "slave":
+            if not self.master_ha_address:
+                raise ConfigInvalid("a slave needs --master-ha-address host:port")
+            parse_address(self.master_ha_address)
+        positive = ("connect_timeout_ms", "reconnect_backoff_min_ms", "max_slave_connections", "max_pending_transfers", "io_poll_ms")
+        for name in (*positive, "write_poll_ms", "handshake_check_bytes", "topic_sync_interval_ms", "max_control_frame_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigInvalid(f"{name} must be positive")
+        if self.reconnect_backoff_max_ms < self.reconnect_backoff_min_ms:
+            raise ConfigInvalid("reconnect_backoff_max_ms must be >= reconnect_backoff_min_ms")
+        return self
+
+    def broker_role(self) -> BrokerRole:
+        """The store role this setting stands for."""
+        if self.role == "slave":
+            return BrokerRole.SLAVE
+        if self.role == "master" and self.replication == "sync":
+            return BrokerRole.SYNC_MASTER
+        return BrokerRole.ASYNC_MASTER
+
+    def apply_to(self, config: MessageStoreConfig) -> MessageStoreConfig:
+        """Set the store's role; call before the store is constructed."""
+        config.broker_role = self.broker_role()
+        return config
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """ "host:port" -> (host, port); ConfigInvalid when it is not one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigInvalid(f"address must be host:port, not {text!r}")
+    return host, int(port)
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --role, --ha-port, --ha-host, --master-ha-address, --replication and the address options."""
+    group = parser.add_argument_group("replication")
+    group.add_argument("--role", choices=ROLES, help="standalone (default), master or slave (env TIDEMQ_ROLE)")
+    group.add_argument("--ha-port", dest="ha_port", help=f"master: port slaves connect to (default {DEFAULT_HA_PORT}; env TIDEMQ_HA_PORT)")
+    group.add_argument("--ha-host", dest="ha_host", help="master: address the HA port listens on (default 127.0.0.1; env TIDEMQ_HA_HOST)")
+    group.add_argument("--master-ha-address", dest="master_ha_address", help="slave: the master's host:port (env TIDEMQ_MASTER_HA_ADDRESS)")
+    group.add_argument(
+        "--replication",
+        choices=REPLICATION_MODES,
+        help="master: sync (SYNC_MASTER) or async (ASYNC_MASTER, default; env TIDEMQ_REPLICATION)",
+    )
+    group.add_argument(
+        "--advertised-http-address",
+        dest="advertised_http_address",
+        help="master: HTTP base URL slaves name in NOT_MASTER replies (env TIDEMQ_ADVERTISED_HTTP_ADDRESS)",
+    )
+    group.add_argument(
+        "--master-http-address",
+        dest="master_http_address",
+        help="slave: the master's HTTP base URL, instead of the one learned from the master (env TIDEMQ_MASTER_HTTP_ADDRESS)",
+    )
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> HASettings:
+    """Settings from parsed options, falling back to TIDEMQ_* variables; ConfigInvalid when unusable."""
+    environ = environ or {}
+    values: dict[str, object] = {}
+    for dest, env_name in ENV_NAMES.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            value = environ.get(env_name) or None
+        if value is not None:
+            values[dest] = value
+    if "ha_port" in values:
+        text = str(values["ha_port"])
+        if not text.isdigit():
+            raise ConfigInvalid(f"ha port must be a port number, not {text!r}")
+        values["ha_port"] = int(text)
+    return HASettings(**values).validate()  # type: ignore[arg-type]

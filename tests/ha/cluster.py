@@ -1,0 +1,242 @@
+"""Test helpers: broker processes with replication roles, and a TCP proxy that injects network faults.
+
+Switching the tests to the real CLI is the one line NODE_COMMAND (and `ha_status`, which
+already prefers /v1/store's "ha" section when the server has one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_COMMAND = [sys.executable, str(ROOT / "tests" / "ha" / "node_main.py"), "serve"]
+# Small files so replication crosses commitlog file boundaries; short HA intervals so faults show quickly.
+SMALL_STORE = """
+[store]
+mapped_file_size_commit_log_bytes = 262144
+mapped_file_size_consume_queue_bytes = 20000
+max_message_size_bytes = 65536
+max_hash_slot_num = 1000
+max_index_num = 4000
+ha_send_heartbeat_interval_ms = 300
+ha_housekeeping_interval_ms = 2000
+ha_transfer_batch_size_bytes = 8192
+sync_flush_timeout_ms = 1500
+"""
+SMALL_BROKER = """
+[broker]
+max_wait_ms = 5000
+max_pull_messages = 256
+"""
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Node:
+    """One broker process (master or slave) over its own store directory, restartable on the same ports."""
+
+    def __init__(self, root: Path, name: str, args: list[str], config_text: str = SMALL_STORE + SMALL_BROKER) -> None:
+        self.store_dir = root / name
+        self.config_path = root / f"{name}.toml"
+        self.config_path.write_text(config_text)
+        self.log_path = root / f"{name}.log"
+        self.args = args
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = httpx.Client(base_url=self.url, timeout=15.0)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait_ready: bool = True) -> Node:
+        cmd = [*NODE_COMMAND, "--port", str(self.port), "--store", str(self.store_dir), "--config", str(self.config_path), *self.args]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if wait_ready:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if self.client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"node not ready within {START_TIMEOUT_S}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-8000:] if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"node did not stop within {timeout_s}s:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        self.client.close()
+
+    # Reading the node ------------------------------------------------------------------
+
+    def ha(self) -> dict[str, Any]:
+        store = self.client.get("/v1/store").json()
+        if "ha" in store:
+            return store["ha"]
+        return self.client.get("/v1/ha").json()
+
+    def max_offset(self) -> int:
+        return int(self.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"])
+
+    def produce(self, topic: str, body: str, queue_id: int = 0) -> httpx.Response:
+        return self.client.post(f"/v1/topics/{topic}/messages", json={"body": body, "queue_id": queue_id})
+
+    def pull_all(self, topic: str, queue_id: int, count: int, timeout_s: float = 15.0) -> list[str]:
+        """Bodies of queue offsets [0, count), waiting until they are all readable here."""
+        bodies: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        while len(bodies) < count:
+            r = self.client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"offset": len(bodies), "max": 256})
+            if r.status_code == 200:
+                for message in r.json()["messages"]:
+                    bodies.append(message["body"])
+            if len(bodies) < count:
+                assert time.monotonic() < deadline, f"only {len(bodies)} of {count} messages readable on {self.url}"
+                time.sleep(0.05)
+        return bodies
+
+
+class FaultProxy:
+    """A loopback TCP proxy (slave -> proxy -> master) that can pause traffic or cut a connection mid-frame."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.paused = threading.Event()
+        self.cut_after_bytes: int | None = None  # master->slave bytes after which the next connection is cut
+        self.cuts = 0
+        self.connections = 0
+        self._stop = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.1)
+        self._threads: list[threading.Thread] = []
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._spawn(self._accept_loop)
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            self.connections += 1
+            for s in (client, upstream):
+                s.settimeout(0.1)
+            with self._lock:
+                self._socks += [client, upstream]
+            pair = {"done": False}
+            self._spawn(self._pump, client, upstream, pair, False)
+            self._spawn(self._pump, upstream, client, pair, True)
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: dict[str, bool], downstream: bool) -> None:
+        forwarded = 0
+        try:
+            while not self._stop.is_set() and not pair["done"]:
+                if self.paused.is_set():
+                    time.sleep(0.01)
+                    continue
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                while self.paused.is_set() and not self._stop.is_set():
+                    time.sleep(0.01)  # bytes read just before the pause are held until it ends
+                limit = self.cut_after_bytes
+                if downstream and limit is not None and forwarded + len(data) >= limit:
+                    dst.sendall(data[: max(0, limit - forwarded)])
+                    self.cut_after_bytes = None
+                    self.cuts += 1
+                    break
+                dst.sendall(data)
+                forwarded += len(data)
+        except OSError:
+            pass
+        finally:
+            pair["done"] = True
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+        with self._lock:
+            for s in self._socks:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+        for t in self._threads:
+            t.join(2)

@@ -1,0 +1,52 @@
+"""Fixtures: master and slave processes on free loopback ports over temporary stores, always killed at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.ha.cluster import FaultProxy, Node, free_port
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    """make(name, role, ...) -> a started Node; `ha_port` and `master` pick the replication endpoints."""
+    nodes: list[Node] = []
+
+    def make(
+        name: str, role: str, *, ha_port: int | None = None, master_ha: str | None = None, replication: str = "async", start: bool = True
+    ) -> Node:
+        args = ["--role", role]
+        if role == "master":
+            args += ["--ha-port", str(ha_port or free_port()), "--replication", replication]
+        elif role == "slave":
+            assert master_ha is not None
+            args += ["--master-ha-address", master_ha]
+        node = Node(tmp_path, name, args)
+        node.ha_port = int(args[args.index("--ha-port") + 1]) if role == "master" else 0  # type: ignore[attr-defined]
+        nodes.append(node)
+        return node.start() if start else node
+
+    try:
+        yield make
+    finally:
+        for node in nodes:
+            node.close()
+
+
+@pytest.fixture
+def proxies() -> Iterator[Callable[[int], FaultProxy]]:
+    made: list[FaultProxy] = []
+
+    def make(target_port: int) -> FaultProxy:
+        proxy = FaultProxy(target_port)
+        made.append(proxy)
+        return proxy
+
+    try:
+        yield make
+    finally:
+        for proxy in made:
+            proxy.close()

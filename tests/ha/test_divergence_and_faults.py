@@ -1,0 +1,113 @@
+"""Safety and network faults: divergence is reported, never overwritten; cut and paused connections recover."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.ha.cluster import wait_for
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def caught_up(master, slave) -> bool:
+    return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
+
+
+def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster):
+    long_master = cluster("long", "master")
+    for i in range(40):
+        assert long_master.produce("ev", f"long{i}").status_code == 201
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{long_master.ha_port}")
+    wait_for(lambda: caught_up(long_master, slave), what="the slave to copy the long master")
+    slave.stop()
+    short_master = cluster("short", "master")
+    for i in range(5):
+        assert short_master.produce("ev", f"short{i}").status_code == 201
+    held = long_master.max_offset()
+    slave.args[slave.args.index("--master-ha-address") + 1] = f"127.0.0.1:{short_master.ha_port}"
+    slave.start()
+    ha = wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
+    assert ha["connection_state"] == "diverged" and "beyond the master's end" in ha["diverged_reason"]
+    assert slave.max_offset() == held, "the slave's log is untouched"
+    assert slave.pull_all("ev", 0, 40) == [f"long{i}" for i in range(40)]
+    assert "DIVERGED" in slave.log()
+    master_view = short_master.ha()
+    assert master_view["diverged"] is True and master_view["refused_total"] >= 1
+
+
+def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster):
+    other = cluster("other", "master")
+    assert other.produce("ev", "other-history").status_code == 201
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{other.ha_port}")
+    wait_for(lambda: caught_up(other, slave), what="the slave to copy the first master")
+    slave.stop()
+    master = cluster("master", "master")
+    for i in range(30):
+        assert master.produce("ev", f"real{i}").status_code == 201
+    held = slave_offset = other.max_offset()
+    assert master.max_offset() > slave_offset
+    slave.args[slave.args.index("--master-ha-address") + 1] = f"127.0.0.1:{master.ha_port}"
+    slave.start()
+    ha = wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
+    assert "differ from the master's" in ha["diverged_reason"] or "inside one of the master's messages" in ha["diverged_reason"]
+    time.sleep(0.5)
+    assert slave.max_offset() == held
+
+
+def test_connection_cut_mid_frame_leaves_whole_messages_and_resumes(cluster, proxies):
+    master = cluster("master", "master")
+    bodies = [f"c{i}-" + "y" * 500 for i in range(200)]
+    for body in bodies:
+        assert master.produce("ev", body).status_code == 201
+    proxy = proxies(master.ha_port)
+    # The handshake reply is < 200 bytes; 20 KB in the stream is inside a data frame of 8 KiB batches.
+    proxy.cut_after_bytes = 20_000 + 37
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")
+    wait_for(lambda: proxy.cuts == 1, what="the cut")
+    wait_for(lambda: caught_up(master, slave), what="the slave to resume after the cut")
+    assert proxy.connections >= 2 and slave.ha()["sessions_total"] >= 2
+    assert slave.pull_all("ev", 0, 200) == bodies
+
+
+def test_slave_paused_longer_than_the_heartbeat_keeps_its_connection(cluster, proxies):
+    master = cluster("master", "master", replication="sync")
+    proxy = proxies(master.ha_port)
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")
+    wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
+    assert master.produce("ev", "before").status_code == 201
+    proxy.paused.set()
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        during = pool.submit(master.produce, "ev", "during")
+        time.sleep(1.0)  # three heartbeats (300 ms); less than housekeeping (2 s) and the sync timeout (1.5 s)
+        assert not during.done(), "a SYNC_MASTER put must wait for the paused slave"
+        proxy.paused.clear()
+        r = during.result(10)
+    assert r.status_code == 201, r.text
+    assert time.monotonic() - started >= 1.0
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up after the pause")
+    assert slave.ha()["sessions_total"] == 1, "a pause shorter than housekeeping must not reconnect"
+    assert master.produce("ev", "after").status_code == 201
+    assert slave.pull_all("ev", 0, 3) == ["before", "during", "after"]
+
+
+def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(cluster, proxies):
+    master = cluster("master", "master", replication="sync")
+    proxy = proxies(master.ha_port)
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")
+    wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
+    proxy.paused.set()
+    r = master.produce("ev", "m0")  # the slave is still connected but acknowledges nothing for 1.5 s
+    assert r.status_code == 504 and r.json()["code"] == "FLUSH_SLAVE_TIMEOUT", r.text
+    wait_for(lambda: master.ha()["connection_state"] == "no_slave", timeout_s=10, what="the master to drop the silent slave")
+    r = master.produce("ev", "m1")
+    assert r.status_code == 503 and r.json()["code"] == "SLAVE_NOT_AVAILABLE", r.text
+    proxy.paused.clear()
+    wait_for(lambda: caught_up(master, slave), what="the slave to reconnect and catch up")
+    assert slave.ha()["sessions_total"] >= 2
+    assert master.produce("ev", "m2").status_code == 201
+    assert slave.pull_all("ev", 0, 3) == ["m0", "m1", "m2"]
+    assert master.ha()["sync_timeouts_total"] == 1

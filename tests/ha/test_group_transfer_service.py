@@ -1,0 +1,88 @@
+"""GroupTransferService: the SYNC_MASTER wait, with a fake clock so deadlines are deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+from ha.group_transfer_service import GroupTransferService
+from store import PutMessageStatus
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def service(slave_ok: bool = True, max_pending: int = 10) -> tuple[GroupTransferService, Clock, list[int]]:
+    clock = Clock()
+    woken: list[int] = []
+    gts = GroupTransferService(1_000, max_pending, lambda end: slave_ok, lambda: woken.append(1), clock)
+    return gts, clock, woken
+
+
+def test_put_waits_until_an_ack_passes_its_end():
+    gts, _, woken = service()
+    f = gts.waiter(500)
+    assert f is not None and not f.done() and woken == [1]
+    gts.notify_acked(499)
+    assert not f.done()
+    gts.notify_acked(500)
+    assert f.result(0) is PutMessageStatus.PUT_OK and gts.pending() == 0
+
+
+def test_already_acknowledged_put_is_answered_at_once():
+    gts, _, _ = service()
+    gts.notify_acked(1_000)
+    assert gts.waiter(900) is None
+
+
+def test_no_slave_answers_slave_not_available():
+    gts, _, _ = service(slave_ok=False)
+    f = gts.waiter(10)
+    assert f is not None and f.result(0) is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    assert gts.not_available_total == 1 and gts.pending() == 0
+
+
+def test_deadline_answers_flush_slave_timeout_and_a_late_ack_changes_nothing():
+    gts, clock, _ = service()
+    f = gts.waiter(100)
+    clock.now += 0.999
+    gts.expire()
+    assert not f.done()
+    clock.now += 0.002
+    gts.expire()
+    assert f.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    gts.notify_acked(200)
+    assert f.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and gts.timeouts_total == 1
+
+
+def test_bound_on_waiting_puts_answers_flush_slave_timeout_at_once():
+    gts, _, _ = service(max_pending=2)
+    a, b = gts.waiter(10), gts.waiter(20)
+    c = gts.waiter(30)
+    assert c is not None and c.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    assert not a.done() and not b.done() and gts.overflow_total == 1
+
+
+def test_ack_completes_only_the_covered_prefix_in_arrival_order():
+    gts, _, _ = service()
+    a, b, c = gts.waiter(100), gts.waiter(300), gts.waiter(200)
+    gts.notify_acked(250)
+    assert a.done() and not b.done() and not c.done()
+    gts.notify_acked(300)
+    assert b.result(0) is PutMessageStatus.PUT_OK and c.result(0) is PutMessageStatus.PUT_OK
+
+
+def test_shutdown_answers_every_waiting_put():
+    gts, _, _ = service()
+    gts.start()
+    f = gts.waiter(100)
+    gts.shutdown()
+    assert f.result(1) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    late = gts.waiter(200)
+    assert late is not None and late.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT

@@ -1,0 +1,185 @@
+"""The master's side of the protocol in-process: handshake verdicts, frame boundaries and bad input on the HA port."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ha import HANode, HASettings, attach
+from ha.protocol import FRAME_HEADER, HELLO, REPORT, VERSION, Hello, Verdict, log_crc, read_reply, whole_messages_length
+from store import DefaultMessageStore, MessageStoreConfig, build_message
+
+pytestmark = pytest.mark.timeout(60)
+FILE_SIZE = 256 * 1024
+
+
+def store_config(root: Path) -> MessageStoreConfig:
+    return MessageStoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log_bytes=FILE_SIZE,
+        mapped_file_size_consume_queue_bytes=20_000,
+        max_message_size_bytes=65_536,
+        max_hash_slot_num=1_000,
+        max_index_num=4_000,
+        ha_housekeeping_interval_ms=2_000,
+    )
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
+    settings = HASettings(role="master", ha_port=0)
+    cfg = settings.apply_to(store_config(tmp_path / "master"))
+    store = DefaultMessageStore(cfg)
+    store.load()
+    node = attach(store, settings)
+    assert node is not None
+    store.start()
+    store.topic_config_manager.create_or_update("T", 1)
+    offsets = []
+    for i in range(50):
+        result = store.put_message(build_message("T", f"body-{i}".encode() * 20, 0))
+        assert result.ok
+        offsets.append(result.items[0].wrote_offset)
+    node.offsets = offsets  # type: ignore[attr-defined]
+    try:
+        yield store, node
+    finally:
+        store.shutdown()
+
+
+def connect(node: HANode) -> socket.socket:
+    assert node.service is not None
+    host, port = node.service.listen_address.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    return sock
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+def hello_for(store: DefaultMessageStore, end: int, check: int = 4096) -> Hello:
+    start = max(0, end - check)
+    data = store.get_commit_log_data(start, end - start)
+    return Hello(VERSION, FILE_SIZE, end, start, len(data), log_crc(data))
+
+
+def handshake(node: HANode, hello: Hello) -> tuple[socket.socket, object]:
+    sock = connect(node)
+    sock.sendall(hello.pack())
+    return sock, read_reply(lambda n: recv_exact(sock, n))
+
+
+def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(master):
+    store, node = master
+    end = node.offsets[10]
+    sock, reply = handshake(node, hello_for(store, end))
+    with sock:
+        assert reply.verdict is Verdict.ACCEPT and reply.start_offset == end
+        offset, length = FRAME_HEADER.unpack(recv_exact(sock, FRAME_HEADER.size))
+        while length < 0:  # the topic table first
+            recv_exact(sock, -length)
+            offset, length = FRAME_HEADER.unpack(recv_exact(sock, FRAME_HEADER.size))
+        assert offset == end and length > 0
+        body = recv_exact(sock, length)
+        assert body == store.get_commit_log_data(end, length)
+        sock.sendall(REPORT.pack(end + length))
+        assert_eventually(lambda: node.status()["acknowledged_offset"] == end + length)
+
+
+def assert_eventually(predicate, timeout_s: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "verdict", "words"),
+    [
+        (lambda h, m: setattr(h, "max_offset", m + 100), Verdict.DIVERGED, "beyond the master's end"),
+        (lambda h, m: setattr(h, "check_crc", h.check_crc ^ 1), Verdict.DIVERGED, "differ from the master's"),
+        (lambda h, m: (setattr(h, "max_offset", h.max_offset - 3), setattr(h, "check_length", 0)), Verdict.DIVERGED, "inside one of"),
+        (lambda h, m: setattr(h, "file_size", FILE_SIZE * 2), Verdict.INCOMPATIBLE, "file size"),
+        (lambda h, m: setattr(h, "version", VERSION + 1), Verdict.INCOMPATIBLE, "protocol version"),
+    ],
+)
+def test_refused_handshakes_say_why_and_store_nothing(master, mutate, verdict, words):
+    store, node = master
+    master_end = store.commit_log.get_max_offset()
+    end = node.offsets[20]
+    hello = hello_for(store, end)
+    mutate(hello, master_end)
+    sock, reply = handshake(node, hello)
+    with sock:
+        assert reply.verdict is verdict and words in reply.reason
+        assert sock.recv(1) == b"", "a refused slave is disconnected"
+    assert store.commit_log.get_max_offset() == master_end
+    assert node.status()["refused_total"] == 1
+    assert node.status()["diverged"] is (verdict is Verdict.DIVERGED)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, b"\x00" * HELLO.size, struct.pack(">4sH", b"TMQS", 1)],
+    ids=["http", "zeros", "short"],
+)
+def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(master, garbage):
+    store, node = master
+    end = store.commit_log.get_max_offset()
+    sock = connect(node)
+    with sock:
+        sock.sendall(garbage)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(1) == b""
+    assert store.commit_log.get_max_offset() == end
+    sock, reply = handshake(node, hello_for(store, end))
+    with sock:
+        assert reply.verdict is Verdict.ACCEPT
+
+
+def test_a_slave_reporting_more_than_the_master_has_is_cut_off(master):
+    store, node = master
+    end = store.commit_log.get_max_offset()
+    sock, reply = handshake(node, hello_for(store, end))
+    with sock:
+        assert reply.verdict is Verdict.ACCEPT
+        sock.sendall(REPORT.pack(end + 1_000))
+        sock.settimeout(5)
+        while True:  # frames until the master closes
+            if not sock.recv(65536):
+                break
+    assert node.status()["connection_state"] == "no_slave"
+    assert node.status()["acknowledged_offset"] == -1
+
+
+def test_whole_messages_length_never_splits_a_message(master):
+    store, _ = master
+    res = store.commit_log.get_data(0)
+    assert res is not None
+    try:
+        sizes = []
+        pos = 0
+        while pos < res.size:
+            sizes.append(struct.unpack_from(">i", res.view, pos)[0])
+            pos += sizes[-1]
+        assert whole_messages_length(res.view, res.size, sizes[0] + sizes[1] + 5) == sizes[0] + sizes[1]
+        assert whole_messages_length(res.view, res.size, 1) == sizes[0], "a message larger than the batch goes whole"
+        assert whole_messages_length(res.view, res.size, 10**9) == res.size
+        assert whole_messages_length(res.view, sizes[0] - 1, 10**9) == 0, "a partial message is never sent"
+        broken = bytearray(res.view[: sizes[0]])
+        broken[4:8] = b"\x00\x00\x00\x01"
+        assert whole_messages_length(memoryview(broken), len(broken), 10**9) == 0
+    finally:
+        res.release()

@@ -1,0 +1,137 @@
+"""A master and a slave as two real processes: catching up, reading from the slave, SYNC_MASTER guarantees."""
+
+from __future__ import annotations
+
+import signal
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.ha.cluster import wait_for
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def caught_up(master, slave) -> bool:
+    return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
+
+
+def test_slave_started_late_catches_up_and_serves_reads(cluster):
+    master = cluster("master", "master")
+    bodies = [f"m{i}-" + "x" * (i % 700) for i in range(600)]  # ~220 KB: crosses 256 KiB files with the headers
+    for i, body in enumerate(bodies):
+        assert master.produce("orders", body, queue_id=i % 2).status_code == 201
+    assert master.max_offset() > 262_144, "the log must span more than one file"
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    for qid in (0, 1):
+        assert slave.pull_all("orders", qid, 300) == bodies[qid::2]
+    ha = slave.ha()
+    assert ha["role"] == "slave" and ha["connection_state"] == "streaming"
+    assert ha["acknowledged_offset"] == master.max_offset() and ha["diverged"] is False
+    assert ha["master_http_address"] == master.url
+    mha = master.ha()
+    assert mha["connection_state"] == "connected" and mha["acknowledged_offset"] == master.max_offset() and mha["bytes_behind"] == 0
+    assert slave.client.get("/v1/store").json()["role"] == "SLAVE"
+
+
+def test_slave_refuses_produce_and_stores_nothing(cluster):
+    master = cluster("master", "master")
+    assert master.produce("orders", "first").status_code == 201
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    before = slave.max_offset()
+    r = slave.produce("orders", "refused")
+    assert r.status_code in (403, 503), r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["code"] == "NOT_MASTER"
+    assert slave.max_offset() == before
+    assert slave.ha()["master_http_address"] == master.url
+
+
+def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
+    master = cluster("master", "master", replication="sync")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
+
+    def put(i: int) -> tuple[int, dict]:
+        r = master.produce("pay", f"p{i}", queue_id=i % 4)
+        return r.status_code, r.json()
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(put, range(400)))
+    acked = [(reply["queue_id"], reply["queue_offset"], f"p{i}") for i, (status, reply) in enumerate(results) if status == 201]
+    assert len(acked) == 400, [r for r in results if r[0] != 201][:3]
+    master.proc.send_signal(signal.SIGKILL)
+    master.proc.wait(10)
+    # Every acknowledged message is on the slave, whatever the dead master had not sent.
+    for qid in range(4):
+        expected = {offset: body for q, offset, body in acked if q == qid}
+        got = slave.pull_all("pay", qid, len(expected))
+        assert got == [expected[o] for o in range(len(expected))]
+
+
+def test_sync_master_without_a_slave_answers_slave_not_available(cluster):
+    master = cluster("master", "master", replication="sync")
+    before = master.max_offset()
+    r = master.produce("pay", "lonely")
+    assert r.status_code == 503, r.text
+    assert r.json()["code"] == "SLAVE_NOT_AVAILABLE"
+    assert master.max_offset() > before, "the message is stored, only not replicated"
+    assert master.ha()["sync_slave_not_available_total"] == 1
+
+
+def test_async_master_keeps_working_with_the_slave_down(cluster):
+    master = cluster("master", "master")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    assert master.produce("ev", "before").status_code == 201
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    slave.kill()
+    wait_for(lambda: master.ha()["connection_state"] == "no_slave", what="the master to see the slave go")
+    for i in range(50):
+        assert master.produce("ev", f"down{i}").status_code == 201
+    slave.start()
+    wait_for(lambda: caught_up(master, slave), what="the restarted slave to catch up")
+    assert slave.pull_all("ev", 0, 51) == ["before", *[f"down{i}" for i in range(50)]]
+
+
+def test_slave_reconnects_after_the_master_restarts(cluster):
+    master = cluster("master", "master")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    assert master.produce("ev", "one").status_code == 201
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    master.proc.send_signal(signal.SIGKILL)
+    master.proc.wait(10)
+    wait_for(lambda: slave.ha()["connection_state"] in ("disconnected", "connecting"), what="the slave to notice")
+    master.start()
+    assert master.produce("ev", "two").status_code == 201
+    wait_for(lambda: caught_up(master, slave), what="the slave to resume")
+    assert slave.pull_all("ev", 0, 2) == ["one", "two"]
+    ha = slave.ha()
+    assert ha["sessions_total"] >= 2 and ha["diverged"] is False
+
+
+def test_slave_killed_with_a_torn_tail_truncates_and_resumes(cluster):
+    master = cluster("master", "master")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    for i in range(100):
+        assert master.produce("ev", f"a{i}").status_code == 201
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    end = slave.max_offset()
+    slave.proc.send_signal(signal.SIGKILL)
+    slave.proc.wait(10)
+    # A torn write: the start of a message (valid size and magic) with the rest missing.
+    file_size = 262_144
+    last = slave.store_dir / "commitlog" / f"{end - end % file_size:020d}"
+    position = end % file_size
+    with open(last, "r+b") as f:
+        f.seek(position)
+        f.write(struct.pack(">iI", 300, 0xDAA320A7) + b"\x01" * 40)
+    for i in range(100, 150):
+        assert master.produce("ev", f"a{i}").status_code == 201
+    slave.start()
+    wait_for(lambda: caught_up(master, slave), what="the restarted slave to catch up")
+    assert slave.pull_all("ev", 0, 150) == [f"a{i}" for i in range(150)]
+    assert slave.ha()["diverged"] is False
+    assert f"commitlog truncated at offset {end}" in slave.log()
