@@ -171,18 +171,21 @@ class _WriteSocketService(ServiceThread):
         topic_interval_s = service.settings.topic_sync_interval_ms / 1000.0
         poll_ms = service.settings.write_poll_ms
         topics_sent: list | None = None
+        version_sent = -1
         next_topic_check = 0.0
         last_send = time.monotonic()
         while not self.is_stopped() and not conn.is_closed():
             now = time.monotonic()
-            # A topic created since the last check (auto-create before a put) is sent before its data.
-            added = topics_sent is not None and len(topic_snapshot(store)) != len(topics_sent)
-            if added or now >= next_topic_check:
+            # A topic created since the last check (auto-create before a put) is sent before its data;
+            # the manager's version tells without building the table on every pass.
+            version = store.topic_config_manager.version
+            if version != version_sent or now >= next_topic_check:
                 topics = topic_snapshot(store)
                 if topics != topics_sent:
                     conn.channel.send(control_frame(topics_payload(topics)))
                     topics_sent = topics
                     last_send = now
+                version_sent = version
                 next_topic_check = now + topic_interval_s
             if self._send_available(cfg.ha_transfer_batch_size_bytes):
                 last_send = time.monotonic()
