@@ -49,6 +49,7 @@ class IndexFile:
         # Index files are named by time, not offset: wrap the mapping without MappedFile's name rule.
         self.mapped_file = _NamedMappedFile(path, self.file_size)
         self.mm = self.mapped_file.mm
+        self._entries_pos = HEADER_BYTES + slot_num * SLOT_BYTES
         self._lock = threading.Lock()
         if existed:
             (
@@ -68,7 +69,7 @@ class IndexFile:
             self.end_phy_offset = end_phy_offset
             self.hash_slot_count = 0
             self.index_count = 1
-            self._write_header()
+            self.write_header()
 
     @property
     def file_name(self) -> str:
@@ -77,32 +78,40 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Add one key; False when the file is full (the caller rolls to a new file)."""
-        if self.index_count >= self.index_num:
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, write_header: bool = True) -> bool:
+        """Add one key; False when the file is full (the caller rolls to a new file).
+
+        A caller adding several keys of one message passes `write_header=False` for all but
+        the last: the header then moves once per message, after its entries and slots.
+        """
+        count = self.index_count
+        if count >= self.index_num:
             return False
+        mm = self.mm
         h = key_hash(key)
         slot_pos = HEADER_BYTES + (h % self.slot_num) * SLOT_BYTES
-        (slot_value,) = _SLOT.unpack_from(self.mm, slot_pos)
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+        (slot_value,) = _SLOT.unpack_from(mm, slot_pos)
+        if slot_value <= INVALID_INDEX or slot_value > count:
             slot_value = INVALID_INDEX
-        if self.index_count <= 1:
+            self.hash_slot_count += 1
+        if count <= 1:
             self.begin_timestamp = store_timestamp
             self.begin_phy_offset = phy_offset
         diff_s = (store_timestamp - self.begin_timestamp) // 1000
-        diff_s = max(0, min(diff_s, 0x7FFFFFFF))
-        entry_pos = HEADER_BYTES + self.slot_num * SLOT_BYTES + self.index_count * ENTRY_BYTES
-        _ENTRY.pack_into(self.mm, entry_pos, h, phy_offset, diff_s, slot_value)
-        _SLOT.pack_into(self.mm, slot_pos, self.index_count)
-        if slot_value == INVALID_INDEX:
-            self.hash_slot_count += 1
-        self.index_count += 1
+        if diff_s < 0:
+            diff_s = 0
+        elif diff_s > 0x7FFFFFFF:
+            diff_s = 0x7FFFFFFF
+        _ENTRY.pack_into(mm, self._entries_pos + count * ENTRY_BYTES, h, phy_offset, diff_s, slot_value)
+        _SLOT.pack_into(mm, slot_pos, count)
+        self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
+        if write_header:
+            self.write_header()
         return True
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
         _HEADER.pack_into(
             self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
             self.hash_slot_count, self.index_count,

@@ -69,15 +69,18 @@ class IndexService:
             for key in keys.split(" "):
                 if key and f is not None:
                     f = self._put_key(f, f"{topic}#{key}", request)
+        if f is not None:
+            f.write_header()  # once per message, after all its entries
         self.last_store_timestamp = request.store_timestamp
 
     def _put_key(self, f: IndexFile | None, key: str, request: DispatchRequest) -> IndexFile | None:
         for _ in range(3):
             if f is None:
                 return None
-            if f.put_key(key, request.commitlog_offset, request.store_timestamp):
+            if f.put_key(key, request.commitlog_offset, request.store_timestamp, write_header=False):
                 return f
             log.info("index file %s is full; rolling", f.file_name)
+            f.write_header()
             f = self._retry_get_writable_file()
         return f
 
