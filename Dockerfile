@@ -1,0 +1,30 @@
+# tidemq broker image: `docker build -t tidemq . && docker run -p 8080:8080 -v tidemq-data:/data tidemq`
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /opt/tidemq
+COPY pyproject.toml README.md ./
+COPY store ./store
+COPY app ./app
+COPY ha ./ha
+COPY pipeline ./pipeline
+RUN pip install . \
+    && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home tidemq \
+    && mkdir -p /data \
+    && chown tidemq:tidemq /data
+
+USER tidemq
+VOLUME ["/data"]
+EXPOSE 8080
+
+# /healthz answers while the process is alive; the interval leaves room for a long store recovery.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+
+# SIGTERM (docker stop) answers held long-polls, drains requests and shuts the store down cleanly.
+STOPSIGNAL SIGTERM
+CMD ["tidemq", "serve", "--host", "0.0.0.0", "--port", "8080", "--store", "/data"]

@@ -1,0 +1,1 @@
+"""tidemq's HTTP front end: a FastAPI application over the store (see app.server)."""

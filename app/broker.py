@@ -1,0 +1,150 @@
+"""Broker: the one object the routes share (the store, its settings, the held pulls, the read pool).
+
+Invariants:
+- The event loop never waits on disk: loading, shutting down, reads and metadata writes run
+  in `executor` (or the default pool for start/stop); only puts (a memory copy into a mapped
+  file under the put lock) are called on the loop, and their flush is awaited as a future.
+- Topic names are checked with `topic_problem` before any store call, so a name such as
+  `../etc` never reaches the filesystem.
+- On stop, every held pull is released before the store shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from app.long_poll import HeldPulls
+from app.problems import ProblemError
+from app.settings import BrokerSettings
+from store import DefaultMessageStore
+from store.message import SYSTEM_TOPICS, topic_problem
+
+log = logging.getLogger("tidemq.app")
+T = TypeVar("T")
+# Bound of the set of topic names already found valid.
+MAX_REMEMBERED_NAMES = 100_000
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.config = settings.store
+        self.store = DefaultMessageStore(settings.store)
+        self.held = HeldPulls(settings.max_held_pulls)
+        self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
+        self.started = False
+        self.stopping = False
+        self.started_at = time.time()
+        # Round-robin position per topic for messages with neither queue_id nor sharding_key.
+        self._round_robin: dict[str, int] = {}
+        self._valid_names: set[str] = set()
+        self._pending_reads = 0
+        self.topics_created_total = 0
+        self.pulls_abandoned_total = 0
+        self.http_problems_total: dict[str, int] = {}
+
+    # Lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.held.bind(loop)
+        await loop.run_in_executor(None, self._load_and_start)
+        self.started = True
+        self.started_at = time.time()
+        log.info("store %s loaded and started", self.config.store_path_root_dir)
+
+    def _load_and_start(self) -> None:
+        self.store.load()
+        self.store.add_message_arriving_listener(self.held.on_message_arriving)
+        self.store.start()
+
+    def release_held(self) -> None:
+        """Answer every held pull now (NO_NEW_MSG) and hold no more; safe to call twice."""
+        self.stopping = True
+        self.held.close()
+
+    async def stop(self) -> None:
+        self.release_held()
+        await asyncio.sleep(0)  # let the released pulls write their replies
+        if self.started:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
+            self.started = False
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        log.info("store shut down")
+
+    def ready(self) -> bool:
+        return self.started and not self.stopping and self.store.is_ready()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking store call in the read pool; READS_BUSY past `max_pending_reads` queued calls."""
+        if self._pending_reads >= self.settings.max_pending_reads:
+            raise ProblemError("READS_BUSY", f"{self._pending_reads} store calls are waiting for a reader thread")
+        self._pending_reads += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        finally:
+            self._pending_reads -= 1
+
+    # Topics ------------------------------------------------------------------------
+
+    def check_topic_name(self, topic: str, for_write: bool = False) -> None:
+        if topic not in self._valid_names:  # the naming regex runs once per name, not per request
+            problem = topic_problem(topic, self.config.max_topic_length_bytes)
+            if problem is not None:
+                raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
+            if len(self._valid_names) < MAX_REMEMBERED_NAMES:
+                self._valid_names.add(topic)
+        if for_write and topic in SYSTEM_TOPICS:
+            raise ProblemError("TOPIC_INVALID", f"{topic} is a system topic and cannot be written or configured")
+
+    def topic_config(self, topic: str) -> Any:
+        """The topic's config; TOPIC_INVALID or TOPIC_NOT_FOUND problems otherwise."""
+        self.check_topic_name(topic)
+        config = self.store.topic_config_manager.get(topic)
+        if config is None:
+            raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist")
+        return config
+
+    def readable_queue(self, topic: str, queue_id: int) -> Any:
+        config = self.topic_config(topic)
+        if "r" not in config.perm:
+            raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
+        if not 0 <= queue_id < config.read_queue_nums:
+            raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has queues 0..{config.read_queue_nums - 1}; there is no queue {queue_id}")
+        return config
+
+    async def topic_for_produce(self, topic: str) -> Any:
+        """The topic's config for a put, creating it when auto_create_topics is on."""
+        self.check_topic_name(topic, for_write=True)
+        config = self.store.topic_config_manager.get(topic)
+        if config is None:
+            if not self.settings.auto_create_topics:
+                raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist and auto_create_topics is off")
+            config = await self.run(self._create_if_absent, topic)
+        if "w" not in config.perm:
+            raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
+        return config
+
+    def _create_if_absent(self, topic: str) -> Any:
+        """Create a topic with the default queue count unless it appeared meanwhile (runs in the pool)."""
+        manager = self.store.topic_config_manager
+        config = manager.get(topic)
+        if config is None:
+            config = manager.create_or_update(topic, self.config.default_topic_queue_nums, "rw")
+            self.topics_created_total += 1
+        return config
+
+    def next_round_robin(self, topic: str, queues: int) -> int:
+        position = self._round_robin.get(topic, -1) + 1
+        if position >= queues:
+            position = 0
+        self._round_robin[topic] = position
+        return position
+
+    def forget_topic(self, topic: str) -> None:
+        self._round_robin.pop(topic, None)

@@ -1,0 +1,73 @@
+"""The `tidemq` command line: `tidemq serve [options]` (also `python -m app serve`).
+
+Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
+TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL); an option on the command line
+wins over the variable, which wins over the config file's [broker] table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
+from store.errors import ConfigInvalid
+
+ENV_PREFIX = "TIDEMQ_"
+# option dest -> environment variable suffix.
+ENV_NAMES = {"host": "HOST", "port": "PORT", "store_dir": "STORE", "config": "CONFIG", "flush": "FLUSH", "log_level": "LOG_LEVEL"}
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tidemq", description="tidemq: a message broker spoken over plain HTTP")
+    commands = top.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="load and recover the store, then serve the HTTP API")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1; env TIDEMQ_HOST)")
+    serve.add_argument("--port", type=int, help="listen port (default 8080; env TIDEMQ_PORT)")
+    serve.add_argument("--store", dest="store_dir", help="store directory (default ./data; env TIDEMQ_STORE)")
+    serve.add_argument("--config", help="TOML file with [broker] and [store] tables (env TIDEMQ_CONFIG)")
+    serve.add_argument(
+        "--flush", choices=sorted(FLUSH_MODES), help="sync: answer puts after the flush; async: flush periodically (env TIDEMQ_FLUSH)"
+    )
+    serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
+    return top
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> BrokerSettings:
+    """Settings from parsed options, the environment and the config file (in that precedence)."""
+    values: dict[str, object] = {}
+    for dest, suffix in ENV_NAMES.items():
+        value = getattr(args, dest)
+        if value is None:
+            value = environ.get(ENV_PREFIX + suffix) or None
+        values[dest] = value
+    if isinstance(values["port"], str):
+        text = values["port"]
+        if not text.isdigit():
+            raise ConfigInvalid(f"{ENV_PREFIX}PORT must be a port number, not {text!r}")
+        values["port"] = int(text)
+    if isinstance(values["flush"], str) and values["flush"] not in FLUSH_MODES:
+        raise ConfigInvalid(f"flush must be sync or async, not {values['flush']!r}")
+    config_path = values.pop("config")
+    toml = load_toml(str(config_path)) if config_path else None
+    return build_settings(toml, values)
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        settings = settings_from(args, os.environ if environ is None else environ)
+    except ConfigInvalid as e:
+        print(f"tidemq: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper() if settings.log_level != "trace" else "DEBUG",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from app.server import run  # imported late: `tidemq --help` stays fast
+
+    # 3 is uvicorn's own exit status for a failed start-up.
+    return 0 if run(settings) else 3

@@ -1,0 +1,52 @@
+"""HotRoutes: the produce and pull requests served without FastAPI's router and dependency solver.
+
+Matching a path through FastAPI's included routers and solving an endpoint's parameters costs
+more than the store's put on these two paths, so this ASGI middleware recognises them by
+splitting the path and calls the same handler the FastAPI route calls (the route stays, for
+the spec and as the fallback). Invariants:
+- Only `POST /v1/topics/{topic}/messages` and `GET /v1/topics/{topic}/queues/{queue_id}/messages`
+  with non-empty segments are taken; every other request goes on unchanged.
+- The handlers read `request.path_params` as strings and parse everything themselves, so both
+  ways in give the same answers; errors go through the same problem mapping as the app's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+Handler = Callable[[Request], Awaitable[Response]]
+ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class HotRoutes:
+    def __init__(self, app: ASGIApp, produce: Handler, pull: Handler, on_error: ErrorMapper) -> None:
+        self.app = app
+        self.produce = produce
+        self.pull = pull
+        self.on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if path.startswith("/v1/topics/") and path.endswith("/messages"):
+                parts = path.split("/")  # "", "v1", "topics", topic, ("queues", id,) "messages"
+                handler = None
+                if len(parts) == 5 and parts[3] and scope["method"] == "POST":
+                    handler = self.produce
+                    scope["path_params"] = {"topic": parts[3]}
+                elif len(parts) == 7 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
+                    handler = self.pull
+                    scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
+                if handler is not None:
+                    request = Request(scope, receive)
+                    try:
+                        response = await handler(request)
+                    except Exception as exc:  # mapped like the app's own exception handlers
+                        response = await self.on_error(request, exc)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)

@@ -1,0 +1,133 @@
+"""The registry of held pulls (long polling) and its bridge from the store's reput thread.
+
+Invariants:
+- A held pull is one asyncio future in `_waiters[(topic, queue_id)]`; no thread per pull.
+- The arriving listener runs on the store's ReputMessageService thread and does no more
+  than a dict look-up under a short lock and, at most once per queue until the loop has
+  run it, `loop.call_soon_threadsafe`: wake-ups are coalesced per queue.
+- A waiter with a tag filter is only woken by a message whose tags code it accepts; the
+  codes seen while a wake-up is pending are collected (up to `MAX_PENDING_CODES`, past
+  which every waiter of the queue is woken, which is always safe: waiters re-check).
+- The number of held pulls never exceeds `max_held`; `register` answers None past it.
+- After `close()` nothing is held: every waiter is woken and `register` answers None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+# Distinct tags codes remembered per queue between two wake-ups before waking everyone.
+MAX_PENDING_CODES = 64
+
+
+class Waiter:
+    """One held pull: its future and the tags codes it accepts (None = every message)."""
+
+    __slots__ = ("key", "codes", "future")
+
+    def __init__(self, key: tuple[str, int], codes: frozenset[int] | None, future: asyncio.Future[None]) -> None:
+        self.key = key
+        self.codes = codes
+        self.future = future
+
+
+class HeldPulls:
+    def __init__(self, max_held: int) -> None:
+        self.max_held = max_held
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._waiters: dict[tuple[str, int], set[Waiter]] = {}
+        # Queues with a wake-up scheduled on the loop -> tags codes seen (None = wake all).
+        self._pending: dict[tuple[str, int], set[int] | None] = {}
+        self._count = 0
+        self._closed = False
+        self.woken_total = 0
+        self.refused_total = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._closed = False
+
+    @property
+    def held(self) -> int:
+        return self._count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # Loop side -------------------------------------------------------------------
+
+    def register(self, topic: str, queue_id: int, codes: frozenset[int] | None) -> Waiter | None:
+        """Hold a pull; None when closed or at the bound (the caller answers at once)."""
+        assert self._loop is not None, "bind() first"
+        if self._closed or self._count >= self.max_held:
+            self.refused_total += 1
+            return None
+        key = (topic, queue_id)
+        waiter = Waiter(key, codes, self._loop.create_future())
+        with self._lock:
+            self._waiters.setdefault(key, set()).add(waiter)
+            self._count += 1
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            waiters = self._waiters.get(waiter.key)
+            if waiters is not None and waiter in waiters:
+                waiters.discard(waiter)
+                self._count -= 1
+                if not waiters:
+                    del self._waiters[waiter.key]
+
+    def close(self) -> None:
+        """Wake every held pull and hold no more (shutdown)."""
+        self._closed = True
+        with self._lock:
+            everyone = [w for ws in self._waiters.values() for w in ws]
+        for waiter in everyone:
+            if not waiter.future.done():
+                waiter.future.set_result(None)
+
+    def _wake(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            codes = self._pending.pop(key, None)
+            waiters = list(self._waiters.get(key, ()))
+        for waiter in waiters:
+            if waiter.future.done():
+                continue
+            if waiter.codes is None or codes is None or not waiter.codes.isdisjoint(codes):
+                waiter.future.set_result(None)
+                self.woken_total += 1
+
+    # Reput-thread side -------------------------------------------------------------
+
+    def on_message_arriving(
+        self, topic: str, queue_id: int, logic_offset_after: int, tags_code: int, store_timestamp: int, properties: Any
+    ) -> None:
+        """The store's arriving listener: runs on the reput thread, never blocks."""
+        key = (topic, queue_id)
+        if key not in self._waiters:  # the common case with no held pull: no lock taken
+            return
+        loop = self._loop
+        if loop is None:
+            return
+        with self._lock:
+            waiters = self._waiters.get(key)
+            if not waiters:
+                return
+            if key in self._pending:
+                codes = self._pending[key]
+                if codes is not None:
+                    codes.add(tags_code)
+                    if len(codes) > MAX_PENDING_CODES:
+                        self._pending[key] = None
+                return
+            self._pending[key] = {tags_code}
+        try:
+            loop.call_soon_threadsafe(self._wake, key)
+        except RuntimeError:  # the loop is closed: shutting down, nobody left to wake
+            with self._lock:
+                self._pending.pop(key, None)

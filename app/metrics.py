@@ -1,0 +1,104 @@
+"""Prometheus text exposition (format 0.0.4) of the store's and the front end's figures.
+
+Sources: `store.stats.snapshot()` (counters, TPS windows, put latency histogram),
+`store.runtime_info()` (commitlog offsets, dispatch lag, disk usage) and the broker's own
+counters (held long-polls). Every name starts with `tidemq_`; docs/http-api.md lists them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from app.broker import Broker
+
+# store.stats.snapshot() counter -> (metric name, help).
+COUNTERS = {
+    "put_messages": ("tidemq_put_messages_total", "Messages stored"),
+    "put_bytes": ("tidemq_put_bytes_total", "Bytes of messages stored"),
+    "put_failures": ("tidemq_put_failures_total", "Puts that did not end PUT_OK"),
+    "get_found": ("tidemq_get_found_total", "Reads that found messages"),
+    "get_miss": ("tidemq_get_miss_total", "Reads that found none"),
+    "get_transferred_messages": ("tidemq_get_messages_total", "Messages returned by reads"),
+    "get_transferred_bytes": ("tidemq_get_bytes_total", "Bytes returned by reads"),
+}
+# store.stats.snapshot()["tps"][window] key -> (metric name, help).
+RATES = {
+    "put_messages": ("tidemq_put_tps", "Messages stored per second"),
+    "put_bytes": ("tidemq_put_bytes_per_second", "Bytes stored per second"),
+    "get_transferred_messages": ("tidemq_get_tps", "Messages returned by reads per second"),
+    "get_found": ("tidemq_get_found_per_second", "Reads that found messages per second"),
+}
+# store.runtime_info() key -> (metric name, help); missing keys are skipped.
+GAUGES = {
+    "commitlog_min_offset": ("tidemq_commitlog_min_offset", "Smallest commitlog offset still held"),
+    "commitlog_max_offset": ("tidemq_commitlog_max_offset", "Commitlog offset after the last message"),
+    "commitlog_committed_offset": ("tidemq_commitlog_committed_offset", "Commitlog offset committed to the file channel"),
+    "commitlog_flushed_offset": ("tidemq_commitlog_flushed_offset", "Commitlog offset flushed to disk"),
+    "reput_offset": ("tidemq_reput_offset", "Commitlog offset dispatched to consume queues and index"),
+    "dispatch_lag_bytes": ("tidemq_dispatch_lag_bytes", "Bytes stored but not yet dispatched"),
+    "disk_used_ratio": ("tidemq_disk_used_ratio", "Used share of the store's disk (0..1)"),
+    "commitlog_files": ("tidemq_commitlog_files", "Commitlog files"),
+    "consume_queues": ("tidemq_consume_queues", "Consume queues"),
+    "topics": ("tidemq_topics", "Configured topics"),
+    "disk_full": ("tidemq_disk_full", "1 when puts are refused for disk usage past the warning ratio"),
+    "index_files": ("tidemq_index_files", "Index files"),
+}
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value)
+    return str(int(value))
+
+
+def render(broker: Broker) -> str:
+    """The metrics page."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, Any]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lines.append(f"{name}{labels} {_number(value)}")
+
+    stats = broker.store.stats.snapshot() if broker.started else {}
+    for key, (name, help_text) in COUNTERS.items():
+        if key in stats:
+            metric(name, "counter", help_text, [("", stats[key])])
+    windows = stats.get("tps", {})
+    for key, (name, help_text) in RATES.items():
+        samples = [(f'{{window="{w}"}}', rates[key]) for w, rates in windows.items() if key in rates]
+        if samples:
+            metric(name, "gauge", help_text + " over a sliding window", samples)
+    if "put_latency_buckets" in stats:
+        cumulative = 0
+        samples = []
+        bounds = [*stats["put_latency_bounds_us"], math.inf]
+        for bound_us, count in zip(bounds, stats["put_latency_buckets"], strict=True):
+            cumulative += count
+            le = "+Inf" if math.isinf(bound_us) else repr(bound_us / 1e6)
+            samples.append((f'_bucket{{le="{le}"}}', cumulative))
+        samples.append(("_sum", stats["put_latency_sum_us"] / 1e6))
+        samples.append(("_count", cumulative))
+        lines.append("# HELP tidemq_put_latency_seconds Time a put held the commitlog (append) per request")
+        lines.append("# TYPE tidemq_put_latency_seconds histogram")
+        lines.extend(f"tidemq_put_latency_seconds{suffix} {_number(v)}" for suffix, v in samples)
+    info = broker.store.runtime_info() if broker.started else {}
+    for key, (name, help_text) in GAUGES.items():
+        if isinstance(info.get(key), int | float):
+            metric(name, "gauge", help_text, [("", info[key])])
+    metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
+    metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
+    metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])
+    metric(
+        "tidemq_held_pulls_refused_total", "counter", "Pulls refused a hold (bound reached or stopping)", [("", broker.held.refused_total)]
+    )
+    metric("tidemq_pulls_abandoned_total", "counter", "Held pulls whose client disconnected", [("", broker.pulls_abandoned_total)])
+    metric("tidemq_topics_auto_created_total", "counter", "Topics created by a produce", [("", broker.topics_created_total)])
+    problems = sorted(broker.http_problems_total.items())
+    metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])
+    metric("tidemq_ready", "gauge", "1 when the store is loaded, recovered and dispatch has caught up", [("", int(broker.ready()))])
+    return "\n".join(lines) + "\n"

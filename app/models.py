@@ -1,0 +1,275 @@
+"""Pydantic models of the API's bodies.
+
+Request models that FastAPI validates (topics, offsets) are used as such; the produce body
+is parsed on the hot path by `app.produce_parse` with orjson, and the reply models here
+document (in the OpenAPI spec) what the handlers write with orjson directly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Encoding = Literal["utf-8", "base64"]
+
+
+MESSAGE_EXAMPLE = {
+    "msg_id": "7F000001A1B2C3D4E5F60000000A0001",
+    "offset_msg_id": "7F00000100002A9F0000000000000000",
+    "topic": "orders",
+    "queue_id": 0,
+    "queue_offset": 0,
+    "commitlog_offset": 0,
+    "body": "hello",
+    "encoding": "utf-8",
+    "tags": "TagA",
+    "keys": ["order-1"],
+    "properties": {"source": "web"},
+    "born_timestamp": 1767225600000,
+    "store_timestamp": 1767225600001,
+    "reconsume_times": 0,
+}
+
+
+class Problem(BaseModel):
+    """An error (RFC 9457 problem details) with a stable code."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "example": {
+                "type": "https://tidemq.dev/problems/topic-invalid",
+                "title": "The topic name is invalid",
+                "status": 400,
+                "detail": "topic must match ^[%|a-zA-Z0-9_-]+$",
+                "code": "TOPIC_INVALID",
+            }
+        },
+    )
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None
+
+
+class TopicSpec(BaseModel):
+    """Desired configuration of a topic."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"queues": 4, "perm": "rw"}})
+    queues: int | None = Field(
+        None,
+        description="Read and write queue count (default: the store's default_topic_queue_nums; at most max_topic_queue_nums)",
+        json_schema_extra={"minimum": 1, "maximum": 1024},
+    )
+    perm: Literal["rw", "r", "w", ""] = Field("rw", description="r: readable, w: writable")
+
+
+class QueueInfo(BaseModel):
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+class TopicInfo(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "topic": "orders",
+                "read_queues": 4,
+                "write_queues": 4,
+                "perm": "rw",
+                "queues": [{"queue_id": 0, "min_offset": 0, "max_offset": 12}],
+            }
+        }
+    )
+    topic: str
+    read_queues: int
+    write_queues: int
+    perm: str
+    queues: list[QueueInfo] | None = None
+
+
+class TopicList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"topics": [{"topic": "orders", "read_queues": 4, "write_queues": 4, "perm": "rw"}]}}
+    )
+    topics: list[TopicInfo]
+
+
+class ProduceMessage(BaseModel):
+    """One message to produce; every field but body is optional."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "example": {"body": "hello", "tags": "TagA", "keys": ["order-1"], "properties": {"source": "web"}, "sharding_key": "user-7"}
+        },
+    )
+    body: str = Field(description="The message body, as text or (encoding=base64) as base64")
+    encoding: Encoding = "utf-8"
+    tags: str | None = Field(None, max_length=255, description="One tag, used by pull filters (TagA||TagB)")
+    keys: list[str] | None = Field(None, description="Keys for the key query; no spaces")
+    properties: dict[str, str] | None = Field(None, description="User properties")
+    msg_id: str | None = Field(None, max_length=128, description="Client message id (UNIQ_KEY); generated when absent")
+    queue_id: int | None = Field(None, ge=0, description="Queue to put into; else sharding_key's hash; else round-robin")
+    sharding_key: str | None = Field(None, description="Messages with one sharding key go to one queue, in order")
+    delay_level: int | None = Field(None, ge=0, description="Delay level (1 = 1s, 2 = 5s, ...); 0 = none")
+
+
+class ProduceBatch(BaseModel):
+    """Up to max_batch_messages messages stored with one lock acquisition."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"example": {"messages": [{"body": "a"}, {"body": "b", "tags": "TagB"}]}})
+    messages: list[ProduceMessage] = Field(min_length=1)
+
+
+class SendResult(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "msg_id": "7F000001A1B2C3D4E5F60000000A0001",
+                "offset_msg_id": "7F00000100002A9F0000000000000000",
+                "queue_id": 2,
+                "queue_offset": 0,
+                "commitlog_offset": 0,
+                "store_timestamp": 1767225600000,
+            }
+        }
+    )
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+
+
+class BatchSendResult(BaseModel):
+    results: list[SendResult]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"example": MESSAGE_EXAMPLE})
+    msg_id: str
+    offset_msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    body: str
+    encoding: Encoding
+    tags: str | None = None
+    keys: list[str]
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+
+
+PullStatus = Literal[
+    "FOUND",
+    "NO_NEW_MSG",
+    "NO_MATCHED_MSG",
+    "OFFSET_TOO_SMALL",
+    "OFFSET_OVERFLOW_BADLY",
+    "OFFSET_FOUND_NULL",
+    "MESSAGE_WAS_REMOVING",
+]
+
+
+class PullResult(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"status": "NO_NEW_MSG", "next_offset": 12, "min_offset": 0, "max_offset": 12, "messages": []}}
+    )
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[Message]
+
+
+class OffsetCommit(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"topic": "orders", "queue_id": 0, "offset": 42}})
+    topic: str = Field(json_schema_extra={"pattern": "^[%|a-zA-Z0-9_-]+$", "minLength": 1, "maxLength": 127})
+    queue_id: int = Field(json_schema_extra={"minimum": 0})
+    offset: int = Field(json_schema_extra={"minimum": 0}, description="Next offset to consume (0 .. the queue's max offset)")
+
+
+class GroupQueueOffset(BaseModel):
+    queue_id: int
+    committed_offset: int = Field(description="-1 when the group has committed nothing for this queue")
+    min_offset: int
+    max_offset: int
+    lag: int
+
+
+class OffsetsCommitted(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"group": "billing", "committed": [{"topic": "orders", "queue_id": 0, "offset": 42}]}}
+    )
+    group: str
+    committed: list[OffsetCommit]
+
+
+class GroupOffsets(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "group": "billing",
+                "topic": "orders",
+                "queues": [{"queue_id": 0, "committed_offset": 40, "min_offset": 0, "max_offset": 42, "lag": 2}],
+            }
+        }
+    )
+    group: str
+    topic: str
+    queues: list[GroupQueueOffset]
+
+
+class QueryResult(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"example": {"messages": [MESSAGE_EXAMPLE]}})
+    messages: list[Message]
+
+
+class QueueOffset(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"topic": "orders", "queue_id": 0, "timestamp_ms": 1767225600000, "offset": 17}}
+    )
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    offset: int
+
+
+class Health(BaseModel):
+    status: str
+
+
+class StoreStatus(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "example": {
+                "ready": True,
+                "flush_mode": "ASYNC_FLUSH",
+                "role": "ASYNC_MASTER",
+                "runtime": {
+                    "commitlog_min_offset": 0,
+                    "commitlog_max_offset": 4096,
+                    "commitlog_flushed_offset": 4096,
+                    "dispatch_lag_bytes": 0,
+                },
+                "config": {"mapped_file_size_commit_log_bytes": 1073741824},
+                "held_pulls": 0,
+            }
+        },
+    )
+    ready: bool
+    flush_mode: str
+    role: str
+    runtime: dict
+    config: dict
+    held_pulls: int

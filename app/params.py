@@ -1,0 +1,30 @@
+"""Annotated path and query parameter types shared by the routes.
+
+The constraints here are documented in the spec only (json_schema_extra); the handlers check
+them themselves so that each bad form gets its own problem code (TOPIC_INVALID, GROUP_INVALID,
+MESSAGE_ID_INVALID) rather than a generic validation error, and without a second regex pass.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Path, Query
+
+# The store's naming rule for topics (store.message.TOPIC_PATTERN), also used for group names.
+NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+# Longest topic or group name (the store's max_topic_length_bytes default; the names are ASCII).
+NAME_MAX_CHARS = 127
+_NAME = {"pattern": NAME_PATTERN, "maxLength": NAME_MAX_CHARS, "minLength": 1}
+
+TopicPath = Annotated[str, Path(description="Topic name", json_schema_extra=_NAME)]
+GroupPath = Annotated[str, Path(description="Consumer group name", json_schema_extra=_NAME)]
+QueuePath = Annotated[int, Path(description="Queue id (0 .. the topic's queue count - 1)", json_schema_extra={"minimum": 0})]
+TopicQuery = Annotated[str, Query(description="Topic name", json_schema_extra=_NAME)]
+GroupQuery = Annotated[
+    str | None,
+    Query(description="Consumer group whose committed offset to start from when offset is omitted", json_schema_extra=_NAME),
+]
+OffsetMsgIdPath = Annotated[
+    str, Path(description="Offset message id: 32 hex characters", json_schema_extra={"pattern": "^[0-9A-Fa-f]{32}$"})
+]

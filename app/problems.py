@@ -1,0 +1,141 @@
+"""Errors as RFC 9457 problem details: the one table of codes, and the store-status mapping.
+
+Invariants:
+- Every error reply of the API is `application/problem+json` with `type`, `title`, `status`,
+  `detail` and a stable `code`; codes come only from `PROBLEMS`.
+- A store refusal or a non-OK put status maps to exactly one code (`PUT_REFUSALS`,
+  `PUT_STATUSES`); a put whose bytes are stored but not confirmed says so in `detail`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+from starlette.responses import Response
+
+from store import PutMessageResult, PutMessageStatus, PutRefusal
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_BASE = "https://tidemq.dev/problems/"
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemKind:
+    status: int
+    title: str
+
+
+# code -> (HTTP status, title). The code is the stable part; titles may be reworded.
+PROBLEMS: dict[str, ProblemKind] = {
+    "REQUEST_INVALID": ProblemKind(400, "The request is malformed"),
+    "BODY_INVALID": ProblemKind(400, "The request body is not valid JSON of the expected shape"),
+    "BASE64_INVALID": ProblemKind(400, "A body marked base64 is not valid base64"),
+    "TOPIC_INVALID": ProblemKind(400, "The topic name is invalid"),
+    "GROUP_INVALID": ProblemKind(400, "The consumer group name is invalid"),
+    "OFFSET_INVALID": ProblemKind(400, "The offset is invalid"),
+    "WAIT_TOO_LONG": ProblemKind(400, "wait_ms is above the broker's limit"),
+    "MAX_INVALID": ProblemKind(400, "max is out of range"),
+    "TAG_INVALID": ProblemKind(400, "The tag or tag filter is invalid"),
+    "KEY_INVALID": ProblemKind(400, "A message key is invalid"),
+    "PROPERTIES_INVALID": ProblemKind(400, "A message property is invalid"),
+    "DELAY_LEVEL_INVALID": ProblemKind(400, "The delay level is out of range"),
+    "MESSAGE_ID_INVALID": ProblemKind(400, "The message id is malformed"),
+    "BATCH_EMPTY": ProblemKind(400, "The batch holds no message"),
+    "QUEUE_COUNT_INVALID": ProblemKind(400, "The queue count is out of range"),
+    "TOPIC_NOT_WRITABLE": ProblemKind(403, "The topic does not accept messages"),
+    "TOPIC_NOT_READABLE": ProblemKind(403, "The topic cannot be read"),
+    "NOT_FOUND": ProblemKind(404, "No such resource"),
+    "TOPIC_NOT_FOUND": ProblemKind(404, "No such topic"),
+    "QUEUE_NOT_FOUND": ProblemKind(404, "No such queue in this topic"),
+    "MESSAGE_NOT_FOUND": ProblemKind(404, "No such message"),
+    "METHOD_NOT_ALLOWED": ProblemKind(405, "Method not allowed on this resource"),
+    "BODY_TOO_LARGE": ProblemKind(413, "The request body is larger than the broker accepts"),
+    "MESSAGE_TOO_LARGE": ProblemKind(413, "A message body is larger than the store accepts"),
+    "PROPERTIES_TOO_LARGE": ProblemKind(413, "A message's properties are larger than the store accepts"),
+    "BATCH_TOO_LARGE": ProblemKind(413, "The batch holds more messages than the store accepts"),
+    "UNSUPPORTED_MEDIA_TYPE": ProblemKind(415, "Unsupported Content-Type"),
+    "INTERNAL_ERROR": ProblemKind(500, "Internal error"),
+    "SERVICE_NOT_AVAILABLE": ProblemKind(503, "The store is not available"),
+    "NOT_MASTER": ProblemKind(503, "This broker is a slave and does not accept messages"),
+    "PAGECACHE_BUSY": ProblemKind(503, "The store is busy; retry shortly"),
+    "SHUTTING_DOWN": ProblemKind(503, "The broker is shutting down"),
+    "TOO_MANY_WAITERS": ProblemKind(503, "Too many pulls are held; retry shortly"),
+    "READS_BUSY": ProblemKind(503, "Too many reads are queued; retry shortly"),
+    "SLAVE_NOT_AVAILABLE": ProblemKind(503, "Stored, but no slave is available to replicate it"),
+    "STORE_WRITE_FAILED": ProblemKind(503, "The store could not write (mapped file creation failed)"),
+    "FLUSH_DISK_TIMEOUT": ProblemKind(504, "Stored, but the flush to disk did not finish in time"),
+    "FLUSH_SLAVE_TIMEOUT": ProblemKind(504, "Stored, but the slave did not confirm in time"),
+    "DISK_FULL": ProblemKind(507, "The disk is too full to accept messages"),
+}
+
+# Why the store refused a put (nothing written) -> code.
+PUT_REFUSALS: dict[PutRefusal, str] = {
+    PutRefusal.TOPIC_INVALID: "TOPIC_INVALID",
+    PutRefusal.TOPIC_NOT_FOUND: "TOPIC_NOT_FOUND",
+    PutRefusal.TOPIC_NOT_WRITABLE: "TOPIC_NOT_WRITABLE",
+    PutRefusal.QUEUE_NOT_FOUND: "QUEUE_NOT_FOUND",
+    PutRefusal.MESSAGE_TOO_LARGE: "MESSAGE_TOO_LARGE",
+    PutRefusal.PROPERTIES_TOO_LARGE: "PROPERTIES_TOO_LARGE",
+    PutRefusal.BATCH_TOO_LARGE: "BATCH_TOO_LARGE",
+    PutRefusal.BATCH_EMPTY: "BATCH_EMPTY",
+    PutRefusal.NOT_MASTER: "NOT_MASTER",
+    PutRefusal.DISK_FULL: "DISK_FULL",
+    PutRefusal.SHUTTING_DOWN: "SHUTTING_DOWN",
+}
+
+# A non-OK put status without a refusal -> code.
+PUT_STATUSES: dict[PutMessageStatus, str] = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: "SERVICE_NOT_AVAILABLE",
+    PutMessageStatus.CREATE_MAPPED_FILE_FAILED: "STORE_WRITE_FAILED",
+    PutMessageStatus.MESSAGE_ILLEGAL: "BODY_INVALID",
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: "PROPERTIES_TOO_LARGE",
+    PutMessageStatus.OS_PAGECACHE_BUSY: "PAGECACHE_BUSY",
+    PutMessageStatus.UNKNOWN_ERROR: "INTERNAL_ERROR",
+}
+
+
+class ProblemError(Exception):
+    """Raised when a request cannot be served; the handler turns it into problem+json."""
+
+    def __init__(self, code: str, detail: str, extra: dict | None = None) -> None:
+        assert code in PROBLEMS, code
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+
+def problem_body(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> dict:
+    kind = PROBLEMS[code]
+    body = {"type": TYPE_BASE + code.lower().replace("_", "-"), "title": kind.title, "status": kind.status, "detail": detail, "code": code}
+    if instance is not None:
+        body["instance"] = instance
+    if extra:
+        body.update(extra)
+    return body
+
+
+def problem_response(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> Response:
+    body = problem_body(code, detail, instance, extra)
+    headers = {"Retry-After": "1"} if body["status"] == 503 else None
+    return Response(orjson.dumps(body), status_code=body["status"], media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+def put_problem(result: PutMessageResult) -> ProblemError:
+    """The problem of a put that did not end PUT_OK."""
+    assert not result.ok
+    if result.refusal is not PutRefusal.NONE:
+        code = PUT_REFUSALS.get(result.refusal, "INTERNAL_ERROR")
+        return ProblemError(code, result.detail or f"the store refused the put: {result.refusal.value}; nothing was stored")
+    code = PUT_STATUSES.get(result.status, "INTERNAL_ERROR")
+    if result.stored:
+        detail = (
+            f"{result.status.value}: the message is stored (commitlog offset {result.items[0].wrote_offset}) "
+            "but not yet confirmed durable; do not resend blindly, it may be delivered twice"
+        )
+        return ProblemError(code, detail, {"stored": True, "commitlog_offset": result.items[0].wrote_offset})
+    return ProblemError(code, result.detail or f"the put failed with {result.status.value}; nothing was stored")

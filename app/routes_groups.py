@@ -1,0 +1,85 @@
+"""Consumer group offsets: /v1/groups/{group}/offsets.
+
+Invariants: a commit names an existing topic and queue and an offset in 0..max offset of that
+queue; a request with several commits checks all of them before committing any.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+from starlette.responses import Response
+
+from app.broker import Broker
+from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
+from app.params import GroupPath, TopicQuery
+from app.problems import ProblemError
+from app.responses import JsonResponse, docs
+from store.message import topic_problem
+
+# Most commits one request may carry.
+MAX_COMMITS_PER_REQUEST = 10_000
+
+
+def check_group(group: str) -> None:
+    problem = topic_problem(group)
+    if problem is not None:
+        raise ProblemError("GROUP_INVALID", f"group: {problem}")
+
+
+def router(broker: Broker) -> APIRouter:
+    api = APIRouter(tags=["groups"])
+    store = broker.store
+    offsets = store.consumer_offset_manager
+
+    @api.put(
+        "/v1/groups/{group}/offsets",
+        operation_id="commitOffsets",
+        summary="Commit a consumer group's offset for one queue (an object) or several (an array)",
+        responses=docs(
+            OffsetsCommitted,
+            200,
+            "GROUP_INVALID",
+            "TOPIC_INVALID",
+            "TOPIC_NOT_FOUND",
+            "QUEUE_NOT_FOUND",
+            "OFFSET_INVALID",
+            "BODY_TOO_LARGE",
+        ),
+    )
+    async def commit(group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
+        check_group(group)
+        commits = body if isinstance(body, list) else [body]
+        if len(commits) > MAX_COMMITS_PER_REQUEST:
+            raise ProblemError("REQUEST_INVALID", f"at most {MAX_COMMITS_PER_REQUEST} commits per request")
+        for c in commits:
+            broker.readable_queue(c.topic, c.queue_id)
+            max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
+            if not 0 <= c.offset <= max_offset:
+                raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
+        for c in commits:
+            await broker.run(offsets.commit_offset, group, c.topic, c.queue_id, c.offset)
+        return JsonResponse({"group": group, "committed": [c.model_dump() for c in commits]})
+
+    @api.get(
+        "/v1/groups/{group}/offsets",
+        operation_id="getOffsets",
+        summary="A group's committed offset, the max offset and the lag of each queue of a topic",
+        responses=docs(GroupOffsets, 200, "GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND"),
+    )
+    async def get_offsets(group: GroupPath, topic: TopicQuery) -> Response:
+        check_group(group)
+        topic_config = broker.topic_config(topic)
+        queues = []
+        for q in range(topic_config.read_queue_nums):
+            committed = offsets.query_offset(group, topic, q)
+            min_offset = store.get_min_offset_in_queue(topic, q)
+            max_offset = store.get_max_offset_in_queue(topic, q)
+            lag = max_offset - max(committed, min_offset)
+            queues.append(
+                {"queue_id": q, "committed_offset": committed, "min_offset": min_offset, "max_offset": max_offset, "lag": max(lag, 0)}
+            )
+        return JsonResponse({"group": group, "topic": topic, "queues": queues})
+
+    return api

@@ -1,0 +1,203 @@
+"""POST /v1/topics/{topic}/messages: produce one message, a batch, or a raw body.
+
+Invariants:
+- Nothing is stored unless every message of the request passed its checks.
+- A batch is one `put_messages_future` call: one put-lock acquisition for all its messages.
+- The put itself (a memory copy) runs on the loop; a SYNC_FLUSH put's group commit is awaited
+  as a future, so the loop never waits on a flush.
+- Queue choice: queue_id, else crc32(sharding_key) mod the write queue count, else round-robin
+  (one queue per request, so a batch keeps its order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.broker import Broker
+from app.hot_routes import Handler
+from app.models import ProduceBatch, ProduceMessage, SendResult
+from app.params import TopicPath
+from app.problems import ProblemError, put_problem
+from app.produce_parse import Draft, Limits, parse_json, parse_raw
+from app.responses import JsonResponse, docs
+from store import build_message
+from store.message import PROPERTY_UNIQ_KEY
+
+# Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
+FLUSH_WAIT_SLACK_S = 1.0
+PRODUCE_PROBLEMS = (
+    "BODY_INVALID",
+    "BASE64_INVALID",
+    "TOPIC_INVALID",
+    "TAG_INVALID",
+    "KEY_INVALID",
+    "PROPERTIES_INVALID",
+    "DELAY_LEVEL_INVALID",
+    "MESSAGE_ID_INVALID",
+    "BATCH_EMPTY",
+    "TOPIC_NOT_WRITABLE",
+    "TOPIC_NOT_FOUND",
+    "QUEUE_NOT_FOUND",
+    "BODY_TOO_LARGE",
+    "MESSAGE_TOO_LARGE",
+    "PROPERTIES_TOO_LARGE",
+    "BATCH_TOO_LARGE",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "NOT_MASTER",
+    "PAGECACHE_BUSY",
+    "SHUTTING_DOWN",
+    "SLAVE_NOT_AVAILABLE",
+    "STORE_WRITE_FAILED",
+    "FLUSH_DISK_TIMEOUT",
+    "FLUSH_SLAVE_TIMEOUT",
+    "DISK_FULL",
+)
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
+PRODUCE_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        _query("tags", "Raw bodies only: the message tag", {"type": "string", "maxLength": 255}),
+        _query("keys", "Raw bodies only: comma-separated keys", {"type": "string"}),
+        _query("msg_id", "Raw bodies only: client message id (UNIQ_KEY)", {"type": "string", "maxLength": 128}),
+        _query("queue_id", "Raw bodies only: the queue", {"type": "integer", "minimum": 0}),
+        _query("sharding_key", "Raw bodies only: ordering key", {"type": "string"}),
+        _query("delay_level", "Raw bodies only: delay level", {"type": "integer", "minimum": 0}),
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"anyOf": [{"$ref": "#/components/schemas/ProduceMessage"}, {"$ref": "#/components/schemas/ProduceBatch"}]},
+                "examples": {
+                    "one": {"summary": "One message", "value": ProduceMessage.model_config["json_schema_extra"]["example"]},  # type: ignore[index]
+                    "batch": {"summary": "A batch", "value": ProduceBatch.model_config["json_schema_extra"]["example"]},  # type: ignore[index]
+                },
+            },
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "example": "hello"},
+        },
+    },
+}
+
+PRODUCE_REPLY_DOC = {
+    "description": "Stored: a SendResult for one message, a BatchSendResult for a batch",
+    "content": {
+        "application/json": {
+            "schema": {"anyOf": [{"$ref": "#/components/schemas/SendResult"}, {"$ref": "#/components/schemas/BatchSendResult"}]},
+            "example": SendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
+        }
+    },
+}
+
+
+def result_of(msg: Any, queue_id: int, item: Any) -> dict[str, Any]:
+    return {
+        "msg_id": msg.properties[PROPERTY_UNIQ_KEY],
+        "offset_msg_id": item.msg_id,
+        "queue_id": queue_id,
+        "queue_offset": item.logics_offset,
+        "commitlog_offset": item.wrote_offset,
+        "store_timestamp": item.store_timestamp,
+    }
+
+
+class Producer:
+    """Serves produce requests: parse and check everything, choose queues, put, answer."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        config = broker.config
+        self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, len(config.delay_levels_ms()))
+        # The store's put future has no deadline of its own: a stalled disk must not hold the request forever.
+        self.flush_wait_s = config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
+
+    async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
+        content_type = request.headers.get("content-type", "")
+        media = content_type.partition(";")[0].strip().lower()
+        if media == "application/json":
+            if request.scope["query_string"]:
+                raise ProblemError("REQUEST_INVALID", "query parameters apply to raw (application/octet-stream) bodies only")
+            return parse_json(await request.body(), self.limits)
+        if media == "application/octet-stream":
+            return [parse_raw(await request.body(), request.query_params, self.limits)], False
+        detail = f"Content-Type must be application/json or application/octet-stream, not {content_type[:80]!r}"
+        raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
+
+    def choose_queue(self, draft: Draft, topic: str, queues: int, round_robin: list[int]) -> int:
+        if draft.queue_id is not None:
+            if draft.queue_id >= queues:
+                raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {draft.queue_id}")
+            return draft.queue_id
+        if draft.sharding_key is not None:
+            return zlib.crc32(draft.sharding_key.encode("utf-8")) % queues
+        if not round_robin:
+            round_robin.append(self.broker.next_round_robin(topic, queues))
+        return round_robin[0]
+
+    async def wait_durable(self, future: Any) -> Any:
+        try:
+            # shield: a timeout must not cancel the store's future (its flush thread completes it later).
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.flush_wait_s)
+        except TimeoutError:
+            detail = (
+                f"the message is stored but its flush was not confirmed within {self.flush_wait_s:.1f} s; "
+                "it may be delivered, do not resend blindly"
+            )
+            raise ProblemError("FLUSH_DISK_TIMEOUT", detail, {"stored": True}) from None
+
+    async def serve(self, request: Request) -> Response:
+        """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
+        topic = request.path_params["topic"]
+        drafts, is_batch = await self.drafts(request)
+        queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
+        round_robin: list[int] = []
+        msgs = [
+            build_message(
+                topic,
+                d.body,
+                self.choose_queue(d, topic, queues, round_robin),
+                tags=d.tags,
+                keys=d.keys,
+                properties=d.properties,
+                uniq_key=d.msg_id,
+                delay_level=d.delay_level,
+            )
+            for d in drafts
+        ]
+        # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX.
+        queue_ids = [m.queue_id for m in msgs]
+        future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
+        result = future.result() if future.done() else await self.wait_durable(future)
+        if not result.ok:
+            raise put_problem(result)
+        if is_batch:
+            return JsonResponse({"results": [result_of(m, q, item) for m, q, item in zip(msgs, queue_ids, result.items, strict=True)]}, 201)
+        return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0]), 201)
+
+
+def router(broker: Broker) -> tuple[APIRouter, Handler]:
+    """The routes, and the handler app.hot_routes serves the hot path with."""
+    api = APIRouter(tags=["produce"])
+    producer = Producer(broker)
+
+    @api.post(
+        "/v1/topics/{topic}/messages",
+        operation_id="produce",
+        summary='Send one message, a batch ({"messages": [...]}) or a raw body',
+        status_code=201,
+        responses={201: PRODUCE_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
+        openapi_extra=PRODUCE_OPENAPI,
+    )
+    async def produce(topic: TopicPath, request: Request) -> Response:
+        return await producer.serve(request)
+
+    return api, producer.serve

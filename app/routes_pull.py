@@ -1,0 +1,314 @@
+"""GET /v1/topics/{topic}/queues/{queue_id}/messages: pull, with long polling.
+
+Invariants:
+- Reads (`get_message`, decoding, serialising) run in the broker's read pool; the result is
+  released there, before the reply leaves, so no mapped file stays pinned by a reply.
+- A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread) until a
+  matching message arrives in its queue, the wait ends, the client disconnects or the broker
+  stops; it then re-reads. A disconnected client is unregistered at once.
+- After registering, the queue's max offset is checked once more, so a message that arrived
+  between the read and the registration is never missed.
+- Replies are 200 with the store's status (NO_NEW_MSG / NO_MATCHED_MSG after the wait), except
+  an unknown topic or queue (404) and bad parameters (400).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.broker import Broker
+from app.hot_routes import Handler
+from app.message_view import message_json
+from app.models import PullResult
+from app.params import NAME_MAX_CHARS, NAME_PATTERN, QueuePath, TopicPath
+from app.problems import ProblemError
+from app.responses import BATCH_MEDIA_TYPE, docs
+from store import GetMessageStatus, TagFilter
+from store.message import tags_hash, topic_problem
+
+PULL_STATUS = {
+    GetMessageStatus.FOUND: "FOUND",
+    GetMessageStatus.NO_MATCHED_MESSAGE: "NO_MATCHED_MSG",
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: "NO_NEW_MSG",
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE: "NO_NEW_MSG",
+    # The topic is configured (checked before the read) but its queue holds nothing yet.
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: "NO_NEW_MSG",
+    GetMessageStatus.OFFSET_TOO_SMALL: "OFFSET_TOO_SMALL",
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: "OFFSET_OVERFLOW_BADLY",
+    GetMessageStatus.OFFSET_FOUND_NULL: "OFFSET_FOUND_NULL",
+    GetMessageStatus.MESSAGE_WAS_REMOVING: "MESSAGE_WAS_REMOVING",
+}
+HOLDABLE = frozenset({"NO_NEW_MSG", "NO_MATCHED_MSG"})
+
+
+@dataclass(slots=True)
+class Read:
+    """One read of a queue, already serialised."""
+
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes
+    count: int
+
+
+PULL_DOC = docs(
+    PullResult,
+    200,
+    "OFFSET_INVALID",
+    "WAIT_TOO_LONG",
+    "MAX_INVALID",
+    "TAG_INVALID",
+    "GROUP_INVALID",
+    "TOPIC_INVALID",
+    "TOPIC_NOT_READABLE",
+    "TOPIC_NOT_FOUND",
+    "QUEUE_NOT_FOUND",
+    "TOO_MANY_WAITERS",
+)
+PULL_DOC[200]["content"] = {
+    BATCH_MEDIA_TYPE: {
+        "schema": {"type": "string", "format": "binary"},
+        "example": "",
+    }
+}
+PULL_DOC[200]["description"] = (
+    "A pull result. With Accept: application/x-tidemq-batch the body is the stored messages' bytes as they lie in the "
+    "commitlog, concatenated, and the result fields are the X-Tidemq-Status, X-Tidemq-Next-Offset, X-Tidemq-Min-Offset, "
+    "X-Tidemq-Max-Offset and X-Tidemq-Count headers."
+)
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
+# Query parameters are parsed by hand (one code per bad form, no per-request validation models).
+PULL_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        _query(
+            "offset", "Queue offset to read from; when omitted with group=, the group's committed offset", {"type": "integer", "minimum": 0}
+        ),
+        _query(
+            "max",
+            "Most messages to return (1..the broker's max_pull_messages; the store may return fewer)",
+            {"type": "integer", "minimum": 1, "default": 32},
+        ),
+        _query("tag", "Tag filter: '*' or TagA||TagB", {"type": "string"}),
+        _query(
+            "wait_ms",
+            "Hold the pull this long when there is nothing to return (at most the broker's max_wait_ms, 30000 by default)",
+            {"type": "integer", "minimum": 0, "default": 0},
+        ),
+        _query(
+            "group",
+            "Consumer group whose committed offset to start from when offset is omitted",
+            {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": NAME_MAX_CHARS},
+        ),
+    ]
+}
+DEFAULT_MAX = 32
+# Longest decimal text accepted for a count (beyond int64 there is nothing to address).
+MAX_DIGITS = 18
+
+
+def _count(params: Any, name: str, code: str, default: int | None) -> int | None:
+    """A non-negative integer query parameter; `code` when it is anything else."""
+    text = params.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_DIGITS:
+        raise ProblemError(code, f"{name} must be an integer >= 0, not {text[:40]!r}")
+    return int(text)
+
+
+def parse_queue_id(text: str) -> int:
+    if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS:
+        return int(text)
+    if text[:1] == "-" and text[1:].isascii() and text[1:].isdigit():
+        raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")
+    raise ProblemError("REQUEST_INVALID", f"queue_id must be an integer, not {text[:40]!r}")
+
+
+def parse_tag_filter(tag: str | None) -> tuple[Any, frozenset[int] | None]:
+    """The store's tag filter and the tags codes a held pull is woken by (None = any)."""
+    if tag is None or tag.strip() in ("", "*"):
+        return None, None
+    tags = [t.strip() for t in tag.split("||")]
+    if any(not t for t in tags) or "*" in tags:
+        raise ProblemError("TAG_INVALID", "tag must be '*' or tags separated by '||', e.g. TagA||TagB")
+    try:
+        tag_filter = TagFilter.parse(tag)
+    except ValueError as e:
+        raise ProblemError("TAG_INVALID", str(e)) from None
+    return tag_filter, frozenset(tags_hash(t) for t in tags)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client has gone away (an ASGI http.disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+@dataclass(slots=True)
+class PullSpec:
+    """A checked pull request."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    tag_filter: Any
+    codes: frozenset[int] | None
+    wait_ms: int
+    batch: bool
+
+
+class Puller:
+    """Serves pulls: parse and check, read in the pool, hold while there is nothing, reply."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.settings = broker.settings
+        self.held = broker.held
+
+    def parse(self, request: Request) -> PullSpec:
+        topic = request.path_params["topic"]
+        queue_id = parse_queue_id(request.path_params["queue_id"])
+        self.broker.readable_queue(topic, queue_id)
+        params = request.query_params
+        offset = _count(params, "offset", "OFFSET_INVALID", None)
+        max_count = _count(params, "max", "MAX_INVALID", DEFAULT_MAX)
+        wait_ms = _count(params, "wait_ms", "REQUEST_INVALID", 0)
+        group = params.get("group")
+        assert max_count is not None and wait_ms is not None
+        if wait_ms > self.settings.max_wait_ms:
+            raise ProblemError("WAIT_TOO_LONG", f"wait_ms is at most {self.settings.max_wait_ms}")
+        if not 1 <= max_count <= self.settings.max_pull_messages:
+            raise ProblemError("MAX_INVALID", f"max is 1..{self.settings.max_pull_messages}")
+        if group is not None and topic_problem(group) is not None:
+            raise ProblemError("GROUP_INVALID", f"group: {topic_problem(group)}")
+        tag_filter, codes = parse_tag_filter(params.get("tag"))
+        if offset is None:
+            if group is None:
+                raise ProblemError("OFFSET_INVALID", "give offset, or group to start from its committed offset")
+            offset = self.store.consumer_offset_manager.query_offset(group, topic, queue_id)
+            if offset < 0:
+                offset = self.store.get_min_offset_in_queue(topic, queue_id)
+        batch = BATCH_MEDIA_TYPE in request.headers.get("accept", "")
+        return PullSpec(group or "", topic, queue_id, offset, max_count, tag_filter, codes, wait_ms, batch)
+
+    def read(self, spec: PullSpec, offset: int) -> Read:
+        """Read and serialise (runs in the read pool, or inline for just-written data); always releases."""
+        result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.tag_filter)
+        try:
+            status = PULL_STATUS[result.status]
+            found = status == "FOUND"
+            if spec.batch:
+                body = result.to_bytes() if found else b""
+            else:
+                messages = [message_json(m) for m in result.decode()] if found else []
+                body = orjson.dumps(
+                    {
+                        "status": status,
+                        "next_offset": result.next_begin_offset,
+                        "min_offset": result.min_offset,
+                        "max_offset": result.max_offset,
+                        "messages": messages,
+                    }
+                )
+            count = result.message_count if found else 0
+            return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count)
+        finally:
+            result.release()
+
+    @staticmethod
+    def reply(r: Read, batch: bool) -> Response:
+        if not batch:
+            return Response(r.body, media_type="application/json")
+        headers = {
+            "X-Tidemq-Status": r.status,
+            "X-Tidemq-Next-Offset": str(r.next_offset),
+            "X-Tidemq-Min-Offset": str(r.min_offset),
+            "X-Tidemq-Max-Offset": str(r.max_offset),
+            "X-Tidemq-Count": str(r.count),
+        }
+        return Response(r.body, media_type=BATCH_MEDIA_TYPE, headers=headers)
+
+    async def serve(self, request: Request) -> Response:
+        """Serve a pull; the path parameters are `request.path_params` strings (see app.hot_routes)."""
+        spec = self.parse(request)
+        if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - spec.offset <= self.settings.inline_read_window_messages:
+            r = self.read(spec, spec.offset)  # the queue's tail: just written, in memory; a thread hop costs more
+        else:
+            r = await self.broker.run(self.read, spec, spec.offset)
+        if r.status not in HOLDABLE or spec.wait_ms == 0:
+            return self.reply(r, spec.batch)
+        return await self.hold(request, spec, r)
+
+    async def hold(self, request: Request, spec: PullSpec, r: Read) -> Response:
+        """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + spec.wait_ms / 1000.0
+        held = self.held
+        watcher: asyncio.Future[None] | None = None
+        try:
+            while r.status in HOLDABLE and not held.closed:
+                offset = r.next_offset
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                waiter = held.register(spec.topic, spec.queue_id, spec.codes)
+                if waiter is None:
+                    if held.closed:
+                        break
+                    raise ProblemError("TOO_MANY_WAITERS", f"{held.max_held} pulls are held already")
+                try:
+                    # Checked after registering: a message dispatched before that would be missed otherwise.
+                    if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) <= offset:
+                        if watcher is None:
+                            watcher = asyncio.ensure_future(_disconnected(request))
+                        done, _ = await asyncio.wait((waiter.future, watcher), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                        if watcher in done:
+                            self.broker.pulls_abandoned_total += 1
+                            return Response(status_code=204)
+                        if not done:
+                            break
+                finally:
+                    held.unregister(waiter)
+                # Inline, not in the read pool: everything past `offset` has just been written, so it is in
+                # memory, and a thread hop would add to every long-poll delivery.
+                r = self.read(spec, offset)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        return self.reply(r, spec.batch)
+
+
+def router(broker: Broker) -> tuple[APIRouter, Handler]:
+    """The routes, and the handler app.hot_routes serves the hot path with."""
+    api = APIRouter(tags=["consume"])
+    puller = Puller(broker)
+
+    @api.get(
+        "/v1/topics/{topic}/queues/{queue_id}/messages",
+        operation_id="pull",
+        summary="Pull messages from a queue, holding the request up to wait_ms until one arrives",
+        responses=PULL_DOC,
+        openapi_extra=PULL_OPENAPI,
+    )
+    async def pull(topic: TopicPath, queue_id: QueuePath, request: Request) -> Response:
+        return await puller.serve(request)
+
+    return api, puller.serve

@@ -1,0 +1,79 @@
+"""Operations: /healthz, /readyz, /metrics and /v1/store."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import PlainTextResponse, Response
+
+from app import metrics
+from app.broker import Broker
+from app.models import Health, StoreStatus
+from app.problems import ProblemError
+from app.responses import JsonResponse, docs, problem_doc
+
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+
+
+def router(broker: Broker) -> APIRouter:
+    api = APIRouter(tags=["operations"])
+    store = broker.store
+
+    @api.get(
+        HEALTH_PATH,
+        operation_id="health",
+        summary="The process is alive",
+        responses={
+            **problem_doc("INTERNAL_ERROR"),
+            200: {"description": "OK", "model": Health, "content": {"application/json": {"example": {"status": "ok"}}}},
+        },
+    )
+    async def health() -> Response:
+        return JsonResponse({"status": "ok"})
+
+    @api.get(
+        READY_PATH,
+        operation_id="ready",
+        summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before",
+        responses={**docs(Health, 200, example={"status": "ready"}), **problem_doc("SERVICE_NOT_AVAILABLE")},
+    )
+    async def ready() -> Response:
+        if not broker.ready():
+            raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is loading, catching up or shutting down")
+        return JsonResponse({"status": "ready"})
+
+    @api.get(
+        "/metrics",
+        operation_id="metrics",
+        summary="Prometheus metrics (text exposition format)",
+        response_class=PlainTextResponse,
+        responses={
+            **problem_doc("INTERNAL_ERROR"),
+            200: {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}, "example": "tidemq_held_pulls 0\n"}}},
+        },
+    )
+    async def prometheus() -> Response:
+        return Response(metrics.render(broker), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @api.get(
+        "/v1/store",
+        operation_id="storeStatus",
+        summary="Commitlog offsets, dispatch lag, flush mode, role, disk usage, config",
+        responses=docs(StoreStatus, 200),
+    )
+    async def store_status() -> Response:
+        if not broker.started:
+            raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
+        config = broker.config
+        return JsonResponse(
+            {
+                "ready": broker.ready(),
+                "flush_mode": config.flush_disk_type.value,
+                "role": config.broker_role.value,
+                "runtime": store.runtime_info(),
+                "config": config.summary(),
+                "held_pulls": broker.held.held,
+            }
+        )
+
+    return api

@@ -1,0 +1,212 @@
+"""The ASGI application and the uvicorn server that runs it.
+
+Invariants:
+- Every error leaves as application/problem+json with a code from `app.problems.PROBLEMS`,
+  including FastAPI's validation errors (400 REQUEST_INVALID or a field's own code) and
+  Starlette's 404/405; an unexpected exception is a logged 500 INTERNAL_ERROR, never a bare text.
+- Request bodies are capped before they are read whole (app.body_limit).
+- On SIGTERM/SIGINT held pulls are released first (they answer NO_NEW_MSG), then uvicorn
+  drains in-flight requests, then the store shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app import routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
+from app.body_limit import BodyLimit
+from app.broker import Broker
+from app.hot_routes import HotRoutes
+from app.models import BatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
+from app.problems import ProblemError, problem_response
+from app.settings import BrokerSettings
+
+log = logging.getLogger("tidemq.app")
+API_VERSION = "1.0.0"
+DESCRIPTION = (
+    "tidemq: a message broker spoken over plain HTTP. Produce with POST, consume with long-polling GETs, "
+    "commit consumer offsets, query by key or time. Every error is application/problem+json with a stable `code`."
+)
+# Query and path parameters whose validation errors have a code of their own.
+PARAMETER_CODES = {"offset": "OFFSET_INVALID", "max": "MAX_INVALID", "timestamp_ms": "REQUEST_INVALID"}
+# Models referenced by hand-written parts of the spec (the produce body and reply).
+EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult)
+
+
+def _validation_code(errors: list[Any]) -> tuple[str, str]:
+    parts = []
+    code = "REQUEST_INVALID"
+    for error in errors[:5]:
+        loc = [str(p) for p in error.get("loc", ())]
+        if loc and loc[0] == "body":
+            code = "BODY_INVALID"
+        elif len(loc) > 1 and loc[1] in PARAMETER_CODES and code == "REQUEST_INVALID":
+            code = PARAMETER_CODES[loc[1]]
+        parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}")
+    return code, "; ".join(parts) or "invalid request"
+
+
+def allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    path = request.url.path
+    for path_regex, route_methods in request.app.state.route_methods:
+        if path_regex.match(path):
+            methods |= route_methods
+    return sorted(methods)
+
+
+class ErrorMapping:
+    """Exceptions -> problem replies, counted per code; shared by the app's handlers and HotRoutes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def counted(
+        self, code: str, detail: str, request: Request, headers: dict[str, str] | None = None, extra: dict | None = None
+    ) -> Response:
+        counts = self.broker.http_problems_total
+        counts[code] = counts.get(code, 0) + 1
+        response = problem_response(code, detail, request.url.path, extra)
+        if headers:
+            response.headers.update(headers)
+        return response
+
+    async def __call__(self, request: Request, exc: Exception) -> Response:
+        if isinstance(exc, ProblemError):
+            return self.counted(exc.code, exc.detail, request, extra=exc.extra)
+        if isinstance(exc, RequestValidationError):
+            code, detail = _validation_code(list(exc.errors()))
+            return self.counted(code, detail, request)
+        if isinstance(exc, StarletteHTTPException):
+            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}
+            code = codes.get(exc.status_code, "REQUEST_INVALID")
+            detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
+            headers = dict(exc.headers or {})
+            if exc.status_code == 405:
+                # Starlette names only the first matching route's methods; list every route of the path.
+                headers["Allow"] = ", ".join(allowed_methods(request))
+                detail = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
+            return self.counted(code, detail, request, headers)
+        log.error("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+        return self.counted("INTERNAL_ERROR", f"unexpected {type(exc).__name__}; see the broker's log", request)
+
+
+def install_error_handlers(app: FastAPI, mapping: ErrorMapping) -> None:
+    for exc_class in (ProblemError, RequestValidationError, StarletteHTTPException, Exception):
+        app.add_exception_handler(exc_class, mapping)  # type: ignore[arg-type]
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """The spec: FastAPI's, with the hand-described schemas added and 422 replaced by problem 400s."""
+    schema = get_openapi(title="tidemq", version=API_VERSION, description=DESCRIPTION, routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in EXTRA_SCHEMAS:
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+    for path_item in schema.get("paths", {}).values():
+        for operation in path_item.values():
+            operation.get("responses", {}).pop("422", None)
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    return schema
+
+
+def create_app(settings: BrokerSettings) -> FastAPI:
+    broker = Broker(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await broker.start()
+        try:
+            yield
+        finally:
+            await broker.stop()
+
+    options: dict[str, Any] = {}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        # FastAPI's own OpenTelemetry hooks look up providers on every request; tidemq serves /metrics itself.
+        options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
+    app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, redoc_url=None, **options)
+    app.state.broker = broker
+    produce_router, produce = routes_produce.router(broker)
+    pull_router, pull = routes_pull.router(broker)
+    routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
+    routers += [routes_groups.router(broker), routes_queries.router(broker)]
+    for api_router in routers:
+        app.include_router(api_router)
+    # (path regex, methods) of every route, for the Allow header of 405 replies.
+    app.state.route_methods = [
+        (r.path_regex, set(r.methods)) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
+    ]
+    mapping = ErrorMapping(broker)
+    install_error_handlers(app, mapping)
+    if settings.hot_routes:
+        # Added first, so inside BodyLimit: hot requests are capped like every other.
+        app.add_middleware(HotRoutes, produce=produce, pull=pull, on_error=mapping)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+class BrokerServer(uvicorn.Server):
+    """uvicorn's server, releasing held pulls as soon as a stop signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, broker: Broker) -> None:
+        super().__init__(config)
+        self.broker = broker
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.broker.release_held)
+        # Not uvicorn's handler: that one re-raises the signal after the shutdown, and a clean,
+        # complete shutdown should exit 0. A second SIGINT still forces the exit.
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+
+def run(settings: BrokerSettings) -> bool:
+    """Serve until SIGTERM/SIGINT; False when start-up failed (e.g. the store is locked)."""
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level=settings.log_level,
+        access_log=settings.log_level in ("debug", "trace"),
+        server_header=False,
+        timeout_graceful_shutdown=settings.graceful_shutdown_s,
+    )
+    server = BrokerServer(config, app.state.broker)
+    server.run()
+    return server.started

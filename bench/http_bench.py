@@ -1,0 +1,370 @@
+"""HTTP front end benchmark: request rates against a no-op ceiling, and long-poll delivery latency.
+
+One broker process (`python -m app serve`, uvicorn + uvloop + httptools) over a temporary
+store, measured in one run on one machine:
+1. GET /healthz: the no-op ceiling of this uvicorn/FastAPI stack;
+2. single-message produce (JSON, 1 KiB body);
+3. 100-message JSON batch produce (1 KiB bodies);
+4. raw-body produce (application/octet-stream, 1 KiB);
+5. catch-up pulls of 1 KiB messages, JSON and the batch format (application/x-tidemq-batch);
+6. produce -> long-poll delivery latency p50/p99 at a fixed rate.
+
+Rates (1-5) come from wrk (installed with apt-get when missing and possible, else those rows
+are skipped with a line saying so); every rate is also given as a ratio to the no-op ceiling
+measured in the same run, because the machine is shared and absolute numbers drift.
+
+Usage: python bench/http_bench.py [--quick] [--seconds S] [--connections N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BODY_BYTES = 1024
+BATCH = 100
+TOPIC = "bench"
+# Messages in the queue the catch-up pulls read (wrapping around); 1 KiB each.
+CATCH_UP_MESSAGES = 50_000
+# Messages per pull in the catch-up rows (the store config below lets a pull return this many).
+PULL_MAX = 256
+STORE_CONFIG = f"""
+[broker]
+max_pull_messages = {PULL_MAX}
+max_json_body_bytes = 33554432
+[store]
+mapped_file_size_commit_log_bytes = 268435456
+max_transfer_count_on_message_in_memory = {PULL_MAX}
+max_transfer_bytes_on_message_in_memory = 1048576
+"""
+TARGETS = {
+    "produce, single (JSON)": ("ratio", 0.85),
+    "produce, 100-message batch (JSON)": ("messages", 100_000),
+    "pull catch-up (batch format)": ("messages", 150_000),
+}
+
+
+@dataclass
+class Row:
+    name: str
+    requests_per_s: float
+    messages_per_s: float
+    ceiling: float
+    errors: int
+
+    @property
+    def ratio(self) -> float:
+        return self.requests_per_s / self.ceiling if self.ceiling else 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.port = free_port()
+        config = os.path.join(root, "bench.toml")
+        with open(config, "w") as f:
+            f.write(STORE_CONFIG)
+        cmd = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--store", os.path.join(root, "store"), "--config", config]
+        self.log = open(os.path.join(root, "broker.log"), "wb")
+        self.proc = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if self.request("GET", "/readyz")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("broker did not become ready")
+
+    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers={"content-type": content_type} if body is not None else {})
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def ensure_wrk() -> str | None:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("wrk not found: installing it with apt-get", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], capture_output=True)
+        return shutil.which("wrk")
+    return None
+
+
+def wrk(binary: str, url: str, script: str, seconds: int, connections: int, workdir: str) -> tuple[float, int]:
+    """Requests per second and non-2xx count of one wrk run."""
+    path = os.path.join(workdir, "script.lua")
+    with open(path, "w") as f:
+        f.write(script)
+    # --timeout: a slow reply is counted in the rate, not as a socket error.
+    cmd = [binary, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", path, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60).stdout
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if rate is None:
+        raise RuntimeError(f"wrk gave no rate:\n{out}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = int(non_2xx.group(1)) if non_2xx else 0
+    if socket_errors:
+        errors += sum(int(x) for x in socket_errors.groups())
+    return float(rate.group(1)), errors
+
+
+def lua_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string literal is a valid Lua string literal for this ASCII text
+
+
+def post_script(body: str, content_type: str, path: str) -> str:
+    return (
+        f'wrk.method = "POST"\nwrk.path = {lua_string(path)}\nwrk.body = {lua_string(body)}\n'
+        f'wrk.headers["Content-Type"] = "{content_type}"\n'
+    )
+
+
+def pull_script(queue: int, total: int, accept: str | None) -> str:
+    header = f'wrk.headers["Accept"] = "{accept}"\n' if accept else ""
+    return (
+        header
+        + "local n = 0\n"
+        + "request = function()\n"
+        + f"  local offset = (n * {PULL_MAX}) % {total - PULL_MAX}\n"
+        + "  n = n + 1\n"
+        + f'  return wrk.format("GET", "/v1/topics/{TOPIC}/queues/{queue}/messages?max={PULL_MAX}&offset=" .. offset)\n'
+        + "end\n"
+    )
+
+
+def fill_queue(broker: Broker, queue: int, count: int) -> None:
+    body = "x" * BODY_BYTES
+    batch = json.dumps({"messages": [{"body": body, "queue_id": queue}] * 1000}).encode()
+    for _ in range(count // 1000):
+        status, reply = broker.request("POST", f"/v1/topics/{TOPIC}/messages", batch)
+        assert status == 201, reply[:300]
+    deadline = time.monotonic() + 60
+    while json.loads(broker.request("GET", f"/v1/topics/{TOPIC}")[1])["queues"][queue]["max_offset"] < count:
+        assert time.monotonic() < deadline, "dispatch did not catch up"
+        time.sleep(0.1)
+
+
+def rates(broker: Broker, binary: str, seconds: int, connections: int, workdir: str) -> list[Row]:
+    url = f"http://127.0.0.1:{broker.port}"
+    body = "x" * BODY_BYTES
+    status, _ = broker.request("PUT", f"/v1/topics/{TOPIC}", json.dumps({"queues": 4}).encode())
+    assert status in (200, 201)
+    # Warm-up, not counted: the first commitlog file, the topic's queues, the server's code paths.
+    single = post_script(json.dumps({"body": body, "queue_id": 1}), "application/json", f"/v1/topics/{TOPIC}/messages")
+    wrk(binary, url, single, 2, connections, workdir)
+    # The ceiling is measured before and after every scenario; a scenario's ratio uses the mean of the
+    # two around it, so that load from elsewhere on a shared machine shifts both sides alike.
+    ceilings = [wrk(binary, url + "/healthz", "", seconds, connections, workdir)[0]]
+    rows = [Row("no-op GET /healthz (ceiling)", ceilings[0], 0.0, ceilings[0], 0)]
+
+    def measure(name: str, script: str, per_request: int) -> None:
+        rate, errors = wrk(binary, url, script, seconds, connections, workdir)
+        ceilings.append(wrk(binary, url + "/healthz", "", seconds, connections, workdir)[0])
+        ceiling = (ceilings[-2] + ceilings[-1]) / 2
+        rows.append(Row(name, rate, rate * per_request, ceiling, errors))
+        print(f"  {name}: {rate:,.0f} req/s, ceiling around it {ceiling:,.0f} req/s", flush=True)
+
+    path = f"/v1/topics/{TOPIC}/messages"
+    measure("produce, single (JSON)", single, 1)
+    batch = json.dumps({"messages": [{"body": body, "queue_id": 2}] * BATCH})
+    measure(f"produce, {BATCH}-message batch (JSON)", post_script(batch, "application/json", path), BATCH)
+    measure("produce, raw body", post_script(body, "application/octet-stream", path + "?queue_id=3"), 1)
+    fill_queue(broker, 0, CATCH_UP_MESSAGES)
+    measure("pull catch-up (JSON)", pull_script(0, CATCH_UP_MESSAGES, None), PULL_MAX)
+    measure("pull catch-up (batch format)", pull_script(0, CATCH_UP_MESSAGES, "application/x-tidemq-batch"), PULL_MAX)
+    rows[0] = Row("no-op GET /healthz (ceiling, mean of all runs)", sum(ceilings) / len(ceilings), 0.0, sum(ceilings) / len(ceilings), 0)
+    return rows
+
+
+def store_baselines(root: str) -> tuple[float, float]:
+    """Messages/s of the store itself, in this process: 100-message build + put_messages, 256-message get_message."""
+    from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
+
+    config = MessageStoreConfig(
+        store_path_root_dir=os.path.join(root, "baseline"),
+        mapped_file_size_commit_log_bytes=1 << 28,
+        max_transfer_count_on_message_in_memory=PULL_MAX,
+        max_transfer_bytes_on_message_in_memory=1 << 20,
+    )
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    try:
+        body = b"x" * BODY_BYTES
+        rounds = 200
+        started = time.perf_counter()
+        for _ in range(rounds):  # build_message is timed too: every front end pays it
+            assert store.put_messages_future([build_message(TOPIC, body, 0) for _ in range(BATCH)]).result().ok
+        put_rate = rounds * BATCH / (time.perf_counter() - started)
+        total = rounds * BATCH
+        deadline = time.monotonic() + 60
+        while store.get_max_offset_in_queue(TOPIC, 0) < total:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        read = 0
+        started = time.perf_counter()
+        for offset in range(0, total - PULL_MAX, PULL_MAX):
+            result = store.get_message("", TOPIC, 0, offset, PULL_MAX, None)
+            try:
+                assert result.status is GetMessageStatus.FOUND
+                read += result.message_count
+                result.to_bytes()
+            finally:
+                result.release()
+        get_rate = read / (time.perf_counter() - started)
+    finally:
+        store.shutdown()
+    return put_rate, get_rate
+
+
+def consume_latencies(port: int, topic: str, offset: int, stop_at_count: int, deadline_s: float, out: Any) -> None:
+    """Consumer process: long-poll the queue and report, per message, now minus the send time it carries."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    latencies: list[float] = []
+    end = time.monotonic() + deadline_s
+    while len(latencies) < stop_at_count and time.monotonic() < end:
+        conn.request("GET", f"/v1/topics/{topic}/queues/0/messages?offset={offset}&max=32&wait_ms=1000")
+        reply = json.loads(conn.getresponse().read())
+        now = time.monotonic_ns()
+        latencies.extend((now - int(m["body"])) / 1e6 for m in reply["messages"])
+        offset = reply["next_offset"]
+    conn.close()
+    out.put(latencies)
+
+
+def delivery_latency(broker: Broker, rate_per_s: int, seconds: float) -> tuple[float, float, int]:
+    """p50 and p99 (ms) from the start of a produce request to the held pull's reply carrying it.
+
+    The consumer is another process (no GIL shared with the producer); each body is the
+    CLOCK_MONOTONIC time its send started, which both processes read alike.
+    """
+    topic = "latency"
+    broker.request("PUT", f"/v1/topics/{topic}", json.dumps({"queues": 1}).encode())
+    start = json.loads(broker.request("GET", f"/v1/topics/{topic}")[1])["queues"][0]["max_offset"]
+    count = int(rate_per_s * seconds)
+    results: multiprocessing.Queue = multiprocessing.Queue()
+    consumer = multiprocessing.Process(target=consume_latencies, args=(broker.port, topic, start, count, seconds + 30, results))
+    consumer.start()
+    time.sleep(0.5)  # the consumer's first pull is held before the first send
+    conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=30)
+    interval = 1.0 / rate_per_s
+    next_send = time.monotonic()
+    for _ in range(count):
+        while time.monotonic() < next_send:
+            time.sleep(max(0.0, next_send - time.monotonic() - 0.0005))
+        body = json.dumps({"body": str(time.monotonic_ns()), "queue_id": 0})
+        conn.request("POST", f"/v1/topics/{topic}/messages", body=body, headers={"content-type": "application/json"})
+        conn.getresponse().read()
+        next_send += interval
+    conn.close()
+    latencies = sorted(results.get(timeout=seconds + 60))
+    consumer.join(10)
+    if not latencies:
+        return float("nan"), float("nan"), 0
+    return latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], len(latencies)
+
+
+def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, baselines: tuple[float, float]) -> str:
+    lines = [
+        f"tidemq HTTP benchmark ({platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
+        f"bodies of {BODY_BYTES} B; ceiling = no-op GET /healthz on the same server",
+        "",
+        "| Scenario | Requests/s | Messages/s | Ratio to the ceiling runs around it | Errors | Target |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        target = ""
+        if row.name in TARGETS:
+            kind, value = TARGETS[row.name]
+            met = row.ratio >= value if kind == "ratio" else row.messages_per_s >= value
+            target = f"{'>=' if kind == 'ratio' else '>='} {value:,} {'of ceiling' if kind == 'ratio' else 'msg/s'}: {'met' if met else 'NOT met'}"
+        messages = f"{row.messages_per_s:,.0f}" if row.messages_per_s else "-"
+        lines.append(f"| {row.name} | {row.requests_per_s:,.0f} | {messages} | {row.ratio:.2f} | {row.errors} | {target} |")
+    put_rate, get_rate = baselines
+    by_name = {row.name: row for row in rows}
+    lines += [
+        "",
+        f"Store alone, in-process, same run: build_message + put_messages of {BATCH} x {BODY_BYTES} B {put_rate:,.0f} msg/s; "
+        f"get_message of {PULL_MAX} + to_bytes {get_rate:,.0f} msg/s.",
+    ]
+    batch_row = by_name.get(f"produce, {BATCH}-message batch (JSON)")
+    pull_row = by_name.get("pull catch-up (batch format)")
+    if batch_row and pull_row:
+        lines.append(
+            f"HTTP / store: batch produce {batch_row.messages_per_s / put_rate:.2f}, batch-format pull {pull_row.messages_per_s / get_rate:.2f}."
+        )
+    p50, p99, samples = latency
+    met = "met" if p99 <= 5.0 else "NOT met"
+    lines += [
+        "",
+        f"Produce -> long-poll delivery at {rate_per_s} msg/s: p50 {p50:.2f} ms, p99 {p99:.2f} ms over {samples} messages "
+        f"(target p99 <= 5 ms: {met})",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (2 s per scenario)")
+    parser.add_argument("--seconds", type=int, default=5, help="seconds per wrk scenario")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections")
+    parser.add_argument("--latency-rate", type=int, default=200, help="messages per second of the latency run")
+    args = parser.parse_args()
+    seconds = 2 if args.quick else args.seconds
+    with tempfile.TemporaryDirectory(prefix="tidemq-http-bench-") as root:
+        broker = Broker(root)
+        try:
+            binary = ensure_wrk()
+            rows: list[Row] = []
+            if binary is None:
+                print("wrk is not installed and cannot be installed here (apt-get install -y wrk): skipping the request-rate rows")
+            else:
+                print(f"wrk: {binary}, {args.connections} connections, {seconds} s per scenario", flush=True)
+                rows = rates(broker, binary, seconds, args.connections, root)
+            latency = delivery_latency(broker, args.latency_rate, 2.0 if args.quick else 5.0)
+        finally:
+            broker.stop()
+        baselines = store_baselines(root)
+    print()
+    print(render(rows, latency, args.latency_rate, baselines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Fixtures: real broker processes (`python -m app serve`) on free loopback ports, each over a
+temporary store with small files, always stopped at the end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# Small files so tests cross commitlog and consume queue file boundaries.
+SMALL_STORE = """
+[store]
+mapped_file_size_commit_log_bytes = 262144
+mapped_file_size_consume_queue_bytes = 20000
+max_message_size_bytes = 65536
+max_hash_slot_num = 1000
+max_index_num = 4000
+"""
+SMALL_BROKER = """
+[broker]
+max_request_body_bytes = 131072
+max_json_body_bytes = 1048576
+max_wait_ms = 5000
+max_pull_messages = 256
+"""
+# How long a server may take to become ready.
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """One `python -m app serve` process and an HTTP client for it."""
+
+    def __init__(self, store_dir: Path, config_text: str, args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.store_dir = store_dir
+        self.config_path = store_dir.parent / f"{store_dir.name}.toml"
+        self.config_path.write_text(config_text)
+        self.log_path = store_dir.parent / f"{store_dir.name}.log"
+        self.args = args or []
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.client: httpx.Client | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        self.port = free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "app",
+            "serve",
+            "--port",
+            str(self.port),
+            "--store",
+            str(self.store_dir),
+            "--config",
+            str(self.config_path),
+        ]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.client = httpx.Client(base_url=self.url, timeout=15.0)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if self.client.get("/readyz").status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker not ready within {START_TIMEOUT_S}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        """Stop with a signal; the exit status (the process is killed if it hangs)."""
+        assert self.proc is not None
+        if self.client is not None:
+            self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"broker did not stop within {timeout_s}s:\n{self.log()}") from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator:
+    """Factory of broker processes, all stopped at the end of the test."""
+    started: list[BrokerProcess] = []
+
+    def make(
+        config_text: str = SMALL_STORE + SMALL_BROKER, args: list[str] | None = None, env: dict[str, str] | None = None, name: str = "store"
+    ) -> BrokerProcess:
+        broker = BrokerProcess(tmp_path / name, config_text, args, env)
+        started.append(broker)
+        return broker.start()
+
+    try:
+        yield make
+    finally:
+        for broker in started:
+            broker.kill()
+
+
+@pytest.fixture(scope="session")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that only need a running server (they use topics of their own)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("shared") / "store", SMALL_STORE + SMALL_BROKER)
+    try:
+        yield broker.start()
+    finally:
+        broker.kill()
+
+
+@pytest.fixture
+def client(shared_broker: BrokerProcess) -> httpx.Client:
+    assert shared_broker.client is not None
+    return shared_broker.client
+
+
+@pytest.fixture
+def topic() -> str:
+    """A fresh topic name per test."""
+    return "t-" + uuid.uuid4().hex[:12]

@@ -1,0 +1,43 @@
+"""Helpers shared by the front end's tests (assertions on problem replies, visible sends)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+
+def problem(response: httpx.Response, status: int, code: str) -> dict:
+    """Assert a problem+json reply with this status and code; return its body."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body = response.json()
+    assert body["code"] == code, body
+    assert body["status"] == status
+    assert body["title"] and body["detail"] and body["type"].startswith("https://")
+    return body
+
+
+def wait_visible(client: httpx.Client, topic: str, queue_id: int, queue_offset: int, timeout_s: float = 5.0) -> None:
+    """Wait until the message at `queue_offset` is dispatched (a produce reply does not wait for that)."""
+    deadline = time.monotonic() + timeout_s
+    while client.get(f"/v1/topics/{topic}").json()["queues"][queue_id]["max_offset"] <= queue_offset:
+        assert time.monotonic() < deadline, f"{topic}/{queue_id} offset {queue_offset} never became visible"
+        time.sleep(0.005)
+
+
+def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, **fields) -> dict:
+    """Produce one message and wait until pulls can see it."""
+    message = {"body": body, **fields}
+    if queue_id is not None:
+        message["queue_id"] = queue_id
+    r = client.post(f"/v1/topics/{topic}/messages", json=message)
+    assert r.status_code == 201, r.text
+    sent = r.json()
+    wait_visible(client, topic, sent["queue_id"], sent["queue_offset"])
+    return sent
+
+
+def commitlog_max(client: httpx.Client) -> int:
+    """The commitlog's max offset: unchanged when a refused request stored nothing."""
+    return client.get("/v1/store").json()["runtime"]["commitlog_max_offset"]

@@ -1,0 +1,92 @@
+"""The produce and pull routes answer the same with and without app.hot_routes in front of them.
+
+Both apps run in this process over real stores in temporary directories (the store's services
+are started through the broker as the lifespan would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.server import create_app
+from app.settings import BrokerSettings
+from store import MessageStoreConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+JSON = {"content-type": "application/json"}
+RAW = {"content-type": "application/octet-stream"}
+# (method, path, query, body, headers): a walk over good and bad forms of both routes.
+REQUESTS = [
+    ("PUT", "/v1/topics/t", {}, b'{"queues": 2}', JSON),
+    ("POST", "/v1/topics/t/messages", {}, b'{"body": "a", "queue_id": 0, "tags": "A"}', JSON),
+    ("POST", "/v1/topics/t/messages", {}, b'{"messages": [{"body": "b", "queue_id": 0}, {"body": "c", "queue_id": 0}]}', JSON),
+    ("POST", "/v1/topics/t/messages", {"queue_id": "0", "tags": "B"}, b"raw", RAW),
+    ("POST", "/v1/topics/t/messages", {}, b"{", JSON),
+    ("POST", "/v1/topics/t/messages", {}, b'{"body": "x", "queue_id": 5}', JSON),
+    ("POST", "/v1/topics/bad.name/messages", {}, b'{"body": "x"}', JSON),
+    ("POST", "/v1/topics/t/messages", {}, b"x", {"content-type": "text/plain"}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "max": "10", "wait_ms": "2000"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "tag": "B"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "4"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "-1"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "x"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "max": "0"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "wait_ms": "-5"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "wait_ms": "999999"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "0", "tag": "A||"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"group": "a.b"}, None, {}),
+    ("GET", "/v1/topics/t/queues/2/messages", {"offset": "0"}, None, {}),
+    ("GET", "/v1/topics/t/queues/-1/messages", {"offset": "0"}, None, {}),
+    ("GET", "/v1/topics/t/queues/x/messages", {"offset": "0"}, None, {}),
+    ("GET", "/v1/topics/none/queues/0/messages", {"offset": "0"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages", {"offset": "1"}, None, {"accept": "application/x-tidemq-batch"}),
+]
+
+FIRST_PULL = 8
+
+
+def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
+    config = MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 22, max_message_size_bytes=1 << 16)
+    settings = BrokerSettings(store_dir=str(tmp_path / f"hot-{hot_routes}"), hot_routes=hot_routes, store=config).validate()
+    app = create_app(settings)
+    broker = app.state.broker
+
+    async def walk() -> list[tuple[int, str]]:
+        await broker.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app", timeout=10) as c:
+                out = []
+                for i, (method, path, query, body, headers) in enumerate(REQUESTS):
+                    if i == FIRST_PULL:  # the four stored messages are dispatched before the pulls
+                        while (await c.get("/v1/topics/t")).json()["queues"][0]["max_offset"] < 4:
+                            await asyncio.sleep(0.005)
+                    r = await c.request(method, path, params=query, content=body, headers=headers)
+                    if r.headers.get("content-type", "").startswith("application/problem+json"):
+                        summary = r.json()["code"]
+                    elif r.headers.get("content-type") == "application/x-tidemq-batch":
+                        summary = f"{r.headers['x-tidemq-status']}:{r.headers['x-tidemq-count']}:{len(r.content)}"
+                    elif method == "GET":
+                        summary = f"{r.json()['status']}:{[m['body'] for m in r.json()['messages']]}"
+                    else:
+                        summary = str(sorted(r.json()))
+                    out.append((r.status_code, summary))
+                return out
+        finally:
+            await broker.stop()
+
+    return asyncio.run(walk())
+
+
+def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
+    hot = outcomes(tmp_path, True)
+    plain = outcomes(tmp_path, False)
+    assert hot == plain
+    assert hot[8] == (200, "FOUND:['a', 'b', 'c', 'raw']")
+    assert hot[9] == (200, "FOUND:['raw']")
+    assert [status for status, _ in hot[11:22]] == [400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 400]

@@ -1,0 +1,161 @@
+"""Whole-process behaviour: restart, SIGTERM with held pulls, SYNC_FLUSH, settings, start-up failures."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.helpers import problem, send, wait_visible
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_restart_keeps_messages_offsets_and_topics(make_broker) -> None:
+    first: BrokerProcess = make_broker()
+    c = first.client
+    assert c.put("/v1/topics/orders", json={"queues": 3}).status_code == 201
+    assert c.put("/v1/topics/audit", json={"queues": 1, "perm": "r"}).status_code == 201
+    sent = [send(c, "orders", f"order-{i}", queue_id=i % 3, keys=[f"k{i}"], tags="T") for i in range(30)]
+    # Enough bytes to roll over several 256 KiB commitlog files.
+    big = send(c, "orders", "x" * 60_000, queue_id=0)
+    for _ in range(10):
+        send(c, "orders", "y" * 60_000, queue_id=1)
+    assert c.put("/v1/groups/g1/offsets", json={"topic": "orders", "queue_id": 0, "offset": 4}).status_code == 200
+    assert first.stop() == 0
+
+    second: BrokerProcess = make_broker()
+    c = second.client
+    topics = {t["topic"]: t for t in c.get("/v1/topics").json()["topics"]}
+    assert topics["orders"]["read_queues"] == 3 and topics["audit"]["perm"] == "r"
+    got = c.get("/v1/topics/orders/queues/0/messages", params={"offset": 0, "max": 20}).json()
+    assert [m["body"] for m in got["messages"]] == [f"order-{i}" for i in range(0, 30, 3)] + ["x" * 60_000]
+    assert got["messages"][-1]["commitlog_offset"] == big["commitlog_offset"]
+    offsets = c.get("/v1/groups/g1/offsets", params={"topic": "orders"}).json()["queues"]
+    assert offsets[0]["committed_offset"] == 4 and offsets[0]["max_offset"] == 11
+    assert offsets[1]["max_offset"] == 20
+    found = c.get("/v1/topics/orders/messages", params={"key": "k7"}).json()["messages"]
+    assert [m["msg_id"] for m in found] == [sent[7]["msg_id"]]
+    assert c.get(f"/v1/messages/{sent[5]['offset_msg_id']}").json()["body"] == "order-5"
+    # Writing continues after the old end.
+    after = send(c, "orders", "after-restart", queue_id=2)
+    assert after["queue_offset"] == 10 and after["commitlog_offset"] > big["commitlog_offset"]
+    assert second.stop() == 0
+
+
+def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
+    broker: BrokerProcess = make_broker()
+    assert broker.client.put("/v1/topics/t", json={"queues": 1}).status_code == 201
+    replies: list[httpx.Response] = []
+
+    def held_pull() -> None:
+        replies.append(httpx.get(f"{broker.url}/v1/topics/t/queues/0/messages", params={"offset": 0, "wait_ms": 5000}, timeout=15))
+
+    thread = threading.Thread(target=held_pull)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while "tidemq_held_pulls 1" not in broker.client.get("/metrics").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    started = time.monotonic()
+    assert broker.stop(signal.SIGTERM) == 0
+    thread.join(10)
+    assert time.monotonic() - started < 4.0
+    assert replies and replies[0].status_code == 200 and replies[0].json()["status"] == "NO_NEW_MSG"
+    assert "store shut down" in broker.log()
+
+
+def test_sync_flush_replies_after_the_flush(make_broker) -> None:
+    broker: BrokerProcess = make_broker(env={"TIDEMQ_FLUSH": "sync"})
+    c = broker.client
+    status = c.get("/v1/store").json()
+    assert status["flush_mode"] == "SYNC_FLUSH"
+    for i in range(5):
+        r = c.post("/v1/topics/s/messages", json={"body": f"durable-{i}" * 50, "queue_id": 0})
+        assert r.status_code == 201, r.text
+        flushed = c.get("/v1/store").json()["runtime"]["commitlog_flushed_offset"]
+        assert flushed > r.json()["commitlog_offset"]
+    batch = c.post("/v1/topics/s/messages", json={"messages": [{"body": "b"}] * 20})
+    assert batch.status_code == 201
+    assert c.get("/v1/store").json()["runtime"]["commitlog_flushed_offset"] > batch.json()["results"][-1]["commitlog_offset"]
+
+
+def test_flush_timeout_is_504_and_the_message_is_stored(make_broker) -> None:
+    # With no room for group commit requests the store answers FLUSH_DISK_TIMEOUT at once (the bytes are written).
+    config = SMALL_STORE + "max_group_commit_requests = 0\n" + SMALL_BROKER
+    broker: BrokerProcess = make_broker(config, args=["--flush", "sync"])
+    c = broker.client
+    r = c.post("/v1/topics/s/messages", json={"body": "maybe-durable", "queue_id": 0})
+    body = problem(r, 504, "FLUSH_DISK_TIMEOUT")
+    assert body["stored"] is True and "stored" in body["detail"]
+    wait_visible(c, "s", 0, 0)
+    got = c.get("/v1/topics/s/queues/0/messages", params={"offset": 0}).json()
+    assert got["messages"][0]["body"] == "maybe-durable"
+
+
+def test_auto_create_off_and_held_pull_bound(make_broker) -> None:
+    config = SMALL_STORE + SMALL_BROKER + "auto_create_topics = false\nmax_held_pulls = 1\n"
+    broker: BrokerProcess = make_broker(config)
+    c = broker.client
+    before = c.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
+    problem(c.post("/v1/topics/nope/messages", json={"body": "x"}), 404, "TOPIC_NOT_FOUND")
+    problem(c.get("/v1/topics/nope"), 404, "TOPIC_NOT_FOUND")
+    assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == before
+    assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
+    thread = threading.Thread(target=lambda: httpx.get(f"{broker.url}/v1/topics/t/queues/0/messages?offset=0&wait_ms=1500", timeout=10))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while "tidemq_held_pulls 1" not in c.get("/metrics").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    problem(c.get("/v1/topics/t/queues/0/messages", params={"offset": 0, "wait_ms": 1000}), 503, "TOO_MANY_WAITERS")
+    # A pull that need not wait is still served.
+    assert c.get("/v1/topics/t/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
+    thread.join()
+
+
+def test_second_broker_on_the_same_store_fails_to_start(make_broker) -> None:
+    make_broker()
+    with pytest.raises(RuntimeError, match="broker exited with 3"):
+        make_broker()
+
+
+def test_cli_refuses_a_bad_config(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[broker]\nmax_wait_ms = 'long'\n")
+    cmd = [sys.executable, "-m", "app", "serve", "--config", str(bad), "--store", str(tmp_path / "s")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "max_wait_ms must be an integer" in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_slave_refuses_puts_with_not_master(make_broker) -> None:
+    broker: BrokerProcess = make_broker(SMALL_STORE + 'broker_role = "SLAVE"\n' + SMALL_BROKER)
+    c = broker.client
+    assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
+    assert c.get("/v1/store").json()["role"] == "SLAVE"
+    body = problem(c.post("/v1/topics/t/messages", json={"body": "x"}), 503, "NOT_MASTER")
+    assert "slave" in body["detail"]
+    assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == 0
+
+
+def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
+    # Every ratio at 1 %: any real disk is "full", so the cleanup service raises the flag.
+    ratios = "disk_max_used_space_ratio_percent = 1\ndisk_clean_forcibly_ratio_percent = 1\ndisk_warning_ratio_percent = 1\n"
+    broker: BrokerProcess = make_broker(SMALL_STORE + ratios + "clean_resource_interval_ms = 50\n" + SMALL_BROKER)
+    c = broker.client
+    if c.get("/v1/store").json()["runtime"]["disk_used_ratio"] <= 0.01:
+        pytest.skip("the temporary directory's disk is almost empty")
+    deadline = time.monotonic() + 10
+    while not c.get("/v1/store").json()["runtime"]["disk_full"]:
+        assert time.monotonic() < deadline, "the store never flagged the disk as full"
+        time.sleep(0.05)
+    problem(c.post("/v1/topics/t/messages", json={"body": "x"}), 507, "DISK_FULL")
+    assert "tidemq_disk_full 1" in c.get("/metrics").text

@@ -1,0 +1,130 @@
+"""Operations endpoints, framework errors as problem+json, and an app whose store is not running."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.server import create_app
+from app.settings import BrokerSettings
+from store import MessageStoreConfig
+from tests.app.helpers import problem, send
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_health_and_ready(client: httpx.Client) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert match, f"{name} missing"
+    return float(match.group(1))
+
+
+def test_metrics_count_puts_and_gets(client: httpx.Client, topic: str) -> None:
+    before = client.get("/metrics")
+    assert before.headers["content-type"].startswith("text/plain")
+    put_before = metric(before.text, "tidemq_put_messages_total")
+    found_before = metric(before.text, "tidemq_get_found_total")
+    for i in range(3):
+        send(client, topic, f"m{i}")
+    client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0})
+    text = client.get("/metrics").text
+    assert metric(text, "tidemq_put_messages_total") == put_before + 3
+    assert metric(text, "tidemq_get_found_total") >= found_before + 1
+    assert metric(text, "tidemq_put_bytes_total") > 0
+    assert metric(text, 'tidemq_put_latency_seconds_bucket{le="+Inf"}') == metric(text, "tidemq_put_latency_seconds_count")
+    assert metric(text, "tidemq_commitlog_max_offset") >= metric(text, "tidemq_commitlog_min_offset")
+    assert metric(text, "tidemq_dispatch_lag_bytes") >= 0
+    assert 0 <= metric(text, "tidemq_disk_used_ratio") <= 1
+    assert metric(text, "tidemq_held_pulls") == 0
+    assert metric(text, "tidemq_ready") == 1
+    assert re.search(r'^tidemq_put_tps\{window="10s"\} ', text, re.M)
+    # Every sample line belongs to a declared metric of the tidemq_ family.
+    declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = re.match(r"[a-z_]+", line).group(0)
+            assert name.startswith("tidemq_") and any(name.startswith(d) for d in declared), line
+
+
+def test_problem_counter(client: httpx.Client) -> None:
+    client.get("/v1/topics/a.b")
+    assert metric(client.get("/metrics").text, 'tidemq_http_problems_total{code="TOPIC_INVALID"}') >= 1
+
+
+def test_store_status(client: httpx.Client) -> None:
+    status = client.get("/v1/store").json()
+    assert status["ready"] is True and status["flush_mode"] == "ASYNC_FLUSH" and status["role"] == "ASYNC_MASTER"
+    runtime = status["runtime"]
+    for key in ("commitlog_min_offset", "commitlog_max_offset", "commitlog_committed_offset", "commitlog_flushed_offset", "reput_offset"):
+        assert isinstance(runtime[key], int)
+    assert runtime["dispatch_lag_bytes"] >= 0 and 0 <= runtime["disk_used_ratio"] <= 1
+    assert status["config"]["mapped_file_size_commit_log_bytes"] == 262144
+
+
+def test_framework_errors_are_problems(client: httpx.Client) -> None:
+    problem(client.get("/nope"), 404, "NOT_FOUND")
+    problem(client.get("/v1/topics/a/b/c/d"), 404, "NOT_FOUND")
+    r = problem(client.patch("/v1/topics"), 405, "METHOD_NOT_ALLOWED")
+    assert r["instance"] == "/v1/topics"
+    assert client.post("/healthz").headers["allow"] == "GET"
+    # Every method of the path, not only the first route's.
+    problem(client.patch("/v1/topics/some-topic"), 405, "METHOD_NOT_ALLOWED")
+    assert client.patch("/v1/topics/some-topic").headers["allow"] == "DELETE, GET, PUT"
+
+
+def test_an_app_whose_store_is_not_running(tmp_path: Path) -> None:
+    """Without the lifespan (store never loaded) nothing is ready and puts are refused, not failed."""
+    settings = BrokerSettings(store_dir=str(tmp_path / "s"), store=MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 23)).validate()
+    app = create_app(settings)
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as c:
+            assert (await c.get("/healthz")).status_code == 200
+            problem(await c.get("/readyz"), 503, "SERVICE_NOT_AVAILABLE")
+            problem(await c.get("/v1/store"), 503, "SERVICE_NOT_AVAILABLE")
+            r = await c.post("/v1/topics/t/messages", json={"body": "x"})
+            problem(r, 503, "SHUTTING_DOWN")
+            assert r.headers["retry-after"] == "1"
+            assert "tidemq_ready 0" in (await c.get("/metrics")).text
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        app.state.broker.executor.shutdown()
+
+
+def test_reads_past_the_bound_are_refused(tmp_path: Path) -> None:
+    config = MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 23)
+    settings = BrokerSettings(store_dir=str(tmp_path / "s"), max_pending_reads=1, read_threads=1, store=config).validate()
+    app = create_app(settings)
+    broker = app.state.broker
+    release = threading.Event()
+
+    async def scenario() -> None:
+        await broker.start()
+        try:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as c:
+                assert (await c.put("/v1/topics/t", json={"queues": 1})).status_code == 201
+                blocker = asyncio.ensure_future(broker.run(release.wait, 10))  # the one reader slot, taken
+                await asyncio.sleep(0.05)
+                r = await c.get("/v1/topics/t/messages", params={"key": "k"})  # index queries always use the pool
+                problem(r, 503, "READS_BUSY")
+                assert r.headers["retry-after"] == "1"
+                release.set()
+                assert await blocker is True
+                assert (await c.get("/v1/topics/t/messages", params={"key": "k"})).json() == {"messages": []}
+        finally:
+            release.set()
+            await broker.stop()
+
+    asyncio.run(scenario())
