@@ -86,6 +86,8 @@ class CommitLog:
         Each message's bytes are built before the lock (`_encode_image`); under the lock
         only the queue offset, physical offset and store time are patched in.
         """
+        if len(msgs) == 1:
+            return self._put_one(msgs[0])
         images = [self._encode_image(m) for m in msgs]
         items: list[AppendMessageResult] = []
         status = PutMessageStatus.PUT_OK
@@ -101,6 +103,19 @@ class CommitLog:
             finally:
                 self.begin_time_in_lock_ms = 0
         return PutMessageResult(status, items=items)
+
+    def _put_one(self, msg: MessageInner) -> PutMessageResult:
+        """put_messages for one message, without the batch's lists."""
+        image = self._encode_image(msg)
+        with self.put_lock:
+            self.begin_time_in_lock_ms = now = int(time.time() * 1000)
+            try:
+                item = self._append_locked(msg, image, now)
+            finally:
+                self.begin_time_in_lock_ms = 0
+        if item is None:
+            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
+        return PutMessageResult(PutMessageStatus.PUT_OK, items=[item])
 
     def _encode_image(self, msg: MessageInner) -> bytes:
         """The message's stored bytes with queue offset, physical offset and store time left zero."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 
 
 class PutMessageStatus(enum.Enum):
@@ -87,14 +86,28 @@ class AppendMessageResult:
         return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
 
 
-@dataclass(slots=True)
 class PutMessageResult:
-    """Outcome of one put (or one batch put: `items` has one entry per message)."""
+    """Outcome of one put (or one batch put: `items` has one entry per message).
 
-    status: PutMessageStatus
-    refusal: PutRefusal = PutRefusal.NONE
-    detail: str = ""
-    items: list[AppendMessageResult] = field(default_factory=list)
+    A plain slotted class: one is made per put, so its constructor stays minimal.
+    """
+
+    __slots__ = ("status", "refusal", "detail", "items")
+
+    def __init__(
+        self,
+        status: PutMessageStatus,
+        refusal: PutRefusal = PutRefusal.NONE,
+        detail: str = "",
+        items: list[AppendMessageResult] | None = None,
+    ) -> None:
+        self.status = status
+        self.refusal = refusal
+        self.detail = detail
+        self.items = items if items is not None else []
+
+    def __repr__(self) -> str:
+        return f"PutMessageResult({self.status.value}, refusal={self.refusal.value}, items={len(self.items)}, detail={self.detail!r})"
 
     @property
     def ok(self) -> bool:
