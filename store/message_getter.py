@@ -88,6 +88,8 @@ class MessageGetter:
                     pos += CQ_STORE_UNIT_SIZE
                     continue  # a gap entry: nothing stored at this queue offset
                 if phy < next_phy_file_start or phy < min_phy:
+                    if result.message_count == 0:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING  # the file it lay in is gone
                     pos += CQ_STORE_UNIT_SIZE
                     continue
                 in_disk = max_phy - phy > self.memory_window
