@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $@
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
-	$(PIP) install -q -e '.[test,spark]' --config-settings editable_mode=compat
+	$(PIP) install -q -e '.[test,spark,bench]' --config-settings editable_mode=compat
 	touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
