@@ -23,6 +23,7 @@ import ctypes.util
 import logging
 import mmap
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -80,6 +81,7 @@ class MappedFile:
         self.store_timestamp = 0  # store time of the last message written (commitlog only)
         self._pool = transient_store_pool
         self.write_buffer: bytearray | None = None
+        self._address: int | None = None  # the mapping's address, taken at the first flush
         existed = os.path.exists(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -171,13 +173,29 @@ class MappedFile:
                         os.fdatasync(self._fd)
                     else:
                         aligned = start - (start % OS_PAGE_SIZE)
-                        self.mm.flush(aligned, readable - aligned)
+                        self._msync(aligned, readable - aligned)
                     self.flushed_position = readable
                 finally:
                     self.release()
             else:
                 self.flushed_position = readable
         return self.flushed_position
+
+    def _msync(self, offset: int, length: int) -> None:
+        """msync(MS_SYNC) of [offset, offset+length) with the GIL released.
+
+        CPython's mmap.flush() holds the GIL through the whole msync, which would stop every
+        producer thread while a group commit waits for the disk; ctypes releases it. The
+        caller holds a reference, so the mapping cannot be closed meanwhile.
+        """
+        if self._address is None:
+            self._address = mapping_address(self.mm)
+        libc = _libc()
+        if self._address and libc is not None and sys.platform.startswith("linux"):
+            if libc.msync(ctypes.c_void_p(self._address + offset), ctypes.c_size_t(length), _MS_SYNC) == 0:
+                return
+            log.warning("msync failed for %s (errno %d); flushing through mmap.flush", self.path, ctypes.get_errno())
+        self.mm.flush(offset, length)
 
     def _is_able_to(self, current: int, done: int, least_pages: int) -> bool:
         if current >= self.file_size:
@@ -297,18 +315,39 @@ class MappedFile:
         _mlock(mm, self.file_size, self.path)
 
 
+_MS_SYNC = 4  # Linux's value of MS_SYNC (not exported by Python's mmap module)
 _LIBC: ctypes.CDLL | None = None
+_LIBC_FAILED = False
+
+
+def _libc() -> ctypes.CDLL | None:
+    """The C library through ctypes (its calls release the GIL), or None where it cannot load."""
+    global _LIBC, _LIBC_FAILED
+    if _LIBC is None and not _LIBC_FAILED:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError as exc:
+            _LIBC_FAILED = True
+            log.info("libc unavailable through ctypes (%s); msync and mlock fall back", exc)
+    return _LIBC
+
+
+def mapping_address(mm: mmap.mmap) -> int:
+    """The address of a mapping, or 0 when it cannot be taken."""
+    try:
+        anchor = ctypes.c_char.from_buffer(mm)
+    except (TypeError, ValueError):
+        return 0
+    address = ctypes.addressof(anchor)
+    del anchor  # the export must not outlive this call, or the mapping cannot close
+    return address
 
 
 def _mlock(mm: mmap.mmap, size: int, path: str) -> None:
-    global _LIBC
-    try:
-        if _LIBC is None:
-            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        anchor = ctypes.c_char.from_buffer(mm)
-        address = ctypes.addressof(anchor)
-        del anchor  # the export must not outlive this call, or the mapping cannot close
-        if _LIBC.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) != 0:
-            log.info("mlock refused for %s: errno %d", path, ctypes.get_errno())
-    except (OSError, AttributeError, TypeError) as exc:
-        log.info("mlock unavailable for %s: %s", path, exc)
+    libc = _libc()
+    address = mapping_address(mm)
+    if libc is None or not address:
+        log.info("mlock unavailable for %s", path)
+        return
+    if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) != 0:
+        log.info("mlock refused for %s: errno %d", path, ctypes.get_errno())
