@@ -36,6 +36,7 @@ from store.message_codec import encode_message
 TOPIC = "Bench"
 QUEUES = 4
 CHUNK_BYTES = 1 << 20
+GROUP_SIZES: dict[int, float] = {}  # producer threads -> mean requests answered by one group commit
 
 
 class Row:
@@ -236,6 +237,8 @@ def bench_sync_flush(root: str, threads: int, seconds: float, file_bytes: int) -
     for w in workers:
         w.join()
     elapsed = time.perf_counter() - t0
+    service = store.flush_service
+    GROUP_SIZES[threads] = getattr(service, "requests_served", 0) / max(1, getattr(service, "group_commits", 0))
     store.shutdown()
     shutil.rmtree(d, ignore_errors=True)
     return sum(counts) / elapsed
@@ -287,6 +290,9 @@ def render(rows: list[Row]) -> str:
     ]
     for r in rows:
         lines.append(f"| {r.name} | {r.value:,.0f} | {r.unit} | {r.baseline_name} | {r.baseline:,.0f} | {r.ratio:.3f} | {r.target} |")
+    if GROUP_SIZES:
+        sizes = ", ".join(f"{n} producers: {size:.1f}" for n, size in sorted(GROUP_SIZES.items()))
+        lines += ["", f"mean requests answered per group commit (one flush each): {sizes}"]
     return "\n".join(lines)
 
 

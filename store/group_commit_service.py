@@ -44,6 +44,8 @@ class GroupCommitService(ServiceThread):
         self._requests_write: list[GroupCommitRequest] = []
         self._requests_read: list[GroupCommitRequest] = []
         self._lock = threading.Lock()
+        self.group_commits = 0  # flush rounds that answered requests
+        self.requests_served = 0  # requests answered; their ratio is the mean group size
 
     def put_request(self, request: GroupCommitRequest) -> None:
         with self._lock:
@@ -69,6 +71,8 @@ class GroupCommitService(ServiceThread):
                     flush_ok = self.commit_log.flushed_where() >= request.next_offset
                 request.wakeup_customer(flush_ok)
             self._on_flushed(self.commit_log.mapped_file_queue.store_timestamp)
+            self.group_commits += 1
+            self.requests_served += len(requests)
             self._requests_read = []
         else:
             # Messages put without waiting (a put that chose not to wait) still reach disk.
