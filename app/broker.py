@@ -7,6 +7,9 @@ Invariants:
 - Topic names are checked with `topic_problem` before any store call, so a name such as
   `../etc` never reaches the filesystem.
 - On stop, every held pull is released before the store shuts down.
+- Replication (`ha.attach`) is wired when the broker is built, before the store loads: a
+  master's HA port is bound then, so a port in use fails the start before anything is served.
+- A slave refuses a produce before anything else touches the store (no topic is auto-created).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any, TypeVar
 from app.long_poll import HeldPulls
 from app.problems import ProblemError
 from app.settings import BrokerSettings
-from store import DefaultMessageStore
+from ha import HANode, attach
+from store import BrokerRole, DefaultMessageStore
 from store.message import SYSTEM_TOPICS, topic_problem
 
 log = logging.getLogger("tidemq.app")
@@ -35,6 +39,8 @@ class Broker:
         self.settings = settings
         self.config = settings.store
         self.store = DefaultMessageStore(settings.store)
+        # None for a standalone broker; raises HAStartFailed when a master cannot bind its HA port.
+        self.ha: HANode | None = attach(self.store, settings.ha)
         self.held = HeldPulls(settings.max_held_pulls)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.started = False
@@ -100,7 +106,7 @@ class Broker:
             if len(self._valid_names) < MAX_REMEMBERED_NAMES:
                 self._valid_names.add(topic)
         if for_write and topic in SYSTEM_TOPICS:
-            raise ProblemError("TOPIC_INVALID", f"{topic} is a system topic and cannot be written or configured")
+            raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
 
     def topic_config(self, topic: str) -> Any:
         """The topic's config; TOPIC_INVALID or TOPIC_NOT_FOUND problems otherwise."""
@@ -121,6 +127,7 @@ class Broker:
     async def topic_for_produce(self, topic: str) -> Any:
         """The topic's config for a put, creating it when auto_create_topics is on."""
         self.check_topic_name(topic, for_write=True)
+        self.check_master()
         config = self.store.topic_config_manager.get(topic)
         if config is None:
             if not self.settings.auto_create_topics:
@@ -138,6 +145,17 @@ class Broker:
             config = manager.create_or_update(topic, self.config.default_topic_queue_nums, "rw")
             self.topics_created_total += 1
         return config
+
+    def master_http_address(self) -> str | None:
+        """Where producers should send (a slave's master, learned in the handshake or configured)."""
+        return self.ha.master_http_address() if self.ha is not None else None
+
+    def check_master(self) -> None:
+        """NOT_MASTER (403, naming the master's HTTP address) on a slave; nothing on a master."""
+        if self.config.broker_role is BrokerRole.SLAVE:
+            address = self.master_http_address()
+            where = f"send to the master at {address}" if address else "the master's address is not known yet"
+            raise ProblemError("NOT_MASTER", f"this broker is a slave and accepts no writes; {where}", {"master_http_address": address})
 
     def next_round_robin(self, topic: str, queues: int) -> int:
         position = self._round_robin.get(topic, -1) + 1

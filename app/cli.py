@@ -1,8 +1,12 @@
 """The `tidemq` command line: `tidemq serve [options]` (also `python -m app serve`).
 
 Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
-TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL); an option on the command line
-wins over the variable, which wins over the config file's [broker] table.
+TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, and the replication options'
+TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the variable, which
+wins over the config file's [broker] (replication: [ha]) table.
+
+Exit statuses: 0 after a clean stop, 2 for unusable settings, 3 when the start failed (the
+store is locked, the HTTP or HA port is taken).
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
+from ha import HAStartFailed, add_cli_arguments
+from ha.settings import ENV_NAMES as HA_ENV_NAMES
 from store.errors import ConfigInvalid
 
 ENV_PREFIX = "TIDEMQ_"
 # option dest -> environment variable suffix.
 ENV_NAMES = {"host": "HOST", "port": "PORT", "store_dir": "STORE", "config": "CONFIG", "flush": "FLUSH", "log_level": "LOG_LEVEL"}
+# Exit status of a start-up that failed (uvicorn's own for a failed start-up).
+EXIT_START_FAILED = 3
+# Exit status of unusable settings (argparse's own for a bad option).
+EXIT_CONFIG_INVALID = 2
 
 
 def parser() -> argparse.ArgumentParser:
@@ -33,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "--flush", choices=sorted(FLUSH_MODES), help="sync: answer puts after the flush; async: flush periodically (env TIDEMQ_FLUSH)"
     )
     serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
+    add_cli_arguments(serve)
     return top
 
 
@@ -51,9 +62,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
         values["port"] = int(text)
     if isinstance(values["flush"], str) and values["flush"] not in FLUSH_MODES:
         raise ConfigInvalid(f"flush must be sync or async, not {values['flush']!r}")
+    ha_values = {dest: getattr(args, dest, None) or environ.get(env_name) or None for dest, env_name in HA_ENV_NAMES.items()}
     config_path = values.pop("config")
     toml = load_toml(str(config_path)) if config_path else None
-    return build_settings(toml, values)
+    return build_settings(toml, values, ha_values)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -62,12 +74,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         settings = settings_from(args, os.environ if environ is None else environ)
     except ConfigInvalid as e:
         print(f"tidemq: {e}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG_INVALID
     logging.basicConfig(
         level=settings.log_level.upper() if settings.log_level != "trace" else "DEBUG",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from app.server import run  # imported late: `tidemq --help` stays fast
 
-    # 3 is uvicorn's own exit status for a failed start-up.
-    return 0 if run(settings) else 3
+    try:
+        started = run(settings)
+    except HAStartFailed as e:
+        print(f"tidemq: replication could not start: {e}", file=sys.stderr)
+        return EXIT_START_FAILED
+    return 0 if started else EXIT_START_FAILED

@@ -1,8 +1,9 @@
 """Prometheus text exposition (format 0.0.4) of the store's and the front end's figures.
 
 Sources: `store.stats.snapshot()` (counters, TPS windows, put latency histogram),
-`store.runtime_info()` (commitlog offsets, dispatch lag, disk usage) and the broker's own
-counters (held long-polls). Every name starts with `tidemq_`; docs/http-api.md lists them.
+`store.runtime_info()` (commitlog offsets, dispatch lag, disk usage, cleanup), the replication
+node's `metrics()` (tidemq_ha_*, absent on a standalone broker) and the broker's own counters
+(held long-polls). Every name starts with `tidemq_`; docs/http-api.md lists them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ GAUGES = {
     "topics": ("tidemq_topics", "Configured topics"),
     "disk_full": ("tidemq_disk_full", "1 when puts are refused for disk usage past the warning ratio"),
     "index_files": ("tidemq_index_files", "Index files"),
+}
+
+# store.runtime_info()["cleanup"] counter -> (metric name, help).
+CLEANUP = {
+    "commitlog_files_deleted": ("tidemq_cleanup_commitlog_files_deleted_total", "Commitlog files deleted by retention"),
+    "consume_queue_files_deleted": ("tidemq_cleanup_consume_queue_files_deleted_total", "Consume queue files deleted by retention"),
+    "index_files_deleted": ("tidemq_cleanup_index_files_deleted_total", "Index files deleted by retention"),
+    "passes": ("tidemq_cleanup_passes_total", "Commitlog cleanup passes run"),
 }
 
 
@@ -90,6 +99,12 @@ def render(broker: Broker) -> str:
     for key, (name, help_text) in GAUGES.items():
         if isinstance(info.get(key), int | float):
             metric(name, "gauge", help_text, [("", info[key])])
+    cleanup = info.get("cleanup", {})
+    for key, (name, help_text) in CLEANUP.items():
+        if isinstance(cleanup.get(key), int | float):
+            metric(name, "counter", help_text, [("", cleanup[key])])
+    for name, kind, help_text, value in broker.ha.metrics() if broker.ha is not None and broker.started else []:
+        metric(name, kind, help_text, [("", value)])
     metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
     metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
     metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])

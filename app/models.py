@@ -117,6 +117,10 @@ class ProduceMessage(BaseModel):
     queue_id: int | None = Field(None, ge=0, description="Queue to put into; else sharding_key's hash; else round-robin")
     sharding_key: str | None = Field(None, description="Messages with one sharding key go to one queue, in order")
     delay_level: int | None = Field(None, ge=0, description="Delay level (1 = 1s, 2 = 5s, ...); 0 = none")
+    delay_ms: int | None = Field(None, ge=0, description="Delay in ms: the smallest delay level not shorter is used (not with delay_level)")
+    deliver_at_ms: int | None = Field(
+        None, ge=0, description="Earliest delivery, ms since the epoch: the smallest delay level not shorter; a past time means now"
+    )
 
 
 class ProduceBatch(BaseModel):
@@ -127,6 +131,8 @@ class ProduceBatch(BaseModel):
 
 
 class SendResult(BaseModel):
+    """Where a message was stored; a delayed message also says its level and when it is due."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "example": {
@@ -142,9 +148,11 @@ class SendResult(BaseModel):
     msg_id: str
     offset_msg_id: str
     queue_id: int
-    queue_offset: int
+    queue_offset: int | None = Field(description="Offset in queue_id; null for a delayed message, which gets one when it is delivered")
     commitlog_offset: int
     store_timestamp: int
+    delay_level: int | None = Field(None, description="Delayed messages only: the delay level used")
+    deliver_at_ms: int | None = Field(None, description="Delayed messages only: when the message is due (store time + the level's delay)")
 
 
 class BatchSendResult(BaseModel):
@@ -248,6 +256,55 @@ class Health(BaseModel):
     status: str
 
 
+class ScheduleLevel(BaseModel):
+    level: int
+    delay: str = Field(description="The level as configured (message_delay_level), e.g. 5s")
+    delay_ms: int
+    offset: int = Field(description="Offset in the level's queue of the first message not yet delivered")
+    max_offset: int
+    waiting: int = Field(description="Messages waiting at this level")
+    oldest_age_ms: int | None = Field(description="How long the oldest waiting message has been stored; null when none waits")
+    oldest_due_in_ms: int | None = Field(
+        description="Time until the oldest waiting message is due (negative: overdue); null when none waits"
+    )
+
+
+class ScheduleStatus(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "levels": [
+                    {
+                        "level": 1,
+                        "delay": "1s",
+                        "delay_ms": 1000,
+                        "offset": 12,
+                        "max_offset": 15,
+                        "waiting": 3,
+                        "oldest_age_ms": 640,
+                        "oldest_due_in_ms": 360,
+                    }
+                ],
+                "delivered": 12,
+                "retries": 0,
+                "undeliverable": 0,
+                "deduplicated": 0,
+            }
+        }
+    )
+    levels: list[ScheduleLevel]
+    delivered: int = Field(description="Messages put back to their topic since the start")
+    retries: int = Field(description="Deliveries refused for a passing reason and retried")
+    undeliverable: int = Field(description="Messages skipped for good (gone, corrupt, refused for good)")
+    deduplicated: int = Field(description="Messages found already delivered after a crash")
+
+
+class CleanupStarted(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"example": {"rounds": 20, "next_pass_ms": 1767225600000}})
+    rounds: int = Field(description="Cleanup passes that may delete expired files at any hour (manual_delete_file_rounds)")
+    next_pass_ms: int = Field(description="When the first of them runs (now)")
+
+
 class StoreStatus(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -261,9 +318,31 @@ class StoreStatus(BaseModel):
                     "commitlog_max_offset": 4096,
                     "commitlog_flushed_offset": 4096,
                     "dispatch_lag_bytes": 0,
+                    "disk_full": False,
+                    "cleanup": {
+                        "next_pass_ms": 1767225610000,
+                        "last_pass_ms": 1767225600000,
+                        "passes": 12,
+                        "commitlog_files_deleted": 4,
+                        "consume_queue_files_deleted": 31,
+                        "index_files_deleted": 2,
+                        "manual_rounds_left": 0,
+                        "disk_ratio": 0.42,
+                        "disk_max_used_ratio": 0.75,
+                        "disk_clean_forcibly_ratio": 0.85,
+                        "disk_warning_ratio": 0.9,
+                    },
                 },
                 "config": {"mapped_file_size_commit_log_bytes": 1073741824},
                 "held_pulls": 0,
+                "ha": {
+                    "role": "master",
+                    "peer_address": "127.0.0.1:51234",
+                    "connection_state": "connected",
+                    "acknowledged_offset": 4096,
+                    "bytes_behind": 0,
+                    "diverged": False,
+                },
             }
         },
     )
@@ -273,3 +352,6 @@ class StoreStatus(BaseModel):
     runtime: dict
     config: dict
     held_pulls: int
+    ha: dict = Field(
+        description='Replication: {"role": "standalone"}, or the role, peer, connection state, acknowledged offset, bytes behind'
+    )

@@ -44,6 +44,8 @@ PROBLEMS: dict[str, ProblemKind] = {
     "BATCH_EMPTY": ProblemKind(400, "The batch holds no message"),
     "QUEUE_COUNT_INVALID": ProblemKind(400, "The queue count is out of range"),
     "TOPIC_NOT_WRITABLE": ProblemKind(403, "The topic does not accept messages"),
+    "TOPIC_RESERVED": ProblemKind(403, "The topic is reserved for the broker's own use"),
+    "NOT_MASTER": ProblemKind(403, "This broker is a slave and does not accept messages; send to its master"),
     "TOPIC_NOT_READABLE": ProblemKind(403, "The topic cannot be read"),
     "NOT_FOUND": ProblemKind(404, "No such resource"),
     "TOPIC_NOT_FOUND": ProblemKind(404, "No such topic"),
@@ -57,7 +59,6 @@ PROBLEMS: dict[str, ProblemKind] = {
     "UNSUPPORTED_MEDIA_TYPE": ProblemKind(415, "Unsupported Content-Type"),
     "INTERNAL_ERROR": ProblemKind(500, "Internal error"),
     "SERVICE_NOT_AVAILABLE": ProblemKind(503, "The store is not available"),
-    "NOT_MASTER": ProblemKind(503, "This broker is a slave and does not accept messages"),
     "PAGECACHE_BUSY": ProblemKind(503, "The store is busy; retry shortly"),
     "SHUTTING_DOWN": ProblemKind(503, "The broker is shutting down"),
     "TOO_MANY_WAITERS": ProblemKind(503, "Too many pulls are held; retry shortly"),
@@ -66,7 +67,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "STORE_WRITE_FAILED": ProblemKind(503, "The store could not write (mapped file creation failed)"),
     "FLUSH_DISK_TIMEOUT": ProblemKind(504, "Stored, but the flush to disk did not finish in time"),
     "FLUSH_SLAVE_TIMEOUT": ProblemKind(504, "Stored, but the slave did not confirm in time"),
-    "DISK_FULL": ProblemKind(507, "The disk is too full to accept messages"),
+    "DISK_FULL": ProblemKind(503, "The disk is too full to accept messages; retry once space is freed"),
 }
 
 # Why the store refused a put (nothing written) -> code.

@@ -4,12 +4,17 @@ Every field and type is checked here, before anything reaches the store, and eac
 has its own problem code. The checks mirror the `ProduceMessage` schema in the spec, plus
 what a schema cannot say (base64 validity, the store's size limits, reserved property names).
 No regex and no copies of bodies beyond the one decode the wire format needs.
+
+A delay is given by at most one of `delay_level`, `delay_ms` and `deliver_at_ms`; the last two
+resolve, at parse time, to the smallest configured level that is not shorter (level 0, no
+delay, for a time already past), so a message is never delivered before it was asked for.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +34,11 @@ from store.message import (
     PROPERTY_WAIT,
     properties_are_encodable,
 )
+from store.schedule_message_service import level_for_delay_ms
 
-FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", "delay_level"})
-RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", "delay_level"})
+DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
+FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
+RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
 RESERVED_PROPERTIES = frozenset(
     {PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID}
 )
@@ -46,7 +53,12 @@ _FORBIDDEN = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 class Limits:
     max_message_size_bytes: int
     max_batch_messages: int
-    max_delay_level: int
+    # The configured delay levels' delays, level 1 first (MessageStoreConfig.delay_levels_ms()).
+    delay_levels_ms: list[int]
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_levels_ms)
 
 
 @dataclass(slots=True)
@@ -61,6 +73,8 @@ class Draft:
     queue_id: int | None = None
     sharding_key: str | None = None
     delay_level: int = 0
+    # Which of DELAY_FIELDS set delay_level (at most one may be given).
+    delay_from: str | None = None
 
 
 def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
@@ -161,7 +175,19 @@ def _set_sharding_key(draft: Draft, value: Any, limits: Limits) -> None:
 def _set_delay_level(draft: Draft, value: Any, limits: Limits) -> None:
     if type(value) is not int:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_level must be an integer")
-    draft.delay_level = check_delay_level(value, limits)
+    set_delay(draft, "delay_level", check_delay_level(value, limits))
+
+
+def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    if type(value) is not int or value < 0:
+        raise ProblemError("DELAY_LEVEL_INVALID", "delay_ms must be an integer >= 0")
+    set_delay(draft, "delay_ms", level_for_ms("delay_ms", value, limits))
+
+
+def _set_deliver_at_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    if type(value) is not int or value < 0:
+        raise ProblemError("DELAY_LEVEL_INVALID", "deliver_at_ms must be an integer >= 0 (milliseconds since the epoch)")
+    set_delay(draft, "deliver_at_ms", level_for_ms("deliver_at_ms", value - int(time.time() * 1000), limits))
 
 
 # Optional JSON fields -> their check; only the fields present in a message are visited.
@@ -173,6 +199,8 @@ _SETTERS: dict[str, Callable[[Draft, Any, Limits], None]] = {
     "queue_id": _set_queue_id,
     "sharding_key": _set_sharding_key,
     "delay_level": _set_delay_level,
+    "delay_ms": _set_delay_ms,
+    "deliver_at_ms": _set_deliver_at_ms,
 }
 assert FIELDS == {"body", "encoding", *_SETTERS}
 
@@ -196,9 +224,10 @@ def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
     if queue_id is not None:
         draft.queue_id = _int_param("queue_id", queue_id, "REQUEST_INVALID")
     draft.sharding_key = params.get("sharding_key")
-    delay_level = params.get("delay_level")
-    if delay_level is not None:
-        draft.delay_level = check_delay_level(_int_param("delay_level", delay_level, "DELAY_LEVEL_INVALID"), limits)
+    for name in DELAY_FIELDS:
+        text = params.get(name)
+        if text is not None:
+            _SETTERS[name](draft, _int_param(name, text, "DELAY_LEVEL_INVALID"), limits)
     return draft
 
 
@@ -247,5 +276,21 @@ def check_msg_id(msg_id: str) -> str:
 
 def check_delay_level(level: int, limits: Limits) -> int:
     if not 0 <= level <= limits.max_delay_level:
-        raise ProblemError("DELAY_LEVEL_INVALID", f"delay_level must be in 0..{limits.max_delay_level}")
+        raise ProblemError("DELAY_LEVEL_INVALID", f"delay_level must be in 0..{limits.max_delay_level} (0: no delay)")
     return level
+
+
+def level_for_ms(name: str, delay_ms: int, limits: Limits) -> int:
+    """The smallest level not shorter than `delay_ms` (0 when it is not positive); DELAY_LEVEL_INVALID past the longest."""
+    level = level_for_delay_ms(limits.delay_levels_ms, delay_ms)
+    if level is None:
+        longest = limits.delay_levels_ms[-1] if limits.delay_levels_ms else 0
+        raise ProblemError("DELAY_LEVEL_INVALID", f"{name} asks for a delay of {delay_ms} ms; the longest delay level is {longest} ms")
+    return level
+
+
+def set_delay(draft: Draft, name: str, level: int) -> None:
+    if draft.delay_from is not None:
+        raise ProblemError("REQUEST_INVALID", f"give at most one of {', '.join(DELAY_FIELDS)}, not both {draft.delay_from} and {name}")
+    draft.delay_from = name
+    draft.delay_level = level

@@ -7,6 +7,10 @@ Invariants:
   as a future, so the loop never waits on a flush.
 - Queue choice: queue_id, else crc32(sharding_key) mod the write queue count, else round-robin
   (one queue per request, so a batch keeps its order).
+- A delayed message's reply names its real queue, its level and when it is due, never the
+  offset of the SCHEDULE_TOPIC_XXXX copy: `queue_offset` is null until it is delivered.
+- Under SYNC_MASTER the reply awaits the slave's acknowledgement as a future (the store's
+  GroupTransferService completes it), so the loop never waits on replication either.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from app.params import TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
 from app.responses import JsonResponse, docs
-from store import build_message
+from store import BrokerRole, FlushDiskType, build_message
 from store.message import PROPERTY_UNIQ_KEY
 
 # Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
@@ -34,6 +38,7 @@ PRODUCE_PROBLEMS = (
     "BODY_INVALID",
     "BASE64_INVALID",
     "TOPIC_INVALID",
+    "TOPIC_RESERVED",
     "TAG_INVALID",
     "KEY_INVALID",
     "PROPERTIES_INVALID",
@@ -70,7 +75,13 @@ PRODUCE_OPENAPI: dict[str, Any] = {
         _query("msg_id", "Raw bodies only: client message id (UNIQ_KEY)", {"type": "string", "maxLength": 128}),
         _query("queue_id", "Raw bodies only: the queue", {"type": "integer", "minimum": 0}),
         _query("sharding_key", "Raw bodies only: ordering key", {"type": "string"}),
-        _query("delay_level", "Raw bodies only: delay level", {"type": "integer", "minimum": 0}),
+        _query("delay_level", "Raw bodies only: delay level (0: none)", {"type": "integer", "minimum": 0}),
+        _query("delay_ms", "Raw bodies only: delay in milliseconds (the smallest level not shorter)", {"type": "integer", "minimum": 0}),
+        _query(
+            "deliver_at_ms",
+            "Raw bodies only: earliest delivery time, ms since the epoch (the smallest level not shorter)",
+            {"type": "integer", "minimum": 0},
+        ),
     ],
     "requestBody": {
         "required": True,
@@ -98,15 +109,20 @@ PRODUCE_REPLY_DOC = {
 }
 
 
-def result_of(msg: Any, queue_id: int, item: Any) -> dict[str, Any]:
-    return {
+def result_of(msg: Any, queue_id: int, item: Any, delay_level: int, levels_ms: list[int]) -> dict[str, Any]:
+    out = {
         "msg_id": msg.properties[PROPERTY_UNIQ_KEY],
         "offset_msg_id": item.msg_id,
         "queue_id": queue_id,
-        "queue_offset": item.logics_offset,
+        # A delayed message's logics_offset is its place in SCHEDULE_TOPIC_XXXX, not in queue_id.
+        "queue_offset": None if delay_level else item.logics_offset,
         "commitlog_offset": item.wrote_offset,
         "store_timestamp": item.store_timestamp,
     }
+    if delay_level:
+        out["delay_level"] = delay_level
+        out["deliver_at_ms"] = item.store_timestamp + levels_ms[delay_level - 1]
+    return out
 
 
 class Producer:
@@ -116,9 +132,14 @@ class Producer:
         self.broker = broker
         self.store = broker.store
         config = broker.config
-        self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, len(config.delay_levels_ms()))
-        # The store's put future has no deadline of its own: a stalled disk must not hold the request forever.
-        self.flush_wait_s = config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
+        self.levels_ms = config.delay_levels_ms()
+        self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, self.levels_ms)
+        # The store's put future has no deadline of its own: a stalled disk or slave must not hold the request forever.
+        # Each wait (flush, then slave) is bounded by sync_flush_timeout_ms in the store.
+        sync_master = config.broker_role is BrokerRole.SYNC_MASTER
+        waits = (config.flush_disk_type is FlushDiskType.SYNC_FLUSH) + sync_master
+        self.flush_wait_s = max(1, waits) * config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
+        self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
 
     async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
         content_type = request.headers.get("content-type", "")
@@ -149,10 +170,10 @@ class Producer:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.flush_wait_s)
         except TimeoutError:
             detail = (
-                f"the message is stored but its flush was not confirmed within {self.flush_wait_s:.1f} s; "
+                f"the message is stored but its durability was not confirmed within {self.flush_wait_s:.1f} s; "
                 "it may be delivered, do not resend blindly"
             )
-            raise ProblemError("FLUSH_DISK_TIMEOUT", detail, {"stored": True}) from None
+            raise ProblemError(self.timeout_code, detail, {"stored": True}) from None
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
@@ -179,9 +200,13 @@ class Producer:
         result = future.result() if future.done() else await self.wait_durable(future)
         if not result.ok:
             raise put_problem(result)
+        levels_ms = self.levels_ms
         if is_batch:
-            return JsonResponse({"results": [result_of(m, q, item) for m, q, item in zip(msgs, queue_ids, result.items, strict=True)]}, 201)
-        return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0]), 201)
+            results = [
+                result_of(m, q, item, d.delay_level, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)
+            ]
+            return JsonResponse({"results": results}, 201)
+        return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0].delay_level, levels_ms), 201)
 
 
 def router(broker: Broker) -> tuple[APIRouter, Handler]:

@@ -58,7 +58,7 @@ def router(broker: Broker) -> APIRouter:
     @api.get(
         "/v1/store",
         operation_id="storeStatus",
-        summary="Commitlog offsets, dispatch lag, flush mode, role, disk usage, config",
+        summary="Commitlog offsets, dispatch lag, flush mode, role, replication, disk usage, cleanup, config",
         responses=docs(StoreStatus, 200),
     )
     async def store_status() -> Response:
@@ -73,6 +73,7 @@ def router(broker: Broker) -> APIRouter:
                 "runtime": store.runtime_info(),
                 "config": config.summary(),
                 "held_pulls": broker.held.held,
+                "ha": broker.ha.status() if broker.ha is not None else {"role": "standalone"},
             }
         )
 

@@ -48,12 +48,15 @@ def router(broker: Broker) -> APIRouter:
         summary="Create a topic or update its queue count and permissions",
         status_code=200,
         responses={
-            **docs(TopicInfo, 200, "TOPIC_INVALID", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"),
+            **docs(
+                TopicInfo, 200, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"
+            ),
             201: {"description": "Created", "model": TopicInfo},
         },
     )
     async def put_topic(topic: TopicPath, spec: Annotated[TopicSpec | None, Body()] = None) -> Response:
         broker.check_topic_name(topic, for_write=True)
+        broker.check_master()  # a slave mirrors its master's topic table
         spec = spec or TopicSpec()
         queues = spec.queues if spec.queues is not None else config.default_topic_queue_nums
         if not 1 <= queues <= config.max_topic_queue_nums:
@@ -82,10 +85,11 @@ def router(broker: Broker) -> APIRouter:
         operation_id="deleteTopic",
         summary="Delete a topic: its configuration and its consume queues",
         status_code=204,
-        responses={**docs(None, 204, "TOPIC_INVALID", "TOPIC_NOT_FOUND"), 204: {"description": "Deleted"}},
+        responses={**docs(None, 204, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "TOPIC_NOT_FOUND"), 204: {"description": "Deleted"}},
     )
     async def delete_topic(topic: TopicPath) -> Response:
         broker.check_topic_name(topic, for_write=True)
+        broker.check_master()
         broker.topic_config(topic)
         await broker.run(store.delete_topic, topic)
         broker.forget_topic(topic)

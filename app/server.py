@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import logging
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app import routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
+from app import routes_admin, routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.hot_routes import HotRoutes
@@ -127,6 +128,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
 
 
 def create_app(settings: BrokerSettings) -> FastAPI:
+    """The app over a store built (not loaded) from `settings`; HAStartFailed when a master cannot bind its HA port."""
     broker = Broker(settings)
 
     @asynccontextmanager
@@ -146,7 +148,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     produce_router, produce = routes_produce.router(broker)
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
-    routers += [routes_groups.router(broker), routes_queries.router(broker)]
+    routers += [routes_groups.router(broker), routes_queries.router(broker), routes_admin.router(broker)]
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
@@ -193,7 +195,8 @@ class BrokerServer(uvicorn.Server):
 
 
 def run(settings: BrokerSettings) -> bool:
-    """Serve until SIGTERM/SIGINT; False when start-up failed (e.g. the store is locked)."""
+    """Serve until SIGTERM/SIGINT; False when start-up failed (e.g. the store is locked); HAStartFailed from create_app."""
+    sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
     app = create_app(settings)
     config = uvicorn.Config(
         app,

@@ -2,8 +2,12 @@
 command line combine into them.
 
 Precedence, highest first: command-line option, TIDEMQ_* environment variable, the TOML
-file's `[broker]` table, the defaults below. The TOML `[store]` table goes unchanged to
-`MessageStoreConfig.from_dict`; `--store` and `--flush` override its directory and flush mode.
+file's `[broker]` (or, for replication, `[ha]`) table, the defaults below. The TOML `[store]`
+table goes unchanged to `MessageStoreConfig.from_dict`; `--store` and `--flush` override its
+directory and flush mode, and the replication role (`ha.HASettings`) sets its `broker_role`.
+
+Invariant: after `validate()`, `store.broker_role` is the role the HA settings stand for, so
+`ha.attach()` may be called on a store built from `store`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import FlushDiskType, MessageStoreConfig
+from ha import HASettings
+from store import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.errors import ConfigInvalid
 
 MIB = 1024 * 1024
@@ -57,8 +62,13 @@ class BrokerSettings:
     max_pending_reads: int = 1_024
     # Seconds uvicorn waits for in-flight requests after SIGTERM before closing them.
     graceful_shutdown_s: int = 10
+    # Longest a busy thread keeps the GIL when another wants it (CPython's default is 5,000): a short
+    # interval lets the dispatch thread run soon after a put, which bounds the long-poll wake-up delay.
+    gil_switch_interval_us: int = 500
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
+    # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
+    ha: HASettings = field(default_factory=HASettings)
 
     def validate(self) -> BrokerSettings:
         """Raise ConfigInvalid when a setting is out of range."""
@@ -70,6 +80,7 @@ class BrokerSettings:
             (self.max_json_body_bytes > 0, "max_json_body_bytes must be positive"),
             (0 <= self.max_wait_ms <= 300_000, "max_wait_ms must be in 0..300000"),
             (self.max_pull_messages > 0, "max_pull_messages must be positive"),
+            (50 <= self.gil_switch_interval_us <= 100_000, "gil_switch_interval_us must be in 50..100000"),
             (self.max_held_pulls >= 0, "max_held_pulls must not be negative"),
             (self.max_query_messages > 0, "max_query_messages must be positive"),
             (self.read_threads > 0, "read_threads must be positive"),
@@ -83,12 +94,24 @@ class BrokerSettings:
         self.store.store_path_root_dir = self.store_dir
         if self.flush is not None:
             self.store.flush_disk_type = FLUSH_MODES[self.flush]
+        self.ha.validate()
+        role = self.ha.broker_role()
+        if self.store.broker_role is not BrokerRole.ASYNC_MASTER and self.store.broker_role is not role:
+            # The role has one source of truth: a [store] broker_role may only repeat it.
+            detail = f"[store] broker_role {self.store.broker_role.value} contradicts the replication role {self.ha.role!r} ({role.value})"
+            raise ConfigInvalid(detail + "; set the role with --role / TIDEMQ_ROLE / [ha] role")
+        self.ha.apply_to(self.store)
+        if self.ha.role == "master" and self.ha.advertised_http_address is None:
+            self.ha.advertised_http_address = f"http://{self.host}:{self.port}"
         self.store.validate()
         return self
 
 
-BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store"}
+BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store", "ha"}
 INT_KEYS = {f.name for f in dataclasses.fields(BrokerSettings) if f.type == "int"}
+# HASettings field -> its type's name ("int", "str", "str | None"), for the [ha] table's checks.
+HA_TYPES = {f.name: str(f.type) for f in dataclasses.fields(HASettings)}
+TABLES = ("broker", "store", "ha")
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -100,13 +123,33 @@ def load_toml(path: str) -> dict[str, Any]:
         raise ConfigInvalid(f"cannot read config file {path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigInvalid(f"config file {path} is not valid TOML: {e}") from e
-    unknown = set(data) - {"broker", "store"}
+    unknown = set(data) - set(TABLES)
     if unknown:
-        raise ConfigInvalid(f"unknown table(s) in {path}: {', '.join(sorted(unknown))} (expected [broker] and [store])")
+        raise ConfigInvalid(f"unknown table(s) in {path}: {', '.join(sorted(unknown))} (expected [broker], [store] and [ha])")
     return data
 
 
-def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any]) -> BrokerSettings:
+def build_ha_settings(table: dict[str, Any], overrides: dict[str, Any]) -> HASettings:
+    """HASettings from the `[ha]` table and explicit overrides (strings from options or the environment win)."""
+    unknown = set(table) - set(HA_TYPES)
+    if unknown:
+        raise ConfigInvalid(f"unknown ha setting(s): {', '.join(sorted(unknown))}")
+    for key, value in table.items():
+        kind = HA_TYPES[key]
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigInvalid(f"ha setting {key} must be an integer")
+        if kind != "int" and not isinstance(value, str):
+            raise ConfigInvalid(f"ha setting {key} must be a string")
+    values = {**table, **{k: v for k, v in overrides.items() if v is not None}}
+    port = values.get("ha_port")
+    if isinstance(port, str):
+        if not port.isascii() or not port.isdigit():
+            raise ConfigInvalid(f"ha port must be a port number, not {port!r}")
+        values["ha_port"] = int(port)
+    return HASettings(**values)
+
+
+def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any], ha_overrides: dict[str, Any] | None = None) -> BrokerSettings:
     """Combine a parsed TOML file and explicit overrides (None values are skipped)."""
     toml = toml or {}
     broker = dict(toml.get("broker", {}))
@@ -121,4 +164,5 @@ def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any]) -> Br
         if key in broker and not isinstance(broker[key], bool):
             raise ConfigInvalid(f"broker setting {key} must be true or false")
     store = MessageStoreConfig.from_dict(dict(toml.get("store", {})))
-    return BrokerSettings(**broker, store=store).validate()
+    ha = build_ha_settings(dict(toml.get("ha", {})), ha_overrides or {})
+    return BrokerSettings(**broker, store=store, ha=ha).validate()

@@ -167,11 +167,15 @@ class CleanCommitLogService(ServiceThread):
 
     def execute_delete_files_manually(self) -> dict[str, Any]:
         """Delete expired files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
-        self.manual_rounds = self.store.config.manual_delete_file_rounds
-        self.next_pass_ms = self.clock.now_ms()
+        rounds = self.store.config.manual_delete_file_rounds
+        now = self.clock.now_ms()
+        # The reply is built before the wake-up: the pass may run (and count a round) at once.
+        reply = {"rounds": rounds, "next_pass_ms": now}
+        self.manual_rounds = rounds
+        self.next_pass_ms = now
         self.wakeup()
-        log.info("manual cleanup requested: %d rounds", self.manual_rounds)
-        return {"rounds": self.manual_rounds, "next_pass_ms": self.next_pass_ms}
+        log.info("manual cleanup requested: %d rounds", rounds)
+        return reply
 
     def status(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 
 from store.mapped_file_queue import MappedFileQueue
 
@@ -37,6 +38,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         self.last_store_timestamp = 0
         self._entry = bytearray(CQ_STORE_UNIT_SIZE)
+        self._clean_lock = threading.Lock()  # serializes deletions of this queue's files (leaf lock)
 
     # Loading and recovery ----------------------------------------------------------------
 
@@ -165,35 +167,46 @@ class ConsumeQueue:
     # Cleanup -------------------------------------------------------------------------
 
     def correct_min_offset(self, min_commit_log_offset: int) -> None:
-        """Move `min_logic_offset` to the first entry whose message is still in the commitlog."""
-        first = self.mapped_file_queue.get_first_mapped_file()
-        if first is None:
-            return
-        res = first.select_mapped_buffer(0)
-        if res is None:
-            return
-        try:
-            for pos in range(0, res.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
-                offset, size, _ = ENTRY.unpack_from(res.view, pos)
-                if size > 0 and offset >= min_commit_log_offset:
-                    self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + pos)
-                    return
-            self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset + res.size)
-        finally:
-            res.release()
+        """Move `min_logic_offset` to the first entry whose message is still in the commitlog.
+
+        A file already on its way out (shut down, waiting for its readers) holds only entries
+        below the minimum, so the search continues in the next file.
+        """
+        for mf in self.mapped_file_queue.mapped_files:
+            res = mf.select_mapped_buffer(0)
+            if res is None:
+                if not mf.is_available():
+                    self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + self.mapped_file_size)
+                    continue
+                return
+            try:
+                for pos in range(0, res.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
+                    offset, size, _ = ENTRY.unpack_from(res.view, pos)
+                    if size > 0 and offset >= min_commit_log_offset:
+                        self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
+                        return
+                self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + res.size)
+                if res.size < self.mapped_file_size:
+                    return  # the queue's end
+            finally:
+                res.release()
 
     def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int) -> int:
         """Delete leading files whose every entry points below the commitlog's minimum offset."""
 
         def all_below(mf) -> bool:
             last = mf.get_read_position() - CQ_STORE_UNIT_SIZE
-            if last < 0:
+            if last < 0 or not mf.hold():  # a file another pass is deleting is not read
                 return False
-            offset, size, _ = ENTRY.unpack_from(mf.mm, last)
+            try:
+                offset, size, _ = ENTRY.unpack_from(mf.mm, last)
+            finally:
+                mf.release()
             return offset + size <= min_commit_log_offset
 
-        deleted = self.mapped_file_queue.delete_files_below(min_commit_log_offset, all_below, interval_forcibly_ms, now_ms)
-        self.correct_min_offset(min_commit_log_offset)
+        with self._clean_lock:  # the periodic pass and a manual one never delete the same files at once
+            deleted = self.mapped_file_queue.delete_files_below(min_commit_log_offset, all_below, interval_forcibly_ms, now_ms)
+            self.correct_min_offset(min_commit_log_offset)
         return deleted
 
     def destroy(self) -> None:

@@ -234,7 +234,8 @@ class MappedFileQueue:
         """Delete leading files (never the last) for which `is_below(file)` holds."""
         deleted: list[MappedFile] = []
         for mf in self.mapped_files[:-1]:
-            if not is_below(mf):
+            # A file whose deletion began in an earlier pass was judged then; it only waits for readers.
+            if mf.is_available() and not is_below(mf):
                 break
             if not mf.destroy(interval_forcibly_ms, now_ms):
                 break

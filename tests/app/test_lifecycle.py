@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, free_port
 from tests.app.helpers import problem, send, wait_visible
 
 pytestmark = pytest.mark.timeout(120)
@@ -125,9 +128,6 @@ def test_second_broker_on_the_same_store_fails_to_start(make_broker) -> None:
 
 
 def test_cli_refuses_a_bad_config(tmp_path) -> None:
-    import subprocess
-    import sys
-
     bad = tmp_path / "bad.toml"
     bad.write_text("[broker]\nmax_wait_ms = 'long'\n")
     cmd = [sys.executable, "-m", "app", "serve", "--config", str(bad), "--store", str(tmp_path / "s")]
@@ -136,14 +136,45 @@ def test_cli_refuses_a_bad_config(tmp_path) -> None:
     assert not (tmp_path / "s").exists()
 
 
-def test_a_slave_refuses_puts_with_not_master(make_broker) -> None:
-    broker: BrokerProcess = make_broker(SMALL_STORE + 'broker_role = "SLAVE"\n' + SMALL_BROKER)
+def test_a_slave_refuses_puts_with_not_master_and_names_its_master(make_broker) -> None:
+    # No master listens at the HA address: the slave still serves, and names the configured master.
+    args = ["--role", "slave", "--master-ha-address", f"127.0.0.1:{free_port()}", "--master-http-address", "http://127.0.0.1:1"]
+    broker: BrokerProcess = make_broker(args=args)
     c = broker.client
-    assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
-    assert c.get("/v1/store").json()["role"] == "SLAVE"
-    body = problem(c.post("/v1/topics/t/messages", json={"body": "x"}), 503, "NOT_MASTER")
-    assert "slave" in body["detail"]
+    status = c.get("/v1/store").json()
+    assert status["role"] == "SLAVE" and status["ha"]["role"] == "slave"
+    assert status["ha"]["connection_state"] in ("connecting", "disconnected")
+    body = problem(c.post("/v1/topics/t/messages", json={"body": "x"}), 403, "NOT_MASTER")
+    assert body["master_http_address"] == "http://127.0.0.1:1" and "http://127.0.0.1:1" in body["detail"]
+    raw = c.post("/v1/topics/t/messages", content=b"x", headers={"content-type": "application/octet-stream"})
+    problem(raw, 403, "NOT_MASTER")
+    problem(c.put("/v1/topics/t", json={"queues": 1}), 403, "NOT_MASTER")
+    problem(c.get("/v1/topics/t"), 404, "TOPIC_NOT_FOUND")  # the refused produce created nothing
     assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == 0
+    text = c.get("/metrics").text
+    assert "tidemq_ha_connected 0" in text and "tidemq_ha_connects_total" in text
+
+
+def test_store_role_contradicting_the_replication_role_is_refused(tmp_path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[store]\nbroker_role = "SLAVE"\n')
+    cmd = [sys.executable, "-m", "app", "serve", "--config", str(config), "--store", str(tmp_path / "s")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "contradicts the replication role" in done.stderr, done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ha_port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--port", str(free_port())]
+        cmd += ["--role", "master", "--ha-port", str(ha_port)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"replication could not start: cannot listen on 127.0.0.1:{ha_port}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
@@ -157,5 +188,9 @@ def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
     while not c.get("/v1/store").json()["runtime"]["disk_full"]:
         assert time.monotonic() < deadline, "the store never flagged the disk as full"
         time.sleep(0.05)
-    problem(c.post("/v1/topics/t/messages", json={"body": "x"}), 507, "DISK_FULL")
+    before = c.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
+    r = c.post("/v1/topics/t/messages", json={"body": "x"})
+    problem(r, 503, "DISK_FULL")
+    assert r.headers["retry-after"] == "1"
+    assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == before
     assert "tidemq_disk_full 1" in c.get("/metrics").text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import time
 import zlib
 
 import httpx
@@ -147,6 +148,22 @@ BAD_JSON = [
     (b'{"body": "x", "sharding_key": 1}', "REQUEST_INVALID"),
     (b'{"body": "x", "delay_level": 99}', "DELAY_LEVEL_INVALID"),
     (b'{"body": "x", "delay_level": 1.5}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_level": -1}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_level": "1"}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": -1}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": "x"}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": "1000"}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": 1000.5}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": true}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": 7200001}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": 100000000000000000000000}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "deliver_at_ms": -5}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "deliver_at_ms": "soon"}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "deliver_at_ms": 99999999999999}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_level": 1, "delay_ms": 1000}', "REQUEST_INVALID"),
+    (b'{"body": "x", "delay_ms": 1000, "deliver_at_ms": 1}', "REQUEST_INVALID"),
+    (b'{"body": "x", "delay_level": 0, "deliver_at_ms": 1}', "REQUEST_INVALID"),
+    (b'{"messages": [{"body": "x"}, {"body": "y", "delay_ms": -1}]}', "DELAY_LEVEL_INVALID"),
     (b'{"messages": []}', "BATCH_EMPTY"),
     (b'{"messages": {}}', "BODY_INVALID"),
     (b'{"messages": [{"body": "x"}], "body": "y"}', "BODY_INVALID"),
@@ -224,6 +241,14 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(url, content=b"x", headers=raw, params={"queue_id": "x"}), 400, "REQUEST_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"queue_id": "-1"}), 400, "REQUEST_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "abc"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "99"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "-1"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "1.5"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": ""}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "7200001"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"deliver_at_ms": "tomorrow"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"deliver_at_ms": "9" * 30}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "1", "delay_ms": "10"}), 400, "REQUEST_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"keys": "a b"}), 400, "KEY_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"nope": "1"}), 400, "REQUEST_INVALID")
     problem(client.post(url, json={"body": "x"}, params={"tags": "A"}), 400, "REQUEST_INVALID")
@@ -237,7 +262,6 @@ def test_queue_and_topic_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 2}), 404, "QUEUE_NOT_FOUND")
     problem(client.post("/v1/topics/bad.name/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
     problem(client.post(f"/v1/topics/{'a' * 128}/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
-    problem(client.post("/v1/topics/SCHEDULE_TOPIC_XXXX/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
     r = client.post("/v1/topics/..%2Fetc/messages", json={"body": "x"})
     assert 400 <= r.status_code < 500 and r.headers["content-type"].startswith("application/problem+json")
     create(client, topic + "-ro", queues=1, perm="r")
@@ -245,7 +269,55 @@ def test_queue_and_topic_errors(client: httpx.Client, topic: str) -> None:
     assert commitlog_max(client) == before
 
 
-def test_delayed_message_is_accepted(client: httpx.Client, topic: str) -> None:
-    r = client.post(f"/v1/topics/{topic}/messages", json={"body": "later", "delay_level": 1, "queue_id": 0})
+@pytest.mark.parametrize("reserved", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"])
+def test_system_topics_are_reserved(client: httpx.Client, reserved: str) -> None:
+    before = commitlog_max(client)
+    body = problem(client.post(f"/v1/topics/{reserved}/messages", json={"body": "x"}), 403, "TOPIC_RESERVED")
+    assert reserved in body["detail"]
+    raw = {"content-type": "application/octet-stream"}
+    problem(client.post(f"/v1/topics/{reserved}/messages", content=b"x", headers=raw), 403, "TOPIC_RESERVED")
+    problem(client.put(f"/v1/topics/{reserved}", json={"queues": 1}), 403, "TOPIC_RESERVED")
+    problem(client.delete(f"/v1/topics/{reserved}"), 403, "TOPIC_RESERVED")
+    assert commitlog_max(client) == before
+
+
+def test_delayed_message_reply_names_its_level_not_a_schedule_offset(client: httpx.Client, topic: str) -> None:
+    create(client, topic, queues=2)
+    r = client.post(f"/v1/topics/{topic}/messages", json={"body": "later", "delay_level": 1, "queue_id": 1})
     assert r.status_code == 201, r.text
-    assert r.json()["queue_id"] == 0
+    sent = r.json()
+    assert sent["queue_id"] == 1 and sent["queue_offset"] is None
+    assert sent["delay_level"] == 1 and sent["deliver_at_ms"] == sent["store_timestamp"] + 1000
+    # Delivered to its own queue once due, at offset 0, no earlier than promised.
+    got = pull_one(client, topic, 1, 0)
+    assert got["body"] == "later" and got["msg_id"] == sent["msg_id"] and got["topic"] == topic
+    assert got["store_timestamp"] >= sent["deliver_at_ms"]
+    assert "DELAY" not in got["properties"] and "REAL_TOPIC" not in got["properties"]
+
+
+def test_delay_ms_and_deliver_at_ms_choose_the_smallest_level_not_shorter(client: httpx.Client, topic: str) -> None:
+    url = f"/v1/topics/{topic}/messages"
+    one = client.post(url, json={"body": "a", "delay_ms": 1500, "queue_id": 0}).json()
+    assert (one["delay_level"], one["queue_offset"]) == (2, None)  # 5 s: the 1 s level would be early
+    assert one["deliver_at_ms"] == one["store_timestamp"] + 5000
+    exact = client.post(url, json={"body": "b", "delay_ms": 10_000, "queue_id": 0}).json()
+    assert exact["delay_level"] == 3
+    at = client.post(url, json={"body": "c", "deliver_at_ms": int(time.time() * 1000) + 900, "queue_id": 0}).json()
+    assert at["delay_level"] == 1
+    longest = client.post(url, json={"body": "d", "delay_ms": 7_200_000, "queue_id": 0}).json()
+    assert longest["delay_level"] == 18
+    raw = client.post(url, content=b"e", headers={"content-type": "application/octet-stream"}, params={"delay_ms": "2000", "queue_id": "0"})
+    assert raw.status_code == 201 and raw.json()["delay_level"] == 2
+    batch = client.post(url, json={"messages": [{"body": "f", "delay_ms": 30_000}, {"body": "g"}]}).json()["results"]
+    assert batch[0]["delay_level"] == 4 and batch[0]["queue_offset"] is None
+    assert "delay_level" not in batch[1] and batch[1]["queue_offset"] is not None
+
+
+def test_no_delay_and_past_times_deliver_now(client: httpx.Client, topic: str) -> None:
+    url = f"/v1/topics/{topic}/messages"
+    past = client.post(url, json={"body": "p", "deliver_at_ms": int(time.time() * 1000) - 60_000, "queue_id": 0}).json()
+    zero = client.post(url, json={"body": "z", "delay_ms": 0, "queue_id": 0}).json()
+    level_zero = client.post(url, json={"body": "l", "delay_level": 0, "queue_id": 0}).json()
+    assert [m["queue_offset"] for m in (past, zero, level_zero)] == [0, 1, 2]
+    assert all("delay_level" not in m for m in (past, zero, level_zero))
+    assert pull_one(client, topic, 0, 0)["body"] == "p"

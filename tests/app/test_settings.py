@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import parser, settings_from
 from app.settings import BrokerSettings, build_settings
-from store import FlushDiskType
+from store import BrokerRole, FlushDiskType
 from store.errors import ConfigInvalid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,19 @@ def test_precedence(tmp_path: Path) -> None:
         ("", {"TIDEMQ_PORT": "eighty"}, "TIDEMQ_PORT"),
         ("", {"TIDEMQ_FLUSH": "sometimes"}, "flush must be"),
         ("", {"TIDEMQ_LOG_LEVEL": "loud"}, "log level"),
+        ("[ha]\nrole = 'leader'\n", {}, "role must be one of"),
+        ("[ha]\nnope = 1\n", {}, "unknown ha setting"),
+        ("[ha]\nha_port = '10912'\n", {}, "ha_port must be an integer"),
+        ("[ha]\nha_port = true\n", {}, "ha_port must be an integer"),
+        ("[ha]\nha_port = 70000\n", {}, "ha port must be in"),
+        ("[ha]\nrole = 1\n", {}, "role must be a string"),
+        ("[ha]\nrole = 'slave'\n", {}, "needs --master-ha-address"),
+        ("[ha]\nrole = 'slave'\nmaster_ha_address = 'nohost'\n", {}, "host:port"),
+        ("[ha]\nconnect_timeout_ms = 0\n", {}, "connect_timeout_ms must be positive"),
+        ("[ha]\nreplication = 'semi'\n", {}, "replication must be sync or async"),
+        ("", {"TIDEMQ_HA_PORT": "http"}, "ha port must be a port number"),
+        ("", {"TIDEMQ_ROLE": "leader"}, "role must be one of"),
+        ("[store]\nbroker_role = 'SYNC_MASTER'\n", {"TIDEMQ_ROLE": "master"}, "contradicts the replication role"),
     ],
 )
 def test_bad_settings(tmp_path: Path, toml: str, env: dict[str, str], message: str) -> None:
@@ -59,6 +72,35 @@ def test_bad_settings(tmp_path: Path, toml: str, env: dict[str, str], message: s
     path.write_text(toml)
     with pytest.raises(ConfigInvalid, match=message):
         settings(["--config", str(path)], env)
+
+
+def test_replication_precedence(tmp_path: Path) -> None:
+    """--role and friends: option > TIDEMQ_* variable > [ha] table > default, like every other option."""
+    toml = tmp_path / "c.toml"
+    toml.write_text('[broker]\nport = 7000\n[ha]\nrole = "master"\nha_port = 9000\nreplication = "sync"\nio_poll_ms = 50\n')
+    s = settings(["--config", str(toml)])
+    assert (s.ha.role, s.ha.ha_port, s.ha.replication, s.ha.io_poll_ms) == ("master", 9000, "sync", 50)
+    assert s.store.broker_role is BrokerRole.SYNC_MASTER
+    assert s.ha.advertised_http_address == "http://127.0.0.1:7000"
+    s = settings(["--config", str(toml)], {"TIDEMQ_HA_PORT": "9001", "TIDEMQ_REPLICATION": "async"})
+    assert (s.ha.ha_port, s.ha.replication, s.store.broker_role) == (9001, "async", BrokerRole.ASYNC_MASTER)
+    s = settings(["--config", str(toml), "--ha-port", "9002", "--advertised-http-address", "http://mq:80"], {"TIDEMQ_HA_PORT": "9001"})
+    assert (s.ha.ha_port, s.ha.advertised_http_address) == (9002, "http://mq:80")
+    env = {"TIDEMQ_ROLE": "slave", "TIDEMQ_MASTER_HA_ADDRESS": "10.0.0.1:9000"}
+    s = settings(["--config", str(toml)], env)
+    assert (s.ha.role, s.ha.master_ha_address, s.store.broker_role) == ("slave", "10.0.0.1:9000", BrokerRole.SLAVE)
+    s = settings(["--config", str(toml), "--role", "standalone"], env)
+    assert s.ha.role == "standalone" and s.store.broker_role is BrokerRole.ASYNC_MASTER
+
+
+def test_replication_defaults_and_an_agreeing_store_role(tmp_path: Path) -> None:
+    s = settings([])
+    assert (s.ha.role, s.ha.ha_port, s.ha.replication) == ("standalone", 10912, "async")
+    assert s.store.broker_role is BrokerRole.ASYNC_MASTER and s.ha.advertised_http_address is None
+    toml = tmp_path / "c.toml"
+    toml.write_text('[store]\nbroker_role = "SLAVE"\n')
+    s = settings(["--config", str(toml), "--role", "slave", "--master-ha-address", "127.0.0.1:9"])
+    assert s.store.broker_role is BrokerRole.SLAVE
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
@@ -82,3 +124,8 @@ def test_bad_option_values_exit_with_usage(capsys: pytest.CaptureFixture[str]) -
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
     assert main(["serve", "--port", "70000"], environ={}) == 2
+    assert main(["serve", "--role", "slave"], environ={}) == 2
+    assert "needs --master-ha-address" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--role", "leader"])
+    assert exit_info.value.code == 2

@@ -47,6 +47,8 @@ def test_metrics_count_puts_and_gets(client: httpx.Client, topic: str) -> None:
     assert 0 <= metric(text, "tidemq_disk_used_ratio") <= 1
     assert metric(text, "tidemq_held_pulls") == 0
     assert metric(text, "tidemq_ready") == 1
+    assert metric(text, "tidemq_cleanup_commitlog_files_deleted_total") >= 0
+    assert "tidemq_ha_" not in text  # a standalone broker has no replication series
     assert re.search(r'^tidemq_put_tps\{window="10s"\} ', text, re.M)
     # Every sample line belongs to a declared metric of the tidemq_ family.
     declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
@@ -69,6 +71,10 @@ def test_store_status(client: httpx.Client) -> None:
         assert isinstance(runtime[key], int)
     assert runtime["dispatch_lag_bytes"] >= 0 and 0 <= runtime["disk_used_ratio"] <= 1
     assert status["config"]["mapped_file_size_commit_log_bytes"] == 262144
+    assert status["ha"] == {"role": "standalone"}
+    cleanup = runtime["cleanup"]
+    assert cleanup["next_pass_ms"] > 0 and cleanup["commitlog_files_deleted"] >= 0
+    assert cleanup["disk_warning_ratio"] > cleanup["disk_clean_forcibly_ratio"] > cleanup["disk_max_used_ratio"]
 
 
 def test_framework_errors_are_problems(client: httpx.Client) -> None:

@@ -1,8 +1,4 @@
-"""Test helpers: broker processes with replication roles, and a TCP proxy that injects network faults.
-
-Switching the tests to the real CLI is the one line NODE_COMMAND (and `ha_status`, which
-already prefers /v1/store's "ha" section when the server has one).
-"""
+"""Test helpers: broker processes (`python -m app serve`) with replication roles, and a TCP proxy that injects network faults."""
 
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_COMMAND = [sys.executable, str(ROOT / "tests" / "ha" / "node_main.py"), "serve"]
+NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
 # Small files so replication crosses commitlog file boundaries; short HA intervals so faults show quickly.
 SMALL_STORE = """
 [store]
@@ -124,10 +120,7 @@ class Node:
     # Reading the node ------------------------------------------------------------------
 
     def ha(self) -> dict[str, Any]:
-        store = self.client.get("/v1/store").json()
-        if "ha" in store:
-            return store["ha"]
-        return self.client.get("/v1/ha").json()
+        return self.client.get("/v1/store").json()["ha"]
 
     def max_offset(self) -> int:
         return int(self.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"])

@@ -102,6 +102,7 @@ def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(cluster, proxi
     proxy.paused.set()
     r = master.produce("ev", "m0")  # the slave is still connected but acknowledges nothing for 1.5 s
     assert r.status_code == 504 and r.json()["code"] == "FLUSH_SLAVE_TIMEOUT", r.text
+    assert r.json()["stored"] is True
     wait_for(lambda: master.ha()["connection_state"] == "no_slave", timeout_s=10, what="the master to drop the silent slave")
     r = master.produce("ev", "m1")
     assert r.status_code == 503 and r.json()["code"] == "SLAVE_NOT_AVAILABLE", r.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,12 @@ import pytest
 from tests.ha.cluster import wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+
+def metric(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert match, f"{name} missing"
+    return float(match.group(1))
 
 
 def caught_up(master, slave) -> bool:
@@ -33,7 +40,16 @@ def test_slave_started_late_catches_up_and_serves_reads(cluster):
     assert ha["master_http_address"] == master.url
     mha = master.ha()
     assert mha["connection_state"] == "connected" and mha["acknowledged_offset"] == master.max_offset() and mha["bytes_behind"] == 0
+    assert mha["role"] == "master" and mha["peer_address"] and ha["peer_address"] == f"127.0.0.1:{master.ha_port}"
     assert slave.client.get("/v1/store").json()["role"] == "SLAVE"
+    assert master.client.get("/v1/store").json()["role"] == "ASYNC_MASTER"
+    end = master.max_offset()
+    for node in (master, slave):
+        text = node.client.get("/metrics").text
+        assert metric(text, "tidemq_ha_connected") == 1 and metric(text, "tidemq_ha_acknowledged_offset") == end
+        assert metric(text, "tidemq_ha_bytes_behind") == 0 and metric(text, "tidemq_ha_diverged") == 0
+    assert metric(master.client.get("/metrics").text, "tidemq_ha_slaves") == 1
+    assert metric(slave.client.get("/metrics").text, "tidemq_ha_received_bytes_total") >= end
 
 
 def test_slave_refuses_produce_and_stores_nothing(cluster):
@@ -43,11 +59,19 @@ def test_slave_refuses_produce_and_stores_nothing(cluster):
     wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
     before = slave.max_offset()
     r = slave.produce("orders", "refused")
-    assert r.status_code in (403, 503), r.text
+    assert r.status_code == 403, r.text
     assert r.headers["content-type"].startswith("application/problem+json")
-    assert r.json()["code"] == "NOT_MASTER"
+    body = r.json()
+    assert body["code"] == "NOT_MASTER" and body["status"] == 403
+    assert body["master_http_address"] == master.url and master.url in body["detail"]
     assert slave.max_offset() == before
     assert slave.ha()["master_http_address"] == master.url
+    # A refused produce to a topic the master never had creates nothing on the slave.
+    r = slave.produce("never-on-master", "refused")
+    assert r.status_code == 403 and r.json()["code"] == "NOT_MASTER"
+    assert slave.client.get("/v1/topics/never-on-master").status_code == 404
+    assert slave.client.put("/v1/topics/local", json={"queues": 1}).json()["code"] == "NOT_MASTER"
+    assert slave.max_offset() == before
 
 
 def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
@@ -77,7 +101,8 @@ def test_sync_master_without_a_slave_answers_slave_not_available(cluster):
     before = master.max_offset()
     r = master.produce("pay", "lonely")
     assert r.status_code == 503, r.text
-    assert r.json()["code"] == "SLAVE_NOT_AVAILABLE"
+    body = r.json()
+    assert body["code"] == "SLAVE_NOT_AVAILABLE" and body["stored"] is True and r.headers["retry-after"] == "1"
     assert master.max_offset() > before, "the message is stored, only not replicated"
     assert master.ha()["sync_slave_not_available_total"] == 1
 

@@ -1,0 +1,1 @@
+"""Runnable Spark jobs over tidemq topics."""

@@ -1,0 +1,127 @@
+"""Delay levels and retention over HTTP: GET /v1/schedule, POST /v1/admin/cleanup and the consumer's view after a cleanup."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.helpers import commitlog_max, problem
+
+pytestmark = pytest.mark.timeout(120)
+
+# An hour far from now: the periodic rule never allows deleting during the test, only a manual cleanup does.
+NOT_NOW = f"{(time.localtime().tm_hour + 12) % 24:02d}"
+RETENTION_CONFIG = f"""
+[store]
+mapped_file_size_commit_log_bytes = 65536
+mapped_file_size_consume_queue_bytes = 200
+max_message_size_bytes = 8192
+max_hash_slot_num = 16
+max_index_num = 64
+file_reserved_time_hours = 0
+delete_when = "{NOT_NOW}"
+clean_resource_interval_ms = 3600000
+delete_commit_log_files_interval_ms = 0
+delete_consume_queue_files_interval_ms = 0
+"""
+# Three short levels and one long one, so a message stays waiting for the whole test.
+LEVELS = 'message_delay_level = "1s 2s 5s 1h"\n'
+
+
+def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(make_broker) -> None:
+    broker: BrokerProcess = make_broker(RETENTION_CONFIG + SMALL_BROKER)
+    c = broker.client
+    assert c.put("/v1/topics/Aged", json={"queues": 1}).status_code == 201
+    for batch in range(12):
+        messages = [{"body": "a" * 400, "keys": [f"aged-{batch * 50 + i}"], "queue_id": 0} for i in range(50)]
+        assert c.post("/v1/topics/Aged/messages", json={"messages": messages}).status_code == 201
+    # A file's age is its mtime, which a flush moves: let the periodic flush get past every file but
+    # the last, so that they are all older than the pass (a reserved time of zero).
+    deadline = time.monotonic() + 10
+    while (runtime := c.get("/v1/store").json()["runtime"])["commitlog_flushed_offset"] < runtime["commitlog_max_offset"] // 65536 * 65536:
+        assert time.monotonic() < deadline, runtime
+        time.sleep(0.05)
+    time.sleep(0.1)
+    cleanup = runtime["cleanup"]
+    assert cleanup["commitlog_files_deleted"] == 0 and cleanup["manual_rounds_left"] == 0
+    assert cleanup["next_pass_ms"] > time.time() * 1000 + 60_000, "no periodic pass may run during the test"
+    assert c.get("/v1/topics/Aged/messages", params={"key": "aged-0"}).json()["messages"] != []
+
+    before_ms = int(time.time() * 1000)
+    r = c.post("/v1/admin/cleanup")
+    assert r.status_code == 202, r.text
+    started = r.json()
+    assert started["rounds"] == 20 and started["next_pass_ms"] >= before_ms
+
+    deadline = time.monotonic() + 30
+    while True:
+        runtime = c.get("/v1/store").json()["runtime"]
+        min_offset = c.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
+        if runtime["cleanup"]["commitlog_files_deleted"] >= 3 and min_offset > 0:
+            break
+        assert time.monotonic() < deadline, runtime
+        time.sleep(0.05)
+    cleanup = runtime["cleanup"]
+    assert cleanup["passes"] >= 1 and cleanup["manual_rounds_left"] < 20
+    assert cleanup["next_pass_ms"] > cleanup["last_pass_ms"] >= before_ms
+    assert cleanup["disk_ratio"] is not None and cleanup["disk_warning_ratio"] == 0.9
+    assert runtime["commitlog_min_offset"] >= 3 * 65536
+
+    stale = c.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
+    assert stale["status"] == "OFFSET_TOO_SMALL" and stale["messages"] == []
+    assert stale["next_offset"] == stale["min_offset"] >= min_offset > 0
+    fresh = c.get("/v1/topics/Aged/queues/0/messages", params={"offset": stale["next_offset"], "max": 1}).json()
+    assert fresh["status"] == "FOUND" and fresh["messages"][0]["queue_offset"] == stale["next_offset"]
+    assert c.get("/v1/topics/Aged/messages", params={"key": "aged-0"}).json()["messages"] == []
+    last = c.get("/v1/topics/Aged/messages", params={"key": "aged-599"}).json()["messages"]
+    assert [m["keys"] for m in last] == [["aged-599"]]
+    text = c.get("/metrics").text
+    assert f"tidemq_cleanup_commitlog_files_deleted_total {cleanup['commitlog_files_deleted']}" in text
+
+
+def test_admin_routes_refuse_other_methods(client: httpx.Client) -> None:
+    problem(client.get("/v1/admin/cleanup"), 405, "METHOD_NOT_ALLOWED")
+    problem(client.delete("/v1/admin/cleanup"), 405, "METHOD_NOT_ALLOWED")
+    problem(client.post("/v1/schedule"), 405, "METHOD_NOT_ALLOWED")
+    problem(client.get("/v1/admin"), 404, "NOT_FOUND")
+
+
+def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
+    broker: BrokerProcess = make_broker(SMALL_STORE + LEVELS + SMALL_BROKER)
+    c = broker.client
+    status = c.get("/v1/schedule").json()
+    assert [(x["level"], x["delay"], x["delay_ms"], x["waiting"]) for x in status["levels"]] == [
+        (1, "1s", 1000, 0),
+        (2, "2s", 2000, 0),
+        (3, "5s", 5000, 0),
+        (4, "1h", 3_600_000, 0),
+    ]
+    assert all(x["oldest_age_ms"] is None and x["oldest_due_in_ms"] is None for x in status["levels"])
+    assert status["delivered"] == 0
+    sent = [c.post("/v1/topics/later/messages", json={"body": f"h{i}", "delay_ms": 3_000_000, "queue_id": 0}) for i in range(3)]
+    assert all(r.status_code == 201 and r.json()["delay_level"] == 4 for r in sent), [r.text for r in sent]
+    quick = c.post("/v1/topics/later/messages", json={"body": "soon", "delay_level": 1, "queue_id": 0}).json()
+
+    level_4 = c.get("/v1/schedule").json()["levels"][3]
+    assert level_4["waiting"] == 3 and level_4["max_offset"] - level_4["offset"] == 3
+    assert 0 <= level_4["oldest_age_ms"] < 60_000
+    assert 3_600_000 - 60_000 < level_4["oldest_due_in_ms"] <= 3_600_000
+    # The 1 s message is delivered to its queue; the level empties and the delivered count grows.
+    got = c.get("/v1/topics/later/queues/0/messages", params={"offset": 0, "wait_ms": 5000}).json()
+    assert got["status"] == "FOUND" and [m["body"] for m in got["messages"]] == ["soon"]
+    assert got["messages"][0]["store_timestamp"] >= quick["deliver_at_ms"]
+    deadline = time.monotonic() + 10
+    while (status := c.get("/v1/schedule").json())["delivered"] < 1:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
+    assert status["levels"][0]["waiting"] == 0 and status["levels"][3]["waiting"] == 3
+    # The longest level bounds delay_ms and deliver_at_ms.
+    before = commitlog_max(c)
+    problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_ms": 3_600_001}), 400, "DELAY_LEVEL_INVALID")
+    far = int(time.time() * 1000) + 2 * 3_600_000
+    problem(c.post("/v1/topics/later/messages", json={"body": "x", "deliver_at_ms": far}), 400, "DELAY_LEVEL_INVALID")
+    problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_level": 5}), 400, "DELAY_LEVEL_INVALID")
+    assert commitlog_max(c) == before
