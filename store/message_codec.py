@@ -174,6 +174,54 @@ def delay_due_time_ms(props: dict[str, str], store_ts: int, delay_levels_ms: lis
     return store_ts + delay_levels_ms[level - 1]
 
 
+_TOPIC_NAMES: dict[bytes, str] = {}  # topic bytes -> name; topics repeat, decoding them need not
+_MAX_TOPIC_NAMES = 65_536
+DISPATCH_BLANK = -1
+DISPATCH_END = 0
+
+
+def decode_for_dispatch(buf: Any, pos: int, limit: int, delay_levels_ms: list[int] | None) -> tuple[int, DispatchRequest | None]:
+    """The dispatch thread's decoder: (size, request) for a message, (DISPATCH_BLANK, None)
+    for an end-of-file marker, (DISPATCH_END, None) where nothing (whole) is written yet.
+
+    The same checks as check_message without the CRC (the bytes were checked when written
+    or at recovery), with fewer objects per message: dispatch runs once per message and
+    shares the interpreter with the producers.
+    """
+    if limit - pos < 8:
+        return DISPATCH_END, None
+    total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE and total >= END_FILE_MIN_BLANK_LENGTH and pos + total <= limit:
+            return DISPATCH_BLANK, None
+        return DISPATCH_END, None
+    if total < FIXED_PART_BYTES or pos + total > limit:
+        return DISPATCH_END, None
+    (_, _, _, queue_id, _, queue_offset, phys, sys_flag, _, _, store_ts, _, _, _, body_len) = HEADER.unpack_from(buf, pos)
+    topic_pos = pos + HEADER_BYTES + body_len
+    topic_len = buf[topic_pos]
+    props_pos = topic_pos + 1 + topic_len
+    (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)
+    if props_len < 0 or FIXED_PART_BYTES + body_len + topic_len + props_len != total:
+        return DISPATCH_END, None
+    raw_topic = bytes(buf[topic_pos + 1 : props_pos])
+    topic = _TOPIC_NAMES.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", errors="replace")
+        if len(_TOPIC_NAMES) < _MAX_TOPIC_NAMES:
+            _TOPIC_NAMES[raw_topic] = topic
+    if props_len:
+        props = decode_properties(buf[props_pos + 2 : props_pos + 2 + props_len])
+        tags_code = tags_hash(props.get(PROPERTY_TAGS, ""))
+        if delay_levels_ms is not None and topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
+            tags_code = delay_due_time_ms(props, store_ts, delay_levels_ms)
+        keys = props.get("KEYS", "")
+        uniq_key = props.get("UNIQ_KEY", "")
+    else:
+        props, tags_code, keys, uniq_key = {}, 0, "", ""
+    return total, DispatchRequest(topic, queue_id, phys, total, tags_code, store_ts, queue_offset, keys, uniq_key, sys_flag, props)
+
+
 def decode_message(buf: Any, pos: int, store_host: bytes | None = None) -> dict[str, Any]:
     """Decode the message at `pos` into a dict (no CRC check: callers read checked bytes)."""
     (

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
-from store.message_codec import DecodeOutcome, DispatchRequest, check_message
+from store.message_codec import DISPATCH_BLANK, DecodeOutcome, DispatchRequest, check_message, decode_for_dispatch
 from store.service_thread import ServiceThread
 
 log = logging.getLogger("tidemq.store")
@@ -64,26 +64,23 @@ class ReputMessageService(ServiceThread):
                 limit = min(res.size, self._end_offset() - res.start_offset)
                 pos = 0
                 while pos < limit:
-                    r = check_message(view, pos, limit, False, True, levels)
-                    if r.outcome is DecodeOutcome.MESSAGE:
-                        req = r.request
-                        assert req is not None
+                    size, req = decode_for_dispatch(view, pos, limit, levels)
+                    if req is not None:
                         for dispatcher in dispatchers:
                             dispatcher(req)
                         for listener in listeners:
                             listener(
                                 req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code, req.store_timestamp, req.properties
                             )
-                        pos += r.size
+                        pos += size
                         count += 1
-                    elif r.outcome is DecodeOutcome.BLANK:
+                    elif size == DISPATCH_BLANK:
                         pos = res.size
                         self.reput_from_offset = cl.roll_next_file(res.start_offset)
                         break
                     else:
-                        # END: the writer has not finished this message yet (or nothing more).
-                        if r.outcome is DecodeOutcome.CORRUPT:
-                            log.error("reput stopped at %d: %s", res.start_offset + pos, r.reason)
+                        # Nothing whole here yet: the writer has not finished this message, or the log ends.
+                        self._report_if_corrupt(view, pos, limit, res.start_offset)
                         limit = pos
                         break
                     self.reput_from_offset = res.start_offset + pos
@@ -93,6 +90,12 @@ class ReputMessageService(ServiceThread):
                 break
         self.dispatched_messages += count
         return count
+
+    def _report_if_corrupt(self, view: memoryview, pos: int, limit: int, start_offset: int) -> None:
+        """Log the reason when the bytes where dispatch stopped are not simply unwritten."""
+        r = check_message(view, pos, limit, False, False)
+        if r.outcome is DecodeOutcome.CORRUPT:
+            log.error("reput stopped at %d: %s", start_offset + pos, r.reason)
 
     def run(self) -> None:
         while not self.is_stopped():

@@ -165,3 +165,26 @@ def test_encode_decode_round_trip(body: bytes, topic: str, props: dict, queue_id
     assert decode_properties(encode_properties(props)) == props
     assert list(iter_messages(raw + raw)) == [(0, len(raw)), (len(raw), len(raw))]
     assert struct.unpack_from(">I", raw, 4)[0] == MESSAGE_MAGIC_CODE
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    body=st.binary(max_size=512),
+    props=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "DELAY"]), property_text, max_size=5),
+    queue_id=st.integers(0, 1000),
+)
+def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict, queue_id: int) -> None:
+    from store.message_codec import DISPATCH_BLANK, DISPATCH_END, decode_for_dispatch
+
+    raw = encode_message(
+        b"SCHEDULE_TOPIC_XXXX" if "DELAY" in props else b"Top", body, encode_properties(props), queue_id, 7, 99, store_timestamp=5
+    )
+    levels = [1000, 5000]
+    size, request = decode_for_dispatch(raw, 0, len(raw), levels)
+    expected = check_message(raw, 0, len(raw), check_crc=False, delay_levels_ms=levels).request
+    assert size == len(raw) and request == expected
+    assert decode_for_dispatch(raw[:-1], 0, len(raw) - 1, levels) == (DISPATCH_END, None)
+    blank = bytearray(16)
+    write_blank_into(blank, 0, 16)
+    assert decode_for_dispatch(blank, 0, 16, levels) == (DISPATCH_BLANK, None)
+    assert decode_for_dispatch(bytes(16), 0, 16, levels) == (DISPATCH_END, None)
