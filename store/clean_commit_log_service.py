@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.clock import SYSTEM_CLOCK, Clock
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.service_thread import ServiceThread
+from store.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
@@ -53,7 +53,7 @@ class CleanPass:
     files_deleted: int
 
 
-class CleanCommitLogService(ServiceThread):
+class CleanCommitLogService(PeriodicPassService):
     def __init__(
         self,
         store: DefaultMessageStore,
@@ -61,19 +61,17 @@ class CleanCommitLogService(ServiceThread):
         disk_usage_probe: DiskUsageProbe = disk_used_ratio,
         on_files_deleted: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__("CleanCommitLogService")
+        super().__init__("CleanCommitLogService", store.config.clean_resource_interval_ms)
         self.store = store
         self.clock = clock
         self.probe = disk_usage_probe
         self.on_files_deleted = on_files_deleted
         cfg = store.config
-        self.interval_ms = cfg.clean_resource_interval_ms
         self.reserved_ms = cfg.file_reserved_time_hours * HOUR_MS
         self.delete_hours = cfg.delete_hours()
         self.max_used_ratio = cfg.disk_max_used_space_ratio_percent / 100.0
         self.clean_forcibly_ratio = cfg.disk_clean_forcibly_ratio_percent / 100.0
         self.warning_ratio = cfg.disk_warning_ratio_percent / 100.0
-        self._stop_event = threading.Event()  # ends the pause between two deletions at shutdown
         self._pass_lock = threading.Lock()
         self.manual_rounds = 0  # passes left that delete expired files at any hour
         self.clean_immediately = False
@@ -82,23 +80,6 @@ class CleanCommitLogService(ServiceThread):
         self.passes = 0
         self.last_pass_ms = 0
         self.next_pass_ms = clock.now_ms() + self.interval_ms
-
-    def shutdown(self, interrupt: bool = False) -> None:
-        self._stop_event.set()
-        super().shutdown(interrupt)
-
-    def run(self) -> None:
-        while not self.is_stopped():
-            self.wait_for_running(self.interval_ms)
-            if self.is_stopped():
-                break
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("commitlog cleanup pass failed")
-
-    def _pause(self, seconds: float) -> None:
-        self._stop_event.wait(seconds)
 
     # One pass ----------------------------------------------------------------------------
 
@@ -121,7 +102,7 @@ class CleanCommitLogService(ServiceThread):
                     self.clean_immediately,
                     self.store.config.delete_files_batch_max,
                     now,
-                    self._pause,
+                    self.pause,
                 )
                 if deleted == 0 and space_full:
                     log.warning(

@@ -19,7 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from store.clock import SYSTEM_CLOCK, Clock
-from store.service_thread import ServiceThread
+from store.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
@@ -27,33 +27,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 
-class CleanConsumeQueueService(ServiceThread):
+class CleanConsumeQueueService(PeriodicPassService):
     def __init__(self, store: DefaultMessageStore, clock: Clock = SYSTEM_CLOCK) -> None:
-        super().__init__("CleanConsumeQueueService")
+        super().__init__("CleanConsumeQueueService", store.config.clean_resource_interval_ms)
         self.store = store
         self.clock = clock
-        self.interval_ms = store.config.clean_resource_interval_ms
-        self._stop_event = threading.Event()  # ends the pause between two deletions at shutdown
         self._pass_lock = threading.Lock()
         self.last_physical_min_offset = 0
         self._files_pending = False  # a file of the last pass was still held by readers
         self.consume_queue_files_deleted = 0
         self.index_files_deleted = 0
         self.passes = 0
-
-    def shutdown(self, interrupt: bool = False) -> None:
-        self._stop_event.set()
-        super().shutdown(interrupt)
-
-    def run(self) -> None:
-        while not self.is_stopped():
-            self.wait_for_running(self.interval_ms)
-            if self.is_stopped():
-                break
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("consume queue cleanup pass failed")
 
     def run_once(self) -> int:
         """One pass; returns the number of files deleted (consume queue and index)."""
@@ -72,7 +56,7 @@ class CleanConsumeQueueService(ServiceThread):
                 first = cq.mapped_file_queue.get_first_mapped_file()
                 pending = pending or (first is not None and not first.is_available())
                 if n and cfg.delete_consume_queue_files_interval_ms > 0:
-                    self._stop_event.wait(cfg.delete_consume_queue_files_interval_ms / 1000.0)
+                    self.pause(cfg.delete_consume_queue_files_interval_ms / 1000.0)
             deleted_index = store.index_service.delete_expired_files(min_offset, cfg.destroy_mapped_file_interval_forcibly_ms, now)
             pending = pending or any(not f.mapped_file.is_available() for f in store.index_service.index_files)
             self._files_pending = pending
