@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small files so tests cross commitlog and consume queue file boundaries.
@@ -35,12 +36,6 @@ max_pull_messages = 256
 """
 # How long a server may take to become ready.
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class BrokerProcess:

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from tests.loopback import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
 # Small files so replication crosses commitlog file boundaries; short HA intervals so faults show quickly.
@@ -36,12 +38,6 @@ max_wait_ms = 5000
 max_pull_messages = 256
 """
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "condition") -> Any:

@@ -7,7 +7,6 @@ small commitlog files and waits for /readyz; `stop_server` always ends it.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 
 from store.message import encode_properties
 from store.message_codec import END_FILE_MIN_BLANK_LENGTH, encode_message, write_blank_into
+from tests.loopback import free_port
 
 SERVER_START_TIMEOUT_S = 60.0  # the server imports FastAPI and loads the store before /readyz answers 200
 SERVER_STOP_TIMEOUT_S = 15.0
@@ -68,12 +68,6 @@ def build_commitlog(directory: Path, file_size: int, messages: list[tuple[str, i
         pos += len(raw)
     (directory / f"{file_start:020d}").write_bytes(bytes(buf))
     return written
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
