@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.timeout(120)
 
 # An hour far from now: the periodic rule never allows deleting during the test, only a manual cleanup does.
 NOT_NOW = f"{(time.localtime().tm_hour + 12) % 24:02d}"
-RETENTION_CONFIG = f"""
+# Tiny files that expire at once; each test adds when passes run.
+EXPIRING_STORE = """
 [store]
 mapped_file_size_commit_log_bytes = 65536
 mapped_file_size_consume_queue_bytes = 200
@@ -22,11 +24,14 @@ max_message_size_bytes = 8192
 max_hash_slot_num = 16
 max_index_num = 64
 file_reserved_time_hours = 0
-delete_when = "{NOT_NOW}"
-clean_resource_interval_ms = 3600000
 delete_commit_log_files_interval_ms = 0
 delete_consume_queue_files_interval_ms = 0
 """
+RETENTION_CONFIG = EXPIRING_STORE + f'delete_when = "{NOT_NOW}"\nclean_resource_interval_ms = 3600000\n'
+# Every hour is a delete hour and a pass runs every 200 ms: the periodic rule alone cleans.
+EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
+PERIODIC_RETENTION_CONFIG = EXPIRING_STORE + f'delete_when = "{EVERY_HOUR}"\nclean_resource_interval_ms = 200\n'
+
 # Three short levels and one long one, so a message stays waiting for the whole test.
 LEVELS = 'message_delay_level = "1s 2s 5s 1h"\n'
 
@@ -125,3 +130,43 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
     problem(c.post("/v1/topics/later/messages", json={"body": "x", "deliver_at_ms": far}), 400, "DELAY_LEVEL_INVALID")
     problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_level": 5}), 400, "DELAY_LEVEL_INVALID")
     assert commitlog_max(c) == before
+
+
+def test_consumers_see_the_new_minimum_and_lose_deleted_keys_over_http(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "http-store", PERIODIC_RETENTION_CONFIG + SMALL_BROKER)
+    try:
+        client = broker.start().client
+        assert client is not None
+        assert client.put("/v1/topics/Aged", json={"queues": 1}).status_code == 201
+        body = "a" * 400
+        for batch in range(12):
+            messages = [{"body": body, "keys": [f"aged-{batch * 50 + i}"], "queue_id": 0} for i in range(50)]
+            r = client.post("/v1/topics/Aged/messages", json={"messages": messages})
+            assert r.status_code == 201, r.text
+        deadline = time.monotonic() + 30
+        while True:  # every file but the last is expired at once; the periodic pass deletes them
+            runtime = client.get("/v1/store").json()["runtime"]
+            new_min = client.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
+            if runtime["cleanup"]["commitlog_files_deleted"] >= 3 and new_min > 0:
+                break
+            assert time.monotonic() < deadline, runtime
+            time.sleep(0.05)
+        assert runtime["commitlog_min_offset"] >= 3 * 65536
+
+        stale = client.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
+        assert stale["status"] == "OFFSET_TOO_SMALL"
+        assert stale["next_offset"] == stale["min_offset"] >= new_min
+        # Cleanup goes on meanwhile: a consumer following next_offset always reaches messages.
+        offset = stale["next_offset"]
+        for _ in range(50):
+            fresh = client.get("/v1/topics/Aged/queues/0/messages", params={"offset": offset, "max": 1}).json()
+            if fresh["status"] == "FOUND":
+                break
+            assert fresh["status"] in ("OFFSET_TOO_SMALL", "MESSAGE_WAS_REMOVING"), fresh
+            assert fresh["next_offset"] > offset or fresh["status"] == "OFFSET_TOO_SMALL"
+            offset = fresh["next_offset"]
+        assert fresh["status"] == "FOUND", fresh
+        assert client.get("/v1/topics/Aged/messages", params={"key": "aged-0"}).json()["messages"] == []
+        assert len(client.get("/v1/topics/Aged/messages", params={"key": "aged-599"}).json()["messages"]) == 1
+    finally:
+        broker.stop()

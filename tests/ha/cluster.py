@@ -15,23 +15,20 @@ from typing import Any
 
 import httpx
 
+from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
 from tests.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
 # Small files so replication crosses commitlog file boundaries; short HA intervals so faults show quickly.
-SMALL_STORE = """
-[store]
-mapped_file_size_commit_log_bytes = 262144
-mapped_file_size_consume_queue_bytes = 20000
-max_message_size_bytes = 65536
-max_hash_slot_num = 1000
-max_index_num = 4000
-ha_send_heartbeat_interval_ms = 300
+SMALL_STORE = (
+    APP_SMALL_STORE
+    + """ha_send_heartbeat_interval_ms = 300
 ha_housekeeping_interval_ms = 2000
 ha_transfer_batch_size_bytes = 8192
 sync_flush_timeout_ms = 1500
 """
+)
 SMALL_BROKER = """
 [broker]
 max_wait_ms = 5000
