@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from app.long_poll import HeldPulls
+from app.open_files import raise_open_files_limit
 from app.problems import ProblemError
 from app.settings import BrokerSettings
 from ha import HANode, attach
@@ -65,6 +66,10 @@ class Broker:
         log.info("store %s loaded and started", self.config.store_path_root_dir)
 
     def _load_and_start(self) -> None:
+        soft, _ = raise_open_files_limit()
+        budget = self.config.max_mapped_consume_queue_files
+        if budget * 2 > soft:
+            log.warning("max_mapped_consume_queue_files=%d may exhaust the open-file limit %d", budget, soft)
         self.store.load()
         self.store.add_message_arriving_listener(self.held.on_message_arriving)
         self.store.start()

@@ -68,6 +68,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "FLUSH_DISK_TIMEOUT": ProblemKind(504, "Stored, but the flush to disk did not finish in time"),
     "FLUSH_SLAVE_TIMEOUT": ProblemKind(504, "Stored, but the slave did not confirm in time"),
     "DISK_FULL": ProblemKind(503, "The disk is too full to accept messages; retry once space is freed"),
+    "DISPATCH_BEHIND": ProblemKind(503, "Dispatch to the consume queues is behind or failing; retry shortly"),
 }
 
 # Why the store refused a put (nothing written) -> code.
@@ -82,6 +83,7 @@ PUT_REFUSALS: dict[PutRefusal, str] = {
     PutRefusal.BATCH_EMPTY: "BATCH_EMPTY",
     PutRefusal.NOT_MASTER: "NOT_MASTER",
     PutRefusal.DISK_FULL: "DISK_FULL",
+    PutRefusal.DISPATCH_BEHIND: "DISPATCH_BEHIND",
     PutRefusal.SHUTTING_DOWN: "SHUTTING_DOWN",
 }
 

@@ -3,6 +3,9 @@
 The writer asks for file N and pre-orders N+1; it waits only for N, for at most
 `allocate_mapped_file_timeout_ms`, then gets None (CREATE_MAPPED_FILE_FAILED).
 Requests are bounded (at most two pending per call, deduplicated by path).
+A failed creation (a full disk: the file's space could not be reserved) is logged and
+raised to the writer waiting for it as the OSError it was; a failed pre-order is logged
+and forgotten, so the writer's own request for that file later tries again.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ MAX_PENDING_REQUESTS = 16  # more than the writer can ever have outstanding (it 
 
 
 class AllocateRequest:
-    __slots__ = ("path", "file_size", "done", "mapped_file", "error")
+    __slots__ = ("path", "file_size", "done", "mapped_file", "error", "os_error")
 
     def __init__(self, path: str, file_size: int) -> None:
         self.path = path
@@ -30,6 +33,7 @@ class AllocateRequest:
         self.done = threading.Event()
         self.mapped_file: MappedFile | None = None
         self.error: str = ""
+        self.os_error: OSError | None = None
 
 
 class AllocateMappedFileService(ServiceThread):
@@ -48,6 +52,7 @@ class AllocateMappedFileService(ServiceThread):
         self._lock = threading.Lock()
 
     def put_request_and_return_mapped_file(self, path: str, next_path: str, file_size: int) -> MappedFile | None:
+        """File `path` (pre-ordering `next_path`); None on a timeout; raises the OSError its creation met."""
         if not self.is_alive():
             # Not started (loading, tests): create in the caller's thread.
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -60,6 +65,8 @@ class AllocateMappedFileService(ServiceThread):
             return None
         with self._lock:
             self._requests.pop(path, None)
+        if request.os_error is not None:
+            raise request.os_error
         if request.mapped_file is None:
             log.error("allocation of %s failed: %s", path, request.error)
         return request.mapped_file
@@ -67,6 +74,8 @@ class AllocateMappedFileService(ServiceThread):
     def _enqueue(self, path: str, file_size: int) -> AllocateRequest:
         with self._lock:
             request = self._requests.get(path)
+            if request is not None and request.done.is_set() and request.mapped_file is None:
+                request = None  # an earlier attempt failed: try again
             if request is None:
                 if len(self._requests) >= MAX_PENDING_REQUESTS:
                     # Never grows without bound; the stale pre-orders are dropped.
@@ -110,6 +119,8 @@ class AllocateMappedFileService(ServiceThread):
             request.mapped_file = self._create(request.path, request.file_size)
         except OSError as exc:
             request.error = str(exc)
+            request.os_error = exc
+            log.warning("could not create %s ahead of need (%s); retried when it is needed", request.path, exc)
         request.done.set()
         return True
 

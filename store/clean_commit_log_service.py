@@ -8,6 +8,9 @@ Every `clean_resource_interval_ms` one pass:
    - at or below it: `store.disk_full` cleared (between the two ratios the flag keeps its
      value, so it does not flap around the warning ratio);
    - an unknown usage (negative ratio) changes nothing;
+   - `store.space_exhausted` (set at once when a file's space could not be reserved, which
+     also wakes this service) is cleared when a commitlog file and a queue file fit again;
+     while it is set, passes run at least every SPACE_RECHECK_MS;
 2. deletes when the hour is in `delete_when`, or usage is above `disk_max_used_space_ratio_percent`,
    or a manual round is pending: leading files (never the last) last modified more than
    `file_reserved_time_hours` ago — any age when cleaning immediately — at most
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from store.clock import SYSTEM_CLOCK, Clock
-from store.disk_usage import DiskUsageProbe, disk_used_ratio
+from store.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 HOUR_MS = 3_600_000
+SPACE_RECHECK_MS = 1_000  # pass period while the disk has no room for a new file
 
 
 @dataclass(slots=True)
@@ -136,7 +140,20 @@ class CleanCommitLogService(PeriodicPassService):
                 log.info("disk usage %.1f%% is back at or below %.0f%%: accepting puts", ratio * 100, self.clean_forcibly_ratio * 100)
             store.disk_full = False
             self.clean_immediately = False
+        if store.space_exhausted and self._space_for_new_files():
+            log.info("the disk has room for new files again: accepting puts")
+            store.space_exhausted = False
         return ratio
+
+    def _space_for_new_files(self) -> bool:
+        """True when a commitlog file and a consume-queue file fit on their partitions."""
+        cfg = self.store.config
+        need = cfg.mapped_file_size_commit_log_bytes + cfg.mapped_file_size_consume_queue_bytes
+        free = min(disk_free_bytes(cfg.commit_log_dir()), disk_free_bytes(cfg.consume_queue_dir()))
+        return free >= need
+
+    def wait_ms(self) -> int:
+        return min(self.interval_ms, SPACE_RECHECK_MS) if self.store.space_exhausted else self.interval_ms
 
     def _redelete_hanged_file(self, now: int) -> int:
         """Retry leading files shut down earlier but still held by readers (RocketMQ's redeleteHangedFile)."""

@@ -162,7 +162,13 @@ class CommitLog:
 
     def _roll_locked(self) -> MappedFile | None:
         """The next file to append to; the caller holds `put_lock`."""
-        mf = self.mapped_file_queue.get_last_mapped_file_or_create(0)
+        mfq = self.mapped_file_queue
+        mf = mfq.get_last_mapped_file_or_create(0)
+        if mf is not None and not mf.reserved and not mf.reserve():
+            # A file loaded without its space (made sparse by an older version) is not written on a full disk.
+            if mfq.no_space_listener is not None:
+                mfq.no_space_listener(mf.path)
+            mf = None
         self._last_file = mf
         return mf
 

@@ -152,6 +152,10 @@ class MessageStoreConfig:
     store_port: int = 10911
     # Bounded wait of a service's final flush at shutdown.
     shutdown_flush_timeout_ms: int = 5_000
+    # Consume-queue files mapped at once at most; colder ones are unmapped (each mapping holds a file descriptor).
+    max_mapped_consume_queue_files: int = 1_024
+    # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
+    max_dispatch_lag_bytes: int = 256 * MIB
     # Largest number of bytes the reput service dispatches before releasing its slice.
     reput_batch_bytes: int = 4 * MIB
     # Master-slave: longest a slave may be behind for SYNC_MASTER puts to wait for it.
@@ -188,6 +192,8 @@ class MessageStoreConfig:
             (0 < self.default_topic_queue_nums <= self.max_topic_queue_nums, "default queue count must be in 1..max_topic_queue_nums"),
             (self.max_batch_messages > 0, "max_batch_messages must be positive"),
             (self.recover_clean_shutdown_files > 0, "recover_clean_shutdown_files must be positive"),
+            (self.max_mapped_consume_queue_files >= 1, "max_mapped_consume_queue_files must be >= 1"),
+            (self.max_dispatch_lag_bytes >= MIB, "max_dispatch_lag_bytes must be >= 1 MiB"),
             (0 <= self.store_port <= 65535, "store_port must be a port number"),
             (
                 not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),

@@ -13,11 +13,14 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
 import threading
 
+from store.lazy_mapped_file import LazyMappedFile, MappingBudget
+from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("tidemq.store")
@@ -27,13 +30,15 @@ ENTRY = struct.Struct(">qiq")
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, store_path: str, mapped_file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, budget: MappingBudget | None = None) -> None:
         assert mapped_file_size % CQ_STORE_UNIT_SIZE == 0
         self.topic = topic
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.queue_dir = os.path.join(store_path, topic, str(queue_id))
-        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size)
+        # With a budget the queue's files are mapped only while used (store/lazy_mapped_file.py).
+        factory = functools.partial(LazyMappedFile, budget=budget) if budget is not None else MappedFile
+        self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, file_factory=factory)
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self.last_store_timestamp = 0
@@ -55,13 +60,14 @@ class ConsumeQueue:
         max_phys = -1
         for mf in files[start:]:
             pos = 0
+            mm = mf.mm
             while pos + CQ_STORE_UNIT_SIZE <= self.mapped_file_size:
-                offset, size, _tags = ENTRY.unpack_from(mf.mm, pos)
+                offset, size, _tags = ENTRY.unpack_from(mm, pos)
                 if offset >= 0 and size > 0:
                     max_phys = offset + size
                     pos += CQ_STORE_UNIT_SIZE
                     end = mf.file_from_offset + pos
-                elif offset == 0 and size == 0 and _is_zero_tail(mf.mm, pos, self.mapped_file_size):
+                elif offset == 0 and size == 0 and _is_zero_tail(mm, pos, self.mapped_file_size):
                     break
                 else:
                     # A zero entry inside the queue is a gap filled earlier; keep scanning past it.
@@ -78,8 +84,9 @@ class ConsumeQueue:
         cut = None
         for mf in reversed(files):
             pos = min(mf.wrote_position, self.mapped_file_size) - CQ_STORE_UNIT_SIZE
+            mm = mf.mm
             while pos >= 0:
-                offset, size, _ = ENTRY.unpack_from(mf.mm, pos)
+                offset, size, _ = ENTRY.unpack_from(mm, pos)
                 if size > 0 and offset + size <= phy_offset:
                     cut = mf.file_from_offset + pos + CQ_STORE_UNIT_SIZE
                     self.max_physic_offset = offset + size

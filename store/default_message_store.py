@@ -14,9 +14,20 @@ for a reason:
   6. metadata persisted, files closed, abort file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
-Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock.
-GroupCommitService._lock, TopicConfigManager._lock and ConsumerOffsetManager._lock are
-leaves: nothing else is taken while one is held.
+Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock
+-> LazyMappedFile._map_lock. GroupCommitService._lock, TopicConfigManager._lock,
+ConsumerOffsetManager._lock and MappingBudget._lock are leaves: nothing else is taken while
+one is held.
+
+Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
+and wakes the cleanup service, whose next pass clears it when a commitlog file and a queue
+file fit again; meanwhile puts answer DISK_FULL. A failing or lagging dispatch refuses puts
+(DISPATCH_BEHIND) and is retried (store/reput_message_service.py). `degraded_reasons()`
+lists what is wrong now.
+
+Deleting a topic records the commitlog end at that moment (`_deleted_topic_cutoffs`, under
+the put lock, so every message of the deleted topic lies below it); dispatch drops messages
+of that topic below the cutoff, so a lagging dispatch never re-creates its queues.
 """
 
 from __future__ import annotations
@@ -42,11 +53,12 @@ from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.errors import StoreLocked, StoreNotRunning
+from store.errors import DispatchFailed, StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
+from store.lazy_mapped_file import MappingBudget
 from store.message import MessageInner, split_keys, topic_problem
 from store.message_codec import DispatchRequest
 from store.message_getter import MessageGetter
@@ -62,6 +74,7 @@ from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
+SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
 ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
 
 
@@ -75,6 +88,10 @@ class DefaultMessageStore:
             config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool
         )
         self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool)
+        self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
+        self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
+        self.space_exhausted = False  # a file's space could not be reserved; cleared by a cleanup pass
+        self._deleted_topic_cutoffs: dict[str, int] = {}  # topic -> commitlog end at its deletion (replaced, never mutated)
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config)
@@ -83,6 +100,7 @@ class DefaultMessageStore:
         self.stats = StoreStatsService()
         self.reput_service = ReputMessageService(self.commit_log, config)
         self.reput_service.dispatchers.append(self._dispatch_consume_queue)
+        self.reput_service.trim = self._trim_mappings
         if config.message_index_enable:
             self.reput_service.dispatchers.append(self.index_service.build_index)
         self.flush_service: GroupCommitService | FlushRealTimeService
@@ -183,6 +201,7 @@ class DefaultMessageStore:
         assert self.checkpoint is not None
         for cq in self._all_consume_queues():
             cq.recover()
+            self._trim_mappings()
         if self.last_exit_ok:
             end = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files)
         else:
@@ -193,6 +212,7 @@ class DefaultMessageStore:
             if cq.max_physic_offset > end:
                 cq.truncate_dirty_logic_files(end)
             cq.correct_min_offset(min_offset)
+            self._trim_mappings()
         # Dispatch what the queues lack (they may trail the log after a crash).
         start = max([cq.max_physic_offset for cq in self._all_consume_queues()] + [min_offset])
         self.reput_service.reput_from_offset = min(start, end)
@@ -323,6 +343,8 @@ class DefaultMessageStore:
         items = result.items
         if not items:
             self.stats.put_failures += 1
+            if self.space_exhausted:
+                return self.refuse(PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored", SNA), None
             return result, None
         size = items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
         self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
@@ -384,14 +406,62 @@ class DefaultMessageStore:
     # Dispatch ------------------------------------------------------------------------
 
     def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
-        cq = self.find_consume_queue(request.topic, request.queue_id, create=True)
+        """Write the message's queue entry; raises DispatchFailed when it cannot (dispatch retries)."""
+        cutoffs = self._deleted_topic_cutoffs
+        if cutoffs and request.commitlog_offset < cutoffs.get(request.topic, -1):
+            return  # a message of a deleted topic
+        queues = self.consume_queue_table.get(request.topic)
+        cq = queues.get(request.queue_id) if queues is not None else None
         if cq is None:
-            log.error("message at %d has an invalid topic %r; not dispatched", request.commitlog_offset, request.topic)
-            return
-        cq.put_message_position_info(
+            cq = self._create_consume_queue_for(request)
+            if cq is None:
+                return
+        if not cq.put_message_position_info(
             request.commitlog_offset, request.msg_size, request.tags_code, request.consume_queue_offset, request.store_timestamp
-        )
+        ):
+            reason = cq.mapped_file_queue.create_error or "no file for the entry"
+            raise DispatchFailed(f"consume queue {request.topic}/{request.queue_id}: {reason}")
         self.last_dispatched_timestamp = request.store_timestamp
+        if self.mapping_budget.over():
+            self.mapping_budget.trim()
+
+    def _create_consume_queue_for(self, request: DispatchRequest) -> ConsumeQueue | None:
+        """The queue of a dispatched message, created; None for an invalid topic or a deleted one's message."""
+        topic = request.topic
+        if topic_problem(topic) or not 0 <= request.queue_id < self.config.max_topic_queue_nums:
+            log.error("message at %d has an invalid topic %r or queue; not dispatched", request.commitlog_offset, topic)
+            return None
+        with self._cq_lock:
+            # Checked again under the lock delete_topic holds while it records the cutoff and drops the table entry.
+            if request.commitlog_offset < self._deleted_topic_cutoffs.get(topic, -1):
+                return None
+            return self._find_or_create_locked(topic, request.queue_id)
+
+    def _trim_mappings(self) -> None:
+        """Unmap cold consume-queue files past the budget (dispatch thread, or the loader before start)."""
+        if self.mapping_budget.over():
+            self.mapping_budget.trim()
+
+    def _on_no_space(self, path: str) -> None:
+        """A file's space could not be reserved: refuse puts now and let cleanup check the disk at once."""
+        if not self.space_exhausted:
+            self.space_exhausted = True
+            log.error("no disk space for %s: refusing puts (DISK_FULL) until space is freed", path)
+        self.clean_commit_log_service.wakeup()
+
+    def degraded_reasons(self) -> list[str]:
+        """What keeps the store from serving normally now; empty when healthy (readiness follows it)."""
+        reasons: list[str] = []
+        if self.disk_full or self.space_exhausted:
+            reasons.append("disk full")
+        failure = self.reput_service.failure
+        if failure:
+            reasons.append(f"dispatch failing: {failure}")
+        else:
+            lag = self.reput_service.behind()
+            if lag > self.config.max_dispatch_lag_bytes:
+                reasons.append(f"dispatch behind by {lag} bytes")
+        return reasons
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
         self.reput_service.arriving_listeners.append(listener)
@@ -399,7 +469,11 @@ class DefaultMessageStore:
     # Consume queues ------------------------------------------------------------------
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(topic, queue_id, self.config.consume_queue_dir(), self.config.mapped_file_size_consume_queue_bytes)
+        cq = ConsumeQueue(
+            topic, queue_id, self.config.consume_queue_dir(), self.config.mapped_file_size_consume_queue_bytes, self.mapping_budget
+        )
+        cq.mapped_file_queue.no_space_listener = self._on_no_space
+        return cq
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         queues = self.consume_queue_table.get(topic)
@@ -412,13 +486,17 @@ class DefaultMessageStore:
         if topic_problem(topic) or not 0 <= queue_id < self.config.max_topic_queue_nums:
             return None  # never a path outside the store directory
         with self._cq_lock:
-            queues = dict(self.consume_queue_table.get(topic, {}))
-            cq = queues.get(queue_id)
-            if cq is None:
-                cq = self._new_consume_queue(topic, queue_id)
-                queues[queue_id] = cq
-                self.consume_queue_table = {**self.consume_queue_table, topic: queues}
-            return cq
+            return self._find_or_create_locked(topic, queue_id)
+
+    def _find_or_create_locked(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created when absent; the caller holds `_cq_lock`."""
+        queues = dict(self.consume_queue_table.get(topic, {}))
+        cq = queues.get(queue_id)
+        if cq is None:
+            cq = self._new_consume_queue(topic, queue_id)
+            queues[queue_id] = cq
+            self.consume_queue_table = {**self.consume_queue_table, topic: queues}
+        return cq
 
     def _all_consume_queues(self) -> list[ConsumeQueue]:
         return [cq for queues in self.consume_queue_table.values() for cq in queues.values()]
@@ -437,19 +515,41 @@ class DefaultMessageStore:
     def delete_topic(self, topic: str) -> bool:
         """Drop a topic's consume queues, its config and its consumer offsets (its log bytes age out)."""
         with self.commit_log.put_lock, self._cq_lock:
+            # Every message of the topic lies below the log's end now (puts hold the put lock).
+            reput = self.reput_service.reput_from_offset
+            cutoffs = {t: end for t, end in self._deleted_topic_cutoffs.items() if end > reput}
+            cutoffs[topic] = self.commit_log.get_max_offset()
+            self._deleted_topic_cutoffs = cutoffs
             queues = self.consume_queue_table.get(topic, {})
             table = dict(self.consume_queue_table)
             table.pop(topic, None)
             self.consume_queue_table = table
             for key in [k for k in self.commit_log.topic_queue_table if k[0] == topic]:
                 del self.commit_log.topic_queue_table[key]
+            # Moved aside under the locks, so a queue of a re-created topic never lands in a directory being removed.
+            doomed = self._move_topic_dir_aside_locked(topic) if queues else None
         for cq in queues.values():
             cq.destroy()
-        if queues and not topic_problem(topic):
-            shutil.rmtree(os.path.join(self.config.consume_queue_dir(), topic), ignore_errors=True)
+        if doomed is not None:
+            shutil.rmtree(doomed, ignore_errors=True)
         existed = self.topic_config_manager.delete(topic)
         self.consumer_offset_manager.remove_topic(topic)
         return existed or bool(queues)
+
+    def _move_topic_dir_aside_locked(self, topic: str) -> str | None:
+        """Rename the topic's queue directory to a name no topic can have; the caller holds `_cq_lock`."""
+        if topic_problem(topic):
+            return None
+        path = os.path.join(self.config.consume_queue_dir(), topic)
+        doomed = os.path.join(self.config.consume_queue_dir(), f".deleted.{topic}.{time.time_ns()}")
+        try:
+            os.rename(path, doomed)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("cannot move %s aside (%s); removing it in place", path, exc)
+            return path
+        return doomed
 
     # Reading -------------------------------------------------------------------------
 
@@ -512,7 +612,10 @@ class DefaultMessageStore:
             "flush_disk_type": self.config.flush_disk_type.value,
             "broker_role": self.config.broker_role.value,
             "disk_used_ratio": round(self.disk_used_ratio(), 4),
-            "disk_full": self.disk_full,
+            "disk_full": self.disk_full or self.space_exhausted,
+            "dispatch_failure": self.reput_service.failure or None,
+            "mapped_consume_queue_files": len(self.mapping_budget),
+            "degraded_reasons": self.degraded_reasons(),
             "cleanup": {**self.clean_commit_log_service.status(), **self.clean_consume_queue_service.status()},
             "index_files": len(self.index_service.index_files),
             "consume_queues": len(self._all_consume_queues()),

@@ -17,20 +17,34 @@ DiskUsageProbe = Callable[[str], float]
 UNKNOWN_RATIO = -1.0
 
 
-def disk_used_ratio(path: str) -> float:
-    """Used share of the partition holding `path` ((total - free) / total, as RocketMQ computes it).
-
-    A path that does not exist yet is measured at its nearest existing parent; an
-    unreadable partition answers UNKNOWN_RATIO.
-    """
+def _existing(path: str) -> str:
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
+    return probe
+
+
+def disk_free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still allocate on the partition holding `path`; 0 when unreadable."""
     try:
-        st = os.statvfs(probe)
+        st = os.statvfs(_existing(path))
+    except OSError as exc:
+        log.warning("cannot measure free space of %s: %s", path, exc)
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def disk_used_ratio(path: str) -> float:
+    """Used share of the partition holding `path` ((total - free) / total, as RocketMQ computes it).
+
+    A path that does not exist yet is measured at its nearest existing parent; an
+    unreadable partition answers UNKNOWN_RATIO.
+    """
+    try:
+        st = os.statvfs(_existing(path))
     except OSError as exc:
         log.warning("cannot measure disk usage of %s: %s", path, exc)
         return UNKNOWN_RATIO

@@ -30,3 +30,7 @@ class MetadataCorrupt(StoreError):
 
 class TopicInvalid(StoreError):
     """Raised when a topic name breaks the naming rules (charset, length)."""
+
+
+class DispatchFailed(StoreError):
+    """Raised when a dispatcher cannot record a message (a queue or index file cannot be made); dispatch retries it."""

@@ -15,6 +15,7 @@ import threading
 import time
 
 from store.config import MessageStoreConfig
+from store.errors import DispatchFailed
 from store.index_file import IndexFile, index_file_size
 from store.message_codec import DispatchRequest
 
@@ -56,8 +57,7 @@ class IndexService:
     def build_index(self, request: DispatchRequest) -> None:
         f = self._retry_get_writable_file()
         if f is None:
-            log.error("no writable index file; index entry of offset %d lost", request.commitlog_offset)
-            return
+            raise DispatchFailed(f"no writable index file for the message at {request.commitlog_offset}")
         offset = request.commitlog_offset
         if offset < f.end_phy_offset or (f.index_count > 1 and offset == f.end_phy_offset):
             return  # already indexed (re-dispatch after recovery)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import logging
 import mmap
 import os
@@ -70,7 +71,7 @@ class SelectMappedBufferResult:
 
 
 class MappedFile:
-    def __init__(self, path: str, file_size: int, transient_store_pool: TransientStorePool | None = None) -> None:
+    def __init__(self, path: str, file_size: int, transient_store_pool: TransientStorePool | None = None, map_now: bool = True) -> None:
         self.path = path
         self.file_name = os.path.basename(path)
         self.file_size = file_size
@@ -82,15 +83,10 @@ class MappedFile:
         self._pool = transient_store_pool
         self.write_buffer: bytearray | None = None
         self._address: int | None = None  # the mapping's address, taken at the first flush
-        existed = os.path.exists(path)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(self._fd).st_size != file_size:
-                os.ftruncate(self._fd, file_size)
-            self.mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError:
-            os.close(self._fd)
-            raise
+        self._fd = -1  # kept open only for a pooled file (pwrite, fdatasync); the mapping holds its own
+        self.reserved = False  # True once the file's blocks are allocated (see reserve_space)
+        self._map_on_open = map_now  # False for LazyMappedFile, which maps on first use
+        self._open(transient_store_pool is not None)
         if transient_store_pool is not None:
             self.write_buffer = transient_store_pool.borrow_buffer()
         self._ref_lock = threading.Lock()
@@ -98,8 +94,48 @@ class MappedFile:
         self._available = True
         self._cleanup_over = False
         self._first_shutdown_ms = 0
+
+    def _open(self, keep_fd: bool) -> None:
+        """Create or open the file, size it, reserve its blocks and (unless lazy) map it.
+
+        A new file whose space cannot be reserved is removed again and the OSError raised
+        (ENOSPC on a full disk), so no file is ever written through an unbacked mapping.
+        An existing file is reserved on a best-effort basis (it may come from a version
+        that made sparse files); `reserved` says whether that worked.
+        """
+        path = self.path
+        existed = os.path.exists(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                os.ftruncate(fd, self.file_size)
+            self.reserved = reserve_space(fd, self.file_size, path, required=not existed)
+            if self._map_on_open:
+                self.mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            os.close(fd)
+            if not existed:
+                _unlink_quietly(path)
+            raise
+        if keep_fd:
+            self._fd = fd
+        else:
+            os.close(fd)  # mmap keeps a duplicate; one descriptor per mapped file is enough
         if not existed:
             log.debug("created mapped file %s", path)
+
+    def reserve(self) -> bool:
+        """Try again to reserve the blocks of a file loaded unreserved; True when they are."""
+        if not self.reserved:
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+            except OSError:
+                return False
+            try:
+                self.reserved = reserve_space(fd, self.file_size, self.path, required=False)
+            finally:
+                os.close(fd)
+        return self.reserved
 
     # Writing -------------------------------------------------------------------------
 
@@ -268,13 +304,19 @@ class MappedFile:
             self._pool.return_buffer(self.write_buffer)
             self.write_buffer = None
         try:
-            self.mm.close()
+            self._close_mapping()
         except BufferError:
             # Readers still hold views; the mapping is freed when they let go.
             if not force:
                 return
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         self._cleanup_over = True
+
+    def _close_mapping(self) -> None:
+        """Close the mapping; BufferError while views of it are exported."""
+        self.mm.close()
 
     def is_cleanup_over(self) -> bool:
         return self._cleanup_over
@@ -315,6 +357,44 @@ class MappedFile:
         _mlock(mm, self.file_size, self.path)
 
 
+def reserve_space(fd: int, size: int, path: str, required: bool) -> bool:
+    """Allocate the blocks of [0, size) so that writing through a mapping never meets a full disk.
+
+    A store to a mapped page the filesystem cannot back raises SIGBUS and kills the process;
+    after posix_fallocate succeeded it cannot happen, and a full disk is an OSError (ENOSPC)
+    here, at the file's creation. With `required` that error is raised; otherwise it is
+    logged and False returned. A filesystem without fallocate support is logged once and
+    treated as reserved (nothing better can be done there).
+    """
+    global _FALLOCATE_UNSUPPORTED_LOGGED
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            if not _FALLOCATE_UNSUPPORTED_LOGGED:
+                _FALLOCATE_UNSUPPORTED_LOGGED = True
+                log.warning("the filesystem of %s cannot reserve space (%s); a full disk may stop the broker with SIGBUS", path, exc)
+            return True
+        if required:
+            raise
+        log.error("cannot reserve the space of %s (%s); it is not written until space is available", path, exc)
+        return False
+
+
+def is_no_space(exc: OSError) -> bool:
+    """True when an OSError says the disk (or the user's quota) is full."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+_FALLOCATE_UNSUPPORTED_LOGGED = False
 _MS_SYNC = 4  # Linux's value of MS_SYNC (not exported by Python's mmap module)
 _LIBC: ctypes.CDLL | None = None
 _LIBC_FAILED = False

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from store.mapped_file import MappedFile, SelectMappedBufferResult, offset_to_file_name
+from store.mapped_file import MappedFile, SelectMappedBufferResult, is_no_space, offset_to_file_name
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
@@ -31,8 +31,13 @@ class MappedFileQueue:
         store_path: str,
         mapped_file_size: int,
         allocate_service: AllocateMappedFileService | None = None,
+        file_factory: Callable[[str, int], MappedFile] = MappedFile,
     ) -> None:
         self.store_path = store_path
+        self.file_factory = file_factory  # how files without an allocation service are made (lazy for queues)
+        # Told the path of a file that could not be created for lack of disk space (the store marks the disk full).
+        self.no_space_listener: Callable[[str], None] | None = None
+        self.create_error = ""  # why the last file creation failed; "" once one succeeds
         self.mapped_file_size = mapped_file_size
         self.allocate_service = allocate_service
         self.mapped_files: list[MappedFile] = []
@@ -63,7 +68,7 @@ class MappedFileQueue:
                 for f in files:
                     f.close()
                 return False
-            mf = MappedFile(path, self.mapped_file_size)
+            mf = self.file_factory(path, self.mapped_file_size)
             mf.wrote_position = mf.committed_position = mf.flushed_position = self.mapped_file_size
             files.append(mf)
         self.mapped_files = files
@@ -98,15 +103,27 @@ class MappedFileQueue:
                 mf = self.allocate_service.put_request_and_return_mapped_file(path, next_next, self.mapped_file_size)
             else:
                 os.makedirs(self.store_path, exist_ok=True)
-                mf = MappedFile(path, self.mapped_file_size)
+                mf = self.file_factory(path, self.mapped_file_size)
         except OSError as exc:
-            log.error("cannot create %s: %s", path, exc)
+            self._creation_failed(path, exc)
             return None
         if mf is None:
             return None
+        if self.create_error:
+            log.info("created %s; file creation works again after: %s", path, self.create_error)
+            self.create_error = ""
         with self._lock:
             self.mapped_files = [*self.mapped_files, mf]
         return mf
+
+    def _creation_failed(self, path: str, exc: OSError) -> None:
+        """Log the first failure of an episode (callers retry), and report a full disk."""
+        reason = exc.strerror or str(exc)
+        if not self.create_error:
+            log.error("cannot create %s: %s", path, exc)
+        self.create_error = reason
+        if is_no_space(exc) and self.no_space_listener is not None:
+            self.no_space_listener(path)
 
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
         files = self.mapped_files

@@ -25,6 +25,10 @@ class PeriodicPassService(ServiceThread):
     def run_once(self) -> Any:
         raise NotImplementedError
 
+    def wait_ms(self) -> int:
+        """How long to wait before the next pass."""
+        return self.interval_ms
+
     def pause(self, seconds: float) -> None:
         self._stop_event.wait(seconds)
 
@@ -34,7 +38,7 @@ class PeriodicPassService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped():
-            self.wait_for_running(self.interval_ms)
+            self.wait_for_running(self.wait_ms())
             if self.is_stopped():
                 break
             try:

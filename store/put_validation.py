@@ -31,6 +31,7 @@ class PutValidator:
         self.max_batch = cfg.max_batch_messages
         self.busy_timeout_ms = cfg.os_page_cache_busy_timeout_ms
         self.is_slave = cfg.broker_role is BrokerRole.SLAVE
+        self.max_dispatch_lag = cfg.max_dispatch_lag_bytes
         self._valid_topics: set[str] = set()
 
     def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
@@ -41,6 +42,12 @@ class PutValidator:
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.NOT_MASTER, "this store is a slave")
         if store.disk_full:
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, "disk usage is past the warning ratio")
+        if store.space_exhausted:
+            return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, "the disk has no space for a new file")
+        reput = store.reput_service
+        if reput.failure or store.commit_log.get_max_offset() - reput.reput_from_offset > self.max_dispatch_lag:
+            # Acknowledged messages must become readable: none is taken while dispatch cannot keep up.
+            return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISPATCH_BEHIND, self._dispatch_detail())
         begin = store.commit_log.begin_time_in_lock_ms
         if begin and int(time.time() * 1000) - begin > self.busy_timeout_ms:
             return _refused(PutMessageStatus.OS_PAGECACHE_BUSY, PutRefusal.NONE, "a put has held the lock too long")
@@ -64,6 +71,12 @@ class PutValidator:
                 if refusal is not None:
                     return refusal
         return None
+
+    def _dispatch_detail(self) -> str:
+        reput = self.store.reput_service
+        if reput.failure:
+            return f"dispatch to the consume queues is failing ({reput.failure}); nothing was stored, retry later"
+        return f"dispatch is more than {self.max_dispatch_lag} bytes behind the commitlog; nothing was stored, retry shortly"
 
     def _check_one(self, msg: MessageInner) -> PutMessageResult | None:
         topic = msg.topic

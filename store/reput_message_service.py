@@ -7,6 +7,12 @@ put wakes it at once through `wakeup()`; otherwise it waits at most 1 ms.
 
 Invariants: `reput_from_offset` only grows (or is reset by recovery before start);
 a message is dispatched only after its bytes passed the size and magic checks.
+`reput_from_offset` passes a message only after every dispatcher returned for it: a
+dispatcher that raises (no descriptor left, a full disk) stops dispatch at that message,
+which is retried with a growing pause (up to DISPATCH_RETRY_MAX_MS) until it succeeds.
+An episode of failures is logged when it starts and when it ends, not per attempt;
+`failure` names the error while it lasts (the store reports it as degraded, and puts are
+refused meanwhile). Dispatchers must tolerate a repeated message (they skip what they hold).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ log = logging.getLogger("tidemq.store")
 Dispatcher = Callable[[DispatchRequest], None]
 ArrivingListener = Callable[[str, int, int, int, int, dict[str, str]], None]
 SHUTDOWN_DRAIN_ROUNDS = 50
+DISPATCH_RETRY_MIN_MS = 10  # first pause after a failed dispatch
+DISPATCH_RETRY_MAX_MS = 1_000  # the pause doubles up to this while dispatch keeps failing
 
 
 class ReputMessageService(ServiceThread):
@@ -35,6 +43,10 @@ class ReputMessageService(ServiceThread):
         self.dispatchers: list[Dispatcher] = []
         self.arriving_listeners: list[ArrivingListener] = []
         self.dispatched_messages = 0
+        self.failure = ""  # the error of the current failure episode, "" while dispatch works
+        self.failures_total = 0  # failed attempts since start
+        self._retry_ms = 0
+        self.trim: Callable[[], object] | None = None  # called once per pass (the store's mapping budget)
 
     def behind(self) -> int:
         return max(0, self._end_offset() - self.reput_from_offset)
@@ -55,6 +67,24 @@ class ReputMessageService(ServiceThread):
         if 0 <= self.reput_from_offset < min_offset:
             log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
             self.reput_from_offset = min_offset
+        try:
+            count = self._dispatch_available(cl, dispatchers, listeners, levels)
+        except Exception as exc:  # any dispatcher error is retried, never skipped
+            self._failed(exc)
+            return 0
+        if self.failure:
+            log.warning(
+                "dispatch works again at offset %d after %d failed attempts (%s)", self.reput_from_offset, self.failures_total, self.failure
+            )
+            self.failure = ""
+            self._retry_ms = 0
+        self.dispatched_messages += count
+        return count
+
+    def _dispatch_available(
+        self, cl: CommitLog, dispatchers: list[Dispatcher], listeners: list[ArrivingListener], levels: list[int]
+    ) -> int:
+        count = 0
         while self.reput_from_offset < self._end_offset():
             res = cl.get_data(self.reput_from_offset)
             if res is None:
@@ -88,8 +118,15 @@ class ReputMessageService(ServiceThread):
                 res.release()
             if pos == 0:
                 break
-        self.dispatched_messages += count
         return count
+
+    def _failed(self, exc: Exception) -> None:
+        """Record a failed attempt; the first of an episode is logged with its traceback."""
+        self.failures_total += 1
+        self._retry_ms = min(DISPATCH_RETRY_MAX_MS, max(DISPATCH_RETRY_MIN_MS, self._retry_ms * 2))
+        if not self.failure:
+            self.failure = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else (exc.strerror or str(exc))
+            log.error("dispatch failed at offset %d; retrying until it succeeds", self.reput_from_offset, exc_info=exc)
 
     def _report_if_corrupt(self, view: memoryview, pos: int, limit: int, start_offset: int) -> None:
         """Log the reason when the bytes where dispatch stopped are not simply unwritten."""
@@ -100,8 +137,10 @@ class ReputMessageService(ServiceThread):
     def run(self) -> None:
         while not self.is_stopped():
             try:
-                self.wait_for_running(1)
+                self.wait_for_running(self._retry_ms if self.failure else 1)
                 self.do_reput()
+                if self.trim is not None:
+                    self.trim()
             except Exception:
                 log.exception("dispatch failed")
         # Dispatch what was appended before the stop, so the queues are complete at shutdown.

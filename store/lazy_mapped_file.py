@@ -1,0 +1,149 @@
+"""LazyMappedFile and MappingBudget: consume-queue files mapped on demand, a bounded number at once.
+
+Every mapping holds a file descriptor (CPython's mmap keeps a duplicate of the one it was
+made from), so a broker with many queues would hold one descriptor per consume-queue file
+and run out of them. A LazyMappedFile is created and reserved on disk like any MappedFile
+but mapped only when its bytes are first touched; the store's MappingBudget unmaps the
+coldest ones when more than `max_mapped_consume_queue_files` are mapped.
+
+Invariants:
+- `trim()` runs only in the thread that writes consume queues (the dispatch thread, or the
+  loading thread before the services start), so the file being written is never unmapped
+  under its writer; other threads map files (readers, the flusher) but never unmap them.
+- A file is unmapped only when no reader holds it (its reference count is the file's own
+  one) and no view of the mapping is exported; its written bytes are msynced first, so the
+  flusher never maps a file again only to flush it.
+- Coldness is approximated by a second-chance bit (`used`, set on each access of `mm`), so
+  an access costs an attribute store, not a reordering of the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+
+from store.mapped_file import MappedFile
+
+log = logging.getLogger("tidemq.store")
+
+
+class MappingBudget:
+    """The lazily mapped files of one store and their bound."""
+
+    def __init__(self, max_mapped: int) -> None:
+        assert max_mapped > 0
+        self.max_mapped = max_mapped
+        self._files: dict[int, LazyMappedFile] = {}  # in mapping order; the clock hand starts at the front
+        self._lock = threading.Lock()  # leaf lock
+        self.unmapped_total = 0
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def over(self) -> bool:
+        return len(self._files) > self.max_mapped
+
+    def added(self, mf: LazyMappedFile) -> None:
+        with self._lock:
+            self._files[id(mf)] = mf
+
+    def removed(self, mf: LazyMappedFile) -> None:
+        with self._lock:
+            self._files.pop(id(mf), None)
+
+    def trim(self) -> int:
+        """Unmap cold files until at most `max_mapped` are mapped (writer thread only); returns how many."""
+        unmapped = 0
+        for second_pass in (False, True):
+            with self._lock:
+                excess = len(self._files) - self.max_mapped
+                candidates = list(self._files.values())
+            if excess <= 0:
+                break
+            for mf in candidates:
+                if excess <= 0:
+                    break
+                if mf.used and not second_pass:
+                    mf.used = False
+                    with self._lock:  # move to the back: it gets a second chance
+                        if self._files.pop(id(mf), None) is not None:
+                            self._files[id(mf)] = mf
+                    continue
+                if mf.try_unmap():
+                    excess -= 1
+                    unmapped += 1
+        self.unmapped_total += unmapped
+        return unmapped
+
+
+class LazyMappedFile(MappedFile):
+    """A MappedFile whose mapping exists only while it is used (see the module docstring)."""
+
+    def __init__(self, path: str, file_size: int, budget: MappingBudget) -> None:
+        self._budget = budget
+        self._mm: mmap.mmap | None = None
+        self.used = False
+        self._map_lock = threading.Lock()  # leaf lock: two readers mapping the same file map it once
+        super().__init__(path, file_size, None, map_now=False)
+
+    @property  # type: ignore[override]
+    def mm(self) -> mmap.mmap:
+        self.used = True
+        mm = self._mm
+        return mm if mm is not None else self._map()
+
+    @mm.setter
+    def mm(self, value: mmap.mmap) -> None:
+        self._mm = value
+
+    def is_mapped(self) -> bool:
+        return self._mm is not None
+
+    def _map(self) -> mmap.mmap:
+        with self._map_lock:
+            mm = self._mm
+            if mm is not None:
+                return mm
+            if self.is_cleanup_over():
+                raise ValueError(f"{self.path} is closed")
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            self._address = None
+            self._mm = mm
+        self._budget.added(self)
+        return mm
+
+    def try_unmap(self) -> bool:
+        """Unmap when no reader holds the file; False otherwise (it stays mapped)."""
+        if self._ref_count != 1 or not self.is_available() or self._mm is None:
+            return False
+        # Written bytes are made durable first (msync without the GIL, under a reference).
+        self.flush(0)
+        with self._ref_lock:
+            if self._ref_count != 1 or not self.is_available():
+                return False
+            with self._map_lock:
+                mm = self._mm
+                if mm is None:
+                    return False
+                try:
+                    mm.close()
+                except BufferError:
+                    return False  # a view outlived its reference; try another time
+                self._mm = None
+                self._address = None
+        self._budget.removed(self)
+        return True
+
+    def _close_mapping(self) -> None:
+        with self._map_lock:
+            mm = self._mm
+            if mm is not None:
+                mm.close()
+                self._mm = None
+        self._budget.removed(self)
