@@ -101,6 +101,7 @@ class DefaultMessageStore:
         self.reput_service = ReputMessageService(self.commit_log, config)
         self.reput_service.dispatchers.append(self._dispatch_consume_queue)
         self.reput_service.trim = self._trim_mappings
+        self.reput_service.on_no_space = self._on_no_space
         if config.message_index_enable:
             self.reput_service.dispatchers.append(self.index_service.build_index)
         self.flush_service: GroupCommitService | FlushRealTimeService

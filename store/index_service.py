@@ -103,8 +103,7 @@ class IndexService:
                 last.end_timestamp if last else 0,
             )
         except OSError as exc:
-            log.error("cannot create index file: %s", exc)
-            return None
+            raise DispatchFailed(f"cannot create an index file: {exc}") from exc  # dispatch retries the message
         with self._lock:
             self.index_files = [*self.index_files, f]
         if last is not None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
+from store.mapped_file import is_no_space
 from store.message_codec import DISPATCH_BLANK, DecodeOutcome, DispatchRequest, check_message, decode_for_dispatch
 from store.service_thread import ServiceThread
 
@@ -46,6 +47,7 @@ class ReputMessageService(ServiceThread):
         self.failure = ""  # the error of the current failure episode, "" while dispatch works
         self.failures_total = 0  # failed attempts since start
         self._retry_ms = 0
+        self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
         self.trim: Callable[[], object] | None = None  # called once per pass (the store's mapping budget)
 
     def behind(self) -> int:
@@ -124,6 +126,9 @@ class ReputMessageService(ServiceThread):
         """Record a failed attempt; the first of an episode is logged with its traceback."""
         self.failures_total += 1
         self._retry_ms = min(DISPATCH_RETRY_MAX_MS, max(DISPATCH_RETRY_MIN_MS, self._retry_ms * 2))
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if isinstance(cause, OSError) and is_no_space(cause) and self.on_no_space is not None:
+            self.on_no_space(str(cause.filename or "a store file"))
         if not self.failure:
             self.failure = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else (exc.strerror or str(exc))
             log.error("dispatch failed at offset %d; retrying until it succeeds", self.reput_from_offset, exc_info=exc)
