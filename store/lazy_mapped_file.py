@@ -11,8 +11,10 @@ Invariants:
   loading thread before the services start), so the file being written is never unmapped
   under its writer; other threads map files (readers, the flusher) but never unmap them.
 - A file is unmapped only when no reader holds it (its reference count is the file's own
-  one) and no view of the mapping is exported; its written bytes are msynced first, so the
-  flusher never maps a file again only to flush it.
+  one) and no view of the mapping is exported. Unmapping does not flush (an msync per
+  eviction would stall dispatch): the written pages stay in the page cache, and the
+  flusher makes an unmapped file durable with fdatasync on a short-lived descriptor
+  instead of mapping it again.
 - Coldness is approximated by a second-chance bit (`used`, set on each access of `mm`), so
   an access costs an attribute store, not a reordering of the budget.
 """
@@ -122,8 +124,6 @@ class LazyMappedFile(MappedFile):
         """Unmap when no reader holds the file; False otherwise (it stays mapped)."""
         if self._ref_count != 1 or not self.is_available() or self._mm is None:
             return False
-        # Written bytes are made durable first (msync without the GIL, under a reference).
-        self.flush(0)
         with self._ref_lock:
             if self._ref_count != 1 or not self.is_available():
                 return False
@@ -139,6 +139,24 @@ class LazyMappedFile(MappedFile):
                 self._address = None
         self._budget.removed(self)
         return True
+
+    def flush(self, flush_least_pages: int) -> int:
+        """As MappedFile.flush; an unmapped file is flushed through a descriptor, not a new mapping."""
+        if self._mm is not None:
+            return super().flush(flush_least_pages)
+        readable = self.get_read_position()
+        start = self.flushed_position
+        if readable > start and self._is_able_to(readable, start, flush_least_pages) and self.hold():
+            try:
+                fd = os.open(self.path, os.O_RDWR)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                self.flushed_position = readable
+            finally:
+                self.release()
+        return self.flushed_position
 
     def _close_mapping(self) -> None:
         with self._map_lock:

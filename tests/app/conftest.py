@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -49,6 +49,7 @@ class BrokerProcess:
         self.args = args or []
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.preexec_fn: Callable[[], None] | None = None  # run in the child before exec (e.g. to lower a limit)
         self.port = 0
         self.client: httpx.Client | None = None
 
@@ -72,7 +73,9 @@ class BrokerProcess:
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.preexec_fn
+            )
         self.client = httpx.Client(base_url=self.url, timeout=15.0)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
