@@ -1,0 +1,78 @@
+"""Dispatch under faults: a topic deleted while dispatch lags stays deleted; a failing dispatch is retried, never skipped."""
+
+from __future__ import annotations
+
+import threading
+
+from store import GetMessageStatus, PutRefusal, build_message
+from store.message_codec import DispatchRequest
+from tests.store.conftest import open_store, small_config, wait_dispatched
+
+
+def hold_dispatch(store) -> threading.Event:
+    """Put a gate in front of the store's dispatchers (the list is the store's extension point); set it to let dispatch go."""
+    gate = threading.Event()
+
+    def wait_for_gate(_request: DispatchRequest) -> None:
+        assert gate.wait(10), "the gate was never opened"
+
+    store.reput_service.dispatchers.insert(0, wait_for_gate)
+    return gate
+
+
+def bodies(store, topic: str, queue_id: int = 0) -> list[bytes]:
+    r = store.get_message("g", topic, queue_id, 0, 64)
+    try:
+        assert r.status is GetMessageStatus.FOUND, r.status
+        return [m["body"] for m in r.decode()]
+    finally:
+        r.release()
+
+
+def test_a_topic_deleted_while_dispatch_lags_is_not_resurrected(tmp_path) -> None:
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        gate = hold_dispatch(store)
+        store.topic_config_manager.create_or_update("T", 1, "rw")
+        for i in range(20):
+            assert store.put_message(build_message("T", f"old-{i}".encode(), 0)).ok
+        assert store.reput_service.behind() > 0  # the old messages are stored, not dispatched
+        assert store.delete_topic("T")
+        store.topic_config_manager.create_or_update("T", 1, "rw")
+        new = [f"new-{i}".encode() for i in range(5)]
+        for body in new:
+            r = store.put_message(build_message("T", body, 0))
+            assert r.ok and r.items[0].logics_offset == new.index(body)
+        gate.set()
+        wait_dispatched(store)
+        assert bodies(store, "T") == new
+        assert store.get_max_offset_in_queue("T", 0) == len(new)
+    finally:
+        store.shutdown()
+
+
+def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhile(tmp_path) -> None:
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        store.topic_config_manager.create_or_update("T", 1, "rw")
+        # The queue's directory cannot be made: a file stands where it goes (a real OSError on a real path).
+        queue_dir = tmp_path / "store" / "consumequeue" / "T"
+        queue_dir.parent.mkdir(parents=True, exist_ok=True)
+        queue_dir.write_text("in the way")
+        first = store.put_message(build_message("T", b"acknowledged", 0))
+        assert first.ok
+        deadline = threading.Event()
+        while not store.reput_service.failure:
+            assert not deadline.wait(0.01) and store.reput_service.failures_total < 10_000
+        assert any(r.startswith("dispatch failing") for r in store.degraded_reasons())
+        refused = store.put_message(build_message("T", b"refused", 0))
+        assert (refused.refusal, refused.items) == (PutRefusal.DISPATCH_BEHIND, [])
+        queue_dir.unlink()  # the fault goes away: the same message is dispatched, nothing was skipped
+        wait_dispatched(store)
+        assert store.reput_service.failure == "" and store.degraded_reasons() == []
+        assert bodies(store, "T") == [b"acknowledged"]
+        assert store.put_message(build_message("T", b"accepted again", 0)).ok
+        wait_dispatched(store)
+        assert bodies(store, "T") == [b"acknowledged", b"accepted again"]
+    finally:
+        store.shutdown()
