@@ -34,12 +34,15 @@ def router(broker: Broker) -> APIRouter:
     @api.get(
         READY_PATH,
         operation_id="ready",
-        summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before",
+        summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before and while degraded",
         responses={**docs(Health, 200, example={"status": "ready"}), **problem_doc("SERVICE_NOT_AVAILABLE")},
     )
     async def ready() -> Response:
         if not broker.ready():
             raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is loading, catching up or shutting down")
+        degraded = store.degraded_reasons()
+        if degraded:
+            raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is degraded: " + "; ".join(degraded), {"degraded_reasons": degraded})
         return JsonResponse({"status": "ready"})
 
     @api.get(

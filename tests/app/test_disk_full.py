@@ -108,6 +108,7 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
     assert broker.client.get("/healthz").status_code == 200
     status = broker.client.get("/v1/store").json()["runtime"]
     assert status["disk_full"] is True and "disk full" in status["degraded_reasons"]
+    problem(broker.client.get("/readyz"), 503, "SERVICE_NOT_AVAILABLE")
     assert_all_readable(broker.client, stored)
 
     # Restart on the full disk: it starts, and every stored message is readable.
