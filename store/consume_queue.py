@@ -212,6 +212,8 @@ class ConsumeQueue:
             return offset + size <= min_commit_log_offset
 
         with self._clean_lock:  # the periodic pass and a manual one never delete the same files at once
+            # Readers learn the new minimum before the files under it go, so they are sent past them.
+            self.correct_min_offset(min_commit_log_offset)
             deleted = self.mapped_file_queue.delete_files_below(min_commit_log_offset, all_below, interval_forcibly_ms, now_ms)
             self.correct_min_offset(min_commit_log_offset)
         return deleted
