@@ -69,6 +69,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "FLUSH_SLAVE_TIMEOUT": ProblemKind(504, "Stored, but the slave did not confirm in time"),
     "DISK_FULL": ProblemKind(503, "The disk is too full to accept messages; retry once space is freed"),
     "DISPATCH_BEHIND": ProblemKind(503, "Dispatch to the consume queues is behind or failing; retry shortly"),
+    "RESOURCES_EXHAUSTED": ProblemKind(503, "The broker is out of file descriptors or memory for this request; retry shortly"),
 }
 
 # Why the store refused a put (nothing written) -> code.

@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
 import signal
@@ -44,6 +45,13 @@ DESCRIPTION = (
 )
 # Query and path parameters whose validation errors have a code of their own.
 PARAMETER_CODES = {"offset": "OFFSET_INVALID", "max": "MAX_INVALID", "timestamp_ms": "REQUEST_INVALID"}
+# Operating-system errors that mean "out of a resource for now", not a defect: answered 503, not 500.
+EXHAUSTED_ERRNOS = {
+    errno.EMFILE: "RESOURCES_EXHAUSTED",
+    errno.ENFILE: "RESOURCES_EXHAUSTED",
+    errno.ENOMEM: "RESOURCES_EXHAUSTED",
+    errno.ENOSPC: "DISK_FULL",
+}
 # Models referenced by hand-written parts of the spec (the produce body and reply).
 EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult)
 
@@ -102,6 +110,9 @@ class ErrorMapping:
                 headers["Allow"] = ", ".join(allowed_methods(request))
                 detail = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
             return self.counted(code, detail, request, headers)
+        if isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS:
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return self.counted(EXHAUSTED_ERRNOS[exc.errno], f"{exc.strerror}; retry shortly", request, {"Retry-After": "1"})
         log.error("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
         return self.counted("INTERNAL_ERROR", f"unexpected {type(exc).__name__}; see the broker's log", request)
 

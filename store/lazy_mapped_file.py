@@ -7,14 +7,15 @@ but mapped only when its bytes are first touched; the store's MappingBudget unma
 coldest ones when more than `max_mapped_consume_queue_files` are mapped.
 
 Invariants:
-- `trim()` runs only in the thread that writes consume queues (the dispatch thread, or the
-  loading thread before the services start), so the file being written is never unmapped
-  under its writer; other threads map files (readers, the flusher) but never unmap them.
+- Any thread may map a file; the thread that maps one past the budget trims the budget
+  first, so at most `max_mapped_consume_queue_files` (plus the files readers hold at that
+  moment) are mapped at once, whichever threads read.
 - A file is unmapped only when no reader holds it (its reference count is the file's own
-  one) and no view of the mapping is exported. Unmapping does not flush (an msync per
-  eviction would stall dispatch): the written pages stay in the page cache, and the
-  flusher makes an unmapped file durable with fdatasync on a short-lived descriptor
-  instead of mapping it again.
+  one) and no view of the mapping is exported. Writes (`append_bytes`, `write_at`) run
+  under the file's `_map_lock`, which `try_unmap` takes too, so a write never meets a
+  closed mapping. Unmapping does not flush (an msync per eviction would stall dispatch):
+  the written pages stay in the page cache, and the flusher makes an unmapped file
+  durable with fdatasync on a short-lived descriptor instead of mapping it again.
 - Coldness is approximated by a second-chance bit (`used`, set on each access of `mm`), so
   an access costs an attribute store, not a reordering of the budget.
 """
@@ -104,21 +105,56 @@ class LazyMappedFile(MappedFile):
         return self._mm is not None
 
     def _map(self) -> mmap.mmap:
+        if len(self._budget) >= self._budget.max_mapped:
+            self._budget.trim()  # make room before taking another descriptor
         with self._map_lock:
-            mm = self._mm
-            if mm is not None:
-                return mm
-            if self.is_cleanup_over():
-                raise ValueError(f"{self.path} is closed")
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            finally:
-                os.close(fd)
-            self._address = None
-            self._mm = mm
-        self._budget.added(self)
+            mm, created = self._map_locked()
+        if created:
+            self._budget.added(self)
         return mm
+
+    def _map_locked(self) -> tuple[mmap.mmap, bool]:
+        """The mapping, made now if there is none; (mapping, whether it was made now)."""
+        mm = self._mm
+        if mm is not None:
+            return mm, False
+        if self.is_cleanup_over():
+            raise ValueError(f"{self.path} is closed")
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._address = None
+        self._mm = mm
+        return mm, True
+
+    def append_bytes(self, data: bytes | memoryview) -> bool:
+        if self._mm is None:
+            self._map()
+        with self._map_lock:  # try_unmap takes it too: the mapping outlives this write
+            self.used = True
+            if self._mm is None:
+                self._map_locked()  # unmapped since the line above; the budget learns of it below
+                remapped = True
+            else:
+                remapped = False
+            ok = super().append_bytes(data)
+        if remapped:
+            self._budget.added(self)
+        return ok
+
+    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+        if self._mm is None:
+            self._map()
+        with self._map_lock:
+            self.used = True
+            remapped = self._mm is None
+            if remapped:
+                self._map_locked()
+            super().write_at(pos, data)
+        if remapped:
+            self._budget.added(self)
 
     def try_unmap(self) -> bool:
         """Unmap when no reader holds the file; False otherwise (it stays mapped)."""
