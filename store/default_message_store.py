@@ -25,9 +25,10 @@ file fit again; meanwhile puts answer DISK_FULL. A failing or lagging dispatch r
 (DISPATCH_BEHIND) and is retried (store/reput_message_service.py). `degraded_reasons()`
 lists what is wrong now.
 
-Deleting a topic records the commitlog end at that moment (`_deleted_topic_cutoffs`, under
-the put lock, so every message of the deleted topic lies below it); dispatch drops messages
-of that topic below the cutoff, so a lagging dispatch never re-creates its queues.
+Deleting a topic records the commitlog end at that moment (`deleted_topics`, under the put
+lock, so every message of the deleted topic lies below it, and persisted before the answer);
+dispatch, crash re-dispatch and key queries drop messages of that topic below the cutoff, so
+neither a lagging dispatch nor a recovery brings them back into a re-created topic.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_manager import ConsumerOffsetManager
+from store.deleted_topic_table import DeletedTopicTable
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
 from store.errors import DispatchFailed, StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
@@ -73,6 +75,8 @@ from store.topic_config_manager import TopicConfigManager
 from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
+# Queue directories of a deleted topic are renamed to this prefix (no topic name starts with a dot) before removal.
+DELETED_DIR_PREFIX = ".deleted."
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
 ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
@@ -91,7 +95,7 @@ class DefaultMessageStore:
         self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
         self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
         self.space_exhausted = False  # a file's space could not be reserved; cleared by a cleanup pass
-        self._deleted_topic_cutoffs: dict[str, int] = {}  # topic -> commitlog end at its deletion (replaced, never mutated)
+        self.deleted_topics = DeletedTopicTable(config.config_dir())
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config)
@@ -151,6 +155,7 @@ class DefaultMessageStore:
             if not ok:
                 raise StoreNotRunning("the store files could not be loaded (see the log)")
             self.topic_config_manager.load()
+            self.deleted_topics.load()  # before recovery: re-dispatch must drop deleted topics' messages
             self.consumer_offset_manager.load()
             self._recover()
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
@@ -186,6 +191,9 @@ class DefaultMessageStore:
             return True
         for topic in sorted(os.listdir(root)):
             topic_dir = os.path.join(root, topic)
+            if topic.startswith(DELETED_DIR_PREFIX):
+                shutil.rmtree(topic_dir, ignore_errors=True)  # a deletion a crash interrupted
+                continue
             if topic_problem(topic) or not os.path.isdir(topic_dir):
                 log.warning("ignoring %s: not a valid topic directory", topic_dir)
                 continue
@@ -408,7 +416,7 @@ class DefaultMessageStore:
 
     def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
         """Write the message's queue entry; raises DispatchFailed when it cannot (dispatch retries)."""
-        cutoffs = self._deleted_topic_cutoffs
+        cutoffs = self.deleted_topics.cutoffs
         if cutoffs and request.commitlog_offset < cutoffs.get(request.topic, -1):
             return  # a message of a deleted topic
         queues = self.consume_queue_table.get(request.topic)
@@ -434,7 +442,7 @@ class DefaultMessageStore:
             return None
         with self._cq_lock:
             # Checked again under the lock delete_topic holds while it records the cutoff and drops the table entry.
-            if request.commitlog_offset < self._deleted_topic_cutoffs.get(topic, -1):
+            if request.commitlog_offset < self.deleted_topics.cutoff(topic):
                 return None
             return self._find_or_create_locked(topic, request.queue_id)
 
@@ -517,10 +525,7 @@ class DefaultMessageStore:
         """Drop a topic's consume queues, its config and its consumer offsets (its log bytes age out)."""
         with self.commit_log.put_lock, self._cq_lock:
             # Every message of the topic lies below the log's end now (puts hold the put lock).
-            reput = self.reput_service.reput_from_offset
-            cutoffs = {t: end for t, end in self._deleted_topic_cutoffs.items() if end > reput}
-            cutoffs[topic] = self.commit_log.get_max_offset()
-            self._deleted_topic_cutoffs = cutoffs
+            self.deleted_topics.record_locked(topic, self.commit_log.get_max_offset(), max(0, self.commit_log.get_min_offset()))
             queues = self.consume_queue_table.get(topic, {})
             table = dict(self.consume_queue_table)
             table.pop(topic, None)
@@ -529,6 +534,8 @@ class DefaultMessageStore:
                 del self.commit_log.topic_queue_table[key]
             # Moved aside under the locks, so a queue of a re-created topic never lands in a directory being removed.
             doomed = self._move_topic_dir_aside_locked(topic) if queues else None
+        # Durable before the answer: a crash after it must not let recovery re-dispatch the old messages.
+        self.deleted_topics.persist()
         for cq in queues.values():
             cq.destroy()
         if doomed is not None:
@@ -542,7 +549,7 @@ class DefaultMessageStore:
         if topic_problem(topic):
             return None
         path = os.path.join(self.config.consume_queue_dir(), topic)
-        doomed = os.path.join(self.config.consume_queue_dir(), f".deleted.{topic}.{time.time_ns()}")
+        doomed = os.path.join(self.config.consume_queue_dir(), f"{DELETED_DIR_PREFIX}{topic}.{time.time_ns()}")
         try:
             os.rename(path, doomed)
         except FileNotFoundError:
@@ -564,8 +571,10 @@ class DefaultMessageStore:
         """Messages of `topic` whose KEYS or UNIQ_KEY is `key`, stored in [begin_ms, end_ms], newest first."""
         found: list[dict[str, Any]] = []
         seen: set[int] = set()
+        # Below the cutoff lie the messages of a deleted topic of the same name: never this topic's.
+        lowest = max(self.commit_log.get_min_offset(), self.deleted_topics.cutoff(topic))
         for offset in self.index_service.query_offsets(topic, key, max_num * 4 + 8, begin_ms, end_ms):
-            if offset in seen or offset < self.commit_log.get_min_offset():
+            if offset in seen or offset < lowest:
                 continue
             seen.add(offset)
             msg = self.commit_log.look_message_by_offset(offset)

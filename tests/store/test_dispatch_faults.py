@@ -76,3 +76,45 @@ def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhil
         assert bodies(store, "T") == [b"acknowledged", b"accepted again"]
     finally:
         store.shutdown()
+
+
+DELETE_THEN_KILL = """
+import os, signal, sys, threading
+from store import DefaultMessageStore, FlushDiskType, build_message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1], flush_disk_type=FlushDiskType.SYNC_FLUSH))
+store.load()
+store.start()
+gate = threading.Event()
+store.reput_service.dispatchers.insert(0, lambda _request: gate.wait())  # dispatch never passes the old messages
+store.topic_config_manager.create_or_update("T", 1, "rw")
+for i in range(20):
+    assert store.put_message(build_message("T", f"old-{i}".encode(), 0, keys=["k"])).ok
+assert store.delete_topic("T")
+store.topic_config_manager.create_or_update("T", 1, "rw")
+for i in range(5):
+    assert store.put_message(build_message("T", f"new-{i}".encode(), 0, keys=["k"])).ok
+print("DELETED", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_deleted_topic_stays_deleted_across_a_crash_recovery(tmp_path) -> None:
+    """SIGKILL after an answered deletion, before dispatch passed the old messages: recovery re-dispatch drops them."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "store")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", DELETE_THEN_KILL, root], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == -9 and "DELETED" in proc.stdout, proc.stderr
+    store = open_store(small_config(root))
+    try:
+        wait_dispatched(store)
+        assert not store.last_exit_ok
+        new = [f"new-{i}".encode() for i in range(5)]
+        assert bodies(store, "T") == new
+        assert sorted(m["body"] for m in store.query_message("T", "k", 64, 0, 2**62)) == new
+    finally:
+        store.shutdown()
