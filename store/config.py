@@ -158,6 +158,8 @@ class MessageStoreConfig:
     ha_slave_fall_behind_max_bytes: int = 256 * MIB
     # Master-slave: a slave reports at least this often.
     ha_send_heartbeat_interval_ms: int = 5_000
+    # Period at which committed consumer offsets are compacted from their log into consumerOffset.json.
+    flush_consumer_offset_interval_ms: int = 5_000
     # Master-slave: a connection silent for this long is closed.
     ha_housekeeping_interval_ms: int = 20_000
     # Master-slave: largest frame body the master sends.
@@ -188,6 +190,10 @@ class MessageStoreConfig:
             (0 < self.default_topic_queue_nums <= self.max_topic_queue_nums, "default queue count must be in 1..max_topic_queue_nums"),
             (self.max_batch_messages > 0, "max_batch_messages must be positive"),
             (self.recover_clean_shutdown_files > 0, "recover_clean_shutdown_files must be positive"),
+            (
+                100 <= self.flush_consumer_offset_interval_ms <= 3_600_000,
+                "flush_consumer_offset_interval_ms must be in 100..3600000",
+            ),
             (0 <= self.store_port <= 65535, "store_port must be a port number"),
             (
                 not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),

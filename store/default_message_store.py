@@ -10,13 +10,16 @@ for a reason:
      after every append and before the checkpoint records it;
   4. FlushConsumeQueueService — the final flush of queues, index and checkpoint, after
      dispatch finished;
-  5. AllocateMappedFileService, StoreStatsService — nothing needs them any more;
+  5. AllocateMappedFileService, StoreStatsService, ConsumerOffsetFlushService — nothing
+     needs them any more (the offsets are compacted once more in step 6);
   6. metadata persisted, files closed, abort file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
 Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock.
 GroupCommitService._lock, TopicConfigManager._lock and ConsumerOffsetManager._lock are
-leaves: nothing else is taken while one is held.
+leaves: nothing else is taken while one is held. ConsumerOffsetManager._persist_lock ->
+ConsumerOffsetLog._sync_lock -> ConsumerOffsetLog._write_lock -> ConsumerOffsetManager._lock
+(store/consumer_offset_manager.py); none of them is held while a store lock is taken.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from store.commit_log_recovery import recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
+from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
 from store.errors import StoreLocked, StoreNotRunning
@@ -79,7 +83,10 @@ class DefaultMessageStore:
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config)
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
-        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
+        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir(), sync=config.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+        self.consumer_offset_flush_service = ConsumerOffsetFlushService(
+            self.consumer_offset_manager, config.flush_consumer_offset_interval_ms
+        )
         self.stats = StoreStatsService()
         self.reput_service = ReputMessageService(self.commit_log, config)
         self.reput_service.dispatchers.append(self._dispatch_consume_queue)
@@ -224,6 +231,7 @@ class DefaultMessageStore:
         assert self.flush_consume_queue_service is not None
         self.flush_consume_queue_service.start()
         self.stats.start()
+        self.consumer_offset_flush_service.start()
         for service in self.extra_services:
             service.start()
         self._running = True
@@ -246,6 +254,7 @@ class DefaultMessageStore:
         self.allocate_service.shutdown()
         self.allocate_service.close_unclaimed()
         self.stats.shutdown()
+        self.consumer_offset_flush_service.shutdown()
         if self.loaded:
             self._close_files(clean=was_running)
         self._release_lock_file()
@@ -259,6 +268,7 @@ class DefaultMessageStore:
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.last_dispatched_timestamp)
         self.consumer_offset_manager.persist()
+        self.consumer_offset_manager.close()
         self.commit_log.shutdown()
         for cq in self._all_consume_queues():
             cq.shutdown()
