@@ -39,19 +39,19 @@ from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
 from store.commit_log import CommitLog
-from store.commit_log_recovery import recover_abnormally, recover_normally
+from store.commit_log_recovery import RecoveryProgress, ScanResult, recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.errors import StoreLocked, StoreNotRunning
+from store.errors import MetadataCorrupt, StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
-from store.message import MessageInner, split_keys, topic_problem
+from store.message import SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
 from store.message_codec import DispatchRequest
 from store.message_getter import MessageGetter
 from store.put_validation import PutValidator
@@ -112,6 +112,7 @@ class DefaultMessageStore:
         self._shutdown_done = False
         self._lock_fd: int | None = None
         self._ready_offset = 0
+        self._recovery_progress = RecoveryProgress()
         # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
@@ -130,6 +131,7 @@ class DefaultMessageStore:
         os.makedirs(cfg.store_path_root_dir, exist_ok=True)
         self._acquire_lock_file()
         try:
+            self._recovery_progress.begin("loading files", 0)
             self.last_exit_ok = not os.path.exists(cfg.abort_path())
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path())
             if self.transient_store_pool is not None:
@@ -138,7 +140,7 @@ class DefaultMessageStore:
             ok = ok and self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             if not ok:
                 raise StoreNotRunning("the store files could not be loaded (see the log)")
-            self.topic_config_manager.load()
+            self._load_topic_configs()
             self.consumer_offset_manager.load()
             self._recover()
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
@@ -150,6 +152,27 @@ class DefaultMessageStore:
         )
         self.loaded = True
         return True
+
+    def _load_topic_configs(self) -> None:
+        """Load topics.json; when it is missing or unreadable and consume queues hold data, rebuild
+        it from them (queue count = highest queue id + 1) and say so at WARNING."""
+        counts = {topic: max(queues) + 1 for topic, queues in self.consume_queue_table.items() if queues and topic not in SYSTEM_TOPICS}
+        try:
+            if self.topic_config_manager.load():
+                return
+            reason = "is missing"
+        except MetadataCorrupt as exc:
+            if not counts:
+                raise  # nothing to rebuild from: refuse to start rather than forget the topics
+            reason = f"cannot be read ({exc})"
+        if not counts:
+            return  # a new store
+        rebuilt = self.topic_config_manager.rebuild(counts)
+        log.warning(
+            "%s %s; rebuilt %d topic(s) from the consume queues on disk (queue count = highest queue id + 1, "
+            "permission rw): %s",
+            self.topic_config_manager.path, reason, len(rebuilt), ", ".join(f"{t.topic_name}:{t.read_queue_nums}" for t in rebuilt),
+        )  # fmt: skip
 
     def _acquire_lock_file(self) -> None:
         fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
@@ -188,25 +211,66 @@ class DefaultMessageStore:
 
     def _recover(self) -> None:
         assert self.checkpoint is not None
+        progress = self._recovery_progress
+        progress.begin("recovering consume queues", 0)
         for cq in self._all_consume_queues():
             cq.recover()
+        # The index may end before the checkpoint's file (its newest files were dropped after a
+        # crash): dispatch must start where the surviving index really ends.
+        rebuild_from: int | None = None
+        if self.config.message_index_enable and self.index_service.dropped_files:
+            index_end = self.index_service.end_phy_offset()
+            rebuild_from = index_end if index_end is not None else 0
+            log.warning(
+                "%d index file(s) dropped after the crash; rebuilding the index from offset %d",
+                self.index_service.dropped_files,
+                rebuild_from,
+            )
         if self.last_exit_ok:
-            end = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files)
+            scan = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files, progress)
         else:
             log.warning("the store did not shut down cleanly; recovering from the checkpoint")
-            end = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery)
+            scan = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery, rebuild_from, progress)
+        end = scan.end
+        self._lower_high_water_marks(scan)
         min_offset = max(0, self.commit_log.get_min_offset())
         for cq in self._all_consume_queues():
             if cq.max_physic_offset > end:
                 cq.truncate_dirty_logic_files(end)
             cq.correct_min_offset(min_offset)
-        # Dispatch what the queues lack (they may trail the log after a crash).
+        # Dispatch what the queues and the index lack (they may trail the log after a crash).
         start = max([cq.max_physic_offset for cq in self._all_consume_queues()] + [min_offset])
+        if rebuild_from is not None:
+            start = min(start, max(rebuild_from, min_offset))
         self.reput_service.reput_from_offset = min(start, end)
+        progress.begin("dispatching", end - min(start, end))
         caught_up = self.reput_service.do_reput()
+        progress.advance(progress.total_bytes)
         self._recover_topic_queue_table()
         self._ready_offset = end
+        progress.phase = "recovered"
         log.info("store recovered: commitlog [%d, %d), %d messages re-dispatched", min_offset, end, caught_up)
+        if self.commit_log.damaged_ranges:
+            log.error(
+                "the commitlog has %d damaged range(s), %d bytes in all, skipped by dispatch and reads: %s",
+                len(self.commit_log.damaged_ranges), self.commit_log.damaged_bytes(), list(self.commit_log.damaged_ranges),
+            )  # fmt: skip
+
+    def _lower_high_water_marks(self, scan: ScanResult) -> None:
+        """After the log was cut at `scan.end`, nothing may claim to hold messages past it."""
+        assert self.checkpoint is not None
+        self.index_service.truncate_to(scan.end)
+        if scan.last_message_offset >= 0:
+            last_ts = self.commit_log.pickup_store_timestamp(scan.last_message_offset, 64)
+            if last_ts > 0:
+                ckpt = self.checkpoint
+                ckpt.physic_msg_timestamp = min(ckpt.physic_msg_timestamp, last_ts)
+                ckpt.logics_msg_timestamp = min(ckpt.logics_msg_timestamp, last_ts)
+                ckpt.index_msg_timestamp = min(ckpt.index_msg_timestamp, last_ts)
+
+    def recovery_progress(self) -> dict[str, object]:
+        """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
+        return self._recovery_progress.snapshot()
 
     def _dispatch_for_recovery(self, request: DispatchRequest) -> None:
         for dispatcher in self.reput_service.dispatchers:
@@ -515,6 +579,8 @@ class DefaultMessageStore:
             "commitlog_max_offset": cl.get_max_offset(),
             "commitlog_committed_offset": mfq.committed_where if self.transient_store_pool else cl.get_max_offset(),
             "commitlog_flushed_offset": mfq.flushed_where,
+            "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
+            "commitlog_damaged_bytes": cl.damaged_bytes(),
             "commitlog_files": len(mfq.mapped_files),
             "commitlog_file_size_bytes": self.config.mapped_file_size_commit_log_bytes,
             "reput_offset": self.reput_service.reput_from_offset,

@@ -6,7 +6,8 @@ From `reput_from_offset` it walks every message below the commitlog's readable e
 put wakes it at once through `wakeup()`; otherwise it waits at most 1 ms.
 
 Invariants: `reput_from_offset` only grows (or is reset by recovery before start);
-a message is dispatched only after its bytes passed the size and magic checks.
+a message is dispatched only after its bytes passed the size and magic checks; a
+range in the commitlog's damaged-range table is skipped, never dispatched.
 """
 
 from __future__ import annotations
@@ -56,12 +57,20 @@ class ReputMessageService(ServiceThread):
             log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
             self.reput_from_offset = min_offset
         while self.reput_from_offset < self._end_offset():
+            skip_to = cl.damaged_range_end(self.reput_from_offset)
+            if skip_to is not None:
+                log.warning("dispatch skips the damaged commitlog range [%d, %d)", self.reput_from_offset, skip_to)
+                self.reput_from_offset = skip_to
+                continue
             res = cl.get_data(self.reput_from_offset)
             if res is None:
                 break
             try:
                 view = res.view
                 limit = min(res.size, self._end_offset() - res.start_offset)
+                damaged = cl.next_damaged_start(res.start_offset)
+                if damaged is not None:
+                    limit = min(limit, damaged - res.start_offset)  # stop there; the check above skips the range
                 pos = 0
                 while pos < limit:
                     size, req = decode_for_dispatch(view, pos, limit, levels)

@@ -37,15 +37,30 @@ class TopicConfigManager:
         self.version = 0  # bumped on every change, so watchers (replication) compare one integer
         self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
 
-    def load(self) -> None:
+    def load(self) -> bool:
+        """Read topics.json (or its .bak); False when neither exists. MetadataCorrupt when unreadable."""
         data = read_json(self.path)
         if data is None:
-            return
+            return False
         try:
             topics = {name: TopicConfig(**value) for name, value in data.get("topics", {}).items()}
         except (TypeError, AttributeError) as exc:
             raise MetadataCorrupt(f"{self.path}: {exc}") from exc
         self._topics = topics
+        return True
+
+    def rebuild(self, queue_counts: dict[str, int]) -> list[TopicConfig]:
+        """Replace the table by read-write topics with these queue counts (capped) and persist it."""
+        topics = {
+            name: TopicConfig(name, min(count, self.max_queue_nums), min(count, self.max_queue_nums))
+            for name, count in queue_counts.items()
+            if topic_problem(name) is None and count > 0
+        }
+        with self._lock:
+            self._topics = topics
+            self.version += 1
+            self._persist_locked()
+        return sorted(topics.values(), key=lambda t: t.topic_name)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
