@@ -581,6 +581,8 @@ class DefaultMessageStore:
             "commitlog_flushed_offset": mfq.flushed_where,
             "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
             "commitlog_damaged_bytes": cl.damaged_bytes(),
+            "commitlog_damaged_range_count": len(cl.damaged_ranges),
+            "recovery": self.recovery_progress(),
             "commitlog_files": len(mfq.mapped_files),
             "commitlog_file_size_bytes": self.config.mapped_file_size_commit_log_bytes,
             "reput_offset": self.reput_service.reput_from_offset,
