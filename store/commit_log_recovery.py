@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from store.commit_log import CommitLog
+from store.index_service import IndexService
 from store.mapped_file import MappedFile
 from store.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome, DispatchRequest
 from store.store_checkpoint import StoreCheckpoint
@@ -183,3 +184,17 @@ def _report_damage(commit_log: CommitLog, result: ScanResult, start: int, end: i
             "commitlog bytes [%d, %d) are damaged (%s): %d bytes skipped, the valid messages after them are kept",
             start, end, reason, end - start,
         )  # fmt: skip
+
+
+def lower_high_water_marks(scan: ScanResult, commit_log: CommitLog, index_service: IndexService, checkpoint: StoreCheckpoint) -> None:
+    """After the log was cut at `scan.end`, nothing may claim to hold messages past it: the index's
+    end offset and the checkpoint's timestamps come down to the last message kept. (The consume
+    queues are cut by the store; the topic queue table is rebuilt from them.)"""
+    index_service.truncate_to(scan.end)
+    if scan.last_message_offset < 0:
+        return
+    last_ts = commit_log.pickup_store_timestamp(scan.last_message_offset, 64)
+    if last_ts > 0:
+        checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, last_ts)
+        checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, last_ts)
+        checkpoint.index_msg_timestamp = min(checkpoint.index_msg_timestamp, last_ts)

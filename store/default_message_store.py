@@ -39,14 +39,14 @@ from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
 from store.commit_log import CommitLog
-from store.commit_log_recovery import RecoveryProgress, ScanResult, recover_abnormally, recover_normally
+from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.errors import MetadataCorrupt, StoreLocked, StoreNotRunning
+from store.errors import StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
@@ -154,25 +154,8 @@ class DefaultMessageStore:
         return True
 
     def _load_topic_configs(self) -> None:
-        """Load topics.json; when it is missing or unreadable and consume queues hold data, rebuild
-        it from them (queue count = highest queue id + 1) and say so at WARNING."""
-        counts = {topic: max(queues) + 1 for topic, queues in self.consume_queue_table.items() if queues and topic not in SYSTEM_TOPICS}
-        try:
-            if self.topic_config_manager.load():
-                return
-            reason = "is missing"
-        except MetadataCorrupt as exc:
-            if not counts:
-                raise  # nothing to rebuild from: refuse to start rather than forget the topics
-            reason = f"cannot be read ({exc})"
-        if not counts:
-            return  # a new store
-        rebuilt = self.topic_config_manager.rebuild(counts)
-        log.warning(
-            "%s %s; rebuilt %d topic(s) from the consume queues on disk (queue count = highest queue id + 1, "
-            "permission rw): %s",
-            self.topic_config_manager.path, reason, len(rebuilt), ", ".join(f"{t.topic_name}:{t.read_queue_nums}" for t in rebuilt),
-        )  # fmt: skip
+        queue_ids = {topic: list(queues) for topic, queues in self.consume_queue_table.items() if topic not in SYSTEM_TOPICS}
+        self.topic_config_manager.load_or_rebuild(queue_ids)
 
     def _acquire_lock_file(self) -> None:
         fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
@@ -232,7 +215,7 @@ class DefaultMessageStore:
             log.warning("the store did not shut down cleanly; recovering from the checkpoint")
             scan = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery, rebuild_from, progress)
         end = scan.end
-        self._lower_high_water_marks(scan)
+        lower_high_water_marks(scan, self.commit_log, self.index_service, self.checkpoint)
         min_offset = max(0, self.commit_log.get_min_offset())
         for cq in self._all_consume_queues():
             if cq.max_physic_offset > end:
@@ -242,9 +225,18 @@ class DefaultMessageStore:
         start = max([cq.max_physic_offset for cq in self._all_consume_queues()] + [min_offset])
         if rebuild_from is not None:
             start = min(start, max(rebuild_from, min_offset))
-        self.reput_service.reput_from_offset = min(start, end)
-        progress.begin("dispatching", end - min(start, end))
-        caught_up = self.reput_service.do_reput()
+        self.reput_service.reput_from_offset = first = min(start, end)
+        progress.begin("dispatching", end - first)
+
+        def report(request: DispatchRequest) -> None:
+            if not request.consume_queue_offset & 1023:
+                progress.advance(request.commitlog_offset - first)
+
+        self.reput_service.dispatchers.append(report)  # during recovery only
+        try:
+            caught_up = self.reput_service.do_reput()
+        finally:
+            self.reput_service.dispatchers.remove(report)
         progress.advance(progress.total_bytes)
         self._recover_topic_queue_table()
         self._ready_offset = end
@@ -255,18 +247,6 @@ class DefaultMessageStore:
                 "the commitlog has %d damaged range(s), %d bytes in all, skipped by dispatch and reads: %s",
                 len(self.commit_log.damaged_ranges), self.commit_log.damaged_bytes(), list(self.commit_log.damaged_ranges),
             )  # fmt: skip
-
-    def _lower_high_water_marks(self, scan: ScanResult) -> None:
-        """After the log was cut at `scan.end`, nothing may claim to hold messages past it."""
-        assert self.checkpoint is not None
-        self.index_service.truncate_to(scan.end)
-        if scan.last_message_offset >= 0:
-            last_ts = self.commit_log.pickup_store_timestamp(scan.last_message_offset, 64)
-            if last_ts > 0:
-                ckpt = self.checkpoint
-                ckpt.physic_msg_timestamp = min(ckpt.physic_msg_timestamp, last_ts)
-                ckpt.logics_msg_timestamp = min(ckpt.logics_msg_timestamp, last_ts)
-                ckpt.index_msg_timestamp = min(ckpt.index_msg_timestamp, last_ts)
 
     def recovery_progress(self) -> dict[str, object]:
         """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import asdict, dataclass
@@ -9,6 +10,8 @@ from dataclasses import asdict, dataclass
 from store.errors import MetadataCorrupt, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
+
+log = logging.getLogger("tidemq.store")
 
 PERM_READ = "r"
 PERM_WRITE = "w"
@@ -48,6 +51,27 @@ class TopicConfigManager:
             raise MetadataCorrupt(f"{self.path}: {exc}") from exc
         self._topics = topics
         return True
+
+    def load_or_rebuild(self, queue_ids_on_disk: dict[str, list[int]]) -> None:
+        """Load; when topics.json (and its .bak) is missing or unreadable while consume queues hold
+        data, rebuild it from them (queue count = highest queue id + 1, permission rw) and say so at
+        WARNING. Unreadable with nothing to rebuild from raises MetadataCorrupt: never start empty."""
+        counts = {topic: max(ids) + 1 for topic, ids in queue_ids_on_disk.items() if ids}
+        try:
+            if self.load():
+                return
+            reason = "is missing"
+        except MetadataCorrupt as exc:
+            if not counts:
+                raise
+            reason = f"cannot be read ({exc})"
+        if not counts:
+            return  # a new store
+        rebuilt = self.rebuild(counts)
+        log.warning(
+            "%s %s; rebuilt %d topic(s) from the consume queues on disk (queue count = highest queue id + 1, permission rw): %s",
+            self.path, reason, len(rebuilt), ", ".join(f"{t.topic_name}:{t.read_queue_nums}" for t in rebuilt),
+        )  # fmt: skip
 
     def rebuild(self, queue_counts: dict[str, int]) -> list[TopicConfig]:
         """Replace the table by read-write topics with these queue counts (capped) and persist it."""
