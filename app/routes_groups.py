@@ -18,6 +18,7 @@ from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from store.errors import StoreNotRunning
 from store.message import topic_problem
 
 # Most commits one request may carry.
@@ -49,6 +50,7 @@ def router(broker: Broker) -> APIRouter:
             "OFFSET_INVALID",
             "BODY_TOO_LARGE",
             "STORE_WRITE_FAILED",
+            "SHUTTING_DOWN",
         ),
     )
     async def commit(group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
@@ -66,6 +68,8 @@ def router(broker: Broker) -> APIRouter:
             await broker.run(offsets.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
         except OSError as exc:
             raise ProblemError("STORE_WRITE_FAILED", f"the offsets could not be recorded durably: {exc}") from exc
+        except StoreNotRunning as exc:
+            raise ProblemError("SHUTTING_DOWN", str(exc)) from exc
         return JsonResponse({"group": group, "committed": [c.model_dump() for c in commits]})
 
     @api.get(

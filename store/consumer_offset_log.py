@@ -27,6 +27,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from store.errors import StoreNotRunning
+
 log = logging.getLogger("tidemq.store")
 
 RECORD_MAGIC = 0x0FF5E7C0
@@ -100,7 +102,8 @@ class ConsumerOffsetLog:
         table changes in log order); durable against a machine crash on return when `sync` is set."""
         data = encode_record(payload)
         with self._write_lock:
-            assert self._fd is not None, "open() the log before appending"
+            if self._fd is None:
+                raise StoreNotRunning("the consumer offset log is closed (the store is not running)")
             _write_all(self._fd, data)
             applied()
             self._written += 1
