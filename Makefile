@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv run test test-fast lint openapi bench-store bench-http bench-ha bench-spark bench-compare bench-schedule clean
+.PHONY: venv run test test-fast lint openapi bench-store bench-offsets bench-http bench-ha bench-spark bench-compare bench-schedule clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ openapi: $(STAMP)
 
 bench-store: $(STAMP)
 	$(PY) bench/store_bench.py
+
+bench-offsets: $(STAMP)
+	$(PY) bench/offset_commit_bench.py
 
 bench-schedule: $(STAMP)
 	$(PY) bench/schedule_bench.py

@@ -44,6 +44,8 @@ GAUGES = {
     "topics": ("tidemq_topics", "Configured topics"),
     "disk_full": ("tidemq_disk_full", "1 when puts are refused for disk usage past the warning ratio"),
     "index_files": ("tidemq_index_files", "Index files"),
+    "commitlog_damaged_bytes": ("tidemq_store_damaged_bytes", "Commitlog bytes found damaged by recovery and skipped (0 on a sound disk)"),
+    "commitlog_damaged_range_count": ("tidemq_store_damaged_ranges", "Damaged commitlog ranges skipped by dispatch and reads"),
 }
 
 # store.runtime_info()["cleanup"] counter -> (metric name, help).

@@ -1,7 +1,9 @@
 """Consumer group offsets: /v1/groups/{group}/offsets.
 
 Invariants: a commit names an existing topic and queue and an offset in 0..max offset of that
-queue; a request with several commits checks all of them before committing any.
+queue; a request with several commits checks all of them before committing any. A 200 means
+the commits are in the offset log (store/consumer_offset_manager.py): they survive a kill of the
+process, and a machine crash when the store is SYNC_FLUSH.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from store.errors import StoreNotRunning
 from store.message import topic_problem
 
 # Most commits one request may carry.
@@ -46,6 +49,8 @@ def router(broker: Broker) -> APIRouter:
             "QUEUE_NOT_FOUND",
             "OFFSET_INVALID",
             "BODY_TOO_LARGE",
+            "STORE_WRITE_FAILED",
+            "SHUTTING_DOWN",
         ),
     )
     async def commit(group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
@@ -58,8 +63,13 @@ def router(broker: Broker) -> APIRouter:
             max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
             if not 0 <= c.offset <= max_offset:
                 raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
-        for c in commits:
-            await broker.run(offsets.commit_offset, group, c.topic, c.queue_id, c.offset)
+        # One durable log record for the whole request, written in the pool (blocking file I/O).
+        try:
+            await broker.run(offsets.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
+        except OSError as exc:
+            raise ProblemError("STORE_WRITE_FAILED", f"the offsets could not be recorded durably: {exc}") from exc
+        except StoreNotRunning as exc:
+            raise ProblemError("SHUTTING_DOWN", str(exc)) from exc
         return JsonResponse({"group": group, "committed": [c.model_dump() for c in commits]})
 
     @api.get(

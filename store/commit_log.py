@@ -8,11 +8,16 @@ Invariants:
   next file.
 - Nothing is written for a refused message (validation happens before the lock).
 - Readers see only bytes below a file's read position.
+- `damaged_ranges` (sorted, disjoint, persisted in damaged_ranges.json) lists byte ranges
+  recovery found damaged with valid messages after them; dispatch and reads skip them.
+  The tuple is replaced, never changed in place, so readers take it without a lock.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import os
 import struct
 import threading
 import time
@@ -21,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from store.allocate_mapped_file_service import AllocateMappedFileService
 from store.config import MessageStoreConfig
+from store.errors import MetadataCorrupt
+from store.json_file import read_json, write_json_atomically
 from store.mapped_file import MappedFile, SelectMappedBufferResult
 from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
@@ -66,13 +73,75 @@ class CommitLog:
         self.begin_time_in_lock_ms = 0  # non-zero while a put holds the lock (OS_PAGECACHE_BUSY probe)
         self.confirm_offset = -1  # slave mode: the offset confirmed by the master
         self._last_file: MappedFile | None = None
+        self.damaged_ranges: tuple[tuple[int, int], ...] = ()
+        self._damaged_path = os.path.join(config.store_path_root_dir, "damaged_ranges.json")
 
     # Loading ---------------------------------------------------------------------------
 
     def load(self) -> bool:
         ok = self.mapped_file_queue.load()
         log.info("commitlog load %s, %d files", "ok" if ok else "failed", len(self.mapped_file_queue.mapped_files))
+        if ok:
+            self._load_damaged_ranges()
         return ok
+
+    # Damaged ranges ----------------------------------------------------------------------
+
+    def _load_damaged_ranges(self) -> None:
+        try:
+            data = read_json(self._damaged_path)
+        except MetadataCorrupt as exc:
+            log.error("%s; recovery finds the damaged ranges it scans again", exc)
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("damaged"), list):
+            return
+        first = self.mapped_file_queue.get_first_mapped_file()
+        low = first.file_from_offset if first is not None else 0
+        ranges = [(int(a), int(b)) for a, b in data["damaged"] if int(b) > max(low, int(a))]
+        self.damaged_ranges = tuple(sorted(ranges))
+        for start, end in self.damaged_ranges:
+            log.error("commitlog bytes [%d, %d) are damaged (found by an earlier recovery); they are skipped", start, end)
+
+    def add_damaged_range(self, start: int, end: int) -> bool:
+        """Record [start, end) as damaged and persist the table; False when it was already known."""
+        assert start < end, "a damaged range holds at least one byte"
+        if any(a <= start and end <= b for a, b in self.damaged_ranges):
+            return False
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self.damaged_ranges, (start, end)]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self._set_damaged_ranges(tuple(merged))
+        return True
+
+    def _set_damaged_ranges(self, ranges: tuple[tuple[int, int], ...]) -> None:
+        if ranges == self.damaged_ranges:
+            return
+        self.damaged_ranges = ranges
+        write_json_atomically(self._damaged_path, {"damaged": [list(r) for r in ranges]})
+
+    def damaged_range_end(self, offset: int) -> int | None:
+        """The end of the damaged range holding `offset`, None when `offset` is not damaged."""
+        ranges = self.damaged_ranges
+        if not ranges:
+            return None
+        i = bisect.bisect_right(ranges, (offset, 1 << 62)) - 1
+        if i >= 0 and ranges[i][0] <= offset < ranges[i][1]:
+            return ranges[i][1]
+        return None
+
+    def next_damaged_start(self, offset: int) -> int | None:
+        """The start of the first damaged range at or after `offset`, None when there is none."""
+        ranges = self.damaged_ranges
+        if not ranges:
+            return None
+        i = bisect.bisect_left(ranges, (offset, -1))
+        return ranges[i][0] if i < len(ranges) else None
+
+    def damaged_bytes(self) -> int:
+        return sum(b - a for a, b in self.damaged_ranges)
 
     # Putting ---------------------------------------------------------------------------
 
@@ -287,6 +356,8 @@ class CommitLog:
             self.mapped_file_queue.truncate_dirty_files(offset)
             self.mapped_file_queue.set_positions(offset)
             self._last_file = self.mapped_file_queue.get_last_mapped_file()
+        # Bytes past the cut will hold new messages: no damaged range may cover them.
+        self._set_damaged_ranges(tuple((a, min(b, offset)) for a, b in self.damaged_ranges if a < offset))
 
     def shutdown(self) -> None:
         self.mapped_file_queue.shutdown()

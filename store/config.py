@@ -162,6 +162,8 @@ class MessageStoreConfig:
     ha_slave_fall_behind_max_bytes: int = 256 * MIB
     # Master-slave: a slave reports at least this often.
     ha_send_heartbeat_interval_ms: int = 5_000
+    # Period at which committed consumer offsets are compacted from their log into consumerOffset.json.
+    flush_consumer_offset_interval_ms: int = 5_000
     # Master-slave: a connection silent for this long is closed.
     ha_housekeeping_interval_ms: int = 20_000
     # Master-slave: largest frame body the master sends.
@@ -194,6 +196,10 @@ class MessageStoreConfig:
             (self.recover_clean_shutdown_files > 0, "recover_clean_shutdown_files must be positive"),
             (self.max_mapped_consume_queue_files >= 1, "max_mapped_consume_queue_files must be >= 1"),
             (self.max_dispatch_lag_bytes >= MIB, "max_dispatch_lag_bytes must be >= 1 MiB"),
+            (
+                100 <= self.flush_consumer_offset_interval_ms <= 3_600_000,
+                "flush_consumer_offset_interval_ms must be in 100..3600000",
+            ),
             (0 <= self.store_port <= 65535, "store_port must be a port number"),
             (
                 not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),

@@ -10,14 +10,17 @@ for a reason:
      after every append and before the checkpoint records it;
   4. FlushConsumeQueueService — the final flush of queues, index and checkpoint, after
      dispatch finished;
-  5. AllocateMappedFileService, StoreStatsService — nothing needs them any more;
+  5. AllocateMappedFileService, StoreStatsService, ConsumerOffsetFlushService — nothing
+     needs them any more (the offsets are compacted once more in step 6);
   6. metadata persisted, files closed, abort file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
 Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock
 -> LazyMappedFile._map_lock. GroupCommitService._lock, TopicConfigManager._lock,
 ConsumerOffsetManager._lock and MappingBudget._lock are leaves: nothing else is taken while
-one is held.
+one is held. ConsumerOffsetManager._persist_lock -> ConsumerOffsetLog._sync_lock ->
+ConsumerOffsetLog._write_lock -> ConsumerOffsetManager._lock (store/consumer_offset_manager.py);
+none of them is held while a store lock is taken.
 
 Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
 and wakes the cleanup service, whose next pass clears it when a commitlog file and a queue
@@ -48,10 +51,11 @@ from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
 from store.commit_log import CommitLog
-from store.commit_log_recovery import recover_abnormally, recover_normally
+from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
+from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.deleted_topic_table import DeletedTopicTable
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
@@ -61,7 +65,7 @@ from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
 from store.lazy_mapped_file import MappingBudget
-from store.message import MessageInner, split_keys, topic_problem
+from store.message import SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
 from store.message_codec import DispatchRequest
 from store.message_getter import MessageGetter
 from store.put_validation import PutValidator
@@ -100,7 +104,10 @@ class DefaultMessageStore:
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config)
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
-        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
+        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir(), sync=config.flush_disk_type is FlushDiskType.SYNC_FLUSH)
+        self.consumer_offset_flush_service = ConsumerOffsetFlushService(
+            self.consumer_offset_manager, config.flush_consumer_offset_interval_ms
+        )
         self.stats = StoreStatsService()
         self.reput_service = ReputMessageService(self.commit_log, config)
         self.reput_service.dispatchers.append(self._dispatch_consume_queue)
@@ -128,6 +135,7 @@ class DefaultMessageStore:
         self._shutdown_done = False
         self._lock_fd: int | None = None
         self._ready_offset = 0
+        self._recovery_progress = RecoveryProgress()
         # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
@@ -146,6 +154,7 @@ class DefaultMessageStore:
         os.makedirs(cfg.store_path_root_dir, exist_ok=True)
         self._acquire_lock_file()
         try:
+            self._recovery_progress.begin("loading files", 0)
             self.last_exit_ok = not os.path.exists(cfg.abort_path())
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path())
             if self.transient_store_pool is not None:
@@ -154,7 +163,7 @@ class DefaultMessageStore:
             ok = ok and self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             if not ok:
                 raise StoreNotRunning("the store files could not be loaded (see the log)")
-            self.topic_config_manager.load()
+            self._load_topic_configs()
             self.deleted_topics.load()  # before recovery: re-dispatch must drop deleted topics' messages
             self.consumer_offset_manager.load()
             self._recover()
@@ -167,6 +176,10 @@ class DefaultMessageStore:
         )
         self.loaded = True
         return True
+
+    def _load_topic_configs(self) -> None:
+        queue_ids = {topic: list(queues) for topic, queues in self.consume_queue_table.items() if topic not in SYSTEM_TOPICS}
+        self.topic_config_manager.load_or_rebuild(queue_ids)
 
     def _acquire_lock_file(self) -> None:
         fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
@@ -208,27 +221,65 @@ class DefaultMessageStore:
 
     def _recover(self) -> None:
         assert self.checkpoint is not None
+        progress = self._recovery_progress
+        progress.begin("recovering consume queues", 0)
         for cq in self._all_consume_queues():
             cq.recover()
             self._trim_mappings()
+        # The index may end before the checkpoint's file (its newest files were dropped after a
+        # crash): dispatch must start where the surviving index really ends.
+        rebuild_from: int | None = None
+        if self.config.message_index_enable and self.index_service.dropped_files:
+            index_end = self.index_service.end_phy_offset()
+            rebuild_from = index_end if index_end is not None else 0
+            log.warning(
+                "%d index file(s) dropped after the crash; rebuilding the index from offset %d",
+                self.index_service.dropped_files,
+                rebuild_from,
+            )
         if self.last_exit_ok:
-            end = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files)
+            scan = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files, progress)
         else:
             log.warning("the store did not shut down cleanly; recovering from the checkpoint")
-            end = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery)
+            scan = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery, rebuild_from, progress)
+        end = scan.end
+        lower_high_water_marks(scan, self.commit_log, self.index_service, self.checkpoint)
         min_offset = max(0, self.commit_log.get_min_offset())
         for cq in self._all_consume_queues():
             if cq.max_physic_offset > end:
                 cq.truncate_dirty_logic_files(end)
             cq.correct_min_offset(min_offset)
             self._trim_mappings()
-        # Dispatch what the queues lack (they may trail the log after a crash).
+        # Dispatch what the queues and the index lack (they may trail the log after a crash).
         start = max([cq.max_physic_offset for cq in self._all_consume_queues()] + [min_offset])
-        self.reput_service.reput_from_offset = min(start, end)
-        caught_up = self.reput_service.do_reput()
+        if rebuild_from is not None:
+            start = min(start, max(rebuild_from, min_offset))
+        self.reput_service.reput_from_offset = first = min(start, end)
+        progress.begin("dispatching", end - first)
+
+        def report(request: DispatchRequest) -> None:
+            if not request.consume_queue_offset & 1023:
+                progress.advance(request.commitlog_offset - first)
+
+        self.reput_service.dispatchers.append(report)  # during recovery only
+        try:
+            caught_up = self.reput_service.do_reput()
+        finally:
+            self.reput_service.dispatchers.remove(report)
+        progress.advance(progress.total_bytes)
         self._recover_topic_queue_table()
         self._ready_offset = end
+        progress.phase = "recovered"
         log.info("store recovered: commitlog [%d, %d), %d messages re-dispatched", min_offset, end, caught_up)
+        if self.commit_log.damaged_ranges:
+            log.error(
+                "the commitlog has %d damaged range(s), %d bytes in all, skipped by dispatch and reads: %s",
+                len(self.commit_log.damaged_ranges), self.commit_log.damaged_bytes(), list(self.commit_log.damaged_ranges),
+            )  # fmt: skip
+
+    def recovery_progress(self) -> dict[str, object]:
+        """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
+        return self._recovery_progress.snapshot()
 
     def _dispatch_for_recovery(self, request: DispatchRequest) -> None:
         for dispatcher in self.reput_service.dispatchers:
@@ -253,6 +304,7 @@ class DefaultMessageStore:
         assert self.flush_consume_queue_service is not None
         self.flush_consume_queue_service.start()
         self.stats.start()
+        self.consumer_offset_flush_service.start()
         for service in self.extra_services:
             service.start()
         self._running = True
@@ -275,6 +327,7 @@ class DefaultMessageStore:
         self.allocate_service.shutdown()
         self.allocate_service.close_unclaimed()
         self.stats.shutdown()
+        self.consumer_offset_flush_service.shutdown()
         if self.loaded:
             self._close_files(clean=was_running)
         self._release_lock_file()
@@ -288,6 +341,7 @@ class DefaultMessageStore:
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.last_dispatched_timestamp)
         self.consumer_offset_manager.persist()
+        self.consumer_offset_manager.close()
         self.commit_log.shutdown()
         for cq in self._all_consume_queues():
             cq.shutdown()
@@ -615,6 +669,10 @@ class DefaultMessageStore:
             "commitlog_max_offset": cl.get_max_offset(),
             "commitlog_committed_offset": mfq.committed_where if self.transient_store_pool else cl.get_max_offset(),
             "commitlog_flushed_offset": mfq.flushed_where,
+            "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
+            "commitlog_damaged_bytes": cl.damaged_bytes(),
+            "commitlog_damaged_range_count": len(cl.damaged_ranges),
+            "recovery": self.recovery_progress(),
             "commitlog_files": len(mfq.mapped_files),
             "commitlog_file_size_bytes": self.config.mapped_file_size_commit_log_bytes,
             "reput_offset": self.reput_service.reput_from_offset,

@@ -3,6 +3,8 @@
 Keys are `topic#key` for every KEYS entry and for the UNIQ_KEY. A full file rolls to
 a new one named by the current time (yyyyMMddHHmmssSSS). A message below the last
 file's end offset is already indexed (re-dispatch after recovery) and is skipped.
+After a crash, files whose entries are past the checkpoint are dropped and recovery
+re-dispatches from the end offset of the last file kept (`end_phy_offset`).
 Queries walk files newest first; the store confirms each hit against the stored
 message, so a hash collision never returns a wrong message.
 """
@@ -36,6 +38,7 @@ class IndexService:
         self.index_files: list[IndexFile] = []
         self._lock = threading.Lock()  # guards the list; entries are written only by dispatch
         self.last_store_timestamp = 0
+        self.dropped_files = 0  # files load() destroyed after a crash: their entries must be rebuilt
 
     def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> bool:
         if not os.path.isdir(self.store_path):
@@ -48,11 +51,31 @@ class IndexService:
                 continue
             f = IndexFile(path, self.slot_num, self.index_num)
             if not last_exit_ok and f.end_timestamp > checkpoint_index_ts:
-                # Entries past the checkpoint may be torn; dispatch rebuilds them.
+                # Entries past the checkpoint may be torn; recovery re-dispatches from end_phy_offset().
                 f.destroy(0)
+                self.dropped_files += 1
                 continue
             self.index_files.append(f)
         return True
+
+    def end_phy_offset(self) -> int | None:
+        """Commitlog offset of the last message indexed, None when no index file holds an entry."""
+        for f in reversed(self.index_files):
+            if f.index_count > 1:
+                return f.end_phy_offset
+        return None
+
+    def truncate_to(self, offset: int) -> None:
+        """The commitlog was cut at `offset`: lower every end offset at or past it, so the
+        messages written there next are indexed. Entries past the cut stay in the files;
+        queries confirm each hit against the stored message, so they never answer wrongly."""
+        for f in self.index_files:
+            if f.end_phy_offset >= offset:
+                # No message starts at offset - 1 (a message is longer than a byte), and every
+                # message below the cut is indexed: build_index skips offsets below this one only.
+                f.end_phy_offset = offset - 1
+                f.begin_phy_offset = min(f.begin_phy_offset, f.end_phy_offset)
+                f.write_header()
 
     def build_index(self, request: DispatchRequest) -> None:
         f = self._retry_get_writable_file()

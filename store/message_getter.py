@@ -80,13 +80,14 @@ class MessageGetter:
         next_phy_file_start = -1
         view = index_buf.view
         limit = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE)
+        damaged = commit_log.damaged_ranges  # usually empty: one test per batch
         pos = 0
         try:
             while pos < limit:
                 phy, size, tags_code = ENTRY.unpack_from(view, pos)
-                if size <= 0:
+                if size <= 0 or (damaged and commit_log.damaged_range_end(phy) is not None):
                     pos += CQ_STORE_UNIT_SIZE
-                    continue  # a gap entry: nothing stored at this queue offset
+                    continue  # a gap entry, or one whose message lies in damaged bytes: nothing to serve
                 if phy < next_phy_file_start or phy < min_phy:
                     if result.message_count == 0:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING  # the file it lay in is gone

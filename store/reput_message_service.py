@@ -6,7 +6,8 @@ From `reput_from_offset` it walks every message below the commitlog's readable e
 put wakes it at once through `wakeup()`; otherwise it waits at most 1 ms.
 
 Invariants: `reput_from_offset` only grows (or is reset by recovery before start);
-a message is dispatched only after its bytes passed the size and magic checks.
+a message is dispatched only after its bytes passed the size and magic checks; a
+range in the commitlog's damaged-range table is skipped, never dispatched.
 `reput_from_offset` passes a message only after every dispatcher returned for it: a
 dispatcher that raises (no descriptor left, a full disk) stops dispatch at that message,
 which is retried with a growing pause (up to DISPATCH_RETRY_MAX_MS) until it succeeds.
@@ -88,12 +89,20 @@ class ReputMessageService(ServiceThread):
     ) -> int:
         count = 0
         while self.reput_from_offset < self._end_offset():
+            skip_to = cl.damaged_range_end(self.reput_from_offset)
+            if skip_to is not None:
+                log.warning("dispatch skips the damaged commitlog range [%d, %d)", self.reput_from_offset, skip_to)
+                self.reput_from_offset = skip_to
+                continue
             res = cl.get_data(self.reput_from_offset)
             if res is None:
                 break
             try:
                 view = res.view
                 limit = min(res.size, self._end_offset() - res.start_offset)
+                damaged = cl.next_damaged_start(res.start_offset)
+                if damaged is not None:
+                    limit = min(limit, damaged - res.start_offset)  # stop there; the check above skips the range
                 pos = 0
                 while pos < limit:
                     size, req = decode_for_dispatch(view, pos, limit, levels)

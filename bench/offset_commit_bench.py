@@ -1,0 +1,98 @@
+"""In-process benchmark of consumer offset commits (store/consumer_offset_manager.py).
+
+Measures commits/s of ConsumerOffsetManager.commit_offset for ASYNC_FLUSH stores (one
+os.write per commit) and SYNC_FLUSH stores (os.write + a shared fdatasync), with one
+and with several committing threads, each beside a baseline from the same run on the
+same disk: the same record bytes written with raw os.write, and raw os.write +
+os.fdatasync per record, one thread.
+
+Usage: python bench/offset_commit_bench.py [--seconds S] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from store.consumer_offset_log import encode_record
+from store.consumer_offset_manager import ConsumerOffsetManager
+
+
+def raw_writes(directory: str, seconds: float, sync: bool) -> float:
+    record = encode_record({"c": [["BenchTopic@bench-group", 3, 123456]]})
+    fd = os.open(os.path.join(directory, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    n = 0
+    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    try:
+        while time.perf_counter() < deadline:
+            os.write(fd, record)
+            if sync:
+                os.fdatasync(fd)
+            n += 1
+    finally:
+        os.close(fd)
+    return n / (time.perf_counter() - start)
+
+
+def commits(directory: str, seconds: float, sync: bool, threads: int) -> float:
+    manager = ConsumerOffsetManager(directory, sync=sync)
+    manager.load()
+    counts = [0] * threads
+    stop = threading.Event()
+
+    def run(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            manager.commit_offset("bench-group", "BenchTopic", k, i)
+            i += 1
+        counts[k] = i
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    manager.persist()
+    manager.close()
+    return sum(counts) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
+    parser.add_argument("--threads", type=int, default=8, help="committing threads of the concurrent runs")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="tidemq-offset-bench-", dir=os.environ.get("BENCH_DIR"))
+    try:
+        rows: list[tuple[str, float]] = []
+        for name, fn in [
+            ("baseline raw os.write per record", lambda d: raw_writes(d, args.seconds, False)),
+            ("ASYNC_FLUSH commit, 1 thread", lambda d: commits(d, args.seconds, False, 1)),
+            (f"ASYNC_FLUSH commit, {args.threads} threads", lambda d: commits(d, args.seconds, False, args.threads)),
+            ("baseline raw os.write + fdatasync per record", lambda d: raw_writes(d, args.seconds, True)),
+            ("SYNC_FLUSH commit, 1 thread", lambda d: commits(d, args.seconds, True, 1)),
+            (f"SYNC_FLUSH commit, {args.threads} threads", lambda d: commits(d, args.seconds, True, args.threads)),
+        ]:
+            directory = tempfile.mkdtemp(dir=root)
+            rows.append((name, fn(directory)))
+        print(f"offset commits/s ({args.seconds:g} s each, directory {root})")
+        for name, rate in rows:
+            print(f"  {name:<48} {rate:>12,.0f}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

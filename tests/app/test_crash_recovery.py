@@ -1,0 +1,68 @@
+"""Whole-process crash behaviour: what a broker answered before SIGKILL is there after a restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.helpers import send
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) -> None:
+    config = SMALL_STORE + f'flush_disk_type = "{flush}"\n' + SMALL_BROKER
+    broker = make_broker(config)
+    c = broker.client
+    assert c.put(f"/v1/topics/{topic}", json={"queues": 3}).status_code == 201
+    for i in range(9):
+        send(c, topic, f"m{i}", queue_id=i % 3)
+    expected = {0: -1, 1: -1, 2: -1}
+    for round_ in range(3):
+        for q in range(3):
+            offset = min(3, round_ + q)
+            assert c.put("/v1/groups/g1/offsets", json={"topic": topic, "queue_id": q, "offset": offset}).status_code == 200
+            expected[q] = offset
+    batch = [{"topic": topic, "queue_id": 0, "offset": 1}, {"topic": topic, "queue_id": 2, "offset": 2}]
+    assert c.put("/v1/groups/g2/offsets", json=batch).status_code == 200
+    broker.stop(signal.SIGKILL)  # at once after the last 200: no periodic compaction has run
+
+    broker.start()
+    got = {
+        q["queue_id"]: q["committed_offset"] for q in broker.client.get("/v1/groups/g1/offsets", params={"topic": topic}).json()["queues"]
+    }
+    assert got == expected
+    got2 = {
+        q["queue_id"]: q["committed_offset"] for q in broker.client.get("/v1/groups/g2/offsets", params={"topic": topic}).json()["queues"]
+    }
+    assert got2 == {0: 1, 1: -1, 2: 2}
+
+
+@pytest.mark.parametrize("damage", ["deleted", "corrupt"])
+def test_topics_rebuilt_from_consume_queues_when_topics_json_is_lost(make_broker, topic: str, damage: str) -> None:
+    broker = make_broker()
+    c = broker.client
+    assert c.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
+    sent = [send(c, topic, f"body-{i}", queue_id=i % 3) for i in range(6)]  # queue 3 stays empty: no directory
+    assert broker.stop() == 0
+    config_dir = broker.store_dir / "config"
+    for name in ("topics.json", "topics.json.bak"):
+        path = config_dir / name
+        if damage == "deleted":
+            path.unlink(missing_ok=True)
+        elif path.exists():
+            path.write_text('{"topics": {"x": ')
+
+    broker.start()
+    c = broker.client
+    listed = {t["topic"]: t for t in c.get("/v1/topics").json()["topics"]}
+    assert topic in listed and listed[topic]["read_queues"] == 3  # highest queue id with data + 1
+    for m in sent:
+        r = c.get(f"/v1/topics/{topic}/queues/{m['queue_id']}/messages", params={"offset": m["queue_offset"], "max": 1})
+        assert r.status_code == 200, r.text
+        assert [x["body"] for x in r.json()["messages"]] == [f"body-{sent.index(m)}"]
+    assert "rebuilt" in broker.log() and "WARNING" in broker.log()
+    saved = json.loads((config_dir / "topics.json").read_text())
+    assert topic in saved["topics"]
