@@ -82,7 +82,9 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if self.client.get("/readyz").status_code == 200:
+                r = self.client.get("/readyz")
+                # Started: ready, or loaded and degraded by what the test set up (a full disk, say).
+                if r.status_code == 200 or (r.status_code == 503 and "degraded_reasons" in r.json()):
                     return self
             except httpx.TransportError:
                 pass
