@@ -143,7 +143,15 @@ def delay_levels_array(levels_ms: Sequence[int]) -> bytes:
 
 
 def dispatch_scan(
-    buf: Any, pos: int, limit: int, records: Any, keys: Any, *, uniq_key_index: bool, check_crc: bool = False, delay_levels: bytes | None = None
+    buf: Any,
+    pos: int,
+    limit: int,
+    records: Any,
+    keys: Any,
+    *,
+    uniq_key_index: bool,
+    check_crc: bool = False,
+    delay_levels: bytes | None = None,
 ) -> Scanned:
     """Check and decode the messages of buf[pos:limit] into `records` and index `keys`.
 
