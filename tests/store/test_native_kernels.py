@@ -73,6 +73,15 @@ def test_java_hash_matches_reference_on_invalid_utf8(raw: bytes) -> None:
     assert nk.java_hash(raw) == java_string_hash(raw.decode("utf-8", errors="replace"))
 
 
+# Lead bytes with narrowed second-byte ranges, range edges and bytes that lead nothing.
+UTF8_EDGES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEE, 0xF0, 0xF4, 0xF5, 0xFF]
+
+
+@given(st.lists(st.sampled_from(UTF8_EDGES), max_size=12).map(bytes))
+def test_java_hash_replaces_ill_formed_utf8_as_python_does(raw: bytes) -> None:
+    assert nk.java_hash(raw) == java_string_hash(raw.decode("utf-8", errors="replace"))
+
+
 def test_java_hash_counts_non_bmp_as_a_surrogate_pair() -> None:
     assert nk.java_hash("\U0001f600".encode()) == 0xD83D * 31 + 0xDE00
     assert nk.java_hash("a\U00010000b".encode()) == ((97 * 31 + 0xD800) * 31 + 0xDC00) * 31 + 98
