@@ -1,0 +1,24 @@
+"""Builds store._kernels, the C data-path kernels (docs/native.md); the rest is in pyproject.toml.
+
+TIDEMQ_NATIVE_CFLAGS adds compiler flags (make test-native-asan passes -fsanitize=address).
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+NATIVE = "store/_native"
+CFLAGS = ["-O2", "-Wall", "-Wextra", "-std=c11", *os.environ.get("TIDEMQ_NATIVE_CFLAGS", "").split()]
+
+setup(
+    ext_modules=[
+        Extension(
+            "store._kernels",
+            sources=[f"{NATIVE}/kernels.c", f"{NATIVE}/encode.c", f"{NATIVE}/scan.c", f"{NATIVE}/gather.c"],
+            depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/bytes.h", f"{NATIVE}/gather_binding.h"],
+            extra_compile_args=CFLAGS,
+            extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
+            libraries=["z"],
+        )
+    ]
+)

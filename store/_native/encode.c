@@ -1,0 +1,179 @@
+/* Java String.hashCode over UTF-8 text, the body CRC, and RocketMQ batch -> stored messages. */
+#include "kernels.h"
+
+#include <zlib.h>
+
+#include "bytes.h"
+
+static int32_t fold(int32_t h, uint32_t unit) { return (int32_t)((uint32_t)h * 31u + unit); }
+
+/* Fold one code point as UTF-16 code units (a surrogate pair above the BMP). */
+static int32_t fold_cp(int32_t h, uint32_t cp) {
+    if (cp < 0x10000) return fold(h, cp);
+    cp -= 0x10000;
+    return fold(fold(h, 0xD800 + (cp >> 10)), 0xDC00 + (cp & 0x3FF));
+}
+
+/* Valid range of the second byte after lead `b` (Unicode table 3-7); 0 when `b` leads nothing. */
+static int utf8_expect(uint8_t b, uint8_t *lo, uint8_t *hi) {
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) return 2;
+    if (b >= 0xE0 && b <= 0xEF) {
+        if (b == 0xE0) *lo = 0xA0;
+        if (b == 0xED) *hi = 0x9F;
+        return 3;
+    }
+    if (b >= 0xF0 && b <= 0xF4) {
+        if (b == 0xF0) *lo = 0x90;
+        if (b == 0xF4) *hi = 0x8F;
+        return 4;
+    }
+    return 0;
+}
+
+/* Decode one code point at s.p[*i]; an ill-formed maximal subpart becomes U+FFFD, as
+ * Python's bytes.decode("utf-8", "replace") does. Advances *i by at least one. */
+static uint32_t next_cp(struct span s, size_t *i) {
+    uint8_t b = s.p[*i], lo, hi;
+    if (b < 0x80) {
+        *i += 1;
+        return b;
+    }
+    int need = utf8_expect(b, &lo, &hi);
+    *i += 1;
+    if (need == 0) return 0xFFFD;
+    uint32_t cp = b & (need == 2 ? 0x1F : need == 3 ? 0x0F : 0x07);
+    for (int k = 1; k < need; k++) {
+        if (*i >= s.n || s.p[*i] < lo || s.p[*i] > hi) return 0xFFFD;
+        cp = (cp << 6) | (s.p[*i] & 0x3F);
+        *i += 1;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return cp;
+}
+
+int32_t java_hash_utf8(int32_t h, struct span s) {
+    size_t i = 0;
+    while (i < s.n) {
+        if (s.p[i] < 0x80) {
+            h = fold(h, s.p[i++]);
+            continue;
+        }
+        h = fold_cp(h, next_cp(s, &i));
+    }
+    return h;
+}
+
+uint32_t body_crc31(struct span body) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const uint8_t *p = body.p;
+    size_t n = body.n;
+    while (n > 0) { /* zlib takes uInt lengths */
+        uInt chunk = n > 0x40000000u ? 0x40000000u : (uInt)n;
+        crc = crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)crc & 0x7FFFFFFFu;
+}
+
+/* One batch item at `pos`: its body and properties, or a batch_error. */
+struct batch_item {
+    struct span body, props;
+    int32_t flag;
+    uint32_t crc;
+    size_t size;
+};
+
+static int parse_item(struct span b, size_t pos, int64_t max_body, struct batch_item *it) {
+    if (b.n - pos < BATCH_FIXED_BYTES) return BATCH_TRUNCATED;
+    const uint8_t *p = b.p + pos;
+    int64_t total = rd_i32(p), body_len = rd_i32(p + 16);
+    if (rd_u32(p + 4) != 0) return BATCH_BAD_MAGIC;
+    if (body_len < 0 || body_len > max_body) return BATCH_BAD_BODY;
+    if (total < BATCH_FIXED_BYTES + body_len || (uint64_t)total > b.n - pos) return BATCH_TRUNCATED;
+    int64_t props_len = (uint16_t)((p[20 + body_len] << 8) | p[21 + body_len]);
+    if (props_len > MAX_PROPERTIES_BYTES) return BATCH_BAD_PROPERTIES;
+    if (total != BATCH_FIXED_BYTES + body_len + props_len) return BATCH_BAD_TOTAL;
+    it->size = (size_t)total;
+    it->crc = rd_u32(p + 8);
+    it->flag = rd_i32(p + 12);
+    it->body = (struct span){p + 20, (size_t)body_len};
+    it->props = (struct span){p + 22 + body_len, (size_t)props_len};
+    return BATCH_OK;
+}
+
+static int check_crc(struct batch_item *it) {
+    uint32_t crc = body_crc31(it->body);
+    if (it->crc != 0 && it->crc != crc) return BATCH_BAD_CRC;
+    it->crc = crc;
+    return BATCH_OK;
+}
+
+int batch_check(struct span batch, int64_t max_body, size_t *count, size_t *pos, size_t *stored_without_topic) {
+    struct batch_item it;
+    *count = 0;
+    *stored_without_topic = 0;
+    for (*pos = 0; *pos < batch.n; *pos += it.size) {
+        int err = parse_item(batch, *pos, max_body, &it);
+        if (err == BATCH_OK) err = check_crc(&it);
+        if (err != BATCH_OK) return err;
+        *count += 1;
+        *stored_without_topic += FIXED_PART_BYTES + it.body.n + it.props.n;
+    }
+    return BATCH_OK;
+}
+
+/* The 17 fields of one message at d (the caller checked `total` bytes fit). */
+static void write_stored(uint8_t *d, size_t total, const struct batch_item *it, const struct batch_common *c, int64_t qoff,
+                         int64_t phys) {
+    wr_u32(d, (uint32_t)total);
+    wr_u32(d + 4, MESSAGE_MAGIC_CODE);
+    wr_u32(d + 8, it->crc);
+    wr_u32(d + 12, (uint32_t)c->queue_id);
+    wr_u32(d + 16, (uint32_t)it->flag);
+    wr_i64(d + 20, qoff);
+    wr_i64(d + 28, phys);
+    wr_u32(d + 36, (uint32_t)c->sys_flag);
+    wr_i64(d + 40, c->born_ts);
+    memcpy(d + 48, c->born_host, 8);
+    wr_i64(d + 56, c->store_ts);
+    memcpy(d + 64, c->store_host, 8);
+    wr_u32(d + 72, (uint32_t)c->reconsume_times);
+    wr_i64(d + 76, c->prepared_offset);
+    wr_u32(d + 84, (uint32_t)it->body.n);
+    d += HEADER_BYTES;
+    memcpy(d, it->body.p, it->body.n);
+    d += it->body.n;
+    *d++ = (uint8_t)c->topic.n;
+    memcpy(d, c->topic.p, c->topic.n);
+    d += c->topic.n;
+    d[0] = (uint8_t)(it->props.n >> 8);
+    d[1] = (uint8_t)it->props.n;
+    memcpy(d + 2, it->props.p, it->props.n);
+}
+
+int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *out, size_t out_n,
+                 const struct batch_common *c, size_t max_count, struct encode_state *st) {
+    size_t start = st->dest_pos;
+    struct batch_item it;
+    while (st->batch_pos < batch.n && st->count < max_count) {
+        st->error = parse_item(batch, st->batch_pos, INT32_MAX, &it);
+        if (st->error == BATCH_OK) st->error = check_crc(&it);
+        if (st->error != BATCH_OK) return STOP_DONE;
+        size_t total = FIXED_PART_BYTES + it.body.n + c->topic.n + it.props.n;
+        if (total > INT32_MAX || dest_limit < st->dest_pos || total + END_FILE_MIN_BLANK_LENGTH > dest_limit - st->dest_pos)
+            return STOP_FILE_FULL;
+        if (out_n / 16 <= st->count) return STOP_OUT_FULL;
+        int64_t phys = c->phys_offset + (int64_t)(st->dest_pos - start);
+        write_stored(dest + st->dest_pos, total, &it, c, c->queue_offset + (int64_t)st->count, phys);
+        put_h64(out + 16 * st->count, phys);
+        put_h64(out + 16 * st->count + 8, (int64_t)total);
+        st->count += 1;
+        st->dest_pos += total;
+        st->batch_pos += it.size;
+    }
+    return STOP_DONE;
+}

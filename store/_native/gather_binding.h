@@ -1,0 +1,118 @@
+/* gather()'s binding: segments and tags are Python sequences, turned into C arrays once. */
+
+struct gather_inputs {
+    Py_buffer entries, out, meta, codes;
+    Py_buffer *seg_views;
+    struct segment *segs;
+    struct span *tags;
+    Py_ssize_t n_segs, n_tags;
+};
+
+static int take_segments(PyObject *seq_obj, struct gather_inputs *in) {
+    PyObject *seq = PySequence_Fast(seq_obj, "segments must be a sequence of (base offset, buffer)");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    in->seg_views = PyMem_Calloc((size_t)n + 1, sizeof(Py_buffer));
+    in->segs = PyMem_Calloc((size_t)n + 1, sizeof(struct segment));
+    int rc = (in->seg_views && in->segs) ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        long long base;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "Ly*", &base, &in->seg_views[i])) rc = -1;
+        else {
+            in->n_segs = i + 1;
+            in->segs[i] = (struct segment){base, span_of(&in->seg_views[i])};
+        }
+    }
+    if (in->seg_views == NULL || in->segs == NULL) PyErr_NoMemory();
+    Py_DECREF(seq);
+    return rc;
+}
+
+/* Tags borrow the bytes objects of the tuple, which the call's args keep alive. */
+static int take_tags(PyObject *obj, struct gather_inputs *in) {
+    if (obj == Py_None) return 0;
+    if (!PyTuple_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "tags must be None or a tuple of bytes");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(obj);
+    in->tags = PyMem_Calloc((size_t)n + 1, sizeof(struct span));
+    if (in->tags == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(obj, i);
+        if (!PyBytes_Check(t)) {
+            PyErr_SetString(PyExc_TypeError, "tags must be None or a tuple of bytes");
+            return -1;
+        }
+        in->tags[i] = (struct span){(const uint8_t *)PyBytes_AS_STRING(t), (size_t)PyBytes_GET_SIZE(t)};
+    }
+    in->n_tags = n;
+    return 0;
+}
+
+static void release_gather(struct gather_inputs *in) {
+    for (Py_ssize_t i = 0; i < in->n_segs; i++) PyBuffer_Release(&in->seg_views[i]);
+    PyMem_Free(in->seg_views), PyMem_Free(in->segs), PyMem_Free(in->tags);
+    release_optional(&in->codes);
+    release_optional(&in->meta);
+    if (in->out.obj) PyBuffer_Release(&in->out);
+    if (in->entries.obj) PyBuffer_Release(&in->entries);
+}
+
+static int gather_overlaps(const struct gather_inputs *in) {
+    for (Py_ssize_t i = 0; i < in->n_segs; i++)
+        if (overlaps(&in->seg_views[i], &in->out) || (in->meta.obj && overlaps(&in->seg_views[i], &in->meta))) return 1;
+    return overlaps(&in->entries, &in->out) || (in->meta.obj && (overlaps(&in->out, &in->meta) || overlaps(&in->entries, &in->meta)));
+}
+
+static int take_meta(PyObject *obj, Py_buffer *view) {
+    view->obj = NULL;
+    view->buf = NULL;
+    view->len = 0;
+    return obj == Py_None ? 0 : PyObject_GetBuffer(obj, view, PyBUF_WRITABLE);
+}
+
+static int gather_prepare(PyObject *args, struct gather_inputs *in, struct gather_args *a) {
+    PyObject *segs, *meta, *codes, *tags;
+    Py_ssize_t n;
+    long long lim[7];
+    if (!PyArg_ParseTuple(args, "y*nOw*O(LLLLLLL)OO", &in->entries, &n, &segs, &in->out, &meta, &lim[0], &lim[1], &lim[2], &lim[3],
+                          &lim[4], &lim[5], &lim[6], &codes, &tags))
+        return -1;
+    if (take_meta(meta, &in->meta) < 0 || optional_int64s(codes, &in->codes, "codes") < 0 || take_segments(segs, in) < 0 ||
+        take_tags(tags, in) < 0)
+        return -1;
+    if (n < 0 || n > in->entries.len / CQ_UNIT_BYTES) {
+        PyErr_Format(PyExc_ValueError, "%zd entries do not fit a buffer of %zd bytes", n, in->entries.len);
+        return -1;
+    }
+    if (gather_overlaps(in)) {
+        PyErr_SetString(PyExc_ValueError, "out and meta must not overlap the inputs or each other");
+        return -1;
+    }
+    *a = (struct gather_args){span_of(&in->entries), (size_t)n, in->segs, (size_t)in->n_segs, in->out.buf, (size_t)in->out.len,
+                              in->meta.obj ? in->meta.buf : NULL, (size_t)in->meta.len, in->codes.obj ? in->codes.buf : NULL,
+                              (size_t)in->codes.len / 8, tags == Py_None ? NULL : in->tags, (size_t)in->n_tags,
+                              lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6]};
+    return 0;
+}
+
+static PyObject *py_gather(PyObject *Py_UNUSED(self), PyObject *args) {
+    struct gather_inputs in;
+    memset(&in, 0, sizeof in);
+    struct gather_args a;
+    PyObject *result = NULL;
+    if (gather_prepare(args, &in, &a) == 0) {
+        struct gather_state st = {0, 0, 0, 0};
+        int stop;
+        Py_BEGIN_ALLOW_THREADS
+        stop = gather(&a, &st);
+        Py_END_ALLOW_THREADS
+        result = Py_BuildValue("innni", stop, (Py_ssize_t)st.examined, (Py_ssize_t)st.count, (Py_ssize_t)st.bytes, st.removed_seen);
+    }
+    release_gather(&in);
+    return result;
+}

@@ -1,0 +1,195 @@
+/* store._kernels: the Python binding of the data-path kernels (docs/native.md).
+ *
+ * Each function acquires its buffers, checks every position and length against them,
+ * releases the GIL for the loop and returns a tuple whose first item is a stop code.
+ * Buffers stay exported for the whole call, so none can be resized or closed under it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "kernels.h"
+
+static PyObject *BatchError;
+
+static int overlaps(const Py_buffer *a, const Py_buffer *b) {
+    const char *pa = a->buf, *pb = b->buf;
+    return a->len > 0 && b->len > 0 && pa < pb + b->len && pb < pa + a->len;
+}
+
+static int check_range(Py_ssize_t pos, Py_ssize_t limit, Py_ssize_t len, const char *what) {
+    if (pos < 0 || limit < pos || limit > len) {
+        PyErr_Format(PyExc_ValueError, "%s: position %zd and limit %zd do not lie in a buffer of %zd bytes", what, pos, limit, len);
+        return -1;
+    }
+    return 0;
+}
+
+static struct span span_of(const Py_buffer *b) { return (struct span){(const uint8_t *)b->buf, (size_t)b->len}; }
+
+static PyObject *py_java_hash(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer text;
+    int32_t prefix = 0;
+    if (!PyArg_ParseTuple(args, "y*|i", &text, &prefix)) return NULL;
+    int32_t h = java_hash_utf8(prefix, span_of(&text));
+    PyBuffer_Release(&text);
+    return PyLong_FromLong(h);
+}
+
+static PyObject *batch_error(int code, size_t pos) {
+    PyObject *exc = PyObject_CallFunction(BatchError, "sin", "malformed batch", code, (Py_ssize_t)pos);
+    if (exc != NULL) {
+        PyErr_SetObject(BatchError, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer batch;
+    long long max_body;
+    if (!PyArg_ParseTuple(args, "y*L", &batch, &max_body)) return NULL;
+    size_t count, pos, stored;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = batch_check(span_of(&batch), max_body, &count, &pos, &stored);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&batch);
+    if (err != BATCH_OK) return batch_error(err, pos);
+    return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
+}
+
+static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t dest_limit, Py_buffer *batch, Py_ssize_t batch_pos,
+                             Py_buffer *out, Py_buffer *topic, Py_buffer *hosts) {
+    if (check_range(dest_pos, dest_limit, dest->len, "dest") < 0 || check_range(batch_pos, batch->len, batch->len, "batch") < 0)
+        return -1;
+    if (topic->len > MAX_TOPIC_BYTES || hosts[0].len != 8 || hosts[1].len != 8) {
+        PyErr_SetString(PyExc_ValueError, "topic is longer than 255 bytes, or a host is not 8 bytes");
+        return -1;
+    }
+    if (overlaps(dest, batch) || overlaps(dest, out) || overlaps(out, batch) || overlaps(dest, topic)) {
+        PyErr_SetString(PyExc_ValueError, "dest, batch, out and topic must not overlap");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer dest, batch, out, topic, hosts[2];
+    Py_ssize_t dest_pos, dest_limit, batch_pos, max_count;
+    struct batch_common c;
+    long long born_ts, store_ts, prepared, qoff, phys;
+    if (!PyArg_ParseTuple(args, "w*nny*nw*ny*iiLy*Ly*iLLL", &dest, &dest_pos, &dest_limit, &batch, &batch_pos, &out, &max_count, &topic,
+                          &c.queue_id, &c.sys_flag, &born_ts, &hosts[0], &store_ts, &hosts[1], &c.reconsume_times, &prepared, &qoff,
+                          &phys))
+        return NULL;
+    PyObject *result = NULL;
+    if (max_count < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_count must be >= 0");
+        goto done;
+    }
+    if (check_encode_args(&dest, dest_pos, dest_limit, &batch, batch_pos, &out, &topic, hosts) < 0) goto done;
+    c.topic = span_of(&topic);
+    c.born_host = hosts[0].buf;
+    c.store_host = hosts[1].buf;
+    c.born_ts = born_ts, c.store_ts = store_ts, c.prepared_offset = prepared, c.queue_offset = qoff, c.phys_offset = phys;
+    struct encode_state st = {(size_t)batch_pos, (size_t)dest_pos, 0, BATCH_OK};
+    int stop;
+    Py_BEGIN_ALLOW_THREADS
+    stop = batch_encode(span_of(&batch), dest.buf, (size_t)dest_limit, out.buf, (size_t)out.len, &c, (size_t)max_count, &st);
+    Py_END_ALLOW_THREADS
+    if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos);
+    else result = Py_BuildValue("innn", stop, (Py_ssize_t)st.count, (Py_ssize_t)st.batch_pos, (Py_ssize_t)st.dest_pos);
+done:
+    PyBuffer_Release(&dest), PyBuffer_Release(&batch), PyBuffer_Release(&out), PyBuffer_Release(&topic);
+    PyBuffer_Release(&hosts[0]), PyBuffer_Release(&hosts[1]);
+    return result;
+}
+
+/* An optional int64 array argument (None -> no buffer). */
+static int optional_int64s(PyObject *obj, Py_buffer *view, const char *what) {
+    view->buf = NULL;
+    view->len = 0;
+    view->obj = NULL;
+    if (obj == Py_None) return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    if (view->len % 8 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s must hold int64 values (a multiple of 8 bytes)", what);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void release_optional(Py_buffer *view) {
+    if (view->obj != NULL) PyBuffer_Release(view);
+}
+
+static PyObject *py_dispatch_scan(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer buf, recs, keys, levels;
+    Py_ssize_t pos, limit;
+    int flags;
+    PyObject *levels_obj, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nnw*w*iO", &buf, &pos, &limit, &recs, &keys, &flags, &levels_obj)) return NULL;
+    if (optional_int64s(levels_obj, &levels, "delay_levels") < 0) goto release;
+    if (check_range(pos, limit, buf.len, "buf") < 0) goto done;
+    if (overlaps(&buf, &recs) || overlaps(&buf, &keys) || overlaps(&recs, &keys)) {
+        PyErr_SetString(PyExc_ValueError, "buf, recs and keys must not overlap");
+        goto done;
+    }
+    struct scan_args a = {span_of(&buf), (size_t)limit, recs.buf, (size_t)recs.len, keys.buf, (size_t)keys.len,
+                          levels.obj ? levels.buf : NULL, (size_t)levels.len / 8, flags};
+    struct scan_state st = {(size_t)pos, 0, 0};
+    int stop;
+    Py_BEGIN_ALLOW_THREADS
+    stop = dispatch_scan(&a, &st);
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("innn", stop, (Py_ssize_t)st.pos, (Py_ssize_t)st.n_recs, (Py_ssize_t)st.n_keys);
+done:
+    release_optional(&levels);
+release:
+    PyBuffer_Release(&buf), PyBuffer_Release(&recs), PyBuffer_Release(&keys);
+    return result;
+}
+
+static PyObject *py_check_message(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t pos, limit;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "y*nnp", &buf, &pos, &limit, &check_crc)) return NULL;
+    PyObject *result = NULL;
+    if (check_range(pos, limit, buf.len, "buf") == 0) {
+        size_t total;
+        int stop = check_message_at(span_of(&buf), (size_t)pos, (size_t)limit, check_crc, &total);
+        result = Py_BuildValue("in", stop, (Py_ssize_t)total);
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+#include "gather_binding.h"
+
+static PyMethodDef methods[] = {
+    {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
+    {"check_batch", py_check_batch, METH_VARARGS, "check_batch(batch, max_body) -> (count, stored bytes without topics)"},
+    {"encode_batch", py_encode_batch, METH_VARARGS, "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
+    {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
+    {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
+    {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags) -> (stop, examined, count, bytes, removed)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "tidemq data-path kernels (docs/native.md)", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kernels(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    BatchError = PyErr_NewExceptionWithDoc("store._kernels.BatchError",
+                                           "Raised when a batch is malformed; args are (message, error code, byte position).",
+                                           PyExc_ValueError, NULL);
+    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,153 @@
+/* Data-path kernels over RocketMQ 4.x byte layouts (docs/layouts.md, docs/native.md).
+ *
+ * Pure C, no Python objects: the binding in kernels.c acquires the buffers, checks the
+ * arguments, releases the GIL and calls these. Every read and write is checked against
+ * the bound passed with its pointer; a kernel never allocates.
+ */
+#ifndef TIDEMQ_KERNELS_H
+#define TIDEMQ_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MESSAGE_MAGIC_CODE 0xDAA320A7u
+#define BLANK_MAGIC_CODE 0xCBD43194u
+#define END_FILE_MIN_BLANK_LENGTH 8
+#define FIXED_PART_BYTES 91 /* every stored field but body, topic and properties bytes */
+#define HEADER_BYTES 88     /* fields 1..14 and the body length */
+#define BATCH_FIXED_BYTES 22 /* batch item: TOTALSIZE MAGIC BODYCRC FLAG BODYLEN 4 each, PROPLEN 2 */
+#define CQ_UNIT_BYTES 20
+#define MAX_PROPERTIES_BYTES 0x7FFF
+#define MAX_TOPIC_BYTES 255
+
+/* Where a kernel stopped (the first element of every kernel's result). */
+enum stop_code {
+    STOP_DONE = 0,          /* input exhausted / limit reached exactly */
+    STOP_FILE_FULL = 1,     /* encode: next message + end marker does not fit the file */
+    STOP_OUT_FULL = 2,      /* an output buffer cannot take the next item; call again */
+    STOP_BLANK = 3,         /* scan: end-of-file marker at pos; continue in the next file */
+    STOP_END = 4,           /* scan: nothing (whole) written at pos: < 8 bytes or zeros */
+    STOP_PARTIAL = 5,       /* scan: a message whose TOTALSIZE reaches past the limit */
+    STOP_BAD_MAGIC = 6,     /* corrupt: magic code neither message nor blank */
+    STOP_BAD_BLANK = 7,     /* corrupt: blank marker of bad length */
+    STOP_BAD_TOTAL = 8,     /* corrupt: TOTALSIZE below the fixed part */
+    STOP_BAD_BODY = 9,      /* corrupt: body length negative or past TOTALSIZE */
+    STOP_BAD_TOPIC = 10,    /* corrupt: topic length past TOTALSIZE */
+    STOP_BAD_PARTS = 11,    /* corrupt: TOTALSIZE disagrees with its parts */
+    STOP_BAD_CRC = 12,      /* corrupt: BODYCRC mismatch (only when asked to check) */
+    STOP_COUNT_LIMIT = 13,  /* gather: a transfer limit (count or bytes) is reached */
+    STOP_SEGMENT_MISS = 14, /* gather: the entry's bytes are not in any given segment */
+};
+
+/* Why a batch (RocketMQ's encodeMessages format) is malformed. */
+enum batch_error {
+    BATCH_OK = 0,
+    BATCH_TRUNCATED = 1,     /* fewer bytes left than the item's fixed part or TOTALSIZE */
+    BATCH_BAD_TOTAL = 2,     /* TOTALSIZE disagrees with the body and properties lengths */
+    BATCH_BAD_MAGIC = 3,     /* MAGICCODE is not 0 */
+    BATCH_BAD_CRC = 4,       /* non-zero BODYCRC that does not match the body */
+    BATCH_BAD_BODY = 5,      /* body length negative or above the limit */
+    BATCH_BAD_PROPERTIES = 6 /* properties longer than 32767 bytes */
+};
+
+/* A bounded byte range. */
+struct span {
+    const uint8_t *p;
+    size_t n;
+};
+
+/* Scan output record (host byte order except the consume-queue entry), 96 bytes. */
+#define REC_BYTES 96
+#define REC_CQ_ENTRY 0 /* 20 B big-endian: phys 8 | size 4 | tags code 8 */
+#define REC_QUEUE_ID 20
+#define REC_QUEUE_OFFSET 24
+#define REC_STORE_TS 32
+#define REC_PHYS 40
+#define REC_TAGS_CODE 48
+#define REC_TOPIC_POS 56
+#define REC_PROPS_POS 64
+#define REC_SIZE 72
+#define REC_SYS_FLAG 76
+#define REC_TOPIC_LEN 80
+#define REC_PROPS_LEN 84
+#define REC_FLAGS 88
+#define REC_KEY_COUNT 92
+#define REC_FLAG_DELAY_FALLBACK 1 /* schedule topic DELAY value the kernel did not parse */
+
+/* Scan index output, 24 bytes host order: key hash 4 | record number 4 | phys 8 | store ts 8. */
+#define KEY_BYTES 24
+
+#define SCAN_UNIQ_KEY 1 /* index UNIQ_KEY as well (message_index_uniq_key_enable) */
+#define SCAN_CHECK_CRC 2
+
+/* Gather meta output, 16 bytes host order per message: phys 8 | entry index 4 | size 4. */
+#define META_BYTES 16
+
+int32_t java_hash_utf8(int32_t h, struct span s);
+uint32_t body_crc31(struct span body);
+
+struct batch_common {
+    struct span topic;
+    const uint8_t *born_host;  /* 8 bytes */
+    const uint8_t *store_host; /* 8 bytes */
+    int64_t born_ts, store_ts, queue_offset, phys_offset, prepared_offset;
+    int32_t queue_id, sys_flag, reconsume_times;
+};
+
+struct encode_state {
+    size_t batch_pos, dest_pos, count;
+    int error; /* enum batch_error, when the stop was a malformed item */
+};
+
+int batch_check(struct span batch, int64_t max_body, size_t *count, size_t *pos, size_t *stored_without_topic);
+int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *out, size_t out_n,
+                 const struct batch_common *c, size_t max_count, struct encode_state *st);
+
+struct scan_args {
+    struct span buf;
+    size_t limit;
+    uint8_t *recs;
+    size_t recs_n;
+    uint8_t *keys;
+    size_t keys_n;
+    const int64_t *delay_levels; /* NULL: no delay handling */
+    size_t n_levels;
+    int flags;
+};
+
+struct scan_state {
+    size_t pos, n_recs, n_keys;
+};
+
+int dispatch_scan(const struct scan_args *a, struct scan_state *st);
+int check_message_at(struct span buf, size_t pos, size_t limit, int check_crc, size_t *total);
+
+struct segment {
+    int64_t base;
+    struct span data;
+};
+
+struct gather_args {
+    struct span entries;
+    size_t n_entries;
+    const struct segment *segs;
+    size_t n_segs;
+    uint8_t *out;
+    size_t out_n;
+    uint8_t *meta; /* NULL or META_BYTES per message */
+    size_t meta_n;
+    const int64_t *codes; /* sorted; NULL: no tag filter */
+    size_t n_codes;
+    const struct span *tags; /* exact tags (UTF-8); NULL: hash only */
+    size_t n_tags;
+    int64_t max_count, count_mem, bytes_mem, count_disk, bytes_disk, disk_below_phy, min_phy;
+};
+
+struct gather_state {
+    size_t examined, count, bytes;
+    int removed_seen;
+};
+
+int gather(const struct gather_args *a, struct gather_state *st);
+
+#endif

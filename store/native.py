@@ -1,0 +1,204 @@
+"""The native data-path kernels (store._kernels) with names for their codes and records.
+
+docs/native.md describes each kernel; docs/layouts.md has the byte layouts they read
+and write. The Python codec (store.message_codec) stays the reference the kernels are
+tested against. Every kernel checks each position and length against its buffer and
+returns a stop code first; a malformed batch raises BatchError.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from store import _kernels
+from store._kernels import BatchError
+
+__all__ = ["BatchError", "BatchErrorCode", "Stop", "check_batch", "dispatch_scan", "encode_batch", "gather", "java_hash", "pack_batch"]
+
+java_hash = _kernels.java_hash
+check_message = _kernels.check_message
+
+
+class Stop(enum.IntEnum):
+    """Where a kernel stopped (kernels.h's enum stop_code)."""
+
+    DONE = 0
+    FILE_FULL = 1
+    OUT_FULL = 2
+    BLANK = 3
+    END = 4
+    PARTIAL = 5
+    BAD_MAGIC = 6
+    BAD_BLANK = 7
+    BAD_TOTAL = 8
+    BAD_BODY = 9
+    BAD_TOPIC = 10
+    BAD_PARTS = 11
+    BAD_CRC = 12
+    COUNT_LIMIT = 13
+    SEGMENT_MISS = 14
+
+
+CORRUPT = frozenset({Stop.BAD_MAGIC, Stop.BAD_BLANK, Stop.BAD_TOTAL, Stop.BAD_BODY, Stop.BAD_TOPIC, Stop.BAD_PARTS, Stop.BAD_CRC})
+
+
+class BatchErrorCode(enum.IntEnum):
+    """Why a batch is malformed (BatchError.args[1])."""
+
+    TRUNCATED = 1
+    BAD_TOTAL = 2
+    BAD_MAGIC = 3
+    BAD_CRC = 4
+    BAD_BODY = 5
+    BAD_PROPERTIES = 6
+
+
+# One batch item as RocketMQ's MessageDecoder.encodeMessages writes it (before body and properties).
+BATCH_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length
+BATCH_FIXED_BYTES = 22
+# encode_batch's output: physical offset and stored size of each message (host order).
+OFFSET_AND_SIZE = struct.Struct("=qq")
+# dispatch_scan's record: the 20-byte big-endian consume-queue entry, then host-order fields.
+RECORD = struct.Struct("=20siqqqqqqiiiiii")
+RECORD_FIELDS = (
+    "cq_entry queue_id queue_offset store_timestamp commitlog_offset tags_code topic_pos properties_pos "
+    "size sys_flag topic_length properties_length flags key_count"
+).split()
+FLAG_DELAY_FALLBACK = 1  # the tags code of a delayed message is left for delay_due_time_ms
+# dispatch_scan's index key: key hash (as IndexFile stores it), record number, offset, store time.
+KEY = struct.Struct("=iiqq")
+# gather's per-message meta: physical offset, entry index, size.
+META = struct.Struct("=qii")
+SCAN_UNIQ_KEY = 1
+SCAN_CHECK_CRC = 2
+assert RECORD.size == 96 and KEY.size == 24 and META.size == 16
+
+
+def pack_batch(messages: Iterable[tuple[bytes, bytes, int]]) -> bytes:
+    """RocketMQ's batch encoding of (body, properties bytes, flag) items, MAGICCODE and BODYCRC 0."""
+    parts: list[bytes] = []
+    for body, props, flag in messages:
+        parts += (BATCH_ITEM_HEAD.pack(BATCH_FIXED_BYTES + len(body) + len(props), 0, 0, flag, len(body)), body)
+        parts += (len(props).to_bytes(2, "big"), props)
+    return b"".join(parts)
+
+
+def check_batch(batch: Any, max_body_bytes: int) -> tuple[int, int]:
+    """(message count, stored bytes without the topic) of a well-formed batch; BatchError otherwise."""
+    return _kernels.check_batch(batch, max_body_bytes)
+
+
+class Encoded(NamedTuple):
+    stop: Stop
+    count: int
+    batch_pos: int
+    dest_pos: int
+
+
+def encode_batch(
+    dest: Any,
+    dest_pos: int,
+    dest_limit: int,
+    batch: Any,
+    batch_pos: int,
+    out: Any,
+    max_count: int,
+    *,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+    born_timestamp: int,
+    born_host: bytes,
+    sys_flag: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+) -> Encoded:
+    """Write batch items from `batch_pos` as stored messages at `dest_pos` (physical offset
+    `physical_offset`), queue offsets from `queue_offset` on, until the batch ends,
+    `max_count` are written, the next one and an end marker do not fit below
+    `dest_limit` (FILE_FULL) or `out` has no room for its offset and size (OUT_FULL)."""
+    r = _kernels.encode_batch(
+        dest, dest_pos, dest_limit, batch, batch_pos, out, max_count, topic, queue_id, sys_flag, born_timestamp, born_host,
+        store_timestamp, store_host, reconsume_times, prepared_transaction_offset, queue_offset, physical_offset,
+    )  # fmt: skip
+    return Encoded(Stop(r[0]), r[1], r[2], r[3])
+
+
+class Scanned(NamedTuple):
+    stop: Stop
+    pos: int
+    records: int
+    keys: int
+
+
+def delay_levels_array(levels_ms: Sequence[int]) -> bytes:
+    return array("q", levels_ms).tobytes()
+
+
+def dispatch_scan(
+    buf: Any,
+    pos: int,
+    limit: int,
+    records: Any,
+    keys: Any,
+    *,
+    uniq_key_index: bool,
+    check_crc: bool = False,
+    delay_levels: bytes | None = None,
+) -> Scanned:
+    """Check and decode the messages of buf[pos:limit] into `records` and index `keys`.
+
+    Stops at `limit` (DONE), at an end-of-file marker (BLANK, pos at the marker), where
+    nothing whole is written (END, PARTIAL), at a corrupt message (a code in CORRUPT), or
+    before a message whose record or keys do not fit (OUT_FULL).
+    """
+    flags = (SCAN_UNIQ_KEY if uniq_key_index else 0) | (SCAN_CHECK_CRC if check_crc else 0)
+    r = _kernels.dispatch_scan(buf, pos, limit, records, keys, flags, delay_levels)
+    return Scanned(Stop(r[0]), r[1], r[2], r[3])
+
+
+class GatherLimits(NamedTuple):
+    """MessageGetter's transfer limits; `disk_below_phy` is max offset minus the memory window."""
+
+    max_count: int
+    count_in_memory: int
+    bytes_in_memory: int
+    count_on_disk: int
+    bytes_on_disk: int
+    disk_below_phy: int
+    min_phy: int
+
+
+class Gathered(NamedTuple):
+    stop: Stop
+    examined: int
+    count: int
+    bytes: int
+    removed_seen: bool
+
+
+def tag_codes_array(codes: Iterable[int]) -> bytes:
+    return array("q", sorted(codes)).tobytes()
+
+
+def gather(
+    entries: Any,
+    n: int,
+    segments: Sequence[tuple[int, Any]],
+    out: Any,
+    meta: Any,
+    limits: GatherLimits,
+    codes: bytes | None = None,
+    tags: tuple[bytes, ...] | None = None,
+) -> Gathered:
+    """Copy the stored messages of `n` consume-queue entries into `out`, as MessageGetter
+    collects them; `segments` are (physical offset, readable bytes) of commitlog files."""
+    r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags)
+    return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]))

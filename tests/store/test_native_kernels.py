@@ -1,0 +1,476 @@
+"""The native kernels (store.native) against the Python codec, byte for byte, and their bounds.
+
+The Python codec (store.message_codec, store.message, MessageGetter) is the reference:
+every kernel output is compared with what it produces on the same random input,
+including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from store import DefaultMessageStore, MessageStoreConfig, TagFilter
+from store import native as nk
+from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.index_file import key_hash
+from store.message import build_message, encode_properties, java_string_hash
+from store.message_codec import (
+    BLANK_MAGIC_CODE,
+    DecodeOutcome,
+    check_message,
+    decode_for_dispatch,
+    encode_message,
+    message_length,
+    write_blank_into,
+)
+from store.status import GetMessageStatus
+from tests.store.conftest import open_store, small_config, wait_dispatched
+
+SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+LEVELS_MS = [1000, 5000, 10000, 30000, 60000]
+HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
+HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])
+
+# Property text: anything but the separators (\x01, \x02); keys also without spaces.
+prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
+key_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=10)
+delay_text = st.one_of(st.integers(-3, 12).map(str), st.sampled_from(["", " 2", "+1", "0x1", "1_0", "99999999999"]), prop_text)
+
+
+@st.composite
+def properties(draw: st.DrawFn, schedule: bool = False) -> dict[str, str]:
+    props = draw(st.dictionaries(prop_text.filter(bool), prop_text, max_size=3))
+    if draw(st.booleans()):
+        props["TAGS"] = draw(prop_text)
+    if draw(st.booleans()):
+        props["KEYS"] = draw(st.lists(key_text, max_size=3).map(" ".join)) + draw(st.sampled_from(["", " ", "  "]))
+    if draw(st.booleans()):
+        props["UNIQ_KEY"] = draw(prop_text)
+    if schedule and draw(st.booleans()):
+        props["DELAY"] = draw(delay_text)
+    return props
+
+
+message_item = st.tuples(st.binary(max_size=300), properties(), st.integers(-(2**31), 2**31 - 1))
+topics = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20).map(lambda t: t.encode()[:255])
+
+
+# Java hash ---------------------------------------------------------------------------------
+
+
+@given(st.text(max_size=40).filter(lambda t: not any(0xD800 <= ord(c) <= 0xDFFF for c in t)))
+def test_java_hash_matches_reference_on_text(text: str) -> None:
+    assert nk.java_hash(text.encode()) == java_string_hash(text)
+
+
+@given(st.binary(max_size=40))
+def test_java_hash_matches_reference_on_invalid_utf8(raw: bytes) -> None:
+    assert nk.java_hash(raw) == java_string_hash(raw.decode("utf-8", errors="replace"))
+
+
+# Lead bytes with narrowed second-byte ranges, range edges and bytes that lead nothing.
+UTF8_EDGES = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEE, 0xF0, 0xF4, 0xF5, 0xFF]
+
+
+@given(st.lists(st.sampled_from(UTF8_EDGES), max_size=12).map(bytes))
+def test_java_hash_replaces_ill_formed_utf8_as_python_does(raw: bytes) -> None:
+    assert nk.java_hash(raw) == java_string_hash(raw.decode("utf-8", errors="replace"))
+
+
+def test_java_hash_counts_non_bmp_as_a_surrogate_pair() -> None:
+    assert nk.java_hash("\U0001f600".encode()) == 0xD83D * 31 + 0xDE00
+    assert nk.java_hash("a\U00010000b".encode()) == ((97 * 31 + 0xD800) * 31 + 0xDC00) * 31 + 98
+
+
+# Encode ------------------------------------------------------------------------------------
+
+
+def reference_image(topic: bytes, items: list, queue_id: int, sys_flag: int, qoff: int, phys: int, born: int, stored: int) -> bytes:
+    out = []
+    for i, (body, props, flag) in enumerate(items):
+        image = encode_message(
+            topic, body, encode_properties(props), queue_id, qoff + i, phys, flag, sys_flag, born, HOST_A, stored, HOST_B
+        )
+        out.append(image)
+        phys += len(image)
+    return b"".join(out)
+
+
+def encode_all(topic: bytes, items: list, dest: bytearray, pos: int, limit: int, **kw: int) -> tuple[nk.Encoded, bytearray]:
+    batch = nk.pack_batch((b, encode_properties(p), f) for b, p, f in items)
+    out = bytearray(16 * len(items))
+    r = nk.encode_batch(
+        dest, pos, limit, batch, 0, out, len(items), topic=topic, queue_id=kw["queue_id"], queue_offset=kw["qoff"],
+        physical_offset=kw["phys"], store_timestamp=kw["stored"], store_host=HOST_B, born_timestamp=kw["born"], born_host=HOST_A,
+        sys_flag=kw["sys_flag"],
+    )  # fmt: skip
+    return r, out
+
+
+@given(
+    topics,
+    st.lists(message_item, min_size=1, max_size=8),
+    st.integers(0, 1023),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.integers(0, 2**45),
+    st.integers(0, 64),
+)
+def test_encode_matches_reference(topic, items, queue_id, sys_flag, qoff, phys, ts, pad) -> None:
+    kw = {"queue_id": queue_id, "sys_flag": sys_flag, "qoff": qoff, "phys": phys, "born": ts - 7, "stored": ts}
+    want = reference_image(topic, items, queue_id, sys_flag, qoff, phys, ts - 7, ts)
+    dest = bytearray(pad + len(want) + 8 + 5)
+    r, out = encode_all(topic, items, dest, pad, len(dest), **kw)
+    assert (r.stop, r.count, r.dest_pos) == (nk.Stop.DONE, len(items), pad + len(want))
+    assert bytes(dest[pad : pad + len(want)]) == want
+    assert dest[:pad] == bytes(pad) and dest[pad + len(want) :] == bytes(13)
+    offsets = [nk.OFFSET_AND_SIZE.unpack_from(out, 16 * i) for i in range(len(items))]
+    p = phys
+    for (o, size), (body, props, _) in zip(offsets, items, strict=True):
+        assert (o, size) == (p, message_length(len(body), len(topic), len(encode_properties(props))))
+        p += size
+
+
+@given(topics, st.lists(message_item, min_size=1, max_size=6), st.data())
+def test_encode_stops_where_the_next_message_and_an_end_marker_do_not_fit(topic, items, data) -> None:
+    sizes = [message_length(len(b), len(topic), len(encode_properties(p))) for b, p, _ in items]
+    limit = data.draw(st.integers(0, sum(sizes) + 8))
+    fits, used = 0, 0
+    while fits < len(items) and used + sizes[fits] + 8 <= limit:
+        used += sizes[fits]
+        fits += 1
+    dest = bytearray(limit + 16)
+    kw = {"queue_id": 1, "sys_flag": 0, "qoff": 0, "phys": 0, "born": 1, "stored": 2}
+    r, _ = encode_all(topic, items, dest, 0, limit, **kw)
+    assert (r.count, r.dest_pos) == (fits, used)
+    assert r.stop == (nk.Stop.DONE if fits == len(items) else nk.Stop.FILE_FULL)
+    assert dest[used:] == bytes(len(dest) - used)
+
+
+def reference_batch_items(batch: bytes, max_body: int) -> list | None:
+    """The items of a RocketMQ batch, or None when it is malformed (what check_batch decides)."""
+    import zlib
+
+    items, pos = [], 0
+    while pos < len(batch):
+        if len(batch) - pos < 22:
+            return None
+        total, magic, crc, _flag, body_len = nk.BATCH_ITEM_HEAD.unpack_from(batch, pos)
+        if magic != 0 or not 0 <= body_len <= max_body or total < 22 + body_len or total > len(batch) - pos:
+            return None
+        props_len = int.from_bytes(batch[pos + 20 + body_len : pos + 22 + body_len], "big")
+        body = batch[pos + 20 : pos + 20 + body_len]
+        if props_len > 0x7FFF or total != 22 + body_len + props_len or (crc and crc != zlib.crc32(body) & 0x7FFFFFFF):
+            return None
+        items.append(body)
+        pos += total
+    return items
+
+
+@given(st.lists(message_item, min_size=1, max_size=4), st.data())
+def test_check_batch_refuses_truncated_or_corrupt_batches_as_the_reference_does(items, data) -> None:
+    batch = bytearray(nk.pack_batch((b, encode_properties(p), f) for b, p, f in items))
+    cut = data.draw(st.integers(0, len(batch)))
+    batch = batch[:cut]
+    for _ in range(data.draw(st.integers(0, 3))):
+        if batch:
+            batch[data.draw(st.integers(0, len(batch) - 1))] = data.draw(st.integers(0, 255))
+    want = reference_batch_items(bytes(batch), 200)
+    if want is None:
+        with pytest.raises(nk.BatchError):
+            nk.check_batch(batch, 200)
+    else:
+        assert nk.check_batch(batch, 200)[0] == len(want)
+
+
+def test_check_batch_checks_a_non_zero_body_crc() -> None:
+    import zlib
+
+    body = b"payload"
+    good = bytearray(nk.pack_batch([(body, b"", 0)]))
+    good[8:12] = (zlib.crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
+    assert nk.check_batch(good, 100) == (1, 91 + len(body))
+    good[8] ^= 0x10
+    with pytest.raises(nk.BatchError) as e:
+        nk.check_batch(good, 100)
+    assert e.value.args[1:] == (nk.BatchErrorCode.BAD_CRC, 0)
+
+
+# Dispatch scan -----------------------------------------------------------------------------
+
+
+@st.composite
+def commitlog(draw: st.DrawFn) -> tuple[bytearray, int, list[int]]:
+    """Random stored messages (schedule-topic ones among them) and maybe an end marker."""
+    buf, starts = bytearray(), []
+    for i in range(draw(st.integers(0, 6))):
+        schedule = draw(st.booleans())
+        topic = SCHEDULE.encode() if schedule else draw(topics)
+        props = encode_properties(draw(properties(schedule)))
+        if draw(st.integers(0, 5)) == 0:
+            props = draw(st.binary(max_size=40)).replace(b"\x02", b"\x02TAGS\x01", 1)  # invalid UTF-8 too
+        body = draw(st.binary(max_size=100))
+        starts.append(len(buf))
+        buf += encode_message(topic, body, props, draw(st.integers(0, 30)), i, 5000 + len(buf), 0, 0, 11, HOST_A, 10**12 + i, HOST_B)
+    end = len(buf)
+    if draw(st.booleans()):
+        blank = bytearray(draw(st.integers(8, 40)))
+        write_blank_into(blank, 0, len(blank))
+        buf += blank
+    return buf, end, starts
+
+
+def scan(buf, pos: int, limit: int, uniq: bool = True, recs_n: int = 64, keys_n: int = 256):
+    recs, keys = bytearray(nk.RECORD.size * recs_n), bytearray(nk.KEY.size * keys_n)
+    r = nk.dispatch_scan(buf, pos, limit, recs, keys, uniq_key_index=uniq, delay_levels=nk.delay_levels_array(LEVELS_MS))
+    records = [dict(zip(nk.RECORD_FIELDS, nk.RECORD.unpack_from(recs, i * nk.RECORD.size), strict=True)) for i in range(r.records)]
+    return r, records, [nk.KEY.unpack_from(keys, i * nk.KEY.size) for i in range(r.keys)]
+
+
+def reference_keys(req, uniq: bool) -> list[int]:
+    keys = [req.uniq_key] if uniq and req.uniq_key else []
+    return [key_hash(f"{req.topic}#{k}") for k in keys + [k for k in req.keys.split(" ") if k]]
+
+
+def assert_record_matches(buf, pos: int, limit: int, rec: dict, rec_keys: list, uniq: bool) -> None:
+    size, req = decode_for_dispatch(buf, pos, limit, LEVELS_MS)
+    assert req is not None and rec["size"] == size
+    assert rec["cq_entry"] == ENTRY.pack(req.commitlog_offset, size, req.tags_code) or rec["flags"] & nk.FLAG_DELAY_FALLBACK
+    if rec["flags"] & nk.FLAG_DELAY_FALLBACK:
+        assert not req.properties["DELAY"].isascii() or not req.properties["DELAY"].isdigit() or len(req.properties["DELAY"]) > 9
+    else:
+        assert rec["tags_code"] == req.tags_code
+    got = (rec["queue_id"], rec["queue_offset"], rec["store_timestamp"], rec["commitlog_offset"], rec["sys_flag"])
+    assert got == (req.queue_id, req.consume_queue_offset, req.store_timestamp, req.commitlog_offset, req.sys_flag)
+    topic = bytes(buf[rec["topic_pos"] : rec["topic_pos"] + rec["topic_length"]]).decode("utf-8", "replace")
+    assert topic == req.topic
+    assert [k[0] for k in rec_keys] == reference_keys(req, uniq)
+    assert all(k[2:] == (req.commitlog_offset, req.store_timestamp) for k in rec_keys)
+
+
+def reference_walk(buf, pos: int, limit: int) -> tuple[list[int], DecodeOutcome, str, int]:
+    """(message positions, outcome, reason, position) where check_message stops."""
+    starts = []
+    while True:
+        r = check_message(buf, pos, limit, False, False)
+        if r.outcome is not DecodeOutcome.MESSAGE:
+            return starts, r.outcome, r.reason, pos
+        starts.append(pos)
+        pos += r.size
+
+
+def assert_scan_matches(buf, limit: int, uniq: bool) -> None:
+    r, records, keys = scan(buf, 0, limit, uniq)
+    starts, outcome, reason, stop_pos = reference_walk(buf, 0, limit)
+    assert r.records == len(starts) and r.pos == stop_pos
+    expect = {
+        DecodeOutcome.END: {nk.Stop.END, nk.Stop.DONE},
+        DecodeOutcome.BLANK: {nk.Stop.BLANK},
+        DecodeOutcome.CORRUPT: nk.CORRUPT | {nk.Stop.PARTIAL},
+    }[outcome]
+    assert r.stop in expect, (r, outcome, reason)
+    if r.stop in (nk.Stop.PARTIAL, nk.Stop.BAD_TOTAL):
+        assert reason.startswith("bad total size")
+    k = 0
+    for rec, pos in zip(records, starts, strict=True):
+        assert_record_matches(buf, pos, limit, rec, keys[k : k + rec["key_count"]], uniq)
+        assert all(key[1] == records.index(rec) for key in keys[k : k + rec["key_count"]])
+        k += rec["key_count"]
+    assert k == len(keys)
+
+
+@settings(max_examples=200)
+@given(commitlog(), st.booleans())
+def test_dispatch_scan_matches_decode_for_dispatch(log, uniq) -> None:
+    buf, _end, _starts = log
+    assert_scan_matches(buf, len(buf), uniq)
+
+
+@settings(max_examples=200)
+@given(commitlog(), st.data())
+def test_dispatch_scan_on_truncated_or_corrupt_log_stops_where_the_reference_does(log, data) -> None:
+    buf, _end, _starts = log
+    assume(buf)
+    limit = data.draw(st.integers(0, len(buf)))
+    for _ in range(data.draw(st.integers(0, 3))):
+        buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    assert_scan_matches(buf, limit, True)
+
+
+def test_dispatch_scan_stops_before_a_message_whose_outputs_do_not_fit() -> None:
+    buf = bytearray()
+    for i in range(3):
+        msg = build_message("T", b"x" * i, keys=["a", "b"], uniq_key=f"U{i}")
+        buf += encode_message(b"T", msg.body, msg.properties_bytes, 0, i, len(buf))
+    r, records, _ = scan(buf, 0, len(buf), recs_n=2)
+    assert (r.stop, r.records, r.pos) == (nk.Stop.OUT_FULL, 2, records[1]["size"] + records[0]["size"])
+    r, _, keys = scan(buf, 0, len(buf), keys_n=7)
+    assert (r.stop, r.records, r.keys) == (nk.Stop.OUT_FULL, 2, 6)
+    r2, _, _ = scan(buf, r.pos, len(buf))
+    assert (r2.stop, r2.records, r2.pos) == (nk.Stop.DONE, 1, len(buf))
+
+
+def test_dispatch_scan_reports_lengths_that_point_past_the_message() -> None:
+    buf = bytearray(encode_message(b"T", b"body", b"TAGS\x01a\x02"))
+    bad = bytearray(buf)
+    bad[84:88] = (10**6).to_bytes(4, "big")  # body length past TOTALSIZE and the buffer
+    assert scan(bad, 0, len(bad))[0].stop == nk.Stop.BAD_BODY
+    bad = bytearray(buf)
+    bad[0:4] = (len(buf) + 1).to_bytes(4, "big")  # TOTALSIZE past the limit
+    assert scan(bad, 0, len(bad))[0].stop == nk.Stop.PARTIAL
+    bad = bytearray(buf)
+    bad[0:4] = (2**31 - 1).to_bytes(4, "big")
+    assert scan(bad, 0, len(bad))[0].stop == nk.Stop.PARTIAL
+    bad = bytearray(buf)
+    bad[4:8] = BLANK_MAGIC_CODE.to_bytes(4, "big")  # a blank marker longer than the buffer
+    bad[0:4] = (len(buf) + 8).to_bytes(4, "big")
+    assert scan(bad, 0, len(bad))[0].stop == nk.Stop.BAD_BLANK
+    assert scan(buf, 0, len(buf) - 1)[0].stop == nk.Stop.PARTIAL
+    for pos, limit in ((0, len(buf) + 1), (-1, 4), (5, 4)):
+        with pytest.raises((ValueError, OverflowError)):
+            scan(buf, pos, limit)
+
+
+def test_dispatch_scan_checks_the_body_crc_when_asked() -> None:
+    buf = bytearray(encode_message(b"T", b"body", b""))
+    buf[88] ^= 1
+    recs, keys = bytearray(nk.RECORD.size), bytearray(0)
+    assert nk.dispatch_scan(buf, 0, len(buf), recs, keys, uniq_key_index=False).stop == nk.Stop.DONE
+    assert nk.dispatch_scan(buf, 0, len(buf), recs, keys, uniq_key_index=False, check_crc=True).stop == nk.Stop.BAD_CRC
+    assert nk.check_message(buf, 0, len(buf), True) == (nk.Stop.BAD_CRC, 0)
+
+
+# Encode bounds -----------------------------------------------------------------------------
+
+
+def test_encode_rejects_bad_positions_hosts_topics_and_overlap() -> None:
+    batch = nk.pack_batch([(b"abc", b"", 0)])
+    dest, out = bytearray(200), bytearray(16)
+    common = {"topic": b"T", "queue_id": 0, "queue_offset": 0, "physical_offset": 0, "store_timestamp": 0, "born_timestamp": 0}
+    ok = dict(common, store_host=HOST_B, born_host=HOST_A)
+    for args in ((dest, 0, 201, batch, 0, out, 1), (dest, 10, 5, batch, 0, out, 1), (dest, 0, 200, batch, len(batch) + 1, out, 1)):
+        with pytest.raises(ValueError):
+            nk.encode_batch(*args, **ok)
+    with pytest.raises(ValueError):
+        nk.encode_batch(dest, 0, 200, batch, 0, out, 1, **dict(ok, born_host=b"1234567"))
+    with pytest.raises(ValueError):
+        nk.encode_batch(dest, 0, 200, batch, 0, out, 1, **dict(ok, topic=b"t" * 256))
+    with pytest.raises(ValueError):
+        nk.encode_batch(dest, 0, 200, memoryview(dest)[100:], 0, out, 1, **ok)
+    assert nk.encode_batch(dest, 0, 200, batch, 0, bytearray(15), 1, **ok) == (nk.Stop.OUT_FULL, 0, 0, 0)
+    assert dest == bytes(200)
+
+
+def test_encode_refuses_a_body_length_past_the_batch() -> None:
+    batch = bytearray(nk.pack_batch([(b"abc", b"", 0)]))
+    batch[16:20] = (1000).to_bytes(4, "big")
+    dest = bytearray(300)
+    with pytest.raises(nk.BatchError):
+        nk.encode_batch(
+            dest, 0, 300, batch, 0, bytearray(16), 1, topic=b"T", queue_id=0, queue_offset=0, physical_offset=0,
+            store_timestamp=0, store_host=HOST_B, born_timestamp=0, born_host=HOST_A,
+        )  # fmt: skip
+    assert dest == bytes(300)
+
+
+# Gather ------------------------------------------------------------------------------------
+
+TAGS = ["a", "b", "\U0001f600", "TagC", ""]
+
+
+@pytest.fixture(scope="module")
+def filled_store(tmp_path_factory) -> Iterator[DefaultMessageStore]:
+    """A real store with messages of random tags and sizes over several commitlog files."""
+    config: MessageStoreConfig = small_config(
+        str(tmp_path_factory.mktemp("native") / "store"),
+        mapped_file_size_commit_log_bytes=16 * 1024,
+        max_message_size_bytes=1024,
+        max_properties_size_bytes=1024,
+    )
+    store = open_store(config)
+    rng = random.Random(18)
+    for i in range(400):
+        tag = rng.choice(TAGS) or None
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 900)))
+        res = store.put_message(build_message("G", body, queue_id=i % 2, tags=tag, keys=[f"k{i}"]))
+        assert res.status.name == "PUT_OK"
+    wait_dispatched(store)
+    try:
+        yield store
+    finally:
+        store.shutdown()
+
+
+def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None):
+    cq = store.find_consume_queue("G", queue_id)
+    index_buf = cq.get_index_buffer(offset)
+    cl = store.commit_log
+    cfg = store.config
+    files = cl.mapped_file_queue.mapped_files
+    segments = [(mf.file_from_offset, memoryview(mf.mm)[: mf.get_read_position()]) for mf in files]
+    limits = nk.GatherLimits(
+        max_count, cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_memory,
+        cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk,
+        cl.get_max_offset() - store.getter.memory_window, max(0, cl.get_min_offset()),
+    )  # fmt: skip
+    out, meta = bytearray(cfg.max_transfer_bytes_on_message_in_memory + 8192), bytearray(16 * 64)
+    codes = nk.tag_codes_array(tag_filter.codes) if tag_filter else None
+    tags = tuple(t.encode() for t in tag_filter.tags) if tag_filter else None
+    try:
+        n = min(index_buf.size, 16_000 * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        g = nk.gather(index_buf.view, n, segments, out, meta, limits, codes, tags)
+    finally:
+        index_buf.release()
+        for _, view in segments:
+            view.release()
+    return g, bytes(out[: g.bytes]), [nk.META.unpack_from(meta, 16 * i) for i in range(g.count)]
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(st.integers(0, 1), st.integers(0, 199), st.integers(1, 40), st.sets(st.sampled_from(TAGS[:4] + ["none"]), max_size=2))
+def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_count, tags) -> None:
+    tag_filter = TagFilter(frozenset(tags)) if tags else None
+    ref = filled_store.get_message("", "G", queue_id, offset, max_count, tag_filter)
+    try:
+        want, want_offsets = ref.to_bytes(), list(ref.commitlog_offsets)
+        want_queue = list(ref.queue_offsets)
+        status, next_offset = ref.status, ref.next_begin_offset
+    finally:
+        ref.release()
+    g, got, meta = native_get(filled_store, queue_id, offset, max_count, tag_filter)
+    assert g.stop in (nk.Stop.DONE, nk.Stop.COUNT_LIMIT)
+    got_status = GetMessageStatus.FOUND if g.count else GetMessageStatus.NO_MATCHED_MESSAGE
+    assert (got, got_status, offset + g.examined) == (want, status, next_offset)
+    assert [m[0] for m in meta] == want_offsets and [offset + m[1] for m in meta] == want_queue
+
+
+def test_gather_bounds() -> None:
+    msgs = [encode_message(b"T", b"x" * 10, b"TAGS\x01a\x02", physical_offset=0), encode_message(b"T", b"y" * 20, b"")]
+    log = msgs[0] + msgs[1]
+    entries = ENTRY.pack(0, len(msgs[0]), java_string_hash("a")) + ENTRY.pack(len(msgs[0]), len(msgs[1]), 0)
+    limits = nk.GatherLimits(32, 32, 1 << 20, 8, 1 << 16, 0, 0)
+    g = nk.gather(entries, 2, [(0, log)], bytearray(300), None, limits)
+    assert g == (nk.Stop.DONE, 2, 2, len(log), False)
+    g = nk.gather(entries, 2, [(0, log)], bytearray(len(log) - 1), None, limits)
+    assert g == (nk.Stop.OUT_FULL, 1, 1, len(msgs[0]), False)
+    g = nk.gather(entries, 2, [(0, log[:-1])], bytearray(300), None, limits)  # the second entry reaches past the segment
+    assert g.stop == nk.Stop.SEGMENT_MISS and g.examined == 1
+    g = nk.gather(entries, 2, [(0, log)], bytearray(300), bytearray(16), limits)
+    assert g.stop == nk.Stop.OUT_FULL and g.count == 1
+    with pytest.raises(ValueError):
+        nk.gather(entries, 3, [(0, log)], bytearray(300), None, limits)
+    with pytest.raises(ValueError):
+        nk.gather(entries, 2, [(0, log)], bytearray(300), None, limits, codes=b"1234")
+    with pytest.raises(ValueError):
+        buf = bytearray(log + bytes(300))
+        nk.gather(entries, 2, [(0, buf)], memoryview(buf)[len(log) :], None, limits)
+    corrupt = bytearray(log)
+    corrupt[84:88] = (10**6).to_bytes(4, "big")  # a body length past the message: the tag cannot be read
+    g = nk.gather(entries, 2, [(0, corrupt)], bytearray(300), None, limits, nk.tag_codes_array([java_string_hash("a")]), (b"a",))
+    assert g.stop == nk.Stop.BAD_PARTS
