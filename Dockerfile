@@ -1,4 +1,21 @@
 # tidemq broker image: `docker build -t tidemq . && docker run -p 8080:8080 -v tidemq-data:/data tidemq`
+
+# Build stage: compiles the store's C kernels (store._kernels) into wheels; only the wheels reach
+# the runtime image, not the compiler.
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev zlib1g-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY store ./store
+COPY app ./app
+COPY ha ./ha
+COPY pipeline ./pipeline
+RUN pip wheel --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -6,13 +23,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /opt/tidemq
-COPY pyproject.toml README.md ./
-COPY store ./store
-COPY app ./app
-COPY ha ./ha
-COPY pipeline ./pipeline
-RUN pip install . \
+COPY --from=build /wheels /wheels
+RUN pip install /wheels/*.whl \
+    && rm -rf /wheels \
     && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home tidemq \
     && mkdir -p /data \
     && chown tidemq:tidemq /data

@@ -52,7 +52,10 @@ def exec_form(args: str) -> list[str]:
 
 def test_base_image_matches_the_python_requirement() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert only("FROM") == "python:3.11-slim"
+    stages = [args for keyword, args in instructions() if keyword == "FROM"]
+    # A build stage compiles the C kernels; the runtime stage (the last) installs only its wheels.
+    assert stages == ["python:3.11-slim AS build", "python:3.11-slim"]
+    assert any(keyword == "COPY" and args.startswith("--from=build ") for keyword, args in instructions())
     assert pyproject["project"]["requires-python"] == ">=3.11"
 
 
@@ -79,9 +82,10 @@ def test_entry_point_port_and_health_path_match_the_package() -> None:
 
 def test_the_sources_the_package_needs_are_copied() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    copied = {args.split()[0] for keyword, args in instructions() if keyword == "COPY"}
+    copied = {args.split()[0] for keyword, args in instructions() if keyword == "COPY" and not args.startswith("--")}
     for package in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
         assert package.rstrip("*") in copied, package
     assert "pyproject.toml" in copied
+    assert "setup.py" in " ".join(args for keyword, args in instructions() if keyword == "COPY")
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and "data" in ignored and not set(ignored) & {"store", "app", "pyproject.toml"}
