@@ -11,6 +11,10 @@ each gets an HAConnection. `judge()` decides where a slave resumes, or that it m
 - an empty slave log: ACCEPT from the master's first offset;
 - otherwise ACCEPT from the slave's end.
 
+The connection list is copy-on-write: readers (status, SYNC waits, writers' wake-ups) take
+it without a lock; the acceptor's add and each connection's remove replace it under
+`_connections_lock`, a leaf lock, so neither update can overwrite the other.
+
 Invariant: the best acknowledged offset (`acked_offset()`) only grows while the service runs;
 SYNC_MASTER waits are answered from it.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -42,7 +47,8 @@ class HAService(ServiceThread):
         self.store = store
         self.settings = settings
         self.transfer = transfer
-        self.connections: list[HAConnection] = []  # replaced, never mutated in place
+        self.connections: list[HAConnection] = []  # replaced under _connections_lock, never mutated in place
+        self._connections_lock = threading.Lock()  # leaf: serialises the replacements of `connections`
         self.listen_address = ""
         self.accepted_total = 0
         self.refused_total = 0
@@ -82,12 +88,11 @@ class HAService(ServiceThread):
                         log.warning("accept failed: %s", exc)
                         self.wait_for_running(self.settings.io_poll_ms)
                     continue
-                if len(self.connections) >= self.settings.max_slave_connections:
+                conn = HAConnection(self, sock, peer)
+                if not self._add(conn):
                     log.warning("refusing slave %s:%d: already %d connections", peer[0], peer[1], len(self.connections))
                     sock.close()
                     continue
-                conn = HAConnection(self, sock, peer)
-                self.connections = [*self.connections, conn]
                 conn.start()
         finally:
             server.close()
@@ -99,8 +104,17 @@ class HAService(ServiceThread):
 
     # Called by connections -------------------------------------------------------------
 
+    def _add(self, conn: HAConnection) -> bool:
+        """Track a new connection; False at `max_slave_connections`."""
+        with self._connections_lock:
+            if len(self.connections) >= self.settings.max_slave_connections:
+                return False
+            self.connections = [*self.connections, conn]
+        return True
+
     def remove(self, conn: HAConnection) -> None:
-        self.connections = [c for c in self.connections if c is not conn]
+        with self._connections_lock:
+            self.connections = [c for c in self.connections if c is not conn]
 
     def on_accepted(self, conn: HAConnection) -> None:
         self.accepted_total += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import struct
 from collections.abc import Iterator
@@ -96,12 +97,12 @@ def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(mas
         assert_eventually(lambda: node.status()["acknowledged_offset"] == end + length)
 
 
-def assert_eventually(predicate, timeout_s: float = 5.0) -> None:
+def assert_eventually(predicate, timeout_s: float = 5.0, what=None) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, what() if what is not None else "never came true"
         time.sleep(0.01)
 
 
@@ -140,9 +141,18 @@ def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(master, 
     end = store.commit_log.get_max_offset()
     sock = connect(node)
     with sock:
-        sock.sendall(garbage)
-        sock.shutdown(socket.SHUT_WR)
-        assert sock.recv(1) == b""
+        sock.settimeout(5)
+        try:
+            sock.sendall(garbage)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            # The master may drop the peer before it finished sending: the socket is then
+            # reset or no longer connected. Either is the drop this test expects.
+            assert exc.errno in (errno.ENOTCONN, errno.EPIPE, errno.ECONNRESET), exc
+        try:
+            assert sock.recv(1) == b"", "the master answered garbage instead of dropping it"
+        except ConnectionResetError:
+            pass  # dropped with a reset (garbage it never read was still queued): a drop too
     assert store.commit_log.get_max_offset() == end
     sock, reply = handshake(node, hello_for(store, end))
     with sock:
@@ -183,3 +193,57 @@ def test_whole_messages_length_never_splits_a_message(master):
         assert whole_messages_length(memoryview(broken), len(broken), 10**9) == 0
     finally:
         res.release()
+
+
+class _GatedList(list):
+    """A connection list whose first iteration by one thread waits for the acceptor to iterate it.
+
+    It forces the interleaving of a remove and an add that a reconnect storm only hits by
+    chance: the remover has read the list, the acceptor reads the same list before the remover
+    writes its result. Where the two are serialised the acceptor cannot read it meanwhile and
+    the wait ends at its timeout.
+    """
+
+    def __init__(self, items, gated_thread: str) -> None:
+        import threading
+
+        super().__init__(items)
+        self.gated_thread = gated_thread
+        self.acceptor_iterated = threading.Event()
+        self.gate_reached = threading.Event()
+
+    def __iter__(self):
+        import threading
+
+        name = threading.current_thread().name
+        if name == "HAAcceptService":
+            self.acceptor_iterated.set()
+        elif name == self.gated_thread and not self.gate_reached.is_set():
+            self.gate_reached.set()
+            self.acceptor_iterated.wait(2.0)
+        return super().__iter__()
+
+
+def test_a_slave_connecting_while_another_disconnects_stays_tracked(master):
+    """The acceptor's add and a reader's remove never overwrite each other (item: HA tracking race)."""
+    store, node = master
+    assert node.service is not None
+    service = node.service
+    end = store.commit_log.get_max_offset()
+    leaver = connect(node)
+    assert_eventually(lambda: len(service.connections) == 1)
+    (leaving,) = service.connections
+    gated = _GatedList(service.connections, f"HAReadSocketService-{leaving.address}")
+    service.connections = gated
+    leaver.close()  # its reader removes it, and stops inside the list's iteration
+    assert gated.gate_reached.wait(5)
+    sock, reply = handshake(node, hello_for(store, end))  # the acceptor adds the new slave meanwhile
+    with sock:
+        assert reply.verdict is Verdict.ACCEPT
+        sock.sendall(REPORT.pack(end))
+        assert_eventually(
+            lambda: [c.state for c in service.connections] == ["STREAMING"],
+            timeout_s=5,
+            what=lambda: [(c.state, c.close_reason) for c in service.connections],
+        )
+        assert service.slave_ok(end)
