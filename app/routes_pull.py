@@ -7,7 +7,8 @@ Invariants:
   matching message arrives in its queue, the wait ends, the client disconnects or the broker
   stops; it then re-reads. A disconnected client is unregistered at once.
 - After registering, the queue's max offset is checked once more, so a message that arrived
-  between the read and the registration is never missed.
+  between the read and the registration is never missed; and before an empty answer it is
+  checked again, so a wake-up that the deadline overtook is late, never lost.
 - Replies are 200 with the store's status (NO_NEW_MSG / NO_MATCHED_MSG after the wait), except
   an unknown topic or queue (404) and bad parameters (400).
 """
@@ -293,6 +294,11 @@ class Puller:
         finally:
             if watcher is not None:
                 watcher.cancel()
+        # The deadline (or the stop) may win against a wake-up already on its way: the reput thread
+        # schedules it on the loop, which runs it late under load. The queue's max offset is the
+        # truth, so an empty answer is given only when nothing was dispatched past the offset read.
+        if r.status in HOLDABLE and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) > r.next_offset:
+            r = self.read(spec, r.next_offset)
         return self.reply(r, spec.batch)
 
 
