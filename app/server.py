@@ -31,10 +31,13 @@ from starlette.responses import Response
 from app import routes_admin, routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
 from app.body_limit import BodyLimit
 from app.broker import Broker
+from app.connections import bounded_protocol, fit_descriptors
 from app.hot_routes import HotRoutes
 from app.models import BatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
-from app.problems import ProblemError, problem_response
+from app.problems import ProblemError, StartRefused, problem_response
 from app.settings import BrokerSettings
+from app.startup import StartupGate, bind_listener
+from store.errors import StoreLocked
 
 log = logging.getLogger("tidemq.app")
 API_VERSION = "1.0.0"
@@ -44,6 +47,8 @@ DESCRIPTION = (
 )
 # Query and path parameters whose validation errors have a code of their own.
 PARAMETER_CODES = {"offset": "OFFSET_INVALID", "max": "MAX_INVALID", "timestamp_ms": "REQUEST_INVALID"}
+# Pending connections the kernel queues for accept (uvicorn's default; the kernel caps it at somaxconn).
+LISTEN_BACKLOG = 2048
 # Models referenced by hand-written parts of the spec (the produce body and reply).
 EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult)
 
@@ -93,7 +98,7 @@ class ErrorMapping:
             code, detail = _validation_code(list(exc.errors()))
             return self.counted(code, detail, request)
         if isinstance(exc, StarletteHTTPException):
-            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}
+            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "REQUEST_TIMEOUT", 413: "BODY_TOO_LARGE"}
             code = codes.get(exc.status_code, "REQUEST_INVALID")
             detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
             headers = dict(exc.headers or {})
@@ -132,8 +137,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     broker = Broker(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await broker.start()
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The server listens while the store loads: health answers, other routes are 503 STARTING.
+        broker.start_in_background(app.state.on_start_failed)
         try:
             yield
         finally:
@@ -145,6 +151,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, redoc_url=None, **options)
     app.state.broker = broker
+    # Called with the one-line reason when the store cannot be loaded (the server then stops).
+    app.state.on_start_failed = lambda reason: log.error("%s", reason)
     produce_router, produce = routes_produce.router(broker)
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
@@ -160,7 +168,13 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if settings.hot_routes:
         # Added first, so inside BodyLimit: hot requests are capped like every other.
         app.add_middleware(HotRoutes, produce=produce, pull=pull, on_error=mapping)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
+    app.add_middleware(StartupGate, broker=broker)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_request_body_bytes,
+        max_json_bytes=settings.max_json_body_bytes,
+        body_read_timeout_s=settings.body_read_timeout_ms / 1000.0,
+    )
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -194,22 +208,44 @@ class BrokerServer(uvicorn.Server):
             self.should_exit = True
 
 
-def run(settings: BrokerSettings) -> bool:
-    """Serve until SIGTERM/SIGINT; False when start-up failed (e.g. the store is locked); HAStartFailed from create_app."""
+def run(settings: BrokerSettings) -> None:
+    """Serve until SIGTERM/SIGINT; StartRefused (one line) when the port, the store or its load refuse the start.
+
+    Order: the port is bound, then the app is built (a master binds its HA port: HAStartFailed), then
+    the store's lock is taken, then the server serves while the store loads in the background.
+    """
     sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level=settings.log_level,
-        access_log=settings.log_level in ("debug", "trace"),
-        server_header=False,
-        timeout_graceful_shutdown=settings.graceful_shutdown_s,
-    )
-    server = BrokerServer(config, app.state.broker)
-    server.run()
-    return server.started
+    fit_descriptors(settings)
+    listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
+    try:
+        app = create_app(settings)
+        broker: Broker = app.state.broker
+        try:
+            broker.store.lock()
+        except StoreLocked as e:
+            raise StartRefused(str(e)) from None
+        config = uvicorn.Config(
+            app,
+            loop="uvloop",
+            http=bounded_protocol(settings),
+            lifespan="on",
+            log_level=settings.log_level,
+            access_log=settings.log_level in ("debug", "trace"),
+            server_header=False,
+            timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            timeout_keep_alive=settings.keep_alive_timeout_s,
+            backlog=LISTEN_BACKLOG,
+        )
+        server = BrokerServer(config, broker)
+
+        def on_start_failed(reason: str) -> None:
+            server.should_exit = True
+
+        app.state.on_start_failed = on_start_failed
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+    if broker.start_failure is not None:
+        raise StartRefused(broker.start_failure)
+    if not server.started:
+        raise StartRefused("the server did not start (see the log)")

@@ -120,8 +120,7 @@ class DefaultMessageStore:
 
     def load(self) -> bool:
         cfg = self.config
-        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
-        self._acquire_lock_file()
+        self.lock()
         try:
             self.last_exit_ok = not os.path.exists(cfg.abort_path())
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path())
@@ -143,6 +142,12 @@ class DefaultMessageStore:
         )
         self.loaded = True
         return True
+
+    def lock(self) -> None:
+        """Take the store directory's lock file (StoreLocked when another process holds it); load() calls it too."""
+        if self._lock_fd is None:
+            os.makedirs(self.config.store_path_root_dir, exist_ok=True)
+            self._acquire_lock_file()
 
     def _acquire_lock_file(self) -> None:
         fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)

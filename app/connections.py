@@ -1,0 +1,149 @@
+"""Connection limits: the header read deadline, the bound on open connections, the descriptor budget.
+
+uvicorn has a keep-alive timeout but no deadline for a request's headers (a client that sends
+one byte every few seconds holds its connection forever), and its `limit_concurrency` answers
+a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to add both:
+
+- From the moment a connection opens, or its previous response completed, its next request's
+  headers must be complete within `header_read_timeout_ms`; otherwise the connection is closed,
+  after a 408 REQUEST_TIMEOUT problem when part of a request had arrived. A request whose headers
+  are complete (a held pull, a body being read) is not timed here: the body has its own deadline
+  (app.body_limit), a held pull its wait.
+- A connection opened while `max_connections` are open is answered, request by request, with
+  503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
+  monitoring sees a busy broker as alive.
+
+`fit_descriptors` makes those bounds the ones that answer: every connection costs a descriptor,
+and a process out of descriptors cannot accept, so clients past the limit got resets instead
+of a 503 (issue: `max_held_pulls` was never reached). At start the soft RLIMIT_NOFILE is raised
+towards the hard one to fit `max_connections` plus `reserved_fds`; when it cannot fit, the
+connection and held-pull bounds are lowered to what fits and the start logs it at WARNING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.problems import problem_response
+from app.settings import BrokerSettings
+
+log = logging.getLogger("tidemq.app")
+# Paths still served on a connection past the bound (cheap, no store access).
+ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
+
+
+def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
+    """The app of a connection opened past the bound: 503 TOO_MANY_CONNECTIONS (and close), but health."""
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in ALWAYS_SERVED:
+            await app(scope, receive, send)
+            return
+        detail = f"{max_connections} connections are open already; retry shortly"
+        response = problem_response("TOO_MANY_CONNECTIONS", detail, scope.get("path"))
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
+
+    return refuse
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header read deadline and a bound on open connections."""
+
+    header_read_timeout_s = 10.0
+    max_connections = 1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timer: asyncio.TimerHandle | None = None
+        # True between the first byte of a request and its complete headers.
+        self.reading_headers = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self.app = refusing_app(self.app, self.max_connections)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.reading_headers = True
+
+    def on_headers_complete(self) -> None:
+        self.reading_headers = False
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # A pipelined request that was started has its headers already; otherwise the next one is timed.
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self.header_timer = self.loop.call_later(self.header_read_timeout_s, self._headers_too_slow)
+
+    def _disarm_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing():
+            return
+        if self.reading_headers:
+            detail = f"the request's headers did not arrive within {self.header_read_timeout_s:g} s"
+            response = problem_response("REQUEST_TIMEOUT", detail)
+            head = [b"HTTP/1.1 408 Request Timeout\r\n"]
+            head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers if name != b"connection"]
+            self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
+        self.transport.close()
+
+
+def bounded_protocol(settings: BrokerSettings) -> type[BoundedHttpProtocol]:
+    """The protocol class uvicorn builds per connection, with this broker's limits."""
+    return type(
+        "TidemqHttpProtocol",
+        (BoundedHttpProtocol,),
+        {"header_read_timeout_s": settings.header_read_timeout_ms / 1000.0, "max_connections": settings.max_connections},
+    )
+
+
+def fit_descriptors(settings: BrokerSettings) -> None:
+    """Raise the soft descriptor limit to fit the connection bound; lower the bounds when it cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = settings.max_connections + settings.reserved_fds
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(hard, need)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the soft descriptor limit from %d to %d (hard limit %s)", soft, target, hard)
+            soft = target
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    connections = max(1, soft - settings.reserved_fds) if soft > 2 * settings.reserved_fds else max(1, soft // 2)
+    held = min(settings.max_held_pulls, max(0, connections - max(1, connections // 10)))
+    log.warning(
+        "descriptor limit %d (hard %s) cannot hold max_connections %d plus reserved_fds %d: "
+        "serving at most %d connections and %d held pulls",
+        soft,
+        hard,
+        settings.max_connections,
+        settings.reserved_fds,
+        connections,
+        held,
+    )
+    settings.max_connections = connections
+    settings.max_held_pulls = held
