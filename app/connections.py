@@ -27,7 +27,7 @@ import logging
 import resource
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.problems import problem_response
@@ -43,7 +43,13 @@ def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
 
     async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in ALWAYS_SERVED:
-            await app(scope, receive, send)
+
+            async def send_and_close(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+                await send(message)
+
+            await app(scope, receive, send_and_close)
             return
         detail = f"{max_connections} connections are open already; retry shortly"
         response = problem_response("TOO_MANY_CONNECTIONS", detail, scope.get("path"))
