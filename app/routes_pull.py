@@ -29,6 +29,8 @@ from app.message_view import message_json
 from app.models import PullResult
 from app.params import NAME_MAX_CHARS, NAME_PATTERN, QueuePath, TopicPath
 from app.problems import ProblemError
+from app.produce_parse import has_control
+from app.query import strict_query
 from app.responses import BATCH_MEDIA_TYPE, docs
 from store import GetMessageStatus, TagFilter
 from store.message import tags_hash, topic_problem
@@ -143,8 +145,8 @@ def parse_tag_filter(tag: str | None) -> tuple[Any, frozenset[int] | None]:
     if tag is None or tag.strip() in ("", "*"):
         return None, None
     tags = [t.strip() for t in tag.split("||")]
-    if any(not t for t in tags) or "*" in tags:
-        raise ProblemError("TAG_INVALID", "tag must be '*' or tags separated by '||', e.g. TagA||TagB")
+    if any(not t for t in tags) or "*" in tags or has_control(tag):
+        raise ProblemError("TAG_INVALID", "tag must be '*' or tags without control characters separated by '||', e.g. TagA||TagB")
     try:
         tag_filter = TagFilter.parse(tag)
     except ValueError as e:
@@ -188,7 +190,7 @@ class Puller:
         topic = request.path_params["topic"]
         queue_id = parse_queue_id(request.path_params["queue_id"])
         self.broker.readable_queue(topic, queue_id)
-        params = request.query_params
+        params = strict_query(request.scope["query_string"])
         offset = _count(params, "offset", "OFFSET_INVALID", None)
         max_count = _count(params, "max", "MAX_INVALID", DEFAULT_MAX)
         wait_ms = _count(params, "wait_ms", "REQUEST_INVALID", 0)

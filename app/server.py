@@ -62,7 +62,8 @@ def _validation_code(errors: list[Any]) -> tuple[str, str]:
             code = "BODY_INVALID"
         elif len(loc) > 1 and loc[1] in PARAMETER_CODES and code == "REQUEST_INVALID":
             code = PARAMETER_CODES[loc[1]]
-        parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}")
+        why = (error.get("ctx") or {}).get("error")  # a JSON decode error's reason (e.g. a repeated name)
+        parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}" + (f" ({why})" if why else ""))
     return code, "; ".join(parts) or "invalid request"
 
 

@@ -120,7 +120,9 @@ def test_a_body_that_never_arrives_whole_is_408_and_nothing_is_stored(make_broke
 
 
 def test_connections_past_the_bound_get_503_and_health_is_served(make_broker) -> None:
-    config = SMALL_STORE + SMALL_BROKER + "max_connections = 4\nmax_held_pulls = 2\nkeep_alive_timeout_s = 60\nheader_read_timeout_ms = 60000\n"
+    config = (
+        SMALL_STORE + SMALL_BROKER + "max_connections = 4\nmax_held_pulls = 2\nkeep_alive_timeout_s = 60\nheader_read_timeout_ms = 60000\n"
+    )
     broker = make_broker(config)
     broker.client.close()  # its keep-alive connection would count against the bound
     kept = []
