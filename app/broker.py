@@ -6,7 +6,9 @@ Invariants:
   file under the put lock) are called on the loop, and their flush is awaited as a future.
 - Topic names are checked with `topic_problem` before any store call, so a name such as
   `../etc` never reaches the filesystem.
-- On stop, every held pull is released before the store shuts down.
+- On stop, every held pull is released before the store shuts down; a stop during a background
+  load waits for the load to end (it cannot be interrupted halfway), then shuts the store down.
+- `loading` is True exactly while `start_in_background`'s load runs (app.startup gates requests on it).
 - Replication (`ha.attach`) is wired when the broker is built, before the store loads: a
   master's HA port is bound then, so a port in use fails the start before anything is served.
 - A slave refuses a produce before anything else touches the store (no topic is auto-created).

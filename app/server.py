@@ -4,7 +4,10 @@ Invariants:
 - Every error leaves as application/problem+json with a code from `app.problems.PROBLEMS`,
   including FastAPI's validation errors (400 REQUEST_INVALID or a field's own code) and
   Starlette's 404/405; an unexpected exception is a logged 500 INTERNAL_ERROR, never a bare text.
-- Request bodies are capped before they are read whole (app.body_limit).
+- Request bodies are capped in size and time before they are read whole (app.body_limit);
+  headers have a deadline and connections a bound (app.connections).
+- The port is bound and the store locked before the store loads, which runs in the background
+  while /healthz and /readyz answer (app.startup).
 - On SIGTERM/SIGINT held pulls are released first (they answer NO_NEW_MSG), then uvicorn
   drains in-flight requests, then the store shuts down.
 """
