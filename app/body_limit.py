@@ -1,18 +1,16 @@
-"""BodyLimit: request bodies are capped in size and in time before they are read whole.
+"""BodyLimit: request bodies are capped in size, and a body that stopped arriving is answered 408.
 
 Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
 reading the body; a body without one (chunked) stops being read as soon as it passes the limit
 (BodyTooLarge, mapped to the same problem). JSON bodies have their own, larger limit.
-A body must arrive whole within `body_read_timeout_s` of the request's start (a chunked body
-that never ends, a Content-Length the client never sends): past it the read raises BodyTimeout,
-answered 408 REQUEST_TIMEOUT with the connection closed, and nothing of the request is used.
-Once the body is complete, receive() is passed through untimed (a held pull waits on it for
-the client's disconnect).
+The connection (app.connections) times the body: when it has not arrived whole within the body
+read timeout, the connection marks the request's scope with `BODY_TIMED_OUT` and wakes the
+pending receive(); the next receive() through here raises BodyTimeout, answered 408
+REQUEST_TIMEOUT (connection closed) through the one error table, and nothing of the request is
+used. A request whose body arrives with its headers pays for no timer at all.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +25,10 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"the request body is larger than {limit} bytes")
 
 
+# Scope key set (to the timeout in seconds) by the connection when the request's body did not arrive in time.
+BODY_TIMED_OUT = "tidemq.body_timed_out"
+
+
 class BodyTimeout(StarletteHTTPException):
     """Raised when a request body has not arrived whole within the body read timeout."""
 
@@ -37,11 +39,10 @@ class BodyTimeout(StarletteHTTPException):
 class BodyLimit:
     """ASGI middleware capping request bodies (JSON bodies have their own, larger cap)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int, body_read_timeout_s: float) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_json_bytes = max_json_bytes
-        self.body_read_timeout_s = body_read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,30 +73,23 @@ class BodyLimit:
         elif not chunked:
             await self.app(scope, receive, send)  # no body at all
             return
-        await self.app(scope, self._bounded(receive, limit), send)
+        await self.app(scope, bounded(scope, receive, limit), send)
 
-    def _bounded(self, receive: Receive, limit: int) -> Receive:
-        """`receive` with the body's deadline and, when `limit` >= 0, its size cap."""
-        timeout_s = self.body_read_timeout_s
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        seen = 0
-        done = False
 
-        async def bounded_receive() -> Message:
-            nonlocal seen, done
-            if done:
-                return await receive()
-            try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTimeout(timeout_s) from None
-            if message["type"] == "http.request":
-                if limit >= 0:
-                    seen += len(message.get("body", b""))
-                    if seen > limit:
-                        raise BodyTooLarge(limit)
-                done = not message.get("more_body", False)
-            return message
+def bounded(scope: Scope, receive: Receive, limit: int) -> Receive:
+    """`receive` raising BodyTimeout once the connection marked the body late and, when `limit` >= 0, capped."""
+    seen = 0
 
-        return bounded_receive
+    async def bounded_receive() -> Message:
+        nonlocal seen
+        message = await receive()
+        timed_out = scope.get(BODY_TIMED_OUT)
+        if timed_out:
+            raise BodyTimeout(timed_out)
+        if limit >= 0 and message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return bounded_receive

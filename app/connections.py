@@ -1,14 +1,19 @@
-"""Connection limits: the header read deadline, the bound on open connections, the descriptor budget.
+"""Connection limits: header and body read deadlines, the bound on open connections, the descriptor budget.
 
 uvicorn has a keep-alive timeout but no deadline for a request's headers (a client that sends
 one byte every few seconds holds its connection forever), and its `limit_concurrency` answers
-a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to add both:
+a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to add:
 
-- From the moment a connection opens, or its previous response completed, its next request's
-  headers must be complete within `header_read_timeout_ms`; otherwise the connection is closed,
-  after a 408 REQUEST_TIMEOUT problem when part of a request had arrived. A request whose headers
-  are complete (a held pull, a body being read) is not timed here: the body has its own deadline
-  (app.body_limit), a held pull its wait.
+- A new connection's first request, and any request whose first bytes arrived without all its
+  headers, must have its headers complete within `header_read_timeout_ms` (of the connection
+  opening, or of that first read); otherwise the connection is closed, after a 408
+  REQUEST_TIMEOUT problem when part of a request had arrived. An idle keep-alive connection is
+  closed by uvicorn's `timeout_keep_alive`. A request that arrives whole in one read costs no
+  timer; one whose headers are complete (a held pull, a body being read) is not timed by this
+  deadline: the body has its own, a held pull its wait.
+- A request's body must arrive whole within `body_read_timeout_ms` of its headers: the timer is
+  armed only when a read leaves the body incomplete, and on expiry it marks the request for
+  app.body_limit, whose receive() then raises the 408 REQUEST_TIMEOUT problem.
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
@@ -30,6 +35,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.body_limit import BODY_TIMED_OUT
 from app.problems import problem_response
 from app.settings import BrokerSettings
 
@@ -60,16 +66,43 @@ def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a header read deadline and a bound on open connections."""
+    """uvicorn's httptools protocol with header and body read deadlines and a bound on open connections."""
 
     header_read_timeout_s = 10.0
+    body_read_timeout_s = 30.0
     max_connections = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
         # True between the first byte of a request and its complete headers.
         self.reading_headers = False
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.reading_headers and self.header_timer is None:
+            self._arm_header_timer()  # headers begun but not complete: they have a deadline from now
+        cycle = self.cycle
+        # Only a body still incomplete after this read is timed: one that came with its headers costs no timer.
+        if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
+            self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm_body_timer()
+
+    def _disarm_body_timer(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _body_too_slow(self, cycle: Any) -> None:
+        self.body_timer = None
+        if cycle.more_body and not cycle.response_complete and not cycle.disconnected:
+            # app.body_limit's receive raises BodyTimeout on this mark: a 408 through the error table.
+            cycle.scope[BODY_TIMED_OUT] = self.body_read_timeout_s
+            cycle.message_event.set()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -79,6 +112,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -91,10 +125,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        self._disarm_body_timer()  # answered (e.g. 413 before the body): the rest of the body is not waited for
         super().on_response_complete()
-        # A pipelined request that was started has its headers already; otherwise the next one is timed.
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
-            self._arm_header_timer()
 
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()
@@ -123,7 +155,11 @@ def bounded_protocol(settings: BrokerSettings) -> type[BoundedHttpProtocol]:
     return type(
         "TidemqHttpProtocol",
         (BoundedHttpProtocol,),
-        {"header_read_timeout_s": settings.header_read_timeout_ms / 1000.0, "max_connections": settings.max_connections},
+        {
+            "header_read_timeout_s": settings.header_read_timeout_ms / 1000.0,
+            "body_read_timeout_s": settings.body_read_timeout_ms / 1000.0,
+            "max_connections": settings.max_connections,
+        },
     )
 
 

@@ -173,12 +173,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         # Added first, so inside BodyLimit: hot requests are capped like every other.
         app.add_middleware(HotRoutes, produce=produce, pull=pull, on_error=mapping)
     app.add_middleware(StartupGate, broker=broker)
-    app.add_middleware(
-        BodyLimit,
-        max_bytes=settings.max_request_body_bytes,
-        max_json_bytes=settings.max_json_body_bytes,
-        body_read_timeout_s=settings.body_read_timeout_ms / 1000.0,
-    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -65,8 +65,8 @@ class BrokerSettings:
     # Longest a busy thread keeps the GIL when another wants it (CPython's default is 5,000): a short
     # interval lets the dispatch thread run soon after a put, which bounds the long-poll wake-up delay.
     gil_switch_interval_us: int = 500
-    # A request's headers must be complete this long after its connection opened or its previous
-    # response was sent; past it the connection is closed (408 when part of a request arrived).
+    # A request's headers must be complete this long after their first byte (a new connection's first
+    # request: after it opened); past it the connection is closed (408 when part of a request arrived).
     header_read_timeout_ms: int = 10_000
     # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
     body_read_timeout_ms: int = 30_000
