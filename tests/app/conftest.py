@@ -49,6 +49,7 @@ class BrokerProcess:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         nofile_soft: int | None = None,
+        nofile_hard: int | None = None,
     ) -> None:
         self.store_dir = store_dir
         self.config_path = store_dir.parent / f"{store_dir.name}.toml"
@@ -56,8 +57,9 @@ class BrokerProcess:
         self.log_path = store_dir.parent / f"{store_dir.name}.log"
         self.args = args or []
         self.env = env or {}
-        # A lower soft RLIMIT_NOFILE for the process (the hard limit is kept).
+        # Lower RLIMIT_NOFILE limits for the process (None keeps the test's).
         self.nofile_soft = nofile_soft
+        self.nofile_hard = nofile_hard
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.client: httpx.Client | None = None
@@ -100,9 +102,10 @@ class BrokerProcess:
         raise RuntimeError(f"broker not ready within {START_TIMEOUT_S}s:\n{self.log()}")
 
     def _limit_descriptors(self) -> None:
-        if self.nofile_soft is not None:
-            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile_soft, hard))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        hard = self.nofile_hard if self.nofile_hard is not None else hard
+        soft = min(hard, self.nofile_soft if self.nofile_soft is not None else soft)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
@@ -138,8 +141,9 @@ def make_broker(tmp_path: Path) -> Iterator:
         env: dict[str, str] | None = None,
         name: str = "store",
         nofile_soft: int | None = None,
+        nofile_hard: int | None = None,
     ) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft)
+        broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
         started.append(broker)
         return broker.start()
 

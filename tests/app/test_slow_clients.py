@@ -15,6 +15,8 @@ import time
 import orjson
 import pytest
 
+from app.settings import BrokerSettings
+from store.errors import ConfigInvalid
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import commitlog_max
 
@@ -181,3 +183,48 @@ def test_held_pulls_past_the_bound_get_503_not_resets_with_a_low_descriptor_limi
         selector.close()
         for sock in socks:
             sock.close()
+
+
+def test_a_hard_descriptor_limit_below_the_bounds_lowers_them_so_they_still_answer(make_broker) -> None:
+    """The hard limit cannot fit max_connections: the bounds are lowered (WARNING) and still answer, no resets."""
+    config = SMALL_STORE + SMALL_BROKER.replace("max_wait_ms = 5000", "max_wait_ms = 60000")
+    config += "max_held_pulls = 400\nmax_connections = 500\nreserved_fds = 80\n"
+    broker = make_broker(config, nofile_soft=200, nofile_hard=200)
+    assert "cannot hold max_connections 500 plus reserved_fds 80" in broker.log()
+    metrics = broker.client.get("/metrics").text
+    bound = int(metrics.split("\ntidemq_held_pulls_max ")[1].split()[0])
+    assert 0 < bound < 200
+    assert broker.client.put("/v1/topics/low", json={"queues": 1}).status_code == 201
+    request = b"GET /v1/topics/low/queues/0/messages?offset=0&wait_ms=50000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    socks = []
+    selector = selectors.DefaultSelector()
+    try:
+        for _ in range(bound + 20):
+            sock = connect(broker)
+            sock.sendall(request)
+            socks.append(sock)
+            selector.register(sock, selectors.EVENT_READ)
+        codes = []
+        deadline = time.monotonic() + PATIENCE_S
+        while len(codes) < 20:
+            assert time.monotonic() < deadline, f"only {len(codes)} of 20 pulls were answered"
+            for key, _ in selector.select(1.0):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                selector.unregister(sock)
+                status, _, body = read_response(sock)  # a reset raises here
+                assert status == 503
+                codes.append(orjson.loads(body)["code"])
+        assert set(codes) <= {"TOO_MANY_WAITERS", "TOO_MANY_CONNECTIONS"}, codes
+        assert f"tidemq_held_pulls {bound}\n" in broker.client.get("/metrics").text
+    finally:
+        selector.close()
+        for sock in socks:
+            sock.close()
+
+
+def test_held_pulls_must_fit_below_the_connection_bound() -> None:
+    with pytest.raises(ConfigInvalid, match="max_held_pulls must be below max_connections"):
+        BrokerSettings(max_held_pulls=100, max_connections=100).validate()
+    with pytest.raises(ConfigInvalid, match="header_read_timeout_ms"):
+        BrokerSettings(header_read_timeout_ms=0).validate()
