@@ -1,8 +1,13 @@
-"""BodyLimit: request bodies are capped before they are read whole.
+"""BodyLimit: request bodies are capped in size, and a body that stopped arriving is answered 408.
 
 Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
 reading the body; a body without one (chunked) stops being read as soon as it passes the limit
 (BodyTooLarge, mapped to the same problem). JSON bodies have their own, larger limit.
+The connection (app.connections) times the body: when it has not arrived whole within the body
+read timeout, the connection marks the request's scope with `BODY_TIMED_OUT` and wakes the
+pending receive(); the next receive() through here raises BodyTimeout, answered 408
+REQUEST_TIMEOUT (connection closed) through the one error table, and nothing of the request is
+used. A request whose body arrives with its headers pays for no timer at all.
 """
 
 from __future__ import annotations
@@ -20,6 +25,17 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"the request body is larger than {limit} bytes")
 
 
+# Scope key set (to the timeout in seconds) by the connection when the request's body did not arrive in time.
+BODY_TIMED_OUT = "tidemq.body_timed_out"
+
+
+class BodyTimeout(StarletteHTTPException):
+    """Raised when a request body has not arrived whole within the body read timeout."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive whole within {timeout_s:g} s", {"Connection": "close"})
+
+
 class BodyLimit:
     """ASGI middleware capping request bodies (JSON bodies have their own, larger cap)."""
 
@@ -33,12 +49,15 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         length: bytes | None = None
+        chunked = False
         limit = self.max_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
             elif name == b"content-type" and value[:16].lower() == b"application/json":
                 limit = self.max_json_bytes
+            elif name == b"transfer-encoding":
+                chunked = True
         if length is not None:
             if not length.isdigit():
                 await problem_response("REQUEST_INVALID", "Content-Length is not a number", scope.get("path"))(scope, receive, send)
@@ -47,17 +66,30 @@ class BodyLimit:
                 detail = f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes"
                 await problem_response("BODY_TOO_LARGE", detail, scope.get("path"))(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
+            if int(length) == 0:
+                await self.app(scope, receive, send)
+                return
+            limit = -1  # the length is checked: count nothing, only time the body
+        elif not chunked:
+            await self.app(scope, receive, send)  # no body at all
             return
-        seen = 0
+        await self.app(scope, bounded(scope, receive, limit), send)
 
-        async def capped_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge(limit)
-            return message
 
-        await self.app(scope, capped_receive, send)
+def bounded(scope: Scope, receive: Receive, limit: int) -> Receive:
+    """`receive` raising BodyTimeout once the connection marked the body late and, when `limit` >= 0, capped."""
+    seen = 0
+
+    async def bounded_receive() -> Message:
+        nonlocal seen
+        message = await receive()
+        timed_out = scope.get(BODY_TIMED_OUT)
+        if timed_out:
+            raise BodyTimeout(timed_out)
+        if limit >= 0 and message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return bounded_receive

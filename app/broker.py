@@ -6,7 +6,9 @@ Invariants:
   file under the put lock) are called on the loop, and their flush is awaited as a future.
 - Topic names are checked with `topic_problem` before any store call, so a name such as
   `../etc` never reaches the filesystem.
-- On stop, every held pull is released before the store shuts down.
+- On stop, every held pull is released before the store shuts down; a stop during a background
+  load waits for the load to end (it cannot be interrupted halfway), then shuts the store down.
+- `loading` is True exactly while `start_in_background`'s load runs (app.startup gates requests on it).
 - Replication (`ha.attach`) is wired when the broker is built, before the store loads: a
   master's HA port is bound then, so a port in use fails the start before anything is served.
 - A slave refuses a produce before anything else touches the store (no topic is auto-created).
@@ -16,21 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from app.long_poll import HeldPulls
-from app.open_files import raise_open_files_limit
 from app.problems import ProblemError
 from app.settings import BrokerSettings
+from app.startup import recovery_progress
 from ha import HANode, attach
 from store import BrokerRole, DefaultMessageStore
+from store.errors import StoreError
 from store.message import SYSTEM_TOPICS, topic_problem
 
 log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
+# Seconds between two log lines of the store's loading progress.
+PROGRESS_LOG_INTERVAL_S = 5.0
 # Bound of the set of topic names already found valid.
 MAX_REMEMBERED_NAMES = 100_000
 
@@ -46,6 +52,10 @@ class Broker:
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.started = False
         self.stopping = False
+        # True while start_in_background's load runs; start_failure: why it failed (one line).
+        self.loading = False
+        self.start_failure: str | None = None
+        self._loading: asyncio.Task[None] | None = None
         self.started_at = time.time()
         # Round-robin position per topic for messages with neither queue_id nor sharding_key.
         self._round_robin: dict[str, int] = {}
@@ -58,6 +68,7 @@ class Broker:
     # Lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Load, recover and start the store (off the loop); returns when it is running."""
         loop = asyncio.get_running_loop()
         self.held.bind(loop)
         await loop.run_in_executor(None, self._load_and_start)
@@ -65,8 +76,42 @@ class Broker:
         self.started_at = time.time()
         log.info("store %s loaded and started", self.config.store_path_root_dir)
 
+    def start_in_background(self, on_failure: Callable[[str], None]) -> None:
+        """Start the store while the server already serves (health answers, other routes 503 STARTING).
+
+        `on_failure` gets the one-line reason when the store cannot be loaded; `start_failure` keeps it.
+        """
+        self.loading = True
+        self._loading = asyncio.get_running_loop().create_task(self._start_logged(on_failure))
+
+    async def _start_logged(self, on_failure: Callable[[str], None]) -> None:
+        reporter = asyncio.get_running_loop().create_task(self._report_progress())
+        try:
+            await self.start()
+        except StoreError as e:
+            self.start_failure = f"the store {self.config.store_path_root_dir} cannot be loaded: {e}"
+        except Exception as e:
+            log.exception("loading the store failed")
+            self.start_failure = f"the store {self.config.store_path_root_dir} cannot be loaded: {type(e).__name__}: {e}"
+        finally:
+            reporter.cancel()
+            self.loading = False
+        if self.start_failure is not None:
+            on_failure(self.start_failure)
+
+    async def _report_progress(self) -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_LOG_INTERVAL_S)
+            progress = recovery_progress(self.store)
+            if "total_bytes" in progress:
+                log.info(
+                    "loading the store: %s, %d of %d bytes scanned", progress["phase"], progress["scanned_bytes"], progress["total_bytes"]
+                )
+            else:
+                log.info("loading the store: %s", progress["phase"])
+
     def _load_and_start(self) -> None:
-        soft, _ = raise_open_files_limit()
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # raised at start by open_files.fit_descriptors
         budget = self.config.max_mapped_consume_queue_files
         if budget * 2 > soft:
             log.warning("max_mapped_consume_queue_files=%d may exhaust the open-file limit %d", budget, soft)
@@ -82,6 +127,9 @@ class Broker:
     async def stop(self) -> None:
         self.release_held()
         await asyncio.sleep(0)  # let the released pulls write their replies
+        if self._loading is not None and not self._loading.done():
+            log.info("waiting for the store's load to finish before shutting it down")
+            await asyncio.shield(self._loading)  # a load cannot be interrupted halfway; it ends and is shut down
         if self.started:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             self.started = False

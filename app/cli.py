@@ -6,7 +6,8 @@ TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the v
 wins over the config file's [broker] (replication: [ha]) table.
 
 Exit statuses: 0 after a clean stop, 2 for unusable settings, 3 when the start failed (the
-store is locked, the HTTP or HA port is taken).
+store is locked or cannot be loaded, the HTTP or HA port is taken); each refusal is one line
+on stderr.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
@@ -82,8 +84,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from app.server import run  # imported late: `tidemq --help` stays fast
 
     try:
-        started = run(settings)
+        run(settings)
     except HAStartFailed as e:
         print(f"tidemq: replication could not start: {e}", file=sys.stderr)
         return EXIT_START_FAILED
-    return 0 if started else EXIT_START_FAILED
+    except StartRefused as e:
+        print(f"tidemq: {e}", file=sys.stderr)
+        return EXIT_START_FAILED
+    return 0

@@ -46,6 +46,10 @@ GAUGES = {
     "index_files": ("tidemq_index_files", "Index files"),
     "commitlog_damaged_bytes": ("tidemq_store_damaged_bytes", "Commitlog bytes found damaged by recovery and skipped (0 on a sound disk)"),
     "commitlog_damaged_range_count": ("tidemq_store_damaged_ranges", "Damaged commitlog ranges skipped by dispatch and reads"),
+    "damaged_queue_entries": (
+        "tidemq_store_damaged_queue_entries",
+        "Consume-queue entries met by reads that point at no message (skipped)",
+    ),
 }
 
 # store.runtime_info()["cleanup"] counter -> (metric name, help).

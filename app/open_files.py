@@ -2,12 +2,20 @@
 
 Every mapped store file and every connection holds a file descriptor; a soft limit left at a
 distribution's default (often 1024) is reached long before the hard limit.
+
+`fit_descriptors` makes the connection bounds the ones that answer: a process out of
+descriptors cannot accept, so clients past the limit got resets instead of a 503 (issue:
+`max_held_pulls` was never reached). When even the hard limit cannot hold `max_connections`
+plus `reserved_fds`, the connection and held-pull bounds are lowered to what fits and the
+start logs it at WARNING.
 """
 
 from __future__ import annotations
 
 import logging
 import resource
+
+from app.settings import BrokerSettings
 
 log = logging.getLogger("tidemq.app")
 
@@ -25,3 +33,25 @@ def raise_open_files_limit() -> tuple[int, int]:
         return hard, hard
     log.info("open-file limit: soft %d, hard %d", soft, hard)
     return soft, hard
+
+
+def fit_descriptors(settings: BrokerSettings) -> None:
+    """Raise the soft descriptor limit to the hard one; lower the connection bounds when it cannot hold them."""
+    soft, hard = raise_open_files_limit()
+    need = settings.max_connections + settings.reserved_fds
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    connections = max(1, soft - settings.reserved_fds) if soft > 2 * settings.reserved_fds else max(1, soft // 2)
+    held = min(settings.max_held_pulls, max(0, connections - max(1, connections // 10)))
+    log.warning(
+        "descriptor limit %d (hard %s) cannot hold max_connections %d plus reserved_fds %d: "
+        "serving at most %d connections and %d held pulls",
+        soft,
+        hard,
+        settings.max_connections,
+        settings.reserved_fds,
+        connections,
+        held,
+    )
+    settings.max_connections = connections
+    settings.max_held_pulls = held

@@ -56,12 +56,15 @@ PROBLEMS: dict[str, ProblemKind] = {
     "MESSAGE_TOO_LARGE": ProblemKind(413, "A message body is larger than the store accepts"),
     "PROPERTIES_TOO_LARGE": ProblemKind(413, "A message's properties are larger than the store accepts"),
     "BATCH_TOO_LARGE": ProblemKind(413, "The batch holds more messages than the store accepts"),
+    "REQUEST_TIMEOUT": ProblemKind(408, "The request's headers or body did not arrive in time; the connection is closed"),
     "UNSUPPORTED_MEDIA_TYPE": ProblemKind(415, "Unsupported Content-Type"),
     "INTERNAL_ERROR": ProblemKind(500, "Internal error"),
     "SERVICE_NOT_AVAILABLE": ProblemKind(503, "The store is not available"),
     "PAGECACHE_BUSY": ProblemKind(503, "The store is busy; retry shortly"),
     "SHUTTING_DOWN": ProblemKind(503, "The broker is shutting down"),
     "TOO_MANY_WAITERS": ProblemKind(503, "Too many pulls are held; retry shortly"),
+    "TOO_MANY_CONNECTIONS": ProblemKind(503, "Too many connections are open; retry shortly"),
+    "STARTING": ProblemKind(503, "The broker is loading and recovering its store; retry shortly"),
     "READS_BUSY": ProblemKind(503, "Too many reads are queued; retry shortly"),
     "SLAVE_NOT_AVAILABLE": ProblemKind(503, "Stored, but no slave is available to replicate it"),
     "STORE_WRITE_FAILED": ProblemKind(503, "The store could not write (mapped file creation failed)"),
@@ -113,6 +116,10 @@ class ProblemError(Exception):
         self.extra = extra
 
 
+class StartRefused(Exception):
+    """Raised when the broker cannot start (port in use, store locked, store unreadable); one line for the CLI."""
+
+
 def problem_body(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> dict:
     kind = PROBLEMS[code]
     body = {"type": TYPE_BASE + code.lower().replace("_", "-"), "title": kind.title, "status": kind.status, "detail": detail, "code": code}
@@ -123,9 +130,14 @@ def problem_body(code: str, detail: str, instance: str | None = None, extra: dic
     return body
 
 
+# 503s are worth retrying soon; after a 408 the rest of the request is unknown, so the connection ends.
+RETRY_AFTER = {"Retry-After": "1"}
+CLOSE = {"Connection": "close"}
+
+
 def problem_response(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> Response:
     body = problem_body(code, detail, instance, extra)
-    headers = {"Retry-After": "1"} if body["status"] == 503 else None
+    headers = RETRY_AFTER if body["status"] == 503 else CLOSE if body["status"] == 408 else None
     return Response(orjson.dumps(body), status_code=body["status"], media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from app.problems import ProblemError
+from app.strict_json import duplicate_name
 from store.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -85,6 +86,9 @@ def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
         raise ProblemError("BODY_INVALID", f"the body is not valid JSON: {e}") from None
     if type(doc) is not dict:
         raise ProblemError("BODY_INVALID", 'the body must be a JSON object: a message or {"messages": [...]}')
+    repeated = duplicate_name(data, doc)
+    if repeated is not None:
+        raise ProblemError("BODY_INVALID", f"the name {repeated[:60]!r} appears twice in one object")
     if "messages" in doc:
         if len(doc) != 1:
             raise ProblemError("BODY_INVALID", 'a batch object holds only "messages"')
@@ -243,11 +247,16 @@ def _check_body(raw: bytes, limits: Limits) -> bytes:
     return raw
 
 
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (C0, DEL or C1); printable text is answered without a loop."""
+    return not text.isprintable() and any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
 def check_tag(tag: str) -> str | None:
     if not tag:
         return None
-    if len(tag) > MAX_TAG_CHARS or "||" in tag or tag == "*" or any(c in tag for c in _FORBIDDEN):
-        raise ProblemError("TAG_INVALID", f"tags must be at most {MAX_TAG_CHARS} characters, not '*', without '||', \\x01 or \\x02")
+    if len(tag) > MAX_TAG_CHARS or "||" in tag or tag == "*" or has_control(tag):
+        raise ProblemError("TAG_INVALID", f"tags must be at most {MAX_TAG_CHARS} characters, not '*', without '||' or control characters")
     return tag
 
 

@@ -18,6 +18,7 @@ from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from app.strict_json import StrictJsonRoute
 from store.errors import StoreNotRunning
 from store.message import topic_problem
 
@@ -32,7 +33,7 @@ def check_group(group: str) -> None:
 
 
 def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["groups"])
+    api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
     store = broker.store
     offsets = store.consumer_offset_manager
 

@@ -28,6 +28,7 @@ from app.models import ProduceBatch, ProduceMessage, SendResult
 from app.params import TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
+from app.query import strict_query
 from app.responses import JsonResponse, docs
 from store import BrokerRole, FlushDiskType, build_message
 from store.message import PROPERTY_UNIQ_KEY
@@ -150,7 +151,7 @@ class Producer:
                 raise ProblemError("REQUEST_INVALID", "query parameters apply to raw (application/octet-stream) bodies only")
             return parse_json(await request.body(), self.limits)
         if media == "application/octet-stream":
-            return [parse_raw(await request.body(), request.query_params, self.limits)], False
+            return [parse_raw(await request.body(), strict_query(request.scope["query_string"]), self.limits)], False
         detail = f"Content-Type must be application/json or application/octet-stream, not {content_type[:80]!r}"
         raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
 

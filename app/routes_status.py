@@ -1,4 +1,8 @@
-"""Operations: /healthz, /readyz, /metrics and /v1/store."""
+"""Operations: /healthz, /readyz, /metrics and /v1/store.
+
+While the store loads, /readyz answers 503 STARTING with the recovery's progress (phase, bytes
+scanned of total) and /healthz 200; the other routes are held off by app.startup.StartupGate.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from app.broker import Broker
 from app.models import Health, StoreStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs, problem_doc
+from app.startup import recovery_progress
 
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
@@ -35,9 +40,11 @@ def router(broker: Broker) -> APIRouter:
         READY_PATH,
         operation_id="ready",
         summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before and while degraded",
-        responses={**docs(Health, 200, example={"status": "ready"}), **problem_doc("SERVICE_NOT_AVAILABLE")},
+        responses={**docs(Health, 200, example={"status": "ready"}), **problem_doc("SERVICE_NOT_AVAILABLE", "STARTING")},
     )
     async def ready() -> Response:
+        if broker.loading:
+            raise ProblemError("STARTING", "the store is being loaded and recovered", recovery_progress(store))
         if not broker.ready():
             raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is loading, catching up or shutting down")
         degraded = store.degraded_reasons()

@@ -16,6 +16,7 @@ from app.models import TopicInfo, TopicList, TopicSpec
 from app.params import TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from app.strict_json import StrictJsonRoute
 
 
 def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[
 
 
 def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["topics"])
+    api = APIRouter(tags=["topics"], route_class=StrictJsonRoute)
     store = broker.store
     manager = store.topic_config_manager
     config = broker.config

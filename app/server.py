@@ -4,7 +4,10 @@ Invariants:
 - Every error leaves as application/problem+json with a code from `app.problems.PROBLEMS`,
   including FastAPI's validation errors (400 REQUEST_INVALID or a field's own code) and
   Starlette's 404/405; an unexpected exception is a logged 500 INTERNAL_ERROR, never a bare text.
-- Request bodies are capped before they are read whole (app.body_limit).
+- Request bodies are capped in size and time before they are read whole (app.body_limit);
+  headers have a deadline and connections a bound (app.connections).
+- The port is bound and the store locked before the store loads, which runs in the background
+  while /healthz and /readyz answer (app.startup).
 - On SIGTERM/SIGINT held pulls are released first (they answer NO_NEW_MSG), then uvicorn
   drains in-flight requests, then the store shuts down.
 """
@@ -32,10 +35,14 @@ from starlette.responses import Response
 from app import routes_admin, routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
 from app.body_limit import BodyLimit
 from app.broker import Broker
+from app.connections import bounded_protocol
 from app.hot_routes import HotRoutes
 from app.models import BatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
-from app.problems import ProblemError, problem_response
+from app.open_files import fit_descriptors
+from app.problems import ProblemError, StartRefused, problem_response
 from app.settings import BrokerSettings
+from app.startup import StartupGate, bind_listener
+from store.errors import StoreLocked
 
 log = logging.getLogger("tidemq.app")
 API_VERSION = "1.0.0"
@@ -52,6 +59,8 @@ EXHAUSTED_ERRNOS = {
     errno.ENOMEM: "RESOURCES_EXHAUSTED",
     errno.ENOSPC: "DISK_FULL",
 }
+# Pending connections the kernel queues for accept (uvicorn's default; the kernel caps it at somaxconn).
+LISTEN_BACKLOG = 2048
 # Models referenced by hand-written parts of the spec (the produce body and reply).
 EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult)
 
@@ -65,7 +74,8 @@ def _validation_code(errors: list[Any]) -> tuple[str, str]:
             code = "BODY_INVALID"
         elif len(loc) > 1 and loc[1] in PARAMETER_CODES and code == "REQUEST_INVALID":
             code = PARAMETER_CODES[loc[1]]
-        parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}")
+        why = (error.get("ctx") or {}).get("error")  # a JSON decode error's reason (e.g. a repeated name)
+        parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}" + (f" ({why})" if why else ""))
     return code, "; ".join(parts) or "invalid request"
 
 
@@ -101,7 +111,7 @@ class ErrorMapping:
             code, detail = _validation_code(list(exc.errors()))
             return self.counted(code, detail, request)
         if isinstance(exc, StarletteHTTPException):
-            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "BODY_TOO_LARGE"}
+            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "REQUEST_TIMEOUT", 413: "BODY_TOO_LARGE"}
             code = codes.get(exc.status_code, "REQUEST_INVALID")
             detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
             headers = dict(exc.headers or {})
@@ -143,8 +153,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     broker = Broker(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await broker.start()
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The server listens while the store loads: health answers, other routes are 503 STARTING.
+        broker.start_in_background(app.state.on_start_failed)
         try:
             yield
         finally:
@@ -156,6 +167,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, redoc_url=None, **options)
     app.state.broker = broker
+    # Called with the one-line reason when the store cannot be loaded (the server then stops).
+    app.state.on_start_failed = lambda reason: log.error("%s", reason)
     produce_router, produce = routes_produce.router(broker)
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
@@ -171,6 +184,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if settings.hot_routes:
         # Added first, so inside BodyLimit: hot requests are capped like every other.
         app.add_middleware(HotRoutes, produce=produce, pull=pull, on_error=mapping)
+    app.add_middleware(StartupGate, broker=broker)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
 
     def openapi() -> dict[str, Any]:
@@ -205,22 +219,44 @@ class BrokerServer(uvicorn.Server):
             self.should_exit = True
 
 
-def run(settings: BrokerSettings) -> bool:
-    """Serve until SIGTERM/SIGINT; False when start-up failed (e.g. the store is locked); HAStartFailed from create_app."""
+def run(settings: BrokerSettings) -> None:
+    """Serve until SIGTERM/SIGINT; StartRefused (one line) when the port, the store or its load refuse the start.
+
+    Order: the port is bound, then the app is built (a master binds its HA port: HAStartFailed), then
+    the store's lock is taken, then the server serves while the store loads in the background.
+    """
     sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level=settings.log_level,
-        access_log=settings.log_level in ("debug", "trace"),
-        server_header=False,
-        timeout_graceful_shutdown=settings.graceful_shutdown_s,
-    )
-    server = BrokerServer(config, app.state.broker)
-    server.run()
-    return server.started
+    fit_descriptors(settings)
+    listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
+    try:
+        app = create_app(settings)
+        broker: Broker = app.state.broker
+        try:
+            broker.store.lock()
+        except StoreLocked as e:
+            raise StartRefused(str(e)) from None
+        config = uvicorn.Config(
+            app,
+            loop="uvloop",
+            http=bounded_protocol(settings),
+            lifespan="on",
+            log_level=settings.log_level,
+            access_log=settings.log_level in ("debug", "trace"),
+            server_header=False,
+            timeout_graceful_shutdown=settings.graceful_shutdown_s,
+            timeout_keep_alive=settings.keep_alive_timeout_s,
+            backlog=LISTEN_BACKLOG,
+        )
+        server = BrokerServer(config, broker)
+
+        def on_start_failed(reason: str) -> None:
+            server.should_exit = True
+
+        app.state.on_start_failed = on_start_failed
+        server.run(sockets=[listener])
+    finally:
+        listener.close()
+    if broker.start_failure is not None:
+        raise StartRefused(broker.start_failure)
+    if not server.started:
+        raise StartRefused("the server did not start (see the log)")

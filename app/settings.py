@@ -65,6 +65,18 @@ class BrokerSettings:
     # Longest a busy thread keeps the GIL when another wants it (CPython's default is 5,000): a short
     # interval lets the dispatch thread run soon after a put, which bounds the long-poll wake-up delay.
     gil_switch_interval_us: int = 500
+    # A request's headers must be complete this long after their first byte (a new connection's first
+    # request: after it opened); past it the connection is closed (408 when part of a request arrived).
+    header_read_timeout_ms: int = 10_000
+    # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
+    body_read_timeout_ms: int = 30_000
+    # Seconds an idle keep-alive connection is kept open between requests (uvicorn's timeout_keep_alive).
+    keep_alive_timeout_s: int = 5
+    # Open HTTP connections; a connection past it is answered 503 TOO_MANY_CONNECTIONS (health checks still served).
+    max_connections: int = 12_000
+    # File descriptors kept for the store's files, logs and replication beyond max_connections, when the
+    # soft RLIMIT_NOFILE is raised at start to fit both.
+    reserved_fds: int = 1_024
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
@@ -87,6 +99,12 @@ class BrokerSettings:
             (self.max_pending_reads > 0, "max_pending_reads must be positive"),
             (self.inline_read_window_messages >= 0, "inline_read_window_messages must not be negative"),
             (self.graceful_shutdown_s >= 0, "graceful_shutdown_s must not be negative"),
+            (100 <= self.header_read_timeout_ms <= 600_000, "header_read_timeout_ms must be in 100..600000"),
+            (100 <= self.body_read_timeout_ms <= 3_600_000, "body_read_timeout_ms must be in 100..3600000"),
+            (1 <= self.keep_alive_timeout_s <= 3_600, "keep_alive_timeout_s must be in 1..3600"),
+            (1 <= self.max_connections <= 1_000_000, "max_connections must be in 1..1000000"),
+            (self.max_held_pulls < self.max_connections, "max_held_pulls must be below max_connections (a held pull holds a connection)"),
+            (0 <= self.reserved_fds <= 1_000_000, "reserved_fds must be in 0..1000000"),
         ]
         for ok, message in checks:
             if not ok:

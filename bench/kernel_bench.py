@@ -113,7 +113,7 @@ def bench_gather(buf: bytearray, limit: int, n: int) -> tuple[int, int, int]:
             b"".join(buffers)
 
     out = bytearray(1 << 20)
-    limits = nk.GatherLimits(32, 32, 1 << 20, 32, 1 << 20, 0, 0)
+    limits = nk.GatherLimits(32, 32, 1 << 20, 32, 1 << 20, 0, 0, limit, 1 << 24)
     code_array = nk.tag_codes_array(codes)
 
     def kernel() -> None:

@@ -151,8 +151,7 @@ class DefaultMessageStore:
 
     def load(self) -> bool:
         cfg = self.config
-        os.makedirs(cfg.store_path_root_dir, exist_ok=True)
-        self._acquire_lock_file()
+        self.lock()
         try:
             self._recovery_progress.begin("loading files", 0)
             self.last_exit_ok = not os.path.exists(cfg.abort_path())
@@ -180,6 +179,12 @@ class DefaultMessageStore:
     def _load_topic_configs(self) -> None:
         queue_ids = {topic: list(queues) for topic, queues in self.consume_queue_table.items() if topic not in SYSTEM_TOPICS}
         self.topic_config_manager.load_or_rebuild(queue_ids)
+
+    def lock(self) -> None:
+        """Take the store directory's lock file (StoreLocked when another process holds it); load() calls it too."""
+        if self._lock_fd is None:
+            os.makedirs(self.config.store_path_root_dir, exist_ok=True)
+            self._acquire_lock_file()
 
     def _acquire_lock_file(self) -> None:
         fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
@@ -672,6 +677,7 @@ class DefaultMessageStore:
             "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
             "commitlog_damaged_bytes": cl.damaged_bytes(),
             "commitlog_damaged_range_count": len(cl.damaged_ranges),
+            "damaged_queue_entries": self.stats.damaged_queue_entries,
             "recovery": self.recovery_progress(),
             "commitlog_files": len(mfq.mapped_files),
             "commitlog_file_size_bytes": self.config.mapped_file_size_commit_log_bytes,

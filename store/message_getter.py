@@ -6,21 +6,33 @@ count and bytes, with tighter limits when the data is probably on disk (more tha
 `access_message_in_memory_max_ratio_percent` of memory behind the log's end).
 At most MAX_FILTER_ENTRIES entries are examined per call, so a pull over a queue
 full of other tags is bounded too.
+
+An entry is served only when it points inside the log at the start of a message of its size
+(TOTALSIZE and MAGICCODE checked); one that does not is damaged: it is skipped alone and
+counted, and the entries after it are served, so `next_begin_offset` never passes a readable
+message. Only a message whose file is gone (below the log's minimum offset, or a file that
+cannot be read) skips the rest of its file, as RocketMQ does.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import TYPE_CHECKING
 
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.get_message_result import GetMessageResult, TagFilter
+from store.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC, message_length
 from store.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
 
 MAX_FILTER_ENTRIES = 16_000  # entries examined per get (RocketMQ's maxFilterMessageCount)
+DAMAGE_LOG_INTERVAL_S = 60.0  # at most one ERROR line per interval for damaged consume-queue entries
+
+log = logging.getLogger("tidemq.store")
 
 
 def total_physical_memory_bytes() -> int:
@@ -37,6 +49,9 @@ class MessageGetter:
         self.memory_window = total_physical_memory_bytes() * cfg.access_message_in_memory_max_ratio_percent // 100
         self.limits_memory = (cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_memory)
         self.limits_disk = (cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk)
+        # No stored message is longer than a body of max_message_size_bytes with its largest topic and properties.
+        self.max_stored_size = message_length(cfg.max_message_size_bytes, 255, 32767)
+        self._damage_logged_at = -DAMAGE_LOG_INTERVAL_S
 
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
@@ -81,6 +96,8 @@ class MessageGetter:
         view = index_buf.view
         limit = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE)
         damaged = commit_log.damaged_ranges  # usually empty: one test per batch
+        max_size = self.max_stored_size
+        header_of = TOTAL_AND_MAGIC.unpack_from
         pos = 0
         try:
             while pos < limit:
@@ -88,11 +105,19 @@ class MessageGetter:
                 if size <= 0 or (damaged and commit_log.damaged_range_end(phy) is not None):
                     pos += CQ_STORE_UNIT_SIZE
                     continue  # a gap entry, or one whose message lies in damaged bytes: nothing to serve
-                if phy < next_phy_file_start or phy < min_phy:
+                if size > max_size or phy < 0 or phy > max_phy - size:
+                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue  # points outside the log: skip this entry alone, never the ones after it
+                if phy < min_phy or phy < next_phy_file_start:
                     if result.message_count == 0:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING  # the file it lay in is gone
                     pos += CQ_STORE_UNIT_SIZE
                     continue
+                if size > max_size or phy < 0 or phy > max_phy - size:
+                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue  # points past the log: skip this entry alone, never the ones after it
                 in_disk = max_phy - phy > self.memory_window
                 if self._batch_full(size, max_count, result.buffer_total_size, result.message_count, in_disk):
                     break
@@ -103,9 +128,15 @@ class MessageGetter:
                 if selection is None:
                     if result.message_count == 0:
                         status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    next_phy_file_start = commit_log.roll_next_file(phy)
+                    next_phy_file_start = commit_log.roll_next_file(phy)  # phy < max_phy: a file, not garbage
                     pos += CQ_STORE_UNIT_SIZE
                     continue
+                total, magic = header_of(selection.view, 0)
+                if total != size or magic != MESSAGE_MAGIC_CODE:
+                    selection.release()
+                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
+                    pos += CQ_STORE_UNIT_SIZE
+                    continue  # the entry does not point at the start of a message of its size
                 if tag_filter is not None and not tag_filter.matches_message(selection.view):
                     selection.release()
                     pos += CQ_STORE_UNIT_SIZE
@@ -118,6 +149,22 @@ class MessageGetter:
             index_buf.release()
         result.status = status
         result.next_begin_offset = offset + pos // CQ_STORE_UNIT_SIZE
+
+    def _damaged_entry(self, cq, queue_offset: int, phy: int, size: int) -> None:
+        """Count a consume-queue entry that points at no message; log the first one of every minute at ERROR."""
+        self.store.stats.damaged_queue_entries += 1
+        now = time.monotonic()
+        if now - self._damage_logged_at >= DAMAGE_LOG_INTERVAL_S:
+            self._damage_logged_at = now
+            log.error(
+                "consume queue %s/%d: entry %d points at no message (commitlog offset %d, size %d); skipped, "
+                "the entries after it are served (tidemq_store_damaged_queue_entries counts them)",
+                cq.topic,
+                cq.queue_id,
+                queue_offset,
+                phy,
+                size,
+            )
 
     def _batch_full(self, size: int, max_count: int, total_bytes: int, total_msgs: int, in_disk: bool) -> bool:
         if total_bytes == 0 or total_msgs == 0:

@@ -174,6 +174,8 @@ class GatherLimits(NamedTuple):
     bytes_on_disk: int
     disk_below_phy: int
     min_phy: int
+    max_phy: int  # the log's end: an entry reaching past it is damaged
+    max_size: int  # the longest message a put can store: a longer entry is damaged
 
 
 class Gathered(NamedTuple):
@@ -182,6 +184,7 @@ class Gathered(NamedTuple):
     count: int
     bytes: int
     removed_seen: bool
+    damaged: int  # entries skipped because they point at no message of their size
 
 
 def tag_codes_array(codes: Iterable[int]) -> bytes:
@@ -201,4 +204,4 @@ def gather(
     """Copy the stored messages of `n` consume-queue entries into `out`, as MessageGetter
     collects them; `segments` are (physical offset, readable bytes) of commitlog files."""
     r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags)
-    return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]))
+    return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]), r[5])

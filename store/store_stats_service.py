@@ -39,6 +39,7 @@ class StoreStatsService(ServiceThread):
         self.get_miss = 0
         self.get_transferred_messages = 0
         self.get_transferred_bytes = 0
+        self.damaged_queue_entries = 0  # consume-queue entries that pointed at no message (skipped by reads)
         self.put_latency_buckets = [0] * (len(PUT_LATENCY_BOUNDS_US) + 1)
         self.put_latency_sum_us = 0
         self.put_max_latency_us = 0

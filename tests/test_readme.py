@@ -23,7 +23,18 @@ def test_quick_start_is_the_tested_walk_through() -> None:
 
 def test_the_two_setup_commands_are_make_targets() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    for target in ("run", "test", "test-fast", "openapi", "bench-store", "bench-http", "bench-ha", "bench-spark", "bench-compare", "bench-schedule"):
+    for target in (
+        "run",
+        "test",
+        "test-fast",
+        "openapi",
+        "bench-store",
+        "bench-http",
+        "bench-ha",
+        "bench-spark",
+        "bench-compare",
+        "bench-schedule",
+    ):
         assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
 
 

@@ -77,6 +77,10 @@ static void copy_out(const struct gather_args *a, struct gather_state *st, struc
 static int gather_one(const struct gather_args *a, struct gather_state *st, const uint8_t *e) {
     int64_t phys = rd_i64(e), size = rd_i32(e + 8), code = rd_i64(e + 12);
     if (size <= 0) return STOP_DONE; /* a gap entry */
+    if (size > a->max_size || phys < 0 || phys > a->max_phy - size) {
+        st->damaged += 1; /* points outside the log: skipped alone */
+        return STOP_DONE;
+    }
     if (phys < a->min_phy) {
         st->removed_seen |= st->count == 0;
         return STOP_DONE;
@@ -86,6 +90,10 @@ static int gather_one(const struct gather_args *a, struct gather_state *st, cons
     const struct segment *s = find_segment(a, phys, size);
     if (s == NULL) return STOP_SEGMENT_MISS;
     struct span m = {s->data.p + (phys - s->base), (size_t)size}, tag;
+    if (size < 8 || rd_i32(m.p) != size || rd_u32(m.p + 4) != MESSAGE_MAGIC_CODE) {
+        st->damaged += 1; /* not the start of a message of this size: skipped alone */
+        return STOP_DONE;
+    }
     if (a->tags != NULL) {
         if (stored_tag(m, &tag) < 0) return STOP_BAD_PARTS;
         if (!tag_wanted(a, tag)) return STOP_DONE;

@@ -78,9 +78,9 @@ static int take_meta(PyObject *obj, Py_buffer *view) {
 static int gather_prepare(PyObject *args, struct gather_inputs *in, struct gather_args *a) {
     PyObject *segs, *meta, *codes, *tags;
     Py_ssize_t n;
-    long long lim[7];
-    if (!PyArg_ParseTuple(args, "y*nOw*O(LLLLLLL)OO", &in->entries, &n, &segs, &in->out, &meta, &lim[0], &lim[1], &lim[2], &lim[3],
-                          &lim[4], &lim[5], &lim[6], &codes, &tags))
+    long long lim[9];
+    if (!PyArg_ParseTuple(args, "y*nOw*O(LLLLLLLLL)OO", &in->entries, &n, &segs, &in->out, &meta, &lim[0], &lim[1], &lim[2], &lim[3],
+                          &lim[4], &lim[5], &lim[6], &lim[7], &lim[8], &codes, &tags))
         return -1;
     if (take_meta(meta, &in->meta) < 0 || optional_int64s(codes, &in->codes, "codes") < 0 || take_segments(segs, in) < 0 ||
         take_tags(tags, in) < 0)
@@ -96,7 +96,7 @@ static int gather_prepare(PyObject *args, struct gather_inputs *in, struct gathe
     *a = (struct gather_args){span_of(&in->entries), (size_t)n, in->segs, (size_t)in->n_segs, in->out.buf, (size_t)in->out.len,
                               in->meta.obj ? in->meta.buf : NULL, (size_t)in->meta.len, in->codes.obj ? in->codes.buf : NULL,
                               (size_t)in->codes.len / 8, tags == Py_None ? NULL : in->tags, (size_t)in->n_tags,
-                              lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6]};
+                              lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6], lim[7], lim[8]};
     return 0;
 }
 
@@ -106,12 +106,13 @@ static PyObject *py_gather(PyObject *Py_UNUSED(self), PyObject *args) {
     struct gather_args a;
     PyObject *result = NULL;
     if (gather_prepare(args, &in, &a) == 0) {
-        struct gather_state st = {0, 0, 0, 0};
+        struct gather_state st = {0, 0, 0, 0, 0};
         int stop;
         Py_BEGIN_ALLOW_THREADS
         stop = gather(&a, &st);
         Py_END_ALLOW_THREADS
-        result = Py_BuildValue("innni", stop, (Py_ssize_t)st.examined, (Py_ssize_t)st.count, (Py_ssize_t)st.bytes, st.removed_seen);
+        result = Py_BuildValue("innnin", stop, (Py_ssize_t)st.examined, (Py_ssize_t)st.count, (Py_ssize_t)st.bytes, st.removed_seen,
+                               (Py_ssize_t)st.damaged);
     }
     release_gather(&in);
     return result;

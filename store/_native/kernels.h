@@ -140,11 +140,11 @@ struct gather_args {
     size_t n_codes;
     const struct span *tags; /* exact tags (UTF-8); NULL: hash only */
     size_t n_tags;
-    int64_t max_count, count_mem, bytes_mem, count_disk, bytes_disk, disk_below_phy, min_phy;
+    int64_t max_count, count_mem, bytes_mem, count_disk, bytes_disk, disk_below_phy, min_phy, max_phy, max_size;
 };
 
 struct gather_state {
-    size_t examined, count, bytes;
+    size_t examined, count, bytes, damaged;
     int removed_seen;
 };
 

@@ -4,6 +4,7 @@ temporary store with small files, always stopped at the end."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -41,13 +42,24 @@ START_TIMEOUT_S = 30.0
 class BrokerProcess:
     """One `python -m app serve` process and an HTTP client for it."""
 
-    def __init__(self, store_dir: Path, config_text: str, args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: Path,
+        config_text: str,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        nofile_soft: int | None = None,
+        nofile_hard: int | None = None,
+    ) -> None:
         self.store_dir = store_dir
         self.config_path = store_dir.parent / f"{store_dir.name}.toml"
         self.config_path.write_text(config_text)
         self.log_path = store_dir.parent / f"{store_dir.name}.log"
         self.args = args or []
         self.env = env or {}
+        # Lower RLIMIT_NOFILE limits for the process (None keeps the test's).
+        self.nofile_soft = nofile_soft
+        self.nofile_hard = nofile_hard
         self.proc: subprocess.Popen[bytes] | None = None
         self.preexec_fn: Callable[[], None] | None = None  # run in the child before exec (e.g. to lower a limit)
         self.port = 0
@@ -74,7 +86,7 @@ class BrokerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.preexec_fn
+                [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._child_setup
             )
         self.client = httpx.Client(base_url=self.url, timeout=15.0)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -91,6 +103,17 @@ class BrokerProcess:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker not ready within {START_TIMEOUT_S}s:\n{self.log()}")
+
+    def _child_setup(self) -> None:
+        self._limit_descriptors()
+        if self.preexec_fn is not None:
+            self.preexec_fn()
+
+    def _limit_descriptors(self) -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        hard = self.nofile_hard if self.nofile_hard is not None else hard
+        soft = min(hard, self.nofile_soft if self.nofile_soft is not None else soft)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
@@ -121,9 +144,14 @@ def make_broker(tmp_path: Path) -> Iterator:
     started: list[BrokerProcess] = []
 
     def make(
-        config_text: str = SMALL_STORE + SMALL_BROKER, args: list[str] | None = None, env: dict[str, str] | None = None, name: str = "store"
+        config_text: str = SMALL_STORE + SMALL_BROKER,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        name: str = "store",
+        nofile_soft: int | None = None,
+        nofile_hard: int | None = None,
     ) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / name, config_text, args, env)
+        broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
         started.append(broker)
         return broker.start()
 

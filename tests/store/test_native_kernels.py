@@ -418,6 +418,7 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
         max_count, cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_memory,
         cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk,
         cl.get_max_offset() - store.getter.memory_window, max(0, cl.get_min_offset()),
+        cl.get_max_offset(), store.getter.max_stored_size,
     )  # fmt: skip
     out, meta = bytearray(cfg.max_transfer_bytes_on_message_in_memory + 8192), bytearray(16 * 64)
     codes = nk.tag_codes_array(tag_filter.codes) if tag_filter else None
@@ -454,12 +455,12 @@ def test_gather_bounds() -> None:
     msgs = [encode_message(b"T", b"x" * 10, b"TAGS\x01a\x02", physical_offset=0), encode_message(b"T", b"y" * 20, b"")]
     log = msgs[0] + msgs[1]
     entries = ENTRY.pack(0, len(msgs[0]), java_string_hash("a")) + ENTRY.pack(len(msgs[0]), len(msgs[1]), 0)
-    limits = nk.GatherLimits(32, 32, 1 << 20, 8, 1 << 16, 0, 0)
+    limits = nk.GatherLimits(32, 32, 1 << 20, 8, 1 << 16, 0, 0, len(log), 1 << 20)
     g = nk.gather(entries, 2, [(0, log)], bytearray(300), None, limits)
-    assert g == (nk.Stop.DONE, 2, 2, len(log), False)
+    assert g == (nk.Stop.DONE, 2, 2, len(log), False, 0)
     g = nk.gather(entries, 2, [(0, log)], bytearray(len(log) - 1), None, limits)
-    assert g == (nk.Stop.OUT_FULL, 1, 1, len(msgs[0]), False)
-    g = nk.gather(entries, 2, [(0, log[:-1])], bytearray(300), None, limits)  # the second entry reaches past the segment
+    assert g == (nk.Stop.OUT_FULL, 1, 1, len(msgs[0]), False, 0)
+    g = nk.gather(entries, 2, [(0, log[:-1])], bytearray(300), None, limits._replace(max_phy=len(log) + 1))  # past the segment
     assert g.stop == nk.Stop.SEGMENT_MISS and g.examined == 1
     g = nk.gather(entries, 2, [(0, log)], bytearray(300), bytearray(16), limits)
     assert g.stop == nk.Stop.OUT_FULL and g.count == 1
@@ -474,3 +475,24 @@ def test_gather_bounds() -> None:
     corrupt[84:88] = (10**6).to_bytes(4, "big")  # a body length past the message: the tag cannot be read
     g = nk.gather(entries, 2, [(0, corrupt)], bytearray(300), None, limits, nk.tag_codes_array([java_string_hash("a")]), (b"a",))
     assert g.stop == nk.Stop.BAD_PARTS
+
+
+def test_gather_skips_damaged_entries_alone_and_counts_them() -> None:
+    """Entries outside the log, too long, or not at the start of a message of their size are
+    skipped one by one, as MessageGetter skips them; the messages after them are gathered."""
+    msgs = [encode_message(b"T", b"x" * 10, b""), encode_message(b"T", b"y" * 20, b"")]
+    log = msgs[0] + msgs[1]
+    entries = b"".join(
+        [
+            ENTRY.pack(2**40, 100, 0),  # past the log
+            ENTRY.pack(0, len(msgs[0]), 0),
+            ENTRY.pack(-5, 60, 0),  # negative offset
+            ENTRY.pack(7, 60, 0),  # inside the first message
+            ENTRY.pack(0, len(msgs[0]) + 1, 0),  # the right start, the wrong size
+            ENTRY.pack(0, 1 << 21, 0),  # longer than any stored message
+            ENTRY.pack(len(msgs[0]), len(msgs[1]), 0),
+        ]
+    )
+    limits = nk.GatherLimits(32, 32, 1 << 20, 8, 1 << 16, 0, 0, len(log), 1 << 20)
+    g = nk.gather(entries, 7, [(0, log)], bytearray(300), None, limits)
+    assert g == (nk.Stop.DONE, 7, 2, len(log), False, 5)

@@ -1,0 +1,158 @@
+"""Connection limits: header and body read deadlines, the bound on open connections, the descriptor budget.
+
+uvicorn has a keep-alive timeout but no deadline for a request's headers (a client that sends
+one byte every few seconds holds its connection forever), and its `limit_concurrency` answers
+a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to add:
+
+- A new connection's first request, and any request whose first bytes arrived without all its
+  headers, must have its headers complete within `header_read_timeout_ms` (of the connection
+  opening, or of that first read); otherwise the connection is closed, after a 408
+  REQUEST_TIMEOUT problem when part of a request had arrived. An idle keep-alive connection is
+  closed by uvicorn's `timeout_keep_alive`. A request that arrives whole in one read costs no
+  timer; one whose headers are complete (a held pull, a body being read) is not timed by this
+  deadline: the body has its own, a held pull its wait.
+- A request's body must arrive whole within `body_read_timeout_ms` of its headers: the timer is
+  armed only when a read leaves the body incomplete, and on expiry it marks the request for
+  app.body_limit, whose receive() then raises the 408 REQUEST_TIMEOUT problem.
+- A connection opened while `max_connections` are open is answered, request by request, with
+  503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
+  monitoring sees a busy broker as alive.
+
+`app.open_files.fit_descriptors` makes those bounds the ones that answer (descriptors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.body_limit import BODY_TIMED_OUT
+from app.problems import problem_response
+from app.settings import BrokerSettings
+
+log = logging.getLogger("tidemq.app")
+# Paths still served on a connection past the bound (cheap, no store access).
+ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
+
+
+def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
+    """The app of a connection opened past the bound: 503 TOO_MANY_CONNECTIONS (and close), but health."""
+
+    async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in ALWAYS_SERVED:
+
+            async def send_and_close(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+                await send(message)
+
+            await app(scope, receive, send_and_close)
+            return
+        detail = f"{max_connections} connections are open already; retry shortly"
+        response = problem_response("TOO_MANY_CONNECTIONS", detail, scope.get("path"))
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
+
+    return refuse
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with header and body read deadlines and a bound on open connections."""
+
+    header_read_timeout_s = 10.0
+    body_read_timeout_s = 30.0
+    max_connections = 1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
+        # True between the first byte of a request and its complete headers.
+        self.reading_headers = False
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.reading_headers and self.header_timer is None:
+            self._arm_header_timer()  # headers begun but not complete: they have a deadline from now
+        cycle = self.cycle
+        # Only a body still incomplete after this read is timed: one that came with its headers costs no timer.
+        if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
+            self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm_body_timer()
+
+    def _disarm_body_timer(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def _body_too_slow(self, cycle: Any) -> None:
+        self.body_timer = None
+        if cycle.more_body and not cycle.response_complete and not cycle.disconnected:
+            # app.body_limit's receive raises BodyTimeout on this mark: a 408 through the error table.
+            cycle.scope[BODY_TIMED_OUT] = self.body_read_timeout_s
+            cycle.message_event.set()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            self.app = refusing_app(self.app, self.max_connections)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        self._disarm_body_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.reading_headers = True
+
+    def on_headers_complete(self) -> None:
+        self.reading_headers = False
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self._disarm_body_timer()  # answered (e.g. 413 before the body): the rest of the body is not waited for
+        super().on_response_complete()
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self.header_timer = self.loop.call_later(self.header_read_timeout_s, self._headers_too_slow)
+
+    def _disarm_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing():
+            return
+        if self.reading_headers:
+            detail = f"the request's headers did not arrive within {self.header_read_timeout_s:g} s"
+            response = problem_response("REQUEST_TIMEOUT", detail)
+            head = [b"HTTP/1.1 408 Request Timeout\r\n"]
+            head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers if name != b"connection"]
+            self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
+        self.transport.close()
+
+
+def bounded_protocol(settings: BrokerSettings) -> type[BoundedHttpProtocol]:
+    """The protocol class uvicorn builds per connection, with this broker's limits."""
+    return type(
+        "TidemqHttpProtocol",
+        (BoundedHttpProtocol,),
+        {
+            "header_read_timeout_s": settings.header_read_timeout_ms / 1000.0,
+            "body_read_timeout_s": settings.body_read_timeout_ms / 1000.0,
+            "max_connections": settings.max_connections,
+        },
+    )
