@@ -50,6 +50,7 @@ run: $(STAMP) native
 
 test: $(SPARK_STAMP) native
 	$(PY) -m ruff check .
+	$(PY) -m mypy app store ha pipeline
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
 
 test-fast: $(STAMP) native
@@ -58,6 +59,7 @@ test-fast: $(STAMP) native
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy app store ha pipeline
 	$(PY) -m ruff format --check store app ha pipeline bench tests
 
 openapi: $(STAMP)

@@ -181,7 +181,7 @@ class Broker:
         """The topic's config for a put, creating it when auto_create_topics is on."""
         self.check_topic_name(topic, for_write=True)
         self.check_master()
-        config = self.store.topic_config_manager.get(topic)
+        config: Any = self.store.topic_config_manager.get(topic)
         if config is None:
             if not self.settings.auto_create_topics:
                 raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist and auto_create_topics is off")

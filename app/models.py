@@ -7,14 +7,14 @@ document (in the OpenAPI spec) what the handlers write with orjson directly.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Encoding = Literal["utf-8", "base64"]
 
 
-MESSAGE_EXAMPLE = {
+MESSAGE_EXAMPLE: dict[str, Any] = {
     "msg_id": "7F000001A1B2C3D4E5F60000000A0001",
     "offset_msg_id": "7F00000100002A9F0000000000000000",
     "topic": "orders",

@@ -8,6 +8,7 @@ FastAPI routes call the same handlers, so both ways in answer the same.
 
 from __future__ import annotations
 
+from collections import Counter
 from urllib.parse import parse_qsl
 
 from app.problems import ProblemError
@@ -23,7 +24,6 @@ def strict_query(query_string: bytes) -> dict[str, str]:
         raise ProblemError("REQUEST_INVALID", "query parameters must be percent-encoded UTF-8") from None
     params = dict(pairs)
     if len(params) != len(pairs):
-        seen: set[str] = set()
-        twice = sorted({name for name, _ in pairs if name in seen or seen.add(name)})
+        twice = sorted(name for name, count in Counter(name for name, _ in pairs).items() if count > 1)
         raise ProblemError("REQUEST_INVALID", f"query parameter(s) given more than once: {', '.join(twice)[:200]}")
     return params

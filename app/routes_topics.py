@@ -58,7 +58,7 @@ def router(broker: Broker) -> APIRouter:
     async def put_topic(topic: TopicPath, spec: Annotated[TopicSpec | None, Body()] = None) -> Response:
         broker.check_topic_name(topic, for_write=True)
         broker.check_master()  # a slave mirrors its master's topic table
-        spec = spec or TopicSpec()
+        spec = spec or TopicSpec(queues=None, perm="rw")
         queues = spec.queues if spec.queues is not None else config.default_topic_queue_nums
         if not 1 <= queues <= config.max_topic_queue_nums:
             raise ProblemError("QUEUE_COUNT_INVALID", f"queues must be in 1..{config.max_topic_queue_nums}")

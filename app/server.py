@@ -177,7 +177,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
     app.state.route_methods = [
-        (r.path_regex, set(r.methods)) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
+        (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
     ]
     mapping = ErrorMapping(broker)
     install_error_handlers(app, mapping)

@@ -65,7 +65,7 @@ def bench_encode(msgs: list, dest: bytearray) -> tuple[int, int, int]:
             dest, 0, len(dest), b, 0, out, len(msgs), topic=b"BenchTopic", queue_id=0, queue_offset=0, physical_offset=0,
             store_timestamp=1, store_host=HOST, born_timestamp=msgs[0].born_timestamp, born_host=msgs[0].born_host,
         )  # fmt: skip
-        assert r.count == len(msgs)
+        assert r.written == len(msgs)
 
     return best_ns(python_put), best_ns(lambda: kernel(batch)), best_ns(lambda: kernel(nk.pack_batch(items)))
 

@@ -129,7 +129,7 @@ def cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
             stats.add(msg["queue_offset"], msg["store_size"], msg["store_timestamp"])
         files.append(scan)
     damaged = [s for s in files if s.stop is StopReason.TORN]
-    report = {
+    report: dict[str, Any] = {
         "files": len(files),
         "messages": sum(s.messages for s in queues.values()),
         "bytes": sum(s.bytes for s in queues.values()),

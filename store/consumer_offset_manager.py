@@ -67,7 +67,7 @@ class ConsumerOffsetManager:
 
     def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None:
         """Record commits (topic, queue id, offset) durably, then return. Blocking file I/O."""
-        rows = [[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", queue_id, offset] for topic, queue_id, offset in commits]
+        rows = [(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", queue_id, offset) for topic, queue_id, offset in commits]
 
         def apply() -> None:
             with self._lock:

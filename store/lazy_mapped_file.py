@@ -144,7 +144,7 @@ class LazyMappedFile(MappedFile):
             self._budget.added(self)
         return ok
 
-    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         if self._mm is None:
             self._map()
         with self._map_lock:

@@ -162,7 +162,7 @@ class MappedFile:
             self.committed_position = self.wrote_position
         return True
 
-    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write at an explicit position (consume queue gaps, replication); moves wrote_position forward."""
         n = len(data)
         assert 0 <= pos and pos + n <= self.file_size, "write outside the file"

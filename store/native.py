@@ -94,7 +94,7 @@ def check_batch(batch: Any, max_body_bytes: int) -> tuple[int, int]:
 
 class Encoded(NamedTuple):
     stop: Stop
-    count: int
+    written: int  # messages written
     batch_pos: int
     dest_pos: int
 
@@ -181,7 +181,7 @@ class GatherLimits(NamedTuple):
 class Gathered(NamedTuple):
     stop: Stop
     examined: int
-    count: int
+    taken: int  # messages copied into out
     bytes: int
     removed_seen: bool
     damaged: int  # entries skipped because they point at no message of their size

@@ -127,7 +127,7 @@ def test_encode_matches_reference(topic, items, queue_id, sys_flag, qoff, phys, 
     want = reference_image(topic, items, queue_id, sys_flag, qoff, phys, ts - 7, ts)
     dest = bytearray(pad + len(want) + 8 + 5)
     r, out = encode_all(topic, items, dest, pad, len(dest), **kw)
-    assert (r.stop, r.count, r.dest_pos) == (nk.Stop.DONE, len(items), pad + len(want))
+    assert (r.stop, r.written, r.dest_pos) == (nk.Stop.DONE, len(items), pad + len(want))
     assert bytes(dest[pad : pad + len(want)]) == want
     assert dest[:pad] == bytes(pad) and dest[pad + len(want) :] == bytes(13)
     offsets = [nk.OFFSET_AND_SIZE.unpack_from(out, 16 * i) for i in range(len(items))]
@@ -148,7 +148,7 @@ def test_encode_stops_where_the_next_message_and_an_end_marker_do_not_fit(topic,
     dest = bytearray(limit + 16)
     kw = {"queue_id": 1, "sys_flag": 0, "qoff": 0, "phys": 0, "born": 1, "stored": 2}
     r, _ = encode_all(topic, items, dest, 0, limit, **kw)
-    assert (r.count, r.dest_pos) == (fits, used)
+    assert (r.written, r.dest_pos) == (fits, used)
     assert r.stop == (nk.Stop.DONE if fits == len(items) else nk.Stop.FILE_FULL)
     assert dest[used:] == bytes(len(dest) - used)
 
@@ -430,7 +430,7 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
         index_buf.release()
         for _, view in segments:
             view.release()
-    return g, bytes(out[: g.bytes]), [nk.META.unpack_from(meta, 16 * i) for i in range(g.count)]
+    return g, bytes(out[: g.bytes]), [nk.META.unpack_from(meta, 16 * i) for i in range(g.taken)]
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
@@ -446,7 +446,7 @@ def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_c
         ref.release()
     g, got, meta = native_get(filled_store, queue_id, offset, max_count, tag_filter)
     assert g.stop in (nk.Stop.DONE, nk.Stop.COUNT_LIMIT)
-    got_status = GetMessageStatus.FOUND if g.count else GetMessageStatus.NO_MATCHED_MESSAGE
+    got_status = GetMessageStatus.FOUND if g.taken else GetMessageStatus.NO_MATCHED_MESSAGE
     assert (got, got_status, offset + g.examined) == (want, status, next_offset)
     assert [m[0] for m in meta] == want_offsets and [offset + m[1] for m in meta] == want_queue
 
@@ -463,7 +463,7 @@ def test_gather_bounds() -> None:
     g = nk.gather(entries, 2, [(0, log[:-1])], bytearray(300), None, limits._replace(max_phy=len(log) + 1))  # past the segment
     assert g.stop == nk.Stop.SEGMENT_MISS and g.examined == 1
     g = nk.gather(entries, 2, [(0, log)], bytearray(300), bytearray(16), limits)
-    assert g.stop == nk.Stop.OUT_FULL and g.count == 1
+    assert g.stop == nk.Stop.OUT_FULL and g.taken == 1
     with pytest.raises(ValueError):
         nk.gather(entries, 3, [(0, log)], bytearray(300), None, limits)
     with pytest.raises(ValueError):

@@ -1,0 +1,43 @@
+# Signatures of the C extension store._kernels (store/_native/); store.native wraps each one.
+from typing import Any
+
+class BatchError(ValueError): ...
+
+def java_hash(text: Any, prefix: int = ...) -> int: ...
+def check_message(buf: Any, pos: int, limit: int, check_crc: bool) -> tuple[int, int]: ...
+def check_batch(batch: Any, max_body_bytes: int) -> tuple[int, int]: ...
+def encode_batch(
+    dest: Any,
+    dest_pos: int,
+    dest_limit: int,
+    batch: Any,
+    batch_pos: int,
+    out: Any,
+    max_count: int,
+    topic: bytes,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    queue_offset: int,
+    physical_offset: int,
+    /,
+) -> tuple[int, int, int, int]: ...
+def dispatch_scan(
+    buf: Any, pos: int, limit: int, records: Any, keys: Any, flags: int, delay_levels: bytes | None, /
+) -> tuple[int, int, int, int]: ...
+def gather(
+    entries: Any,
+    n: int,
+    segments: Any,
+    out: Any,
+    meta: Any,
+    limits: tuple[int, ...],
+    codes: bytes | None,
+    tags: tuple[bytes, ...] | None,
+    /,
+) -> tuple[int, int, int, int, int, int]: ...
