@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ lint: $(STAMP)
 
 openapi: $(STAMP)
 	$(PY) -m app.openapi_export openapi/openapi.json
+
+settings-doc: $(STAMP)
+	$(PY) -m app.settings_doc docs/settings.md
 
 bench-store: $(STAMP) native
 

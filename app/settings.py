@@ -20,8 +20,10 @@ from typing import Any
 from ha import HASettings
 from store import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.errors import ConfigInvalid
+from store.setting import check_fields, setting
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 FLUSH_MODES = {"sync": FlushDiskType.SYNC_FLUSH, "async": FlushDiskType.ASYNC_FLUSH}
 
@@ -29,86 +31,64 @@ FLUSH_MODES = {"sync": FlushDiskType.SYNC_FLUSH, "async": FlushDiskType.ASYNC_FL
 @dataclass
 class BrokerSettings:
     # Address the HTTP server listens on; loopback unless told otherwise.
-    host: str = "127.0.0.1"
+    host: str = setting("127.0.0.1")
     # TCP port of the HTTP server.
-    port: int = 8080
+    port: int = setting(8080, 0, 65_535)
     # Root directory of the store (commitlog, consume queues, index, metadata).
-    store_dir: str = "./data"
+    store_dir: str = setting("./data")
     # "sync" or "async" overrides the store's flush_disk_type; None keeps the store setting.
-    flush: str | None = None
+    flush: str | None = setting(None, choices=tuple(FLUSH_MODES))
     # Log level of the server and the store.
-    log_level: str = "info"
+    log_level: str = setting("info", choices=LOG_LEVELS)
     # Producing to an unknown topic creates it with the store's default queue count.
-    auto_create_topics: bool = True
+    auto_create_topics: bool = setting(True)
     # Largest request body that is not JSON (raw produce): the largest message plus slack for headers.
-    max_request_body_bytes: int = 4 * MIB + 64 * 1024
+    max_request_body_bytes: int = setting(4 * MIB + 64 * 1024, 1024, GIB)
     # Largest JSON request body (base64 inflates bodies by 4/3 and a batch holds up to 1,000 messages).
-    max_json_body_bytes: int = 32 * MIB
+    max_json_body_bytes: int = setting(32 * MIB, 1024, GIB)
     # Longest a pull may be held waiting for a message (the pull's wait_ms is capped by it).
-    max_wait_ms: int = 30_000
+    max_wait_ms: int = setting(30_000, 0, 300_000)
     # Largest `max` a pull may ask for (the store's transfer limits may return fewer).
-    max_pull_messages: int = 1_024
+    max_pull_messages: int = setting(1_024, 1, 100_000)
     # Held long-polls at once; past it a pull that would be held is answered 503 TOO_MANY_WAITERS.
-    max_held_pulls: int = 10_000
+    max_held_pulls: int = setting(10_000, 0, 1_000_000)
     # Largest `max` of a key query.
-    max_query_messages: int = 1_024
+    max_query_messages: int = setting(1_024, 1, 100_000)
     # Threads that run store reads (which may page-fault) and metadata writes off the event loop.
-    read_threads: int = 4
+    read_threads: int = setting(4, 1, 256)
     # Serve produce and pull without FastAPI's router and parameter solver (same answers; off to compare).
-    hot_routes: bool = True
+    hot_routes: bool = setting(True)
     # A pull this close (in messages) to its queue's max offset reads on the event loop, not in the pool.
-    inline_read_window_messages: int = 1_024
+    inline_read_window_messages: int = setting(1_024, 0, 10_000_000)
     # Store calls queued for or running in the read pool; past it a request is answered 503 READS_BUSY.
-    max_pending_reads: int = 1_024
+    max_pending_reads: int = setting(1_024, 1, 1_000_000)
     # Seconds uvicorn waits for in-flight requests after SIGTERM before closing them.
-    graceful_shutdown_s: int = 10
+    graceful_shutdown_s: int = setting(10, 0, 3_600)
     # Longest a busy thread keeps the GIL when another wants it (CPython's default is 5,000): a short
     # interval lets the dispatch thread run soon after a put, which bounds the long-poll wake-up delay.
-    gil_switch_interval_us: int = 500
+    gil_switch_interval_us: int = setting(500, 50, 100_000)
     # A request's headers must be complete this long after their first byte (a new connection's first
     # request: after it opened); past it the connection is closed (408 when part of a request arrived).
-    header_read_timeout_ms: int = 10_000
+    header_read_timeout_ms: int = setting(10_000, 100, 600_000)
     # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
-    body_read_timeout_ms: int = 30_000
+    body_read_timeout_ms: int = setting(30_000, 100, 3_600_000)
     # Seconds an idle keep-alive connection is kept open between requests (uvicorn's timeout_keep_alive).
-    keep_alive_timeout_s: int = 5
+    keep_alive_timeout_s: int = setting(5, 1, 3_600)
     # Open HTTP connections; a connection past it is answered 503 TOO_MANY_CONNECTIONS (health checks still served).
-    max_connections: int = 12_000
+    max_connections: int = setting(12_000, 1, 1_000_000)
     # File descriptors kept for the store's files, logs and replication beyond max_connections, when the
     # soft RLIMIT_NOFILE is raised at start to fit both.
-    reserved_fds: int = 1_024
+    reserved_fds: int = setting(1_024, 0, 1_000_000)
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
     ha: HASettings = field(default_factory=HASettings)
 
     def validate(self) -> BrokerSettings:
-        """Raise ConfigInvalid when a setting is out of range."""
-        checks = [
-            (0 <= self.port <= 65535, "port must be in 0..65535"),
-            (self.log_level in LOG_LEVELS, f"log level must be one of {', '.join(LOG_LEVELS)}"),
-            (self.flush is None or self.flush in FLUSH_MODES, "flush must be sync or async"),
-            (self.max_request_body_bytes > 0, "max_request_body_bytes must be positive"),
-            (self.max_json_body_bytes > 0, "max_json_body_bytes must be positive"),
-            (0 <= self.max_wait_ms <= 300_000, "max_wait_ms must be in 0..300000"),
-            (self.max_pull_messages > 0, "max_pull_messages must be positive"),
-            (50 <= self.gil_switch_interval_us <= 100_000, "gil_switch_interval_us must be in 50..100000"),
-            (self.max_held_pulls >= 0, "max_held_pulls must not be negative"),
-            (self.max_query_messages > 0, "max_query_messages must be positive"),
-            (self.read_threads > 0, "read_threads must be positive"),
-            (self.max_pending_reads > 0, "max_pending_reads must be positive"),
-            (self.inline_read_window_messages >= 0, "inline_read_window_messages must not be negative"),
-            (self.graceful_shutdown_s >= 0, "graceful_shutdown_s must not be negative"),
-            (100 <= self.header_read_timeout_ms <= 600_000, "header_read_timeout_ms must be in 100..600000"),
-            (100 <= self.body_read_timeout_ms <= 3_600_000, "body_read_timeout_ms must be in 100..3600000"),
-            (1 <= self.keep_alive_timeout_s <= 3_600, "keep_alive_timeout_s must be in 1..3600"),
-            (1 <= self.max_connections <= 1_000_000, "max_connections must be in 1..1000000"),
-            (self.max_held_pulls < self.max_connections, "max_held_pulls must be below max_connections (a held pull holds a connection)"),
-            (0 <= self.reserved_fds <= 1_000_000, "reserved_fds must be in 0..1000000"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigInvalid(message)
+        """Check every setting's type and range (then the store's and replication's); ConfigInvalid names the first broken one."""
+        check_fields(self, "broker")
+        if self.max_held_pulls >= self.max_connections:
+            raise ConfigInvalid("max_held_pulls must be below max_connections (a held pull holds a connection)")
         self.store.store_path_root_dir = self.store_dir
         if self.flush is not None:
             self.store.flush_disk_type = FLUSH_MODES[self.flush]
@@ -126,9 +106,7 @@ class BrokerSettings:
 
 
 BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store", "ha"}
-INT_KEYS = {f.name for f in dataclasses.fields(BrokerSettings) if f.type == "int"}
-# HASettings field -> its type's name ("int", "str", "str | None"), for the [ha] table's checks.
-HA_TYPES = {f.name: str(f.type) for f in dataclasses.fields(HASettings)}
+HA_KEYS = {f.name for f in dataclasses.fields(HASettings)}
 TABLES = ("broker", "store", "ha")
 
 
@@ -149,21 +127,16 @@ def load_toml(path: str) -> dict[str, Any]:
 
 def build_ha_settings(table: dict[str, Any], overrides: dict[str, Any]) -> HASettings:
     """HASettings from the `[ha]` table and explicit overrides (strings from options or the environment win)."""
-    unknown = set(table) - set(HA_TYPES)
+    unknown = set(table) - HA_KEYS
     if unknown:
         raise ConfigInvalid(f"unknown ha setting(s): {', '.join(sorted(unknown))}")
-    for key, value in table.items():
-        kind = HA_TYPES[key]
-        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigInvalid(f"ha setting {key} must be an integer")
-        if kind != "int" and not isinstance(value, str):
-            raise ConfigInvalid(f"ha setting {key} must be a string")
-    values = {**table, **{k: v for k, v in overrides.items() if v is not None}}
-    port = values.get("ha_port")
-    if isinstance(port, str):
+    given = {k: v for k, v in overrides.items() if v is not None}
+    port = given.get("ha_port")
+    if isinstance(port, str):  # options and the environment are strings; a TOML value must be an integer
         if not port.isascii() or not port.isdigit():
             raise ConfigInvalid(f"ha port must be a port number, not {port!r}")
-        values["ha_port"] = int(port)
+        given["ha_port"] = int(port)
+    values = {**table, **given}
     return HASettings(**values)
 
 
@@ -175,12 +148,6 @@ def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any], ha_ov
     if unknown:
         raise ConfigInvalid(f"unknown broker setting(s): {', '.join(sorted(unknown))}")
     broker.update({k: v for k, v in overrides.items() if v is not None})
-    for key in INT_KEYS & set(broker):
-        if isinstance(broker[key], bool) or not isinstance(broker[key], int):
-            raise ConfigInvalid(f"broker setting {key} must be an integer")
-    for key in ("auto_create_topics", "hot_routes"):
-        if key in broker and not isinstance(broker[key], bool):
-            raise ConfigInvalid(f"broker setting {key} must be true or false")
     store = MessageStoreConfig.from_dict(dict(toml.get("store", {})))
     ha = build_ha_settings(dict(toml.get("ha", {})), ha_overrides or {})
     return BrokerSettings(**broker, store=store, ha=ha).validate()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from store import BrokerRole, MessageStoreConfig
 from store.errors import ConfigInvalid
+from store.setting import check_fields, setting
 
 ROLES = ("standalone", "master", "slave")
 REPLICATION_MODES = ("async", "sync")
@@ -38,56 +39,47 @@ ENV_NAMES = {
 @dataclass
 class HASettings:
     # "standalone", "master" or "slave".
-    role: str = "standalone"
+    role: str = setting("standalone", choices=ROLES)
     # Master: TCP port slaves connect to.
-    ha_port: int = DEFAULT_HA_PORT
+    ha_port: int = setting(DEFAULT_HA_PORT, 0, 65_535)
     # Master: address the HA port listens on (loopback unless told otherwise).
-    ha_host: str = "127.0.0.1"
+    ha_host: str = setting("127.0.0.1")
     # Slave: the master's HA endpoint, "host:port".
-    master_ha_address: str | None = None
+    master_ha_address: str | None = setting(None)
     # Master: "sync" (SYNC_MASTER) or "async" (ASYNC_MASTER).
-    replication: str = "async"
+    replication: str = setting("async", choices=REPLICATION_MODES)
     # Master: its HTTP base URL, sent to slaves for their NOT_MASTER replies ("http://host:port").
-    advertised_http_address: str | None = None
+    advertised_http_address: str | None = setting(None)
     # Slave: the master's HTTP base URL when it should not be learned from the handshake.
-    master_http_address: str | None = None
+    master_http_address: str | None = setting(None)
     # Slave: longest wait for a TCP connect to the master.
-    connect_timeout_ms: int = 3_000
+    connect_timeout_ms: int = setting(3_000, 1, 600_000)
     # Slave: first pause before reconnecting after a failure (doubles on each failure).
-    reconnect_backoff_min_ms: int = 100
+    reconnect_backoff_min_ms: int = setting(100, 1, 600_000)
     # Slave: longest pause between reconnection attempts.
-    reconnect_backoff_max_ms: int = 5_000
+    reconnect_backoff_max_ms: int = setting(5_000, 1, 3_600_000)
     # Master: slave connections served at once; more are closed at accept.
-    max_slave_connections: int = 8
+    max_slave_connections: int = setting(8, 1, 1_024)
     # Master: SYNC_MASTER puts waiting for a slave at once; past it a put answers FLUSH_SLAVE_TIMEOUT at once.
-    max_pending_transfers: int = 100_000
+    max_pending_transfers: int = setting(100_000, 1, 10_000_000)
     # How long a blocking socket call waits before the loop re-checks its stop flag.
-    io_poll_ms: int = 100
+    io_poll_ms: int = setting(100, 1, 60_000)
     # Master: longest pause of a connection's writer between two checks for new commitlog bytes.
-    write_poll_ms: int = 10
+    write_poll_ms: int = setting(10, 1, 60_000)
     # Bytes at the end of the slave's log whose CRC the handshake compares with the master's.
-    handshake_check_bytes: int = 4_096
+    handshake_check_bytes: int = setting(4_096, 1, 64 * 1024 * 1024)
     # Master: how often the topic table is compared with what was last sent to slaves.
-    topic_sync_interval_ms: int = 1_000
+    topic_sync_interval_ms: int = setting(1_000, 1, 3_600_000)
     # Largest control frame (topic table) either side accepts.
-    max_control_frame_bytes: int = 4 * 1024 * 1024
+    max_control_frame_bytes: int = setting(4 * 1024 * 1024, 1024, 256 * 1024 * 1024)
 
     def validate(self) -> HASettings:
-        """Raise ConfigInvalid when a setting is unusable."""
-        if self.role not in ROLES:
-            raise ConfigInvalid(f"role must be one of {', '.join(ROLES)}, not {self.role!r}")
-        if self.replication not in REPLICATION_MODES:
-            raise ConfigInvalid(f"replication must be sync or async, not {self.replication!r}")
-        if not 0 <= self.ha_port <= 65535:
-            raise ConfigInvalid(f"ha port must be in 0..65535, not {self.ha_port}")
+        """Check every setting's type and range, then the relations; ConfigInvalid names the first broken one."""
+        check_fields(self, "ha")
         if self.role == "slave":
             if not self.master_ha_address:
                 raise ConfigInvalid("a slave needs --master-ha-address host:port")
             parse_address(self.master_ha_address)
-        positive = ("connect_timeout_ms", "reconnect_backoff_min_ms", "max_slave_connections", "max_pending_transfers", "io_poll_ms")
-        for name in (*positive, "write_poll_ms", "handshake_check_bytes", "topic_sync_interval_ms", "max_control_frame_bytes"):
-            if getattr(self, name) <= 0:
-                raise ConfigInvalid(f"{name} must be positive")
         if self.reconnect_backoff_max_ms < self.reconnect_backoff_min_ms:
             raise ConfigInvalid("reconnect_backoff_max_ms must be >= reconnect_backoff_min_ms")
         return self

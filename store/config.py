@@ -2,8 +2,10 @@
 
 Names are RocketMQ's in snake_case with the unit last. Every size is a setting so
 that tests can use files of a few kilobytes and cross file boundaries constantly.
-`validate()` asserts the relations between settings at start-up; a broken relation
-is a configuration error (`ConfigInvalid`), never a late surprise.
+Each setting declares its type (the annotation) and range (`setting(default, low, high)`,
+store.setting); `validate()` checks them and the relations between settings at start-up,
+and a broken one is a configuration error (`ConfigInvalid` naming the setting), never a
+busy loop or a late surprise.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from store.errors import ConfigInvalid
+from store.setting import check_fields, setting
 
 
 class FlushDiskType(enum.Enum):
@@ -35,172 +38,157 @@ class BrokerRole(enum.Enum):
 GIB = 1024 * 1024 * 1024
 MIB = 1024 * 1024
 CQ_UNIT_SIZE_BYTES = 20
+INDEX_HEADER_BYTES = 40
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
 @dataclass
 class MessageStoreConfig:
     # Root directory holding commitlog/, consumequeue/, index/, config/ and the checkpoint.
-    store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    store_path_root_dir: str = setting(factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
     # Size of one commitlog file; files are named by their start offset.
-    mapped_file_size_commit_log_bytes: int = GIB
+    mapped_file_size_commit_log_bytes: int = setting(GIB, 4096, 2**31 - 1)
     # Size of one consume queue file: 300,000 entries of 20 bytes.
-    mapped_file_size_consume_queue_bytes: int = 300_000 * CQ_UNIT_SIZE_BYTES
+    mapped_file_size_consume_queue_bytes: int = setting(300_000 * CQ_UNIT_SIZE_BYTES, CQ_UNIT_SIZE_BYTES, 2**31 - 1)
     # Hash slots per index file.
-    max_hash_slot_num: int = 5_000_000
+    max_hash_slot_num: int = setting(5_000_000, 1, 100_000_000)
     # Index entries per index file.
-    max_index_num: int = 5_000_000 * 4
+    max_index_num: int = setting(5_000_000 * 4, 2, 100_000_000)
     # Largest accepted message body.
-    max_message_size_bytes: int = 4 * MIB
+    max_message_size_bytes: int = setting(4 * MIB, 1, GIB)
     # Largest accepted encoded properties (the 2-byte length field's signed range).
-    max_properties_size_bytes: int = 32_767
+    max_properties_size_bytes: int = setting(32_767, 1, 32_767)
     # Largest accepted topic name.
-    max_topic_length_bytes: int = 127
+    max_topic_length_bytes: int = setting(127, 1, 127)
     # Largest number of messages one batch put may hold.
-    max_batch_messages: int = 1_000
+    max_batch_messages: int = setting(1_000, 1, 100_000)
     # SYNC_FLUSH waits for a group commit before answering; ASYNC_FLUSH flushes periodically.
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_disk_type: FlushDiskType = setting(FlushDiskType.ASYNC_FLUSH)
     # Replication role; SLAVE refuses puts.
-    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    broker_role: BrokerRole = setting(BrokerRole.ASYNC_MASTER)
     # FlushRealTimeService period for the commitlog.
-    flush_interval_commit_log_ms: int = 500
+    flush_interval_commit_log_ms: int = setting(500, 1, 60_000)
     # CommitRealTimeService period (transient store pool only).
-    commit_interval_commit_log_ms: int = 200
+    commit_interval_commit_log_ms: int = setting(200, 1, 60_000)
     # Use a timed wait instead of a wakeable wait in the flusher (RocketMQ's flushCommitLogTimed).
-    flush_commit_log_timed: bool = False
+    flush_commit_log_timed: bool = setting(False)
     # Pages (4 KiB) that must be dirty before a periodic flush writes them.
-    flush_commit_log_least_pages: int = 4
+    flush_commit_log_least_pages: int = setting(4, 0, 1_000_000)
     # Pages that must be pending before a periodic commit copies them.
-    commit_commit_log_least_pages: int = 4
+    commit_commit_log_least_pages: int = setting(4, 0, 1_000_000)
     # A flush of everything at least this often, whatever the page count.
-    flush_commit_log_thorough_interval_ms: int = 10_000
+    flush_commit_log_thorough_interval_ms: int = setting(10_000, 1, 3_600_000)
     # A commit of everything at least this often.
-    commit_commit_log_thorough_interval_ms: int = 200
+    commit_commit_log_thorough_interval_ms: int = setting(200, 1, 3_600_000)
     # FlushConsumeQueueService period.
-    flush_interval_consume_queue_ms: int = 1_000
+    flush_interval_consume_queue_ms: int = setting(1_000, 1, 600_000)
     # Pages of consume queue that must be dirty before a periodic flush.
-    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_least_pages: int = setting(2, 0, 1_000_000)
     # A consume queue flush of everything at least this often.
-    flush_consume_queue_thorough_interval_ms: int = 60_000
+    flush_consume_queue_thorough_interval_ms: int = setting(60_000, 1, 3_600_000)
     # How long a SYNC_FLUSH (or SYNC_MASTER) put waits before FLUSH_*_TIMEOUT.
-    sync_flush_timeout_ms: int = 5_000
-    # Requests the group commit service holds at once before refusing (OS_PAGECACHE_BUSY).
-    max_group_commit_requests: int = 100_000
+    sync_flush_timeout_ms: int = setting(5_000, 1, 600_000)
+    # Requests the group commit service holds at once; past it a put is stored and answered FLUSH_DISK_TIMEOUT (0: always).
+    max_group_commit_requests: int = setting(100_000, 0, 10_000_000)
     # Write into pooled buffers and commit them to the file channel (RocketMQ's TransientStorePool).
-    transient_store_pool_enable: bool = False
+    transient_store_pool_enable: bool = setting(False)
     # Buffers in the transient store pool.
-    transient_store_pool_size: int = 5
+    transient_store_pool_size: int = setting(5, 1, 1_024)
     # Touch every page of a new file and lock it in memory.
-    warm_mapped_file_enable: bool = False
+    warm_mapped_file_enable: bool = setting(False)
     # Build IndexFile entries for KEYS and UNIQ_KEY.
-    message_index_enable: bool = True
+    message_index_enable: bool = setting(True)
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).
-    message_index_uniq_key_enable: bool = True
+    message_index_uniq_key_enable: bool = setting(True)
     # Slave mode of RocketMQ: the reput offset follows the confirmed offset, not the max offset.
-    duplication_enable: bool = False
+    duplication_enable: bool = setting(False)
     # How long the writer waits for the allocation service to produce the next file.
-    allocate_mapped_file_timeout_ms: int = 5_000
+    allocate_mapped_file_timeout_ms: int = setting(5_000, 1, 600_000)
     # Pull transfer limits: messages per pull.
-    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_count_on_message_in_memory: int = setting(32, 1, 100_000)
     # Pull transfer limits: bytes per pull while the data is in page cache.
-    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_bytes_on_message_in_memory: int = setting(256 * 1024, 1, GIB)
     # Pull transfer limits: messages per pull when reading from disk.
-    max_transfer_count_on_message_in_disk: int = 8
+    max_transfer_count_on_message_in_disk: int = setting(8, 1, 100_000)
     # Pull transfer limits: bytes per pull when reading from disk.
-    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_bytes_on_message_in_disk: int = setting(64 * 1024, 1, GIB)
     # Share of memory the page cache may hold of the commitlog before reads count as "on disk".
-    access_message_in_memory_max_ratio_percent: int = 40
+    access_message_in_memory_max_ratio_percent: int = setting(40, 0, 100)
     # How long a put may hold the put lock before puts answer OS_PAGECACHE_BUSY.
-    os_page_cache_busy_timeout_ms: int = 1_000
+    os_page_cache_busy_timeout_ms: int = setting(1_000, 1, 600_000)
     # Delay levels of SCHEDULE_TOPIC_XXXX.
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    message_delay_level: str = setting(DEFAULT_DELAY_LEVELS)
     # Period of the delay scan per level.
-    schedule_scan_interval_ms: int = 100
+    schedule_scan_interval_ms: int = setting(100, 1, 60_000)
     # Period at which delay progress is persisted.
-    flush_delay_offset_interval_ms: int = 10_000
+    flush_delay_offset_interval_ms: int = setting(10_000, 1, 3_600_000)
     # Retention: hours a commitlog file is kept after its last write.
-    file_reserved_time_hours: int = 72
+    file_reserved_time_hours: int = setting(72, 0, 87_600)
     # Hours of the day (semicolon separated, "04;05") in which expired files are deleted.
-    delete_when: str = "04"
+    delete_when: str = setting("04")
     # Period of the cleanup services.
-    clean_resource_interval_ms: int = 10_000
+    clean_resource_interval_ms: int = setting(10_000, 1, 3_600_000)
     # Pause between two file deletions of one pass.
-    delete_commit_log_files_interval_ms: int = 100
+    delete_commit_log_files_interval_ms: int = setting(100, 0, 60_000)
     # Pause between two consume queue file deletions of one pass.
-    delete_consume_queue_files_interval_ms: int = 100
+    delete_consume_queue_files_interval_ms: int = setting(100, 0, 60_000)
     # After this long a file still referenced by readers is deleted anyway.
-    destroy_mapped_file_interval_forcibly_ms: int = 120_000
+    destroy_mapped_file_interval_forcibly_ms: int = setting(120_000, 0, 3_600_000)
     # Files deleted in one pass at most.
-    delete_files_batch_max: int = 10
+    delete_files_batch_max: int = setting(10, 1, 10_000)
     # Disk usage above which expired files are deleted at any hour.
-    disk_max_used_space_ratio_percent: int = 75
+    disk_max_used_space_ratio_percent: int = setting(75, 1, 100)
     # Disk usage above which files are deleted even when not expired, and forcibly.
-    disk_clean_forcibly_ratio_percent: int = 85
+    disk_clean_forcibly_ratio_percent: int = setting(85, 1, 100)
     # Disk usage above which puts are refused.
-    disk_warning_ratio_percent: int = 90
+    disk_warning_ratio_percent: int = setting(90, 1, 100)
     # Rounds a manual cleanup runs (RocketMQ's executeDeleteFilesManually).
-    manual_delete_file_rounds: int = 20
+    manual_delete_file_rounds: int = setting(20, 1, 1_000)
     # Default queues of an auto-created topic.
-    default_topic_queue_nums: int = 4
+    default_topic_queue_nums: int = setting(4, 1, 65_536)
     # Highest queue count a topic may have.
-    max_topic_queue_nums: int = 1_024
+    max_topic_queue_nums: int = setting(1_024, 1, 65_536)
     # Recovery after a clean shutdown starts this many files from the end.
-    recover_clean_shutdown_files: int = 3
+    recover_clean_shutdown_files: int = setting(3, 1, 1_000_000)
     # The IPv4 address and port stamped into STOREHOST and the offset message id.
-    store_host: str = "127.0.0.1"
+    store_host: str = setting("127.0.0.1")
     # Port half of STOREHOST.
-    store_port: int = 10911
-    # Bounded wait of a service's final flush at shutdown.
-    shutdown_flush_timeout_ms: int = 5_000
+    store_port: int = setting(10911, 0, 65_535)
     # Consume-queue files mapped at once at most; colder ones are unmapped (each mapping holds a file descriptor).
-    max_mapped_consume_queue_files: int = 1_024
+    max_mapped_consume_queue_files: int = setting(1_024, 1, 10_000_000)
     # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
-    max_dispatch_lag_bytes: int = 256 * MIB
-    # Largest number of bytes the reput service dispatches before releasing its slice.
-    reput_batch_bytes: int = 4 * MIB
+    max_dispatch_lag_bytes: int = setting(256 * MIB, MIB, 2**62)
     # Master-slave: longest a slave may be behind for SYNC_MASTER puts to wait for it.
-    ha_slave_fall_behind_max_bytes: int = 256 * MIB
+    ha_slave_fall_behind_max_bytes: int = setting(256 * MIB, 0, 2**62)
     # Master-slave: a slave reports at least this often.
-    ha_send_heartbeat_interval_ms: int = 5_000
+    ha_send_heartbeat_interval_ms: int = setting(5_000, 1, 3_600_000)
     # Period at which committed consumer offsets are compacted from their log into consumerOffset.json.
-    flush_consumer_offset_interval_ms: int = 5_000
+    flush_consumer_offset_interval_ms: int = setting(5_000, 100, 3_600_000)
     # Master-slave: a connection silent for this long is closed.
-    ha_housekeeping_interval_ms: int = 20_000
+    ha_housekeeping_interval_ms: int = setting(20_000, 1, 3_600_000)
     # Master-slave: largest frame body the master sends.
-    ha_transfer_batch_size_bytes: int = 32 * 1024
+    ha_transfer_batch_size_bytes: int = setting(32 * 1024, 1, 256 * MIB)
 
     def validate(self) -> MessageStoreConfig:
-        """Assert the relations between settings; raise ConfigInvalid when one breaks."""
+        """Check every setting's type and range, then the relations between settings; ConfigInvalid names the first broken one."""
+        check_fields(self, "store")
+        index_file_bytes = INDEX_HEADER_BYTES + 4 * self.max_hash_slot_num + 20 * self.max_index_num
+        largest_message = self.max_message_size_bytes + self.max_properties_size_bytes + self.max_topic_length_bytes + 91
         checks: list[tuple[bool, str]] = [
-            (self.mapped_file_size_commit_log_bytes >= 4096, "commitlog file size must be >= 4096 bytes"),
             (
-                self.mapped_file_size_commit_log_bytes
-                >= self.max_message_size_bytes + self.max_properties_size_bytes + self.max_topic_length_bytes + 91 + 8,
-                "commitlog file size must hold the largest message plus its end marker",
+                self.mapped_file_size_commit_log_bytes >= largest_message + 8,
+                "mapped_file_size_commit_log_bytes must hold the largest message plus its end marker",
             ),
-            (self.mapped_file_size_consume_queue_bytes % CQ_UNIT_SIZE_BYTES == 0, "consume queue file size must be a multiple of 20"),
-            (self.mapped_file_size_consume_queue_bytes >= CQ_UNIT_SIZE_BYTES, "consume queue file must hold one entry"),
-            (self.max_hash_slot_num > 0 and self.max_index_num > 1, "index file needs slots and entries"),
-            (self.max_message_size_bytes > 0, "max_message_size_bytes must be positive"),
-            (0 < self.max_properties_size_bytes <= 32_767, "max_properties_size_bytes must be in 1..32767"),
-            (0 < self.max_topic_length_bytes <= 127, "max_topic_length_bytes must be in 1..127"),
-            (self.flush_interval_commit_log_ms > 0, "flush_interval_commit_log_ms must be positive"),
-            (self.sync_flush_timeout_ms > 0, "sync_flush_timeout_ms must be positive"),
-            (self.transient_store_pool_size > 0, "transient_store_pool_size must be positive"),
             (
-                self.disk_max_used_space_ratio_percent <= self.disk_clean_forcibly_ratio_percent <= self.disk_warning_ratio_percent <= 100,
-                "disk ratios must satisfy max_used <= clean_forcibly <= warning <= 100",
+                self.mapped_file_size_consume_queue_bytes % CQ_UNIT_SIZE_BYTES == 0,
+                "mapped_file_size_consume_queue_bytes must be a multiple of 20",
             ),
-            (0 < self.default_topic_queue_nums <= self.max_topic_queue_nums, "default queue count must be in 1..max_topic_queue_nums"),
-            (self.max_batch_messages > 0, "max_batch_messages must be positive"),
-            (self.recover_clean_shutdown_files > 0, "recover_clean_shutdown_files must be positive"),
-            (self.max_mapped_consume_queue_files >= 1, "max_mapped_consume_queue_files must be >= 1"),
-            (self.max_dispatch_lag_bytes >= MIB, "max_dispatch_lag_bytes must be >= 1 MiB"),
+            (index_file_bytes <= 2**31 - 1, "max_hash_slot_num and max_index_num make an index file past 2 GiB"),
             (
-                100 <= self.flush_consumer_offset_interval_ms <= 3_600_000,
-                "flush_consumer_offset_interval_ms must be in 100..3600000",
+                self.disk_max_used_space_ratio_percent <= self.disk_clean_forcibly_ratio_percent <= self.disk_warning_ratio_percent,
+                "disk ratios must satisfy disk_max_used_space <= disk_clean_forcibly <= disk_warning",
             ),
-            (0 <= self.store_port <= 65535, "store_port must be a port number"),
+            (self.default_topic_queue_nums <= self.max_topic_queue_nums, "default_topic_queue_nums must be <= max_topic_queue_nums"),
             (
                 not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),
                 "transient_store_pool_enable needs ASYNC_FLUSH (as in RocketMQ)",
@@ -212,6 +200,7 @@ class MessageStoreConfig:
         _parse_ipv4(self.store_host)
         if not self.delay_levels_ms():
             raise ConfigInvalid("message_delay_level must name at least one level")
+        self.delete_hours()
         return self
 
     # Derived values ------------------------------------------------------------------
@@ -269,10 +258,13 @@ class MessageStoreConfig:
         for name, value in values.items():
             if name not in known:
                 raise ConfigInvalid(f"unknown store setting {name!r}")
-            if name == "flush_disk_type":
-                value = FlushDiskType(str(value).upper())
-            elif name == "broker_role":
-                value = BrokerRole(str(value).upper())
+            if name in ENUM_SETTINGS and isinstance(value, str):
+                kind = ENUM_SETTINGS[name]
+                try:
+                    value = kind(value.upper())
+                except ValueError:
+                    choices = ", ".join(member.value for member in kind)
+                    raise ConfigInvalid(f"store setting {name} must be one of {choices}, not {value!r}") from None
             kwargs[name] = value
         return cls(**kwargs)
 
@@ -282,6 +274,9 @@ class MessageStoreConfig:
             value = getattr(self, f.name)
             out[f.name] = value.value if isinstance(value, enum.Enum) else value
         return out
+
+
+ENUM_SETTINGS: dict[str, type[enum.Enum]] = {"flush_disk_type": FlushDiskType, "broker_role": BrokerRole}
 
 
 def _parse_ipv4(text: str) -> bytes:

@@ -42,9 +42,9 @@ def test_environment_fills_what_the_command_line_leaves_out():
     ("argv", "env", "words"),
     [
         ([], {"TIDEMQ_ROLE": "leader"}, "role must be one of"),
-        ([], {"TIDEMQ_REPLICATION": "semi"}, "replication must be sync or async"),
+        ([], {"TIDEMQ_REPLICATION": "semi"}, "replication must be one of async, sync"),
         (["--ha-port", "http"], {}, "ha port must be a port number"),
-        (["--ha-port", "70000"], {}, "ha port must be in"),
+        (["--ha-port", "70000"], {}, "ha_port must be an integer in 0..65535"),
         (["--role", "slave"], {}, "needs --master-ha-address"),
         (["--role", "slave", "--master-ha-address", "nohost"], {}, "host:port"),
         (["--role", "slave", "--master-ha-address", "h:0"], {}, "host:port"),
