@@ -34,6 +34,9 @@ def test_the_two_setup_commands_are_make_targets() -> None:
         "bench-spark",
         "bench-compare",
         "bench-schedule",
+        "bench-offsets",
+        "bench-kernels",
+        "settings-doc",
     ):
         assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
 
