@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,9 @@ bench-ha: $(BENCH_STAMP)
 
 bench-spark: $(SPARK_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/spark_bench.py
+
+bench-held-polls: $(BENCH_STAMP)
+	$(PY) bench/held_polls_bench.py
 
 bench-compare: $(BENCH_STAMP)
 	$(PY) bench/compare.py

@@ -79,12 +79,12 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, config_text: str = STORE_CONFIG) -> None:
         self.root = root
         self.port = free_port()
         config = os.path.join(root, "bench.toml")
         with open(config, "w") as f:
-            f.write(STORE_CONFIG)
+            f.write(config_text)
         cmd = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--store", os.path.join(root, "store"), "--config", config]
         self.log = open(os.path.join(root, "broker.log"), "wb")
         self.proc = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
