@@ -1,6 +1,6 @@
 """The native kernels (store.native) against the Python codec, byte for byte, and their bounds.
 
-The Python codec (store.message_codec, store.message, MessageGetter) is the reference:
+The Python codec (store.message_codec, store.message, store.reference_getter) is the reference:
 every kernel output is compared with what it produces on the same random input,
 including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
 """
@@ -30,6 +30,7 @@ from store.message_codec import (
     message_length,
     write_blank_into,
 )
+from store.reference_getter import ReferenceGetter
 from store.status import GetMessageStatus
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
@@ -439,7 +440,7 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
 @given(st.integers(0, 1), st.integers(0, 199), st.integers(1, 40), st.sets(st.sampled_from(TAGS[:4] + ["none"]), max_size=2))
 def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_count, tags) -> None:
     tag_filter = TagFilter(frozenset(tags)) if tags else None
-    ref = filled_store.get_message("", "G", queue_id, offset, max_count, tag_filter)
+    ref = ReferenceGetter(filled_store).get_message("", "G", queue_id, offset, max_count, tag_filter)
     try:
         want, want_offsets = ref.to_bytes(), list(ref.commitlog_offsets)
         want_queue = list(ref.queue_offsets)
