@@ -1,8 +1,9 @@
 """GET /v1/topics/{topic}/queues/{queue_id}/messages: pull, with long polling.
 
 Invariants:
-- Reads (`get_message`, decoding, serialising) run in the broker's read pool; the result is
-  released there, before the reply leaves, so no mapped file stays pinned by a reply.
+- Reads (`get_message`, decoding, serialising) run in the broker's read pool. A result owns
+  the bytes it copied out of the commitlog and pins no mapped file; the batch format is sent
+  from its buffer as it is.
 - A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread) until a
   matching message arrives in its queue, the wait ends, the client disconnects or the broker
   stops; it then re-reads. A disconnected client is unregistered at once.
@@ -58,7 +59,7 @@ class Read:
     next_offset: int
     min_offset: int
     max_offset: int
-    body: bytes
+    body: bytes | memoryview
     count: int
 
 
@@ -213,13 +214,14 @@ class Puller:
         return PullSpec(group or "", topic, queue_id, offset, max_count, tag_filter, codes, wait_ms, batch)
 
     def read(self, spec: PullSpec, offset: int) -> Read:
-        """Read and serialise (runs in the read pool, or inline for just-written data); always releases."""
+        """Read and serialise (runs in the read pool, or inline for just-written data)."""
         result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.tag_filter)
         try:
             status = PULL_STATUS[result.status]
             found = status == "FOUND"
+            body: bytes | memoryview
             if spec.batch:
-                body = result.to_bytes() if found else b""
+                body = memoryview(result.data) if found else b""  # the gathered messages: the wire format
             else:
                 messages = [message_json(m) for m in result.decode()] if found else []
                 body = orjson.dumps(

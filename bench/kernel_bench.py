@@ -6,7 +6,9 @@ ns per message (best of several rounds, one thread) for:
 - dispatch scan: the same messages; Python = decode_for_dispatch + the consume-queue
   entry + key_hash of topic#key for the UNIQ_KEY and each key (what dispatch computes);
 - gather: pulls of 32 consume-queue entries with a tag filter matching half of them;
-  Python = MessageGetter._collect's entry loop (unpack, filter, slice) + to_bytes.
+  Python = the entry loop of a pull (unpack, filter, slice) + the join of the slices;
+- get_message: whole pulls of 32 from a real store (tag filter matching half), the production
+  MessageGetter (gather) against store.reference_getter.ReferenceGetter (the Python walk).
 
 Usage: python bench/kernel_bench.py [--messages N] [--body BYTES]
 """
@@ -14,16 +16,21 @@ Usage: python bench/kernel_bench.py [--messages N] [--body BYTES]
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 import time
 import types
 from collections.abc import Callable
 
+from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, TagFilter
 from store import native as nk
 from store.commit_log import _QUEUE_AND_PHYSICAL_OFFSET, _STORE_TIMESTAMP, CommitLog
 from store.consume_queue import ENTRY
 from store.index_file import key_hash
 from store.message import build_message, java_string_hash
 from store.message_codec import POS_QUEUE_OFFSET, POS_STORE_TIMESTAMP, decode_for_dispatch
+from store.message_getter import MessageGetter
+from store.reference_getter import ReferenceGetter
 
 HOST = bytes([127, 0, 0, 1, 0, 0, 0x26, 0xAD])
 ROUNDS = 5
@@ -124,6 +131,35 @@ def bench_gather(buf: bytearray, limit: int, n: int) -> tuple[int, int, int]:
     return best_ns(python_gather), best_ns(kernel), pulls * 32
 
 
+def bench_get_message(msgs: list) -> tuple[int, int, int]:
+    """ns of reading the whole queue in pulls of 32 through each getter (same store, same pulls)."""
+    root = tempfile.mkdtemp(prefix="tidemq-kernel-bench-")
+    store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log_bytes=64 << 20))
+    store.load()
+    store.start()
+    try:
+        for i in range(0, len(msgs), 100):
+            assert store.put_messages(msgs[i : i + 100]).ok
+        while store.reput_service.behind() > 0:
+            time.sleep(0.01)
+        tag_filter = TagFilter.parse("TagA")
+        end = store.get_max_offset_in_queue("BenchTopic", 0)
+
+        def read_all(getter: MessageGetter) -> None:
+            offset = 0
+            while offset < end:
+                r = getter.get_message("bench", "BenchTopic", 0, offset, 32, tag_filter)
+                assert r.status is GetMessageStatus.FOUND
+                offset = r.next_begin_offset
+                r.release()
+
+        reference = ReferenceGetter(store)
+        return best_ns(lambda: read_all(reference)), best_ns(lambda: read_all(store.getter)), end
+    finally:
+        store.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=2000)
@@ -141,16 +177,18 @@ def main() -> None:
     ).dest_pos  # fmt: skip
     py_scan, k_scan = bench_scan(dest, limit, n)
     py_g, k_g, gathered = bench_gather(dest, limit, n)
+    py_get, k_get, entries = bench_get_message(msgs)
     rows = [
         ("encode (batch given)", py_enc / n, k_enc / n),
         ("encode (+ pack_batch)", py_enc / n, k_enc_pack / n),
         ("dispatch scan (UNIQ_KEY + 2 keys)", py_scan / n, k_scan / n),
         ("gather (32-entry pulls, half match)", py_g / gathered, k_g / gathered),
+        ("get_message (store, 32 per pull, half match)", py_get / entries, k_get / entries),
     ]
     print(f"{n} messages of {args.body} B body; ns per message (entry for gather), best of {ROUNDS}")
-    print(f"{'kernel':38} {'python':>10} {'native':>10} {'python/native':>14}")
+    print(f"{'kernel':46} {'python':>10} {'native':>10} {'python/native':>14}")
     for name, p, k in rows:
-        print(f"{name:38} {p:10.0f} {k:10.0f} {p / k:14.1f}")
+        print(f"{name:46} {p:10.0f} {k:10.0f} {p / k:14.1f}")
 
 
 if __name__ == "__main__":

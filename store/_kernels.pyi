@@ -39,5 +39,7 @@ def gather(
     limits: tuple[int, ...],
     codes: bytes | None,
     tags: tuple[bytes, ...] | None,
+    ranges: bytes | None = ...,
+    state: tuple[int, int, int, bool, int, int] | None = ...,
     /,
 ) -> tuple[int, int, int, int, int, int]: ...

@@ -1,17 +1,19 @@
 """GetMessageResult and TagFilter: what a pull returns and how it filters by tag.
 
-A result holds the mapped-file slices its buffers point into; `release()` (or a
-`with` block) lets go of them. Buffers are memoryviews of the stored bytes: a front
-end can forward them as they are or decode them.
+A result owns its bytes: `data` holds the stored messages copied out of the commitlog and
+concatenated (the batch wire format), `meta` one `store.native.META` record per message
+(commitlog offset, entry index counted from `start_offset`, size). It holds no mapped file,
+so a front end can send `data` as it is, or decode it, after the read; `release()` only
+drops the buffers (a `with` block does it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from store.mapped_file import SelectMappedBufferResult
 from store.message import decode_properties, tags_hash
 from store.message_codec import HEADER_BYTES, POS_BODY_LENGTH, PROPERTIES_LENGTH, decode_message, read_int
+from store.native import META, tag_codes_array
 from store.status import GetMessageStatus
 
 TAG_SEPARATOR = "||"
@@ -20,11 +22,14 @@ TAG_SEPARATOR = "||"
 class TagFilter:
     """A subscription expression `TagA||TagB` (or `*`): hash codes first, then the exact tag."""
 
-    __slots__ = ("tags", "codes")
+    __slots__ = ("tags", "codes", "code_array", "tag_bytes")
 
     def __init__(self, tags: frozenset[str]) -> None:
         self.tags = tags
         self.codes = frozenset(tags_hash(t) for t in tags)
+        # The filter as the gather kernel takes it: sorted int64 codes and the tags' UTF-8 bytes.
+        self.code_array = tag_codes_array(self.codes)
+        self.tag_bytes = tuple(t.encode("utf-8", "surrogatepass") for t in tags)
 
     @classmethod
     def parse(cls, expression: str | None) -> TagFilter | None:
@@ -57,54 +62,61 @@ def tag_of_stored(buf: Any) -> str:
 
 
 class GetMessageResult:
-    __slots__ = (
-        "status",
-        "next_begin_offset",
-        "min_offset",
-        "max_offset",
-        "buffers",
-        "queue_offsets",
-        "commitlog_offsets",
-        "buffer_total_size",
-        "suggest_pulling_from_slave",
-        "_selections",
-    )
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "start_offset", "data", "meta", "suggest_pulling_from_slave")
 
     def __init__(self, status: GetMessageStatus = GetMessageStatus.NO_MESSAGE_IN_QUEUE) -> None:
         self.status = status
         self.next_begin_offset = 0
         self.min_offset = 0
         self.max_offset = 0
-        self.buffers: list[memoryview] = []
-        self.queue_offsets: list[int] = []
-        self.commitlog_offsets: list[int] = []
-        self.buffer_total_size = 0
+        self.start_offset = 0  # the queue offset of entry index 0 in `meta`
+        self.data: bytes | bytearray = b""  # the messages' stored bytes, concatenated
+        self.meta: bytes | bytearray = b""  # META per message, in `data` order
         self.suggest_pulling_from_slave = False
-        self._selections: list[SelectMappedBufferResult] = []
-
-    def add_message(self, selection: SelectMappedBufferResult, queue_offset: int) -> None:
-        self._selections.append(selection)
-        self.buffers.append(selection.view)
-        self.queue_offsets.append(queue_offset)
-        self.commitlog_offsets.append(selection.start_offset)
-        self.buffer_total_size += selection.size
 
     @property
     def message_count(self) -> int:
-        return len(self.buffers)
+        return len(self.meta) // META.size
+
+    @property
+    def buffer_total_size(self) -> int:
+        return len(self.data)
+
+    @property
+    def queue_offsets(self) -> list[int]:
+        start = self.start_offset
+        return [start + index for _, index, _ in META.iter_unpack(self.meta)]
+
+    @property
+    def commitlog_offsets(self) -> list[int]:
+        return [offset for offset, _, _ in META.iter_unpack(self.meta)]
+
+    def positions(self) -> list[tuple[int, int]]:
+        """(position in `data`, size) of each message."""
+        out = []
+        pos = 0
+        for _, _, size in META.iter_unpack(self.meta):
+            out.append((pos, size))
+            pos += size
+        return out
+
+    def message(self, i: int) -> memoryview:
+        """The stored bytes of message `i` (a view of `data`)."""
+        pos, size = self.positions()[i]
+        return memoryview(self.data)[pos : pos + size]
 
     def to_bytes(self) -> bytes:
-        """The stored bytes of every message, concatenated (the batch wire format)."""
-        return b"".join(self.buffers)
+        """The stored bytes of every message, concatenated (the batch wire format), as bytes."""
+        return bytes(self.data)
 
     def decode(self) -> list[dict[str, Any]]:
-        return [decode_message(buf, 0) for buf in self.buffers]
+        data = self.data
+        return [decode_message(data, pos) for pos, _ in self.positions()]
 
     def release(self) -> None:
-        for selection in self._selections:
-            selection.release()
-        self._selections = []
-        self.buffers = []
+        """Drop the buffers (views of `data` taken before keep it alive)."""
+        self.data = b""
+        self.meta = b""
 
     def __enter__(self) -> GetMessageResult:
         return self

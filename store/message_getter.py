@@ -1,17 +1,22 @@
 """MessageGetter: RocketMQ's getMessage and getOffsetInQueueByTime over the consume queues.
 
 getMessage walks consume queue entries from `offset`, filters by tag hash and then by
-the exact tag, and collects slices of the commitlog until a transfer limit is hit:
+the exact tag, and copies the messages out of the commitlog until a transfer limit is hit:
 count and bytes, with tighter limits when the data is probably on disk (more than
 `access_message_in_memory_max_ratio_percent` of memory behind the log's end).
 At most MAX_FILTER_ENTRIES entries are examined per call, so a pull over a queue
 full of other tags is bounded too.
 
+The walk is the native gather kernel (store.native.gather, docs/native.md) over the queue's
+entries and the readable bytes of the commitlog files it meets; store.reference_getter keeps
+the same walk in Python as the reference the tests compare it with.
+
 An entry is served only when it points inside the log at the start of a message of its size
 (TOTALSIZE and MAGICCODE checked); one that does not is damaged: it is skipped alone and
 counted, and the entries after it are served, so `next_begin_offset` never passes a readable
-message. Only a message whose file is gone (below the log's minimum offset, or a file that
-cannot be read) skips the rest of its file, as RocketMQ does.
+message. An entry whose message starts in a damaged commitlog range is skipped like a gap.
+Only a message whose file is gone (below the log's minimum offset, or a file that cannot be
+read) skips the rest of its file, as RocketMQ does.
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from store import native
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.get_message_result import GetMessageResult, TagFilter
-from store.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC, message_length
+from store.mapped_file import MappedFile
+from store.message_codec import message_length
+from store.native import META, Gathered, GatherLimits, GatherState, Stop
 from store.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
+    from store.mapped_file_queue import MappedFileQueue
 
 MAX_FILTER_ENTRIES = 16_000  # entries examined per get (RocketMQ's maxFilterMessageCount)
 DAMAGE_LOG_INTERVAL_S = 60.0  # at most one ERROR line per interval for damaged consume-queue entries
@@ -42,6 +51,45 @@ def total_physical_memory_bytes() -> int:
         return 8 << 30
 
 
+class HeldFiles:
+    """The commitlog files one pull reads, each held (a reference, its readable bytes exported)
+    until `release()`: a file deleted meanwhile is neither closed nor unmapped under the kernel."""
+
+    __slots__ = ("_queue", "_files", "segments")
+
+    def __init__(self, queue: MappedFileQueue) -> None:
+        self._queue = queue
+        self._files: list[MappedFile] = []
+        self.segments: list[tuple[int, memoryview]] = []  # (file start offset, readable bytes)
+
+    def add(self, phy: int, size: int) -> bool:
+        """Hold the file of the message at `phy` when it can be read there, as CommitLog.get_message
+        would select it; False when the file is gone, shut down or shorter than phy + size."""
+        mf = self._queue.find_mapped_file_by_offset(phy)
+        if mf is None:
+            return False
+        pos = phy - mf.file_from_offset
+        readable = mf.get_read_position()
+        if pos < 0 or size <= 0 or pos + size > readable or not mf.hold():
+            return False
+        try:
+            view = memoryview(mf.mm)[:readable]
+        except ValueError:  # closed by a forced deletion between the position check and the hold
+            mf.release()
+            return False
+        self._files.append(mf)
+        self.segments.append((mf.file_from_offset, view))
+        return True
+
+    def release(self) -> None:
+        for _, view in self.segments:
+            view.release()
+        for mf in self._files:
+            mf.release()
+        self.segments = []
+        self._files = []
+
+
 class MessageGetter:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
@@ -52,6 +100,7 @@ class MessageGetter:
         # No stored message is longer than a body of max_message_size_bytes with its largest topic and properties.
         self.max_stored_size = message_length(cfg.max_message_size_bytes, 255, 32767)
         self._damage_logged_at = -DAMAGE_LOG_INTERVAL_S
+        self._ranges: tuple[tuple[tuple[int, int], ...], bytes | None] = ((), None)
 
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
@@ -82,97 +131,106 @@ class MessageGetter:
         return result
 
     def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, tag_filter: TagFilter | None) -> None:
-        store = self.store
         index_buf = cq.get_index_buffer(offset)
         if index_buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
             result.next_begin_offset = cq.rollnext_file(offset)
             return
-        commit_log = store.commit_log
+        commit_log = self.store.commit_log
         max_phy = commit_log.get_max_offset()
-        min_phy = max(0, commit_log.get_min_offset())
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        next_phy_file_start = -1
-        view = index_buf.view
-        limit = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE)
-        damaged = commit_log.damaged_ranges  # usually empty: one test per batch
-        max_size = self.max_stored_size
-        header_of = TOTAL_AND_MAGIC.unpack_from
-        pos = 0
+        (count_mem, bytes_mem), (count_disk, bytes_disk) = self.limits_memory, self.limits_disk
+        limits = GatherLimits(
+            max_count, count_mem, bytes_mem, count_disk, bytes_disk, max_phy - self.memory_window,
+            max(0, commit_log.get_min_offset()), max_phy, self.max_stored_size,
+        )  # fmt: skip
+        n = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        files = HeldFiles(commit_log.mapped_file_queue)
         try:
-            while pos < limit:
-                phy, size, tags_code = ENTRY.unpack_from(view, pos)
-                if size <= 0 or (damaged and commit_log.damaged_range_end(phy) is not None):
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue  # a gap entry, or one whose message lies in damaged bytes: nothing to serve
-                if size > max_size or phy < 0 or phy > max_phy - size:
-                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue  # points outside the log: skip this entry alone, never the ones after it
-                if phy < min_phy or phy < next_phy_file_start:
-                    if result.message_count == 0:
-                        status = GetMessageStatus.MESSAGE_WAS_REMOVING  # the file it lay in is gone
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue
-                if size > max_size or phy < 0 or phy > max_phy - size:
-                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue  # points past the log: skip this entry alone, never the ones after it
-                in_disk = max_phy - phy > self.memory_window
-                if self._batch_full(size, max_count, result.buffer_total_size, result.message_count, in_disk):
-                    break
-                if tag_filter is not None and not tag_filter.matches_code(tags_code):
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue
-                selection = commit_log.get_message(phy, size)
-                if selection is None:
-                    if result.message_count == 0:
-                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    next_phy_file_start = commit_log.roll_next_file(phy)  # phy < max_phy: a file, not garbage
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue
-                total, magic = header_of(selection.view, 0)
-                if total != size or magic != MESSAGE_MAGIC_CODE:
-                    selection.release()
-                    self._damaged_entry(cq, offset + pos // CQ_STORE_UNIT_SIZE, phy, size)
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue  # the entry does not point at the start of a message of its size
-                if tag_filter is not None and not tag_filter.matches_message(selection.view):
-                    selection.release()
-                    pos += CQ_STORE_UNIT_SIZE
-                    continue
-                result.add_message(selection, offset + pos // CQ_STORE_UNIT_SIZE)
-                status = GetMessageStatus.FOUND
-                next_phy_file_start = -1
-                pos += CQ_STORE_UNIT_SIZE
+            g, out, meta = self._gather(index_buf.view, n, limits, files, tag_filter)
         finally:
+            files.release()
             index_buf.release()
-        result.status = status
-        result.next_begin_offset = offset + pos // CQ_STORE_UNIT_SIZE
+        if g.damaged:
+            self._damaged_entries(cq, offset, offset + g.examined, g.damaged)
+        if g.taken:
+            result.status = GetMessageStatus.FOUND
+        else:
+            result.status = GetMessageStatus.MESSAGE_WAS_REMOVING if g.removed_seen else GetMessageStatus.NO_MATCHED_MESSAGE
+        result.next_begin_offset = offset + g.examined
+        del out[g.bytes :], meta[g.taken * META.size :]
+        result.data, result.meta, result.start_offset = out, meta, offset
 
-    def _damaged_entry(self, cq, queue_offset: int, phy: int, size: int) -> None:
-        """Count a consume-queue entry that points at no message; log the first one of every minute at ERROR."""
-        self.store.stats.damaged_queue_entries += 1
+    def _gather(
+        self, entries: memoryview, n: int, limits: GatherLimits, files: HeldFiles, tag_filter: TagFilter | None
+    ) -> tuple[Gathered, bytearray, bytearray]:
+        """Run the gather kernel over `n` entries until it is done or a transfer limit is reached.
+
+        It stops early at an entry it cannot decide alone: an output that is full (grown here),
+        a message outside the files held so far (its file is held now, or, when it is gone or
+        cannot hold the message, the rest of that file is skipped), or a message whose TAGS
+        cannot be read (skipped alone, counted as damaged). The call then goes on from there.
+        """
+        codes, tags = (tag_filter.code_array, tag_filter.tag_bytes) if tag_filter is not None else (None, None)
+        ranges = self._damaged_ranges()
+        out, meta = self._buffers(entries, n, limits)
+        if n:
+            phy, size, _ = ENTRY.unpack_from(entries, 0)
+            files.add(phy, size)  # the usual pull lies in one file: hold it before the first call
+        state = GatherState()
+        while True:
+            g = native.gather(entries, n, files.segments, out, meta, limits, codes, tags, ranges, state)
+            if g.stop is Stop.DONE or g.stop is Stop.COUNT_LIMIT:
+                return g, out, meta
+            state = GatherState(g.examined, g.taken, g.bytes, g.removed_seen, g.damaged, -1 if g.taken > state.taken else state.skip_below)
+            phy, size, _ = ENTRY.unpack_from(entries, g.examined * CQ_STORE_UNIT_SIZE)
+            if g.stop is Stop.OUT_FULL:
+                if g.bytes + size > len(out):
+                    out.extend(bytes(max(len(out), g.bytes + size - len(out))))
+                if len(meta) < (g.taken + 1) * META.size:
+                    meta.extend(bytes(len(meta)))
+            elif g.stop is Stop.SEGMENT_MISS:
+                if not files.add(phy, size):
+                    # Its file is gone (or cannot hold it): RocketMQ skips the rest of that file.
+                    next_file = self.store.commit_log.roll_next_file(phy)
+                    state = state._replace(examined=g.examined + 1, removed_seen=g.removed_seen or g.taken == 0, skip_below=next_file)
+            elif g.stop is Stop.BAD_PARTS:
+                state = state._replace(examined=g.examined + 1, damaged=g.damaged + 1)
+            else:
+                raise AssertionError(f"gather stopped with {g.stop!r}")
+
+    def _buffers(self, entries: memoryview, n: int, limits: GatherLimits) -> tuple[bytearray, bytearray]:
+        """Output buffers sized for the usual pull: the most messages the limits let through, each
+        the size of the first entry's message; a pull that needs more grows them."""
+        most = max(1, min(limits.max_count, max(limits.count_in_memory, limits.count_on_disk), n))
+        size = ENTRY.unpack_from(entries, 0)[1] if n else 0
+        size = size if 0 < size <= self.max_stored_size else 1024
+        byte_limit = max(limits.bytes_in_memory, limits.bytes_on_disk, size)
+        return bytearray(min(byte_limit, size * most + size // 4 * most)), bytearray(META.size * most)
+
+    def _damaged_ranges(self) -> bytes | None:
+        """The commitlog's damaged ranges as gather takes them, converted once per table."""
+        ranges = self.store.commit_log.damaged_ranges
+        cached = self._ranges
+        if cached[0] is not ranges:
+            cached = (ranges, native.ranges_array(ranges) if ranges else None)
+            self._ranges = cached  # one assignment: a concurrent reader sees the old pair or the new one
+        return cached[1]
+
+    def _damaged_entries(self, cq, first: int, end: int, count: int) -> None:
+        """Count consume-queue entries that point at no message; log the first pull of every minute at ERROR."""
+        self.store.stats.damaged_queue_entries += count
         now = time.monotonic()
         if now - self._damage_logged_at >= DAMAGE_LOG_INTERVAL_S:
             self._damage_logged_at = now
             log.error(
-                "consume queue %s/%d: entry %d points at no message (commitlog offset %d, size %d); skipped, "
-                "the entries after it are served (tidemq_store_damaged_queue_entries counts them)",
+                "consume queue %s/%d: %d of the entries %d..%d point at no message; skipped, "
+                "the entries after them are served (tidemq_store_damaged_queue_entries counts them)",
                 cq.topic,
                 cq.queue_id,
-                queue_offset,
-                phy,
-                size,
+                count,
+                first,
+                end - 1,
             )
-
-    def _batch_full(self, size: int, max_count: int, total_bytes: int, total_msgs: int, in_disk: bool) -> bool:
-        if total_bytes == 0 or total_msgs == 0:
-            return False
-        if total_msgs >= max_count:
-            return True
-        count_limit, bytes_limit = self.limits_disk if in_disk else self.limits_memory
-        return total_bytes + size > bytes_limit or total_msgs >= count_limit
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose message was stored at or after `timestamp_ms`.

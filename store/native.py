@@ -187,8 +187,24 @@ class Gathered(NamedTuple):
     damaged: int  # entries skipped because they point at no message of their size
 
 
+class GatherState(NamedTuple):
+    """Where a resumed gather starts: `out` holds `bytes` and `meta` the records of `taken` messages."""
+
+    examined: int = 0
+    taken: int = 0
+    bytes: int = 0
+    removed_seen: bool = False
+    damaged: int = 0
+    skip_below: int = -1  # entries below this offset count as removed until a message is taken
+
+
 def tag_codes_array(codes: Iterable[int]) -> bytes:
     return array("q", sorted(codes)).tobytes()
+
+
+def ranges_array(ranges: Iterable[tuple[int, int]]) -> bytes:
+    """[start, end) byte ranges in ascending order as the int64 pairs gather takes."""
+    return array("q", [x for r in ranges for x in r]).tobytes()
 
 
 def gather(
@@ -200,8 +216,15 @@ def gather(
     limits: GatherLimits,
     codes: bytes | None = None,
     tags: tuple[bytes, ...] | None = None,
+    damaged_ranges: bytes | None = None,
+    start: GatherState | None = None,
 ) -> Gathered:
     """Copy the stored messages of `n` consume-queue entries into `out`, as MessageGetter
-    collects them; `segments` are (physical offset, readable bytes) of commitlog files."""
-    r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags)
+    collects them; `segments` are (physical offset, readable bytes) of commitlog files.
+
+    Entries whose offset lies in `damaged_ranges` (ranges_array) are skipped like gap entries.
+    With `start` the call continues one that stopped (OUT_FULL, SEGMENT_MISS, BAD_PARTS)
+    after the caller dealt with the entry it stopped at; the counts returned include it.
+    """
+    r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags, damaged_ranges, start)
     return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]), r[5])

@@ -14,6 +14,18 @@ static int code_wanted(const struct gather_args *a, int64_t code) {
     return 0;
 }
 
+/* Whether phys is below the end of the last damaged range starting at or before it (ranges in
+ * ascending (start, end) order: CommitLog.damaged_range_end's rule). */
+static int in_damaged_range(const struct gather_args *a, int64_t phys) {
+    size_t lo = 0, hi = a->n_ranges; /* becomes the number of ranges starting at or before phys */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (get_h64(a->ranges + 16 * mid) <= phys) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > 0 && phys < get_h64(a->ranges + 16 * (lo - 1) + 8);
+}
+
 /* The segment holding [phys, phys + size), or NULL. */
 static const struct segment *find_segment(const struct gather_args *a, int64_t phys, int64_t size) {
     for (size_t i = 0; i < a->n_segs; i++) {
@@ -71,17 +83,19 @@ static void copy_out(const struct gather_args *a, struct gather_state *st, struc
     }
     st->count += 1;
     st->bytes += m.n;
+    st->skip_below = -1;
 }
 
 /* One entry: STOP_DONE to go on (taken or skipped), or why the gather stops before it. */
 static int gather_one(const struct gather_args *a, struct gather_state *st, const uint8_t *e) {
     int64_t phys = rd_i64(e), size = rd_i32(e + 8), code = rd_i64(e + 12);
     if (size <= 0) return STOP_DONE; /* a gap entry */
+    if (a->ranges != NULL && in_damaged_range(a, phys)) return STOP_DONE; /* its message lies in damaged bytes */
     if (size > a->max_size || phys < 0 || phys > a->max_phy - size) {
         st->damaged += 1; /* points outside the log: skipped alone */
         return STOP_DONE;
     }
-    if (phys < a->min_phy) {
+    if (phys < a->min_phy || phys < st->skip_below) {
         st->removed_seen |= st->count == 0;
         return STOP_DONE;
     }

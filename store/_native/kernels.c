@@ -175,7 +175,7 @@ static PyMethodDef methods[] = {
     {"encode_batch", py_encode_batch, METH_VARARGS, "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
-    {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags) -> (stop, examined, count, bytes, removed)"},
+    {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None) -> (stop, examined, count, bytes, removed, damaged)"},
     {NULL, NULL, 0, NULL},
 };
 

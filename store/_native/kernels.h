@@ -140,12 +140,16 @@ struct gather_args {
     size_t n_codes;
     const struct span *tags; /* exact tags (UTF-8); NULL: hash only */
     size_t n_tags;
+    const uint8_t *ranges; /* NULL or n_ranges host-order int64 [start, end) pairs, ascending */
+    size_t n_ranges;
     int64_t max_count, count_mem, bytes_mem, count_disk, bytes_disk, disk_below_phy, min_phy, max_phy, max_size;
 };
 
+/* Also the start state of a resumed call: out holds `bytes` and meta `count` records already. */
 struct gather_state {
     size_t examined, count, bytes, damaged;
     int removed_seen;
+    int64_t skip_below; /* entries below it count as removed until a message is taken; -1: none */
 };
 
 int gather(const struct gather_args *a, struct gather_state *st);

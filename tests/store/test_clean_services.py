@@ -17,6 +17,7 @@ import pytest
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutMessageStatus, PutRefusal, build_message
 from store.clock import FakeClock
 from store.disk_usage import disk_used_ratio
+from store.mapped_file import SelectMappedBufferResult
 from tests.store.conftest import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(60)
@@ -265,19 +266,28 @@ def test_an_unknown_disk_ratio_changes_nothing(env: Env) -> None:
 # Readers holding a file ----------------------------------------------------------------------
 
 
+def first_message(env: Env) -> SelectMappedBufferResult:
+    """A held selection of the first message (what queries and HA transfers read through)."""
+    with env.store.get_message("g", TOPIC, 0, 0, 1) as pulled:
+        assert pulled.status is GetMessageStatus.FOUND
+        offset, size = pulled.commitlog_offsets[0], pulled.buffer_total_size
+    held = env.store.commit_log.get_message(offset, size)
+    assert held is not None and offset < COMMIT_LOG_FILE_BYTES
+    return held
+
+
 def test_a_held_file_goes_when_its_reader_lets_go(env: Env) -> None:
     env.fill(3)
     env.age_files(3, 100)
     env.clock.pin_hour(4)
-    held = env.store.get_message("g", TOPIC, 0, 0, 1)
-    assert held.status is GetMessageStatus.FOUND and held.commitlog_offsets[0] < COMMIT_LOG_FILE_BYTES
+    held = first_message(env)
     first = env.store.commit_log.mapped_file_queue.mapped_files[0]
     try:
         assert env.clean() == 0
         assert os.path.exists(first.path), "kept while read"
         assert not first.is_available(), "no new reader may take it"
         assert env.store.commit_log.get_min_offset() == COMMIT_LOG_FILE_BYTES
-        assert bytes(held.buffers[0][:4]) != b"\x00\x00\x00\x00", "the reader's bytes are intact"
+        assert bytes(held.view[:4]) != b"\x00\x00\x00\x00", "the reader's bytes are intact"
         env.clock.pin_hour(12)  # outside the delete hour the hanging file is still retried
     finally:
         held.release()
@@ -286,11 +296,24 @@ def test_a_held_file_goes_when_its_reader_lets_go(env: Env) -> None:
     assert len(env.commit_log_files()) == 2
 
 
+def test_a_pull_result_holds_no_file_and_keeps_its_bytes(env: Env) -> None:
+    env.fill(3)
+    env.age_files(3, 100)
+    env.clock.pin_hour(4)
+    first = env.store.commit_log.mapped_file_queue.mapped_files[0]
+    with env.store.get_message("g", TOPIC, 0, 0, 4) as pulled:
+        assert pulled.status is GetMessageStatus.FOUND and pulled.commitlog_offsets[-1] < COMMIT_LOG_FILE_BYTES
+        assert first.ref_count == 1, "only the file's own reference: the pull let go when it returned"
+        assert env.clean() == 2, "not held by the result"
+        assert not os.path.exists(first.path)
+        assert [m["body"] for m in pulled.decode()] == [BODY] * 4, "the result's copy outlives the file"
+
+
 def test_a_held_file_goes_forcibly_after_the_interval(env: Env) -> None:
     env.fill(3)
     env.age_files(3, 100)
     env.clock.pin_hour(4)
-    held = env.store.get_message("g", TOPIC, 0, 0, 1)
+    held = first_message(env)
     first = env.store.commit_log.mapped_file_queue.mapped_files[0]
     try:
         assert env.clean() == 0
@@ -309,8 +332,8 @@ def test_a_view_kept_past_release_delays_deletion_until_dropped_or_forced(env: E
     env.fill(3)
     env.age_files(3, 100)
     env.clock.pin_hour(4)
-    held = env.store.get_message("g", TOPIC, 0, 0, 1)
-    kept = held.buffers[0][:8]  # a slice outliving release() still pins the mapping
+    held = first_message(env)
+    kept = held.view[:8]  # a slice outliving release() still pins the mapping
     held.release()
     first = env.store.commit_log.mapped_file_queue.mapped_files[0]
     assert env.clean() == 0

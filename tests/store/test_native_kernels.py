@@ -1,6 +1,6 @@
 """The native kernels (store.native) against the Python codec, byte for byte, and their bounds.
 
-The Python codec (store.message_codec, store.message, MessageGetter) is the reference:
+The Python codec (store.message_codec, store.message, store.reference_getter) is the reference:
 every kernel output is compared with what it produces on the same random input,
 including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
 """
@@ -8,6 +8,7 @@ including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
 from __future__ import annotations
 
 import random
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from store import DefaultMessageStore, MessageStoreConfig, TagFilter
 from store import native as nk
+from store.commit_log import CommitLog
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.index_file import key_hash
 from store.message import build_message, encode_properties, java_string_hash
@@ -28,6 +30,7 @@ from store.message_codec import (
     message_length,
     write_blank_into,
 )
+from store.reference_getter import ReferenceGetter
 from store.status import GetMessageStatus
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
@@ -437,7 +440,7 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
 @given(st.integers(0, 1), st.integers(0, 199), st.integers(1, 40), st.sets(st.sampled_from(TAGS[:4] + ["none"]), max_size=2))
 def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_count, tags) -> None:
     tag_filter = TagFilter(frozenset(tags)) if tags else None
-    ref = filled_store.get_message("", "G", queue_id, offset, max_count, tag_filter)
+    ref = ReferenceGetter(filled_store).get_message("", "G", queue_id, offset, max_count, tag_filter)
     try:
         want, want_offsets = ref.to_bytes(), list(ref.commitlog_offsets)
         want_queue = list(ref.queue_offsets)
@@ -496,3 +499,103 @@ def test_gather_skips_damaged_entries_alone_and_counts_them() -> None:
     limits = nk.GatherLimits(32, 32, 1 << 20, 8, 1 << 16, 0, 0, len(log), 1 << 20)
     g = nk.gather(entries, 7, [(0, log)], bytearray(300), None, limits)
     assert g == (nk.Stop.DONE, 7, 2, len(log), False, 5)
+
+
+@st.composite
+def gather_log(draw: st.DrawFn) -> tuple[bytes, list[int], list[int], list[int]]:
+    """Stored messages of random sizes and tags: (log, starts, sizes, tags codes)."""
+    log, starts, sizes, codes = b"", [], [], []
+    for _ in range(draw(st.integers(1, 12))):
+        tag = draw(st.sampled_from(TAGS))
+        image = encode_message(b"T", draw(st.binary(max_size=120)), encode_properties({"TAGS": tag} if tag else {}), 0, 0, len(log))
+        starts.append(len(log))
+        sizes.append(len(image))
+        codes.append(java_string_hash(tag) if tag else 0)
+        log += image
+    return log, starts, sizes, codes
+
+
+def gather_all(log: bytes, starts: list[int], sizes: list[int], codes: list[int]) -> tuple[bytes, nk.GatherLimits]:
+    entries = b"".join(ENTRY.pack(p, s, c) for p, s, c in zip(starts, sizes, codes, strict=True))
+    return entries, nk.GatherLimits(64, 64, 1 << 20, 64, 1 << 20, 0, 0, len(log), 1 << 20)
+
+
+@given(gather_log(), st.data())
+def test_gather_skips_entries_in_damaged_ranges_as_the_commit_log_decides(log_parts, data) -> None:
+    log, starts, sizes, codes = log_parts
+    # Range ends on, just before and just after message starts; overlapping ranges too: the rule is CommitLog's.
+    near_start = st.tuples(st.sampled_from(starts + [len(log)]), st.integers(-2, 2)).map(sum)
+    spans = data.draw(st.lists(st.tuples(near_start, near_start).filter(lambda r: r[0] < r[1]), max_size=4))
+    ranges = tuple(sorted(spans))
+    owner = types.SimpleNamespace(damaged_ranges=ranges)
+    kept = [i for i, p in enumerate(starts) if CommitLog.damaged_range_end(owner, p) is None]  # type: ignore[arg-type]
+    entries, limits = gather_all(log, starts, sizes, codes)
+    out, meta = bytearray(len(log)), bytearray(16 * len(starts))
+    g = nk.gather(entries, len(starts), [(0, log)], out, meta, limits, damaged_ranges=nk.ranges_array(ranges) if ranges else None)
+    assert (g.stop, g.examined, g.taken, g.damaged) == (nk.Stop.DONE, len(starts), len(kept), 0)
+    assert out[: g.bytes] == b"".join(log[starts[i] : starts[i] + sizes[i]] for i in kept)
+    assert [nk.META.unpack_from(meta, 16 * k)[1] for k in range(g.taken)] == kept
+
+
+@given(gather_log(), st.integers(0, 11), st.integers(1, 64), st.sets(st.sampled_from(TAGS[:3]), max_size=2))
+def test_gather_resumed_where_it_stopped_gives_what_one_call_gives(log_parts, cut, grow, tags) -> None:
+    """Out grown from one byte and the second file's segment added only when missed, as
+    MessageGetter drives it: the same messages, counts and meta as one call with everything."""
+    log, starts, sizes, codes = log_parts
+    entries, limits = gather_all(log, starts, sizes, codes)
+    tag_args = (nk.tag_codes_array(java_string_hash(t) for t in tags), tuple(t.encode() for t in tags)) if tags else (None, None)
+    n = len(starts)
+    want_out, want_meta = bytearray(len(log)), bytearray(16 * n)
+    want = nk.gather(entries, n, [(0, log)], want_out, want_meta, limits, *tag_args)
+    split = starts[min(cut, n - 1)]  # the first message of the second "file"
+    segments: list[tuple[int, bytes]] = [(0, log[:split])]
+    out, meta, state, calls = bytearray(1), bytearray(16 * n), nk.GatherState(), 0
+    while True:
+        g = nk.gather(entries, n, segments, out, meta, limits, *tag_args, start=state)
+        calls += 1
+        if g.stop is nk.Stop.DONE:
+            break
+        assert g.stop in (nk.Stop.OUT_FULL, nk.Stop.SEGMENT_MISS) and calls <= len(log) // grow + 3
+        if g.stop is nk.Stop.OUT_FULL:
+            out += bytes(grow)
+        else:
+            assert len(segments) == 1 and starts[g.examined] >= split
+            segments.append((split, log[split:]))
+        state = nk.GatherState(g.examined, g.taken, g.bytes, g.removed_seen, g.damaged)
+    assert g == want
+    assert out[: g.bytes] == want_out[: want.bytes] and meta == want_meta
+
+
+def test_gather_counts_entries_below_skip_below_as_removed_until_a_message_is_taken() -> None:
+    msgs = [encode_message(b"T", b"x" * n, b"") for n in (10, 20, 30)]
+    log, starts = b"".join(msgs), [0, len(msgs[0]), len(msgs[0]) + len(msgs[1])]
+    limits = nk.GatherLimits(32, 32, 1 << 20, 32, 1 << 20, 0, 0, len(log), 1 << 20)
+    entries = b"".join(ENTRY.pack(p, len(m), 0) for p, m in zip(starts, msgs, strict=True))
+    g = nk.gather(entries, 3, [(0, log)], bytearray(len(log)), None, limits, start=nk.GatherState(skip_below=starts[2]))
+    assert (g.taken, g.bytes, g.removed_seen) == (1, len(msgs[2]), True)
+    back = ENTRY.pack(starts[2], len(msgs[2]), 0) + ENTRY.pack(0, len(msgs[0]), 0)  # a taken message ends the skip
+    g = nk.gather(back, 2, [(0, log)], bytearray(len(log)), None, limits, start=nk.GatherState(skip_below=starts[1]))
+    assert (g.taken, g.bytes, g.removed_seen) == (2, len(msgs[2]) + len(msgs[0]), False)
+    g = nk.gather(entries, 3, [(0, log)], bytearray(len(log)), None, limits._replace(min_phy=starts[1]))
+    assert (g.taken, g.removed_seen) == (2, True)
+
+
+def test_gather_refuses_malformed_ranges_and_start_states() -> None:
+    log = encode_message(b"T", b"x", b"")
+    entries = ENTRY.pack(0, len(log), 0)
+    limits = nk.GatherLimits(32, 32, 1 << 20, 32, 1 << 20, 0, 0, len(log), 1 << 20)
+    out = bytearray(len(log))
+    for ranges in (bytes(8), nk.ranges_array([(5, 5)]), nk.ranges_array([(9, 20), (3, 4)]), nk.ranges_array([(0, 9), (0, 1)])):
+        with pytest.raises(ValueError):
+            nk.gather(entries, 1, [(0, log)], out, None, limits, damaged_ranges=ranges)
+    assert nk.gather(entries, 1, [(0, log)], out, None, limits, damaged_ranges=nk.ranges_array([(0, 1), (0, 9)])).taken == 0
+    for state in (nk.GatherState(examined=2), nk.GatherState(bytes=len(log) + 1), nk.GatherState(taken=-1), nk.GatherState(damaged=-1)):
+        with pytest.raises(ValueError):
+            nk.gather(entries, 1, [(0, log)], out, None, limits, start=state)
+    with pytest.raises(ValueError):
+        nk.gather(entries, 1, [(0, log)], out, bytearray(16), limits, start=nk.GatherState(taken=2))
+    shared = bytearray(nk.ranges_array([(100, 200)]) + bytes(len(log)))
+    before = bytes(shared)
+    with pytest.raises(ValueError):
+        nk.gather(entries, 1, [(0, log)], memoryview(shared)[8:], None, limits, damaged_ranges=memoryview(shared)[:16])
+    assert shared == before
