@@ -27,6 +27,7 @@ from store.message_codec import iter_messages, read_int
 Sink = Callable[[bytes], None]
 
 # Messages asked for by one catch-up read (XREAD COUNT, fetch batch, tidemq `max`).
+CATCH_UP_WAIT_MS = 5_000  # longest wait for messages acknowledged but not yet dispatched
 CATCH_UP_BATCH = 1000
 # Messages asked for by one tail read; the reads return as soon as one message is there.
 TAIL_BATCH = 100
@@ -128,6 +129,9 @@ class TidemqClient(BrokerClient):
         offset, seen, total = 0, 0, 0
         while seen < n:
             data, next_offset = await self._pull_batch(channel, offset, CATCH_UP_BATCH, 0)
+            if next_offset == offset:
+                # Acknowledged but not yet dispatched (dispatch trails the put): wait for it, once.
+                data, next_offset = await self._pull_batch(channel, offset, CATCH_UP_BATCH, CATCH_UP_WAIT_MS)
             if next_offset == offset:
                 raise ClientError(f"tidemq: no progress at offset {offset} after {seen} of {n} messages")
             view = memoryview(data)
