@@ -1,9 +1,10 @@
-"""HotRoutes: the produce and pull requests served without FastAPI's router and dependency solver.
+"""HotRoutes: the produce and pull requests served without FastAPI, its router and its middleware.
 
-Matching a path through FastAPI's included routers and solving an endpoint's parameters costs
-more than the store's put on these two paths, so this ASGI middleware recognises them by
-splitting the path and calls the same handler the FastAPI route calls (the route stays, for
-the spec and as the fallback). Invariants:
+Matching a path through FastAPI's included routers, solving an endpoint's parameters and passing
+through Starlette's middleware stack cost more than the store's put on these two paths, so this
+plain ASGI callable is the server's outermost app: it recognises them by splitting the path and
+calls the same handler the FastAPI route calls, behind the same body limit and start-up gate
+the FastAPI app has as middleware (the route stays, for the spec and as the fallback). Invariants:
 - Only `POST /v1/topics/{topic}/messages` and `GET /v1/topics/{topic}/queues/{queue_id}/messages`
   with non-empty segments are taken; every other request goes on unchanged.
 - The handlers read `request.path_params` as strings and parse everything themselves, so both
@@ -18,16 +19,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.body_limit import BodyLimit
+from app.startup import StartupGate
+
 Handler = Callable[[Request], Awaitable[Response]]
 ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class HotRoutes:
-    def __init__(self, app: ASGIApp, produce: Handler, pull: Handler, on_error: ErrorMapper) -> None:
+    def __init__(
+        self, app: ASGIApp, produce: Handler, pull: Handler, on_error: ErrorMapper, broker: object, max_bytes: int, max_json_bytes: int
+    ) -> None:
         self.app = app
         self.produce = produce
         self.pull = pull
         self.on_error = on_error
+        # The hot requests pass the gates every other request passes inside the FastAPI app.
+        self.gated = BodyLimit(StartupGate(self._serve, broker), max_bytes, max_json_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -42,11 +50,15 @@ class HotRoutes:
                     handler = self.pull
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
                 if handler is not None:
-                    request = Request(scope, receive)
-                    try:
-                        response = await handler(request)
-                    except Exception as exc:  # mapped like the app's own exception handlers
-                        response = await self.on_error(request, exc)
-                    await response(scope, receive, send)
+                    scope["tidemq.handler"] = handler
+                    await self.gated(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await scope["tidemq.handler"](request)
+        except Exception as exc:  # mapped like the app's own exception handlers
+            response = await self.on_error(request, exc)
+        await response(scope, receive, send)

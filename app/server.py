@@ -181,11 +181,14 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     ]
     mapping = ErrorMapping(broker)
     install_error_handlers(app, mapping)
-    if settings.hot_routes:
-        # Added first, so inside BodyLimit: hot requests are capped like every other.
-        app.add_middleware(HotRoutes, produce=produce, pull=pull, on_error=mapping)
     app.add_middleware(StartupGate, broker=broker)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
+    # What the server serves: the hot routes outermost, in front of the FastAPI app and its middleware.
+    app.state.entry = app
+    if settings.hot_routes:
+        app.state.entry = HotRoutes(
+            app, produce, pull, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes
+        )  # fmt: skip
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -236,8 +239,9 @@ def run(settings: BrokerSettings) -> None:
         except StoreLocked as e:
             raise StartRefused(str(e)) from None
         config = uvicorn.Config(
-            app,
+            app.state.entry,
             loop="uvloop",
+            proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
             http=bounded_protocol(settings),
             lifespan="on",
             log_level=settings.log_level,

@@ -60,7 +60,7 @@ def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
     async def walk() -> list[tuple[int, str]]:
         await broker.start()
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app", timeout=10) as c:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app.state.entry), base_url="http://app", timeout=10) as c:
                 out = []
                 for i, (method, path, query, body, headers) in enumerate(REQUESTS):
                     if i == FIRST_PULL:  # the four stored messages are dispatched before the pulls
