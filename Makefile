@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls bench-vs-redis clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,9 @@ bench-spark: $(SPARK_STAMP)
 
 bench-held-polls: $(BENCH_STAMP)
 	$(PY) bench/held_polls_bench.py
+
+bench-vs-redis: $(BENCH_STAMP)
+	$(PY) bench/versus_redis.py
 
 bench-compare: $(BENCH_STAMP)
 	$(PY) bench/compare.py
