@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.broker import Broker
+from app.completion_relay import CompletionRelay
 from app.hot_routes import Handler
 from app.models import ProduceBatch, ProduceMessage, SendResult
 from app.params import TopicPath
@@ -142,6 +143,7 @@ class Producer:
         waits = (config.flush_disk_type is FlushDiskType.SYNC_FLUSH) + sync_master
         self.flush_wait_s = max(1, waits) * config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
         self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
+        self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
 
     async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
         content_type = request.headers.get("content-type", "")
@@ -167,9 +169,11 @@ class Producer:
         return round_robin[0]
 
     async def wait_durable(self, future: Any) -> Any:
+        if self.relay is None:
+            self.relay = CompletionRelay(asyncio.get_running_loop())
         try:
-            # shield: a timeout must not cancel the store's future (its flush thread completes it later).
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.flush_wait_s)
+            # The relay's waiter may be cancelled at the deadline; the store's future is not.
+            return await asyncio.wait_for(self.relay.watch(future), self.flush_wait_s)
         except TimeoutError:
             detail = (
                 f"the message is stored but its durability was not confirmed within {self.flush_wait_s:.1f} s; "
