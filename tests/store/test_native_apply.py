@@ -130,7 +130,10 @@ def group(buf, records, n, first, max_runs):
     runs, entries = bytearray(nk.RUN.size * max_runs), bytearray(CQ_STORE_UNIT_SIZE * n)
     scratch = bytearray(nk.runs_scratch_bytes(n))
     g = nk.queue_runs(buf, records, n, first, runs, entries, scratch)
-    got = [dict(zip(nk.RUN_FIELDS + [f"code{i}" for i in range(8)], nk.RUN.unpack_from(runs, k * nk.RUN.size), strict=True)) for k in range(g.runs)]
+    got = [
+        dict(zip(nk.RUN_FIELDS + [f"code{i}" for i in range(8)], nk.RUN.unpack_from(runs, k * nk.RUN.size), strict=True))
+        for k in range(g.runs)
+    ]
     return g, got, entries, scratch
 
 
