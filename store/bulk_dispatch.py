@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
+from typing import Any
 
-from store import native
+from store import _kernels, native
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from store.deleted_topic_table import DeletedTopicTable
 from store.errors import DispatchFailed
@@ -47,6 +48,9 @@ log = logging.getLogger("tidemq.store")
 ArrivingListener = Callable[[str, int, int, tuple[int, ...] | None], None]
 QueueFor = Callable[[str, int, int], ConsumeQueue | None]
 Arrivals = dict[tuple[str, int], tuple[int, set[int] | None]]  # (topic, queue id) -> (max offset after, codes)
+# A run: topic position and length in the scanned bytes, queue id, first queue offset, first
+# message's offset, the end of the last one, the last one's store time.
+RunHead = tuple[int, int, int, int, int, int, int]
 
 MAX_RECORDS = 4096  # messages per scan chunk
 # Keys a chunk can hold: two per message on average, and always every key of one message (at most
@@ -56,6 +60,9 @@ MAX_RUNS = 1024  # runs per queue_runs call; more are grouped in further calls
 _TOPIC_NAMES_MAX = 65_536
 _CODES_AT = 13  # first tags code in a native.RUN tuple
 _INT32 = struct.Struct("=i")
+_RECORD = native.RECORD
+_RECORD_BYTES = native.RECORD.size
+_scan = _kernels.dispatch_scan
 
 
 class BulkDispatch:
@@ -74,10 +81,12 @@ class BulkDispatch:
         self.mapping_budget = mapping_budget
         self.delay_levels_ms = delay_levels_ms
         self._levels = native.delay_levels_array(delay_levels_ms)
-        self.uniq_key_index = uniq_key_index
+        self._scan_flags = native.SCAN_UNIQ_KEY if uniq_key_index else 0
         self.listeners: list[ArrivingListener] = []
         self.last_dispatched_timestamp = 0  # store time of the last message given a queue entry (checkpoint)
         self._records = bytearray(native.RECORD.size * MAX_RECORDS)
+        self._one_entry = memoryview(self._records)[:CQ_STORE_UNIT_SIZE]  # the entry of a chunk's only record
+        self._arrivals: Arrivals = {}  # notices of the chunk being applied, when there are listeners
         self._keys = bytearray(native.KEY.size * MAX_KEYS)
         self._runs = bytearray(native.RUN.size * MAX_RUNS)
         self._entries = bytearray(CQ_STORE_UNIT_SIZE * MAX_RECORDS)
@@ -85,36 +94,44 @@ class BulkDispatch:
         self._scratch = bytearray(native.runs_scratch_bytes(MAX_RECORDS))
         self._topics: dict[bytes, str] = {}
 
-    def apply_chunk_locked(self, buf: memoryview, pos: int, limit: int) -> native.Scanned:
+    def apply_chunk_locked(self, buf: Any, pos: int, limit: int) -> tuple[int, int, int]:
         """Scan buf[pos:limit] (at most MAX_RECORDS messages) and apply what it holds.
 
-        The result's `pos` is where the next chunk starts and `records` how many messages were
-        dispatched; `stop` says why the scan ended (DONE at the limit, OUT_FULL when more follow).
-        Raises when a file cannot be created; then nothing past `pos` counts as dispatched.
+        Returns (stop, next position, messages dispatched): the next chunk starts at the next
+        position; the stop (a native.Stop) says why the scan ended (DONE at the limit, OUT_FULL
+        when more follow). Raises when a file cannot be created; then nothing past `pos` counts
+        as dispatched.
         """
-        r = native.dispatch_scan(buf, pos, limit, self._records, self._keys, uniq_key_index=self.uniq_key_index, delay_levels=self._levels)
-        if r.records == 0:
-            if r.stop is native.Stop.OUT_FULL:
+        self._arrivals.clear()  # what a failed attempt collected is collected again
+        stop, end, n, n_keys = _scan(buf, pos, limit, self._records, self._keys, self._scan_flags, self._levels)
+        if n == 0:
+            if stop == native.Stop.OUT_FULL:
                 raise DispatchFailed(f"a message at {pos} has more index keys than a scan chunk holds")
-            return r
-        arrivals: Arrivals = {}
-        last = self._write_queues_locked(buf, r.records, arrivals)
+            return stop, end, 0
+        last = _RECORD.unpack_from(self._records, (n - 1) * _RECORD_BYTES)
+        if n == 1 and not last[12] & native.FLAG_DELAY_FALLBACK:  # one message: its record is its run
+            codes = (last[5],)
+            head = (last[6], last[10], last[1], last[2], last[4], last[4] + last[8], last[3])
+            written = self._write_run_locked(buf, head, self._one_entry, codes)
+            last_ts = last[3] if written else -1
+        else:
+            last_ts = self._write_queues_locked(buf, n)
         if self.index_service is not None:
-            _, _, ts, offset = self._record_fields(r.records - 1)
-            self.index_service.put_hashed_keys_locked(self._keys, r.keys, r.records, offset, ts)
-        if last >= 0:
-            self.last_dispatched_timestamp = last
+            self.index_service.put_hashed_keys_locked(self._keys, n_keys, n, last[4], last[3])
+        if last_ts >= 0:
+            self.last_dispatched_timestamp = last_ts
+        if self._arrivals:
+            self._notify()
+        return stop, end, n
+
+    def _notify(self) -> None:
+        arrivals, self._arrivals = self._arrivals, {}
         for (topic, queue_id), (after, codes) in arrivals.items():
+            listed = None if codes is None else tuple(codes)
             for listener in self.listeners:
-                listener(topic, queue_id, after, None if codes is None else tuple(codes))
-        return r
+                listener(topic, queue_id, after, listed)
 
-    def _record_fields(self, i: int) -> tuple[int, int, int, int]:
-        """(flags, queue offset, store time, commitlog offset) of record i."""
-        rec = native.RECORD.unpack_from(self._records, i * native.RECORD.size)
-        return rec[12], rec[2], rec[3], rec[4]
-
-    def _write_queues_locked(self, buf: memoryview, n_records: int, arrivals: Arrivals) -> int:
+    def _write_queues_locked(self, buf: Any, n_records: int) -> int:
         """Write the queue entries of the chunk's records; the store time of the last one written, -1 for none."""
         last_record, last_ts = -1, -1
         pos = 0
@@ -124,41 +141,47 @@ class BulkDispatch:
                 self._patch_delay_codes(buf, pos, g.record_pos)
             for k in range(g.runs):
                 run = native.RUN.unpack_from(self._runs, k * native.RUN.size)
-                if self._write_run_locked(buf, run, arrivals) and run[10] > last_record:
-                    last_record, last_ts = run[10], run[3]
+                qoff, offset, end, ts, topic_pos, topic_len, queue_id, count, at, _first, last_rec, n_codes = run[:12]
+                codes = run[_CODES_AT : _CODES_AT + n_codes] if n_codes <= native.RUN_CODES else None
+                entries = self._entries_view[at * CQ_STORE_UNIT_SIZE : (at + count) * CQ_STORE_UNIT_SIZE]
+                head = (topic_pos, topic_len, queue_id, qoff, offset, end, ts)
+                if self._write_run_locked(buf, head, entries, codes) and last_rec > last_record:
+                    last_record, last_ts = last_rec, ts
             pos = g.record_pos
         return last_ts
 
-    def _write_run_locked(self, buf: memoryview, run: tuple[int, ...], arrivals: Arrivals) -> bool:
+    def _write_run_locked(self, buf: Any, head: RunHead, entries: memoryview, codes: tuple[int, ...] | None) -> bool:
         """Write one run to its queue; False when it gets no entries (deleted topic, invalid topic or queue)."""
-        first_qoff, first_offset, _end, last_ts, topic_pos, topic_len, queue_id, count, at = run[:9]
+        topic_pos, topic_len, queue_id, first_qoff, first_offset, end_offset, last_ts = head
         topic = self._topic_name(buf, topic_pos, topic_len)
-        entries = self._entries_view[at * CQ_STORE_UNIT_SIZE : (at + count) * CQ_STORE_UNIT_SIZE]
         cutoffs = self.deleted_topics.cutoffs
         if cutoffs and first_offset < cutoffs.get(topic, -1):
             skip = _entries_below(entries, cutoffs[topic])  # messages of the deleted incarnation
-            if skip == count:
+            if skip * CQ_STORE_UNIT_SIZE == len(entries):
                 return False
-            entries, first_qoff, first_offset = entries[skip * CQ_STORE_UNIT_SIZE :], first_qoff + skip, _offset_at(entries, skip)
+            first_qoff, first_offset = first_qoff + skip, _offset_at(entries, skip)
+            entries = entries[skip * CQ_STORE_UNIT_SIZE :]
         cq = self.queue_for(topic, queue_id, first_offset)
         if cq is None:
             return False
-        if not cq.put_raw_entries_locked(entries, first_qoff, last_ts):
+        if not cq.put_raw_entries_locked(entries, first_qoff, first_offset, end_offset, last_ts):
             reason = cq.mapped_file_queue.create_error or "no file for the entry"
             raise DispatchFailed(f"consume queue {topic}/{queue_id}: {reason}")
         if self.mapping_budget.over():
             self.mapping_budget.trim()
-        n_codes = run[11]
-        codes = set(run[_CODES_AT : _CODES_AT + n_codes]) if n_codes <= native.RUN_CODES else None
-        key = (topic, queue_id)
-        seen = arrivals.get(key)
-        if seen is not None:  # a second run of the queue in one chunk (a discontinuity): one notice for both
-            codes = None if seen[1] is None or codes is None else seen[1] | codes
-        arrivals[key] = (first_qoff + len(entries) // CQ_STORE_UNIT_SIZE, codes)
+        if self.listeners:
+            key = (topic, queue_id)
+            seen = self._arrivals.get(key)
+            merged: set[int] | None = None if codes is None else set(codes)
+            if seen is not None:  # a second run of the queue in one chunk (a discontinuity): one notice for both
+                merged = None if merged is None or seen[1] is None else merged | seen[1]
+            self._arrivals[key] = (first_qoff + len(entries) // CQ_STORE_UNIT_SIZE, merged)
         return True
 
-    def _topic_name(self, buf: memoryview, pos: int, length: int) -> str:
-        raw = bytes(buf[pos : pos + length])
+    def _topic_name(self, buf: Any, pos: int, length: int) -> str:
+        raw = buf[pos : pos + length]  # bytes when buf is a mapping (as dispatch passes it)
+        if not isinstance(raw, bytes):
+            raw = bytes(raw)
         name = self._topics.get(raw)
         if name is None:
             name = raw.decode("utf-8", errors="replace")

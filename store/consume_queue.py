@@ -107,12 +107,16 @@ class ConsumeQueue:
 
         One entry at a time (tests and tools); dispatch writes runs with put_raw_entries_locked.
         """
-        return self.put_raw_entries_locked(ENTRY.pack(commitlog_offset, size, tags_code), queue_offset, store_ts)
+        entry = ENTRY.pack(commitlog_offset, size, tags_code)
+        return self.put_raw_entries_locked(entry, queue_offset, commitlog_offset, commitlog_offset + size, store_ts)
 
-    def put_raw_entries_locked(self, entries: bytes | bytearray | memoryview, queue_offset: int, store_ts: int) -> bool:
+    def put_raw_entries_locked(
+        self, entries: bytes | bytearray | memoryview, queue_offset: int, first_offset: int, end_offset: int, store_ts: int
+    ) -> bool:
         """Write a run of 20-byte entries for queue offsets `queue_offset`, `queue_offset + 1`, ...;
-        each entry's message lies after the one before it in the commitlog, and `store_ts` is the
-        last one's store time. The caller holds the dispatch lock (the queue's only writer).
+        each entry's message lies at or after the end of the one before it in the commitlog; the
+        first starts at `first_offset`, the last ends at `end_offset` and was stored at `store_ts`.
+        The caller holds the dispatch lock (the queue's only writer).
 
         Entry by entry the effect is that of writing each on its own: an entry whose message the
         queue already holds (re-dispatch) or whose position is already written is skipped, a gap
@@ -120,6 +124,21 @@ class ConsumeQueue:
         share follows at the next positions, which nothing can skip: they are copied in one go.
         False when a file for an entry cannot be created.
         """
+        size = len(entries)
+        files = self.mapped_file_queue.mapped_files
+        if files and first_offset >= self.max_physic_offset:
+            mf = files[-1]  # the common case: the run continues the queue where its last file ends
+            pos = queue_offset * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+            if pos == mf.wrote_position and pos + size <= self.mapped_file_size:
+                mf.write_at(pos, entries)
+                self.max_physic_offset = end_offset
+                self.last_store_timestamp = store_ts
+                return True
+        return self._put_entries_one_file_at_a_time(entries, queue_offset, store_ts)
+
+    def _put_entries_one_file_at_a_time(self, entries: bytes | bytearray | memoryview, queue_offset: int, store_ts: int) -> bool:
+        """put_raw_entries_locked's general case: the entry-by-entry checks until one is written,
+        then the rest of that file's share in one go, file after file."""
         n = len(entries) // CQ_STORE_UNIT_SIZE
         if queue_offset < 0:
             log.error("consume queue %s/%d: entries with queue offset %d dropped", self.topic, self.queue_id, queue_offset)

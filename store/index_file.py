@@ -19,7 +19,7 @@ import os
 import struct
 import threading
 
-from store import native
+from store import _kernels
 from store.mapped_file import MappedFile
 from store.message import java_string_hash
 
@@ -30,6 +30,7 @@ INVALID_INDEX = 0
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_index_put = _kernels.index_put
 
 
 def key_hash(key: str) -> int:
@@ -114,16 +115,17 @@ class IndexFile:
             self.write_header()
         return True
 
-    def header(self) -> native.IndexHeader:
-        return native.IndexHeader(
-            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count, self.index_count
-        )
-
-    def put_hashed_locked(self, keys: object, key_from: int, key_to: int, current_record: int) -> native.IndexPut:
+    def put_hashed_locked(self, keys: object, key_from: int, key_to: int, current_record: int) -> tuple[int, int, int, int]:
         """Add dispatch_scan keys [key_from, key_to) as put_key would, and write the header; the
-        caller holds the dispatch lock. Stops with FILE_FULL where the file takes no more (the caller
-        rolls and goes on from the result's key_pos and current_record)."""
-        r = native.index_put(self.mm, self.slot_num, self.index_num, self.header(), keys, key_from, key_to, current_record)
+        caller holds the dispatch lock. Returns (stop, key position, current record, record of the
+        last key put or -1), as native.index_put: with FILE_FULL the caller rolls and goes on
+        from that key position and current record."""
+        header = (
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count, self.index_count
+        )  # fmt: skip
+        stop, pos, current, last_put, header = _index_put(
+            self.mm, self.slot_num, self.index_num, header, keys, key_from, key_to, current_record
+        )
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -131,8 +133,8 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = r.header
-        return r
+        ) = header
+        return stop, pos, current, last_put
 
     def write_header(self) -> None:
         _HEADER.pack_into(

@@ -86,17 +86,17 @@ class IndexService:
         index file can be created."""
         if n_records == 0:
             return
-        f = self._writable_file()
+        files = self.index_files
+        f = files[-1] if files and files[-1].index_count < self.index_num else self._writable_file()
         pos, current, last_put = 0, -1, -1
-        while True:
-            r = f.put_hashed_locked(keys, pos, n_keys, current)
-            last_put = max(last_put, r.last_put_record)
-            if r.stop is not native.Stop.FILE_FULL:
+        while pos < n_keys:
+            stop, pos, current, put = f.put_hashed_locked(keys, pos, n_keys, current)
+            last_put = max(last_put, put)
+            if stop != native.Stop.FILE_FULL:
                 break
             log.info("index file %s is full; rolling", f.file_name)
             f = self._writable_file()
-            pos, current = r.key_pos, r.current_record
-        if f.is_write_full() and last_put < n_records - 1:
+        if last_put < n_records - 1 and f.is_write_full():
             f = self._writable_file()  # build_index rolls at the next message, with keys or without
         if last_offset >= f.end_phy_offset:
             self.last_store_timestamp = last_timestamp

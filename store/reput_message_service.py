@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from store import native
 from store.bulk_dispatch import BulkDispatch
@@ -61,6 +62,8 @@ class ReputMessageService(ServiceThread):
         self.commit_log = commit_log
         self.config = config
         self.bulk = bulk
+        self._mfq = commit_log.mapped_file_queue
+        self._duplication = config.duplication_enable
         self.reput_from_offset = 0
         self.dispatched_messages = 0
         self.failure = ""  # the error of the current failure episode, "" while dispatch works
@@ -80,9 +83,10 @@ class ReputMessageService(ServiceThread):
         return max(0, self._end_offset() - self.reput_from_offset)
 
     def _end_offset(self) -> int:
-        if self.config.duplication_enable and self.commit_log.confirm_offset >= 0:
-            return min(self.commit_log.confirm_offset, self.commit_log.get_max_offset())
-        return self.commit_log.get_max_offset()
+        end = self._mfq.get_max_offset()
+        if self._duplication and self.commit_log.confirm_offset >= 0:
+            return min(self.commit_log.confirm_offset, end)
+        return end
 
     def dispatch_now(self) -> int:
         """Dispatch what is readable unless another thread holds the dispatch lock (it then does);
@@ -116,10 +120,12 @@ class ReputMessageService(ServiceThread):
 
     def _reput_locked(self) -> int:
         cl = self.commit_log
-        min_offset = cl.get_min_offset()
-        if 0 <= self.reput_from_offset < min_offset:
-            log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
-            self.reput_from_offset = min_offset
+        files = self._mfq.mapped_files
+        if files and self.reput_from_offset < files[0].file_from_offset + cl.file_size:  # else above the minimum
+            min_offset = cl.get_min_offset()
+            if 0 <= self.reput_from_offset < min_offset:
+                log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
+                self.reput_from_offset = min_offset
         count = 0
         try:
             count = self._dispatch_available_locked(cl)
@@ -134,52 +140,55 @@ class ReputMessageService(ServiceThread):
                 self.failure = ""
                 self._retry_ms = 0
         self.dispatched_messages += count
-        if self.trim is not None:
-            self.trim()
         return count
 
     def _dispatch_available_locked(self, cl: CommitLog) -> int:
         count = 0
-        while self.reput_from_offset < self._end_offset():
-            skip_to = cl.damaged_range_end(self.reput_from_offset)
-            if skip_to is not None:
-                log.warning("dispatch skips the damaged commitlog range [%d, %d)", self.reput_from_offset, skip_to)
-                self.reput_from_offset = skip_to
-                continue
-            res = cl.get_data(self.reput_from_offset)
-            if res is None:
+        mfq = cl.mapped_file_queue
+        while True:
+            cursor, end = self.reput_from_offset, self._end_offset()
+            if cursor >= end:
+                break
+            damaged = None
+            if cl.damaged_ranges:
+                skip_to = cl.damaged_range_end(cursor)
+                if skip_to is not None:
+                    log.warning("dispatch skips the damaged commitlog range [%d, %d)", cursor, skip_to)
+                    self.reput_from_offset = skip_to
+                    continue
+                damaged = cl.next_damaged_start(cursor)
+            mf = mfq.find_mapped_file_by_offset(cursor)
+            if mf is None or not mf.hold():
                 break
             try:
-                limit = min(res.size, self._end_offset() - res.start_offset)
-                damaged = cl.next_damaged_start(res.start_offset)
+                base = mf.file_from_offset
+                limit = min(mf.get_read_position(), end - base)
                 if damaged is not None:
-                    limit = min(limit, damaged - res.start_offset)  # stop there; the check above skips the range
-                stop, dispatched = self._dispatch_file_locked(res.view, limit, res.start_offset)
+                    limit = min(limit, damaged - base)  # stop there; the check above skips the range
+                stop, dispatched = self._dispatch_file_locked(mf.mm, cursor - base, limit, base)
                 count += dispatched
             finally:
-                res.release()
-            if stop is native.Stop.BLANK:
-                self.reput_from_offset = cl.roll_next_file(res.start_offset)
-            elif stop is not native.Stop.DONE:
+                mf.release()
+            if stop == native.Stop.BLANK:
+                self.reput_from_offset = cl.roll_next_file(base)
+            elif stop != native.Stop.DONE:
                 break  # nothing whole past the cursor yet, or corrupt bytes (logged)
         return count
 
-    def _dispatch_file_locked(self, view: memoryview, limit: int, start_offset: int) -> tuple[native.Stop, int]:
-        """Dispatch view[:limit], one file's readable bytes from `start_offset`, chunk by chunk."""
+    def _dispatch_file_locked(self, buf: Any, pos: int, limit: int, base: int) -> tuple[int, int]:
+        """Dispatch buf[pos:limit], readable bytes of the file starting at offset `base`, chunk by chunk."""
         count = 0
-        pos = 0
         while True:
-            r = self.bulk.apply_chunk_locked(view, pos, limit)
-            count += r.records
-            pos = r.pos
-            self.reput_from_offset = start_offset + pos
-            if r.records and self.on_progress is not None:
+            stop, pos, n = self.bulk.apply_chunk_locked(buf, pos, limit)
+            count += n
+            self.reput_from_offset = base + pos
+            if n and self.on_progress is not None:
                 self.on_progress(self.reput_from_offset)
-            if r.stop is not native.Stop.OUT_FULL:
+            if stop != native.Stop.OUT_FULL:
                 break
-        if r.stop in native.CORRUPT or r.stop is native.Stop.PARTIAL:
-            self._report_corrupt(view, pos, limit, start_offset)
-        return r.stop, count
+        if stop in native.CORRUPT or stop == native.Stop.PARTIAL:
+            self._report_corrupt(buf, pos, limit, base)
+        return stop, count
 
     def _failed_locked(self, exc: Exception) -> None:
         """Record a failed attempt; the first of an episode is logged with its traceback."""
@@ -192,20 +201,25 @@ class ReputMessageService(ServiceThread):
             self.failure = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else (exc.strerror or str(exc))
             log.error("dispatch failed at offset %d; retrying until it succeeds", self.reput_from_offset, exc_info=exc)
 
-    def _report_corrupt(self, view: memoryview, pos: int, limit: int, start_offset: int) -> None:
+    def _report_corrupt(self, buf: Any, pos: int, limit: int, base: int) -> None:
         """Log (once per position) why dispatch cannot pass the bytes at pos."""
-        if start_offset + pos == self._reported_stop:
+        if base + pos == self._reported_stop:
             return
-        self._reported_stop = start_offset + pos
-        r = check_message(view, pos, limit, False, False)
+        self._reported_stop = base + pos
+        r = check_message(buf, pos, limit, False, False)
         if r.outcome is DecodeOutcome.CORRUPT:
-            log.error("reput stopped at %d: %s", start_offset + pos, r.reason)
+            log.error("reput stopped at %d: %s", base + pos, r.reason)
 
     def run(self) -> None:
         while not self.is_stopped():
             try:
                 self.wait_for_running(self._retry_ms if self.failure else IDLE_WAIT_MS)
                 self._dispatch_rounds()
+                if self.trim is not None and self._lock.acquire(blocking=False):
+                    try:
+                        self.trim()  # readers map files too: the budget is checked once per pass
+                    finally:
+                        self._lock.release()
             except Exception:
                 log.exception("dispatch failed")
         # Dispatch what was appended before the stop, so the queues are complete at shutdown.
