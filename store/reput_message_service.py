@@ -72,7 +72,7 @@ class ReputMessageService(ServiceThread):
         self._lock = threading.Lock()  # the dispatch lock (module docstring)
         self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
-        self.trim: Callable[[], object] | None = None  # called once per pass (the store's mapping budget)
+        self.trim: Callable[[], object] | None = None  # this thread's check of the store's mapping budget, once per pass
         self.on_progress: Callable[[int], None] | None = None  # told the cursor after each chunk (recovery)
 
     @property
@@ -103,13 +103,13 @@ class ReputMessageService(ServiceThread):
             if not self._lock.acquire(blocking=False):
                 return count
             try:
-                before = self.reput_from_offset
+                cursor, end = self.reput_from_offset, self._end_offset()
                 count += self._reput_locked()
-                moved = self.reput_from_offset != before
             finally:
                 self._lock.release()
-            if self.failure or not moved or self.reput_from_offset >= self._end_offset():
-                return count
+            now = self._end_offset()
+            if self.failure or self.reput_from_offset >= now or (self.reput_from_offset == cursor and now == end):
+                return count  # caught up, or stuck where nothing new came (bytes not whole yet, corrupt ones)
         self.wakeup()
         return count
 

@@ -223,3 +223,28 @@ def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_p
         assert store.get_max_offset_in_queue("P", 0) == put + 1 and arrivals[-1] == put + 1
     finally:
         store.shutdown()
+
+
+def test_a_putter_finding_dispatch_busy_leaves_its_message_to_the_holder(store: DefaultMessageStore) -> None:
+    """The second put does not wait for the dispatch lock; the holder dispatches everything up to the
+    end it reads, the second message too. The service thread is stopped: nothing else would."""
+    store.reput_service.shutdown()
+    release, inside = threading.Event(), threading.Event()
+    seen: list[tuple[str, str]] = []
+
+    def listener(topic: str, _qid: int, _after: int, _codes: object) -> None:
+        seen.append((topic, threading.current_thread().name))
+        if topic == "First":
+            inside.set()
+            assert release.wait(10)  # holds the dispatch lock until the second put has returned
+
+    store.add_message_arriving_listener(listener)
+    holder = threading.Thread(target=lambda: store.put_message(build_message("First", b"1")), name="holder")
+    holder.start()
+    assert inside.wait(10)
+    assert store.put_message(build_message("Second", b"2")).ok  # the lock is held: it does not wait
+    assert store.get_max_offset_in_queue("Second", 0) == 0
+    release.set()
+    holder.join(10)
+    assert seen == [("First", "holder"), ("Second", "holder")]
+    assert store.get_max_offset_in_queue("Second", 0) == 1
