@@ -10,6 +10,7 @@ from the same commitlog, byte for byte.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -248,3 +249,43 @@ def test_a_putter_finding_dispatch_busy_leaves_its_message_to_the_holder(store: 
     holder.join(10)
     assert seen == [("First", "holder"), ("Second", "holder")]
     assert store.get_max_offset_in_queue("Second", 0) == 1
+
+
+KILL_WHILE_DISPATCH_LAGS = """
+import os, signal, sys
+from store import DefaultMessageStore, build_message
+from tests.store.test_bulk_dispatch import dispatch_config
+store = DefaultMessageStore(dispatch_config(sys.argv[1]))
+store.load()
+store.start()
+for i in range(120):
+    if i == 60:
+        store.reput_service.dispatch_lock.acquire()  # held to the end: the rest is stored, not dispatched
+    batch = [build_message("ABC"[(i + j) % 3], bytes(i % 50), (i + j) % 3, keys=[f"k{i}", f"m{j}"]) for j in range(i % 4 + 1)]
+    assert store.put_messages(batch).ok
+print("STORED", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_crash_recovery_re_dispatches_what_the_reference_builds(tmp_path) -> None:
+    """SIGKILL with half the log dispatched, and topic B's queues lost as well (a machine crash can lose
+    unflushed queue pages): load() re-dispatches from the checkpoint's file with the kernels, skipping
+    what the queues hold, and the queues and index equal the reference's."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "store")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", KILL_WHILE_DISPATCH_LAGS, root], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == -9 and "STORED" in proc.stdout, proc.stderr
+    shutil.rmtree(os.path.join(root, "consumequeue", "B"))
+    config = dispatch_config(root)
+    store = open_store(config)
+    try:
+        assert not store.last_exit_ok
+        wait_dispatched(store)
+        assert sum(store.get_max_offset_in_queue(t, q) for t in "ABC" for q in range(3)) == sum(i % 4 + 1 for i in range(120))
+    finally:
+        store.shutdown()
+    assert_matches_reference(config, {}, str(tmp_path / "reference"))
