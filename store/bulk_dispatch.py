@@ -121,10 +121,10 @@ class BulkDispatch:
         if last_ts >= 0:
             self.last_dispatched_timestamp = last_ts
         if self._arrivals:
-            self._notify()
+            self._notify_locked()
         return stop, end, n
 
-    def _notify(self) -> None:
+    def _notify_locked(self) -> None:
         arrivals, self._arrivals = self._arrivals, {}
         for (topic, queue_id), (after, codes) in arrivals.items():
             listed = None if codes is None else tuple(codes)
@@ -138,7 +138,7 @@ class BulkDispatch:
         while pos < n_records:
             g = native.queue_runs(buf, self._records, n_records, pos, self._runs, self._entries, self._scratch)
             if g.fallbacks:
-                self._patch_delay_codes(buf, pos, g.record_pos)
+                self._patch_delay_codes_locked(buf, pos, g.record_pos)
             for k in range(g.runs):
                 run = native.RUN.unpack_from(self._runs, k * native.RUN.size)
                 qoff, offset, end, ts, topic_pos, topic_len, queue_id, count, at, _first, last_rec, n_codes = run[:12]
@@ -153,7 +153,7 @@ class BulkDispatch:
     def _write_run_locked(self, buf: Any, head: RunHead, entries: memoryview, codes: tuple[int, ...] | None) -> bool:
         """Write one run to its queue; False when it gets no entries (deleted topic, invalid topic or queue)."""
         topic_pos, topic_len, queue_id, first_qoff, first_offset, end_offset, last_ts = head
-        topic = self._topic_name(buf, topic_pos, topic_len)
+        topic = self._topic_name_locked(buf, topic_pos, topic_len)
         cutoffs = self.deleted_topics.cutoffs
         if cutoffs and first_offset < cutoffs.get(topic, -1):
             skip = _entries_below(entries, cutoffs[topic])  # messages of the deleted incarnation
@@ -178,7 +178,7 @@ class BulkDispatch:
             self._arrivals[key] = (first_qoff + len(entries) // CQ_STORE_UNIT_SIZE, merged)
         return True
 
-    def _topic_name(self, buf: Any, pos: int, length: int) -> str:
+    def _topic_name_locked(self, buf: Any, pos: int, length: int) -> str:
         raw = buf[pos : pos + length]  # bytes when buf is a mapping (as dispatch passes it)
         if not isinstance(raw, bytes):
             raw = bytes(raw)
@@ -189,7 +189,7 @@ class BulkDispatch:
                 self._topics[raw] = name
         return name
 
-    def _patch_delay_codes(self, buf: memoryview, first: int, end: int) -> None:
+    def _patch_delay_codes_locked(self, buf: Any, first: int, end: int) -> None:
         """Tags codes the kernel left to Python (a DELAY value int() reads but the kernel does not)."""
         for i in range(first, end):
             rec = native.RECORD.unpack_from(self._records, i * native.RECORD.size)
