@@ -1,13 +1,16 @@
-"""The registry of held pulls (long polling) and its bridge from the store's reput thread.
+"""The registry of held pulls (long polling) and its bridge from the store's dispatching threads.
 
 Invariants:
 - A held pull is one asyncio future in `_waiters[(topic, queue_id)]`; no thread per pull.
-- The arriving listener runs on the store's ReputMessageService thread and does no more
-  than a dict look-up under a short lock and, at most once per queue until the loop has
-  run it, `loop.call_soon_threadsafe`: wake-ups are coalesced per queue.
-- A waiter with a tag filter is only woken by a message whose tags code it accepts; the
+- The arriving listener runs on the thread that dispatched (a putting thread, or the store's
+  ReputMessageService thread), once per queue a dispatch pass extended, under the store's
+  dispatch lock; it does no more than a dict look-up under a short lock and, at most once per
+  queue until the loop has run it, `loop.call_soon_threadsafe`: wake-ups are coalesced per queue.
+- A waiter with a tag filter is only woken by messages whose tags codes it accepts; the
   codes seen while a wake-up is pending are collected (up to `MAX_PENDING_CODES`, past
-  which every waiter of the queue is woken, which is always safe: waiters re-check).
+  which every waiter of the queue is woken, which is always safe: waiters re-check). The
+  store passes None for the codes when a pass added more distinct codes than it lists: then
+  every waiter of the queue is woken too.
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
 """
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 # Distinct tags codes remembered per queue between two wake-ups before waking everyone.
 MAX_PENDING_CODES = 64
@@ -102,12 +104,10 @@ class HeldPulls:
                 waiter.future.set_result(None)
                 self.woken_total += 1
 
-    # Reput-thread side -------------------------------------------------------------
+    # Dispatching-thread side -------------------------------------------------------------
 
-    def on_message_arriving(
-        self, topic: str, queue_id: int, logic_offset_after: int, tags_code: int, store_timestamp: int, properties: Any
-    ) -> None:
-        """The store's arriving listener: runs on the reput thread, never blocks."""
+    def on_message_arriving(self, topic: str, queue_id: int, logic_offset_after: int, tags_codes: tuple[int, ...] | None) -> None:
+        """The store's arriving listener: runs on the dispatching thread, never blocks."""
         key = (topic, queue_id)
         if key not in self._waiters:  # the common case with no held pull: no lock taken
             return
@@ -121,11 +121,14 @@ class HeldPulls:
             if key in self._pending:
                 codes = self._pending[key]
                 if codes is not None:
-                    codes.add(tags_code)
-                    if len(codes) > MAX_PENDING_CODES:
+                    if tags_codes is None:
                         self._pending[key] = None
+                    else:
+                        codes.update(tags_codes)
+                        if len(codes) > MAX_PENDING_CODES:
+                            self._pending[key] = None
                 return
-            self._pending[key] = {tags_code}
+            self._pending[key] = None if tags_codes is None or len(tags_codes) > MAX_PENDING_CODES else set(tags_codes)
         try:
             loop.call_soon_threadsafe(self._wake, key)
         except RuntimeError:  # the loop is closed: shutting down, nobody left to wake

@@ -7,7 +7,7 @@ A store in a temporary directory gets `--messages` delayed puts spread evenly ov
 message when dispatch makes it visible in its real topic; lateness = that instant - due time
 (store time + level delay). Two baselines come from the same run: the configured scan
 interval (the wait a level without exact wake-up would add) and the dispatch latency of
-undelayed puts (put returned -> visible). The target is a p99 lateness within 100 ms.
+undelayed puts (put called -> visible). The target is a p99 lateness within 100 ms.
 """
 
 from __future__ import annotations
@@ -40,13 +40,17 @@ def run(messages: int, spread_ms: int, level_word: str) -> dict[str, float]:
         config = MessageStoreConfig(store_path_root_dir=root, message_delay_level=level_word)
         level_ms = config.delay_levels_ms()[0]
         store = DefaultMessageStore(config)
-        arrivals: dict[str, float] = {}  # UNIQ_KEY -> wall ms when visible
+        arrivals: dict[tuple[str, int, int], float] = {}  # (topic, queue id, queue offset) -> wall ms when visible
+        ends: dict[tuple[str, int], int] = {}
         done = threading.Event()
         expected = messages * 2
 
-        def on_arrival(topic: str, queue_id: int, after: int, tags_code: int, store_ts: int, props: dict[str, str]) -> None:
+        def on_arrival(topic: str, queue_id: int, after: int, *_codes: object) -> None:
             if topic in ("Delayed", "Direct"):
-                arrivals[props["UNIQ_KEY"]] = time.time() * 1000
+                now = time.time() * 1000
+                for offset in range(ends.get((topic, queue_id), 0), after):
+                    arrivals[(topic, queue_id, offset)] = now
+                ends[(topic, queue_id)] = max(after, ends.get((topic, queue_id), 0))
                 if len(arrivals) >= expected:
                     done.set()
 
@@ -56,24 +60,26 @@ def run(messages: int, spread_ms: int, level_word: str) -> dict[str, float]:
         try:
             while not store.is_running():
                 time.sleep(0.01)
-            due: dict[str, float] = {}
-            put_done: dict[str, float] = {}
+            due: dict[str, float] = {}  # UNIQ_KEY -> due wall ms
+            put_called: dict[tuple[str, int, int], float] = {}
             gap_s = spread_ms / 1000 / messages
             for i in range(messages):
                 delayed = build_message("Delayed", b"d" * 128, i % 4, delay_level=1)
                 r = store.put_message(delayed)
                 assert r.ok, r
                 due[delayed.properties["UNIQ_KEY"]] = r.items[0].store_timestamp + level_ms
-                direct = build_message("Direct", b"d" * 128, i % 4)
-                assert store.put_message(direct).ok
-                put_done[direct.properties["UNIQ_KEY"]] = time.time() * 1000
+                called = time.time() * 1000
+                r = store.put_message(build_message("Direct", b"d" * 128, i % 4))
+                assert r.ok, r
+                put_called[("Direct", i % 4, r.items[0].logics_offset)] = called
                 time.sleep(gap_s)
             if not done.wait(level_ms / 1000 + DRAIN_TIMEOUT_S):
                 raise SystemExit(f"only {len(arrivals)} of {expected} messages arrived")
+            delivered = delivered_offsets(store, "Delayed")
         finally:
             store.shutdown()
-        lateness = [arrivals[k] - t for k, t in due.items()]
-        dispatch = [arrivals[k] - t for k, t in put_done.items()]
+        lateness = [arrivals[delivered[k]] - t for k, t in due.items()]
+        dispatch = [arrivals[k] - t for k, t in put_called.items()]
         return {
             "scan_interval_ms": float(config.schedule_scan_interval_ms),
             "dispatch_p50_ms": statistics.median(dispatch),
@@ -83,6 +89,21 @@ def run(messages: int, spread_ms: int, level_word: str) -> dict[str, float]:
             "lateness_max_ms": max(lateness),
             "lateness_min_ms": min(lateness),
         }
+
+
+def delivered_offsets(store: DefaultMessageStore, topic: str) -> dict[str, tuple[str, int, int]]:
+    """UNIQ_KEY -> (topic, queue id, queue offset) of every message in the topic's queues."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for queue_id in store.queue_ids_of(topic):
+        offset = 0
+        while True:
+            with store.get_message("bench", topic, queue_id, offset, 32) as r:
+                if not r.message_count:
+                    break
+                for queue_offset, msg in zip(r.queue_offsets, r.decode(), strict=True):
+                    out[msg["properties"]["UNIQ_KEY"]] = (topic, queue_id, queue_offset)
+                offset = r.next_begin_offset
+    return out
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""In-process store benchmark: puts, batched puts, gets and SYNC_FLUSH group commit.
+"""In-process store benchmark: puts, batched puts, dispatch, delivery, gets and SYNC_FLUSH group commit.
 
 Every figure is printed beside a baseline measured in the same run on the same disk,
 because the machines are shared and absolute numbers drift:
@@ -7,7 +7,14 @@ because the machines are shared and absolute numbers drift:
   put must do);
 - raw read: the same bytes sliced message by message out of a mapped file;
 - raw fsync: one os.write + os.fdatasync per message, one thread (what SYNC_FLUSH would
-  cost without group commit).
+  cost without group commit);
+- put p50: the put's own latency, for the delivery figures (put called -> arrival notice,
+  the moment a held pull of the queue is woken).
+
+"put + dispatch" times the puts until dispatch has caught up with them. "dispatch CPU"
+is the CPU time of dispatching a commitlog of 1 KiB messages with TAGS, a UNIQ_KEY and two
+KEYS (consume-queue entries and index entries) in a store that was loaded, not started,
+after as many messages were dispatched unmeasured (the files' first writes are not counted).
 
 Usage: python bench/store_bench.py [--quick] [--markdown FILE]
 Messages are built before timing starts; a put's time includes validation, encoding,
@@ -29,7 +36,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig
+from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
 from store.message import MessageInner
 from store.message_codec import encode_message
 
@@ -181,6 +188,95 @@ def bench_puts(root: str, size: int, count: int, file_bytes: int, batch: int) ->
         shutil.rmtree(d, ignore_errors=True)
 
 
+def bench_put_dispatch(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:
+    """Messages/s of puts (`batch` per call), timed until dispatch has caught up with them."""
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
+    msgs = messages(count, size)
+    try:
+
+        def put_and_dispatch() -> None:
+            for i in range(0, count, batch):
+                store.put_messages(msgs[i : i + batch])
+            while store.reput_service.behind() > 0:
+                time.sleep(0.0002)
+
+        return count / timed(put_and_dispatch)
+    finally:
+        store.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_dispatch_cpu(root: str, size: int, count: int, file_bytes: int) -> float:
+    """CPU seconds per message of dispatching messages with TAGS, a UNIQ_KEY and two KEYS.
+
+    The target store first dispatches as many messages unmeasured: the files' first writes
+    (a fault per page, an extent conversion per region) are not dispatch's cost per message.
+    """
+    d = tempfile.mkdtemp(dir=root)
+    source = make_store(os.path.join(d, "source"), FlushDiskType.ASYNC_FLUSH, file_bytes)
+    body = os.urandom(size)
+    msgs = [
+        build_message(TOPIC, body, i % QUEUES, tags="TagA" if i % 2 else "TagB", keys=[f"order-{i}", f"user-{i % 97}"])
+        for i in range(2 * count)
+    ]
+    half = 0
+    for i in range(0, 2 * count, 100):
+        r = source.put_messages(msgs[i : i + 100])
+        if i + 100 == count:
+            half = r.end_offset
+    data = source.get_commit_log_data(0, file_bytes)
+    source.shutdown()
+    cfg = MessageStoreConfig(store_path_root_dir=os.path.join(d, "target"), mapped_file_size_commit_log_bytes=file_bytes)
+    target = DefaultMessageStore(cfg)  # loaded, not started: no thread dispatches but the one measured
+    target.load()
+    try:
+        assert target.commit_log.append_data(0, data[:half])
+        assert target.reput_service.do_reput() == count  # warm-up
+        assert target.commit_log.append_data(half, data[half:])
+        t0 = time.thread_time()
+        dispatched = target.reput_service.do_reput()
+        cpu = time.thread_time() - t0
+        assert dispatched == count, dispatched
+        return cpu / count
+    finally:
+        target.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def bench_delivery(root: str, size: int, count: int, file_bytes: int) -> tuple[float, float, float]:
+    """(p50, p99) µs from a put's call to the arrival notice of its message, and the put's p50 µs; paced puts."""
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
+    arrived: dict[tuple[int, int], int] = {}
+    ends = [0] * QUEUES
+
+    def on_arrival(topic: str, queue_id: int, after: int, *_rest: object) -> None:
+        now = time.perf_counter_ns()
+        for offset in range(ends[queue_id], after):
+            arrived[(queue_id, offset)] = now
+        ends[queue_id] = max(ends[queue_id], after)
+
+    store.add_message_arriving_listener(on_arrival)
+    msgs = messages(count, size)
+    called: dict[tuple[int, int], int] = {}
+    put_us: list[float] = []
+    try:
+        for m in msgs:
+            t0 = time.perf_counter_ns()
+            r = store.put_message(m)
+            put_us.append((time.perf_counter_ns() - t0) / 1000)
+            called[(m.queue_id, r.items[0].logics_offset)] = t0
+            time.sleep(0.0002)
+        while store.reput_service.behind() > 0 or len(arrived) < count:
+            time.sleep(0.001)
+    finally:
+        store.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+    delivery = sorted((arrived[k] - t) / 1000 for k, t in called.items())
+    return delivery[len(delivery) // 2], delivery[int(len(delivery) * 0.99)], sorted(put_us)[len(put_us) // 2]
+
+
 def bench_gets(root: str, size: int, count: int, file_bytes: int) -> float:
     d = tempfile.mkdtemp(dir=root)
     store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
@@ -260,12 +356,24 @@ def run(quick: bool) -> list[Row]:
             single = bench_puts(root, size, n, file_bytes, 1)
             target = ">= 250,000 msg/s" if size == 128 else ""
             rows.append(Row(f"put {size} B, single", single, "msg/s", "raw copy (msg/s)", copy_mps, target))
+            if size == 128:
+                both = bench_put_dispatch(root, size, n, file_bytes, 1)
+                rows.append(Row(f"put + dispatch {size} B, single", both, "msg/s", "raw copy (msg/s)", copy_mps))
             batched = bench_puts(root, size, n, file_bytes, 100)
             rows.append(Row(f"put {size} B, batch of 100", batched, "msg/s", "raw copy (msg/s)", copy_mps))
             target = ">= 0.4 of raw write" if size == 1024 else ""
             rows.append(Row(f"put {size} B, batch of 100 (bytes)", batched * avg, "B/s", "raw write (B/s)", write_bps, target))
         n = max(2000, int(100_000 * scale))
         images = encoded(n, 1024)
+        write_bps, avg = raw_write_rate(root, images), sum(len(i) for i in images) / n
+        rate = bench_put_dispatch(root, 1024, n, file_bytes, 100)
+        rows.append(Row("put + dispatch 1024 B, batch of 100 (bytes)", rate * avg, "B/s", "raw write (B/s)", write_bps))
+        read_us = 1e6 / raw_read_rate(root, images)
+        cpu_us = bench_dispatch_cpu(root, 1024, n, file_bytes) * 1e6
+        rows.append(Row("dispatch CPU 1 KiB, TAGS + UNIQ_KEY + 2 keys", cpu_us, "µs/msg", "raw read (µs/msg)", read_us, "<= 0.5 µs"))
+        p50, p99, put_p50 = bench_delivery(root, 1024, max(1000, int(20_000 * scale)), file_bytes)
+        rows.append(Row("delivery 1 KiB, put called -> notice, p50", p50, "µs", "put p50 (µs)", put_p50))
+        rows.append(Row("delivery 1 KiB, put called -> notice, p99", p99, "µs", "put p50 (µs)", put_p50))
         rows.append(
             Row("get 1 KiB, 32 per call", bench_gets(root, 1024, n, file_bytes), "msg/s", "raw read (msg/s)", raw_read_rate(root, images))
         )
@@ -281,6 +389,10 @@ def run(quick: bool) -> list[Row]:
     return rows
 
 
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def render(rows: list[Row]) -> str:
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}",
@@ -289,7 +401,7 @@ def render(rows: list[Row]) -> str:
         "|---|---:|---|---|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r.name} | {r.value:,.0f} | {r.unit} | {r.baseline_name} | {r.baseline:,.0f} | {r.ratio:.3f} | {r.target} |")
+        lines.append(f"| {r.name} | {_num(r.value)} | {r.unit} | {r.baseline_name} | {_num(r.baseline)} | {r.ratio:.3f} | {r.target} |")
     if GROUP_SIZES:
         sizes = ", ".join(f"{n} producers: {size:.1f}" for n, size in sorted(GROUP_SIZES.items()))
         lines += ["", f"mean requests answered per group commit (one flush each): {sizes}"]

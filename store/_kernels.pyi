@@ -30,6 +30,20 @@ def encode_batch(
 def dispatch_scan(
     buf: Any, pos: int, limit: int, records: Any, keys: Any, flags: int, delay_levels: bytes | None, /
 ) -> tuple[int, int, int, int]: ...
+def queue_runs(
+    buf: Any, records: Any, n_records: int, record_from: int, runs: Any, entries: Any, scratch: Any, /
+) -> tuple[int, int, int, int]: ...
+def index_put(
+    file: Any,
+    slot_num: int,
+    index_num: int,
+    header: tuple[int, int, int, int, int, int],
+    keys: Any,
+    key_from: int,
+    key_to: int,
+    current_record: int,
+    /,
+) -> tuple[int, int, int, int, tuple[int, int, int, int, int, int]]: ...
 def gather(
     entries: Any,
     n: int,

@@ -3,8 +3,8 @@
 After a clean shutdown (no abort file) the scan starts at the third-last file; after
 a crash it starts at the newest file whose first message was stored before the
 checkpoint's minimum timestamp, or earlier when the index ends earlier (`rebuild_from`),
-and every message from there on is re-dispatched to the consume queues and the index
-(they skip what they already hold).
+and the store re-dispatches every message from there on (`ScanResult.start`) once the
+log is cut: the consume queues and the index skip what they already hold.
 
 Each message is checked for size, magic code and body CRC. Where a check fails (or
 zeros stand where a message should be), the scan looks for the next valid message
@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from store.commit_log import CommitLog
 from store.index_service import IndexService
 from store.mapped_file import MappedFile
-from store.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome, DispatchRequest
+from store.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome
 from store.store_checkpoint import StoreCheckpoint
 
 log = logging.getLogger("tidemq.store")
 
-DispatchFn = Callable[[DispatchRequest], None]
 # Seconds between two progress lines of a long scan.
 PROGRESS_LOG_INTERVAL_S = 5.0
 _MAGIC_BYTES = MESSAGE_MAGIC_CODE.to_bytes(4, "big")
@@ -68,6 +66,7 @@ class RecoveryProgress:
 @dataclass
 class ScanResult:
     end: int  # offset just past the last valid message (where the log is cut)
+    start: int = 0  # where the scan began: a crash recovery re-dispatches from here
     last_message_offset: int = -1  # -1 when the scan found no message
     damaged: list[tuple[int, int]] = field(default_factory=list)  # ranges skipped, valid messages after each
 
@@ -79,7 +78,7 @@ def recover_normally(commit_log: CommitLog, files_to_scan: int, progress: Recove
         commit_log.truncate_to(0)
         return ScanResult(0)
     start = max(0, len(files) - files_to_scan)
-    result = _scan(commit_log, start, None, progress or RecoveryProgress())
+    result = _scan(commit_log, start, progress or RecoveryProgress())
     commit_log.truncate_to(result.end)
     return result
 
@@ -87,12 +86,11 @@ def recover_normally(commit_log: CommitLog, files_to_scan: int, progress: Recove
 def recover_abnormally(
     commit_log: CommitLog,
     checkpoint: StoreCheckpoint,
-    dispatch: DispatchFn,
     rebuild_from: int | None = None,
     progress: RecoveryProgress | None = None,
 ) -> ScanResult:
-    """Scan from the checkpoint's file (or the file of `rebuild_from`, when earlier) to the end,
-    re-dispatching every message; cut after the last valid one."""
+    """Scan from the checkpoint's file (or the file of `rebuild_from`, when earlier) to the end and
+    cut after the last valid message; the caller re-dispatches from `start`."""
     files = commit_log.mapped_file_queue.mapped_files
     if not files:
         commit_log.truncate_to(0)
@@ -108,7 +106,7 @@ def recover_abnormally(
         while start > 0 and files[start].file_from_offset > rebuild_from:
             start -= 1
     log.info("abnormal recovery: scanning from file %s (checkpoint min timestamp %d)", files[start].file_name, min_ts)
-    result = _scan(commit_log, start, dispatch, progress or RecoveryProgress())
+    result = _scan(commit_log, start, progress or RecoveryProgress())
     commit_log.truncate_to(result.end)
     return result
 
@@ -121,12 +119,12 @@ def _first_store_timestamp(commit_log: CommitLog, index: int) -> int | None:
     return result.request.store_timestamp
 
 
-def _scan(commit_log: CommitLog, start_index: int, dispatch: DispatchFn | None, progress: RecoveryProgress) -> ScanResult:
+def _scan(commit_log: CommitLog, start_index: int, progress: RecoveryProgress) -> ScanResult:
     """Walk files from `start_index`; skip damaged ranges, stop where nothing valid follows."""
     files = commit_log.mapped_file_queue.mapped_files
     first = files[start_index].file_from_offset
     progress.begin("scanning commitlog", files[-1].file_from_offset + files[-1].file_size - first)
-    result = ScanResult(first)
+    result = ScanResult(first, first)
     damage_start: int | None = None  # offset of bad bytes not yet followed by a valid message
     reason = ""
     corrupt = False  # the pending bad bytes failed a check (not only zeros)
@@ -138,14 +136,12 @@ def _scan(commit_log: CommitLog, start_index: int, dispatch: DispatchFn | None, 
             break
         pos = 0
         while pos < mf.file_size:
-            check = commit_log.check_at(mf, pos, decode=dispatch is not None, check_crc=True)
+            check = commit_log.check_at(mf, pos, decode=False, check_crc=True)
             if check.outcome is DecodeOutcome.MESSAGE:
                 offset = mf.file_from_offset + pos
                 if damage_start is not None:
                     _report_damage(commit_log, result, damage_start, offset, reason)
                     damage_start = None
-                if dispatch is not None and check.request is not None:
-                    dispatch(check.request)
                 result.last_message_offset = offset
                 pos += check.size
                 result.end = mf.file_from_offset + pos

@@ -2,15 +2,16 @@
 
 Every `commit_interval_commit_log_ms` it commits when `commit_commit_log_least_pages`
 pages are pending (everything at least every `commit_commit_log_thorough_interval_ms`)
-and wakes the flusher after a commit moved data. Readers only see committed bytes,
-so under SYNC_FLUSH the group commit also commits before it flushes (see
-DefaultMessageStore's flush hook).
+and wakes the flusher and the dispatcher (`on_committed`) after a commit moved data.
+Readers only see committed bytes, so under SYNC_FLUSH the group commit also commits
+before it flushes (see DefaultMessageStore's flush hook).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
@@ -28,6 +29,7 @@ class CommitRealTimeService(ServiceThread):
         self.config = config
         self.flush_service = flush_service
         self._last_thorough_ms = 0
+        self.on_committed: Callable[[], None] | None = None  # bytes became readable (the store wakes dispatch)
 
     def run(self) -> None:
         cfg = self.config
@@ -40,6 +42,8 @@ class CommitRealTimeService(ServiceThread):
             try:
                 if not self.commit_log.commit(least_pages):
                     self.flush_service.wakeup()
+                    if self.on_committed is not None:
+                        self.on_committed()
             except Exception:
                 log.exception("commit of the write buffer failed")
             self.wait_for_running(cfg.commit_interval_commit_log_ms)

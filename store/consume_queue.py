@@ -5,8 +5,9 @@ Entry i (the message with queue offset i) lies at byte i * 20 of the queue's log
 Files of `mapped_file_size_consume_queue_bytes` live in consumequeue/<topic>/<queueId>/.
 
 Invariants:
-- only the dispatch thread writes; an entry is written once, at its own position
-  (a duplicate from re-dispatch is skipped, a gap is logged and filled with zeros);
+- only the holder of the dispatch lock writes (ReputMessageService); an entry is written
+  once, at its own position (a duplicate from re-dispatch is skipped, a gap is logged and
+  filled with zeros);
 - `max_physic_offset` is the commitlog offset just past the last dispatched message;
 - `min_logic_offset` (bytes) is the first entry still pointing into the commitlog.
 """
@@ -42,7 +43,6 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self.last_store_timestamp = 0
-        self._entry = bytearray(CQ_STORE_UNIT_SIZE)
         self._clean_lock = threading.Lock()  # serializes deletions of this queue's files (leaf lock)
 
     # Loading and recovery ----------------------------------------------------------------
@@ -103,42 +103,93 @@ class ConsumeQueue:
     # Writing -------------------------------------------------------------------------
 
     def put_message_position_info(self, commitlog_offset: int, size: int, tags_code: int, queue_offset: int, store_ts: int) -> bool:
-        """Write the entry of queue offset `queue_offset`; True when stored or already present."""
-        if commitlog_offset + size <= self.max_physic_offset:
-            return True  # re-dispatch of a message this queue already holds
-        expect = queue_offset * CQ_STORE_UNIT_SIZE
-        mfq = self.mapped_file_queue
-        mf = mfq.find_mapped_file_by_offset(expect)
-        if mf is None:
-            last = mfq.get_last_mapped_file()
-            if last is None:
-                mf = mfq.get_last_mapped_file_or_create(expect)
-                if mf is not None and expect % self.mapped_file_size != 0:
-                    # A queue whose early files were deleted starts mid-file: mark the gap.
-                    self.min_logic_offset = expect
-                    mfq.set_positions(expect - expect % self.mapped_file_size)
-            else:
-                while last is not None and last.file_from_offset + self.mapped_file_size <= expect:
-                    last.mark_written(self.mapped_file_size)
-                    last = mfq.get_last_mapped_file_or_create(expect)
-                mf = last
+        """Write the entry of queue offset `queue_offset`; True when stored or already present.
+
+        One entry at a time (tests and tools); dispatch writes runs with put_raw_entries_locked.
+        """
+        entry = ENTRY.pack(commitlog_offset, size, tags_code)
+        return self.put_raw_entries_locked(entry, queue_offset, commitlog_offset, commitlog_offset + size, store_ts)
+
+    def put_raw_entries_locked(
+        self, entries: bytes | bytearray | memoryview, queue_offset: int, first_offset: int, end_offset: int, store_ts: int
+    ) -> bool:
+        """Write a run of 20-byte entries for queue offsets `queue_offset`, `queue_offset + 1`, ...;
+        each entry's message lies at or after the end of the one before it in the commitlog; the
+        first starts at `first_offset`, the last ends at `end_offset` and was stored at `store_ts`.
+        The caller holds the dispatch lock (the queue's only writer).
+
+        Entry by entry the effect is that of writing each on its own: an entry whose message the
+        queue already holds (re-dispatch) or whose position is already written is skipped, a gap
+        before an entry is logged and left zero. Once one entry is written the rest of its file's
+        share follows at the next positions, which nothing can skip: they are copied in one go.
+        False when a file for an entry cannot be created.
+        """
+        size = len(entries)
+        files = self.mapped_file_queue.mapped_files
+        if files and first_offset >= self.max_physic_offset:
+            mf = files[-1]  # the common case: the run continues the queue where its last file ends
+            pos = queue_offset * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+            if pos == mf.wrote_position and pos + size <= self.mapped_file_size:
+                mf.write_at(pos, entries)
+                self.max_physic_offset = end_offset
+                self.last_store_timestamp = store_ts
+                return True
+        return self._put_entries_one_file_at_a_time(entries, queue_offset, store_ts)
+
+    def _put_entries_one_file_at_a_time(self, entries: bytes | bytearray | memoryview, queue_offset: int, store_ts: int) -> bool:
+        """put_raw_entries_locked's general case: the entry-by-entry checks until one is written,
+        then the rest of that file's share in one go, file after file."""
+        n = len(entries) // CQ_STORE_UNIT_SIZE
+        if queue_offset < 0:
+            log.error("consume queue %s/%d: entries with queue offset %d dropped", self.topic, self.queue_id, queue_offset)
+            return True
+        i = 0
+        while i < n:
+            offset, size, _code = ENTRY.unpack_from(entries, i * CQ_STORE_UNIT_SIZE)
+            if offset + size <= self.max_physic_offset:
+                i += 1  # re-dispatch of a message this queue already holds
+                continue
+            expect = (queue_offset + i) * CQ_STORE_UNIT_SIZE
+            mf = self._file_for(expect)
             if mf is None:
                 log.error("consume queue %s/%d: cannot create a file for offset %d", self.topic, self.queue_id, expect)
                 return False
-        pos = expect - mf.file_from_offset
-        current = mf.wrote_position
-        if pos < current:
-            return True  # already written
-        if pos > current:
-            log.warning(
-                "consume queue %s/%d: gap, expected entry %d at %d but queue ends at %d",
-                self.topic, self.queue_id, queue_offset, pos, current,
-            )  # fmt: skip
-        ENTRY.pack_into(self._entry, 0, commitlog_offset, size, tags_code)
-        mf.write_at(pos, self._entry)
-        self.max_physic_offset = commitlog_offset + size
-        self.last_store_timestamp = store_ts
+            pos = expect - mf.file_from_offset
+            current = mf.wrote_position
+            if pos < current:
+                i += 1  # already written
+                continue
+            if pos > current:
+                log.warning(
+                    "consume queue %s/%d: gap, expected entry %d at %d but queue ends at %d",
+                    self.topic, self.queue_id, queue_offset + i, pos, current,
+                )  # fmt: skip
+            take = min(n - i, (self.mapped_file_size - pos) // CQ_STORE_UNIT_SIZE)
+            mf.write_at(pos, entries[i * CQ_STORE_UNIT_SIZE : (i + take) * CQ_STORE_UNIT_SIZE])
+            i += take
+            last, last_size, _code = ENTRY.unpack_from(entries, (i - 1) * CQ_STORE_UNIT_SIZE)
+            self.max_physic_offset = last + last_size
+            self.last_store_timestamp = store_ts
         return True
+
+    def _file_for(self, expect: int) -> MappedFile | None:
+        """The file holding byte `expect` of the queue, created (with the files before it) when absent."""
+        mfq = self.mapped_file_queue
+        mf = mfq.find_mapped_file_by_offset(expect)
+        if mf is not None:
+            return mf
+        last = mfq.get_last_mapped_file()
+        if last is None:
+            mf = mfq.get_last_mapped_file_or_create(expect)
+            if mf is not None and expect % self.mapped_file_size != 0:
+                # A queue whose early files were deleted starts mid-file: mark the gap.
+                self.min_logic_offset = expect
+                mfq.set_positions(expect - expect % self.mapped_file_size)
+            return mf
+        while last is not None and last.file_from_offset + self.mapped_file_size <= expect:
+            last.mark_written(self.mapped_file_size)
+            last = mfq.get_last_mapped_file_or_create(expect)
+        return last
 
     def flush(self, least_pages: int) -> bool:
         return self.mapped_file_queue.flush(least_pages)

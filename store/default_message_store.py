@@ -16,7 +16,9 @@ for a reason:
      file goes only after everything above succeeded, so a failure means crash recovery.
 
 Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock
--> LazyMappedFile._map_lock. GroupCommitService._lock, TopicConfigManager._lock,
+-> LazyMappedFile._map_lock. The dispatch lock (ReputMessageService._lock) is taken only with
+the put lock not held: dispatch lock -> _cq_lock -> MappedFileQueue._lock -> ... and
+dispatch lock -> IndexService._lock (store/reput_message_service.py). GroupCommitService._lock, TopicConfigManager._lock,
 ConsumerOffsetManager._lock and MappingBudget._lock are leaves: nothing else is taken while
 one is held. ConsumerOffsetManager._persist_lock -> ConsumerOffsetLog._sync_lock ->
 ConsumerOffsetLog._write_lock -> ConsumerOffsetManager._lock (store/consumer_offset_manager.py);
@@ -27,6 +29,10 @@ and wakes the cleanup service, whose next pass clears it when a commitlog file a
 file fit again; meanwhile puts answer DISK_FULL. A failing or lagging dispatch refuses puts
 (DISPATCH_BEHIND) and is retried (store/reput_message_service.py). `degraded_reasons()`
 lists what is wrong now.
+
+Dispatch is inline: after the commitlog's put returned (the put lock released), the putting
+thread dispatches what is readable, with the native kernels, and wakes the held pulls of the
+touched queues (store/reput_message_service.py, store/bulk_dispatch.py).
 
 Deleting a topic records the commitlog end at that moment (`deleted_topics`, under the put
 lock, so every message of the deleted topic lies below it, and persisted before the answer);
@@ -47,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from store.allocate_mapped_file_service import AllocateMappedFileService
+from store.bulk_dispatch import ArrivingListener, BulkDispatch
 from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
@@ -59,17 +66,16 @@ from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.deleted_topic_table import DeletedTopicTable
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.errors import DispatchFailed, StoreLocked, StoreNotRunning
+from store.errors import StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
 from store.lazy_mapped_file import MappingBudget
 from store.message import SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
-from store.message_codec import DispatchRequest
 from store.message_getter import MessageGetter
 from store.put_validation import PutValidator
-from store.reput_message_service import ArrivingListener, ReputMessageService
+from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
@@ -109,18 +115,25 @@ class DefaultMessageStore:
             self.consumer_offset_manager, config.flush_consumer_offset_interval_ms
         )
         self.stats = StoreStatsService()
-        self.reput_service = ReputMessageService(self.commit_log, config)
-        self.reput_service.dispatchers.append(self._dispatch_consume_queue)
+        self.bulk_dispatch = BulkDispatch(
+            self._queue_for_dispatch,
+            self.index_service if config.message_index_enable else None,
+            self.deleted_topics,
+            self.mapping_budget,
+            self.commit_log.delay_levels_ms,
+            config.message_index_uniq_key_enable,
+        )
+        self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
         self.reput_service.trim = self._trim_mappings
         self.reput_service.on_no_space = self._on_no_space
-        if config.message_index_enable:
-            self.reput_service.dispatchers.append(self.index_service.build_index)
         self.flush_service: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service = GroupCommitService(self.commit_log, config.max_group_commit_requests, self._on_commit_log_flushed)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, config, self._on_commit_log_flushed)
         self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) if self.transient_store_pool else None
+        if self.commit_service is not None:
+            self.commit_service.on_committed = self.reput_service.wakeup  # committed bytes become dispatchable
         self.checkpoint: StoreCheckpoint | None = None
         self.flush_consume_queue_service: FlushConsumeQueueService | None = None
         self.validator = PutValidator(self)
@@ -128,7 +141,6 @@ class DefaultMessageStore:
         self.extra_services: list[ServiceThread] = []  # schedule, cleanup, HA: started after the core
         self.replication_waiter: ReplicationWaiter | None = None  # set by ha/ on a SYNC_MASTER
         self.disk_full = False  # set by the cleanup service past the warning ratio
-        self.last_dispatched_timestamp = 0
         self.last_exit_ok = True
         self.loaded = False
         self._running = False
@@ -171,7 +183,7 @@ class DefaultMessageStore:
             self._release_lock_file()
             raise
         self.flush_consume_queue_service = FlushConsumeQueueService(
-            cfg, self._all_consume_queues, self.index_service, self.checkpoint, lambda: self.last_dispatched_timestamp
+            cfg, self._all_consume_queues, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
         )
         self.loaded = True
         return True
@@ -246,7 +258,8 @@ class DefaultMessageStore:
             scan = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files, progress)
         else:
             log.warning("the store did not shut down cleanly; recovering from the checkpoint")
-            scan = recover_abnormally(self.commit_log, self.checkpoint, self._dispatch_for_recovery, rebuild_from, progress)
+            scan = recover_abnormally(self.commit_log, self.checkpoint, rebuild_from, progress)
+            rebuild_from = scan.start if rebuild_from is None else min(rebuild_from, scan.start)  # re-dispatch it all
         end = scan.end
         lower_high_water_marks(scan, self.commit_log, self.index_service, self.checkpoint)
         min_offset = max(0, self.commit_log.get_min_offset())
@@ -261,16 +274,11 @@ class DefaultMessageStore:
             start = min(start, max(rebuild_from, min_offset))
         self.reput_service.reput_from_offset = first = min(start, end)
         progress.begin("dispatching", end - first)
-
-        def report(request: DispatchRequest) -> None:
-            if not request.consume_queue_offset & 1023:
-                progress.advance(request.commitlog_offset - first)
-
-        self.reput_service.dispatchers.append(report)  # during recovery only
+        self.reput_service.on_progress = lambda offset: progress.advance(offset - first)
         try:
             caught_up = self.reput_service.do_reput()
         finally:
-            self.reput_service.dispatchers.remove(report)
+            self.reput_service.on_progress = None
         progress.advance(progress.total_bytes)
         self._recover_topic_queue_table()
         self._ready_offset = end
@@ -285,10 +293,6 @@ class DefaultMessageStore:
     def recovery_progress(self) -> dict[str, object]:
         """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
         return self._recovery_progress.snapshot()
-
-    def _dispatch_for_recovery(self, request: DispatchRequest) -> None:
-        for dispatcher in self.reput_service.dispatchers:
-            dispatcher(request)
 
     def _recover_topic_queue_table(self) -> None:
         table: dict[tuple[str, int], int] = {}
@@ -344,7 +348,7 @@ class DefaultMessageStore:
             cq.flush(0)
         self.index_service.flush()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
-        self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.last_dispatched_timestamp)
+        self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
         self.consumer_offset_manager.persist()
         self.consumer_offset_manager.close()
         self.commit_log.shutdown()
@@ -416,10 +420,10 @@ class DefaultMessageStore:
             return result, None
         size = items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
         self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
-        self.reput_service.wakeup()
-        if result.status is not PutMessageStatus.PUT_OK or self._answer_at_once:
-            return result, None
-        return result, self._durability_waiter(result)
+        waiter = None if result.status is not PutMessageStatus.PUT_OK or self._answer_at_once else self._durability_waiter(result)
+        # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
+        self.reput_service.dispatch_now()
+        return result, waiter
 
     def _durability_waiter(self, result: PutMessageResult) -> concurrent.futures.Future[PutMessageResult] | None:
         """A future for the flush and slave waits, or None when the put is answered now."""
@@ -473,37 +477,21 @@ class DefaultMessageStore:
 
     # Dispatch ------------------------------------------------------------------------
 
-    def _dispatch_consume_queue(self, request: DispatchRequest) -> None:
-        """Write the message's queue entry; raises DispatchFailed when it cannot (dispatch retries)."""
-        cutoffs = self.deleted_topics.cutoffs
-        if cutoffs and request.commitlog_offset < cutoffs.get(request.topic, -1):
-            return  # a message of a deleted topic
-        queues = self.consume_queue_table.get(request.topic)
-        cq = queues.get(request.queue_id) if queues is not None else None
-        if cq is None:
-            cq = self._create_consume_queue_for(request)
-            if cq is None:
-                return
-        if not cq.put_message_position_info(
-            request.commitlog_offset, request.msg_size, request.tags_code, request.consume_queue_offset, request.store_timestamp
-        ):
-            reason = cq.mapped_file_queue.create_error or "no file for the entry"
-            raise DispatchFailed(f"consume queue {request.topic}/{request.queue_id}: {reason}")
-        self.last_dispatched_timestamp = request.store_timestamp
-        if self.mapping_budget.over():
-            self.mapping_budget.trim()
-
-    def _create_consume_queue_for(self, request: DispatchRequest) -> ConsumeQueue | None:
-        """The queue of a dispatched message, created; None for an invalid topic or a deleted one's message."""
-        topic = request.topic
-        if topic_problem(topic) or not 0 <= request.queue_id < self.config.max_topic_queue_nums:
-            log.error("message at %d has an invalid topic %r or queue; not dispatched", request.commitlog_offset, topic)
+    def _queue_for_dispatch(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
+        """The queue of a message at `offset`, created when absent; None for an invalid topic or
+        queue id, or a deleted topic's message (checked again under the lock delete_topic holds
+        while it records the cutoff and drops the table entry)."""
+        queues = self.consume_queue_table.get(topic)
+        cq = queues.get(queue_id) if queues is not None else None
+        if cq is not None:
+            return cq
+        if topic_problem(topic) or not 0 <= queue_id < self.config.max_topic_queue_nums:
+            log.error("message at %d has an invalid topic %r or queue; not dispatched", offset, topic)
             return None
         with self._cq_lock:
-            # Checked again under the lock delete_topic holds while it records the cutoff and drops the table entry.
-            if request.commitlog_offset < self.deleted_topics.cutoff(topic):
+            if offset < self.deleted_topics.cutoff(topic):
                 return None
-            return self._find_or_create_locked(topic, request.queue_id)
+            return self._find_or_create_locked(topic, queue_id)
 
     def _trim_mappings(self) -> None:
         """Unmap cold consume-queue files past the budget (dispatch thread, or the loader before start)."""
@@ -532,7 +520,8 @@ class DefaultMessageStore:
         return reasons
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
-        self.reput_service.arriving_listeners.append(listener)
+        """`listener(topic, queue_id, logic_offset_after, tags_codes)` once per queue a dispatch pass extended."""
+        self.bulk_dispatch.listeners.append(listener)
 
     # Consume queues ------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ Layout (big-endian; docs/layouts.md):
     entries: max_index_num x 20 B: key_hash 4 | phy_offset 8 | time_diff_s 4 | prev_index 4
 Entry 0 is never used (index_count starts at 1), so 0 ends a chain.
 
-Invariants: only the dispatch thread writes; an entry is complete before its slot
-points at it, so a reader following a chain never sees a half-written entry.
+Invariants: only the holder of the dispatch lock writes; an entry is complete before its
+slot points at it, so a reader following a chain never sees a half-written entry.
+Dispatch adds keys with `put_hashed_locked` (the native kernel, hashes computed by the
+dispatch scan); `put_key` is the Python reference the tests compare it with.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import struct
 import threading
 
+from store import _kernels
 from store.mapped_file import MappedFile
 from store.message import java_string_hash
 
@@ -27,6 +30,7 @@ INVALID_INDEX = 0
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
+_index_put = _kernels.index_put
 
 
 def key_hash(key: str) -> int:
@@ -110,6 +114,27 @@ class IndexFile:
         if write_header:
             self.write_header()
         return True
+
+    def put_hashed_locked(self, keys: object, key_from: int, key_to: int, current_record: int) -> tuple[int, int, int, int]:
+        """Add dispatch_scan keys [key_from, key_to) as put_key would, and write the header; the
+        caller holds the dispatch lock. Returns (stop, key position, current record, record of the
+        last key put or -1), as native.index_put: with FILE_FULL the caller rolls and goes on
+        from that key position and current record."""
+        header = (
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count, self.index_count
+        )  # fmt: skip
+        stop, pos, current, last_put, header = _index_put(
+            self.mm, self.slot_num, self.index_num, header, keys, key_from, key_to, current_record
+        )
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = header
+        return stop, pos, current, last_put
 
     def write_header(self) -> None:
         _HEADER.pack_into(

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 
+from store import native
 from store.config import MessageStoreConfig
 from store.errors import DispatchFailed
 from store.index_file import IndexFile, index_file_size
@@ -77,7 +78,37 @@ class IndexService:
                 f.begin_phy_offset = min(f.begin_phy_offset, f.end_phy_offset)
                 f.write_header()
 
+    def put_hashed_keys_locked(self, keys: object, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
+        """Index the keys one dispatch_scan found in `n_records` messages (the last at `last_offset`,
+        stored at `last_timestamp`), as build_index would message by message; the caller holds the
+        dispatch lock. A message at or below the index's end offset is skipped (indexed before), so
+        applying the same scan again after a failure adds nothing twice. DispatchFailed when no
+        index file can be created."""
+        if n_records == 0:
+            return
+        files = self.index_files
+        f = files[-1] if files and files[-1].index_count < self.index_num else self._writable_file()
+        pos, current, last_put = 0, -1, -1
+        while pos < n_keys:
+            stop, pos, current, put = f.put_hashed_locked(keys, pos, n_keys, current)
+            last_put = max(last_put, put)
+            if stop != native.Stop.FILE_FULL:
+                break
+            log.info("index file %s is full; rolling", f.file_name)
+            f = self._writable_file()
+        if last_put < n_records - 1 and f.is_write_full():
+            f = self._writable_file()  # build_index rolls at the next message, with keys or without
+        if last_offset >= f.end_phy_offset:
+            self.last_store_timestamp = last_timestamp
+
+    def _writable_file(self) -> IndexFile:
+        f = self._retry_get_writable_file()
+        if f is None:
+            raise DispatchFailed("no writable index file")
+        return f
+
     def build_index(self, request: DispatchRequest) -> None:
+        """Index one decoded message (the Python reference of put_hashed_keys_locked)."""
         f = self._retry_get_writable_file()
         if f is None:
             raise DispatchFailed(f"no writable index file for the message at {request.commitlog_offset}")

@@ -57,7 +57,8 @@ class MappingBudget:
             self._files.pop(id(mf), None)
 
     def trim(self) -> int:
-        """Unmap cold files until at most `max_mapped` are mapped (writer thread only); returns how many."""
+        """Unmap cold files until at most `max_mapped` are mapped; returns how many. Called by dispatch
+        (under the dispatch lock) and by a thread about to map a file past the budget."""
         unmapped = 0
         for second_pass in (False, True):
             with self._lock:

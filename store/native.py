@@ -17,7 +17,19 @@ from typing import Any, NamedTuple
 from store import _kernels
 from store._kernels import BatchError
 
-__all__ = ["BatchError", "BatchErrorCode", "Stop", "check_batch", "dispatch_scan", "encode_batch", "gather", "java_hash", "pack_batch"]
+__all__ = [
+    "BatchError",
+    "BatchErrorCode",
+    "Stop",
+    "check_batch",
+    "dispatch_scan",
+    "encode_batch",
+    "gather",
+    "index_put",
+    "java_hash",
+    "pack_batch",
+    "queue_runs",
+]
 
 java_hash = _kernels.java_hash
 check_message = _kernels.check_message
@@ -41,6 +53,7 @@ class Stop(enum.IntEnum):
     BAD_CRC = 12
     COUNT_LIMIT = 13
     SEGMENT_MISS = 14
+    BAD_RECORD = 15
 
 
 CORRUPT = frozenset({Stop.BAD_MAGIC, Stop.BAD_BLANK, Stop.BAD_TOTAL, Stop.BAD_BODY, Stop.BAD_TOPIC, Stop.BAD_PARTS, Stop.BAD_CRC})
@@ -75,7 +88,14 @@ KEY = struct.Struct("=iiqq")
 META = struct.Struct("=qii")
 SCAN_UNIQ_KEY = 1
 SCAN_CHECK_CRC = 2
-assert RECORD.size == 96 and KEY.size == 24 and META.size == 16
+# queue_runs' run: the entries of consecutive queue offsets of one queue (host order).
+RUN = struct.Struct("=qqqqqiiiiiiii8q")
+RUN_FIELDS = (
+    "first_queue_offset first_offset end_offset last_store_timestamp topic_pos topic_length queue_id count entries_at "
+    "first_record last_record code_count _pad"
+).split()
+RUN_CODES = 8  # tags codes a run lists; a code_count above it means more (or one not known yet)
+assert RECORD.size == 96 and KEY.size == 24 and META.size == 16 and RUN.size == 136
 
 
 def pack_batch(messages: Iterable[tuple[bytes, bytes, int]]) -> bytes:
@@ -162,6 +182,56 @@ def dispatch_scan(
     flags = (SCAN_UNIQ_KEY if uniq_key_index else 0) | (SCAN_CHECK_CRC if check_crc else 0)
     r = _kernels.dispatch_scan(buf, pos, limit, records, keys, flags, delay_levels)
     return Scanned(Stop(r[0]), r[1], r[2], r[3])
+
+
+def runs_scratch_bytes(n_records: int) -> int:
+    """Bytes of the scratch buffer queue_runs needs for `n_records` records."""
+    slots = 2
+    while slots < 2 * n_records:
+        slots <<= 1
+    return 4 * (n_records + slots)
+
+
+class Grouped(NamedTuple):
+    stop: Stop
+    record_pos: int  # the first record not grouped (OUT_FULL: it needs a run past `runs`)
+    runs: int
+    fallbacks: int  # records with FLAG_DELAY_FALLBACK among those grouped
+
+
+def queue_runs(buf: Any, records: Any, n_records: int, record_from: int, runs: Any, entries: Any, scratch: Any) -> Grouped:
+    """Group records [record_from, n_records) of a dispatch_scan of `buf` into runs: the messages of one
+    queue with consecutive queue offsets, each after the one before it in the log. The consume-queue
+    entries of each run are copied, contiguous, to `entries` from the run's `entries_at`; afterwards
+    the int32 at scratch[4 * (i - record_from)] is the entry index of record i."""
+    r = _kernels.queue_runs(buf, records, n_records, record_from, runs, entries, scratch)
+    return Grouped(Stop(r[0]), r[1], r[2], r[3])
+
+
+class IndexHeader(NamedTuple):
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+
+class IndexPut(NamedTuple):
+    stop: Stop  # DONE, or FILE_FULL at key_pos
+    key_pos: int
+    current_record: int  # pass to the next call: its keys continue without the indexed-before check
+    last_put_record: int  # record of the last key put, -1 when none was
+    header: IndexHeader
+
+
+def index_put(
+    file: Any, slot_num: int, index_num: int, header: IndexHeader, keys: Any, key_from: int, key_to: int, current_record: int
+) -> IndexPut:
+    """Add dispatch_scan keys [key_from, key_to) to an index file as IndexFile.put_key does, skipping
+    the keys of a message at or below the file's end offset (indexed before), and write the header."""
+    r = _kernels.index_put(file, slot_num, index_num, (*header,), keys, key_from, key_to, current_record)
+    return IndexPut(Stop(r[0]), r[1], r[2], r[3], IndexHeader(*r[4]))
 
 
 class GatherLimits(NamedTuple):

@@ -1,137 +1,196 @@
-"""ReputMessageService: reads what was appended to the commitlog and dispatches it.
+"""ReputMessageService: the dispatch cursor over the commitlog and the thread behind it.
 
-From `reput_from_offset` it walks every message below the commitlog's readable end
-(the confirmed offset on a slave with duplication enabled), runs each dispatcher
-(consume queue, index; the list is extensible) and then the arriving listeners. A
-put wakes it at once through `wakeup()`; otherwise it waits at most 1 ms.
+Dispatch turns what was appended to the commitlog into consume-queue entries, index entries
+and arrival notices (store/bulk_dispatch.py, with the native kernels). It runs in two places:
+- inline: a putting thread calls `dispatch_now()` right after its append returned and the put
+  lock was released, so its messages (and any appended before) are dispatched, and the held
+  pulls of their queues woken, before the put answers;
+- on this service's thread: after recovery, for a slave's replicated appends (the HA client
+  wakes it), in the transient-store-pool mode (bytes become readable only when the commit
+  service commits them), and as the safety net that dispatches whatever is still behind (it
+  looks every `IDLE_WAIT_MS`, at once when woken).
 
-Invariants: `reput_from_offset` only grows (or is reset by recovery before start);
-a message is dispatched only after its bytes passed the size and magic checks; a
-range in the commitlog's damaged-range table is skipped, never dispatched.
-`reput_from_offset` passes a message only after every dispatcher returned for it: a
-dispatcher that raises (no descriptor left, a full disk) stops dispatch at that message,
-which is retried with a growing pause (up to DISPATCH_RETRY_MAX_MS) until it succeeds.
-An episode of failures is logged when it starts and when it ends, not per attempt;
-`failure` names the error while it lasts (the store reports it as degraded, and puts are
-refused meanwhile). Dispatchers must tolerate a repeated message (they skip what they hold).
+Ordering: one cursor, `reput_from_offset`, moved only under the dispatch lock (`_lock`): whoever
+holds it dispatches everything readable from the cursor up to the end it reads, so entries reach
+each queue in commitlog order whichever thread dispatches. A putter that finds the lock held
+does not wait: the holder reads the end again after releasing, and takes the lock again when
+something was appended meanwhile (at most INLINE_ROUNDS times; then it wakes this thread).
+Lock order: the dispatch lock is never taken while the put lock is held; under it come
+DefaultMessageStore._cq_lock, MappedFileQueue._lock, IndexService._lock, MappingBudget._lock,
+the mapped files' locks and what the arriving listeners take (HeldPulls._lock, a leaf).
+Listeners run under the dispatch lock: they must not block and must not put.
+
+Readable end: the commitlog's readable end (committed bytes with the transient store pool, the
+confirmed offset on a slave with duplication enabled), so dispatch never reads bytes that are
+not readable yet. A range in the commitlog's damaged-range table is skipped, never dispatched.
+
+Failures: `reput_from_offset` passes a chunk only after it was applied whole. When applying
+fails (no descriptor left, a full disk) the cursor stays at the chunk's start and the chunk is
+applied again later; applying is idempotent (bulk_dispatch.py), so dispatch resumes exactly at
+the first message not fully dispatched. Only this thread retries, with a growing pause (up to
+DISPATCH_RETRY_MAX_MS); an episode is logged when it starts and when it ends; `failure` names
+the error while it lasts (the store reports it as degraded, and puts are refused meanwhile).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from typing import Any
 
+from store import native
+from store.bulk_dispatch import BulkDispatch
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
 from store.mapped_file import is_no_space
-from store.message_codec import DISPATCH_BLANK, DecodeOutcome, DispatchRequest, check_message, decode_for_dispatch
+from store.message_codec import DecodeOutcome, check_message
 from store.service_thread import ServiceThread
 
 log = logging.getLogger("tidemq.store")
 
-Dispatcher = Callable[[DispatchRequest], None]
-ArrivingListener = Callable[[str, int, int, int, int, dict[str, str]], None]
 SHUTDOWN_DRAIN_ROUNDS = 50
 DISPATCH_RETRY_MIN_MS = 10  # first pause after a failed dispatch
 DISPATCH_RETRY_MAX_MS = 1_000  # the pause doubles up to this while dispatch keeps failing
+IDLE_WAIT_MS = 10  # the safety net's period: puts dispatch inline, appends without a put wake the thread
+INLINE_ROUNDS = 8  # times a putter takes the lock again for bytes appended while it dispatched
 
 
 class ReputMessageService(ServiceThread):
-    def __init__(self, commit_log: CommitLog, config: MessageStoreConfig) -> None:
+    def __init__(self, commit_log: CommitLog, config: MessageStoreConfig, bulk: BulkDispatch) -> None:
         super().__init__("ReputMessageService")
         self.commit_log = commit_log
         self.config = config
+        self.bulk = bulk
+        self._mfq = commit_log.mapped_file_queue
+        self._duplication = config.duplication_enable
         self.reput_from_offset = 0
-        self.dispatchers: list[Dispatcher] = []
-        self.arriving_listeners: list[ArrivingListener] = []
         self.dispatched_messages = 0
         self.failure = ""  # the error of the current failure episode, "" while dispatch works
         self.failures_total = 0  # failed attempts since start
         self._retry_ms = 0
+        self._lock = threading.Lock()  # the dispatch lock (module docstring)
+        self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
-        self.trim: Callable[[], object] | None = None  # called once per pass (the store's mapping budget)
+        self.trim: Callable[[], object] | None = None  # this thread's check of the store's mapping budget, once per pass
+        self.on_progress: Callable[[int], None] | None = None  # told the cursor after each chunk (recovery)
+
+    @property
+    def dispatch_lock(self) -> threading.Lock:
+        return self._lock
 
     def behind(self) -> int:
         return max(0, self._end_offset() - self.reput_from_offset)
 
     def _end_offset(self) -> int:
-        if self.config.duplication_enable and self.commit_log.confirm_offset >= 0:
-            return min(self.commit_log.confirm_offset, self.commit_log.get_max_offset())
-        return self.commit_log.get_max_offset()
+        end = self._mfq.get_max_offset()
+        if self._duplication and self.commit_log.confirm_offset >= 0:
+            return min(self.commit_log.confirm_offset, end)
+        return end
+
+    def dispatch_now(self) -> int:
+        """Dispatch what is readable unless another thread holds the dispatch lock (it then does);
+        never waits. Returns the messages this call dispatched."""
+        if self.failure:
+            return 0  # this thread retries, with its pause
+        return self._dispatch_rounds()
+
+    def _dispatch_rounds(self) -> int:
+        """Take the lock if free and dispatch; after releasing it, again while bytes were appended
+        meanwhile (a thread that found the lock held left them to this one)."""
+        count = 0
+        for _ in range(INLINE_ROUNDS):
+            if not self._lock.acquire(blocking=False):
+                return count
+            try:
+                cursor, end = self.reput_from_offset, self._end_offset()
+                count += self._reput_locked()
+            finally:
+                self._lock.release()
+            now = self._end_offset()
+            if self.failure or self.reput_from_offset >= now or (self.reput_from_offset == cursor and now == end):
+                return count  # caught up, or stuck where nothing new came (bytes not whole yet, corrupt ones)
+        self.wakeup()
+        return count
 
     def do_reput(self) -> int:
-        """Dispatch everything readable now; returns the number of messages dispatched."""
-        count = 0
+        """Dispatch everything readable now, waiting for the dispatch lock; returns the messages dispatched."""
+        with self._lock:
+            return self._reput_locked()
+
+    def _reput_locked(self) -> int:
         cl = self.commit_log
-        listeners = self.arriving_listeners
-        dispatchers = self.dispatchers
-        levels = cl.delay_levels_ms
-        min_offset = cl.get_min_offset()
-        if 0 <= self.reput_from_offset < min_offset:
-            log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
-            self.reput_from_offset = min_offset
+        files = self._mfq.mapped_files
+        if files and self.reput_from_offset < files[0].file_from_offset + cl.file_size:  # else above the minimum
+            min_offset = cl.get_min_offset()
+            if 0 <= self.reput_from_offset < min_offset:
+                log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
+                self.reput_from_offset = min_offset
+        count = 0
         try:
-            count = self._dispatch_available(cl, dispatchers, listeners, levels)
-        except Exception as exc:  # any dispatcher error is retried, never skipped
-            self._failed(exc)
-            return 0
-        if self.failure:
-            log.warning(
-                "dispatch works again at offset %d after %d failed attempts (%s)", self.reput_from_offset, self.failures_total, self.failure
-            )
-            self.failure = ""
-            self._retry_ms = 0
+            count = self._dispatch_available_locked(cl)
+        except Exception as exc:  # any failure is retried, never skipped
+            self._failed_locked(exc)
+        else:
+            if self.failure:
+                log.warning(
+                    "dispatch works again at offset %d after %d failed attempts (%s)",
+                    self.reput_from_offset, self.failures_total, self.failure,
+                )  # fmt: skip
+                self.failure = ""
+                self._retry_ms = 0
         self.dispatched_messages += count
         return count
 
-    def _dispatch_available(
-        self, cl: CommitLog, dispatchers: list[Dispatcher], listeners: list[ArrivingListener], levels: list[int]
-    ) -> int:
+    def _dispatch_available_locked(self, cl: CommitLog) -> int:
         count = 0
-        while self.reput_from_offset < self._end_offset():
-            skip_to = cl.damaged_range_end(self.reput_from_offset)
-            if skip_to is not None:
-                log.warning("dispatch skips the damaged commitlog range [%d, %d)", self.reput_from_offset, skip_to)
-                self.reput_from_offset = skip_to
-                continue
-            res = cl.get_data(self.reput_from_offset)
-            if res is None:
+        mfq = cl.mapped_file_queue
+        while True:
+            cursor, end = self.reput_from_offset, self._end_offset()
+            if cursor >= end:
+                break
+            damaged = None
+            if cl.damaged_ranges:
+                skip_to = cl.damaged_range_end(cursor)
+                if skip_to is not None:
+                    log.warning("dispatch skips the damaged commitlog range [%d, %d)", cursor, skip_to)
+                    self.reput_from_offset = skip_to
+                    continue
+                damaged = cl.next_damaged_start(cursor)
+            mf = mfq.find_mapped_file_by_offset(cursor)
+            if mf is None or not mf.hold():
                 break
             try:
-                view = res.view
-                limit = min(res.size, self._end_offset() - res.start_offset)
-                damaged = cl.next_damaged_start(res.start_offset)
+                base = mf.file_from_offset
+                limit = min(mf.get_read_position(), end - base)
                 if damaged is not None:
-                    limit = min(limit, damaged - res.start_offset)  # stop there; the check above skips the range
-                pos = 0
-                while pos < limit:
-                    size, req = decode_for_dispatch(view, pos, limit, levels)
-                    if req is not None:
-                        for dispatcher in dispatchers:
-                            dispatcher(req)
-                        for listener in listeners:
-                            listener(
-                                req.topic, req.queue_id, req.consume_queue_offset + 1, req.tags_code, req.store_timestamp, req.properties
-                            )
-                        pos += size
-                        count += 1
-                    elif size == DISPATCH_BLANK:
-                        pos = res.size
-                        self.reput_from_offset = cl.roll_next_file(res.start_offset)
-                        break
-                    else:
-                        # Nothing whole here yet: the writer has not finished this message, or the log ends.
-                        self._report_if_corrupt(view, pos, limit, res.start_offset)
-                        limit = pos
-                        break
-                    self.reput_from_offset = res.start_offset + pos
+                    limit = min(limit, damaged - base)  # stop there; the check above skips the range
+                stop, dispatched = self._dispatch_file_locked(mf.mm, cursor - base, limit, base)
+                count += dispatched
             finally:
-                res.release()
-            if pos == 0:
-                break
+                mf.release()
+            if stop == native.Stop.BLANK:
+                self.reput_from_offset = cl.roll_next_file(base)
+            elif stop != native.Stop.DONE:
+                break  # nothing whole past the cursor yet, or corrupt bytes (logged)
         return count
 
-    def _failed(self, exc: Exception) -> None:
+    def _dispatch_file_locked(self, buf: Any, pos: int, limit: int, base: int) -> tuple[int, int]:
+        """Dispatch buf[pos:limit], readable bytes of the file starting at offset `base`, chunk by chunk."""
+        count = 0
+        while True:
+            stop, pos, n = self.bulk.apply_chunk_locked(buf, pos, limit)
+            count += n
+            self.reput_from_offset = base + pos
+            if n and self.on_progress is not None:
+                self.on_progress(self.reput_from_offset)
+            if stop != native.Stop.OUT_FULL:
+                break
+        if stop in native.CORRUPT or stop == native.Stop.PARTIAL:
+            self._report_corrupt(buf, pos, limit, base)
+        return stop, count
+
+    def _failed_locked(self, exc: Exception) -> None:
         """Record a failed attempt; the first of an episode is logged with its traceback."""
         self.failures_total += 1
         self._retry_ms = min(DISPATCH_RETRY_MAX_MS, max(DISPATCH_RETRY_MIN_MS, self._retry_ms * 2))
@@ -142,19 +201,25 @@ class ReputMessageService(ServiceThread):
             self.failure = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else (exc.strerror or str(exc))
             log.error("dispatch failed at offset %d; retrying until it succeeds", self.reput_from_offset, exc_info=exc)
 
-    def _report_if_corrupt(self, view: memoryview, pos: int, limit: int, start_offset: int) -> None:
-        """Log the reason when the bytes where dispatch stopped are not simply unwritten."""
-        r = check_message(view, pos, limit, False, False)
+    def _report_corrupt(self, buf: Any, pos: int, limit: int, base: int) -> None:
+        """Log (once per position) why dispatch cannot pass the bytes at pos."""
+        if base + pos == self._reported_stop:
+            return
+        self._reported_stop = base + pos
+        r = check_message(buf, pos, limit, False, False)
         if r.outcome is DecodeOutcome.CORRUPT:
-            log.error("reput stopped at %d: %s", start_offset + pos, r.reason)
+            log.error("reput stopped at %d: %s", base + pos, r.reason)
 
     def run(self) -> None:
         while not self.is_stopped():
             try:
-                self.wait_for_running(self._retry_ms if self.failure else 1)
-                self.do_reput()
-                if self.trim is not None:
-                    self.trim()
+                self.wait_for_running(self._retry_ms if self.failure else IDLE_WAIT_MS)
+                self._dispatch_rounds()
+                if self.trim is not None and self._lock.acquire(blocking=False):
+                    try:
+                        self.trim()  # readers map files too: the budget is checked once per pass
+                    finally:
+                        self._lock.release()
             except Exception:
                 log.exception("dispatch failed")
         # Dispatch what was appended before the stop, so the queues are complete at shutdown.

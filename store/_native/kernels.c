@@ -168,6 +168,7 @@ static PyObject *py_check_message(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 #include "gather_binding.h"
+#include "apply_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
@@ -175,6 +176,8 @@ static PyMethodDef methods[] = {
     {"encode_batch", py_encode_batch, METH_VARARGS, "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
+    {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
+    {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None) -> (stop, examined, count, bytes, removed, damaged)"},
     {NULL, NULL, 0, NULL},
 };

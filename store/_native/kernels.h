@@ -37,6 +37,7 @@ enum stop_code {
     STOP_BAD_CRC = 12,      /* corrupt: BODYCRC mismatch (only when asked to check) */
     STOP_COUNT_LIMIT = 13,  /* gather: a transfer limit (count or bytes) is reached */
     STOP_SEGMENT_MISS = 14, /* gather: the entry's bytes are not in any given segment */
+    STOP_BAD_RECORD = 15,   /* queue_runs: a record's topic or size does not describe bytes of buf */
 };
 
 /* Why a batch (RocketMQ's encodeMessages format) is malformed. */
@@ -153,5 +154,59 @@ struct gather_state {
 };
 
 int gather(const struct gather_args *a, struct gather_state *st);
+
+/* queue_runs output, 136 bytes host order: the entries of consecutive queue offsets of one queue. */
+#define RUN_BYTES 136
+#define RUN_FIRST_QOFF 0
+#define RUN_FIRST_PHYS 8
+#define RUN_END_PHYS 16 /* offset + size of the last message */
+#define RUN_LAST_TS 24
+#define RUN_TOPIC_POS 32
+#define RUN_TOPIC_LEN 40
+#define RUN_QUEUE_ID 44
+#define RUN_COUNT 48
+#define RUN_ENTRIES_AT 52 /* index of the run's first entry in the entries output */
+#define RUN_FIRST_REC 56
+#define RUN_LAST_REC 60
+#define RUN_N_CODES 64 /* distinct tags codes listed; RUN_CODES + 1: more than listed (or one not known yet) */
+#define RUN_CODES_AT 72
+#define RUN_CODES 8
+
+struct runs_args {
+    struct span buf; /* the scanned bytes: records point into it */
+    const uint8_t *recs;
+    size_t n_recs;
+    uint8_t *runs;
+    size_t runs_n;
+    uint8_t *entries; /* CQ_UNIT_BYTES per record */
+    int32_t *scratch; /* n records + runs_table_slots(n) */
+};
+
+struct runs_state {
+    size_t rec_pos, n_runs, n_fallback;
+};
+
+size_t runs_table_slots(size_t n);
+int queue_runs(const struct runs_args *a, struct runs_state *st);
+
+#define INDEX_HEADER_BYTES 40
+#define INDEX_ENTRY_BYTES 20
+
+struct index_args {
+    uint8_t *file; /* a whole index file: header, slots, entries (bounds checked by the binding) */
+    size_t slot_num, index_num;
+    const uint8_t *keys; /* dispatch_scan's keys */
+    size_t key_to;
+};
+
+struct index_state {
+    int64_t begin_ts, end_ts, begin_phy, end_phy, slot_count, index_count;
+    size_t key_pos;
+    int64_t current_rec; /* record whose keys are being put (its skip check is done), -1 for none */
+    int64_t last_put_rec;
+    int skipping;
+};
+
+int index_put(const struct index_args *a, struct index_state *st);
 
 #endif

@@ -13,12 +13,12 @@ from store.message import tags_hash
 pytestmark = pytest.mark.timeout(30)
 
 
-def arrive_from_thread(held: HeldPulls, *arrivals: tuple[str, int, int]) -> None:
-    """Call the listener the way the store's reput thread does: from another thread."""
+def arrive_from_thread(held: HeldPulls, *arrivals: tuple[str, int, int | None]) -> None:
+    """Call the listener the way a dispatching thread does: from another thread (code None: more codes than listed)."""
 
     def run() -> None:
         for topic, queue_id, code in arrivals:
-            held.on_message_arriving(topic, queue_id, 1, code, 0, {})
+            held.on_message_arriving(topic, queue_id, 1, None if code is None else (code,))
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -57,6 +57,22 @@ def test_only_matching_waiters_of_the_queue_are_woken() -> None:
         await asyncio.sleep(0.01)
         assert tag_a.future.done() and not tag_b.future.done() and not other_queue.future.done()
         assert held.woken_total == 2
+
+    asyncio.run(scenario())
+
+
+def test_codes_the_store_does_not_list_wake_every_waiter_of_the_queue() -> None:
+    async def scenario() -> None:
+        held = HeldPulls(max_held=10)
+        held.bind(asyncio.get_running_loop())
+        tag_a = held.register("t", 0, frozenset({tags_hash("A")}))
+        tag_b = held.register("t", 0, frozenset({tags_hash("B")}))
+        other_queue = held.register("t", 1, frozenset({tags_hash("A")}))
+        assert tag_a and tag_b and other_queue
+        arrive_from_thread(held, ("t", 0, None))
+        await asyncio.wait_for(asyncio.gather(tag_a.future, tag_b.future), 5)
+        await asyncio.sleep(0.01)
+        assert not other_queue.future.done() and held.woken_total == 2
 
     asyncio.run(scenario())
 

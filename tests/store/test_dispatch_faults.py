@@ -5,19 +5,22 @@ from __future__ import annotations
 import threading
 
 from store import GetMessageStatus, PutRefusal, build_message
-from store.message_codec import DispatchRequest
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 
-def hold_dispatch(store) -> threading.Event:
-    """Put a gate in front of the store's dispatchers (the list is the store's extension point); set it to let dispatch go."""
-    gate = threading.Event()
+class DispatchGate:
+    """Holds the store's dispatch lock, so nothing is dispatched (puts leave it to the holder); set() lets dispatch go."""
 
-    def wait_for_gate(_request: DispatchRequest) -> None:
-        assert gate.wait(10), "the gate was never opened"
+    def __init__(self, store) -> None:
+        self.lock = store.reput_service.dispatch_lock
+        assert self.lock.acquire(timeout=10)
 
-    store.reput_service.dispatchers.insert(0, wait_for_gate)
-    return gate
+    def set(self) -> None:
+        self.lock.release()
+
+
+def hold_dispatch(store) -> DispatchGate:
+    return DispatchGate(store)
 
 
 def bodies(store, topic: str, queue_id: int = 0) -> list[bytes]:
@@ -51,6 +54,23 @@ def test_a_topic_deleted_while_dispatch_lags_is_not_resurrected(tmp_path) -> Non
         store.shutdown()
 
 
+def test_a_queue_made_while_dispatch_lags_gets_no_message_of_the_deleted_topic(tmp_path) -> None:
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        gate = hold_dispatch(store)
+        store.topic_config_manager.create_or_update("T", 1, "rw")
+        for i in range(6):
+            assert store.put_message(build_message("T", f"old-{i}".encode(), 0)).ok
+        assert store.delete_topic("T")
+        assert store.put_message(build_message("T", b"new", 0)).ok
+        assert store.find_consume_queue("T", 0, create=True) is not None  # in the table before dispatch reaches the old ones
+        gate.set()
+        wait_dispatched(store)
+        assert bodies(store, "T") == [b"new"]
+    finally:
+        store.shutdown()
+
+
 def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhile(tmp_path) -> None:
     store = open_store(small_config(str(tmp_path / "store")))
     try:
@@ -79,14 +99,13 @@ def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhil
 
 
 DELETE_THEN_KILL = """
-import os, signal, sys, threading
+import os, signal, sys
 from store import DefaultMessageStore, FlushDiskType, build_message
 from tests.store.conftest import small_config
 store = DefaultMessageStore(small_config(sys.argv[1], flush_disk_type=FlushDiskType.SYNC_FLUSH))
 store.load()
 store.start()
-gate = threading.Event()
-store.reput_service.dispatchers.insert(0, lambda _request: gate.wait())  # dispatch never passes the old messages
+store.reput_service.dispatch_lock.acquire()  # held to the end: dispatch never passes the old messages
 store.topic_config_manager.create_or_update("T", 1, "rw")
 for i in range(20):
     assert store.put_message(build_message("T", f"old-{i}".encode(), 0, keys=["k"])).ok

@@ -100,13 +100,13 @@ def test_checkpoint_round_trip(tmp_path) -> None:
 
 
 def test_arriving_listener_sees_each_message_after_its_queue_entry(store) -> None:
-    seen: list[tuple[str, int, int, int]] = []
+    seen: list[tuple[str, int, int, tuple[int, ...] | None]] = []
     done = threading.Event()
 
-    def listener(topic: str, qid: int, after: int, tags_code: int, ts: int, props: dict) -> None:
+    def listener(topic: str, qid: int, after: int, tags_codes: tuple[int, ...] | None) -> None:
         # The consume queue already holds the entry when the listener runs.
         assert store.get_max_offset_in_queue(topic, qid) >= after
-        seen.append((topic, qid, after, tags_code))
+        seen.append((topic, qid, after, tags_codes))
         if len(seen) == 3:
             done.set()
 
@@ -114,7 +114,7 @@ def test_arriving_listener_sees_each_message_after_its_queue_entry(store) -> Non
     for i in range(3):
         store.put_message(build_message("L", b"x", queue_id=1, tags="TagA" if i else None))
     assert done.wait(5)
-    assert seen == [("L", 1, 1, 0), ("L", 1, 2, 2598919), ("L", 1, 3, 2598919)]
+    assert seen == [("L", 1, 1, (0,)), ("L", 1, 2, (2598919,)), ("L", 1, 3, (2598919,))]
 
 
 def test_delete_topic_drops_queues_config_and_offsets(store, config) -> None:
