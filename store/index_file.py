@@ -136,6 +136,16 @@ class IndexFile:
         ) = header
         return stop, pos, current, last_put
 
+    def trailing_entries_at(self, phy_offset: int) -> int:
+        """How many of the last entries belong to the message at `phy_offset` (its keys written here)."""
+        n = 0
+        for index in range(self.index_count - 1, 0, -1):
+            _, phy, _, _ = _ENTRY.unpack_from(self.mm, self._entries_pos + index * ENTRY_BYTES)
+            if phy != phy_offset:
+                break
+            n += 1
+        return n
+
     def write_header(self) -> None:
         _HEADER.pack_into(
             self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,

@@ -40,6 +40,9 @@ class IndexService:
         self._lock = threading.Lock()  # guards the list; entries are written only by dispatch
         self.last_store_timestamp = 0
         self.dropped_files = 0  # files load() destroyed after a crash: their entries must be rebuilt
+        # After files were dropped: the offset of the last kept file's last message, whose keys a
+        # roll may have split over a dropped file (re-dispatch writes only the rest); None otherwise.
+        self._split_resume_at: int | None = None
 
     def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> bool:
         if not os.path.isdir(self.store_path):
@@ -57,6 +60,8 @@ class IndexService:
                 self.dropped_files += 1
                 continue
             self.index_files.append(f)
+        if self.dropped_files and self.index_files:
+            self._split_resume_at = self.index_files[-1].end_phy_offset
         return True
 
     def end_phy_offset(self) -> int | None:
@@ -89,6 +94,9 @@ class IndexService:
         files = self.index_files
         f = files[-1] if files and files[-1].index_count < self.index_num else self._writable_file()
         pos, current, last_put = 0, -1, -1
+        resume = self._split_message_resume(f, keys, n_keys)
+        if resume is not None:
+            pos, current = resume  # the keys before it are of messages indexed before (below the end offset)
         while pos < n_keys:
             stop, pos, current, put = f.put_hashed_locked(keys, pos, n_keys, current)
             last_put = max(last_put, put)
@@ -100,6 +108,32 @@ class IndexService:
             f = self._writable_file()  # build_index rolls at the next message, with keys or without
         if last_offset >= f.end_phy_offset:
             self.last_store_timestamp = last_timestamp
+
+    def _split_message_resume(self, f: IndexFile, keys: object, n_keys: int) -> tuple[int, int] | None:
+        """(key position, record) to resume at when a crash dropped the file holding the rest of a
+        message's keys.
+
+        A file can fill between the keys of one message. When the file after it was dropped at
+        load, re-dispatch reaches that message (the last kept file's end offset) with a new file:
+        the keys the kept files hold are skipped and only the rest are written, as they were the
+        first time (re-indexing the whole message would repeat those keys and shift every later
+        roll). Only the first re-dispatch after such a load looks for it.
+        """
+        split_at = self._split_resume_at
+        if split_at is None or f.index_count != 1 or f.end_phy_offset != split_at:
+            return None
+        positions = [i for i in range(n_keys) if native.KEY.unpack_from(keys, i * native.KEY.size)[2] == split_at]  # type: ignore[arg-type]
+        if not positions:
+            return None
+        self._split_resume_at = None
+        written = 0
+        for kept in reversed(self.index_files[:-1]):  # the message's keys may span several full files
+            here = kept.trailing_entries_at(split_at)
+            written += here
+            if here < kept.index_count - 1 or kept.begin_phy_offset != split_at:
+                break
+        record = native.KEY.unpack_from(keys, positions[0] * native.KEY.size)[1]  # type: ignore[arg-type]
+        return positions[0] + min(written, len(positions)), record
 
     def _writable_file(self) -> IndexFile:
         f = self._retry_get_writable_file()
