@@ -6,6 +6,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 
 #include "kernels.h"
 
@@ -35,27 +36,51 @@ static PyObject *py_java_hash(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromLong(h);
 }
 
-static PyObject *batch_error(int code, size_t pos) {
+/* BatchError(message, code, position) with `index`: the item's number in the call. */
+static PyObject *batch_error(int code, size_t pos, size_t index) {
     PyObject *exc = PyObject_CallFunction(BatchError, "sin", "malformed batch", code, (Py_ssize_t)pos);
     if (exc != NULL) {
-        PyErr_SetObject(BatchError, exc);
+        PyObject *n = PyLong_FromSsize_t((Py_ssize_t)index);
+        if (n != NULL && PyObject_SetAttrString(exc, "index", n) == 0) PyErr_SetObject(BatchError, exc);
+        Py_XDECREF(n);
         Py_DECREF(exc);
     }
     return NULL;
 }
 
+/* The GIL is released only for inputs of at least GIL_RELEASE_MIN_BYTES (kernels.h). */
+static PyThreadState *release_gil_for(Py_ssize_t bytes) { return bytes >= GIL_RELEASE_MIN_BYTES ? PyEval_SaveThread() : NULL; }
+
+static void restore_gil(PyThreadState *ts) {
+    if (ts != NULL) PyEval_RestoreThread(ts);
+}
+
 static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer batch;
-    long long max_body;
-    if (!PyArg_ParseTuple(args, "y*L", &batch, &max_body)) return NULL;
+    long long max_body, max_props = MAX_PROPERTIES_BYTES;
+    Py_ssize_t max_count = -1;
+    int check_props = 0;
+    if (!PyArg_ParseTuple(args, "y*L|nLp", &batch, &max_body, &max_count, &max_props, &check_props)) return NULL;
+    struct batch_limits lim = {max_body, max_props, max_count < 0 ? SIZE_MAX : (size_t)max_count, check_props};
     size_t count, pos, stored;
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = batch_check(span_of(&batch), max_body, &count, &pos, &stored);
-    Py_END_ALLOW_THREADS
+    PyThreadState *ts = release_gil_for(batch.len);
+    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored);
+    restore_gil(ts);
     PyBuffer_Release(&batch);
-    if (err != BATCH_OK) return batch_error(err, pos);
+    if (err != BATCH_OK) return batch_error(err, pos, count);
     return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
+}
+
+/* Bytes of at most `max_count` items from `pos` as their TOTALSIZE fields say, counted until `enough`:
+ * what encode_batch will copy, for the GIL decision only (the kernel checks every item itself). */
+static Py_ssize_t items_span(struct span b, size_t pos, size_t max_count, size_t enough) {
+    size_t start = pos;
+    for (size_t i = 0; i < max_count && pos - start < enough && b.n - pos >= 4; i++) {
+        int32_t total = (int32_t)(((uint32_t)b.p[pos] << 24) | ((uint32_t)b.p[pos + 1] << 16) | ((uint32_t)b.p[pos + 2] << 8) | b.p[pos + 3]);
+        if (total <= 0 || (size_t)total > b.n - pos) break;
+        pos += (size_t)total;
+    }
+    return (Py_ssize_t)(pos - start);
 }
 
 static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t dest_limit, Py_buffer *batch, Py_ssize_t batch_pos,
@@ -93,11 +118,10 @@ static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     c.store_host = hosts[1].buf;
     c.born_ts = born_ts, c.store_ts = store_ts, c.prepared_offset = prepared, c.queue_offset = qoff, c.phys_offset = phys;
     struct encode_state st = {(size_t)batch_pos, (size_t)dest_pos, 0, BATCH_OK};
-    int stop;
-    Py_BEGIN_ALLOW_THREADS
-    stop = batch_encode(span_of(&batch), dest.buf, (size_t)dest_limit, out.buf, (size_t)out.len, &c, (size_t)max_count, &st);
-    Py_END_ALLOW_THREADS
-    if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos);
+    PyThreadState *ts = release_gil_for(items_span(span_of(&batch), (size_t)batch_pos, (size_t)max_count, GIL_RELEASE_MIN_BYTES));
+    int stop = batch_encode(span_of(&batch), dest.buf, (size_t)dest_limit, out.buf, (size_t)out.len, &c, (size_t)max_count, &st);
+    restore_gil(ts);
+    if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos, st.count);
     else result = Py_BuildValue("innn", stop, (Py_ssize_t)st.count, (Py_ssize_t)st.batch_pos, (Py_ssize_t)st.dest_pos);
 done:
     PyBuffer_Release(&dest), PyBuffer_Release(&batch), PyBuffer_Release(&out), PyBuffer_Release(&topic);
@@ -167,13 +191,38 @@ static PyObject *py_check_message(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+static PyObject *py_prefault(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t pos, length;
+    if (!PyArg_ParseTuple(args, "w*nn", &buf, &pos, &length)) return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || length < 0 || length > buf.len || pos > buf.len - length) {
+        PyErr_Format(PyExc_ValueError, "position %zd and length %zd do not lie in a buffer of %zd bytes", pos, length, buf.len);
+    } else {
+        int how;
+        Py_BEGIN_ALLOW_THREADS
+        how = prefault_range((uint8_t *)buf.buf + pos, (size_t)length);
+        Py_END_ALLOW_THREADS
+        if (how < 0) {
+            errno = -how;
+            PyErr_SetFromErrno(PyExc_OSError);
+        } else {
+            result = PyLong_FromLong(how);
+        }
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 #include "gather_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
-    {"check_batch", py_check_batch, METH_VARARGS, "check_batch(batch, max_body) -> (count, stored bytes without topics)"},
+    {"check_batch", py_check_batch, METH_VARARGS,
+     "check_batch(batch, max_body, max_count=-1, max_props=32767, check_properties=False) -> (count, stored bytes without topics)"},
     {"encode_batch", py_encode_batch, METH_VARARGS, "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
+    {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags) -> (stop, examined, count, bytes, removed)"},
     {NULL, NULL, 0, NULL},
