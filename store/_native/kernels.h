@@ -66,9 +66,10 @@ struct batch_limits {
     int check_props;   /* parse the properties (BATCH_BAD_PROPERTY .. BATCH_BAD_UNIQ_KEY) */
 };
 
-/* Below this many input bytes a binding keeps the GIL: handing it over and taking it back costs
- * more than the loop, and a thread that takes it may keep it for up to a switch interval (5 ms). */
-#define GIL_RELEASE_MIN_BYTES (64 * 1024)
+/* Below this many input bytes a binding keeps the GIL: a thread that takes it (a dispatcher
+ * running Python) may keep it for a whole switch interval (5 ms), so releasing pays only for work
+ * that itself takes about that long (1 MiB is 0.3-1 ms of copying and CRC at 1-3 GB/s). */
+#define GIL_RELEASE_MIN_BYTES (1024 * 1024)
 
 /* A bounded byte range. */
 struct span {
