@@ -92,6 +92,9 @@ class MessageStoreConfig:
     transient_store_pool_size: int = 5
     # Touch every page of a new file and lock it in memory.
     warm_mapped_file_enable: bool = False
+    # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
+    # The pages become dirty: the kernel writes back what the writer has not overwritten by then.
+    prefault_mapped_file_enable: bool = True
     # Build IndexFile entries for KEYS and UNIQ_KEY.
     message_index_enable: bool = True
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).

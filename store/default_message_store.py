@@ -95,8 +95,9 @@ class DefaultMessageStore:
         if config.transient_store_pool_enable and config.broker_role is not BrokerRole.SLAVE:
             self.transient_store_pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log_bytes)
         self.allocate_service = AllocateMappedFileService(
-            config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool
-        )
+            config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool,
+            config.prefault_mapped_file_enable,
+        )  # fmt: skip
         self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool)
         self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
         self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
