@@ -67,8 +67,9 @@ struct batch_limits {
 };
 
 /* Below this many input bytes a binding keeps the GIL: a thread that takes it (a dispatcher
- * running Python) may keep it for a whole switch interval (5 ms), so releasing pays only for work
- * that itself takes about that long (1 MiB is 0.3-1 ms of copying and CRC at 1-3 GB/s). */
+ * running Python) may keep it for a whole switch interval (5 ms by default; the broker sets
+ * gil_switch_interval_us), so releasing pays only for work that takes about as long itself
+ * (1 MiB is 0.3-1 ms of copying and CRC at 1-3 GB/s). */
 #define GIL_RELEASE_MIN_BYTES (1024 * 1024)
 
 /* A bounded byte range. */
