@@ -205,27 +205,27 @@ def test_check_batch_checks_a_non_zero_body_crc() -> None:
 
 
 def reference_property_error(props: bytes) -> nk.BatchErrorCode | None:
-    """What check_batch's property checks decide, from the JSON produce's own checks of a tag and a msg_id."""
-    try:
-        text = props.decode("utf-8")
-    except UnicodeDecodeError:
-        return nk.BatchErrorCode.BAD_PROPERTY
-    if text and not text.endswith("\x02"):
-        return nk.BatchErrorCode.BAD_PROPERTY
-    for item in text.split("\x02")[:-1]:
-        name, sep, value = item.partition("\x01")
-        if not sep or not name or "\x01" in value:
+    """What check_batch's property checks decide, item by item, with the JSON produce's own checks of a tag and a msg_id."""
+    *items, rest = props.split(b"\x02")
+    for item in items:
+        name, sep, value = item.partition(b"\x01")
+        if not sep or not name or b"\x01" in value:
             return nk.BatchErrorCode.BAD_PROPERTY
-        if name in nk.RESERVED_BATCH_PROPERTIES:
-            return nk.BatchErrorCode.RESERVED_PROPERTY
         try:
-            if name == "TAGS":
-                check_tag(value)
-            elif name == "UNIQ_KEY":
-                check_msg_id(value)
+            text = name.decode("utf-8")
+            if text in nk.RESERVED_BATCH_PROPERTIES:
+                return nk.BatchErrorCode.RESERVED_PROPERTY
+            value_text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return nk.BatchErrorCode.BAD_PROPERTY
+        try:
+            if text == "TAGS":
+                check_tag(value_text)
+            elif text == "UNIQ_KEY":
+                check_msg_id(value_text)
         except ProblemError:
-            return nk.BatchErrorCode.BAD_TAGS if name == "TAGS" else nk.BatchErrorCode.BAD_UNIQ_KEY
-    return None
+            return nk.BatchErrorCode.BAD_TAGS if text == "TAGS" else nk.BatchErrorCode.BAD_UNIQ_KEY
+    return nk.BatchErrorCode.BAD_PROPERTY if rest else None
 
 
 prop_piece = st.one_of(
@@ -238,7 +238,7 @@ prop_piece = st.one_of(
 )
 
 
-@settings(max_examples=400)
+@settings(max_examples=1000)
 @given(st.lists(prop_piece, max_size=10).map(b"".join))
 def test_check_batch_property_checks_match_the_json_produce(props: bytes) -> None:
     batch = nk.pack_batch([(b"body", props, 0)])
@@ -466,6 +466,26 @@ def test_encode_rejects_bad_positions_hosts_topics_and_overlap() -> None:
         nk.encode_batch(dest, 0, 200, memoryview(dest)[100:], 0, out, 1, **ok)
     assert nk.encode_batch(dest, 0, 200, batch, 0, bytearray(15), 1, **ok) == (nk.Stop.OUT_FULL, 0, 0, 0)
     assert dest == bytes(200)
+
+
+def test_encode_argument_types_are_checked_as_the_signature_says() -> None:
+    from store import _kernels
+
+    batch, dest, out = nk.pack_batch([(b"abc", b"", 0)]), bytearray(200), bytearray(16)
+    args = [dest, 0, 200, batch, 0, out, 1, b"T", 0, 0, 1, HOST_A, 2, HOST_B, 0, 0, 0, 0]
+    assert _kernels.encode_batch(*args)[:2] == (nk.Stop.DONE, 1)
+    for index, bad, error in (
+        (0, bytes(200), BufferError),  # dest must be writable
+        (5, bytes(16), BufferError),  # out too
+        (7, "T", TypeError),  # topic is bytes, not text
+        (8, 2**31, OverflowError),  # queue id is an int32
+        (10, 2**63, OverflowError),  # born timestamp is an int64
+        (1, "0", TypeError),
+    ):
+        with pytest.raises(error):
+            _kernels.encode_batch(*args[:index], bad, *args[index + 1 :])
+    with pytest.raises(TypeError):
+        _kernels.encode_batch(*args[:-1])
 
 
 def test_encode_refuses_a_body_length_past_the_batch() -> None:
