@@ -108,8 +108,8 @@ static int name_is(struct span name, const char *text) {
     return name.n == n && memcmp(name.p, text, n) == 0;
 }
 
-/* A TAGS value as the JSON produce accepts a tag: at most 255 characters, not '*', without '||'
- * or control characters (empty: no tag). */
+/* A TAGS value (well-formed UTF-8) as the JSON produce accepts a tag: at most 255 characters,
+ * not '*', without '||' or control characters (empty: no tag). */
 static int check_tags(struct span v) {
     size_t i = 0, chars = 0;
     int64_t prev = -1;
@@ -123,7 +123,8 @@ static int check_tags(struct span v) {
     return BATCH_OK;
 }
 
-/* A UNIQ_KEY value as the JSON produce accepts a msg_id: 1..128 characters without a space. */
+/* A UNIQ_KEY value (well-formed UTF-8) as the JSON produce accepts a msg_id: 1..128 characters
+ * without a space. */
 static int check_uniq_key(struct span v) {
     size_t i = 0, chars = 0;
     if (v.n == 0) return BATCH_BAD_UNIQ_KEY;
@@ -149,9 +150,11 @@ static int check_property(struct span name, struct span value) {
     if (err != BATCH_OK) return err;
     if (name_is(name, "DELAY") || name_is(name, "WAIT") || name_is(name, "REAL_TOPIC") || name_is(name, "REAL_QID"))
         return BATCH_RESERVED_PROPERTY;
+    err = check_utf8(value);
+    if (err != BATCH_OK) return err;
     if (name_is(name, "TAGS")) return check_tags(value);
     if (name_is(name, "UNIQ_KEY")) return check_uniq_key(value);
-    return check_utf8(value);
+    return BATCH_OK;
 }
 
 int check_properties(struct span props) {
