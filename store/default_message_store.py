@@ -382,7 +382,8 @@ class DefaultMessageStore:
         return self.put_messages((msg,))
 
     def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
-        return self._wait(*self._append(msgs))
+        result, waiter = self._append(msgs)
+        return result if waiter is None else self._wait(result, waiter)
 
     def _wait(self, result: PutMessageResult, waiter: concurrent.futures.Future[PutMessageResult] | None) -> PutMessageResult:
         if waiter is None:
@@ -446,7 +447,8 @@ class DefaultMessageStore:
             if self.space_exhausted:
                 return self.refuse(PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored", SNA), None
             return result, None
-        self.stats.record_put(len(items), total_bytes(items), (time.perf_counter_ns() - t0) // 1000)
+        size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items)
+        self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
         self.reput_service.wakeup()
         if result.status is not PutMessageStatus.PUT_OK or self._answer_at_once:
             return result, None

@@ -38,7 +38,22 @@ class PutValidator:
         refusal = self.check_state()
         if refusal is not None:
             return refusal
-        return self._check_count(len(msgs)) or self._check_messages(msgs)
+        if not 0 < len(msgs) <= self.max_batch:
+            return self._check_count(len(msgs))
+        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
+        for msg in msgs:
+            # One expression for the common case; the detailed checks run only when it fails.
+            if not (
+                msg.topic in valid
+                and 0 <= msg.queue_id < max_queues
+                and len(msg.body) <= max_body
+                and len(msg.properties_bytes) <= max_props
+                and msg.tail
+            ):
+                refusal = self._check_one(msg)
+                if refusal is not None:
+                    return refusal
+        return None
 
     def check_batch(self, topic: str, queue_id: int, messages: int) -> PutMessageResult | None:
         """The checks of a batch appended as it came (check_batch has checked its items)."""
@@ -71,22 +86,6 @@ class PutValidator:
             return _refused(
                 PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_TOO_LARGE, f"a batch holds at most {self.max_batch} messages"
             )
-        return None
-
-    def _check_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
-        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
-        for msg in msgs:
-            # One expression for the common case; the detailed checks run only when it fails.
-            if not (
-                msg.topic in valid
-                and 0 <= msg.queue_id < max_queues
-                and len(msg.body) <= max_body
-                and len(msg.properties_bytes) <= max_props
-                and msg.tail
-            ):
-                refusal = self._check_one(msg)
-                if refusal is not None:
-                    return refusal
         return None
 
     def _dispatch_detail(self) -> str:
