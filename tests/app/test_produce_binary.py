@@ -28,10 +28,11 @@ def post(client: httpx.Client, topic: str, body: bytes, **params: str) -> httpx.
 
 
 def pull_stored(client: httpx.Client, topic: str, queue_id: int, offset: int, count: int) -> list[dict]:
-    """The stored messages as the batch pull returns them, decoded."""
+    """The stored messages as the batch pull returns them, decoded (once all `count` are dispatched)."""
+    wait_visible(client, topic, queue_id, offset + count - 1)
     r = client.get(
         f"/v1/topics/{topic}/queues/{queue_id}/messages",
-        params={"offset": offset, "max": count, "wait_ms": 3000},
+        params={"offset": offset, "max": count},
         headers={"accept": "application/x-tidemq-batch"},
     )
     assert r.status_code == 200 and r.headers["x-tidemq-count"] == str(count), r.headers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Iterator
 
@@ -94,6 +95,10 @@ def test_rows_reach_their_queues_in_order_through_binary_and_json_batches(server
             rows.append(row(f"q{i}".encode(), queue_id=i % 2, keys=[f"k{i}"], properties={"i": str(i)}, msg_id=f"id-{i}"))
     settings = SinkSettings(ClientSettings(server.url), topic, COLUMNS, batch_messages=7)
     assert send_rows(settings, iter(rows)).messages == 40
+    deadline = time.monotonic() + 10
+    while sum(queue_max_offsets(server.url, topic).values()) < 40:  # acknowledged; dispatched a moment later
+        assert time.monotonic() < deadline, "the rows did not become readable"
+        time.sleep(0.01)
     queues = {q: stored(server, topic, q) for q in range(3)}
     assert sum(len(v) for v in queues.values()) == 40
     for q in (0, 1):  # explicit queues: every row, in input order, with its fields
