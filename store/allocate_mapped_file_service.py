@@ -7,11 +7,12 @@ A failed creation (a full disk: the file's space could not be reserved) is logge
 raised to the writer waiting for it as the OSError it was; a failed pre-order is logged
 and forgotten, so the writer's own request for that file later tries again.
 
-With `prefault`, every file it created (its space reserved by then) has its pages faulted in
-for writing afterwards, PREFAULT_CHUNK_BYTES at a time with the GIL released
-(store.native.prefault), so a put's first write to a page does not fault. A pending request
-is always served before the next chunk, so no writer waits for a prefault; a file handed out
-meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
+With `prefault`, every file it created ahead of need (a pre-order, its space reserved by then)
+has its pages faulted in for writing afterwards, PREFAULT_CHUNK_BYTES at a time with the GIL
+released (store.native.prefault), so a put's first write to a page does not fault. A pending
+request is always served before the next chunk, so no writer waits for a prefault; a file handed
+out meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
+A file a writer asked for itself (the first one, or when the writer outran the service) is not.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ PREFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class AllocateRequest:
-    __slots__ = ("path", "file_size", "done", "mapped_file", "error", "os_error")
+    __slots__ = ("path", "file_size", "done", "mapped_file", "error", "os_error", "awaited")
 
     def __init__(self, path: str, file_size: int) -> None:
         self.path = path
         self.file_size = file_size
+        self.awaited = False  # a writer asked for this file itself (not only ordered it ahead)
         self.done = threading.Event()
         self.mapped_file: MappedFile | None = None
         self.error: str = ""
@@ -72,7 +74,7 @@ class AllocateMappedFileService(ServiceThread):
             # Not started (loading, tests): create in the caller's thread.
             os.makedirs(os.path.dirname(path), exist_ok=True)
             return self._create(path, file_size)
-        request = self._enqueue(path, file_size)
+        request = self._enqueue(path, file_size, awaited=True)
         self._enqueue(next_path, file_size)
         self.wakeup()
         if not request.done.wait(self.timeout_ms / 1000.0):
@@ -86,7 +88,7 @@ class AllocateMappedFileService(ServiceThread):
             log.error("allocation of %s failed: %s", path, request.error)
         return request.mapped_file
 
-    def _enqueue(self, path: str, file_size: int) -> AllocateRequest:
+    def _enqueue(self, path: str, file_size: int, awaited: bool = False) -> AllocateRequest:
         with self._lock:
             request = self._requests.get(path)
             if request is not None and request.done.is_set() and request.mapped_file is None:
@@ -98,6 +100,8 @@ class AllocateMappedFileService(ServiceThread):
                 request = AllocateRequest(path, file_size)
                 self._requests[path] = request
                 heapq.heappush(self._heap, (path, request))
+            # Under the lock the service pops with, so it sees the flag before it creates the file.
+            request.awaited = request.awaited or awaited
             return request
 
     def _drop_oldest_locked(self) -> None:
@@ -133,8 +137,10 @@ class AllocateMappedFileService(ServiceThread):
         try:
             os.makedirs(os.path.dirname(request.path), exist_ok=True)
             request.mapped_file = self._create(request.path, request.file_size)
-            # A pooled file is written in its pool buffer (already touched), a warmed one was touched.
-            if self.prefault and not self.warm_up and request.mapped_file.write_buffer is None:
+            # Only a file ordered ahead: one a writer waits for is written at once, and prefaulting it
+            # beside the writer costs the writer more than its faults. A pooled file is written in its
+            # pool buffer (already touched), a warmed one was touched.
+            if self.prefault and not request.awaited and not self.warm_up and request.mapped_file.write_buffer is None:
                 self._to_prefault.append((request.mapped_file, 0))
         except OSError as exc:
             request.error = str(exc)
