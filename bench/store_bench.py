@@ -13,7 +13,7 @@ The batched rows put MessageInner batches (queues alternating, as the JSON produ
 checked-batch row puts RocketMQ-encoded batches to one queue each (the binary produce's path), and
 the first-writes row compares a new file the allocation service prefaulted with one that was not.
 
-Usage: python bench/store_bench.py [--quick] [--markdown FILE]
+Usage: python bench/store_bench.py [--quick] [--markdown FILE] [--no-prefault]
 Messages are built before timing starts; a put's time includes validation, encoding,
 the append and the stats, with the dispatch thread running beside it.
 """
@@ -44,6 +44,7 @@ TOPIC = "Bench"
 QUEUES = 4
 CHUNK_BYTES = 1 << 20
 GROUP_SIZES: dict[int, float] = {}  # producer threads -> mean requests answered by one group commit
+PREFAULT = [True]  # the stores' prefault_mapped_file_enable (--no-prefault turns it off)
 
 
 class Row:
@@ -62,6 +63,7 @@ def make_store(root: str, flush: FlushDiskType, file_bytes: int) -> DefaultMessa
         mapped_file_size_commit_log_bytes=file_bytes,
         flush_disk_type=flush,
         max_transfer_count_on_message_in_memory=32,
+        prefault_mapped_file_enable=PREFAULT[0],
     )
     store = DefaultMessageStore(cfg)
     store.load()
@@ -355,7 +357,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: checks the harness runs, figures mean little")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--no-prefault", action="store_true", help="stores without prefault_mapped_file_enable")
     args = parser.parse_args()
+    PREFAULT[0] = not args.no_prefault
     started = time.perf_counter()
     table = render(run(args.quick))
     print(table)
