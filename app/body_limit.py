@@ -2,7 +2,8 @@
 
 Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
 reading the body; a body without one (chunked) stops being read as soon as it passes the limit
-(BodyTooLarge, mapped to the same problem). JSON bodies have their own, larger limit.
+(BodyTooLarge, mapped to the same problem). JSON bodies and binary batches
+(application/x-tidemq-batch) have their own, larger limit.
 The connection (app.connections) times the body: when it has not arrived whole within the body
 read timeout, the connection marks the request's scope with `BODY_TIMED_OUT` and wakes the
 pending receive(); the next receive() through here raises BodyTimeout, answered 408
@@ -25,6 +26,8 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"the request body is larger than {limit} bytes")
 
 
+# Content-Type prefixes of the bodies capped by max_json_bytes: JSON and binary batches.
+BATCH_TYPES = (b"application/json", b"application/x-tidemq-batch")
 # Scope key set (to the timeout in seconds) by the connection when the request's body did not arrive in time.
 BODY_TIMED_OUT = "tidemq.body_timed_out"
 
@@ -37,7 +40,7 @@ class BodyTimeout(StarletteHTTPException):
 
 
 class BodyLimit:
-    """ASGI middleware capping request bodies (JSON bodies have their own, larger cap)."""
+    """ASGI middleware capping request bodies (JSON and binary batch bodies have their own, larger cap)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int) -> None:
         self.app = app
@@ -54,7 +57,7 @@ class BodyLimit:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
-            elif name == b"content-type" and value[:16].lower() == b"application/json":
+            elif name == b"content-type" and value[:26].lower().startswith(BATCH_TYPES):
                 limit = self.max_json_bytes
             elif name == b"transfer-encoding":
                 chunked = True

@@ -159,6 +159,31 @@ class BatchSendResult(BaseModel):
     results: list[SendResult]
 
 
+class BinaryBatchSendResult(BaseModel):
+    """Where a binary batch was stored, in one queue: message i has queue offset first_queue_offset + i,
+    commitlog offset commitlog_offsets[i] and offset message id offset_msg_id_prefix followed by that
+    offset as 16 upper-case hex digits; its msg_id is the UNIQ_KEY property it was sent with."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "queue_id": 1,
+                "first_queue_offset": 40,
+                "count": 2,
+                "store_timestamp": 1767225600000,
+                "offset_msg_id_prefix": "7F00000100002A9F",
+                "commitlog_offsets": [81920, 82071],
+            }
+        }
+    )
+    queue_id: int
+    first_queue_offset: int
+    count: int
+    store_timestamp: int
+    offset_msg_id_prefix: str
+    commitlog_offsets: list[int]
+
+
 class Message(BaseModel):
     model_config = ConfigDict(json_schema_extra={"example": MESSAGE_EXAMPLE})
     msg_id: str

@@ -42,6 +42,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "DELAY_LEVEL_INVALID": ProblemKind(400, "The delay level is out of range"),
     "MESSAGE_ID_INVALID": ProblemKind(400, "The message id is malformed"),
     "BATCH_EMPTY": ProblemKind(400, "The batch holds no message"),
+    "BATCH_INVALID": ProblemKind(400, "The binary batch is malformed"),
     "QUEUE_COUNT_INVALID": ProblemKind(400, "The queue count is out of range"),
     "TOPIC_NOT_WRITABLE": ProblemKind(403, "The topic does not accept messages"),
     "TOPIC_RESERVED": ProblemKind(403, "The topic is reserved for the broker's own use"),

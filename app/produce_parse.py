@@ -1,4 +1,4 @@
-"""Parsing and checking of produce requests (JSON and raw) into message drafts.
+"""Parsing and checking of produce requests (JSON and raw) into message drafts; a binary batch's query.
 
 Every field and type is checked here, before anything reaches the store, and each bad form
 has its own problem code. The checks mirror the `ProduceMessage` schema in the spec, plus
@@ -233,6 +233,15 @@ def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
         if text is not None:
             _SETTERS[name](draft, _int_param(name, text, "DELAY_LEVEL_INVALID"), limits)
     return draft
+
+
+def parse_batch_query(params: Any) -> int | None:
+    """The queue_id of a binary batch produce (its one query parameter), None when not given."""
+    unknown = set(params.keys()) - {"queue_id"}
+    if unknown:
+        raise ProblemError("REQUEST_INVALID", f"a binary batch takes only queue_id as a query parameter, not {', '.join(sorted(unknown))}")
+    queue_id = params.get("queue_id")
+    return None if queue_id is None else _int_param("queue_id", queue_id, "REQUEST_INVALID")
 
 
 def _int_param(name: str, text: str, code: str) -> int:

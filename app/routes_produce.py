@@ -28,6 +28,7 @@ from app.hot_routes import Handler
 from app.models import ProduceBatch, ProduceMessage, SendResult
 from app.params import TopicPath
 from app.problems import ProblemError, put_problem
+from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
 from app.query import strict_query
 from app.responses import JsonResponse, docs
@@ -47,6 +48,7 @@ PRODUCE_PROBLEMS = (
     "DELAY_LEVEL_INVALID",
     "MESSAGE_ID_INVALID",
     "BATCH_EMPTY",
+    "BATCH_INVALID",
     "TOPIC_NOT_WRITABLE",
     "TOPIC_NOT_FOUND",
     "QUEUE_NOT_FOUND",
@@ -76,7 +78,7 @@ PRODUCE_OPENAPI: dict[str, Any] = {
         _query("tags", "Raw bodies only: the message tag", {"type": "string", "maxLength": 255}),
         _query("keys", "Raw bodies only: comma-separated keys", {"type": "string"}),
         _query("msg_id", "Raw bodies only: client message id (UNIQ_KEY)", {"type": "string", "maxLength": 128}),
-        _query("queue_id", "Raw bodies only: the queue", {"type": "integer", "minimum": 0}),
+        _query("queue_id", "Raw bodies and binary batches only: the queue", {"type": "integer", "minimum": 0}),
         _query("sharding_key", "Raw bodies only: ordering key", {"type": "string"}),
         _query("delay_level", "Raw bodies only: delay level (0: none)", {"type": "integer", "minimum": 0}),
         _query("delay_ms", "Raw bodies only: delay in milliseconds (the smallest level not shorter)", {"type": "integer", "minimum": 0}),
@@ -97,19 +99,38 @@ PRODUCE_OPENAPI: dict[str, Any] = {
                 },
             },
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "example": "hello"},
+            BATCH_MEDIA_TYPE: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "RocketMQ's batch encoding: per message TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0 or the "
+                    "body's CRC32 & 0x7FFFFFFF) | FLAG 4 | BODY 4+n | PROPERTIES 2+m (name \\x01 value \\x02 ...), big-endian; "
+                    "all to one queue (queue_id, else round-robin); the reply is a BinaryBatchSendResult",
+                }
+            },
         },
     },
 }
 
 PRODUCE_REPLY_DOC = {
-    "description": "Stored: a SendResult for one message, a BatchSendResult for a batch",
+    "description": "Stored: a SendResult for one message, a BatchSendResult for a JSON batch, a BinaryBatchSendResult for a binary one",
     "content": {
         "application/json": {
-            "schema": {"anyOf": [{"$ref": "#/components/schemas/SendResult"}, {"$ref": "#/components/schemas/BatchSendResult"}]},
+            "schema": {
+                "anyOf": [
+                    {"$ref": "#/components/schemas/SendResult"},
+                    {"$ref": "#/components/schemas/BatchSendResult"},
+                    {"$ref": "#/components/schemas/BinaryBatchSendResult"},
+                ]
+            },
             "example": SendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
         }
     },
 }
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
 def result_of(msg: Any, queue_id: int, item: Any, delay_level: int, levels_ms: list[int]) -> dict[str, Any]:
@@ -146,15 +167,15 @@ class Producer:
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
 
     async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
-        content_type = request.headers.get("content-type", "")
-        media = content_type.partition(";")[0].strip().lower()
+        media = media_type(request)
         if media == "application/json":
             if request.scope["query_string"]:
                 raise ProblemError("REQUEST_INVALID", "query parameters apply to raw (application/octet-stream) bodies only")
             return parse_json(await request.body(), self.limits)
         if media == "application/octet-stream":
             return [parse_raw(await request.body(), strict_query(request.scope["query_string"]), self.limits)], False
-        detail = f"Content-Type must be application/json or application/octet-stream, not {content_type[:80]!r}"
+        content_type = request.headers.get("content-type", "")
+        detail = f"Content-Type must be application/json, application/octet-stream or {BATCH_MEDIA_TYPE}, not {content_type[:80]!r}"
         raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
 
     def choose_queue(self, draft: Draft, topic: str, queues: int, round_robin: list[int]) -> int:
@@ -183,6 +204,8 @@ class Producer:
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
+        if media_type(request) == BATCH_MEDIA_TYPE:
+            return await serve_binary(self, request)
         topic = request.path_params["topic"]
         drafts, is_batch = await self.drafts(request)
         queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
@@ -223,7 +246,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler]:
     @api.post(
         "/v1/topics/{topic}/messages",
         operation_id="produce",
-        summary='Send one message, a batch ({"messages": [...]}) or a raw body',
+        summary='Send one message, a batch ({"messages": [...]} or a binary batch) or a raw body',
         status_code=201,
         responses={201: PRODUCE_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
         openapi_extra=PRODUCE_OPENAPI,

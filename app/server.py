@@ -37,7 +37,7 @@ from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
 from app.hot_routes import HotRoutes
-from app.models import BatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
+from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.problems import ProblemError, StartRefused, problem_response
 from app.settings import BrokerSettings
@@ -62,7 +62,7 @@ EXHAUSTED_ERRNOS = {
 # Pending connections the kernel queues for accept (uvicorn's default; the kernel caps it at somaxconn).
 LISTEN_BACKLOG = 2048
 # Models referenced by hand-written parts of the spec (the produce body and reply).
-EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult)
+EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult, BinaryBatchSendResult)
 
 
 def _validation_code(errors: list[Any]) -> tuple[str, str]:

@@ -4,7 +4,8 @@ One broker process (`python -m app serve`, uvicorn + uvloop + httptools) over a 
 store, measured in one run on one machine:
 1. GET /healthz: the no-op ceiling of this uvicorn/FastAPI stack;
 2. single-message produce (JSON, 1 KiB body);
-3. 100-message JSON batch produce (1 KiB bodies);
+3. 100-message JSON batch produce (1 KiB bodies), and the same batch in the binary encoding
+   (application/x-tidemq-batch, each message with its UNIQ_KEY as a client sets it);
 4. raw-body produce (application/octet-stream, 1 KiB);
 5. catch-up pulls of 1 KiB messages, JSON and the batch format (application/x-tidemq-batch);
 6. produce -> long-poll delivery latency p50/p99 at a fixed rate.
@@ -149,11 +150,22 @@ def lua_string(text: str) -> str:
     return json.dumps(text)  # a JSON string literal is a valid Lua string literal for this ASCII text
 
 
-def post_script(body: str, content_type: str, path: str) -> str:
-    return (
-        f'wrk.method = "POST"\nwrk.path = {lua_string(path)}\nwrk.body = {lua_string(body)}\n'
-        f'wrk.headers["Content-Type"] = "{content_type}"\n'
-    )
+def lua_bytes(data: bytes) -> str:
+    """A Lua string literal holding `data` byte for byte (three-digit decimal escapes)."""
+    return '"' + "".join(f"\\{b:03d}" for b in data) + '"'
+
+
+def post_script(body: str | bytes, content_type: str, path: str) -> str:
+    literal = lua_bytes(body) if isinstance(body, bytes) else lua_string(body)
+    return f'wrk.method = "POST"\nwrk.path = {lua_string(path)}\nwrk.body = {literal}\nwrk.headers["Content-Type"] = "{content_type}"\n'
+
+
+def binary_batch(body: bytes, count: int) -> bytes:
+    """`count` messages of `body` in RocketMQ's batch encoding, each with a UNIQ_KEY (docs/http-api.md)."""
+    from store.message import new_uniq_key
+    from store.native import pack_batch
+
+    return pack_batch((body, f"UNIQ_KEY\x01{new_uniq_key()}\x02".encode(), 0) for _ in range(count))
 
 
 def pull_script(queue: int, total: int, accept: str | None) -> str:
@@ -205,6 +217,8 @@ def rates(broker: Broker, binary: str, seconds: int, connections: int, workdir: 
     measure("produce, single (JSON)", single, 1)
     batch = json.dumps({"messages": [{"body": body, "queue_id": 2}] * BATCH})
     measure(f"produce, {BATCH}-message batch (JSON)", post_script(batch, "application/json", path), BATCH)
+    encoded = binary_batch(body.encode(), BATCH)
+    measure(f"produce, {BATCH}-message batch (binary)", post_script(encoded, "application/x-tidemq-batch", path + "?queue_id=2"), BATCH)
     measure("produce, raw body", post_script(body, "application/octet-stream", path + "?queue_id=3"), 1)
     fill_queue(broker, 0, CATCH_UP_MESSAGES)
     measure("pull catch-up (JSON)", pull_script(0, CATCH_UP_MESSAGES, None), PULL_MAX)
@@ -325,7 +339,10 @@ def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, 
         f"get_message of {PULL_MAX} + to_bytes {get_rate:,.0f} msg/s.",
     ]
     batch_row = by_name.get(f"produce, {BATCH}-message batch (JSON)")
+    binary_row = by_name.get(f"produce, {BATCH}-message batch (binary)")
     pull_row = by_name.get("pull catch-up (batch format)")
+    if batch_row and binary_row:
+        lines.append(f"Binary batch produce / JSON batch produce (messages/s): {binary_row.messages_per_s / batch_row.messages_per_s:.2f}.")
     if batch_row and pull_row:
         lines.append(
             f"HTTP / store: batch produce {batch_row.messages_per_s / put_rate:.2f}, batch-format pull {pull_row.messages_per_s / get_rate:.2f}."

@@ -16,7 +16,11 @@ is the CPU time of dispatching a commitlog of 1 KiB messages with TAGS, a UNIQ_K
 KEYS (consume-queue entries and index entries) in a store that was loaded, not started,
 after as many messages were dispatched unmeasured (the files' first writes are not counted).
 
-Usage: python bench/store_bench.py [--quick] [--markdown FILE]
+The batched rows put MessageInner batches (queues alternating, as the JSON produce may), the
+checked-batch row puts RocketMQ-encoded batches to one queue each (the binary produce's path), and
+the first-writes row compares a new file the allocation service prefaulted with one that was not.
+
+Usage: python bench/store_bench.py [--quick] [--markdown FILE] [--no-prefault]
 Messages are built before timing starts; a put's time includes validation, encoding,
 the append and the stats, with the dispatch thread running beside it.
 """
@@ -24,6 +28,7 @@ the append and the stats, with the dispatch thread running beside it.
 from __future__ import annotations
 
 import argparse
+import functools
 import mmap
 import os
 import platform
@@ -37,13 +42,16 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
+from store.mapped_file import MappedFile, offset_to_file_name
 from store.message import MessageInner
 from store.message_codec import encode_message
+from store.native import pack_batch
 
 TOPIC = "Bench"
 QUEUES = 4
 CHUNK_BYTES = 1 << 20
 GROUP_SIZES: dict[int, float] = {}  # producer threads -> mean requests answered by one group commit
+PREFAULT = [True]  # the stores' prefault_mapped_file_enable (--no-prefault turns it off)
 
 
 class Row:
@@ -62,6 +70,7 @@ def make_store(root: str, flush: FlushDiskType, file_bytes: int) -> DefaultMessa
         mapped_file_size_commit_log_bytes=file_bytes,
         flush_disk_type=flush,
         max_transfer_count_on_message_in_memory=32,
+        prefault_mapped_file_enable=PREFAULT[0],
     )
     store = DefaultMessageStore(cfg)
     store.load()
@@ -277,6 +286,49 @@ def bench_delivery(root: str, size: int, count: int, file_bytes: int) -> tuple[f
     return delivery[len(delivery) // 2], delivery[int(len(delivery) * 0.99)], sorted(put_us)[len(put_us) // 2]
 
 
+def bench_native_batches(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:
+    """Messages/s of put_batch_future of checked batches (RocketMQ's encoding, one queue each, as
+    the binary produce puts them), the checks included."""
+    d = tempfile.mkdtemp(dir=root)
+    store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
+    body = os.urandom(size)
+    data = pack_batch([(body, b"", 0)] * batch)
+    try:
+
+        def put_all() -> None:
+            for i in range(count // batch):
+                assert store.put_batch_future(TOPIC, i % QUEUES, store.check_batch(data)).result().ok
+
+        return count // batch * batch / timed(put_all)
+    finally:
+        store.shutdown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _write_in_slices(mm: mmap.mmap, chunk: bytes) -> None:
+    n = len(chunk)
+    for pos in range(0, len(mm) - n + 1, n):
+        mm[pos : pos + n] = chunk
+
+
+def first_write_rates(root: str, file_bytes: int) -> tuple[float, float]:
+    """Bytes/s of writing a new mapped file in 1 KiB slices (as puts do), prefaulted and not.
+
+    The prefault itself is not timed: the allocation service does it off the put path.
+    """
+    chunk = os.urandom(1024)
+    rates = []
+    for i, prefault in enumerate((True, False)):
+        mf = MappedFile(os.path.join(root, offset_to_file_name(i * file_bytes)), file_bytes)
+        try:
+            if prefault:
+                mf.prefault(0, file_bytes)
+            rates.append(file_bytes / timed(functools.partial(_write_in_slices, mf.mm, chunk)))
+        finally:
+            mf.destroy()
+    return rates[0], rates[1]
+
+
 def bench_gets(root: str, size: int, count: int, file_bytes: int) -> float:
     d = tempfile.mkdtemp(dir=root)
     store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
@@ -363,6 +415,11 @@ def run(quick: bool) -> list[Row]:
             rows.append(Row(f"put {size} B, batch of 100", batched, "msg/s", "raw copy (msg/s)", copy_mps))
             target = ">= 0.4 of raw write" if size == 1024 else ""
             rows.append(Row(f"put {size} B, batch of 100 (bytes)", batched * avg, "B/s", "raw write (B/s)", write_bps, target))
+            if size == 1024:
+                native = bench_native_batches(root, size, max(n, 20_000), file_bytes, 100)
+                rows.append(Row(f"put {size} B, checked batch of 100 (bytes)", native * avg, "B/s", "raw write (B/s)", write_bps))
+        prefaulted, faulting = first_write_rates(root, file_bytes)
+        rows.append(Row("first writes into a new file, 1 KiB slices, prefaulted", prefaulted, "B/s", "not prefaulted (B/s)", faulting))
         n = max(2000, int(100_000 * scale))
         images = encoded(n, 1024)
         write_bps, avg = raw_write_rate(root, images), sum(len(i) for i in images) / n
@@ -412,7 +469,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: checks the harness runs, figures mean little")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--no-prefault", action="store_true", help="stores without prefault_mapped_file_enable")
     args = parser.parse_args()
+    PREFAULT[0] = not args.no_prefault
     started = time.perf_counter()
     table = render(run(args.quick))
     print(table)

@@ -40,4 +40,4 @@ class DataLost(PipelineError):
 
 
 class RowInvalid(PipelineError):
-    """Raised when a row cannot be sent as a message (its body is null)."""
+    """Raised when a row cannot be sent as a message (its body is null, or a field the encoding cannot carry)."""

@@ -1,4 +1,4 @@
-"""A small blocking client of the tidemq HTTP API: topic metadata, batch pulls, batched produce.
+"""A small blocking client of the tidemq HTTP API: topic metadata, batch pulls, batched produce (JSON and binary).
 
 One `BrokerClient` per task (its connection pool is not shared across processes). Errors
 the broker answers as application/problem+json raise `BrokerProblem` carrying the stable
@@ -14,6 +14,7 @@ untouched (decode them with `store.message_codec.iter_messages`).
 from __future__ import annotations
 
 import base64
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,14 @@ class BrokerClient:
 
     # Produce -------------------------------------------------------------------------
 
+    def produce_batch(self, topic: str, body: bytes, queue_id: int | None) -> dict[str, Any]:
+        """Send a binary batch (batch_item()s joined) to one queue, round-robin when `queue_id` is None; the reply."""
+        params = {} if queue_id is None else {"queue_id": queue_id}
+        headers = {"content-type": BATCH_MEDIA_TYPE}
+        response = self._request("POST", f"{_topic_path(topic)}/messages", content=body, params=params, headers=headers)
+        reply: dict[str, Any] = orjson.loads(response.content)
+        return reply
+
     def produce(self, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send up to MAX_PRODUCE_BATCH messages (the JSON produce shape) in one request; their send results."""
         assert 0 < len(messages) <= MAX_PRODUCE_BATCH
@@ -163,6 +172,18 @@ def _problem_of(response: httpx.Response, method: str, path: str) -> BrokerProbl
         except orjson.JSONDecodeError:
             pass
     return BrokerProblem(response.status_code, code, detail, method, path)
+
+
+_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, body length
+
+
+def batch_item(body: bytes, properties: dict[str, str]) -> bytes:
+    """One message in RocketMQ's batch encoding (docs/http-api.md, binary batches); MAGICCODE, BODYCRC and FLAG 0.
+
+    The caller keeps \x01 and \x02 out of the property names and values.
+    """
+    props = "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")
+    return b"".join((_ITEM_HEAD.pack(22 + len(body) + len(props), 0, 0, 0, len(body)), body, len(props).to_bytes(2, "big"), props))
 
 
 def encode_body(body: bytes | str) -> tuple[str, str]:

@@ -8,15 +8,24 @@ and topic (string; used when the `topic` option is absent).
 Options: url (required), topic, batchMessages (messages per request, at most the
 broker's 1,000), maxBatchBytes (body bytes per request).
 
-Invariants: rows are sent in their input order, one request holding at most
-`batch_messages` messages and about `max_batch_bytes` of bodies; a write task returns
-only once the broker acknowledged every row. A refused request fails the task with the
-broker's problem code in the message. Delivery is at least once: a task Spark retries
-sends its rows again (give rows a msg_id to recognise repeats).
+Rows go out as binary batches (application/x-tidemq-batch: RocketMQ's batch encoding, one
+queue per request), which the broker checks and appends without per-message work; rows with a
+sharding_key and no queue_id go out as JSON batches, since the broker picks their queue from the
+key. A row without msg_id gets a generated one (UNIQ_KEY), as the JSON produce would give it.
+
+Invariants: rows are sent in their input order per queue (pending rows are split, in order, into
+runs of JSON rows and of binary rows; a binary run goes out as one request per queue), a topic's
+pending rows being at most `batch_messages` messages and about `max_batch_bytes` of bodies; a
+write task returns only once the broker acknowledged every row. A refused request fails the task
+with the broker's problem code in the message; a key, property, tag or msg_id the binary encoding
+cannot carry (a separator, a space in a key, a reserved property name) fails it with that code
+before anything of the request is sent. Delivery is at least once: a task Spark retries sends its
+rows again (give rows a msg_id to recognise repeats).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +33,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
-from pipeline.errors import OptionInvalid, RowInvalid
-from pipeline.http_client import MAX_PRODUCE_BATCH, BrokerClient, ClientSettings, check_url, encode_body
+from pipeline.errors import BrokerProblem, OptionInvalid, RowInvalid
+from pipeline.http_client import MAX_PRODUCE_BATCH, BrokerClient, ClientSettings, batch_item, check_url, encode_body
 from pipeline.options import get_option, int_option
+from store.message import new_uniq_key
 
 DEFAULT_BATCH_MESSAGES = 500  # messages per produce request
 DEFAULT_MAX_BATCH_BYTES = 8 * 1024 * 1024  # body bytes per produce request (the broker takes 32 MiB of JSON)
@@ -113,30 +123,101 @@ def message_of(row: Any, columns: tuple[str, ...]) -> tuple[str | None, dict[str
     return topic, msg, len(text)
 
 
+# Property names a row's properties may not set (the JSON produce's reserved names): the sink sets
+# TAGS, KEYS and UNIQ_KEY from their columns, and the broker refuses the others in a batch.
+RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "DELAY", "WAIT", "REAL_TOPIC", "REAL_QID"})
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One row ready to send: a binary batch item for `queue_id` (None: round-robin), or a JSON message."""
+
+    size: int  # body bytes, counted against max_batch_bytes
+    item: bytes = b""
+    queue_id: int | None = None
+    json: dict[str, Any] | None = None
+
+
+def _separated(text: str) -> bool:
+    return "\x01" in text or "\x02" in text
+
+
+def _row_properties(row: Any, columns: tuple[str, ...]) -> dict[str, str]:
+    """The row's properties as the binary encoding carries them; RowInvalid (with the JSON produce's code) otherwise."""
+    props: dict[str, str] = {}
+    if "properties" in columns and row["properties"]:
+        for name, value in dict(row["properties"]).items():
+            if not name or _separated(name) or value is None or _separated(value) or name in RESERVED_PROPERTIES:
+                raise RowInvalid(f"PROPERTIES_INVALID: property {name!r} is empty, reserved, or holds \\x01 or \\x02")
+            props[name] = value
+    if "tags" in columns and row["tags"]:
+        if _separated(row["tags"]):
+            raise RowInvalid("TAG_INVALID: a tag may not hold \\x01 or \\x02")
+        props["TAGS"] = row["tags"]
+    if "keys" in columns and row["keys"] is not None:
+        keys = row["keys"].split() if isinstance(row["keys"], str) else list(row["keys"])
+        if any(not k or " " in k or _separated(k) for k in keys):
+            raise RowInvalid(f"KEY_INVALID: keys must be non-empty and hold no space, \\x01 or \\x02: {keys!r}"[:300])
+        if keys:
+            props["KEYS"] = " ".join(keys)
+    msg_id = row["msg_id"] if "msg_id" in columns else None
+    if msg_id is not None and _separated(msg_id):
+        raise RowInvalid("MESSAGE_ID_INVALID: a msg_id may not hold \\x01 or \\x02")
+    props["UNIQ_KEY"] = msg_id or new_uniq_key()
+    return props
+
+
+def outgoing_of(row: Any, columns: tuple[str, ...]) -> tuple[str | None, Outgoing]:
+    """(row topic, what to send) of one row; RowInvalid when its body is null or a field cannot be carried."""
+    queue_id = row["queue_id"] if "queue_id" in columns else None
+    if queue_id is None and "sharding_key" in columns and row["sharding_key"] is not None:
+        topic, msg, size = message_of(row, columns)
+        return topic, Outgoing(size, json=msg)
+    body = row["body"]
+    if body is None:
+        raise RowInvalid("a row has a null body; every message needs one (an empty string or empty binary is fine)")
+    raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    topic = row["topic"] if "topic" in columns else None
+    return topic, Outgoing(len(raw), batch_item(raw, _row_properties(row, columns)), queue_id)
+
+
+def send_pending(client: BrokerClient, topic: str, items: list[Outgoing]) -> int:
+    """Send a topic's pending rows in order: each run of JSON rows as one JSON batch, each run of binary
+    rows as one binary batch per queue (so every queue gets its rows in input order)."""
+    for is_json, run in itertools.groupby(items, key=lambda o: o.json is not None):
+        group = list(run)
+        if is_json:
+            client.produce(topic, [o.json for o in group if o.json is not None])
+            continue
+        by_queue: dict[int | None, list[bytes]] = {}
+        for o in group:
+            by_queue.setdefault(o.queue_id, []).append(o.item)
+        for queue_id, parts in by_queue.items():
+            reply = client.produce_batch(topic, b"".join(parts), queue_id)
+            if reply.get("count") != len(parts):
+                raise BrokerProblem(
+                    201, "PROTOCOL_ERROR", f"the broker stored {reply.get('count')} of {len(parts)} messages", "POST", topic
+                )
+    return len(items)
+
+
 def send_rows(settings: SinkSettings, rows: Iterator[Any]) -> SentCount:
     """Send every row, batched per topic; raises the broker's problem on the first refused request."""
     sent = 0
-    pending: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+    pending: dict[str, tuple[list[Outgoing], list[int]]] = {}
     with BrokerClient(settings.client) as client:
-
-        def flush(topic: str) -> None:
-            nonlocal sent
-            messages, _size = pending.pop(topic)
-            client.produce(topic, messages)
-            sent += len(messages)
-
         for row in rows:
-            row_topic, msg, size = message_of(row, settings.columns)
+            row_topic, out = outgoing_of(row, settings.columns)
             topic = settings.topic or row_topic
             if not topic:
                 raise OptionInvalid("topic", "a row has no topic and the topic option is not set")
-            messages, total = pending.setdefault(topic, ([], [0]))
-            messages.append(msg)
-            total[0] += size
-            if len(messages) >= settings.batch_messages or total[0] >= settings.max_batch_bytes:
-                flush(topic)
+            items, total = pending.setdefault(topic, ([], [0]))
+            items.append(out)
+            total[0] += out.size
+            if len(items) >= settings.batch_messages or total[0] >= settings.max_batch_bytes:
+                sent += send_pending(client, topic, pending.pop(topic)[0])
         for topic in list(pending):
-            flush(topic)
+            sent += send_pending(client, topic, pending.pop(topic)[0])
     return SentCount(sent)
 
 

@@ -6,10 +6,18 @@ Requests are bounded (at most two pending per call, deduplicated by path).
 A failed creation (a full disk: the file's space could not be reserved) is logged and
 raised to the writer waiting for it as the OSError it was; a failed pre-order is logged
 and forgotten, so the writer's own request for that file later tries again.
+
+With `prefault`, every file it created ahead of need (a pre-order, its space reserved by then)
+has its pages faulted in for writing afterwards, PREFAULT_CHUNK_BYTES at a time with the GIL
+released (store.native.prefault), so a put's first write to a page does not fault. A pending
+request is always served before the next chunk, so no writer waits for a prefault; a file handed
+out meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
+A file a writer asked for itself (the first one, or when the writer outran the service) is not.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import logging
 import os
@@ -22,14 +30,18 @@ from store.transient_store_pool import TransientStorePool
 log = logging.getLogger("tidemq.store")
 
 MAX_PENDING_REQUESTS = 16  # more than the writer can ever have outstanding (it asks for two)
+# Bytes prefaulted per step: small enough that a request waits at most one step, large enough that
+# the per-call cost does not matter.
+PREFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class AllocateRequest:
-    __slots__ = ("path", "file_size", "done", "mapped_file", "error", "os_error")
+    __slots__ = ("path", "file_size", "done", "mapped_file", "error", "os_error", "awaited")
 
     def __init__(self, path: str, file_size: int) -> None:
         self.path = path
         self.file_size = file_size
+        self.awaited = False  # a writer asked for this file itself (not only ordered it ahead)
         self.done = threading.Event()
         self.mapped_file: MappedFile | None = None
         self.error: str = ""
@@ -42,11 +54,16 @@ class AllocateMappedFileService(ServiceThread):
         timeout_ms: int,
         warm_up: bool = False,
         transient_store_pool: TransientStorePool | None = None,
+        prefault: bool = False,
     ) -> None:
         super().__init__("AllocateMappedFileService")
         self.timeout_ms = timeout_ms
         self.warm_up = warm_up
         self.transient_store_pool = transient_store_pool
+        self.prefault = prefault
+        # Files whose pages are still to be faulted in, and where the next chunk starts (service thread only).
+        self._to_prefault: collections.deque[tuple[MappedFile, int]] = collections.deque()
+        self.prefaulted_bytes = 0
         self._requests: dict[str, AllocateRequest] = {}
         self._heap: list[tuple[str, AllocateRequest]] = []
         self._lock = threading.Lock()
@@ -57,7 +74,7 @@ class AllocateMappedFileService(ServiceThread):
             # Not started (loading, tests): create in the caller's thread.
             os.makedirs(os.path.dirname(path), exist_ok=True)
             return self._create(path, file_size)
-        request = self._enqueue(path, file_size)
+        request = self._enqueue(path, file_size, awaited=True)
         self._enqueue(next_path, file_size)
         self.wakeup()
         if not request.done.wait(self.timeout_ms / 1000.0):
@@ -71,7 +88,7 @@ class AllocateMappedFileService(ServiceThread):
             log.error("allocation of %s failed: %s", path, request.error)
         return request.mapped_file
 
-    def _enqueue(self, path: str, file_size: int) -> AllocateRequest:
+    def _enqueue(self, path: str, file_size: int, awaited: bool = False) -> AllocateRequest:
         with self._lock:
             request = self._requests.get(path)
             if request is not None and request.done.is_set() and request.mapped_file is None:
@@ -83,6 +100,8 @@ class AllocateMappedFileService(ServiceThread):
                 request = AllocateRequest(path, file_size)
                 self._requests[path] = request
                 heapq.heappush(self._heap, (path, request))
+            # Under the lock the service pops with, so it sees the flag before it creates the file.
+            request.awaited = request.awaited or awaited
             return request
 
     def _drop_oldest_locked(self) -> None:
@@ -95,8 +114,9 @@ class AllocateMappedFileService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped():
-            if not self._serve_one():
+            if not self._serve_one() and not self._prefault_step():
                 self.wait_for_running(100)
+        self._to_prefault.clear()
         # Files pre-created but never handed out are closed; they are reused by name on load.
         with self._lock:
             pending = list(self._requests.values())
@@ -117,11 +137,33 @@ class AllocateMappedFileService(ServiceThread):
         try:
             os.makedirs(os.path.dirname(request.path), exist_ok=True)
             request.mapped_file = self._create(request.path, request.file_size)
+            # Only a file ordered ahead: one a writer waits for is written at once, and prefaulting it
+            # beside the writer costs the writer more than its faults. A pooled file is written in its
+            # pool buffer (already touched), a warmed one was touched.
+            if self.prefault and not request.awaited and not self.warm_up and request.mapped_file.write_buffer is None:
+                self._to_prefault.append((request.mapped_file, 0))
         except OSError as exc:
             request.error = str(exc)
             request.os_error = exc
             log.warning("could not create %s ahead of need (%s); retried when it is needed", request.path, exc)
         request.done.set()
+        return True
+
+    def _prefault_step(self) -> bool:
+        """Fault in the next chunk of the oldest file waiting for it; False when none waits."""
+        if not self._to_prefault:
+            return False
+        mf, pos = self._to_prefault.popleft()
+        n = min(PREFAULT_CHUNK_BYTES, mf.file_size - pos)
+        try:
+            if not mf.prefault(pos, n):
+                return True  # closed meanwhile (shutdown, deleted): nothing more to do for it
+        except OSError as exc:
+            log.warning("cannot prefault %s (%s); its pages fault in as it is written", mf.path, exc)
+            return True
+        self.prefaulted_bytes += n
+        if pos + n < mf.file_size:
+            self._to_prefault.appendleft((mf, pos + n))
         return True
 
     def _create(self, path: str, file_size: int) -> MappedFile:

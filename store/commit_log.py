@@ -1,5 +1,10 @@
 """CommitLog: every topic's messages appended to one log of fixed-size mapped files.
 
+A put hands the messages in RocketMQ's batch encoding to the encode kernel
+(store._kernels.encode_batch, docs/native.md), which writes them into the file's write target
+(the mapping, or the pool's write buffer); store.message_codec stays the reference it is tested
+against (tests/store/test_native_put.py).
+
 Invariants:
 - Appends happen only under `put_lock`; queue offsets (`topic_queue_table`) and
   store timestamps are assigned under it, so both grow in log order.
@@ -21,10 +26,12 @@ import os
 import struct
 import threading
 import time
-import zlib
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from store import _kernels
 from store.allocate_mapped_file_service import AllocateMappedFileService
+from store.clock import Clock
 from store.config import MessageStoreConfig
 from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
@@ -32,11 +39,7 @@ from store.mapped_file import MappedFile, SelectMappedBufferResult
 from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
 from store.message_codec import (
-    END_FILE_MIN_BLANK_LENGTH,
-    HEADER,
-    HEADER_BYTES,
     MESSAGE_MAGIC_CODE,
-    POS_QUEUE_OFFSET,
     POS_STORE_TIMESTAMP,
     TOTAL_AND_MAGIC,
     CheckResult,
@@ -44,15 +47,21 @@ from store.message_codec import (
     decode_message,
     write_blank_into,
 )
-from store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
+from store.status import AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
 
-_QUEUE_AND_PHYSICAL_OFFSET = struct.Struct(">qq")  # fields 6 and 7, adjacent
 _STORE_TIMESTAMP = struct.Struct(">q")
+_encode = _kernels.encode_batch  # called positionally under the lock (store.native.encode_batch names the arguments)
+_FILE_FULL = int(Stop.FILE_FULL)
+# _encode_locked's failures (negative, so a batch position is never mistaken for one).
+NO_FILE = -1
+TOO_LARGE = -2
+_FAILED = {NO_FILE: PutMessageStatus.CREATE_MAPPED_FILE_FAILED, TOO_LARGE: PutMessageStatus.MESSAGE_ILLEGAL}
 
 
 class CommitLog:
@@ -61,8 +70,11 @@ class CommitLog:
         config: MessageStoreConfig,
         allocate_service: AllocateMappedFileService | None = None,
         transient_store_pool: TransientStorePool | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        # Store timestamps come from the wall clock, or from `clock` when one is given (tests pin it).
+        self.clock = clock
         self.file_size = config.mapped_file_size_commit_log_bytes
         self.mapped_file_queue = MappedFileQueue(config.commit_log_dir(), self.file_size, allocate_service)
         self.transient_store_pool = transient_store_pool
@@ -73,6 +85,8 @@ class CommitLog:
         self.begin_time_in_lock_ms = 0  # non-zero while a put holds the lock (OS_PAGECACHE_BUSY probe)
         self.confirm_offset = -1  # slave mode: the offset confirmed by the master
         self._last_file: MappedFile | None = None
+        # The encode kernel's out buffer (offset and size per message), used under put_lock only.
+        self._out = bytearray(OFFSET_AND_SIZE.size * config.max_batch_messages)
         self.damaged_ranges: tuple[tuple[int, int], ...] = ()
         self._damaged_path = os.path.join(config.store_path_root_dir, "damaged_ranges.json")
 
@@ -145,6 +159,10 @@ class CommitLog:
 
     # Putting ---------------------------------------------------------------------------
 
+    def now_ms(self) -> int:
+        """The time a put stores now (`clock`'s when one is given)."""
+        return int(time.time() * 1000) if self.clock is None else self.clock.now_ms()
+
     def put_message(self, msg: MessageInner) -> PutMessageResult:
         """Append one message (the caller has validated it). Never raises for I/O trouble."""
         return self.put_messages((msg,))
@@ -152,82 +170,123 @@ class CommitLog:
     def put_messages(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> PutMessageResult:
         """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix.
 
-        Each message's bytes are built before the lock (`_encode_image`); under the lock
-        only the queue offset, physical offset and store time are patched in.
+        The messages' batch encoding is built before the lock (`_pack`); under the lock the
+        encode kernel writes each run of messages sharing topic, queue and header fields straight
+        into the mapped file with their queue offsets, physical offsets and the store time.
         """
         if len(msgs) == 1:
             return self._put_one(msgs[0])
-        images = [self._encode_image(m) for m in msgs]
+        batch, runs = self._pack(msgs)
         items: list[AppendMessageResult] = []
         status = PutMessageStatus.PUT_OK
         with self.put_lock:
-            self.begin_time_in_lock_ms = now = int(time.time() * 1000)
+            self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
             try:
-                for msg, image in zip(msgs, images, strict=True):
-                    item = self._append_locked(msg, image, now)
-                    if item is None:
-                        status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+                now = wall if self.clock is None else self.clock.now_ms()
+                pos = 0
+                for first, count in runs:
+                    pos = self._encode_locked(batch, pos, count, first, now, items)
+                    if pos < 0:
+                        status = _FAILED[pos]
                         break
-                    items.append(item)
             finally:
                 self.begin_time_in_lock_ms = 0
         return PutMessageResult(status, items=items)
 
     def _put_one(self, msg: MessageInner) -> PutMessageResult:
-        """put_messages for one message, without the batch's lists."""
-        image = self._encode_image(msg)
-        with self.put_lock:
-            self.begin_time_in_lock_ms = now = int(time.time() * 1000)
-            try:
-                item = self._append_locked(msg, image, now)
-            finally:
-                self.begin_time_in_lock_ms = 0
-        if item is None:
-            return PutMessageResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED)
-        return PutMessageResult(PutMessageStatus.PUT_OK, items=[item])
-
-    def _encode_image(self, msg: MessageInner) -> bytes:
-        """The message's stored bytes with queue offset, physical offset and store time left zero."""
+        """put_messages for one message, without the runs."""
         if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
             self._rewrite_for_delay(msg)
-        body = msg.body
-        tail = msg.tail
-        body_len = len(body)
-        header = HEADER.pack(
-            HEADER_BYTES + body_len + len(tail), MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
-            msg.flag, 0, 0, msg.sys_flag, msg.born_timestamp, msg.born_host, 0, self.store_host, msg.reconsume_times,
-            msg.prepared_transaction_offset, body_len,
-        )  # fmt: skip
-        return b"".join((header, body, tail))
+        body, tail = msg.body, msg.tail
+        batch = b"".join((BATCH_ITEM_HEAD.pack(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail))
+        items: list[AppendMessageResult] = []
+        with self.put_lock:
+            self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
+            try:
+                pos = self._encode_locked(batch, 0, 1, msg, wall if self.clock is None else self.clock.now_ms(), items)
+            finally:
+                self.begin_time_in_lock_ms = 0
+        if pos < 0:
+            return PutMessageResult(_FAILED[pos])
+        return PutMessageResult(PutMessageStatus.PUT_OK, items=items)
 
-    def _append_locked(self, msg: MessageInner, image: bytes, store_ts: int) -> AppendMessageResult | None:
-        """Append one encoded message; the caller holds `put_lock`. None when no file could be created."""
-        total = len(image)
-        mf = self._last_file
-        if mf is None or mf.wrote_position >= self.file_size:
-            mf = self._roll_locked()
-            if mf is None:
-                return None
-        pos = mf.wrote_position
-        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size - pos:
-            # The end marker's TOTALSIZE is the rest of the file, so a reader skips to the next file.
-            write_blank_into(mf.write_target, pos, self.file_size - pos)
-            mf.mark_written(self.file_size)
-            mf = self._roll_locked()
-            if mf is None:
-                return None
-            pos = 0
-        key = (msg.topic, msg.queue_id)
+    def put_batch(self, checked: CheckedBatch, head: RunHead) -> PutMessageResult:
+        """Append a batch check_batch accepted, every message to `head`'s topic and queue, as it came.
+
+        No per-message Python work: the items are the kernel's offsets and sizes (EncodedItems).
+        """
+        offsets = bytearray()
+        with self.put_lock:
+            self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
+            try:
+                now = wall if self.clock is None else self.clock.now_ms()
+                first = self.topic_queue_table.get((head.topic, head.queue_id), 0)
+                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets)
+            finally:
+                self.begin_time_in_lock_ms = 0
+        items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
+        return PutMessageResult(_FAILED[pos] if pos < 0 else PutMessageStatus.PUT_OK, items=items)
+
+    def _pack(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> tuple[bytes, list[tuple[MessageInner, int]]]:
+        """The messages in RocketMQ's batch encoding, and its runs: (first message, count) of
+        consecutive messages whose common fields (`_same_run`) agree, one kernel call each."""
+        parts: list[bytes | bytearray | memoryview] = []
+        runs: list[tuple[MessageInner, int]] = []
+        first: MessageInner | None = None
+        count = 0
+        for msg in msgs:
+            if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
+                self._rewrite_for_delay(msg)
+            body, tail = msg.body, msg.tail
+            parts += (BATCH_ITEM_HEAD.pack(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)
+            if first is not None and _same_run(first, msg):
+                count += 1
+                continue
+            if first is not None:
+                runs.append((first, count))
+            first, count = msg, 1
+        if first is not None:
+            runs.append((first, count))
+        return b"".join(parts), runs
+
+    def _encode_locked(self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray) -> int:
+        """Append `n` batch items from `pos` to `head`'s topic and queue; the caller holds `put_lock`.
+
+        Each result goes `into` a list (AppendMessageResult) or a bytearray (the kernel's offset
+        and size pairs). Returns the batch position after the items; NO_FILE when no file could be
+        created, TOO_LARGE when an item does not fit an empty file (validation keeps such out).
+        """
+        key = (head.topic, head.queue_id)
         queue_offset = self.topic_queue_table.get(key, 0)
-        phys = mf.file_from_offset + pos
-        target = mf.write_target
-        target[pos : pos + total] = image
-        _QUEUE_AND_PHYSICAL_OFFSET.pack_into(target, pos + POS_QUEUE_OFFSET, queue_offset, phys)
-        _STORE_TIMESTAMP.pack_into(target, pos + POS_STORE_TIMESTAMP, store_ts)
-        mf.mark_written(pos + total)
-        mf.store_timestamp = store_ts
-        self.topic_queue_table[key] = queue_offset + 1
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, phys, total, store_ts, queue_offset, msg.queue_id, self.store_host)
+        out, file_size, host = self._out, self.file_size, self.store_host
+        while n > 0:
+            mf = self._last_file
+            if mf is None or mf.wrote_position >= file_size:
+                mf = self._roll_locked()
+                if mf is None:
+                    return NO_FILE
+            start = mf.wrote_position
+            stop, count, pos, end = _encode(
+                mf.write_target, start, file_size, batch, pos, out, n, head.topic_bytes, head.queue_id, head.sys_flag,
+                head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
+                queue_offset, mf.file_from_offset + start,
+            )  # fmt: skip
+            if count:
+                mf.mark_written(end)
+                mf.store_timestamp = now
+                _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
+                queue_offset += count
+                n -= count
+                self.topic_queue_table[key] = queue_offset
+            if stop == _FILE_FULL:
+                if start == 0 and count == 0:
+                    return TOO_LARGE
+                # The end marker's TOTALSIZE is the rest of the file, so a reader skips to the next file.
+                write_blank_into(mf.write_target, end, file_size - end)
+                mf.mark_written(file_size)
+                if self._roll_locked() is None:
+                    return NO_FILE
+        return pos
 
     def _roll_locked(self) -> MappedFile | None:
         """The next file to append to; the caller holds `put_lock`."""
@@ -364,6 +423,59 @@ class CommitLog:
 
     def destroy(self) -> None:
         self.mapped_file_queue.destroy()
+
+
+class RunHead(Protocol):
+    """The fields a run of messages shares in one encode call (MessageInner has them all)."""
+
+    topic: str
+    topic_bytes: bytes
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+
+@dataclass(slots=True)
+class BatchHead:
+    """The RunHead of a batch appended as it came (put_batch)."""
+
+    topic: str
+    topic_bytes: bytes
+    queue_id: int
+    born_timestamp: int
+    born_host: bytes
+    sys_flag: int = 0
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+def _same_run(a: MessageInner, b: MessageInner) -> bool:
+    return (
+        a.queue_id == b.queue_id
+        and a.topic_bytes == b.topic_bytes
+        and a.born_timestamp == b.born_timestamp
+        and a.sys_flag == b.sys_flag
+        and a.born_host == b.born_host
+        and a.reconsume_times == b.reconsume_times
+        and a.prepared_transaction_offset == b.prepared_transaction_offset
+    )
+
+
+def _collect(
+    into: list[AppendMessageResult] | bytearray, out: bytearray, count: int, first_offset: int, written: int, queue_offset: int,
+    queue_id: int, now: int, host: bytes,
+) -> None:  # fmt: skip
+    """Record `count` messages the kernel just wrote (their offsets and sizes are in `out`)."""
+    if isinstance(into, bytearray):
+        into += memoryview(out)[: 16 * count]
+    elif count == 1:  # one put: the offset and size are known without reading them back
+        into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
+    else:
+        for i, (offset, size) in enumerate(OFFSET_AND_SIZE.iter_unpack(memoryview(out)[: 16 * count])):
+            into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, now, queue_offset + i, queue_id, host))
 
 
 def _last_store_timestamp(buf: object, start: int, end: int) -> int:

@@ -96,6 +96,9 @@ class MessageStoreConfig:
     transient_store_pool_size: int = setting(5, 1, 1_024)
     # Touch every page of a new file and lock it in memory.
     warm_mapped_file_enable: bool = setting(False)
+    # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
+    # The pages become dirty: the kernel writes back what the writer has not overwritten by then.
+    prefault_mapped_file_enable: bool = setting(True)
     # Build IndexFile entries for KEYS and UNIQ_KEY.
     message_index_enable: bool = setting(True)
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).

@@ -52,12 +52,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from store import native
 from store.allocate_mapped_file_service import AllocateMappedFileService
 from store.bulk_dispatch import ArrivingListener, BulkDispatch
 from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
-from store.commit_log import CommitLog
+from store.commit_log import BatchHead, CommitLog
 from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
@@ -72,13 +73,14 @@ from store.flush_real_time_service import FlushRealTimeService
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
 from store.lazy_mapped_file import MappingBudget
-from store.message import SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
+from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
 from store.message_getter import MessageGetter
+from store.native import CheckedBatch
 from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
-from store.status import PutMessageResult, PutMessageStatus, PutRefusal
+from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
 from store.store_stats_service import StoreStatsService
 from store.topic_config_manager import TopicConfigManager
@@ -99,8 +101,9 @@ class DefaultMessageStore:
         if config.transient_store_pool_enable and config.broker_role is not BrokerRole.SLAVE:
             self.transient_store_pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log_bytes)
         self.allocate_service = AllocateMappedFileService(
-            config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool
-        )
+            config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool,
+            config.prefault_mapped_file_enable,
+        )  # fmt: skip
         self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool)
         self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
         self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
@@ -384,6 +387,9 @@ class DefaultMessageStore:
 
     def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
         result, waiter = self._append(msgs)
+        return result if waiter is None else self._wait(result, waiter)
+
+    def _wait(self, result: PutMessageResult, waiter: concurrent.futures.Future[PutMessageResult] | None) -> PutMessageResult:
         if waiter is None:
             return result
         timeout = self.config.sync_flush_timeout_ms / 1000.0 + 1.0
@@ -396,12 +402,36 @@ class DefaultMessageStore:
         return self.put_messages_future((msg,))
 
     def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]:
-        result, waiter = self._append(msgs)
-        if waiter is not None:
-            return waiter
-        done: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
-        done.set_result(result)
-        return done
+        return _as_future(*self._append(msgs))
+
+    def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
+        """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
+        with check_properties), for put_batch_future; BatchError when it is refused."""
+        cfg = self.config
+        data = bytes(batch)
+        count, stored = native.check_batch(
+            data, cfg.max_message_size_bytes, max_count=cfg.max_batch_messages, max_properties_bytes=cfg.max_properties_size_bytes,
+            check_properties=True,
+        )  # fmt: skip
+        return CheckedBatch(data, count, stored)
+
+    def put_batch_future(
+        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST
+    ) -> concurrent.futures.Future[PutMessageResult]:
+        """Append a checked batch to one queue as it came: every message gets `topic`, `queue_id`,
+        sys flag 0 and the put's time as born and store time; its items are EncodedItems."""
+        return _as_future(*self._append_batch(topic, queue_id, batch, born_host))
+
+    def _append_batch(
+        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes
+    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
+        refusal = self.validator.check_batch(topic, queue_id, batch.messages)
+        if refusal is not None:
+            self.stats.put_failures += 1
+            return refusal, None
+        t0 = time.perf_counter_ns()
+        head = BatchHead(topic, topic.encode("utf-8"), queue_id, self.commit_log.now_ms(), born_host)
+        return self._after_put(self.commit_log.put_batch(batch, head), t0)
 
     def _append(
         self, msgs: list[MessageInner] | tuple[MessageInner, ...]
@@ -411,14 +441,17 @@ class DefaultMessageStore:
             self.stats.put_failures += 1
             return refusal, None
         t0 = time.perf_counter_ns()
-        result = self.commit_log.put_messages(msgs)
+        return self._after_put(self.commit_log.put_messages(msgs), t0)
+
+    def _after_put(self, result: PutMessageResult, t0: int) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
+        """Stats, the dispatch wake-up and the durability wait of a put the commit log answered."""
         items = result.items
         if not items:
             self.stats.put_failures += 1
             if self.space_exhausted:
                 return self.refuse(PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored", SNA), None
             return result, None
-        size = items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
+        size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items)
         self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
         waiter = None if result.status is not PutMessageStatus.PUT_OK or self._answer_at_once else self._durability_waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
@@ -704,3 +737,13 @@ class DefaultMessageStore:
 
     def refuse(self, refusal: PutRefusal, detail: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
         return PutMessageResult(status, refusal, detail)
+
+
+def _as_future(
+    result: PutMessageResult, waiter: concurrent.futures.Future[PutMessageResult] | None
+) -> concurrent.futures.Future[PutMessageResult]:
+    if waiter is not None:
+        return waiter
+    done: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
+    done.set_result(result)
+    return done

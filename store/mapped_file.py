@@ -29,6 +29,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from store import _kernels
+
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
 
@@ -342,6 +344,20 @@ class MappedFile:
             self._cleanup(force=True)
 
     # Warm-up -------------------------------------------------------------------------
+
+    def prefault(self, pos: int, length: int) -> bool:
+        """Fault [pos, pos+length) of the mapping in for writing, GIL released; False when the file is closed.
+
+        No byte changes (store.native.prefault), so it may run while the file is written.
+        Raises the OSError of a kernel that refuses (ENOMEM, EFAULT).
+        """
+        if not self.hold():
+            return False
+        try:
+            _kernels.prefault(self.mm, pos, length)
+            return True
+        finally:
+            self.release()
 
     def warm_up(self) -> None:
         """Touch every page, advise the kernel and lock the pages; refusals are logged."""

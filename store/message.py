@@ -30,6 +30,8 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# BORNHOST of a message whose producer gave none (127.0.0.1, port 0).
+DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"})
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -67,7 +69,7 @@ class MessageInner:
         properties: dict[str, str] | None = None,
         flag: int = 0,
         born_timestamp: int | None = None,
-        born_host: bytes = b"\x7f\x00\x00\x01\x00\x00\x00\x00",
+        born_host: bytes = DEFAULT_BORN_HOST,
         sys_flag: int = 0,
         reconsume_times: int = 0,
         prepared_transaction_offset: int = 0,
@@ -87,15 +89,15 @@ class MessageInner:
     def refresh(self) -> None:
         """Recompute the derived fields after the topic or the properties change.
 
-        `tail` is fields 16 and 17 as stored (topic length + topic, properties length +
-        properties); it is built here so the put path only joins header, body and tail.
+        `tail` is the end of the message's item in RocketMQ's batch encoding (properties
+        length + properties, store.native.pack_batch); it is built here so the put path only
+        joins item head, body and tail.
         """
         self.topic_bytes = self.topic.encode("utf-8")
         self.properties_bytes = props = encode_properties(self.properties)
         self.tags_code = tags_hash(self.properties.get(PROPERTY_TAGS, ""))
-        topic = self.topic_bytes
-        if len(topic) <= 255 and len(props) <= 0x7FFF:
-            self.tail = b"".join((bytes((len(topic),)), topic, len(props).to_bytes(2, "big"), props))
+        if len(self.topic_bytes) <= 255 and len(props) <= 0x7FFF:
+            self.tail = len(props).to_bytes(2, "big") + props
         else:
             self.tail = b""  # refused by validation before it is ever written
 

@@ -20,6 +20,7 @@ from store._kernels import BatchError
 __all__ = [
     "BatchError",
     "BatchErrorCode",
+    "CheckedBatch",
     "Stop",
     "check_batch",
     "dispatch_scan",
@@ -28,6 +29,7 @@ __all__ = [
     "index_put",
     "java_hash",
     "pack_batch",
+    "prefault",
     "queue_runs",
 ]
 
@@ -60,14 +62,27 @@ CORRUPT = frozenset({Stop.BAD_MAGIC, Stop.BAD_BLANK, Stop.BAD_TOTAL, Stop.BAD_BO
 
 
 class BatchErrorCode(enum.IntEnum):
-    """Why a batch is malformed (BatchError.args[1])."""
+    """Why a batch is refused (BatchError.args[1]; kernels.h's enum batch_error)."""
 
     TRUNCATED = 1
     BAD_TOTAL = 2
     BAD_MAGIC = 3
     BAD_CRC = 4
-    BAD_BODY = 5
-    BAD_PROPERTIES = 6
+    BAD_BODY = 5  # negative body length
+    BAD_PROPERTIES = 6  # properties longer than 32767 bytes
+    BODY_TOO_LARGE = 7
+    # check_batch with limits and property checks only:
+    PROPERTIES_TOO_LARGE = 8
+    BAD_PROPERTY = 9  # not `name \x01 value \x02` pairs of UTF-8 with non-empty names
+    RESERVED_PROPERTY = 10  # one of RESERVED_BATCH_PROPERTIES
+    BAD_TAGS = 11
+    BAD_UNIQ_KEY = 12
+    TOO_MANY = 13
+
+
+# Properties a batch item may not carry: the put path sets them itself (a delay moves a message
+# to SCHEDULE_TOPIC_XXXX, which a batch appended as it is never does).
+RESERVED_BATCH_PROPERTIES = frozenset({"DELAY", "WAIT", "REAL_TOPIC", "REAL_QID"})
 
 
 # One batch item as RocketMQ's MessageDecoder.encodeMessages writes it (before body and properties).
@@ -107,9 +122,39 @@ def pack_batch(messages: Iterable[tuple[bytes, bytes, int]]) -> bytes:
     return b"".join(parts)
 
 
-def check_batch(batch: Any, max_body_bytes: int) -> tuple[int, int]:
-    """(message count, stored bytes without the topic) of a well-formed batch; BatchError otherwise."""
-    return _kernels.check_batch(batch, max_body_bytes)
+def check_batch(
+    batch: Any,
+    max_body_bytes: int,
+    *,
+    max_count: int = -1,
+    max_properties_bytes: int = 0x7FFF,
+    check_properties: bool = False,
+) -> tuple[int, int]:
+    """(message count, stored bytes without the topic) of a well-formed batch; BatchError otherwise.
+
+    Every length is checked against the batch and the limits (`max_count` < 0: no limit); with
+    `check_properties` each item's properties must also be `name \x01 value \x02` pairs of
+    UTF-8 with non-empty names, none of RESERVED_BATCH_PROPERTIES, TAGS a valid tag and UNIQ_KEY
+    a valid message id (as the JSON produce checks them). The error's `index` is the item's number.
+    """
+    return _kernels.check_batch(batch, max_body_bytes, max_count, max_properties_bytes, check_properties)
+
+
+class CheckedBatch(NamedTuple):
+    """A batch check_batch accepted: its bytes (immutable, so they stay as checked) and its count."""
+
+    data: bytes
+    messages: int
+    stored_bytes_without_topic: int
+
+
+def prefault(buf: Any, pos: int, length: int) -> int:
+    """Fault buf[pos:pos+length] in for writing, GIL released; 1: MADV_POPULATE_WRITE, 2: one write per page.
+
+    No byte changes (each page gets an atomic add of zero), so it may run beside a writer.
+    OSError when the kernel refuses (ENOMEM, EFAULT).
+    """
+    return _kernels.prefault(buf, pos, length)
 
 
 class Encoded(NamedTuple):

@@ -35,6 +35,32 @@ class PutValidator:
         self._valid_topics: set[str] = set()
 
     def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
+        refusal = self.check_state()
+        if refusal is not None:
+            return refusal
+        if not 0 < len(msgs) <= self.max_batch:
+            return self._check_count(len(msgs))
+        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
+        for msg in msgs:
+            # One expression for the common case; the detailed checks run only when it fails.
+            if not (
+                msg.topic in valid
+                and 0 <= msg.queue_id < max_queues
+                and len(msg.body) <= max_body
+                and len(msg.properties_bytes) <= max_props
+                and msg.tail
+            ):
+                refusal = self._check_one(msg)
+                if refusal is not None:
+                    return refusal
+        return None
+
+    def check_batch(self, topic: str, queue_id: int, messages: int) -> PutMessageResult | None:
+        """The checks of a batch appended as it came (check_batch has checked its items)."""
+        return self.check_state() or self._check_count(messages) or self._check_target(topic, queue_id)
+
+    def check_state(self) -> PutMessageResult | None:
+        """Whether the store takes puts now (running, master, disk, dispatch, lock)."""
         store = self.store
         if not store.is_running():
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.SHUTTING_DOWN, "the store is not running")
@@ -51,25 +77,15 @@ class PutValidator:
         begin = store.commit_log.begin_time_in_lock_ms
         if begin and int(time.time() * 1000) - begin > self.busy_timeout_ms:
             return _refused(PutMessageStatus.OS_PAGECACHE_BUSY, PutRefusal.NONE, "a put has held the lock too long")
-        if not msgs:
+        return None
+
+    def _check_count(self, messages: int) -> PutMessageResult | None:
+        if not messages:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_EMPTY, "a batch needs at least one message")
-        if len(msgs) > self.max_batch:
+        if messages > self.max_batch:
             return _refused(
                 PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.BATCH_TOO_LARGE, f"a batch holds at most {self.max_batch} messages"
             )
-        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
-        for msg in msgs:
-            # One expression for the common case; the detailed checks run only when it fails.
-            if not (
-                msg.topic in valid
-                and 0 <= msg.queue_id < max_queues
-                and len(msg.body) <= max_body
-                and len(msg.properties_bytes) <= max_props
-                and msg.tail
-            ):
-                refusal = self._check_one(msg)
-                if refusal is not None:
-                    return refusal
         return None
 
     def _dispatch_detail(self) -> str:
@@ -78,16 +94,21 @@ class PutValidator:
             return f"dispatch to the consume queues is failing ({reput.failure}); nothing was stored, retry later"
         return f"dispatch is more than {self.max_dispatch_lag} bytes behind the commitlog; nothing was stored, retry shortly"
 
-    def _check_one(self, msg: MessageInner) -> PutMessageResult | None:
-        topic = msg.topic
+    def _check_target(self, topic: str, queue_id: int) -> PutMessageResult | None:
         if topic not in self._valid_topics:
             problem = topic_problem(topic, self.max_topic)
             if problem:
                 return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.TOPIC_INVALID, problem)
             if len(self._valid_topics) < MAX_REMEMBERED_TOPICS:
                 self._valid_topics.add(topic)
-        if not 0 <= msg.queue_id < self.max_queues:
+        if not 0 <= queue_id < self.max_queues:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.QUEUE_NOT_FOUND, f"queue id must be in 0..{self.max_queues - 1}")
+        return None
+
+    def _check_one(self, msg: MessageInner) -> PutMessageResult | None:
+        refusal = self._check_target(msg.topic, msg.queue_id)
+        if refusal is not None:
+            return refusal
         if not isinstance(msg.body, (bytes, bytearray, memoryview)):
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.NONE, "the body must be bytes")
         if len(msg.body) > self.max_body:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import enum
+import struct
+from array import array
+from collections.abc import Sequence
+from typing import overload
 
 
 class PutMessageStatus(enum.Enum):
@@ -87,6 +91,58 @@ class AppendMessageResult:
         return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
 
 
+class EncodedItems(Sequence[AppendMessageResult]):
+    """The results of a batch appended to one queue by the encode kernel, each built only when asked for.
+
+    `offsets` holds each message's commitlog offset and stored size as two host-order int64s
+    (the kernel's out buffer); queue offsets count up from `first_queue_offset`.
+    """
+
+    __slots__ = ("offsets", "first_queue_offset", "queue_id", "store_timestamp", "store_host")
+
+    def __init__(self, offsets: bytes, first_queue_offset: int, queue_id: int, store_timestamp: int, store_host: bytes) -> None:
+        assert len(offsets) % 16 == 0
+        self.offsets = offsets
+        self.first_queue_offset = first_queue_offset
+        self.queue_id = queue_id
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+
+    def __len__(self) -> int:
+        return len(self.offsets) // 16
+
+    @overload
+    def __getitem__(self, i: int) -> AppendMessageResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[AppendMessageResult]: ...
+
+    def __getitem__(self, i: int | slice) -> AppendMessageResult | list[AppendMessageResult]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("item index out of range")
+        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, 16 * i)
+        q = self.first_queue_offset + i
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, self.store_timestamp, q, self.queue_id, self.store_host)
+
+    def commitlog_offsets(self) -> list[int]:
+        return array("q", self.offsets)[0::2].tolist()
+
+    def total_bytes(self) -> int:
+        return sum(array("q", self.offsets)[1::2])
+
+
+def total_bytes(items: Sequence[AppendMessageResult]) -> int:
+    """Bytes the items' messages take in the commitlog."""
+    if isinstance(items, EncodedItems):
+        return items.total_bytes()
+    return items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
+
+
 class PutMessageResult:
     """Outcome of one put (or one batch put: `items` has one entry per message).
 
@@ -100,12 +156,13 @@ class PutMessageResult:
         status: PutMessageStatus,
         refusal: PutRefusal = PutRefusal.NONE,
         detail: str = "",
-        items: list[AppendMessageResult] | None = None,
+        items: Sequence[AppendMessageResult] | None = None,
     ) -> None:
         self.status = status
         self.refusal = refusal
         self.detail = detail
-        self.items = items if items is not None else []
+        # One per message stored: a list, or EncodedItems for a batch appended as it came.
+        self.items: Sequence[AppendMessageResult] = items if items is not None else []
 
     def __repr__(self) -> str:
         return f"PutMessageResult({self.status.value}, refusal={self.refusal.value}, items={len(self.items)}, detail={self.detail!r})"
@@ -126,6 +183,7 @@ class PutMessageResult:
         return last.wrote_offset + last.wrote_bytes
 
 
+_OFFSET_AND_SIZE = struct.Struct("=qq")  # store.native.OFFSET_AND_SIZE (this module imports no kernel)
 _STORED_STATUSES = frozenset(
     {
         PutMessageStatus.PUT_OK,

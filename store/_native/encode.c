@@ -79,6 +79,100 @@ uint32_t body_crc31(struct span body) {
     return (uint32_t)crc & 0x7FFFFFFFu;
 }
 
+/* The code point at s.p[*i], advancing *i past it; -1 when the bytes there are not well-formed
+ * UTF-8 (a truncated sequence, a bad continuation, an overlong form or a surrogate). */
+static int64_t strict_cp(struct span s, size_t *i) {
+    uint8_t b = s.p[*i], lo, hi;
+    if (b < 0x80) {
+        *i += 1;
+        return b;
+    }
+    int need = utf8_expect(b, &lo, &hi);
+    if (need == 0 || s.n - *i < (size_t)need) return -1;
+    uint32_t cp = b & (need == 2 ? 0x1F : need == 3 ? 0x0F : 0x07);
+    for (int k = 1; k < need; k++) {
+        uint8_t c = s.p[*i + (size_t)k];
+        if (c < lo || c > hi) return -1;
+        cp = (cp << 6) | (c & 0x3F);
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *i += (size_t)need;
+    return cp;
+}
+
+static int is_control(int64_t cp) { return cp < 0x20 || (cp >= 0x7F && cp < 0xA0); }
+
+static int name_is(struct span name, const char *text) {
+    size_t n = strlen(text);
+    return name.n == n && memcmp(name.p, text, n) == 0;
+}
+
+/* A TAGS value (well-formed UTF-8) as the JSON produce accepts a tag: at most 255 characters,
+ * not '*', without '||' or control characters (empty: no tag). */
+static int check_tags(struct span v) {
+    size_t i = 0, chars = 0;
+    int64_t prev = -1;
+    if (v.n == 1 && v.p[0] == '*') return BATCH_BAD_TAGS;
+    while (i < v.n) {
+        int64_t cp = strict_cp(v, &i);
+        if (cp < 0) return BATCH_BAD_PROPERTY;
+        if (is_control(cp) || (cp == '|' && prev == '|') || ++chars > 255) return BATCH_BAD_TAGS;
+        prev = cp;
+    }
+    return BATCH_OK;
+}
+
+/* A UNIQ_KEY value (well-formed UTF-8) as the JSON produce accepts a msg_id: 1..128 characters
+ * without a space. */
+static int check_uniq_key(struct span v) {
+    size_t i = 0, chars = 0;
+    if (v.n == 0) return BATCH_BAD_UNIQ_KEY;
+    while (i < v.n) {
+        int64_t cp = strict_cp(v, &i);
+        if (cp < 0) return BATCH_BAD_PROPERTY;
+        if (cp == ' ' || ++chars > 128) return BATCH_BAD_UNIQ_KEY;
+    }
+    return BATCH_OK;
+}
+
+static int check_utf8(struct span v) {
+    size_t i = 0;
+    while (i < v.n)
+        if (strict_cp(v, &i) < 0) return BATCH_BAD_PROPERTY;
+    return BATCH_OK;
+}
+
+/* One property's name and value (neither holds \x01 or \x02). */
+static int check_property(struct span name, struct span value) {
+    if (name.n == 0) return BATCH_BAD_PROPERTY;
+    int err = check_utf8(name);
+    if (err != BATCH_OK) return err;
+    if (name_is(name, "DELAY") || name_is(name, "WAIT") || name_is(name, "REAL_TOPIC") || name_is(name, "REAL_QID"))
+        return BATCH_RESERVED_PROPERTY;
+    err = check_utf8(value);
+    if (err != BATCH_OK) return err;
+    if (name_is(name, "TAGS")) return check_tags(value);
+    if (name_is(name, "UNIQ_KEY")) return check_uniq_key(value);
+    return BATCH_OK;
+}
+
+int check_properties(struct span props) {
+    size_t i = 0;
+    while (i < props.n) {
+        size_t sep = i;
+        while (sep < props.n && props.p[sep] != 1 && props.p[sep] != 2) sep++;
+        if (sep == props.n || props.p[sep] != 1) return BATCH_BAD_PROPERTY;
+        size_t end = sep + 1;
+        while (end < props.n && props.p[end] != 1 && props.p[end] != 2) end++;
+        if (end == props.n || props.p[end] != 2) return BATCH_BAD_PROPERTY;
+        int err = check_property((struct span){props.p + i, sep - i}, (struct span){props.p + sep + 1, end - sep - 1});
+        if (err != BATCH_OK) return err;
+        i = end + 1;
+    }
+    return BATCH_OK;
+}
+
 /* One batch item at `pos`: its body and properties, or a batch_error. */
 struct batch_item {
     struct span body, props;
@@ -92,8 +186,9 @@ static int parse_item(struct span b, size_t pos, int64_t max_body, struct batch_
     const uint8_t *p = b.p + pos;
     int64_t total = rd_i32(p), body_len = rd_i32(p + 16);
     if (rd_u32(p + 4) != 0) return BATCH_BAD_MAGIC;
-    if (body_len < 0 || body_len > max_body) return BATCH_BAD_BODY;
+    if (body_len < 0) return BATCH_BAD_BODY;
     if (total < BATCH_FIXED_BYTES + body_len || (uint64_t)total > b.n - pos) return BATCH_TRUNCATED;
+    if (body_len > max_body) return BATCH_BODY_TOO_LARGE;
     int64_t props_len = (uint16_t)((p[20 + body_len] << 8) | p[21 + body_len]);
     if (props_len > MAX_PROPERTIES_BYTES) return BATCH_BAD_PROPERTIES;
     if (total != BATCH_FIXED_BYTES + body_len + props_len) return BATCH_BAD_TOTAL;
@@ -112,12 +207,15 @@ static int check_crc(struct batch_item *it) {
     return BATCH_OK;
 }
 
-int batch_check(struct span batch, int64_t max_body, size_t *count, size_t *pos, size_t *stored_without_topic) {
+int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic) {
     struct batch_item it;
     *count = 0;
     *stored_without_topic = 0;
     for (*pos = 0; *pos < batch.n; *pos += it.size) {
-        int err = parse_item(batch, *pos, max_body, &it);
+        if (*count >= lim->max_count) return BATCH_TOO_MANY;
+        int err = parse_item(batch, *pos, lim->max_body, &it);
+        if (err == BATCH_OK && (int64_t)it.props.n > lim->max_props) err = BATCH_PROPERTIES_TOO_LARGE;
+        if (err == BATCH_OK && lim->check_props) err = check_properties(it.props);
         if (err == BATCH_OK) err = check_crc(&it);
         if (err != BATCH_OK) return err;
         *count += 1;

@@ -6,6 +6,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 
 #include "kernels.h"
 
@@ -35,27 +36,51 @@ static PyObject *py_java_hash(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromLong(h);
 }
 
-static PyObject *batch_error(int code, size_t pos) {
+/* BatchError(message, code, position) with `index`: the item's number in the call. */
+static PyObject *batch_error(int code, size_t pos, size_t index) {
     PyObject *exc = PyObject_CallFunction(BatchError, "sin", "malformed batch", code, (Py_ssize_t)pos);
     if (exc != NULL) {
-        PyErr_SetObject(BatchError, exc);
+        PyObject *n = PyLong_FromSsize_t((Py_ssize_t)index);
+        if (n != NULL && PyObject_SetAttrString(exc, "index", n) == 0) PyErr_SetObject(BatchError, exc);
+        Py_XDECREF(n);
         Py_DECREF(exc);
     }
     return NULL;
 }
 
+/* The GIL is released only for inputs of at least GIL_RELEASE_MIN_BYTES (kernels.h). */
+static PyThreadState *release_gil_for(Py_ssize_t bytes) { return bytes >= GIL_RELEASE_MIN_BYTES ? PyEval_SaveThread() : NULL; }
+
+static void restore_gil(PyThreadState *ts) {
+    if (ts != NULL) PyEval_RestoreThread(ts);
+}
+
 static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer batch;
-    long long max_body;
-    if (!PyArg_ParseTuple(args, "y*L", &batch, &max_body)) return NULL;
+    long long max_body, max_props = MAX_PROPERTIES_BYTES;
+    Py_ssize_t max_count = -1;
+    int check_props = 0;
+    if (!PyArg_ParseTuple(args, "y*L|nLp", &batch, &max_body, &max_count, &max_props, &check_props)) return NULL;
+    struct batch_limits lim = {max_body, max_props, max_count < 0 ? SIZE_MAX : (size_t)max_count, check_props};
     size_t count, pos, stored;
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = batch_check(span_of(&batch), max_body, &count, &pos, &stored);
-    Py_END_ALLOW_THREADS
+    PyThreadState *ts = release_gil_for(batch.len);
+    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored);
+    restore_gil(ts);
     PyBuffer_Release(&batch);
-    if (err != BATCH_OK) return batch_error(err, pos);
+    if (err != BATCH_OK) return batch_error(err, pos, count);
     return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
+}
+
+/* Bytes of at most `max_count` items from `pos` as their TOTALSIZE fields say, counted until `enough`:
+ * what encode_batch will copy, for the GIL decision only (the kernel checks every item itself). */
+static Py_ssize_t items_span(struct span b, size_t pos, size_t max_count, size_t enough) {
+    size_t start = pos;
+    for (size_t i = 0; i < max_count && pos - start < enough && b.n - pos >= 4; i++) {
+        int32_t total = (int32_t)(((uint32_t)b.p[pos] << 24) | ((uint32_t)b.p[pos + 1] << 16) | ((uint32_t)b.p[pos + 2] << 8) | b.p[pos + 3]);
+        if (total <= 0 || (size_t)total > b.n - pos) break;
+        pos += (size_t)total;
+    }
+    return (Py_ssize_t)(pos - start);
 }
 
 static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t dest_limit, Py_buffer *batch, Py_ssize_t batch_pos,
@@ -73,35 +98,101 @@ static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t de
     return 0;
 }
 
-static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+/* encode_batch's positional arguments (store.native.encode_batch names them). */
+enum {
+    E_DEST, E_DEST_POS, E_DEST_LIMIT, E_BATCH, E_BATCH_POS, E_OUT, E_MAX_COUNT, E_TOPIC, E_QUEUE_ID, E_SYS_FLAG, E_BORN_TS,
+    E_BORN_HOST, E_STORE_TS, E_STORE_HOST, E_RECONSUME, E_PREPARED, E_QUEUE_OFFSET, E_PHYS, E_NARGS
+};
+
+static int as_int32(PyObject *o, int32_t *v) {
+    long x = PyLong_AsLong(o);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < INT32_MIN || x > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "an int32 argument is out of range");
+        return -1;
+    }
+    *v = (int32_t)x;
+    return 0;
+}
+
+static int as_int64(PyObject *o, int64_t *v) {
+    long long x = PyLong_AsLongLong(o);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    *v = (int64_t)x;
+    return 0;
+}
+
+static int as_ssize(PyObject *o, Py_ssize_t *v) {
+    *v = PyLong_AsSsize_t(o);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The buffers of encode_batch, acquired in order; `held` counts those to release. */
+struct encode_buffers {
     Py_buffer dest, batch, out, topic, hosts[2];
-    Py_ssize_t dest_pos, dest_limit, batch_pos, max_count;
-    struct batch_common c;
-    long long born_ts, store_ts, prepared, qoff, phys;
-    if (!PyArg_ParseTuple(args, "w*nny*nw*ny*iiLy*Ly*iLLL", &dest, &dest_pos, &dest_limit, &batch, &batch_pos, &out, &max_count, &topic,
-                          &c.queue_id, &c.sys_flag, &born_ts, &hosts[0], &store_ts, &hosts[1], &c.reconsume_times, &prepared, &qoff,
-                          &phys))
+    int held;
+};
+
+static void release_encode_buffers(struct encode_buffers *b) {
+    Py_buffer *views[] = {&b->dest, &b->batch, &b->out, &b->topic, &b->hosts[0], &b->hosts[1]};
+    for (int i = 0; i < b->held; i++) PyBuffer_Release(views[i]);
+}
+
+/* Converts the arguments as PyArg_ParseTuple's "w*nny*nw*ny*iiLy*Ly*iLLL" would (one call costs
+ * less this way, and a single put makes one). */
+static int parse_encode_args(PyObject *const *a, struct encode_buffers *b, Py_ssize_t *pos, struct batch_common *c,
+                             Py_ssize_t *max_count) {
+    b->held = 0;
+    Py_buffer *views[] = {&b->dest, &b->batch, &b->out, &b->topic, &b->hosts[0], &b->hosts[1]};
+    const int slots[] = {E_DEST, E_BATCH, E_OUT, E_TOPIC, E_BORN_HOST, E_STORE_HOST};
+    for (int i = 0; i < 6; i++) {
+        int writable = slots[i] == E_DEST || slots[i] == E_OUT;
+        if (!writable && PyUnicode_Check(a[slots[i]])) {
+            PyErr_SetString(PyExc_TypeError, "a bytes-like object is required, not str");
+            return -1;
+        }
+        if (PyObject_GetBuffer(a[slots[i]], views[i], writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+        b->held++;
+    }
+    if (as_ssize(a[E_DEST_POS], &pos[0]) < 0 || as_ssize(a[E_DEST_LIMIT], &pos[1]) < 0 || as_ssize(a[E_BATCH_POS], &pos[2]) < 0 ||
+        as_ssize(a[E_MAX_COUNT], max_count) < 0)
+        return -1;
+    if (as_int32(a[E_QUEUE_ID], &c->queue_id) < 0 || as_int32(a[E_SYS_FLAG], &c->sys_flag) < 0 ||
+        as_int32(a[E_RECONSUME], &c->reconsume_times) < 0)
+        return -1;
+    if (as_int64(a[E_BORN_TS], &c->born_ts) < 0 || as_int64(a[E_STORE_TS], &c->store_ts) < 0 ||
+        as_int64(a[E_PREPARED], &c->prepared_offset) < 0 || as_int64(a[E_QUEUE_OFFSET], &c->queue_offset) < 0 ||
+        as_int64(a[E_PHYS], &c->phys_offset) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != E_NARGS) {
+        PyErr_Format(PyExc_TypeError, "encode_batch takes %d positional arguments (%zd given)", E_NARGS, nargs);
         return NULL;
+    }
+    struct encode_buffers b;
+    struct batch_common c;
+    Py_ssize_t pos[3], max_count; /* dest_pos, dest_limit, batch_pos */
     PyObject *result = NULL;
+    if (parse_encode_args(args, &b, pos, &c, &max_count) < 0) goto done;
     if (max_count < 0) {
         PyErr_SetString(PyExc_ValueError, "max_count must be >= 0");
         goto done;
     }
-    if (check_encode_args(&dest, dest_pos, dest_limit, &batch, batch_pos, &out, &topic, hosts) < 0) goto done;
-    c.topic = span_of(&topic);
-    c.born_host = hosts[0].buf;
-    c.store_host = hosts[1].buf;
-    c.born_ts = born_ts, c.store_ts = store_ts, c.prepared_offset = prepared, c.queue_offset = qoff, c.phys_offset = phys;
-    struct encode_state st = {(size_t)batch_pos, (size_t)dest_pos, 0, BATCH_OK};
-    int stop;
-    Py_BEGIN_ALLOW_THREADS
-    stop = batch_encode(span_of(&batch), dest.buf, (size_t)dest_limit, out.buf, (size_t)out.len, &c, (size_t)max_count, &st);
-    Py_END_ALLOW_THREADS
-    if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos);
+    if (check_encode_args(&b.dest, pos[0], pos[1], &b.batch, pos[2], &b.out, &b.topic, b.hosts) < 0) goto done;
+    c.topic = span_of(&b.topic);
+    c.born_host = b.hosts[0].buf;
+    c.store_host = b.hosts[1].buf;
+    struct encode_state st = {(size_t)pos[2], (size_t)pos[0], 0, BATCH_OK};
+    PyThreadState *ts = release_gil_for(items_span(span_of(&b.batch), (size_t)pos[2], (size_t)max_count, GIL_RELEASE_MIN_BYTES));
+    int stop = batch_encode(span_of(&b.batch), b.dest.buf, (size_t)pos[1], b.out.buf, (size_t)b.out.len, &c, (size_t)max_count, &st);
+    restore_gil(ts);
+    if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos, st.count);
     else result = Py_BuildValue("innn", stop, (Py_ssize_t)st.count, (Py_ssize_t)st.batch_pos, (Py_ssize_t)st.dest_pos);
 done:
-    PyBuffer_Release(&dest), PyBuffer_Release(&batch), PyBuffer_Release(&out), PyBuffer_Release(&topic);
-    PyBuffer_Release(&hosts[0]), PyBuffer_Release(&hosts[1]);
+    release_encode_buffers(&b);
     return result;
 }
 
@@ -167,14 +258,40 @@ static PyObject *py_check_message(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+static PyObject *py_prefault(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t pos, length;
+    if (!PyArg_ParseTuple(args, "w*nn", &buf, &pos, &length)) return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || length < 0 || length > buf.len || pos > buf.len - length) {
+        PyErr_Format(PyExc_ValueError, "position %zd and length %zd do not lie in a buffer of %zd bytes", pos, length, buf.len);
+    } else {
+        int how;
+        Py_BEGIN_ALLOW_THREADS
+        how = prefault_range((uint8_t *)buf.buf + pos, (size_t)length);
+        Py_END_ALLOW_THREADS
+        if (how < 0) {
+            errno = -how;
+            PyErr_SetFromErrno(PyExc_OSError);
+        } else {
+            result = PyLong_FromLong(how);
+        }
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 #include "gather_binding.h"
 #include "apply_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
-    {"check_batch", py_check_batch, METH_VARARGS, "check_batch(batch, max_body) -> (count, stored bytes without topics)"},
-    {"encode_batch", py_encode_batch, METH_VARARGS, "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
+    {"check_batch", py_check_batch, METH_VARARGS,
+     "check_batch(batch, max_body, max_count=-1, max_props=32767, check_properties=False) -> (count, stored bytes without topics)"},
+    {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
+     "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
+    {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from store.native import pack_batch
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
 from tests.app.helpers import problem
 
@@ -117,6 +118,11 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
     assert broker.client is not None
     assert_all_readable(broker.client, stored)
     problem(broker.client.post(f"/v1/topics/{TOPIC}/messages", json={"body": BODY, "queue_id": 0}), 503, "DISK_FULL")
+    before = broker.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
+    batch = pack_batch([(BODY.encode(), b"", 0)] * 3)
+    r = broker.client.post(f"/v1/topics/{TOPIC}/messages", content=batch, headers={"content-type": "application/x-tidemq-batch"})
+    problem(r, 503, "DISK_FULL")
+    assert broker.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == before
 
     # Space returns: puts are accepted again (within a cleanup pass) and readable.
     subprocess.run(["mount", "-o", "remount,size=24m", str(small_disk)], check=True)

@@ -15,11 +15,13 @@ import pytest
 from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig
+from store.native import pack_batch
 
 pytestmark = pytest.mark.timeout(60)
 
 JSON = {"content-type": "application/json"}
 RAW = {"content-type": "application/octet-stream"}
+BATCH = {"content-type": "application/x-tidemq-batch"}
 # (method, path, query, body, headers): a walk over good and bad forms of both routes.
 REQUESTS = [
     ("PUT", "/v1/topics/t", {}, b'{"queues": 2}', JSON),
@@ -46,6 +48,12 @@ REQUESTS = [
     ("GET", "/v1/topics/t/queues/x/messages", {"offset": "0"}, None, {}),
     ("GET", "/v1/topics/none/queues/0/messages", {"offset": "0"}, None, {}),
     ("GET", "/v1/topics/t/queues/0/messages", {"offset": "1"}, None, {"accept": "application/x-tidemq-batch"}),
+    ("POST", "/v1/topics/t/messages", {"queue_id": "1"}, pack_batch([(b"d", b"TAGS\x01D\x02", 0), (b"e", b"", 0)]), BATCH),
+    ("POST", "/v1/topics/t/messages", {}, bytes(30), BATCH),
+    ("POST", "/v1/topics/t/messages", {}, pack_batch([(b"f", b"DELAY\x011\x02", 0)]), BATCH),
+    ("POST", "/v1/topics/t/messages", {"queue_id": "2"}, pack_batch([(b"g", b"", 0)]), BATCH),
+    ("POST", "/v1/topics/t/messages", {"keys": "k"}, pack_batch([(b"g", b"", 0)]), BATCH),
+    ("GET", "/v1/topics/t/queues/1/messages", {"offset": "0", "max": "1", "wait_ms": "2000", "tag": "D"}, None, {}),
 ]
 
 FIRST_PULL = 8
@@ -90,3 +98,12 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
     assert hot[8] == (200, "FOUND:['a', 'b', 'c', 'raw']")
     assert hot[9] == (200, "FOUND:['raw']")
     assert [status for status, _ in hot[11:22]] == [400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 400]
+    reply = str(sorted(["queue_id", "first_queue_offset", "count", "store_timestamp", "offset_msg_id_prefix", "commitlog_offsets"]))
+    assert hot[24:] == [
+        (201, reply),
+        (400, "BATCH_INVALID"),
+        (400, "PROPERTIES_INVALID"),
+        (404, "QUEUE_NOT_FOUND"),
+        (400, "REQUEST_INVALID"),
+        (200, "FOUND:['d']"),
+    ]

@@ -83,7 +83,9 @@ def assert_matches_reference(config: MessageStoreConfig, cutoffs: dict[str, int]
     for path, data in want_queues.items():
         assert got_queues[path] == data, path
     got_index = index_contents(config.index_dir())
-    assert [len(f) for f in got_index] == [len(f) for f in want_index], f"index files: got {len(got_index)} ({[f[:40].hex() for f in got_index]}), want {len(want_index)} ({[f[:40].hex() for f in want_index]})"
+    assert [len(f) for f in got_index] == [len(f) for f in want_index], (
+        f"index files: got {len(got_index)} ({[f[:40].hex() for f in got_index]}), want {len(want_index)} ({[f[:40].hex() for f in want_index]})"
+    )
     for n, (got, want) in enumerate(zip(got_index, want_index, strict=True)):
         first = next((i for i in range(len(want)) if got[i] != want[i]), None)
         assert first is None, f"index file {n} differs first at byte {first}: header got {got[:40].hex()} want {want[:40].hex()}"

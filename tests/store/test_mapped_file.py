@@ -8,7 +8,7 @@ import os
 import pytest
 
 from store.allocate_mapped_file_service import AllocateMappedFileService
-from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.transient_store_pool import TransientStorePool
 
@@ -124,6 +124,51 @@ def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
         first.append_bytes(b"x" * SIZE)
         second = q.get_last_mapped_file_or_create(0)
         assert second is not None and second.file_from_offset == SIZE
+        q.shutdown()
+    finally:
+        service.shutdown()
+        service.close_unclaimed()
+
+
+def minor_faults_writing_one_byte_per_page(mf) -> int:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for pos in range(0, mf.file_size, OS_PAGE_SIZE):
+        mf.mm[pos] = 1
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.parametrize("prefault", [True, False])
+def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fault(tmp_path, prefault: bool) -> None:
+    """The process's minor page faults while one byte of every page of the file ordered ahead is
+    written: none to speak of after the service prefaulted it, one per page without (the
+    comparison that makes the first assertion mean something). The first file, which the
+    writer waited for, is not prefaulted."""
+    import time
+
+    size = 8 * 1024 * 1024 + 3 * OS_PAGE_SIZE  # a prefault chunk and a part of one
+    pages = size // OS_PAGE_SIZE
+    service = AllocateMappedFileService(timeout_ms=5_000, prefault=prefault)
+    service.start()
+    try:
+        q = MappedFileQueue(str(tmp_path / "cl"), size, service)
+        first = q.get_last_mapped_file_or_create(0)
+        assert first is not None
+        deadline = time.monotonic() + 20
+        while prefault and service.prefaulted_bytes < size:
+            assert time.monotonic() < deadline, "the service did not prefault the file made ahead"
+            time.sleep(0.01)
+        assert minor_faults_writing_one_byte_per_page(first) >= pages * 0.9, "the file the writer waited for"
+        first.mark_written(size)
+        second = q.get_last_mapped_file_or_create(0)
+        assert second is not None and second.file_from_offset == size
+        faults = minor_faults_writing_one_byte_per_page(second)
+        if prefault:
+            assert faults < pages // 20, faults
+        else:
+            assert faults >= pages * 0.9, faults
+            assert service.prefaulted_bytes == 0
         q.shutdown()
     finally:
         service.shutdown()

@@ -1,0 +1,98 @@
+"""Binary batch produce: `POST /v1/topics/{topic}/messages` with `Content-Type: application/x-tidemq-batch`.
+
+The body is RocketMQ's batch encoding (MessageDecoder.encodeMessages; store.native.pack_batch
+builds it): per message TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0, or the body's CRC32 masked
+to 31 bits, then checked) | FLAG 4 | BODY 4+n | PROPERTIES 2+m, big-endian.
+
+Invariants:
+- The whole body is checked by the check_batch kernel (every length against the body and the
+  store's limits, each message's properties as the JSON produce checks them) before the topic is
+  looked at; a refused batch stores nothing and answers a 4xx problem naming the message.
+- The messages go to one queue (`queue_id`, else round-robin, one queue per request) in one
+  put_batch_future call: no per-message Python work on the way in or in the reply.
+- The reply is compact: the first queue offset (message i has first_queue_offset + i), the
+  commitlog offsets, and the offset message id prefix (the store host as 16 hex digits).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.problems import ProblemError, put_problem
+from app.produce_parse import parse_batch_query
+from app.query import strict_query
+from app.responses import JsonResponse
+from store.native import BatchError, BatchErrorCode
+from store.status import EncodedItems
+
+if TYPE_CHECKING:
+    from app.routes_produce import Producer
+
+BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
+# Why check_batch refused a batch -> (problem code, what is wrong).
+BATCH_PROBLEMS: dict[BatchErrorCode, tuple[str, str]] = {
+    BatchErrorCode.TRUNCATED: ("BATCH_INVALID", "the body ends inside the message, or its TOTALSIZE points past the body"),
+    BatchErrorCode.BAD_TOTAL: ("BATCH_INVALID", "TOTALSIZE disagrees with the body and properties lengths"),
+    BatchErrorCode.BAD_MAGIC: ("BATCH_INVALID", "MAGICCODE is not 0"),
+    BatchErrorCode.BAD_CRC: ("BATCH_INVALID", "BODYCRC is neither 0 nor the body's CRC32 masked to 31 bits"),
+    BatchErrorCode.BAD_BODY: ("BATCH_INVALID", "the body length is negative"),
+    BatchErrorCode.BAD_PROPERTIES: ("PROPERTIES_TOO_LARGE", "the properties are longer than 32767 bytes"),
+    BatchErrorCode.BODY_TOO_LARGE: ("MESSAGE_TOO_LARGE", "the body is larger than the store's max_message_size_bytes"),
+    BatchErrorCode.PROPERTIES_TOO_LARGE: ("PROPERTIES_TOO_LARGE", "the properties are larger than the store's max_properties_size_bytes"),
+    BatchErrorCode.BAD_PROPERTY: (
+        "PROPERTIES_INVALID",
+        "the properties are not name \\x01 value \\x02 pairs of UTF-8 with non-empty names",
+    ),
+    BatchErrorCode.RESERVED_PROPERTY: ("PROPERTIES_INVALID", "DELAY, WAIT, REAL_TOPIC and REAL_QID cannot be set in a batch"),
+    BatchErrorCode.BAD_TAGS: ("TAG_INVALID", "TAGS must be at most 255 characters, not '*', without '||' or control characters"),
+    BatchErrorCode.BAD_UNIQ_KEY: ("MESSAGE_ID_INVALID", "UNIQ_KEY must be 1..128 characters without spaces"),
+    BatchErrorCode.TOO_MANY: ("BATCH_TOO_LARGE", "the batch holds more messages than the store's max_batch_messages"),
+}
+assert set(BATCH_PROBLEMS) == set(BatchErrorCode)
+
+
+def batch_problem(error: BatchError) -> ProblemError:
+    """The problem of a batch check_batch refused."""
+    reason = BatchErrorCode(error.args[1])
+    code, what = BATCH_PROBLEMS[reason]
+    position = error.args[2]
+    detail = f"message {error.index} (at byte {position}): {what}; nothing was stored"
+    return ProblemError(code, detail, {"batch_error": reason.name, "index": error.index, "position": position})
+
+
+def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
+    return {
+        "queue_id": queue_id,
+        "first_queue_offset": items.first_queue_offset,
+        "count": len(items),
+        "store_timestamp": items.store_timestamp,
+        "offset_msg_id_prefix": items.store_host.hex().upper(),
+        "commitlog_offsets": items.commitlog_offsets(),
+    }
+
+
+async def serve_binary(producer: Producer, request: Request) -> Response:
+    """Check and store a binary batch (the caller matched the media type)."""
+    topic = request.path_params["topic"]
+    queue_id = parse_batch_query(strict_query(request.scope["query_string"]))
+    store = producer.store
+    try:
+        checked = store.check_batch(await request.body())
+    except BatchError as e:
+        raise batch_problem(e) from None
+    if not checked.messages:
+        raise ProblemError("BATCH_EMPTY", "the body holds no message")
+    queues = (await producer.broker.topic_for_produce(topic)).write_queue_nums
+    if queue_id is None:
+        queue_id = producer.broker.next_round_robin(topic, queues)
+    elif queue_id >= queues:
+        raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
+    future = store.put_batch_future(topic, queue_id, checked)
+    result = future.result() if future.done() else await producer.wait_durable(future)
+    if not result.ok:
+        raise put_problem(result)
+    assert isinstance(result.items, EncodedItems)
+    return JsonResponse(reply_of(queue_id, result.items), 201)

@@ -1,0 +1,159 @@
+"""Binary batch produce (application/x-tidemq-batch) over a real server on loopback: good batches
+read back field by field, and every malformed form refused whole with a stable code and nothing stored."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import httpx
+import pytest
+
+from store.message_codec import decode_message, iter_messages
+from store.native import pack_batch
+from tests.app.helpers import commitlog_max, problem, wait_visible
+from tests.app.test_produce import create
+
+pytestmark = pytest.mark.timeout(60)
+
+BATCH = {"content-type": "application/x-tidemq-batch"}
+
+
+def props(**pairs: str) -> bytes:
+    return "".join(f"{k}\x01{v}\x02" for k, v in pairs.items()).encode()
+
+
+def post(client: httpx.Client, topic: str, body: bytes, **params: str) -> httpx.Response:
+    return client.post(f"/v1/topics/{topic}/messages", content=body, headers=BATCH, params=params)
+
+
+def pull_stored(client: httpx.Client, topic: str, queue_id: int, offset: int, count: int) -> list[dict]:
+    """The stored messages as the batch pull returns them, decoded (once all `count` are dispatched)."""
+    wait_visible(client, topic, queue_id, offset + count - 1)
+    r = client.get(
+        f"/v1/topics/{topic}/queues/{queue_id}/messages",
+        params={"offset": offset, "max": count},
+        headers={"accept": "application/x-tidemq-batch"},
+    )
+    assert r.status_code == 200 and r.headers["x-tidemq-count"] == str(count), r.headers
+    return [decode_message(r.content, pos) for pos, _ in iter_messages(r.content)]
+
+
+def test_a_batch_is_stored_in_one_queue_as_sent(client: httpx.Client, topic: str) -> None:
+    create(client, topic, queues=3)
+    items = [
+        (b"\x00\xffbinary", props(TAGS="TagA", KEYS="k1 k2", UNIQ_KEY="ID-1", colour="blue"), 7),
+        (b"", b"", 0),
+        ("ünïcode €".encode(), props(TAGS="标签", UNIQ_KEY="ID-3"), -1),
+    ]
+    body = bytearray(pack_batch(items))
+    body[8:12] = (zlib.crc32(items[0][0]) & 0x7FFFFFFF).to_bytes(4, "big")  # a client may send the CRC: it is checked
+    r = post(client, topic, bytes(body), queue_id="2")
+    assert r.status_code == 201, r.text
+    sent = r.json()
+    assert {k: sent[k] for k in ("queue_id", "first_queue_offset", "count")} == {"queue_id": 2, "first_queue_offset": 0, "count": 3}
+    assert len(sent["offset_msg_id_prefix"]) == 16 and sent["store_timestamp"] > 0
+    offsets = sent["commitlog_offsets"]
+    assert offsets == sorted(offsets) and len(offsets) == 3
+    got = pull_stored(client, topic, 2, 0, 3)
+    for i, (msg, (data, _, flag)) in enumerate(zip(got, items, strict=True)):
+        assert (msg["topic"], msg["queue_id"], msg["queue_offset"], msg["body"], msg["flag"]) == (topic, 2, i, data, flag)
+        assert msg["commitlog_offset"] == offsets[i] and msg["store_timestamp"] == sent["store_timestamp"]
+        assert msg["offset_msg_id"] == sent["offset_msg_id_prefix"] + f"{offsets[i]:016X}"
+        assert msg["body_crc"] == zlib.crc32(data) & 0x7FFFFFFF and msg["sys_flag"] == 0
+    assert got[0]["properties"] == {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ID-1", "colour": "blue"}
+    assert (got[0]["tags"], got[0]["keys"], got[0]["msg_id"]) == ("TagA", ["k1", "k2"], "ID-1")
+    assert got[1]["properties"] == {} and got[1]["msg_id"] == got[1]["offset_msg_id"]  # no UNIQ_KEY sent: none added
+    # Dispatched like any message: the tag filter and the key index find them.
+    r = client.get(f"/v1/topics/{topic}/queues/2/messages", params={"offset": 0, "tag": "标签"})
+    assert [m["body"] for m in r.json()["messages"]] == ["ünïcode €"]
+    r = client.get(f"/v1/topics/{topic}/messages", params={"key": "k2"})
+    assert [m["commitlog_offset"] for m in r.json()["messages"]] == [offsets[0]]
+
+
+def test_without_queue_id_each_request_goes_round_robin(client: httpx.Client, topic: str) -> None:
+    create(client, topic, queues=2)
+    queues = [post(client, topic, pack_batch([(b"m", b"", 0)] * 2)).json()["queue_id"] for _ in range(4)]
+    assert sorted(queues) == [0, 0, 1, 1] and queues[0] != queues[1]
+    second = post(client, topic, pack_batch([(b"n", b"", 0)]), queue_id="1").json()
+    assert second["first_queue_offset"] == 4  # after the two round-robin batches of two in queue 1
+
+
+def test_a_batch_larger_than_the_raw_body_cap_is_taken_up_to_the_batch_cap(client: httpx.Client, topic: str) -> None:
+    """Binary batches are capped like JSON ones (max_json_body_bytes, 1 MiB here), not like a raw body (128 KiB)."""
+    body = pack_batch([(b"z" * 60_000, b"", 0)] * 10)
+    assert 131_072 < len(body) < 1_048_576
+    r = post(client, topic, body)
+    assert r.status_code == 201, r.text
+    wait_visible(client, topic, r.json()["queue_id"], 9)
+    assert r.json()["count"] == 10
+
+
+def corrupt(body: bytes, pos: int, value: bytes) -> bytes:
+    out = bytearray(body)
+    out[pos : pos + len(value)] = value
+    return bytes(out)
+
+
+GOOD = pack_batch([(b"first", props(TAGS="a"), 0), (b"second", b"", 0)])
+SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "index"),
+    [
+        (GOOD[:10], 400, "BATCH_INVALID", 0),  # shorter than a message's fixed part
+        (GOOD[:-1], 400, "BATCH_INVALID", 1),  # the last message cut short
+        (GOOD + b"\x00", 400, "BATCH_INVALID", 2),  # a stray byte after the last message
+        (corrupt(GOOD, 16, struct.pack(">i", 1000)), 400, "BATCH_INVALID", 0),  # body length past the body
+        (corrupt(GOOD, SECOND, struct.pack(">i", 10**6)), 400, "BATCH_INVALID", 1),  # TOTALSIZE past the body
+        (corrupt(GOOD, 16, struct.pack(">i", -1)), 400, "BATCH_INVALID", 0),  # negative body length
+        (corrupt(GOOD, 0, struct.pack(">i", len(GOOD) - 1)), 400, "BATCH_INVALID", 0),  # TOTALSIZE disagrees with the parts
+        (corrupt(GOOD, SECOND + 4, b"\xda\xa3\x20\xa7"), 400, "BATCH_INVALID", 1),  # a MAGICCODE that is not 0
+        (corrupt(GOOD, 8, struct.pack(">i", 12345)), 400, "BATCH_INVALID", 0),  # a wrong BODYCRC
+        (pack_batch([(b"x", props(DELAY="2"), 0)]), 400, "PROPERTIES_INVALID", 0),
+        (pack_batch([(b"x", b"", 0), (b"y", props(REAL_TOPIC="other"), 0)]), 400, "PROPERTIES_INVALID", 1),
+        (pack_batch([(b"x", b"TAGS\x01a", 0)]), 400, "PROPERTIES_INVALID", 0),  # no closing \x02
+        (pack_batch([(b"x", b"\xff\x01v\x02", 0)]), 400, "PROPERTIES_INVALID", 0),  # not UTF-8
+        (pack_batch([(b"x", props(TAGS="a||b"), 0)]), 400, "TAG_INVALID", 0),
+        (pack_batch([(b"x", props(UNIQ_KEY="has space"), 0)]), 400, "MESSAGE_ID_INVALID", 0),
+        (pack_batch([(b"x", b"", 0)] * 1001), 413, "BATCH_TOO_LARGE", 1000),
+        (pack_batch([(b"x", b"", 0), (b"y" * 65537, b"", 0)]), 413, "MESSAGE_TOO_LARGE", 1),
+        (pack_batch([(b"x", props(p="v" * 33_000), 0)]), 413, "PROPERTIES_TOO_LARGE", 0),
+    ],
+    ids=[
+        "short-head", "short-last", "stray-byte", "body-length-past-end", "total-past-end", "negative-body", "total-disagrees",
+        "magic", "crc", "delay", "real-topic", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
+        "body-too-large", "properties-too-large",
+    ],
+)  # fmt: skip
+def test_a_malformed_batch_is_refused_whole_and_stores_nothing(client: httpx.Client, topic: str, body, status, code, index) -> None:
+    before = commitlog_max(client)
+    reply = problem(post(client, topic, body), status, code)
+    assert reply["index"] == index and reply["batch_error"] and f"message {index}" in reply["detail"]
+    assert commitlog_max(client) == before
+    assert client.get(f"/v1/topics/{topic}").status_code == 404, "a refused batch creates no topic"
+
+
+@pytest.mark.parametrize(
+    ("body", "params", "status", "code"),
+    [
+        (b"", {}, 400, "BATCH_EMPTY"),
+        (GOOD, {"tags": "x"}, 400, "REQUEST_INVALID"),
+        (GOOD, {"queue_id": "one"}, 400, "REQUEST_INVALID"),
+        (GOOD, {"queue_id": "4"}, 404, "QUEUE_NOT_FOUND"),
+    ],
+)
+def test_bad_requests_store_nothing(client: httpx.Client, topic: str, body: bytes, params: dict, status: int, code: str) -> None:
+    create(client, topic, queues=4)
+    before = commitlog_max(client)
+    problem(post(client, topic, body, **params), status, code)
+    assert commitlog_max(client) == before
+
+
+def test_body_over_the_batch_cap_and_reserved_topics_are_refused(client: httpx.Client) -> None:
+    before = commitlog_max(client)
+    problem(post(client, "big", b"\x00" * (1_048_576 + 1)), 413, "BODY_TOO_LARGE")
+    problem(post(client, "SCHEDULE_TOPIC_XXXX", GOOD), 403, "TOPIC_RESERVED")
+    problem(post(client, "bad.topic", GOOD), 400, "TOPIC_INVALID")
+    assert commitlog_max(client) == before

@@ -1,0 +1,134 @@
+"""The native kernels' checks of what a producer sends: check_batch's limits and property checks
+against the JSON produce's own checks, encode_batch's argument types, and prefault's bounds."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.problems import ProblemError
+from app.produce_parse import check_msg_id, check_tag
+from store import native as nk
+
+HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
+HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])
+
+
+def reference_property_error(props: bytes) -> nk.BatchErrorCode | None:
+    """What check_batch's property checks decide, item by item, with the JSON produce's own checks of a tag and a msg_id."""
+    *items, rest = props.split(b"\x02")
+    for item in items:
+        name, sep, value = item.partition(b"\x01")
+        if not sep or not name or b"\x01" in value:
+            return nk.BatchErrorCode.BAD_PROPERTY
+        try:
+            text = name.decode("utf-8")
+            if text in nk.RESERVED_BATCH_PROPERTIES:
+                return nk.BatchErrorCode.RESERVED_PROPERTY
+            value_text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return nk.BatchErrorCode.BAD_PROPERTY
+        try:
+            if text == "TAGS":
+                check_tag(value_text)
+            elif text == "UNIQ_KEY":
+                check_msg_id(value_text)
+        except ProblemError:
+            return nk.BatchErrorCode.BAD_TAGS if text == "TAGS" else nk.BatchErrorCode.BAD_UNIQ_KEY
+    return nk.BatchErrorCode.BAD_PROPERTY if rest else None
+
+
+prop_piece = st.one_of(
+    st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"WAIT", b"REAL_TOPIC", b"REAL_QID", b"a", b""]),
+    st.sampled_from(
+        [b"\x01", b"\x02", b"||", b"|", b"*", b" ", b"\x7f", b"\xc2\x85", b"\xc2\xa0", b"\xed\xa0\x80", b"\xff", b"\xf0\x9f\x98"]
+    ),
+    st.text(max_size=6).map(str.encode),
+    st.sampled_from([b"x" * 255, b"\xc3\xa9" * 128, b"y" * 129]),
+)
+
+
+@settings(max_examples=1000)
+@given(st.lists(prop_piece, max_size=10).map(b"".join))
+def test_check_batch_property_checks_match_the_json_produce(props: bytes) -> None:
+    batch = nk.pack_batch([(b"body", props, 0)])
+    want = reference_property_error(props)
+    assert nk.check_batch(batch, 100)[0] == 1  # without the property checks only the layout counts
+    if want is None:
+        assert nk.check_batch(batch, 100, check_properties=True) == (1, 91 + 4 + len(props))
+    else:
+        with pytest.raises(nk.BatchError) as e:
+            nk.check_batch(batch, 100, check_properties=True)
+        assert (e.value.args[1], e.value.args[2], e.value.index) == (want, 0, 0)
+
+
+def test_check_batch_limits_name_the_item() -> None:
+    items = [(b"a", b"", 0), (b"bb", b"TAGS\x01t\x02", 0), (b"c" * 50, b"k\x01v\x02", 0)]
+    batch = nk.pack_batch(items)
+    second, third = 23, 23 + 22 + 2 + 7
+    assert nk.check_batch(batch, 50, max_count=3, max_properties_bytes=7, check_properties=True)[0] == 3
+    for kwargs, code, pos, index in (
+        ({"max_count": 2}, nk.BatchErrorCode.TOO_MANY, third, 2),
+        ({"max_properties_bytes": 3}, nk.BatchErrorCode.PROPERTIES_TOO_LARGE, second, 1),
+    ):
+        with pytest.raises(nk.BatchError) as e:
+            nk.check_batch(batch, 50, **kwargs)
+        assert (e.value.args[1:], e.value.index) == ((code, pos), index)
+    with pytest.raises(nk.BatchError) as e:
+        nk.check_batch(batch, 49)
+    assert (e.value.args[1:], e.value.index) == ((nk.BatchErrorCode.BODY_TOO_LARGE, third), 2)
+    negative = bytearray(batch)
+    negative[16:20] = (-1).to_bytes(4, "big", signed=True)
+    with pytest.raises(nk.BatchError) as e:
+        nk.check_batch(negative, 50)
+    assert e.value.args[1:] == (nk.BatchErrorCode.BAD_BODY, 0)
+
+
+# Prefault ----------------------------------------------------------------------------------
+
+
+def test_prefault_faults_pages_in_without_changing_a_byte(tmp_path) -> None:
+    import mmap
+
+    path = tmp_path / "f"
+    size = 64 * mmap.PAGESIZE
+    with open(path, "wb") as fh:
+        fh.write(bytes(range(256)) * (size // 256))
+    with open(path, "r+b") as fh:
+        mm = mmap.mmap(fh.fileno(), size)
+    try:
+        assert nk.prefault(mm, 0, size) == 1  # the kernel here has MADV_POPULATE_WRITE (Linux 5.14+)
+        assert nk.prefault(mm, 3, size - 7) == 1  # partial pages at both ends are touched
+        assert nk.prefault(mm, 5, 9) == 2  # inside one page: only touched
+        assert nk.prefault(mm, size, 0) == 1
+        assert mm[:] == bytes(range(256)) * (size // 256)
+        for pos, length in ((-1, 1), (0, size + 1), (size, 1), (1, -1), (2**62, 2**62)):
+            with pytest.raises(ValueError):
+                nk.prefault(mm, pos, length)
+    finally:
+        mm.close()
+    buf = bytearray(b"\x05" * 100_000)
+    assert nk.prefault(buf, 0, len(buf)) in (1, 2) and buf == b"\x05" * 100_000
+    with pytest.raises(TypeError):
+        nk.prefault(b"read-only", 0, 1)
+
+
+def test_encode_argument_types_are_checked_as_the_signature_says() -> None:
+    from store import _kernels
+
+    batch, dest, out = nk.pack_batch([(b"abc", b"", 0)]), bytearray(200), bytearray(16)
+    args = [dest, 0, 200, batch, 0, out, 1, b"T", 0, 0, 1, HOST_A, 2, HOST_B, 0, 0, 0, 0]
+    assert _kernels.encode_batch(*args)[:2] == (nk.Stop.DONE, 1)
+    for index, bad, error in (
+        (0, bytes(200), BufferError),  # dest must be writable
+        (5, bytes(16), BufferError),  # out too
+        (7, "T", TypeError),  # topic is bytes, not text
+        (8, 2**31, OverflowError),  # queue id is an int32
+        (10, 2**63, OverflowError),  # born timestamp is an int64
+        (1, "0", TypeError),
+    ):
+        with pytest.raises(error):
+            _kernels.encode_batch(*args[:index], bad, *args[index + 1 :])
+    with pytest.raises(TypeError):
+        _kernels.encode_batch(*args[:-1])
