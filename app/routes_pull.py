@@ -218,6 +218,10 @@ class Puller:
         result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.tag_filter)
         try:
             status = PULL_STATUS[result.status]
+            if status == "NO_NEW_MSG" and result.next_begin_offset < offset:
+                # An empty (or not yet made) queue asked past its end: the offset moved, as RocketMQ
+                # answers it; held, the re-read would start below the offset asked for.
+                status = "OFFSET_OVERFLOW_BADLY"
             found = status == "FOUND"
             body: bytes | memoryview
             if spec.batch:

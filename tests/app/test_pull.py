@@ -185,3 +185,19 @@ def test_pull_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.get("/v1/topics/a.b/queues/0/messages", params={"offset": 0}), 400, "TOPIC_INVALID")
     assert client.put(f"/v1/topics/{topic}-w", json={"queues": 1, "perm": "w"}).status_code == 201
     problem(client.get(f"/v1/topics/{topic}-w/queues/0/messages", params={"offset": 0}), 403, "TOPIC_NOT_READABLE")
+
+
+def test_a_held_pull_past_the_end_of_an_empty_queue_is_not_served_from_below_its_offset(
+    shared_broker, client: httpx.Client, topic: str
+) -> None:
+    """Offset 1 of an empty queue is past its end: answered at once as moved, never held and then
+    answered with message 0 (a consumer would see a message below the offset it asked for)."""
+    create(client, topic)
+    sender = send_later(shared_broker.url, topic, 0.3, body="zero")
+    started = time.monotonic()
+    reply = pull(client, topic, offset=1, wait_ms=3000)
+    sender.join()
+    assert reply["status"] == "OFFSET_OVERFLOW_BADLY" and reply["messages"] == [] and reply["next_offset"] == 0
+    assert time.monotonic() - started < 2.5, "answered at once, not held"
+    held = pull(client, topic, offset=1, wait_ms=300)  # now the queue ends at 1: a held pull of offset 1 waits
+    assert held["status"] == "NO_NEW_MSG" and held["next_offset"] == 1
