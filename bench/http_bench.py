@@ -2,7 +2,7 @@
 
 One broker process (`python -m app serve`, uvicorn + uvloop + httptools) over a temporary
 store, measured in one run on one machine:
-1. GET /healthz: the no-op ceiling of this uvicorn/FastAPI stack;
+1. GET /healthz: the no-op ceiling, answered by the plain ASGI layer in front of FastAPI (app.hot_routes);
 2. single-message produce (JSON, 1 KiB body);
 3. 100-message JSON batch produce (1 KiB bodies), and the same batch in the binary encoding
    (application/x-tidemq-batch, each message with its UNIQ_KEY as a client sets it);

@@ -107,3 +107,26 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
         (400, "REQUEST_INVALID"),
         (200, "FOUND:['d']"),
     ]
+
+
+def test_health_is_answered_outermost_byte_for_byte_as_the_fastapi_route(tmp_path: Path) -> None:
+    """GET /healthz is the no-op ceiling of the HTTP benchmark: the same reply both ways in."""
+
+    def health(hot_routes: bool) -> tuple[int, list[tuple[str, str]], bytes, int]:
+        settings = BrokerSettings(store_dir=str(tmp_path / f"h-{hot_routes}"), hot_routes=hot_routes).validate()
+        app = create_app(settings)
+
+        async def ask() -> tuple[int, list[tuple[str, str]], bytes, int]:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app.state.entry), base_url="http://app") as c:
+                r = await c.get("/healthz")
+                other = await c.post("/healthz")  # not the hot one: FastAPI's 405
+                return r.status_code, sorted(r.headers.items()), r.content, other.status_code
+
+        try:
+            return asyncio.run(ask())
+        finally:
+            app.state.broker.executor.shutdown()
+
+    hot, plain = health(True), health(False)
+    assert hot == plain
+    assert hot[0] == 200 and hot[2] == b'{"status":"ok"}' and hot[3] == 405
