@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,7 +12,7 @@ from pipeline.http_client import BrokerClient, ClientSettings
 from store import native as nk
 from store.message import decode_properties
 from store.message_codec import decode_message, iter_messages
-from tests.pipeline.pipeline_helpers import Server, create_topic, queue_max_offsets, start_server, stop_server
+from tests.pipeline.pipeline_helpers import Server, create_topic, queue_max_offsets
 
 pytest.importorskip("pyspark")
 
@@ -25,12 +24,8 @@ COLUMNS = ("body", "keys", "tags", "properties", "queue_id", "sharding_key", "ms
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("sink"))
-    try:
-        yield s
-    finally:
-        stop_server(s)
+def server(tidemq_server: Server) -> Server:
+    return tidemq_server  # the package's broker fixture (tests/pipeline/conftest.py), under this module's name
 
 
 def row(body: bytes | str, **fields: object) -> dict:
