@@ -29,6 +29,7 @@ from app.models import ProduceBatch, ProduceMessage, SendResult
 from app.params import TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
+from app.produce_packed import packable, serve_packed
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
 from app.query import strict_query
 from app.responses import JsonResponse, docs
@@ -210,21 +211,23 @@ class Producer:
         drafts, is_batch = await self.drafts(request)
         queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
         round_robin: list[int] = []
+        queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
+        if packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
+            return await serve_packed(self, topic, queue_ids[0], drafts, is_batch)
         msgs = [
             build_message(
                 topic,
                 d.body,
-                self.choose_queue(d, topic, queues, round_robin),
+                q,
                 tags=d.tags,
                 keys=d.keys,
                 properties=d.properties,
                 uniq_key=d.msg_id,
                 delay_level=d.delay_level,
             )
-            for d in drafts
+            # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX.
+            for d, q in zip(drafts, queue_ids, strict=True)
         ]
-        # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX.
-        queue_ids = [m.queue_id for m in msgs]
         future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
         result = future.result() if future.done() else await self.wait_durable(future)
         if not result.ok:

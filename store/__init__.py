@@ -15,11 +15,13 @@ from store.message import (
     build_message,
     decode_offset_msg_id,
     new_uniq_key,
+    new_uniq_keys,
     offset_msg_id,
     topic_problem,
 )
 from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, decode_message, iter_messages
-from store.status import AppendMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
+from store.native import BatchError, pack_batch
+from store.status import AppendMessageResult, EncodedItems, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
 from store.topic_config_manager import TopicConfig, TopicConfigManager
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "SYSTEM_TOPICS",
     "AppendMessageResult",
+    "BatchError",
     "BrokerRole",
     "ConfigInvalid",
     "ConsumerOffsetManager",
+    "EncodedItems",
     "DefaultMessageStore",
     "FlushDiskType",
     "GetMessageResult",
@@ -53,6 +57,8 @@ __all__ = [
     "decode_offset_msg_id",
     "iter_messages",
     "new_uniq_key",
+    "new_uniq_keys",
     "offset_msg_id",
+    "pack_batch",
     "topic_problem",
 ]

@@ -245,6 +245,15 @@ class UniqKeyGenerator:
             now = int(time.time() * 1000) - self._month_start_ms
         return f"{self._prefix}{now & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
 
+    def next_batch(self, n: int) -> list[str]:
+        """`n` keys as `next` makes them, sharing one reading of the clock (a batch is put at once)."""
+        now = int(time.time() * 1000) - self._month_start_ms
+        if not 0 <= now < 0xFFFF_FFFF:
+            return [self.next() for _ in range(n)]
+        head = f"{self._prefix}{now:08X}"
+        # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
+        return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
+
 
 def _month_start_ms() -> int:
     t = time.gmtime()
@@ -256,6 +265,11 @@ _DEFAULT_GENERATOR = UniqKeyGenerator()
 
 def new_uniq_key() -> str:
     return _DEFAULT_GENERATOR.next()
+
+
+def new_uniq_keys(n: int) -> list[str]:
+    """`n` fresh UNIQ_KEY values for one batch."""
+    return _DEFAULT_GENERATOR.next_batch(n)
 
 
 def topic_problem(topic: str, max_length_bytes: int = 127) -> str | None:

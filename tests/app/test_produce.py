@@ -321,3 +321,30 @@ def test_no_delay_and_past_times_deliver_now(client: httpx.Client, topic: str) -
     assert [m["queue_offset"] for m in (past, zero, level_zero)] == [0, 1, 2]
     assert all("delay_level" not in m for m in (past, zero, level_zero))
     assert pull_one(client, topic, 0, 0)["body"] == "p"
+
+
+def test_a_batch_to_one_queue_is_stored_as_a_batch_over_queues_is(client: httpx.Client, topic: str) -> None:
+    """A JSON batch to one queue is packed for the encode kernel; one over two queues goes message by
+    message. Both store the same bytes but for offsets and times, and answer the stored UNIQ_KEY."""
+    from store import decode_message, iter_messages
+
+    create(client, topic, queues=2)
+    message = {"body": "é body", "tags": "TagA", "keys": ["k1", "k2"], "properties": {"b": "2", "a": "1"}}
+    packed = client.post(f"/v1/topics/{topic}/messages", json={"messages": [{**message, "queue_id": 0}, message | {"queue_id": 0}]})
+    spread = client.post(f"/v1/topics/{topic}/messages", json={"messages": [{**message, "queue_id": 0}, {**message, "queue_id": 1}]})
+    assert packed.status_code == 201 and spread.status_code == 201, (packed.text, spread.text)
+    sent = packed.json()["results"] + spread.json()["results"][:1]
+    assert len({s["msg_id"] for s in sent}) == 3
+    pull_one(client, topic, 0, 2)  # all three are dispatched
+    r = client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0, "max": 3}, headers={"accept": "application/x-tidemq-batch"})
+    stored = [decode_message(r.content, pos) for pos, _ in iter_messages(r.content)]
+    assert [m["properties"]["UNIQ_KEY"] for m in stored] == [s["msg_id"] for s in sent]
+    assert [m["commitlog_offset"] for m in stored] == [s["commitlog_offset"] for s in sent]
+    assert [m["queue_offset"] for m in stored] == [s["queue_offset"] for s in sent] == [0, 1, 2]
+    varying = {"queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp", "properties", "msg_id", "offset_msg_id"}
+    general = {k: v for k, v in stored[2].items() if k not in varying}
+    for m in stored[:2]:
+        assert {k: v for k, v in m.items() if k not in varying} == general
+        assert list(m["properties"].items())[:-1] == list(stored[2]["properties"].items())[:-1]
+    assert list(stored[0]["properties"]) == ["b", "a", "TAGS", "KEYS", "UNIQ_KEY"]
+    assert stored[0]["body"] == "é body".encode()
