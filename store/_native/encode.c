@@ -1,7 +1,5 @@
-/* Java String.hashCode over UTF-8 text, the body CRC, and RocketMQ batch -> stored messages. */
+/* Java String.hashCode over UTF-8 text, the body CRC (crc32.c), and RocketMQ batch -> stored messages. */
 #include "kernels.h"
-
-#include <zlib.h>
 
 #include "bytes.h"
 
@@ -66,18 +64,7 @@ int32_t java_hash_utf8(int32_t h, struct span s) {
     return h;
 }
 
-uint32_t body_crc31(struct span body) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const uint8_t *p = body.p;
-    size_t n = body.n;
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt chunk = n > 0x40000000u ? 0x40000000u : (uInt)n;
-        crc = crc32(crc, p, chunk);
-        p += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)crc & 0x7FFFFFFFu;
-}
+uint32_t body_crc31(struct span body) { return crc32_ieee(0, body.p, body.n) & 0x7FFFFFFFu; }
 
 /* The code point at s.p[*i], advancing *i past it; -1 when the bytes there are not well-formed
  * UTF-8 (a truncated sequence, a bad continuation, an overlong form or a surrogate). */

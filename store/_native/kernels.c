@@ -48,8 +48,14 @@ static PyObject *batch_error(int code, size_t pos, size_t index) {
     return NULL;
 }
 
+static unsigned long long gil_releases; /* times a binding released the GIL (tests check the threshold) */
+
 /* The GIL is released only for inputs of at least GIL_RELEASE_MIN_BYTES (kernels.h). */
-static PyThreadState *release_gil_for(Py_ssize_t bytes) { return bytes >= GIL_RELEASE_MIN_BYTES ? PyEval_SaveThread() : NULL; }
+static PyThreadState *release_gil_for(Py_ssize_t bytes) {
+    if (bytes < GIL_RELEASE_MIN_BYTES) return NULL;
+    gil_releases++;
+    return PyEval_SaveThread();
+}
 
 static void restore_gil(PyThreadState *ts) {
     if (ts != NULL) PyEval_RestoreThread(ts);
@@ -231,10 +237,9 @@ static PyObject *py_dispatch_scan(PyObject *Py_UNUSED(self), PyObject *args) {
     struct scan_args a = {span_of(&buf), (size_t)limit, recs.buf, (size_t)recs.len, keys.buf, (size_t)keys.len,
                           levels.obj ? levels.buf : NULL, (size_t)levels.len / 8, flags};
     struct scan_state st = {(size_t)pos, 0, 0};
-    int stop;
-    Py_BEGIN_ALLOW_THREADS
-    stop = dispatch_scan(&a, &st);
-    Py_END_ALLOW_THREADS
+    PyThreadState *ts = release_gil_for(limit - pos);
+    int stop = dispatch_scan(&a, &st);
+    restore_gil(ts);
     result = Py_BuildValue("innn", stop, (Py_ssize_t)st.pos, (Py_ssize_t)st.n_recs, (Py_ssize_t)st.n_keys);
 done:
     release_optional(&levels);
@@ -281,6 +286,24 @@ static PyObject *py_prefault(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+static PyObject *py_crc32(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    unsigned int crc = 0;
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|Ip", &data, &crc, &portable)) return NULL;
+    const uint8_t *p = data.buf;
+    size_t n = (size_t)data.len;
+    PyThreadState *ts = release_gil_for(data.len);
+    uint32_t v = portable ? crc32_portable(crc, p, n) : crc32_ieee(crc, p, n);
+    restore_gil(ts);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(v);
+}
+
+static PyObject *py_crc32_method(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) { return PyLong_FromLong(crc32_method()); }
+
+static PyObject *py_gil_releases(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) { return PyLong_FromUnsignedLongLong(gil_releases); }
+
 #include "gather_binding.h"
 #include "apply_binding.h"
 
@@ -291,6 +314,9 @@ static PyMethodDef methods[] = {
     {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
      "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0, portable=False) -> zlib.crc32(data, value); portable: the table method"},
+    {"crc32_method", py_crc32_method, METH_NOARGS, "crc32_method() -> 1: slice-by-8 tables, 2: carry-less multiplication folding"},
+    {"gil_releases", py_gil_releases, METH_NOARGS, "gil_releases() -> times a kernel released the GIL (GIL_RELEASE_MIN_BYTES)"},
     {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
@@ -302,12 +328,14 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "tidemq data-path kernels (docs/native.md)", -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kernels(void) {
+    crc32_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     BatchError = PyErr_NewExceptionWithDoc("store._kernels.BatchError",
                                            "Raised when a batch is malformed; args are (message, error code, byte position).",
                                            PyExc_ValueError, NULL);
-    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0) {
+    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -109,6 +109,13 @@ struct span {
 int32_t java_hash_utf8(int32_t h, struct span s);
 uint32_t body_crc31(struct span body);
 
+/* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
+ * (before any other call); crc32_method(): 1 slice-by-8 tables, 2 carry-less multiplication folding. */
+void crc32_init(void);
+uint32_t crc32_ieee(uint32_t crc, const uint8_t *p, size_t n);
+uint32_t crc32_portable(uint32_t crc, const uint8_t *p, size_t n);
+int crc32_method(void);
+
 struct batch_common {
     struct span topic;
     const uint8_t *born_host;  /* 8 bytes */
