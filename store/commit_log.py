@@ -221,7 +221,8 @@ class CommitLog:
             try:
                 now = wall if self.clock is None else self.clock.now_ms()
                 first = self.topic_queue_table.get((head.topic, head.queue_id), 0)
-                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets)
+                crcs = memoryview(checked.crcs) if len(checked.crcs) == 4 * checked.messages else None
+                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs)
             finally:
                 self.begin_time_in_lock_ms = 0
         items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
@@ -249,12 +250,16 @@ class CommitLog:
             runs.append((first, count))
         return b"".join(parts), runs
 
-    def _encode_locked(self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray) -> int:
+    def _encode_locked(
+        self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray,
+        crcs: memoryview | None = None,
+    ) -> int:  # fmt: skip
         """Append `n` batch items from `pos` to `head`'s topic and queue; the caller holds `put_lock`.
 
         Each result goes `into` a list (AppendMessageResult) or a bytearray (the kernel's offset
-        and size pairs). Returns the batch position after the items; NO_FILE when no file could be
-        created, TOO_LARGE when an item does not fit an empty file (validation keeps such out).
+        and size pairs); `crcs` are the items' BODYCRCs when a check computed them (CheckedBatch).
+        Returns the batch position after the items; NO_FILE when no file could be created,
+        TOO_LARGE when an item does not fit an empty file (validation keeps such out).
         """
         key = (head.topic, head.queue_id)
         queue_offset = self.topic_queue_table.get(key, 0)
@@ -269,9 +274,11 @@ class CommitLog:
             stop, count, pos, end = _encode(
                 mf.write_target, start, file_size, batch, pos, out, n, head.topic_bytes, head.queue_id, head.sys_flag,
                 head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
-                queue_offset, mf.file_from_offset + start,
+                queue_offset, mf.file_from_offset + start, crcs,
             )  # fmt: skip
             if count:
+                if crcs is not None:
+                    crcs = crcs[4 * count :]
                 mf.mark_written(end)
                 mf.store_timestamp = now
                 _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)

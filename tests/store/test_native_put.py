@@ -157,9 +157,14 @@ batch_items = st.lists(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(["B", "Bätch"]), st.integers(0, 2), batch_items), min_size=1, max_size=5), st.booleans())
-def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled) -> None:
-    """A batch appended as it came (the binary produce's path) against the same reference."""
+@given(
+    st.lists(st.tuples(st.sampled_from(["B", "Bätch"]), st.integers(0, 2), batch_items), min_size=1, max_size=5),
+    st.booleans(),
+    st.booleans(),
+)
+def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled, carried) -> None:
+    """A batch appended as it came (the binary produce's path) against the same reference, with the
+    CRCs its check computed carried to the encoder (across file ends) or computed again."""
     clock = FakeClock(now_ms=1_800_000_000_000)
     log = commit_log(str(tmp_path_factory.mktemp("cl")), pooled, clock)
     expected = Expected([bytearray(FILE_SIZE)])
@@ -167,9 +172,10 @@ def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, ba
         for topic, queue_id, items in batches:
             clock.advance_ms(3)
             data = nk.pack_batch(items)
-            count, _ = nk.check_batch(data, 1600)
+            count, _, crcs = nk.check_batch_crcs(data, 1600)
+            assert (count, _) == nk.check_batch(data, 1600)
             head = BatchHead(topic, topic.encode(), queue_id, clock.now_ms() - 1, HOST, sys_flag=0)
-            result = log.put_batch(nk.CheckedBatch(data, count, 0), head)
+            result = log.put_batch(nk.CheckedBatch(data, count, 0, crcs if carried else b""), head)
             assert result.status is PutMessageStatus.PUT_OK and isinstance(result.items, EncodedItems)
             fields = {"queue_id": queue_id, "sys_flag": 0, "born_timestamp": clock.now_ms() - 1, "born_host": HOST}
             want = [expected.add(topic.encode(), body, props, dict(fields, flag=flag), clock.now_ms()) for body, props, flag in items]
