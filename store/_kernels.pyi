@@ -1,14 +1,24 @@
 # Signatures of the C extension store._kernels (store/_native/); store.native wraps each one.
-from typing import Any
+from typing import Any, Literal, overload
+
+GIL_RELEASE_MIN_BYTES: int  # kernels keep the GIL for smaller inputs
 
 class BatchError(ValueError):
     index: int
 
+def gil_releases() -> int: ...
+def crc32(data: Any, value: int = ..., portable: bool = ..., /) -> int: ...
+def crc32_method() -> int: ...
 def java_hash(text: Any, prefix: int = ...) -> int: ...
 def check_message(buf: Any, pos: int, limit: int, check_crc: bool) -> tuple[int, int]: ...
+@overload
 def check_batch(
     batch: Any, max_body_bytes: int, max_count: int = ..., max_properties_bytes: int = ..., check_properties: bool = ..., /
 ) -> tuple[int, int]: ...
+@overload
+def check_batch(
+    batch: Any, max_body_bytes: int, max_count: int, max_properties_bytes: int, check_properties: bool, with_crcs: Literal[True], /
+) -> tuple[int, int, bytes]: ...
 def prefault(buf: Any, pos: int, length: int, /) -> int: ...
 def encode_batch(
     dest: Any,
@@ -29,6 +39,7 @@ def encode_batch(
     prepared_transaction_offset: int,
     queue_offset: int,
     physical_offset: int,
+    crcs: Any = ...,
     /,
 ) -> tuple[int, int, int, int]: ...
 def dispatch_scan(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import os
 import struct
 import threading
@@ -48,7 +49,7 @@ from store.message_codec import (
     write_blank_into,
 )
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
-from store.status import AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus
+from store.status import AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
 
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
@@ -172,25 +173,34 @@ class CommitLog:
 
         The messages' batch encoding is built before the lock (`_pack`); under the lock the
         encode kernel writes each run of messages sharing topic, queue and header fields straight
-        into the mapped file with their queue offsets, physical offsets and the store time.
+        into the mapped file with their queue offsets, physical offsets and the store time. The
+        items are RunItems: the kernel's offsets and sizes, an AppendMessageResult built when asked.
         """
         if len(msgs) == 1:
             return self._put_one(msgs[0])
         batch, runs = self._pack(msgs)
-        items: list[AppendMessageResult] = []
+        offsets = bytearray()
+        starts: list[int] = []
+        queue_offsets: list[int] = []
+        queue_ids: list[int] = []
         status = PutMessageStatus.PUT_OK
+        table = self.topic_queue_table
         with self.put_lock:
             self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
             try:
                 now = wall if self.clock is None else self.clock.now_ms()
                 pos = 0
                 for first, count in runs:
-                    pos = self._encode_locked(batch, pos, count, first, now, items)
+                    starts.append(len(offsets) >> 4)
+                    queue_offsets.append(table.get((first.topic, first.queue_id), 0))
+                    queue_ids.append(first.queue_id)
+                    pos = self._encode_locked(batch, pos, count, first, now, offsets)
                     if pos < 0:
                         status = _FAILED[pos]
                         break
             finally:
                 self.begin_time_in_lock_ms = 0
+        items = RunItems(bytes(offsets), (starts, queue_offsets, queue_ids), now, self.store_host)
         return PutMessageResult(status, items=items)
 
     def _put_one(self, msg: MessageInner) -> PutMessageResult:
@@ -221,7 +231,8 @@ class CommitLog:
             try:
                 now = wall if self.clock is None else self.clock.now_ms()
                 first = self.topic_queue_table.get((head.topic, head.queue_id), 0)
-                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets)
+                crcs = memoryview(checked.crcs) if len(checked.crcs) == 4 * checked.messages else None
+                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs)
             finally:
                 self.begin_time_in_lock_ms = 0
         items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
@@ -229,32 +240,39 @@ class CommitLog:
 
     def _pack(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> tuple[bytes, list[tuple[MessageInner, int]]]:
         """The messages in RocketMQ's batch encoding, and its runs: (first message, count) of
-        consecutive messages whose common fields (`_same_run`) agree, one kernel call each."""
+        consecutive messages whose common fields (`_run_key`) agree, one kernel call each."""
         parts: list[bytes | bytearray | memoryview] = []
         runs: list[tuple[MessageInner, int]] = []
         first: MessageInner | None = None
+        first_key: tuple[object, ...] = ()
         count = 0
+        head = BATCH_ITEM_HEAD.pack
         for msg in msgs:
             if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
                 self._rewrite_for_delay(msg)
             body, tail = msg.body, msg.tail
-            parts += (BATCH_ITEM_HEAD.pack(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)
-            if first is not None and _same_run(first, msg):
+            parts += (head(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)
+            key = _run_key(msg)
+            if key == first_key:
                 count += 1
                 continue
             if first is not None:
                 runs.append((first, count))
-            first, count = msg, 1
+            first, first_key, count = msg, key, 1
         if first is not None:
             runs.append((first, count))
         return b"".join(parts), runs
 
-    def _encode_locked(self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray) -> int:
+    def _encode_locked(
+        self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray,
+        crcs: memoryview | None = None,
+    ) -> int:  # fmt: skip
         """Append `n` batch items from `pos` to `head`'s topic and queue; the caller holds `put_lock`.
 
         Each result goes `into` a list (AppendMessageResult) or a bytearray (the kernel's offset
-        and size pairs). Returns the batch position after the items; NO_FILE when no file could be
-        created, TOO_LARGE when an item does not fit an empty file (validation keeps such out).
+        and size pairs); `crcs` are the items' BODYCRCs when a check computed them (CheckedBatch).
+        Returns the batch position after the items; NO_FILE when no file could be created,
+        TOO_LARGE when an item does not fit an empty file (validation keeps such out).
         """
         key = (head.topic, head.queue_id)
         queue_offset = self.topic_queue_table.get(key, 0)
@@ -269,9 +287,11 @@ class CommitLog:
             stop, count, pos, end = _encode(
                 mf.write_target, start, file_size, batch, pos, out, n, head.topic_bytes, head.queue_id, head.sys_flag,
                 head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
-                queue_offset, mf.file_from_offset + start,
+                queue_offset, mf.file_from_offset + start, crcs,
             )  # fmt: skip
             if count:
+                if crcs is not None:
+                    crcs = crcs[4 * count :]
                 mf.mark_written(end)
                 mf.store_timestamp = now
                 _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
@@ -452,30 +472,23 @@ class BatchHead:
     prepared_transaction_offset: int = 0
 
 
-def _same_run(a: MessageInner, b: MessageInner) -> bool:
-    return (
-        a.queue_id == b.queue_id
-        and a.topic_bytes == b.topic_bytes
-        and a.born_timestamp == b.born_timestamp
-        and a.sys_flag == b.sys_flag
-        and a.born_host == b.born_host
-        and a.reconsume_times == b.reconsume_times
-        and a.prepared_transaction_offset == b.prepared_transaction_offset
-    )
+# The fields a run shares (RunHead's but the topic name, which topic_bytes stands for).
+_run_key = operator.attrgetter(
+    "queue_id", "topic_bytes", "born_timestamp", "sys_flag", "born_host", "reconsume_times", "prepared_transaction_offset"
+)
 
 
 def _collect(
     into: list[AppendMessageResult] | bytearray, out: bytearray, count: int, first_offset: int, written: int, queue_offset: int,
     queue_id: int, now: int, host: bytes,
 ) -> None:  # fmt: skip
-    """Record `count` messages the kernel just wrote (their offsets and sizes are in `out`)."""
+    """Record `count` messages the kernel just wrote (their offsets and sizes are in `out`): in a
+    bytearray (batches), or as the AppendMessageResult of a single put's one message."""
     if isinstance(into, bytearray):
         into += memoryview(out)[: 16 * count]
-    elif count == 1:  # one put: the offset and size are known without reading them back
-        into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
     else:
-        for i, (offset, size) in enumerate(OFFSET_AND_SIZE.iter_unpack(memoryview(out)[: 16 * count])):
-            into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, now, queue_offset + i, queue_id, host))
+        assert count == 1, "a list collects a single put"
+        into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
 
 
 def _last_store_timestamp(buf: object, start: int, end: int) -> int:

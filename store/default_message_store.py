@@ -409,11 +409,11 @@ class DefaultMessageStore:
         with check_properties), for put_batch_future; BatchError when it is refused."""
         cfg = self.config
         data = bytes(batch)
-        count, stored = native.check_batch(
+        count, stored, crcs = native.check_batch_crcs(
             data, cfg.max_message_size_bytes, max_count=cfg.max_batch_messages, max_properties_bytes=cfg.max_properties_size_bytes,
             check_properties=True,
         )  # fmt: skip
-        return CheckedBatch(data, count, stored)
+        return CheckedBatch(data, count, stored, crcs)
 
     def put_batch_future(
         self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST

@@ -23,6 +23,7 @@ __all__ = [
     "CheckedBatch",
     "Stop",
     "check_batch",
+    "check_batch_crcs",
     "dispatch_scan",
     "encode_batch",
     "gather",
@@ -140,12 +141,29 @@ def check_batch(
     return _kernels.check_batch(batch, max_body_bytes, max_count, max_properties_bytes, check_properties)
 
 
+def check_batch_crcs(
+    batch: Any,
+    max_body_bytes: int,
+    *,
+    max_count: int = -1,
+    max_properties_bytes: int = 0x7FFF,
+    check_properties: bool = False,
+) -> tuple[int, int, bytes]:
+    """check_batch, and the BODYCRC it computed of each item (host-order uint32s): encode_batch takes
+    them as they are (`crcs`), so a checked batch's bodies are read for their CRC once."""
+    return _kernels.check_batch(batch, max_body_bytes, max_count, max_properties_bytes, check_properties, True)
+
+
 class CheckedBatch(NamedTuple):
-    """A batch check_batch accepted: its bytes (immutable, so they stay as checked) and its count."""
+    """A batch check_batch accepted: its bytes (immutable, so they stay as checked) and its count.
+
+    `crcs`: the BODYCRC of each item as check_batch_crcs computed it over these bytes (b"": none,
+    encode_batch computes them)."""
 
     data: bytes
     messages: int
     stored_bytes_without_topic: int
+    crcs: bytes = b""
 
 
 def prefault(buf: Any, pos: int, length: int) -> int:
@@ -184,14 +202,18 @@ def encode_batch(
     sys_flag: int = 0,
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
+    crcs: Any = None,
 ) -> Encoded:
     """Write batch items from `batch_pos` as stored messages at `dest_pos` (physical offset
     `physical_offset`), queue offsets from `queue_offset` on, until the batch ends,
     `max_count` are written, the next one and an end marker do not fit below
-    `dest_limit` (FILE_FULL) or `out` has no room for its offset and size (OUT_FULL)."""
+    `dest_limit` (FILE_FULL) or `out` has no room for its offset and size (OUT_FULL).
+
+    `crcs` (check_batch_crcs's, from the item at `batch_pos` on): the BODYCRCs to write, taken
+    unchecked; items past its end have theirs checked and computed as without it."""
     r = _kernels.encode_batch(
         dest, dest_pos, dest_limit, batch, batch_pos, out, max_count, topic, queue_id, sys_flag, born_timestamp, born_host,
-        store_timestamp, store_host, reconsume_times, prepared_transaction_offset, queue_offset, physical_offset,
+        store_timestamp, store_host, reconsume_times, prepared_transaction_offset, queue_offset, physical_offset, crcs,
     )  # fmt: skip
     return Encoded(Stop(r[0]), r[1], r[2], r[3])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import enum
 import struct
 from array import array
@@ -136,9 +137,51 @@ class EncodedItems(Sequence[AppendMessageResult]):
         return sum(array("q", self.offsets)[1::2])
 
 
+class RunItems(Sequence[AppendMessageResult]):
+    """The results of MessageInner puts the encode kernel wrote in runs (one queue each, consecutive
+    messages), each built only when asked for. `offsets` as EncodedItems'; run k starts at message
+    `starts[k]` with queue offset `queue_offsets[k]` in queue `queue_ids[k]`."""
+
+    __slots__ = ("offsets", "starts", "queue_offsets", "queue_ids", "store_timestamp", "store_host")
+
+    def __init__(
+        self, offsets: bytes, runs: tuple[list[int], list[int], list[int]], store_timestamp: int, store_host: bytes
+    ) -> None:  # fmt: skip
+        assert len(offsets) % 16 == 0
+        self.offsets = offsets
+        self.starts, self.queue_offsets, self.queue_ids = runs
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+
+    def __len__(self) -> int:
+        return len(self.offsets) // 16
+
+    @overload
+    def __getitem__(self, i: int) -> AppendMessageResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[AppendMessageResult]: ...
+
+    def __getitem__(self, i: int | slice) -> AppendMessageResult | list[AppendMessageResult]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("item index out of range")
+        k = bisect.bisect_right(self.starts, i) - 1
+        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, 16 * i)
+        q = self.queue_offsets[k] + i - self.starts[k]
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, self.store_timestamp, q, self.queue_ids[k], self.store_host)
+
+    def total_bytes(self) -> int:
+        return sum(array("q", self.offsets)[1::2])
+
+
 def total_bytes(items: Sequence[AppendMessageResult]) -> int:
     """Bytes the items' messages take in the commitlog."""
-    if isinstance(items, EncodedItems):
+    if isinstance(items, (EncodedItems, RunItems)):
         return items.total_bytes()
     return items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
 

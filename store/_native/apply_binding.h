@@ -30,10 +30,9 @@ static PyObject *py_queue_runs(PyObject *Py_UNUSED(self), PyObject *args) {
     if (check_runs_args(v, n_recs, rec_from) == 0) {
         struct runs_args a = {span_of(&v[0]), v[1].buf, (size_t)n_recs, v[2].buf, (size_t)v[2].len, v[3].buf, v[4].buf};
         struct runs_state st = {(size_t)rec_from, 0, 0};
-        int stop;
-        Py_BEGIN_ALLOW_THREADS
-        stop = queue_runs(&a, &st);
-        Py_END_ALLOW_THREADS
+        PyThreadState *ts = release_gil_for((n_recs - rec_from) * REC_BYTES);
+        int stop = queue_runs(&a, &st);
+        restore_gil(ts);
         if (stop == STOP_BAD_RECORD) PyErr_Format(PyExc_ValueError, "record %zu does not describe a message of buf", st.rec_pos);
         else result = Py_BuildValue("innn", stop, (Py_ssize_t)st.rec_pos, (Py_ssize_t)st.n_runs, (Py_ssize_t)st.n_fallback);
     }
@@ -74,10 +73,9 @@ static PyObject *py_index_put(PyObject *Py_UNUSED(self), PyObject *args) {
         struct index_args a = {file.buf, (size_t)slot_num, (size_t)index_num, keys.buf, (size_t)key_to};
         st.begin_ts = s[0], st.end_ts = s[1], st.begin_phy = s[2], st.end_phy = s[3], st.slot_count = s[4], st.index_count = s[5];
         st.key_pos = (size_t)key_from, st.current_rec = current_rec, st.last_put_rec = -1;
-        int stop;
-        Py_BEGIN_ALLOW_THREADS
-        stop = index_put(&a, &st);
-        Py_END_ALLOW_THREADS
+        PyThreadState *ts = release_gil_for((key_to - key_from) * KEY_BYTES);
+        int stop = index_put(&a, &st);
+        restore_gil(ts);
         result = Py_BuildValue("inLL(LLLLLL)", stop, (Py_ssize_t)st.key_pos, (long long)st.current_rec, (long long)st.last_put_rec,
                                (long long)st.begin_ts, (long long)st.end_ts, (long long)st.begin_phy, (long long)st.end_phy,
                                (long long)st.slot_count, (long long)st.index_count);

@@ -1,7 +1,5 @@
-/* Java String.hashCode over UTF-8 text, the body CRC, and RocketMQ batch -> stored messages. */
+/* Java String.hashCode over UTF-8 text, the body CRC (crc32.c), and RocketMQ batch -> stored messages. */
 #include "kernels.h"
-
-#include <zlib.h>
 
 #include "bytes.h"
 
@@ -66,18 +64,7 @@ int32_t java_hash_utf8(int32_t h, struct span s) {
     return h;
 }
 
-uint32_t body_crc31(struct span body) {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const uint8_t *p = body.p;
-    size_t n = body.n;
-    while (n > 0) { /* zlib takes uInt lengths */
-        uInt chunk = n > 0x40000000u ? 0x40000000u : (uInt)n;
-        crc = crc32(crc, p, chunk);
-        p += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)crc & 0x7FFFFFFFu;
-}
+uint32_t body_crc31(struct span body) { return crc32_ieee(0, body.p, body.n) & 0x7FFFFFFFu; }
 
 /* The code point at s.p[*i], advancing *i past it; -1 when the bytes there are not well-formed
  * UTF-8 (a truncated sequence, a bad continuation, an overlong form or a surrogate). */
@@ -207,7 +194,19 @@ static int check_crc(struct batch_item *it) {
     return BATCH_OK;
 }
 
-int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic) {
+static void put_crc(struct crc_list l, size_t i, uint32_t crc) {
+    if (l.p != NULL && l.n / 4 > i) memcpy(l.p + 4 * i, &crc, 4);
+}
+
+/* Item i's carried BODYCRC into it->crc; 0 when there is none to take. */
+static int take_crc(struct crc_list l, size_t i, struct batch_item *it) {
+    if (l.p == NULL || l.n / 4 <= i) return 0;
+    memcpy(&it->crc, l.p + 4 * i, 4);
+    return 1;
+}
+
+int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic,
+                struct crc_list crcs) {
     struct batch_item it;
     *count = 0;
     *stored_without_topic = 0;
@@ -218,6 +217,7 @@ int batch_check(struct span batch, const struct batch_limits *lim, size_t *count
         if (err == BATCH_OK && lim->check_props) err = check_properties(it.props);
         if (err == BATCH_OK) err = check_crc(&it);
         if (err != BATCH_OK) return err;
+        put_crc(crcs, *count, it.crc);
         *count += 1;
         *stored_without_topic += FIXED_PART_BYTES + it.body.n + it.props.n;
     }
@@ -254,12 +254,12 @@ static void write_stored(uint8_t *d, size_t total, const struct batch_item *it, 
 }
 
 int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *out, size_t out_n,
-                 const struct batch_common *c, size_t max_count, struct encode_state *st) {
+                 const struct batch_common *c, size_t max_count, struct encode_state *st, struct crc_list carried) {
     size_t start = st->dest_pos;
     struct batch_item it;
     while (st->batch_pos < batch.n && st->count < max_count) {
         st->error = parse_item(batch, st->batch_pos, INT32_MAX, &it);
-        if (st->error == BATCH_OK) st->error = check_crc(&it);
+        if (st->error == BATCH_OK && !take_crc(carried, st->count, &it)) st->error = check_crc(&it);
         if (st->error != BATCH_OK) return STOP_DONE;
         size_t total = FIXED_PART_BYTES + it.body.n + c->topic.n + it.props.n;
         if (total > INT32_MAX || dest_limit < st->dest_pos || total + END_FILE_MIN_BLANK_LENGTH > dest_limit - st->dest_pos)

@@ -48,27 +48,53 @@ static PyObject *batch_error(int code, size_t pos, size_t index) {
     return NULL;
 }
 
+static unsigned long long gil_releases; /* times a binding released the GIL (tests check the threshold) */
+
 /* The GIL is released only for inputs of at least GIL_RELEASE_MIN_BYTES (kernels.h). */
-static PyThreadState *release_gil_for(Py_ssize_t bytes) { return bytes >= GIL_RELEASE_MIN_BYTES ? PyEval_SaveThread() : NULL; }
+static PyThreadState *release_gil_for(Py_ssize_t bytes) {
+    if (bytes < GIL_RELEASE_MIN_BYTES) return NULL;
+    gil_releases++;
+    return PyEval_SaveThread();
+}
 
 static void restore_gil(PyThreadState *ts) {
     if (ts != NULL) PyEval_RestoreThread(ts);
+}
+
+/* A bytes object for the BODYCRCs of a batch's items (at most one per BATCH_FIXED_BYTES). */
+static PyObject *new_crc_list(Py_ssize_t batch_len, Py_ssize_t max_count, struct crc_list *l) {
+    Py_ssize_t items = batch_len / BATCH_FIXED_BYTES;
+    if (max_count >= 0 && max_count < items) items = max_count;
+    PyObject *crcs = PyBytes_FromStringAndSize(NULL, 4 * items);
+    if (crcs != NULL) *l = (struct crc_list){(uint8_t *)PyBytes_AS_STRING(crcs), (size_t)(4 * items)};
+    return crcs;
 }
 
 static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer batch;
     long long max_body, max_props = MAX_PROPERTIES_BYTES;
     Py_ssize_t max_count = -1;
-    int check_props = 0;
-    if (!PyArg_ParseTuple(args, "y*L|nLp", &batch, &max_body, &max_count, &max_props, &check_props)) return NULL;
+    int check_props = 0, with_crcs = 0;
+    if (!PyArg_ParseTuple(args, "y*L|nLpp", &batch, &max_body, &max_count, &max_props, &check_props, &with_crcs)) return NULL;
     struct batch_limits lim = {max_body, max_props, max_count < 0 ? SIZE_MAX : (size_t)max_count, check_props};
+    struct crc_list l = {NULL, 0};
+    PyObject *crcs = with_crcs ? new_crc_list(batch.len, max_count, &l) : NULL;
+    if (with_crcs && crcs == NULL) {
+        PyBuffer_Release(&batch);
+        return NULL;
+    }
     size_t count, pos, stored;
     PyThreadState *ts = release_gil_for(batch.len);
-    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored);
+    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored, l);
     restore_gil(ts);
     PyBuffer_Release(&batch);
-    if (err != BATCH_OK) return batch_error(err, pos, count);
-    return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
+    if (err != BATCH_OK) {
+        Py_XDECREF(crcs);
+        return batch_error(err, pos, count);
+    }
+    if (!with_crcs) return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
+    if (_PyBytes_Resize(&crcs, (Py_ssize_t)(4 * count)) < 0) return NULL;
+    return Py_BuildValue("nnN", (Py_ssize_t)count, (Py_ssize_t)stored, crcs);
 }
 
 /* Bytes of at most `max_count` items from `pos` as their TOTALSIZE fields say, counted until `enough`:
@@ -98,10 +124,10 @@ static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t de
     return 0;
 }
 
-/* encode_batch's positional arguments (store.native.encode_batch names them). */
+/* encode_batch's positional arguments (store.native.encode_batch names them); E_CRCS is optional. */
 enum {
     E_DEST, E_DEST_POS, E_DEST_LIMIT, E_BATCH, E_BATCH_POS, E_OUT, E_MAX_COUNT, E_TOPIC, E_QUEUE_ID, E_SYS_FLAG, E_BORN_TS,
-    E_BORN_HOST, E_STORE_TS, E_STORE_HOST, E_RECONSUME, E_PREPARED, E_QUEUE_OFFSET, E_PHYS, E_NARGS
+    E_BORN_HOST, E_STORE_TS, E_STORE_HOST, E_RECONSUME, E_PREPARED, E_QUEUE_OFFSET, E_PHYS, E_CRCS, E_NARGS
 };
 
 static int as_int32(PyObject *o, int32_t *v) {
@@ -129,13 +155,27 @@ static int as_ssize(PyObject *o, Py_ssize_t *v) {
 
 /* The buffers of encode_batch, acquired in order; `held` counts those to release. */
 struct encode_buffers {
-    Py_buffer dest, batch, out, topic, hosts[2];
+    Py_buffer dest, batch, out, topic, hosts[2], crcs;
     int held;
 };
 
 static void release_encode_buffers(struct encode_buffers *b) {
-    Py_buffer *views[] = {&b->dest, &b->batch, &b->out, &b->topic, &b->hosts[0], &b->hosts[1]};
+    Py_buffer *views[] = {&b->dest, &b->batch, &b->out, &b->topic, &b->hosts[0], &b->hosts[1], &b->crcs};
     for (int i = 0; i < b->held; i++) PyBuffer_Release(views[i]);
+}
+
+/* The carried BODYCRCs (E_CRCS): none when the argument is absent or None. */
+static int carried_crcs(PyObject *const *a, Py_ssize_t nargs, struct encode_buffers *b, struct crc_list *l) {
+    *l = (struct crc_list){NULL, 0};
+    if (nargs <= E_CRCS || a[E_CRCS] == Py_None) return 0;
+    if (PyObject_GetBuffer(a[E_CRCS], &b->crcs, PyBUF_SIMPLE) < 0) return -1;
+    b->held++;
+    if (overlaps(&b->dest, &b->crcs)) {
+        PyErr_SetString(PyExc_ValueError, "dest and crcs must not overlap");
+        return -1;
+    }
+    *l = (struct crc_list){b->crcs.buf, (size_t)b->crcs.len};
+    return 0;
 }
 
 /* Converts the arguments as PyArg_ParseTuple's "w*nny*nw*ny*iiLy*Ly*iLLL" would (one call costs
@@ -168,15 +208,16 @@ static int parse_encode_args(PyObject *const *a, struct encode_buffers *b, Py_ss
 }
 
 static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != E_NARGS) {
-        PyErr_Format(PyExc_TypeError, "encode_batch takes %d positional arguments (%zd given)", E_NARGS, nargs);
+    if (nargs != E_NARGS && nargs != E_NARGS - 1) {
+        PyErr_Format(PyExc_TypeError, "encode_batch takes %d or %d positional arguments (%zd given)", E_NARGS - 1, E_NARGS, nargs);
         return NULL;
     }
     struct encode_buffers b;
     struct batch_common c;
+    struct crc_list carried;
     Py_ssize_t pos[3], max_count; /* dest_pos, dest_limit, batch_pos */
     PyObject *result = NULL;
-    if (parse_encode_args(args, &b, pos, &c, &max_count) < 0) goto done;
+    if (parse_encode_args(args, &b, pos, &c, &max_count) < 0 || carried_crcs(args, nargs, &b, &carried) < 0) goto done;
     if (max_count < 0) {
         PyErr_SetString(PyExc_ValueError, "max_count must be >= 0");
         goto done;
@@ -187,7 +228,8 @@ static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *const *arg
     c.store_host = b.hosts[1].buf;
     struct encode_state st = {(size_t)pos[2], (size_t)pos[0], 0, BATCH_OK};
     PyThreadState *ts = release_gil_for(items_span(span_of(&b.batch), (size_t)pos[2], (size_t)max_count, GIL_RELEASE_MIN_BYTES));
-    int stop = batch_encode(span_of(&b.batch), b.dest.buf, (size_t)pos[1], b.out.buf, (size_t)b.out.len, &c, (size_t)max_count, &st);
+    int stop = batch_encode(span_of(&b.batch), b.dest.buf, (size_t)pos[1], b.out.buf, (size_t)b.out.len, &c, (size_t)max_count, &st,
+                            carried);
     restore_gil(ts);
     if (st.error != BATCH_OK) batch_error(st.error, st.batch_pos, st.count);
     else result = Py_BuildValue("innn", stop, (Py_ssize_t)st.count, (Py_ssize_t)st.batch_pos, (Py_ssize_t)st.dest_pos);
@@ -231,10 +273,9 @@ static PyObject *py_dispatch_scan(PyObject *Py_UNUSED(self), PyObject *args) {
     struct scan_args a = {span_of(&buf), (size_t)limit, recs.buf, (size_t)recs.len, keys.buf, (size_t)keys.len,
                           levels.obj ? levels.buf : NULL, (size_t)levels.len / 8, flags};
     struct scan_state st = {(size_t)pos, 0, 0};
-    int stop;
-    Py_BEGIN_ALLOW_THREADS
-    stop = dispatch_scan(&a, &st);
-    Py_END_ALLOW_THREADS
+    PyThreadState *ts = release_gil_for(limit - pos);
+    int stop = dispatch_scan(&a, &st);
+    restore_gil(ts);
     result = Py_BuildValue("innn", stop, (Py_ssize_t)st.pos, (Py_ssize_t)st.n_recs, (Py_ssize_t)st.n_keys);
 done:
     release_optional(&levels);
@@ -281,16 +322,38 @@ static PyObject *py_prefault(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+static PyObject *py_crc32(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    unsigned int crc = 0;
+    int portable = 0;
+    if (!PyArg_ParseTuple(args, "y*|Ip", &data, &crc, &portable)) return NULL;
+    const uint8_t *p = data.buf;
+    size_t n = (size_t)data.len;
+    PyThreadState *ts = release_gil_for(data.len);
+    uint32_t v = portable ? crc32_portable(crc, p, n) : crc32_ieee(crc, p, n);
+    restore_gil(ts);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(v);
+}
+
+static PyObject *py_crc32_method(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) { return PyLong_FromLong(crc32_method()); }
+
+static PyObject *py_gil_releases(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) { return PyLong_FromUnsignedLongLong(gil_releases); }
+
 #include "gather_binding.h"
 #include "apply_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
     {"check_batch", py_check_batch, METH_VARARGS,
-     "check_batch(batch, max_body, max_count=-1, max_props=32767, check_properties=False) -> (count, stored bytes without topics)"},
+     "check_batch(batch, max_body, max_count=-1, max_props=32767, check_properties=False, with_crcs=False) -> (count, stored bytes "
+     "without topics[, BODYCRCs as host-order uint32s])"},
     {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
      "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0, portable=False) -> zlib.crc32(data, value); portable: the table method"},
+    {"crc32_method", py_crc32_method, METH_NOARGS, "crc32_method() -> 1: slice-by-8 tables, 2: carry-less multiplication folding"},
+    {"gil_releases", py_gil_releases, METH_NOARGS, "gil_releases() -> times a kernel released the GIL (GIL_RELEASE_MIN_BYTES)"},
     {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
@@ -302,12 +365,14 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "tidemq data-path kernels (docs/native.md)", -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kernels(void) {
+    crc32_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     BatchError = PyErr_NewExceptionWithDoc("store._kernels.BatchError",
                                            "Raised when a batch is malformed; args are (message, error code, byte position).",
                                            PyExc_ValueError, NULL);
-    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0) {
+    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

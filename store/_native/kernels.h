@@ -109,6 +109,13 @@ struct span {
 int32_t java_hash_utf8(int32_t h, struct span s);
 uint32_t body_crc31(struct span body);
 
+/* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
+ * (before any other call); crc32_method(): 1 slice-by-8 tables, 2 carry-less multiplication folding. */
+void crc32_init(void);
+uint32_t crc32_ieee(uint32_t crc, const uint8_t *p, size_t n);
+uint32_t crc32_portable(uint32_t crc, const uint8_t *p, size_t n);
+int crc32_method(void);
+
 struct batch_common {
     struct span topic;
     const uint8_t *born_host;  /* 8 bytes */
@@ -122,13 +129,24 @@ struct encode_state {
     int error; /* enum batch_error, when the stop was a malformed item */
 };
 
-int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic);
+/* BODYCRCs a check computed, host-order uint32 each, item i at 4*i; NULL p: none. */
+struct crc_list {
+    uint8_t *p;
+    size_t n; /* bytes */
+};
+
+/* Checks a batch; with crcs.p, item i's BODYCRC goes to crcs.p[4i] while 4i+4 <= crcs.n. */
+int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic,
+                struct crc_list crcs);
 int check_properties(struct span props);
 
 /* Fault [p, p+n) in for writing; 1: MADV_POPULATE_WRITE, 2: one write per page, -errno on failure. */
 int prefault_range(uint8_t *p, size_t n);
+/* With carried.p, item i of the call (from st->batch_pos) takes carried.p[4i] as its BODYCRC,
+ * unchecked (check_batch computed it over the same immutable bytes); items past carried.n are
+ * checked and computed as without. */
 int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *out, size_t out_n,
-                 const struct batch_common *c, size_t max_count, struct encode_state *st);
+                 const struct batch_common *c, size_t max_count, struct encode_state *st, struct crc_list carried);
 
 struct scan_args {
     struct span buf;

@@ -8,14 +8,16 @@ including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
 from __future__ import annotations
 
 import random
+import struct
 import types
+import zlib
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from store import DefaultMessageStore, MessageStoreConfig, TagFilter
+from store import DefaultMessageStore, MessageStoreConfig, TagFilter, _kernels
 from store import native as nk
 from store.commit_log import CommitLog
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
@@ -203,6 +205,61 @@ def test_check_batch_checks_a_non_zero_body_crc() -> None:
     with pytest.raises(nk.BatchError) as e:
         nk.check_batch(good, 100)
     assert e.value.args[1:] == (nk.BatchErrorCode.BAD_CRC, 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=300), st.sampled_from([b"", b"a\x01b\x02"]), st.booleans()), min_size=1, max_size=6))
+def test_check_batch_crcs_are_the_bodies_crc31(items) -> None:
+    """check_batch_crcs returns what check_batch does and the BODYCRC of every item, non-zero given or not."""
+    parts = []
+    for body, props, given_crc in items:
+        head = nk.BATCH_ITEM_HEAD.pack(22 + len(body) + len(props), 0, _crc31(body) if given_crc else 0, 0, len(body))
+        parts += [head, body, len(props).to_bytes(2, "big"), props]
+    batch = b"".join(parts)
+    count, stored, crcs = nk.check_batch_crcs(batch, 1000)
+    assert (count, stored) == nk.check_batch(batch, 1000)
+    assert list(struct.unpack(f"={count}I", crcs)) == [_crc31(body) for body, _, _ in items]
+    assert nk.check_batch_crcs(batch, 1000, max_count=count)[2] == crcs
+
+
+def _crc31(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _encode_into(dest: bytearray, batch: bytes, crcs: object) -> nk.Encoded:
+    out = bytearray(16 * 8)
+    return nk.encode_batch(
+        dest, 0, len(dest), batch, 0, out, 8, topic=b"T", queue_id=1, queue_offset=0, physical_offset=0, store_timestamp=5,
+        store_host=HOST_A, born_timestamp=4, born_host=HOST_B, crcs=crcs,
+    )  # fmt: skip
+
+
+def test_encode_batch_takes_carried_crcs_as_given_and_computes_the_rest() -> None:
+    bodies = [b"one", b"second body", b"3"]
+    batch = nk.pack_batch([(b, b"", 0) for b in bodies])
+    computed, carried, short = bytearray(512), bytearray(512), bytearray(512)
+    assert _encode_into(computed, batch, None).written == 3
+    _, _, crcs = nk.check_batch_crcs(batch, 100)
+    assert _encode_into(carried, batch, crcs).written == 3
+    assert carried == computed, "the carried CRCs are the ones encode computes"
+    bogus = struct.pack("=I", 12345)  # one CRC for three items: the first taken unchecked, the others computed
+    assert _encode_into(short, batch, bogus).written == 3
+    first_size = 91 + 1 + len(bodies[0])
+    assert int.from_bytes(short[8:12], "big") == 12345
+    assert short[12:first_size] == computed[12:first_size] and short[first_size:] == computed[first_size:]
+    with pytest.raises(ValueError):
+        _encode_into(computed, batch, memoryview(computed)[:4])  # overlaps dest
+
+
+def test_dispatch_kernels_keep_the_gil_for_small_inputs() -> None:
+    image = encode_message(b"T", b"body", encode_properties({"KEYS": "k1 k2"}), 0, 0, 0)
+    records, keys = bytearray(nk.RECORD.size * 4), bytearray(nk.KEY.size * 8)
+    before = _kernels.gil_releases()
+    assert nk.dispatch_scan(image, 0, len(image), records, keys, uniq_key_index=False).records == 1
+    big = image * (_kernels.GIL_RELEASE_MIN_BYTES // len(image) + 1)
+    assert _kernels.gil_releases() == before
+    scanned = nk.dispatch_scan(big, 0, len(big), bytearray(nk.RECORD.size * 4), bytearray(nk.KEY.size * 8), uniq_key_index=False)
+    assert scanned.stop == nk.Stop.OUT_FULL and _kernels.gil_releases() == before + 1
 
 
 # Dispatch scan -----------------------------------------------------------------------------

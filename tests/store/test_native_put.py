@@ -24,7 +24,7 @@ from store.clock import FakeClock
 from store.commit_log import BatchHead, CommitLog
 from store.message import MessageInner, encode_properties
 from store.message_codec import encode_message, message_length, write_blank_into
-from store.status import EncodedItems
+from store.status import EncodedItems, total_bytes
 from store.transient_store_pool import TransientStorePool
 from tests.store.conftest import open_store, small_config
 
@@ -140,10 +140,15 @@ def test_put_writes_what_the_reference_encoder_writes(tmp_path_factory, batches,
             clock.advance_ms(7)
             result = log.put_message(batch[0]) if len(batch) == 1 else log.put_messages(batch)
             assert result.status is PutMessageStatus.PUT_OK and len(result.items) == len(batch)
+            want = []
             for msg, item in zip(batch, result.items, strict=True):
                 phys, size, qoff = expected.add_message(msg, clock.now_ms())
-                assert (item.wrote_offset, item.wrote_bytes, item.logics_offset, item.queue_id) == (phys, size, qoff, msg.queue_id)
+                want.append((phys, size, qoff, msg.queue_id))
+                assert (item.wrote_offset, item.wrote_bytes, item.logics_offset, item.queue_id) == want[-1]
                 assert (item.store_timestamp, item.store_host) == (clock.now_ms(), HOST)
+            got = [(i.wrote_offset, i.wrote_bytes, i.logics_offset, i.queue_id) for i in result.items[::-1]]
+            assert got == want[::-1] and total_bytes(result.items) == sum(w[1] for w in want)
+            assert (result.items[-1].wrote_offset, result.end_offset) == (want[-1][0], want[-1][0] + want[-1][1])
         log.commit(0)  # a pooled file's bytes reach the file on commit
         assert_files_equal(log, expected)
         assert log.get_max_offset() == (len(expected.files) - 1) * FILE_SIZE + expected.pos
@@ -157,9 +162,14 @@ batch_items = st.lists(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(["B", "Bätch"]), st.integers(0, 2), batch_items), min_size=1, max_size=5), st.booleans())
-def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled) -> None:
-    """A batch appended as it came (the binary produce's path) against the same reference."""
+@given(
+    st.lists(st.tuples(st.sampled_from(["B", "Bätch"]), st.integers(0, 2), batch_items), min_size=1, max_size=5),
+    st.booleans(),
+    st.booleans(),
+)
+def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled, carried) -> None:
+    """A batch appended as it came (the binary produce's path) against the same reference, with the
+    CRCs its check computed carried to the encoder (across file ends) or computed again."""
     clock = FakeClock(now_ms=1_800_000_000_000)
     log = commit_log(str(tmp_path_factory.mktemp("cl")), pooled, clock)
     expected = Expected([bytearray(FILE_SIZE)])
@@ -167,9 +177,10 @@ def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, ba
         for topic, queue_id, items in batches:
             clock.advance_ms(3)
             data = nk.pack_batch(items)
-            count, _ = nk.check_batch(data, 1600)
+            count, _, crcs = nk.check_batch_crcs(data, 1600)
+            assert (count, _) == nk.check_batch(data, 1600)
             head = BatchHead(topic, topic.encode(), queue_id, clock.now_ms() - 1, HOST, sys_flag=0)
-            result = log.put_batch(nk.CheckedBatch(data, count, 0), head)
+            result = log.put_batch(nk.CheckedBatch(data, count, 0, crcs if carried else b""), head)
             assert result.status is PutMessageStatus.PUT_OK and isinstance(result.items, EncodedItems)
             fields = {"queue_id": queue_id, "sys_flag": 0, "born_timestamp": clock.now_ms() - 1, "born_host": HOST}
             want = [expected.add(topic.encode(), body, props, dict(fields, flag=flag), clock.now_ms()) for body, props, flag in items]
