@@ -69,10 +69,10 @@ settings-doc: $(STAMP)
 	$(PY) -m app.settings_doc docs/settings.md
 
 bench-store: $(STAMP) native
+	$(PY) bench/store_bench.py
 
 bench-kernels: $(STAMP) native
 	$(PY) bench/kernel_bench.py
-	$(PY) bench/store_bench.py
 
 bench-offsets: $(STAMP)
 	$(PY) bench/offset_commit_bench.py

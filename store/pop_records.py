@@ -20,6 +20,8 @@ ACK_TAG = "ack"
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+# RocketMQ's property naming the topic a retried or dead-lettered message was produced to.
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 # A checkpoint's bit map is a Java int: at most this many messages per checkpoint.
 MAX_CHECKPOINT_MESSAGES = 32
 
@@ -35,6 +37,11 @@ def revive_topic(cluster: str) -> str:
 def retry_topic(group: str, topic: str) -> str:
     """The topic a group's expired messages of `topic` are re-put into (RocketMQ 5's `%RETRY%{group}_{topic}`)."""
     return f"{RETRY_PREFIX}{group}_{topic}"
+
+
+def is_group_system_topic(topic: str) -> bool:
+    """Whether `topic` is a retry or dead-letter topic (a consumer never produced to it)."""
+    return topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX)
 
 
 def dlq_topic(group: str) -> str:
