@@ -49,7 +49,6 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from store import native
@@ -70,11 +69,13 @@ from store.disk_usage import DiskUsageProbe, disk_used_ratio
 from store.errors import StoreLocked, StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
+from store.get_message_result import GetMessageResult, TagFilter
 from store.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.index_service import IndexService
 from store.lazy_mapped_file import MappingBudget
 from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
 from store.message_getter import MessageGetter
+from store.message_store import CommitLogView, ReplicationWaiter
 from store.native import CheckedBatch
 from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
@@ -83,7 +84,7 @@ from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
 from store.store_stats_service import StoreStatsService
-from store.topic_config_manager import TopicConfigManager
+from store.topic_config_manager import TopicConfig, TopicConfigManager
 from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -91,7 +92,6 @@ log = logging.getLogger("tidemq.store")
 DELETED_DIR_PREFIX = ".deleted."
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
-ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
 
 
 class DefaultMessageStore:
@@ -380,6 +380,9 @@ class DefaultMessageStore:
     def is_ready(self) -> bool:
         return self._running and self.reput_service.reput_from_offset >= self._ready_offset
 
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
     # Putting -------------------------------------------------------------------------
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:
@@ -556,6 +559,11 @@ class DefaultMessageStore:
         """`listener(topic, queue_id, logic_offset_after, tags_codes)` once per queue a dispatch pass extended."""
         self.bulk_dispatch.listeners.append(listener)
 
+    def register_service(self, service: ServiceThread) -> None:
+        if self._running:
+            raise RuntimeError(f"register {service.name} before the store starts")
+        self.extra_services.append(service)
+
     # Consume queues ------------------------------------------------------------------
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -640,9 +648,34 @@ class DefaultMessageStore:
             return path
         return doomed
 
+    # Topics and consumer offsets ----------------------------------------------------
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        return self.topic_config_manager.get(topic)
+
+    def topic_configs(self) -> list[TopicConfig]:
+        return self.topic_config_manager.all()
+
+    def topic_table_version(self) -> int:
+        return self.topic_config_manager.version
+
+    def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
+        return self.topic_config_manager.create_or_update(topic, queues, perm)
+
+    def delete_topic_config(self, topic: str) -> bool:
+        return self.topic_config_manager.delete(topic)
+
+    def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None:
+        self.consumer_offset_manager.commit_offsets(group, commits)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self.consumer_offset_manager.query_offset(group, topic, queue_id)
+
     # Reading -------------------------------------------------------------------------
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: Any = None) -> Any:
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+    ) -> GetMessageResult:
         return self.getter.get_message(group, topic, queue_id, offset, max_count, tag_filter)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
@@ -674,6 +707,17 @@ class DefaultMessageStore:
             return None
         return self.commit_log.look_message_by_offset(commitlog_offset)
 
+    # Replication hooks ---------------------------------------------------------------
+
+    def set_replication_waiter(self, waiter: ReplicationWaiter) -> None:
+        self.replication_waiter = waiter
+
+    def commit_log_min_offset(self) -> int:
+        return max(0, self.commit_log.get_min_offset())
+
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
     def get_commit_log_data(self, offset: int, max_bytes: int) -> bytes:
         res = self.commit_log.get_data(offset)
         if res is None:
@@ -683,10 +727,22 @@ class DefaultMessageStore:
         finally:
             res.release()
 
+    def commit_log_view(self, offset: int) -> CommitLogView | None:
+        return self.commit_log.get_data(offset)
+
+    def append_replicated_data(self, offset: int, data: bytes | memoryview) -> bool:
+        if not self.commit_log.append_data(offset, data):
+            return False
+        self.reput_service.wakeup()  # the slave's dispatch follows the appended bytes
+        return True
+
     # Status --------------------------------------------------------------------------
 
     def disk_used_ratio(self) -> float:
         return self.disk_usage_probe(self.config.commit_log_dir())
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        return self.stats.snapshot()
 
     def runtime_info(self) -> dict[str, Any]:
         cl = self.commit_log
