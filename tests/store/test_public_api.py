@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,10 @@ def test_every_exported_name_exists_and_all_is_sorted() -> None:
         return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
 
     assert store.__all__ == sorted(store.__all__, key=isort_style)
+
+
+def test_docs_describe_every_protocol_member_and_export() -> None:
+    doc = (ROOT / "docs" / "store-api.md").read_text()
+    mentioned = set(re.findall(r"`(\w+)", doc))
+    assert sorted(PROTOCOL_MEMBERS - mentioned) == []
+    assert sorted(set(store.__all__) - mentioned) == []
