@@ -29,9 +29,7 @@ from app.problems import ProblemError
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
 from ha import HANode, attach
-from store import BrokerRole, DefaultMessageStore
-from store.errors import StoreError
-from store.message import SYSTEM_TOPICS, topic_problem
+from store import SYSTEM_TOPICS, BrokerRole, DefaultMessageStore, MessageStore, StoreError, TopicConfig, topic_problem
 
 log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
@@ -45,7 +43,7 @@ class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
         self.config = settings.store
-        self.store = DefaultMessageStore(settings.store)
+        self.store: MessageStore = DefaultMessageStore(settings.store)
         # None for a standalone broker; raises HAStartFailed when a master cannot bind its HA port.
         self.ha: HANode | None = attach(self.store, settings.ha)
         self.held = HeldPulls(settings.max_held_pulls)
@@ -161,15 +159,15 @@ class Broker:
         if for_write and topic in SYSTEM_TOPICS:
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
 
-    def topic_config(self, topic: str) -> Any:
+    def topic_config(self, topic: str) -> TopicConfig:
         """The topic's config; TOPIC_INVALID or TOPIC_NOT_FOUND problems otherwise."""
         self.check_topic_name(topic)
-        config = self.store.topic_config_manager.get(topic)
+        config = self.store.topic_config(topic)
         if config is None:
             raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist")
         return config
 
-    def readable_queue(self, topic: str, queue_id: int) -> Any:
+    def readable_queue(self, topic: str, queue_id: int) -> TopicConfig:
         config = self.topic_config(topic)
         if "r" not in config.perm:
             raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
@@ -177,11 +175,11 @@ class Broker:
             raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has queues 0..{config.read_queue_nums - 1}; there is no queue {queue_id}")
         return config
 
-    async def topic_for_produce(self, topic: str) -> Any:
+    async def topic_for_produce(self, topic: str) -> TopicConfig:
         """The topic's config for a put, creating it when auto_create_topics is on."""
         self.check_topic_name(topic, for_write=True)
         self.check_master()
-        config: Any = self.store.topic_config_manager.get(topic)
+        config = self.store.topic_config(topic)
         if config is None:
             if not self.settings.auto_create_topics:
                 raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist and auto_create_topics is off")
@@ -190,12 +188,11 @@ class Broker:
             raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
         return config
 
-    def _create_if_absent(self, topic: str) -> Any:
+    def _create_if_absent(self, topic: str) -> TopicConfig:
         """Create a topic with the default queue count unless it appeared meanwhile (runs in the pool)."""
-        manager = self.store.topic_config_manager
-        config = manager.get(topic)
+        config = self.store.topic_config(topic)
         if config is None:
-            config = manager.create_or_update(topic, self.config.default_topic_queue_nums, "rw")
+            config = self.store.create_or_update_topic(topic, self.config.default_topic_queue_nums, "rw")
             self.topics_created_total += 1
         return config
 

@@ -22,7 +22,7 @@ from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
-from store.errors import ConfigInvalid
+from store import ConfigInvalid
 
 ENV_PREFIX = "TIDEMQ_"
 # option dest -> environment variable suffix.

@@ -9,13 +9,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from store import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
 _SURFACED = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
 
 
 def message_json(m: dict[str, Any]) -> dict[str, Any]:
-    """The API view of a message decoded by `store.message_codec.decode_message`."""
+    """The API view of a message decoded by `store.decode_message`."""
     body: bytes = m["body"]
     try:
         text = body.decode("utf-8")

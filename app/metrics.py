@@ -1,6 +1,6 @@
 """Prometheus text exposition (format 0.0.4) of the store's and the front end's figures.
 
-Sources: `store.stats.snapshot()` (counters, TPS windows, put latency histogram),
+Sources: `store.stats_snapshot()` (counters, TPS windows, put latency histogram),
 `store.runtime_info()` (commitlog offsets, dispatch lag, disk usage, cleanup), the replication
 node's `metrics()` (tidemq_ha_*, absent on a standalone broker) and the broker's own counters
 (held long-polls). Every name starts with `tidemq_`; docs/http-api.md lists them.
@@ -13,7 +13,7 @@ from typing import Any
 
 from app.broker import Broker
 
-# store.stats.snapshot() counter -> (metric name, help).
+# store.stats_snapshot() counter -> (metric name, help).
 COUNTERS = {
     "put_messages": ("tidemq_put_messages_total", "Messages stored"),
     "put_bytes": ("tidemq_put_bytes_total", "Bytes of messages stored"),
@@ -23,7 +23,7 @@ COUNTERS = {
     "get_transferred_messages": ("tidemq_get_messages_total", "Messages returned by reads"),
     "get_transferred_bytes": ("tidemq_get_bytes_total", "Bytes returned by reads"),
 }
-# store.stats.snapshot()["tps"][window] key -> (metric name, help).
+# store.stats_snapshot()["tps"][window] key -> (metric name, help).
 RATES = {
     "put_messages": ("tidemq_put_tps", "Messages stored per second"),
     "put_bytes": ("tidemq_put_bytes_per_second", "Bytes stored per second"),
@@ -79,7 +79,7 @@ def render(broker: Broker) -> str:
         for labels, value in samples:
             lines.append(f"{name}{labels} {_number(value)}")
 
-    stats = broker.store.stats.snapshot() if broker.started else {}
+    stats = broker.store.stats_snapshot() if broker.started else {}
     for key, (name, help_text) in COUNTERS.items():
         if key in stats:
             metric(name, "counter", help_text, [("", stats[key])])

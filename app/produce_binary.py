@@ -1,6 +1,6 @@
 """Binary batch produce: `POST /v1/topics/{topic}/messages` with `Content-Type: application/x-tidemq-batch`.
 
-The body is RocketMQ's batch encoding (MessageDecoder.encodeMessages; store.native.pack_batch
+The body is RocketMQ's batch encoding (MessageDecoder.encodeMessages; store.pack_batch
 builds it): per message TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0, or the body's CRC32 masked
 to 31 bits, then checked) | FLAG 4 | BODY 4+n | PROPERTIES 2+m, big-endian.
 
@@ -25,8 +25,7 @@ from app.problems import ProblemError, put_problem
 from app.produce_parse import parse_batch_query
 from app.query import strict_query
 from app.responses import JsonResponse
-from store.native import BatchError, BatchErrorCode
-from store.status import EncodedItems
+from store import BatchError, BatchErrorCode, EncodedItems
 
 if TYPE_CHECKING:
     from app.routes_produce import Producer

@@ -23,7 +23,7 @@ import orjson
 
 from app.problems import ProblemError
 from app.strict_json import duplicate_name
-from store.message import (
+from store import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -33,9 +33,9 @@ from store.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
+    level_for_delay_ms,
     properties_are_encodable,
 )
-from store.schedule_message_service import level_for_delay_ms
 
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
 FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})

@@ -43,7 +43,7 @@ def router(broker: Broker) -> APIRouter:
     )
     async def cleanup() -> Response:
         running()
-        now_ms = store.clock.now_ms()
+        now_ms = store.now_ms()
         store.execute_delete_files_manually()
         # Not the store's reply: it reads the rounds back after waking the cleanup thread, which may
         # already have used one (19 instead of 20). What was granted is the configured count, from now.

@@ -19,8 +19,7 @@ from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
 from app.strict_json import StrictJsonRoute
-from store.errors import StoreNotRunning
-from store.message import topic_problem
+from store import StoreNotRunning, topic_problem
 
 # Most commits one request may carry.
 MAX_COMMITS_PER_REQUEST = 10_000
@@ -35,7 +34,6 @@ def check_group(group: str) -> None:
 def router(broker: Broker) -> APIRouter:
     api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
     store = broker.store
-    offsets = store.consumer_offset_manager
 
     @api.put(
         "/v1/groups/{group}/offsets",
@@ -66,7 +64,7 @@ def router(broker: Broker) -> APIRouter:
                 raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
         # One durable log record for the whole request, written in the pool (blocking file I/O).
         try:
-            await broker.run(offsets.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
+            await broker.run(store.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
         except OSError as exc:
             raise ProblemError("STORE_WRITE_FAILED", f"the offsets could not be recorded durably: {exc}") from exc
         except StoreNotRunning as exc:
@@ -84,7 +82,7 @@ def router(broker: Broker) -> APIRouter:
         topic_config = broker.topic_config(topic)
         queues = []
         for q in range(topic_config.read_queue_nums):
-            committed = offsets.query_offset(group, topic, q)
+            committed = store.query_offset(group, topic, q)
             min_offset = store.get_min_offset_in_queue(topic, q)
             max_offset = store.get_max_offset_in_queue(topic, q)
             lag = max_offset - max(committed, min_offset)

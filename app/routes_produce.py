@@ -33,8 +33,7 @@ from app.produce_packed import packable, serve_packed
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
 from app.query import strict_query
 from app.responses import JsonResponse, docs
-from store import BrokerRole, FlushDiskType, build_message
-from store.message import PROPERTY_UNIQ_KEY
+from store import PROPERTY_UNIQ_KEY, BrokerRole, FlushDiskType, build_message
 
 # Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
 FLUSH_WAIT_SLACK_S = 1.0

@@ -33,8 +33,7 @@ from app.problems import ProblemError
 from app.produce_parse import has_control
 from app.query import strict_query
 from app.responses import BATCH_MEDIA_TYPE, docs
-from store import GetMessageStatus, TagFilter
-from store.message import tags_hash, topic_problem
+from store import GetMessageStatus, TagFilter, tags_hash, topic_problem
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -207,7 +206,7 @@ class Puller:
         if offset is None:
             if group is None:
                 raise ProblemError("OFFSET_INVALID", "give offset, or group to start from its committed offset")
-            offset = self.store.consumer_offset_manager.query_offset(group, topic, queue_id)
+            offset = self.store.query_offset(group, topic, queue_id)
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
         batch = BATCH_MEDIA_TYPE in request.headers.get("accept", "")

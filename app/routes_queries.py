@@ -18,7 +18,7 @@ from app.models import Message, QueryResult, QueueOffset
 from app.params import OffsetMsgIdPath, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
-from store.message import decode_offset_msg_id
+from store import decode_offset_msg_id
 
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # Largest timestamp accepted (int64 milliseconds).

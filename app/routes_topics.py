@@ -34,7 +34,6 @@ def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[
 def router(broker: Broker) -> APIRouter:
     api = APIRouter(tags=["topics"], route_class=StrictJsonRoute)
     store = broker.store
-    manager = store.topic_config_manager
     config = broker.config
 
     def queue_offsets(topic: str, queues: int) -> list[dict[str, int]]:
@@ -62,13 +61,13 @@ def router(broker: Broker) -> APIRouter:
         queues = spec.queues if spec.queues is not None else config.default_topic_queue_nums
         if not 1 <= queues <= config.max_topic_queue_nums:
             raise ProblemError("QUEUE_COUNT_INVALID", f"queues must be in 1..{config.max_topic_queue_nums}")
-        existed = manager.get(topic) is not None
-        config_now = await broker.run(manager.create_or_update, topic, queues, spec.perm)
+        existed = store.topic_config(topic) is not None
+        config_now = await broker.run(store.create_or_update_topic, topic, queues, spec.perm)
         return JsonResponse(topic_json(config_now, queue_offsets(topic, config_now.read_queue_nums)), 200 if existed else 201)
 
     @api.get("/v1/topics", operation_id="listTopics", summary="List the topics", responses=docs(TopicList, 200))
     async def list_topics() -> Response:
-        topics = sorted(manager.all(), key=lambda c: c.topic_name)
+        topics = sorted(store.topic_configs(), key=lambda c: c.topic_name)
         return JsonResponse({"topics": [topic_json(c) for c in topics]})
 
     @api.get(

@@ -42,7 +42,7 @@ from app.open_files import fit_descriptors
 from app.problems import ProblemError, StartRefused, problem_response
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
-from store.errors import StoreLocked
+from store import StoreLocked
 
 log = logging.getLogger("tidemq.app")
 API_VERSION = "1.0.0"

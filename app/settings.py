@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha import HASettings
-from store import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.errors import ConfigInvalid
-from store.setting import check_fields, setting
+from store import BrokerRole, ConfigInvalid, FlushDiskType, MessageStoreConfig, check_fields, setting
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

@@ -15,8 +15,7 @@ from typing import Any
 
 from app.settings import BrokerSettings
 from ha import HASettings
-from store import MessageStoreConfig
-from store.setting import BOUNDS_KEY, Bounds, declared_settings
+from store import BOUNDS_KEY, Bounds, MessageStoreConfig, declared_settings
 
 TABLES: tuple[tuple[str, type], ...] = (("broker", BrokerSettings), ("store", MessageStoreConfig), ("ha", HASettings))
 HEADER = """# Settings

@@ -19,6 +19,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.problems import StartRefused, problem_response
+from store import MessageStore
 
 # Paths served while the store loads.
 SERVED_WHILE_STARTING = frozenset({"/healthz", "/readyz"})
@@ -44,7 +45,7 @@ def bind_listener(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def recovery_progress(store: Any) -> dict[str, Any]:
+def recovery_progress(store: MessageStore) -> dict[str, Any]:
     """The store's recovery progress: phase, bytes scanned and bytes to scan."""
     return dict(store.recovery_progress())
 

@@ -14,7 +14,7 @@ from ha.group_transfer_service import GroupTransferService
 from ha.ha_client import HAClient
 from ha.ha_service import HAService
 from ha.settings import HASettings, add_cli_arguments, from_args
-from store import BrokerRole, DefaultMessageStore
+from store import BrokerRole, MessageStore
 
 __all__ = ["HAClient", "HAError", "HANode", "HAService", "HASettings", "HAStartFailed", "add_cli_arguments", "attach", "from_args"]
 
@@ -104,7 +104,7 @@ class HANode:
         return rows
 
 
-def attach(store: DefaultMessageStore, settings: HASettings) -> HANode | None:
+def attach(store: MessageStore, settings: HASettings) -> HANode | None:
     """Register the replication services with a loaded-or-not, not yet started store.
 
     Returns None for a standalone broker. A master listens on its HA port before this
@@ -117,7 +117,7 @@ def attach(store: DefaultMessageStore, settings: HASettings) -> HANode | None:
         return None
     if settings.role == "slave":
         client = HAClient(store, settings)
-        store.extra_services.append(client)
+        store.register_service(client)
         return HANode(settings, client=client)
     service = HAService(store, settings)
     if store.config.broker_role is BrokerRole.SYNC_MASTER:
@@ -125,8 +125,8 @@ def attach(store: DefaultMessageStore, settings: HASettings) -> HANode | None:
             store.config.sync_flush_timeout_ms, settings.max_pending_transfers, service.slave_ok, service.wakeup_writers
         )
         service.transfer = transfer
-        store.replication_waiter = transfer.waiter
-        store.extra_services.append(transfer)
+        store.set_replication_waiter(transfer.waiter)
+        store.register_service(transfer)
     service.bind()
-    store.extra_services.append(service)
+    store.register_service(service)
     return HANode(settings, service=service)

@@ -1,6 +1,6 @@
 """GroupTransferService: holds SYNC_MASTER puts until a slave has acknowledged their bytes.
 
-The store calls `waiter(end_offset)` for each stored put (store.replication_waiter). The
+The store calls `waiter(end_offset)` for each stored put (MessageStore.set_replication_waiter). The
 answer is, in this order:
 - None (answer now) when a slave already acknowledged past `end_offset`;
 - a done future SLAVE_NOT_AVAILABLE when no slave is streaming or the best slave is more
@@ -26,8 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from store import PutMessageStatus
-from store.service_thread import ServiceThread
+from store import PutMessageStatus, ServiceThread
 
 log = logging.getLogger("tidemq.ha")
 

@@ -26,8 +26,7 @@ from ha.errors import ConnectionLost, HandshakeRefused, ProtocolViolation
 from ha.protocol import FRAME_HEADER, MESSAGE_OVERHEAD_BYTES, REPORT, VERSION, Channel, Hello, Verdict, log_crc, read_reply
 from ha.settings import HASettings, parse_address
 from ha.topic_sync import KIND_TOPICS, apply_topics
-from store import DefaultMessageStore
-from store.service_thread import ServiceThread
+from store import MessageStore, ServiceThread
 
 log = logging.getLogger("tidemq.ha")
 
@@ -37,7 +36,7 @@ HALTED_WAIT_MS = 1_000
 
 
 class HAClient(ServiceThread):
-    def __init__(self, store: DefaultMessageStore, settings: HASettings) -> None:
+    def __init__(self, store: MessageStore, settings: HASettings) -> None:
         super().__init__("HAClient")
         assert settings.master_ha_address, "a slave needs the master's HA address"
         self.store = store
@@ -114,7 +113,7 @@ class HAClient(ServiceThread):
         if self.settings.master_http_address is None:
             self.master_http_address = reply.http_address
         self.master_max_offset = reply.master_max_offset
-        own_end = self.store.commit_log.get_max_offset()
+        own_end = self.store.commit_log_max_offset()
         if reply.start_offset != own_end:
             raise HandshakeRefused(
                 Verdict.INCOMPATIBLE.name,
@@ -131,8 +130,7 @@ class HAClient(ServiceThread):
         return True
 
     def _hello(self) -> Hello:
-        cl = self.store.commit_log
-        end = cl.get_max_offset()
+        end = self.store.commit_log_max_offset()
         file_size = self.store.config.mapped_file_size_commit_log_bytes
         if end == 0:
             return Hello(VERSION, file_size, 0, 0, 0, 0)
@@ -147,21 +145,20 @@ class HAClient(ServiceThread):
         header = bytearray(FRAME_HEADER.size)
         header_view = memoryview(header)
         buffer = memoryview(self._buffer)
-        commit_log = self.store.commit_log
+        store = self.store
         while not self.is_stopped():
             channel.recv_into(header_view)
             offset, length = FRAME_HEADER.unpack(header)
             if length > 0:
                 if length > self.max_frame_bytes:
                     raise ProtocolViolation(f"frame of {length} bytes, more than the {self.max_frame_bytes} this slave accepts")
-                end = commit_log.get_max_offset()
+                end = store.commit_log_max_offset()
                 if offset != end:
                     raise ProtocolViolation(f"frame at offset {offset} but this slave's log ends at {end}")
                 body = buffer[:length]
                 channel.recv_into(body)
-                if not commit_log.append_data(offset, body):
+                if not store.append_replicated_data(offset, body):
                     raise ProtocolViolation(f"could not append {length} bytes at {offset}")
-                self.store.reput_service.wakeup()
                 self.frames_total += 1
                 self.bytes_total += length
                 self.master_max_offset = max(self.master_max_offset, offset + length)
@@ -187,7 +184,7 @@ class HAClient(ServiceThread):
             log.warning("ignoring an unknown control frame from the master")
 
     def _report(self, channel: Channel) -> None:
-        offset = self.store.commit_log.get_max_offset()
+        offset = self.store.commit_log_max_offset()
         channel.send(REPORT.pack(offset))
         self.reported_offset = offset
         self._last_report = time.monotonic()
@@ -204,7 +201,7 @@ class HAClient(ServiceThread):
         self._close()
 
     def status(self) -> dict[str, Any]:
-        own_end = self.store.commit_log.get_max_offset()
+        own_end = self.store.commit_log_max_offset()
         return {
             "role": "slave",
             "peer_address": self.settings.master_ha_address,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ha.errors import ConnectionLost, ProtocolViolation
 from ha.protocol import FRAME_HEADER, HELLO, REPORT, Channel, Hello, Verdict, control_frame, whole_messages_length
 from ha.topic_sync import topic_snapshot, topics_payload
-from store.service_thread import ServiceThread
+from store import ServiceThread
 
 if TYPE_CHECKING:
     from ha.ha_service import HAService
@@ -76,7 +76,7 @@ class HAConnection:
         self.writer.shutdown()
 
     def status(self) -> dict[str, object]:
-        master_max = self.service.store.commit_log.get_max_offset()
+        master_max = self.service.store.commit_log_max_offset()
         return {
             "address": self.address,
             "state": self.state.lower(),
@@ -130,14 +130,14 @@ class _ReadSocketService(ServiceThread):
         conn = self.conn
         buf = bytearray(REPORT.size)
         view = memoryview(buf)
-        commit_log = conn.service.store.commit_log
+        store = conn.service.store
         while not self.is_stopped() and not conn.is_closed():
             conn.channel.recv_into(view)
             (offset,) = REPORT.unpack(buf)
             conn.last_report_at = time.monotonic()
-            if offset < conn.acked_offset or offset > commit_log.get_max_offset():
+            if offset < conn.acked_offset or offset > store.commit_log_max_offset():
                 raise ProtocolViolation(
-                    f"slave reported offset {offset} (previous {conn.acked_offset}, master end {commit_log.get_max_offset()})"
+                    f"slave reported offset {offset} (previous {conn.acked_offset}, master end {store.commit_log_max_offset()})"
                 )
             if offset != conn.acked_offset:
                 conn.acked_offset = offset
@@ -165,7 +165,6 @@ class _WriteSocketService(ServiceThread):
         conn = self.conn
         service = conn.service
         store = service.store
-        commit_log = store.commit_log
         cfg = store.config
         heartbeat_s = cfg.ha_send_heartbeat_interval_ms / 1000.0
         topic_interval_s = service.settings.topic_sync_interval_ms / 1000.0
@@ -178,7 +177,7 @@ class _WriteSocketService(ServiceThread):
             now = time.monotonic()
             # A topic created since the last check (auto-create before a put) is sent before its data;
             # the manager's version tells without building the table on every pass.
-            version = store.topic_config_manager.version
+            version = store.topic_table_version()
             if version != version_sent or now >= next_topic_check:
                 topics = topic_snapshot(store)
                 if topics != topics_sent:
@@ -191,20 +190,20 @@ class _WriteSocketService(ServiceThread):
                 last_send = time.monotonic()
                 continue
             if time.monotonic() - last_send >= heartbeat_s:
-                conn.channel.send(FRAME_HEADER.pack(commit_log.get_max_offset(), 0))
+                conn.channel.send(FRAME_HEADER.pack(store.commit_log_max_offset(), 0))
                 last_send = time.monotonic()
             self.wait_for_running(poll_ms)
 
     def _send_available(self, batch_bytes: int) -> bool:
         """Send every whole message readable past `sent_offset`; True when anything was sent."""
         conn = self.conn
-        cl = conn.service.store.commit_log
+        store = conn.service.store
         sent_any = False
-        while not conn.is_closed() and conn.sent_offset < cl.get_max_offset():
+        while not conn.is_closed() and conn.sent_offset < store.commit_log_max_offset():
             offset = conn.sent_offset
-            res = cl.get_data(offset)
+            res = store.commit_log_view(offset)
             if res is None:
-                min_offset = cl.get_min_offset()
+                min_offset = store.commit_log_min_offset()
                 if offset < min_offset:
                     raise ConnectionLost(f"the slave needs offset {offset}, below the master's first offset {min_offset} (files deleted)")
                 return sent_any  # the next file is being created; try again after the poll

@@ -33,16 +33,14 @@ from ha.group_transfer_service import GroupTransferService
 from ha.ha_connection import HAConnection
 from ha.protocol import VERSION, Hello, Reply, Verdict, log_crc
 from ha.settings import HASettings
-from store import DefaultMessageStore
-from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
-from store.service_thread import ServiceThread
+from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageStore, ServiceThread
 
 log = logging.getLogger("tidemq.ha")
 _MAGIC_AT = struct.Struct(">iI")
 
 
 class HAService(ServiceThread):
-    def __init__(self, store: DefaultMessageStore, settings: HASettings, transfer: GroupTransferService | None = None) -> None:
+    def __init__(self, store: MessageStore, settings: HASettings, transfer: GroupTransferService | None = None) -> None:
         super().__init__("HAAcceptService")
         self.store = store
         self.settings = settings
@@ -134,8 +132,8 @@ class HAService(ServiceThread):
     def judge(self, hello: Hello, address: str) -> Reply:
         """The verdict on a slave's HELLO (see the module docstring)."""
         verdict, start, reason = self._verdict(hello)
-        cl = self.store.commit_log
-        reply = Reply(verdict, max(0, cl.get_min_offset()), cl.get_max_offset(), start, self.settings.advertised_http_address, reason)
+        first, end = self.store.commit_log_min_offset(), self.store.commit_log_max_offset()
+        reply = Reply(verdict, first, end, start, self.settings.advertised_http_address, reason)
         if verdict is not Verdict.ACCEPT:
             self.refused_total += 1
             self.last_refusal = {"address": address, "verdict": verdict.name, "reason": reason, "at_ms": int(time.time() * 1000)}
@@ -143,9 +141,8 @@ class HAService(ServiceThread):
         return reply
 
     def _verdict(self, hello: Hello) -> tuple[Verdict, int, str]:
-        cl = self.store.commit_log
-        master_min = max(0, cl.get_min_offset())
-        master_max = cl.get_max_offset()
+        master_min = self.store.commit_log_min_offset()
+        master_max = self.store.commit_log_max_offset()
         file_size = self.store.config.mapped_file_size_commit_log_bytes
         slave_max = hello.max_offset
         if hello.version != VERSION:
@@ -187,7 +184,7 @@ class HAService(ServiceThread):
     def status(self) -> dict[str, Any]:
         streaming = self.streaming()
         best = self.acked_offset()
-        master_max = self.store.commit_log.get_max_offset()
+        master_max = self.store.commit_log_max_offset()
         refusal = self.last_refusal
         diverged = bool(refusal and refusal["verdict"] == Verdict.DIVERGED.name and refusal["at_ms"] > self._last_accept_time * 1000)
         return {

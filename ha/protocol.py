@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ha.errors import ConnectionLost, ProtocolViolation
-from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 VERSION = 1
 HELLO = struct.Struct(">4sHqqqiI")

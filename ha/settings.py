@@ -17,9 +17,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from store import BrokerRole, MessageStoreConfig
-from store.errors import ConfigInvalid
-from store.setting import check_fields, setting
+from store import BrokerRole, ConfigInvalid, MessageStoreConfig, check_fields, setting
 
 ROLES = ("standalone", "master", "slave")
 REPLICATION_MODES = ("async", "sync")

@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from store import DefaultMessageStore, StoreError, TopicConfig
+from store import MessageStore, StoreError, TopicConfig
 
 log = logging.getLogger("tidemq.ha")
 
 KIND_TOPICS = "topics"
 
 
-def topic_snapshot(store: DefaultMessageStore) -> list[TopicConfig]:
-    return store.topic_config_manager.all()
+def topic_snapshot(store: MessageStore) -> list[TopicConfig]:
+    return store.topic_configs()
 
 
 def topics_payload(topics: list[TopicConfig]) -> dict[str, Any]:
@@ -31,9 +31,8 @@ def topics_payload(topics: list[TopicConfig]) -> dict[str, Any]:
     }
 
 
-def apply_topics(store: DefaultMessageStore, payload: dict[str, Any]) -> int:
+def apply_topics(store: MessageStore, payload: dict[str, Any]) -> int:
     """Mirror the master's topic table; returns how many entries changed. Bad entries are skipped and logged."""
-    manager = store.topic_config_manager
     wanted: dict[str, tuple[int, str]] = {}
     for entry in payload.get("topics", []):
         try:
@@ -42,16 +41,16 @@ def apply_topics(store: DefaultMessageStore, payload: dict[str, Any]) -> int:
             log.warning("ignoring a malformed topic entry from the master: %r", entry)
     changed = 0
     for name, (queues, perm) in wanted.items():
-        current = manager.get(name)
+        current = store.topic_config(name)
         if current is not None and current.write_queue_nums == queues and current.perm == perm:
             continue
         try:
-            manager.create_or_update(name, queues, perm)
+            store.create_or_update_topic(name, queues, perm)
             changed += 1
         except (StoreError, ValueError, OSError) as exc:  # a name or queue count this slave's settings refuse
             log.warning("cannot mirror topic %r from the master: %s", name, exc)
-    for current in manager.all():
+    for current in store.topic_configs():
         if current.topic_name not in wanted:
-            manager.delete(current.topic_name)
+            store.delete_topic_config(current.topic_name)
             changed += 1
     return changed

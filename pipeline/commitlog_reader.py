@@ -1,7 +1,7 @@
 """Offline walk over a commitlog directory, without a broker and without Spark.
 
 A commitlog directory holds files named by the 20-digit commitlog offset of their
-first byte. Each file is walked from its start with `store.message_codec.check_message`,
+first byte. Each file is walked from its start with `store.check_message`,
 the same check recovery uses, and stops where recovery would stop reading it:
 
 - at a blank end marker (BLANK_MAGIC_CODE): the rest of the file is padding;
@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from store.message_codec import DecodeOutcome, check_message
+from store import DecodeOutcome, check_message
 
 COMMITLOG_DIR_NAME = "commitlog"
 FILE_NAME_DIGITS = 20  # commitlog files are named by a zero-padded 20-digit start offset

@@ -8,7 +8,7 @@ are retried a bounded number of times, then raise `BrokerUnavailable`.
 Invariants: a produce is only retried when the broker cannot have stored it (the
 connection was refused, or it answered a 503 code that means nothing was written), so a
 retry never duplicates a message the broker acknowledged; a pull returns the stored bytes
-untouched (decode them with `store.message_codec.iter_messages`).
+untouched (decode them with `store.iter_messages`).
 """
 
 from __future__ import annotations

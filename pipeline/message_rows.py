@@ -19,8 +19,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from store.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, decode_properties, offset_msg_id, split_keys
-from store.message_codec import HEADER, HEADER_BYTES, POS_BODY_LENGTH, PROPERTIES_LENGTH
+from store import (
+    HEADER,
+    HEADER_BYTES,
+    POS_BODY_LENGTH,
+    PROPERTIES_LENGTH,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+    offset_msg_id,
+    split_keys,
+)
 
 SCHEMA_DDL = (
     "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, msg_id string, "

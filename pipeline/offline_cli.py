@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import orjson
 
 from pipeline.commitlog_reader import CommitLogFile, CommitLogReadError, FileScan, FileWalk, StopReason, list_commitlog_files
-from store.message_codec import decode_message
+from store import decode_message
 
 EXIT_OK = 0
 EXIT_DAMAGED = 1

@@ -36,7 +36,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Long
 from pipeline.errors import BrokerProblem, OptionInvalid, RowInvalid
 from pipeline.http_client import MAX_PRODUCE_BATCH, BrokerClient, ClientSettings, batch_item, check_url, encode_body
 from pipeline.options import get_option, int_option
-from store.message import new_uniq_key
+from store import new_uniq_key
 
 DEFAULT_BATCH_MESSAGES = 500  # messages per produce request
 DEFAULT_MAX_BATCH_BYTES = 8 * 1024 * 1024  # body bytes per produce request (the broker takes 32 MiB of JSON)

@@ -50,7 +50,7 @@ class CleanConsumeQueueService(PeriodicPassService):
             now = self.clock.now_ms()
             pending = False
             deleted_cq = 0
-            for cq in store._all_consume_queues():
+            for cq in store.all_consume_queues():
                 n = cq.delete_expired_files(min_offset, cfg.destroy_mapped_file_interval_forcibly_ms, now)
                 deleted_cq += n
                 first = cq.mapped_file_queue.get_first_mapped_file()

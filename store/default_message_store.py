@@ -1,4 +1,7 @@
-"""DefaultMessageStore: the store's one entry point (docs/store-api.md is its contract).
+"""DefaultMessageStore: the store's one implementation of MessageStore (store/message_store.py,
+docs/store-api.md). Parts live in their own modules: the lock file (store/lock_file.py), recovery
+at load (store/store_recovery.py), the flush and slave waits of a put (store/put_durability.py),
+key queries (store/key_query.py) and the status report (store/store_report.py).
 
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
@@ -43,13 +46,11 @@ neither a lagging dispatch nor a recovery brings them back into a re-created top
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from store import native
@@ -59,7 +60,7 @@ from store.clean_commit_log_service import CleanCommitLogService
 from store.clean_consume_queue_service import CleanConsumeQueueService
 from store.clock import SYSTEM_CLOCK, Clock
 from store.commit_log import BatchHead, CommitLog
-from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
+from store.commit_log_recovery import RecoveryProgress
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
@@ -67,23 +68,30 @@ from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.deleted_topic_table import DeletedTopicTable
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
-from store.errors import StoreLocked, StoreNotRunning
+from store.errors import StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
-from store.group_commit_service import GroupCommitRequest, GroupCommitService
+from store.get_message_result import GetMessageResult, TagFilter
+from store.group_commit_service import GroupCommitService
 from store.index_service import IndexService
+from store.key_query import query_message
 from store.lazy_mapped_file import MappingBudget
-from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, split_keys, topic_problem
+from store.lock_file import StoreLockFile
+from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
 from store.message_getter import MessageGetter
+from store.message_store import CommitLogView, ReplicationWaiter
 from store.native import CheckedBatch
+from store.put_durability import PutDurability, as_future
 from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
+from store.store_recovery import recover_store
+from store.store_report import degraded_reasons, runtime_info
 from store.store_stats_service import StoreStatsService
-from store.topic_config_manager import TopicConfigManager
+from store.topic_config_manager import TopicConfig, TopicConfigManager
 from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -91,7 +99,6 @@ log = logging.getLogger("tidemq.store")
 DELETED_DIR_PREFIX = ".deleted."
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
-ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
 
 
 class DefaultMessageStore:
@@ -127,13 +134,14 @@ class DefaultMessageStore:
             config.message_index_uniq_key_enable,
         )
         self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
-        self.reput_service.trim = self._trim_mappings
+        self.reput_service.trim = self.trim_mappings
         self.reput_service.on_no_space = self._on_no_space
         self.flush_service: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service = GroupCommitService(self.commit_log, config.max_group_commit_requests, self._on_commit_log_flushed)
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, config, self._on_commit_log_flushed)
+        self.durability = PutDurability(config, self.flush_service)
         self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) if self.transient_store_pool else None
         if self.commit_service is not None:
             self.commit_service.on_committed = self.reput_service.wakeup  # committed bytes become dispatchable
@@ -142,13 +150,12 @@ class DefaultMessageStore:
         self.validator = PutValidator(self)
         self.getter = MessageGetter(self)
         self.extra_services: list[ServiceThread] = []  # schedule, cleanup, HA: started after the core
-        self.replication_waiter: ReplicationWaiter | None = None  # set by ha/ on a SYNC_MASTER
         self.disk_full = False  # set by the cleanup service past the warning ratio
         self.last_exit_ok = True
         self.loaded = False
         self._running = False
         self._shutdown_done = False
-        self._lock_fd: int | None = None
+        self._lock_file = StoreLockFile(config.store_path_root_dir, config.lock_path())
         self._ready_offset = 0
         self._recovery_progress = RecoveryProgress()
         # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
@@ -180,13 +187,13 @@ class DefaultMessageStore:
             self._load_topic_configs()
             self.deleted_topics.load()  # before recovery: re-dispatch must drop deleted topics' messages
             self.consumer_offset_manager.load()
-            self._recover()
+            self._ready_offset = recover_store(self, self._recovery_progress)
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
         except BaseException:
-            self._release_lock_file()
+            self._lock_file.release()
             raise
         self.flush_consume_queue_service = FlushConsumeQueueService(
-            cfg, self._all_consume_queues, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
+            cfg, self.all_consume_queues, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
         )
         self.loaded = True
         return True
@@ -197,26 +204,7 @@ class DefaultMessageStore:
 
     def lock(self) -> None:
         """Take the store directory's lock file (StoreLocked when another process holds it); load() calls it too."""
-        if self._lock_fd is None:
-            os.makedirs(self.config.store_path_root_dir, exist_ok=True)
-            self._acquire_lock_file()
-
-    def _acquire_lock_file(self) -> None:
-        fd = os.open(self.config.lock_path(), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreLocked(f"{self.config.store_path_root_dir} is used by another process (lock file held)") from exc
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
-
-    def _release_lock_file(self) -> None:
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._lock_file.acquire()
 
     def _load_consume_queues(self) -> bool:
         root = self.config.consume_queue_dir()
@@ -239,69 +227,9 @@ class DefaultMessageStore:
                 self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
         return True
 
-    def _recover(self) -> None:
-        assert self.checkpoint is not None
-        progress = self._recovery_progress
-        progress.begin("recovering consume queues", 0)
-        for cq in self._all_consume_queues():
-            cq.recover()
-            self._trim_mappings()
-        # The index may end before the checkpoint's file (its newest files were dropped after a
-        # crash): dispatch must start where the surviving index really ends.
-        rebuild_from: int | None = None
-        if self.config.message_index_enable and self.index_service.dropped_files:
-            index_end = self.index_service.end_phy_offset()
-            rebuild_from = index_end if index_end is not None else 0
-            log.warning(
-                "%d index file(s) dropped after the crash; rebuilding the index from offset %d",
-                self.index_service.dropped_files,
-                rebuild_from,
-            )
-        if self.last_exit_ok:
-            scan = recover_normally(self.commit_log, self.config.recover_clean_shutdown_files, progress)
-        else:
-            log.warning("the store did not shut down cleanly; recovering from the checkpoint")
-            scan = recover_abnormally(self.commit_log, self.checkpoint, rebuild_from, progress)
-            rebuild_from = scan.start if rebuild_from is None else min(rebuild_from, scan.start)  # re-dispatch it all
-        end = scan.end
-        lower_high_water_marks(scan, self.commit_log, self.index_service, self.checkpoint)
-        min_offset = max(0, self.commit_log.get_min_offset())
-        for cq in self._all_consume_queues():
-            if cq.max_physic_offset > end:
-                cq.truncate_dirty_logic_files(end)
-            cq.correct_min_offset(min_offset)
-            self._trim_mappings()
-        # Dispatch what the queues and the index lack (they may trail the log after a crash).
-        start = max([cq.max_physic_offset for cq in self._all_consume_queues()] + [min_offset])
-        if rebuild_from is not None:
-            start = min(start, max(rebuild_from, min_offset))
-        self.reput_service.reput_from_offset = first = min(start, end)
-        progress.begin("dispatching", end - first)
-        self.reput_service.on_progress = lambda offset: progress.advance(offset - first)
-        try:
-            caught_up = self.reput_service.do_reput()
-        finally:
-            self.reput_service.on_progress = None
-        progress.advance(progress.total_bytes)
-        self._recover_topic_queue_table()
-        self._ready_offset = end
-        progress.phase = "recovered"
-        log.info("store recovered: commitlog [%d, %d), %d messages re-dispatched", min_offset, end, caught_up)
-        if self.commit_log.damaged_ranges:
-            log.error(
-                "the commitlog has %d damaged range(s), %d bytes in all, skipped by dispatch and reads: %s",
-                len(self.commit_log.damaged_ranges), self.commit_log.damaged_bytes(), list(self.commit_log.damaged_ranges),
-            )  # fmt: skip
-
     def recovery_progress(self) -> dict[str, object]:
         """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
         return self._recovery_progress.snapshot()
-
-    def _recover_topic_queue_table(self) -> None:
-        table: dict[tuple[str, int], int] = {}
-        for cq in self._all_consume_queues():
-            table[(cq.topic, cq.queue_id)] = cq.get_max_offset_in_queue()
-        self.commit_log.topic_queue_table = table
 
     def start(self) -> None:
         if not self.loaded:
@@ -342,12 +270,12 @@ class DefaultMessageStore:
         self.consumer_offset_flush_service.shutdown()
         if self.loaded:
             self._close_files(clean=was_running)
-        self._release_lock_file()
+        self._lock_file.release()
 
     def _close_files(self, clean: bool) -> None:
         assert self.checkpoint is not None
         self.commit_log.flush(0)
-        for cq in self._all_consume_queues():
+        for cq in self.all_consume_queues():
             cq.flush(0)
         self.index_service.flush()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
@@ -355,7 +283,7 @@ class DefaultMessageStore:
         self.consumer_offset_manager.persist()
         self.consumer_offset_manager.close()
         self.commit_log.shutdown()
-        for cq in self._all_consume_queues():
+        for cq in self.all_consume_queues():
             cq.shutdown()
         self.index_service.shutdown()
         self.checkpoint.shutdown()
@@ -367,18 +295,14 @@ class DefaultMessageStore:
             except FileNotFoundError:
                 pass
 
-    @property
-    def _answer_at_once(self) -> bool:
-        """True when a put is answered without waiting for a flush or a slave."""
-        return self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH and not (
-            self.config.broker_role is BrokerRole.SYNC_MASTER and self.replication_waiter is not None
-        )
-
     def is_running(self) -> bool:
         return self._running
 
     def is_ready(self) -> bool:
         return self._running and self.reput_service.reput_from_offset >= self._ready_offset
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
 
     # Putting -------------------------------------------------------------------------
 
@@ -387,22 +311,13 @@ class DefaultMessageStore:
 
     def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
         result, waiter = self._append(msgs)
-        return result if waiter is None else self._wait(result, waiter)
-
-    def _wait(self, result: PutMessageResult, waiter: concurrent.futures.Future[PutMessageResult] | None) -> PutMessageResult:
-        if waiter is None:
-            return result
-        timeout = self.config.sync_flush_timeout_ms / 1000.0 + 1.0
-        try:
-            return waiter.result(timeout)
-        except concurrent.futures.TimeoutError:
-            return PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, items=result.items, detail="stored, not confirmed durable")
+        return self.durability.wait(result, waiter)
 
     def put_message_future(self, msg: MessageInner) -> concurrent.futures.Future[PutMessageResult]:
         return self.put_messages_future((msg,))
 
     def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]:
-        return _as_future(*self._append(msgs))
+        return as_future(*self._append(msgs))
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
         """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
@@ -420,7 +335,7 @@ class DefaultMessageStore:
     ) -> concurrent.futures.Future[PutMessageResult]:
         """Append a checked batch to one queue as it came: every message gets `topic`, `queue_id`,
         sys flag 0 and the put's time as born and store time; its items are EncodedItems."""
-        return _as_future(*self._append_batch(topic, queue_id, batch, born_host))
+        return as_future(*self._append_batch(topic, queue_id, batch, born_host))
 
     def _append_batch(
         self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes
@@ -453,56 +368,10 @@ class DefaultMessageStore:
             return result, None
         size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items)
         self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
-        waiter = None if result.status is not PutMessageStatus.PUT_OK or self._answer_at_once else self._durability_waiter(result)
+        waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
         self.reput_service.dispatch_now()
         return result, waiter
-
-    def _durability_waiter(self, result: PutMessageResult) -> concurrent.futures.Future[PutMessageResult] | None:
-        """A future for the flush and slave waits, or None when the put is answered now."""
-        need_slave = self.config.broker_role is BrokerRole.SYNC_MASTER and self.replication_waiter is not None
-        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
-            # ASYNC_FLUSH does not wake the flusher per put (RocketMQ does): under the GIL a
-            # thread hand-off per put costs more than it gains; the flush interval bounds the delay.
-            if not need_slave:
-                return None
-            return self._chain_slave(result)
-        request = GroupCommitRequest(result.end_offset)
-        assert isinstance(self.flush_service, GroupCommitService)
-        self.flush_service.put_request(request)
-        outer: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
-
-        def flushed(f: concurrent.futures.Future[PutMessageStatus]) -> None:
-            status = f.result()
-            if status is not PutMessageStatus.PUT_OK:
-                outer.set_result(PutMessageResult(status, items=result.items, detail="stored, not confirmed durable"))
-            elif need_slave:
-                self._chain_slave(result, outer)
-            else:
-                outer.set_result(result)
-
-        request.future.add_done_callback(flushed)
-        return outer
-
-    def _chain_slave(
-        self, result: PutMessageResult, outer: concurrent.futures.Future[PutMessageResult] | None = None
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        out = outer if outer is not None else concurrent.futures.Future()
-        assert self.replication_waiter is not None
-        waiter = self.replication_waiter(result.end_offset)
-        if waiter is None:
-            out.set_result(result)
-            return out
-
-        def replicated(f: concurrent.futures.Future[PutMessageStatus]) -> None:
-            status = f.result()
-            if status is PutMessageStatus.PUT_OK:
-                out.set_result(result)
-            else:
-                out.set_result(PutMessageResult(status, items=result.items, detail="stored on the master, not confirmed on a slave"))
-
-        waiter.add_done_callback(replicated)
-        return out
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:
         if self.checkpoint is not None and store_timestamp > self.checkpoint.physic_msg_timestamp:
@@ -526,7 +395,7 @@ class DefaultMessageStore:
                 return None
             return self._find_or_create_locked(topic, queue_id)
 
-    def _trim_mappings(self) -> None:
+    def trim_mappings(self) -> None:
         """Unmap cold consume-queue files past the budget (dispatch thread, or the loader before start)."""
         if self.mapping_budget.over():
             self.mapping_budget.trim()
@@ -538,23 +407,14 @@ class DefaultMessageStore:
             log.error("no disk space for %s: refusing puts (DISK_FULL) until space is freed", path)
         self.clean_commit_log_service.wakeup()
 
-    def degraded_reasons(self) -> list[str]:
-        """What keeps the store from serving normally now; empty when healthy (readiness follows it)."""
-        reasons: list[str] = []
-        if self.disk_full or self.space_exhausted:
-            reasons.append("disk full")
-        failure = self.reput_service.failure
-        if failure:
-            reasons.append(f"dispatch failing: {failure}")
-        else:
-            lag = self.reput_service.behind()
-            if lag > self.config.max_dispatch_lag_bytes:
-                reasons.append(f"dispatch behind by {lag} bytes")
-        return reasons
-
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
         """`listener(topic, queue_id, logic_offset_after, tags_codes)` once per queue a dispatch pass extended."""
         self.bulk_dispatch.listeners.append(listener)
+
+    def register_service(self, service: ServiceThread) -> None:
+        if self._running:
+            raise RuntimeError(f"register {service.name} before the store starts")
+        self.extra_services.append(service)
 
     # Consume queues ------------------------------------------------------------------
 
@@ -588,7 +448,7 @@ class DefaultMessageStore:
             self.consume_queue_table = {**self.consume_queue_table, topic: queues}
         return cq
 
-    def _all_consume_queues(self) -> list[ConsumeQueue]:
+    def all_consume_queues(self) -> list[ConsumeQueue]:
         return [cq for queues in self.consume_queue_table.values() for cq in queues.values()]
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -640,39 +500,57 @@ class DefaultMessageStore:
             return path
         return doomed
 
+    # Topics and consumer offsets ----------------------------------------------------
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        return self.topic_config_manager.get(topic)
+
+    def topic_configs(self) -> list[TopicConfig]:
+        return self.topic_config_manager.all()
+
+    def topic_table_version(self) -> int:
+        return self.topic_config_manager.version
+
+    def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
+        return self.topic_config_manager.create_or_update(topic, queues, perm)
+
+    def delete_topic_config(self, topic: str) -> bool:
+        return self.topic_config_manager.delete(topic)
+
+    def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None:
+        self.consumer_offset_manager.commit_offsets(group, commits)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self.consumer_offset_manager.query_offset(group, topic, queue_id)
+
     # Reading -------------------------------------------------------------------------
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: Any = None) -> Any:
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+    ) -> GetMessageResult:
         return self.getter.get_message(group, topic, queue_id, offset, max_count, tag_filter)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.getter.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]:
-        """Messages of `topic` whose KEYS or UNIQ_KEY is `key`, stored in [begin_ms, end_ms], newest first."""
-        found: list[dict[str, Any]] = []
-        seen: set[int] = set()
-        # Below the cutoff lie the messages of a deleted topic of the same name: never this topic's.
-        lowest = max(self.commit_log.get_min_offset(), self.deleted_topics.cutoff(topic))
-        for offset in self.index_service.query_offsets(topic, key, max_num * 4 + 8, begin_ms, end_ms):
-            if offset in seen or offset < lowest:
-                continue
-            seen.add(offset)
-            msg = self.commit_log.look_message_by_offset(offset)
-            # Confirm against the stored message: a hash collision must never return another message.
-            if msg is None or msg["topic"] != topic:
-                continue
-            if key != msg["properties"].get("UNIQ_KEY") and key not in split_keys(msg["properties"].get("KEYS", "")):
-                continue
-            found.append(msg)
-            if len(found) >= max_num:
-                break
-        return found
+        return query_message(self, topic, key, max_num, begin_ms, end_ms)
 
     def look_message_by_offset(self, commitlog_offset: int) -> dict[str, Any] | None:
         if commitlog_offset < max(0, self.commit_log.get_min_offset()) or commitlog_offset >= self.commit_log.get_max_offset():
             return None
         return self.commit_log.look_message_by_offset(commitlog_offset)
+
+    # Replication hooks ---------------------------------------------------------------
+
+    def set_replication_waiter(self, waiter: ReplicationWaiter) -> None:
+        self.durability.replication_waiter = waiter
+
+    def commit_log_min_offset(self) -> int:
+        return max(0, self.commit_log.get_min_offset())
+
+    def commit_log_max_offset(self) -> int:
+        return self.commit_log.get_max_offset()
 
     def get_commit_log_data(self, offset: int, max_bytes: int) -> bytes:
         res = self.commit_log.get_data(offset)
@@ -683,43 +561,25 @@ class DefaultMessageStore:
         finally:
             res.release()
 
+    def commit_log_view(self, offset: int) -> CommitLogView | None:
+        return self.commit_log.get_data(offset)
+
+    def append_replicated_data(self, offset: int, data: bytes | memoryview) -> bool:
+        if not self.commit_log.append_data(offset, data):
+            return False
+        self.reput_service.wakeup()  # the slave's dispatch follows the appended bytes
+        return True
+
     # Status --------------------------------------------------------------------------
 
-    def disk_used_ratio(self) -> float:
-        return self.disk_usage_probe(self.config.commit_log_dir())
-
     def runtime_info(self) -> dict[str, Any]:
-        cl = self.commit_log
-        mfq = cl.mapped_file_queue
-        return {
-            "commitlog_min_offset": max(0, cl.get_min_offset()),
-            "commitlog_max_offset": cl.get_max_offset(),
-            "commitlog_committed_offset": mfq.committed_where if self.transient_store_pool else cl.get_max_offset(),
-            "commitlog_flushed_offset": mfq.flushed_where,
-            "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
-            "commitlog_damaged_bytes": cl.damaged_bytes(),
-            "commitlog_damaged_range_count": len(cl.damaged_ranges),
-            "damaged_queue_entries": self.stats.damaged_queue_entries,
-            "recovery": self.recovery_progress(),
-            "commitlog_files": len(mfq.mapped_files),
-            "commitlog_file_size_bytes": self.config.mapped_file_size_commit_log_bytes,
-            "reput_offset": self.reput_service.reput_from_offset,
-            "dispatch_lag_bytes": self.reput_service.behind(),
-            "flush_disk_type": self.config.flush_disk_type.value,
-            "broker_role": self.config.broker_role.value,
-            "disk_used_ratio": round(self.disk_used_ratio(), 4),
-            "disk_full": self.disk_full or self.space_exhausted,
-            "dispatch_failure": self.reput_service.failure or None,
-            "mapped_consume_queue_files": len(self.mapping_budget),
-            "degraded_reasons": self.degraded_reasons(),
-            "cleanup": {**self.clean_commit_log_service.status(), **self.clean_consume_queue_service.status()},
-            "index_files": len(self.index_service.index_files),
-            "consume_queues": len(self._all_consume_queues()),
-            "topics": len(self.topic_config_manager.all()),
-            "last_exit_ok": self.last_exit_ok,
-            "running": self._running,
-            "ready": self.is_ready(),
-        }
+        return runtime_info(self)
+
+    def degraded_reasons(self) -> list[str]:
+        return degraded_reasons(self)
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        return self.stats.snapshot()
 
     # Delay levels and retention -------------------------------------------------------------
 
@@ -737,13 +597,3 @@ class DefaultMessageStore:
 
     def refuse(self, refusal: PutRefusal, detail: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
         return PutMessageResult(status, refusal, detail)
-
-
-def _as_future(
-    result: PutMessageResult, waiter: concurrent.futures.Future[PutMessageResult] | None
-) -> concurrent.futures.Future[PutMessageResult]:
-    if waiter is not None:
-        return waiter
-    done: concurrent.futures.Future[PutMessageResult] = concurrent.futures.Future()
-    done.set_result(result)
-    return done

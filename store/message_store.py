@@ -1,0 +1,277 @@
+"""MessageStore: the store as other packages see it (app/, ha/ and pipeline/ hold a store only as this).
+
+The Protocol lists what the front end, replication and the pipeline call on a store instance;
+DefaultMessageStore satisfies it structurally (mypy checks that at the end of this module,
+tests/store/test_public_api.py at run time). docs/store-api.md describes every member. Nothing
+outside store/ reads or assigns a store's attributes: what it needs is a member here.
+
+A member marked "blocking" waits for file I/O (or a flush); callers on an event loop run it in
+a thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from store.bulk_dispatch import ArrivingListener
+
+if TYPE_CHECKING:
+    from store.config import MessageStoreConfig
+    from store.get_message_result import GetMessageResult, TagFilter
+    from store.message import MessageInner
+    from store.native import CheckedBatch
+    from store.service_thread import ServiceThread
+    from store.status import PutMessageResult, PutMessageStatus
+    from store.topic_config_manager import TopicConfig
+
+__all__ = ["ArrivingListener", "CommitLogView", "MessageStore", "ReplicationWaiter"]
+
+# Called with a stored put's commitlog end offset on a SYNC_MASTER; returns a future the put's
+# answer waits for (PUT_OK, or the status to answer instead), or None to answer at once.
+ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
+
+
+class CommitLogView(Protocol):
+    """A held, read-only view of commitlog bytes; `release()` (or leaving a `with` block) drops it."""
+
+    @property
+    def start_offset(self) -> int:
+        """The commitlog offset of `view[0]`."""
+        ...
+
+    @property
+    def view(self) -> memoryview:
+        """The bytes, mapped (no copy)."""
+        ...
+
+    @property
+    def size(self) -> int:
+        """How many bytes of `view` are readable."""
+        ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    # Lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def config(self) -> MessageStoreConfig:
+        """The validated configuration the store was built with; read it, never assign to it."""
+        ...
+
+    def lock(self) -> None:
+        """Take the store directory's lock file now (load() takes it too); StoreLocked when another process holds it."""
+        ...
+
+    def load(self) -> bool:
+        """Take the lock, load the files and recover (blocking; True when done).
+
+        Raises StoreLocked, StoreNotRunning (files that cannot be loaded) or MetadataCorrupt.
+        """
+        ...
+
+    def start(self) -> None:
+        """Start the store's services, then the registered ones; StoreNotRunning before load()."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop the registered services (last registered first), then the store's; flush and close. Idempotent."""
+        ...
+
+    def is_ready(self) -> bool:
+        """Started, and dispatch has reached the commitlog's end as it was at start."""
+        ...
+
+    def recovery_progress(self) -> dict[str, object]:
+        """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; callable while load() runs."""
+        ...
+
+    def now_ms(self) -> int:
+        """The store's clock (the time source of delayed delivery and cleanup), in ms since the epoch."""
+        ...
+
+    # Put ---------------------------------------------------------------------------------
+
+    def put_message(self, msg: MessageInner) -> PutMessageResult:
+        """Store one message and wait for its flush (and slave) as the flush mode and role ask."""
+        ...
+
+    def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
+        """Store messages under one put lock acquisition; waits as put_message does."""
+        ...
+
+    def put_message_future(self, msg: MessageInner) -> concurrent.futures.Future[PutMessageResult]:
+        """Append now, in the calling thread; the future is done at once, or when the flush (and slave) wait ends."""
+        ...
+
+    def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]:
+        """put_messages without blocking: the future of put_message_future for a batch."""
+        ...
+
+    # Put batch bytes ---------------------------------------------------------------------
+
+    def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
+        """A batch in RocketMQ's encoding checked against the store's limits; BatchError when refused."""
+        ...
+
+    def put_batch_future(self, topic: str, queue_id: int, batch: CheckedBatch) -> concurrent.futures.Future[PutMessageResult]:
+        """Append a checked batch to one queue as it came; its result's items are EncodedItems."""
+        ...
+
+    # Get (one queue; the result holds the messages as one batch of stored bytes) -----------
+
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+    ) -> GetMessageResult:
+        """Up to `max_count` messages of a queue from `offset`, copied out of the commitlog (blocking)."""
+        ...
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset still stored; 0 for a queue that does not exist."""
+        ...
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The offset the queue's next message gets; 0 for a queue that does not exist."""
+        ...
+
+    # Queries -----------------------------------------------------------------------------
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after `timestamp_ms` (blocking).
+
+        The max offset when every message is older; 0 for a queue that does not exist.
+        """
+        ...
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]:
+        """Messages of `topic` whose KEYS or UNIQ_KEY is `key`, stored in [begin_ms, end_ms], newest first (blocking)."""
+        ...
+
+    def look_message_by_offset(self, commitlog_offset: int) -> dict[str, Any] | None:
+        """The decoded message at a commitlog offset; None outside the stored range or when no valid message is there."""
+        ...
+
+    # Offsets -----------------------------------------------------------------------------
+
+    def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None:
+        """Record a group's (topic, queue id, offset) commits in one offset log record, then return.
+
+        Blocking file I/O, fsynced before returning under SYNC_FLUSH; OSError when the record cannot
+        be written, StoreNotRunning once the offset log is closed (shutdown).
+        """
+        ...
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of the queue; -1 when it committed none."""
+        ...
+
+    # Listeners ---------------------------------------------------------------------------
+
+    def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
+        """`listener(topic, queue_id, logic_offset_after, tags_codes)` once per queue a dispatch pass extended.
+
+        It runs on the dispatching thread under the dispatch lock: it must not block and must not put.
+        """
+        ...
+
+    # Service registration ----------------------------------------------------------------
+
+    def register_service(self, service: ServiceThread) -> None:
+        """Have start() start `service` after the store's own services and shutdown() stop it before them.
+
+        RuntimeError while the store is running (between start() and shutdown()).
+        """
+        ...
+
+    # Replication hooks -------------------------------------------------------------------
+
+    def set_replication_waiter(self, waiter: ReplicationWaiter) -> None:
+        """On a SYNC_MASTER, make every put appended from now on also wait for `waiter(end_offset)`."""
+        ...
+
+    def commit_log_min_offset(self) -> int:
+        """The commitlog's first stored offset (0 while it has no file)."""
+        ...
+
+    def commit_log_max_offset(self) -> int:
+        """The commitlog's end: the offset of the next byte appended."""
+        ...
+
+    def get_commit_log_data(self, offset: int, max_bytes: int) -> bytes:
+        """A copy of at most `max_bytes` commitlog bytes from `offset`, never past the end of its file; b"" when none."""
+        ...
+
+    def commit_log_view(self, offset: int) -> CommitLogView | None:
+        """A held view from `offset` to the end of what is readable in its file; None when nothing is readable there."""
+        ...
+
+    def append_replicated_data(self, offset: int, data: bytes | memoryview) -> bool:
+        """Append bytes a master sent and wake dispatch (a slave's replication).
+
+        `offset` must be the log's end (or, on an empty log, a file boundary); False, with nothing
+        appended, when it is not; False also when a file for the bytes cannot be created.
+        """
+        ...
+
+    # Topics ------------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """The topic's queue counts and permission; None for a topic that is not configured."""
+        ...
+
+    def topic_configs(self) -> list[TopicConfig]:
+        """Every configured topic, sorted by name."""
+        ...
+
+    def topic_table_version(self) -> int:
+        """A number that changes whenever the topic table changes (compare it instead of the table)."""
+        ...
+
+    def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
+        """Configure a topic (blocking: persisted before it returns); TopicInvalid or ValueError for a bad name, count or perm."""
+        ...
+
+    def delete_topic_config(self, topic: str) -> bool:
+        """Drop only the topic's configuration (a slave mirroring its master); False when there was none."""
+        ...
+
+    def delete_topic(self, topic: str) -> bool:
+        """Drop the topic's consume queues, configuration and consumer offsets (blocking); False when it had none."""
+        ...
+
+    # Status ------------------------------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, Any]:
+        """Commitlog offsets, dispatch lag, flush mode, role, disk usage, cleanup and file counts; JSON-ready."""
+        ...
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        """Put and get counters, TPS windows and the put latency histogram; JSON-ready."""
+        ...
+
+    def degraded_reasons(self) -> list[str]:
+        """What keeps the store from serving normally now; empty when healthy."""
+        ...
+
+    def schedule_status(self) -> dict[str, Any]:
+        """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time (blocking)."""
+        ...
+
+    def execute_delete_files_manually(self) -> dict[str, Any]:
+        """Let the next `manual_delete_file_rounds` cleanup passes delete expired files at any hour, the first now."""
+        ...
+
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+    def _implemented_by(store: DefaultMessageStore) -> MessageStore:
+        return store  # mypy checks here that DefaultMessageStore satisfies MessageStore structurally

@@ -1,0 +1,82 @@
+"""Store recovery at load: the consume queues, the index and the commitlog brought back into agreement.
+
+`recover_store` runs once, inside `DefaultMessageStore.load()`, after the files were loaded and
+before any service thread starts, in this order:
+  1. each consume queue finds its own end;
+  2. when index files were dropped after a crash, the index is rebuilt from where it really ends;
+  3. the commitlog is scanned (store/commit_log_recovery.py: from the last files after a clean
+     shutdown, from the checkpoint after a crash) and the high-water marks lowered to its end;
+  4. queue entries past the log's end are cut and each queue's min offset follows the log's first file;
+  5. whatever the queues and the index lack is dispatched again (they may trail the log after a crash);
+  6. the commitlog's next queue offset per queue is rebuilt from the queues.
+Its phases are reported through `RecoveryProgress` (what `recovery_progress()` returns).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+log = logging.getLogger("tidemq.store")
+
+
+def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int:
+    """Recover a loaded store (see the module docstring); returns the commitlog's end after recovery."""
+    checkpoint = store.checkpoint
+    assert checkpoint is not None
+    commit_log, index_service, reput = store.commit_log, store.index_service, store.reput_service
+    progress.begin("recovering consume queues", 0)
+    for cq in store.all_consume_queues():
+        cq.recover()
+        store.trim_mappings()
+    # The index may end before the checkpoint's file (its newest files were dropped after a
+    # crash): dispatch must start where the surviving index really ends.
+    rebuild_from: int | None = None
+    if store.config.message_index_enable and index_service.dropped_files:
+        index_end = index_service.end_phy_offset()
+        rebuild_from = index_end if index_end is not None else 0
+        log.warning(
+            "%d index file(s) dropped after the crash; rebuilding the index from offset %d",
+            index_service.dropped_files,
+            rebuild_from,
+        )
+    if store.last_exit_ok:
+        scan = recover_normally(commit_log, store.config.recover_clean_shutdown_files, progress)
+    else:
+        log.warning("the store did not shut down cleanly; recovering from the checkpoint")
+        scan = recover_abnormally(commit_log, checkpoint, rebuild_from, progress)
+        rebuild_from = scan.start if rebuild_from is None else min(rebuild_from, scan.start)  # re-dispatch it all
+    end = scan.end
+    lower_high_water_marks(scan, commit_log, index_service, checkpoint)
+    min_offset = max(0, commit_log.get_min_offset())
+    for cq in store.all_consume_queues():
+        if cq.max_physic_offset > end:
+            cq.truncate_dirty_logic_files(end)
+        cq.correct_min_offset(min_offset)
+        store.trim_mappings()
+    # Dispatch what the queues and the index lack (they may trail the log after a crash).
+    start = max([cq.max_physic_offset for cq in store.all_consume_queues()] + [min_offset])
+    if rebuild_from is not None:
+        start = min(start, max(rebuild_from, min_offset))
+    reput.reput_from_offset = first = min(start, end)
+    progress.begin("dispatching", end - first)
+    reput.on_progress = lambda offset: progress.advance(offset - first)
+    try:
+        caught_up = reput.do_reput()
+    finally:
+        reput.on_progress = None
+    progress.advance(progress.total_bytes)
+    commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in store.all_consume_queues()}
+    progress.phase = "recovered"
+    log.info("store recovered: commitlog [%d, %d), %d messages re-dispatched", min_offset, end, caught_up)
+    if commit_log.damaged_ranges:
+        log.error(
+            "the commitlog has %d damaged range(s), %d bytes in all, skipped by dispatch and reads: %s",
+            len(commit_log.damaged_ranges), commit_log.damaged_bytes(), list(commit_log.damaged_ranges),
+        )  # fmt: skip
+    return end

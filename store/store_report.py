@@ -1,0 +1,65 @@
+"""The store's status report: `runtime_info()` and `degraded_reasons()` of a DefaultMessageStore.
+
+Both only read: counters, offsets and flags other threads update without a lock, so a report
+is a set of recent values, not one consistent snapshot. `degraded_reasons()` is what readiness
+(/readyz) follows; `runtime_info()` is the `runtime` part of /v1/store and the source of most
+gauges of /metrics (app/metrics.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+
+def degraded_reasons(store: DefaultMessageStore) -> list[str]:
+    """What keeps the store from serving normally now; empty when healthy."""
+    reasons: list[str] = []
+    if store.disk_full or store.space_exhausted:
+        reasons.append("disk full")
+    failure = store.reput_service.failure
+    if failure:
+        reasons.append(f"dispatch failing: {failure}")
+    else:
+        lag = store.reput_service.behind()
+        if lag > store.config.max_dispatch_lag_bytes:
+            reasons.append(f"dispatch behind by {lag} bytes")
+    return reasons
+
+
+def runtime_info(store: DefaultMessageStore) -> dict[str, Any]:
+    """Commitlog offsets and damage, recovery, dispatch, flush mode, role, disk, cleanup and file counts."""
+    cl = store.commit_log
+    mfq = cl.mapped_file_queue
+    config = store.config
+    return {
+        "commitlog_min_offset": max(0, cl.get_min_offset()),
+        "commitlog_max_offset": cl.get_max_offset(),
+        "commitlog_committed_offset": mfq.committed_where if store.transient_store_pool else cl.get_max_offset(),
+        "commitlog_flushed_offset": mfq.flushed_where,
+        "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
+        "commitlog_damaged_bytes": cl.damaged_bytes(),
+        "commitlog_damaged_range_count": len(cl.damaged_ranges),
+        "damaged_queue_entries": store.stats.damaged_queue_entries,
+        "recovery": store.recovery_progress(),
+        "commitlog_files": len(mfq.mapped_files),
+        "commitlog_file_size_bytes": config.mapped_file_size_commit_log_bytes,
+        "reput_offset": store.reput_service.reput_from_offset,
+        "dispatch_lag_bytes": store.reput_service.behind(),
+        "flush_disk_type": config.flush_disk_type.value,
+        "broker_role": config.broker_role.value,
+        "disk_used_ratio": round(store.disk_usage_probe(config.commit_log_dir()), 4),
+        "disk_full": store.disk_full or store.space_exhausted,
+        "dispatch_failure": store.reput_service.failure or None,
+        "mapped_consume_queue_files": len(store.mapping_budget),
+        "degraded_reasons": degraded_reasons(store),
+        "cleanup": {**store.clean_commit_log_service.status(), **store.clean_consume_queue_service.status()},
+        "index_files": len(store.index_service.index_files),
+        "consume_queues": len(store.all_consume_queues()),
+        "topics": len(store.topic_config_manager.all()),
+        "last_exit_ok": store.last_exit_ok,
+        "running": store.is_running(),
+        "ready": store.is_ready(),
+    }
