@@ -259,63 +259,60 @@ class BatchFigures:
     note: str = ""
 
 
-def redis_batch(root: str, args: argparse.Namespace) -> BatchFigures:
-    figures = BatchFigures()
+def redis_bench(peer: RedisInMemory, args: argparse.Namespace, figures: BatchFigures) -> None:
+    """redis-benchmark -P BATCH XADD, sized by a short run to last about `seconds`; the server's CPU use during it."""
+    assert peer.proc is not None
+    # redis-benchmark counts requests, not time: a short run sizes the measured one.
+    calibration = redis_benchmark_xadd(peer.port, args.connections, 50_000 if args.quick else 200_000)
+    redis_flush(peer.port)
+    requests = int(min(max(calibration * args.seconds, 100_000), BENCH_MAX_REQUESTS))
+    used, started = cpu_seconds(peer.proc.pid), time.perf_counter()
+    figures.bench = redis_benchmark_xadd(peer.port, args.connections, requests)
+    figures.bench_cpu = (cpu_seconds(peer.proc.pid) - used) / (time.perf_counter() - started)
+    redis_flush(peer.port)
+    figures.note = shlex.join(redis_benchmark_argv(peer.port, args.connections, requests)[:-1]) + f" <{BODY_BYTES} x 'v'>"
+
+
+def tidemq_wrk(broker: Broker, binary: str, args: argparse.Namespace, figures: BatchFigures) -> None:
+    """wrk posting one pre-built binary batch, after a warm-up; the broker's CPU use during it."""
+    url = f"http://127.0.0.1:{broker.port}"
+    path = f"/v1/topics/{BATCH_TOPIC}/messages"  # no queue_id: round-robin over the 4 queues, one per request
+    script = post_script(binary_batch(b"x" * BODY_BYTES, BATCH), BATCH_MEDIA_TYPE, path)
+    wrk(binary, url, script, 1 if args.quick else 2, args.connections, broker.root)  # warm-up, not counted
+    seconds = max(1, round(args.seconds))
+    used, started = cpu_seconds(broker.proc.pid), time.perf_counter()
+    rate, errors = wrk(binary, url, script, seconds, args.connections, broker.root)
+    figures.bench_cpu = (cpu_seconds(broker.proc.pid) - used) / (time.perf_counter() - started)
+    figures.bench = rate * BATCH
+    figures.note = f"{binary} -t1 -c{args.connections} -d{seconds}s --timeout 10s -s batch.lua {url} ({errors} errors)"
+
+
+def start_redis(root: str) -> tuple[RedisInMemory | None, str]:
     peer = RedisInMemory()
     try:
         peer.ensure_available(True, [])
         peer.start(Path(root))
     except Unavailable as exc:
-        return BatchFigures(note=str(exc))
-    try:
-        assert peer.proc is not None
-        # A short run sizes the measured one to last about `seconds` (redis-benchmark counts requests, not time).
-        calibration = redis_benchmark_xadd(peer.port, args.connections, 50_000 if args.quick else 200_000)
-        redis_flush(peer.port)
-        requests = int(min(max(calibration * args.seconds, 100_000), BENCH_MAX_REQUESTS))
-        used, started = cpu_seconds(peer.proc.pid), time.perf_counter()
-        figures.bench = redis_benchmark_xadd(peer.port, args.connections, requests)
-        figures.bench_cpu = (cpu_seconds(peer.proc.pid) - used) / (time.perf_counter() - started)
-        redis_flush(peer.port)
-        shown = redis_benchmark_argv(peer.port, args.connections, requests)
-        figures.note = shlex.join(shown[:-1]) + f" <{BODY_BYTES} x 'v'>"
-        figures.py_one = client_processes(redis_py_client, peer.port, 1, args.seconds)
-        redis_flush(peer.port)
-        figures.py_many = client_processes(redis_py_client, peer.port, args.py_clients, args.seconds)
-    except Unavailable as exc:
-        figures.note = str(exc)
-    finally:
-        peer.stop()
-    return figures
+        return None, str(exc)
+    return peer, ""
 
 
-def tidemq_batch(root: str, args: argparse.Namespace) -> BatchFigures:
-    figures = BatchFigures()
+def batch_pairs(peer: RedisInMemory | None, broker: Broker, args: argparse.Namespace) -> tuple[BatchFigures, BatchFigures]:
+    """Each Redis figure and its tidemq counterpart back to back, both servers up, so drift on the machine hits both alike."""
+    tidemq, redis = BatchFigures(), BatchFigures()
     binary = ensure_wrk()
-    broker_root = os.path.join(root, "batch")
-    os.makedirs(broker_root)
-    broker = Broker(broker_root, STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
-    try:
-        status, reply = broker.request("PUT", f"/v1/topics/{BATCH_TOPIC}", b'{"queues": 4}')
-        assert status in (200, 201), reply[:200]
-        if binary is None:
-            figures.note = "wrk is not installed and cannot be installed here (apt-get install -y wrk)"
-        else:
-            url = f"http://127.0.0.1:{broker.port}"
-            path = f"/v1/topics/{BATCH_TOPIC}/messages"  # no queue_id: round-robin over the 4 queues, one per request
-            script = post_script(binary_batch(b"x" * BODY_BYTES, BATCH), BATCH_MEDIA_TYPE, path)
-            wrk(binary, url, script, 1 if args.quick else 2, args.connections, broker_root)  # warm-up, not counted
-            seconds = max(1, round(args.seconds))
-            used, started = cpu_seconds(broker.proc.pid), time.perf_counter()
-            rate, errors = wrk(binary, url, script, seconds, args.connections, broker_root)
-            figures.bench_cpu = (cpu_seconds(broker.proc.pid) - used) / (time.perf_counter() - started)
-            figures.bench = rate * BATCH
-            figures.note = f"{binary} -t1 -c{args.connections} -d{seconds}s --timeout 10s -s batch.lua {url} ({errors} errors)"
-        figures.py_one = client_processes(tidemq_py_client, broker.port, 1, args.seconds)
-        figures.py_many = client_processes(tidemq_py_client, broker.port, args.py_clients, args.seconds)
-    finally:
-        broker.stop()
-    return figures
+    if peer is not None:
+        redis_bench(peer, args, redis)
+    if binary is None:
+        tidemq.note = "wrk is not installed and cannot be installed here (apt-get install -y wrk)"
+    else:
+        tidemq_wrk(broker, binary, args, tidemq)
+    for count, field in ((1, "py_one"), (args.py_clients, "py_many")):
+        if peer is not None:
+            setattr(redis, field, client_processes(redis_py_client, peer.port, count, args.seconds))
+            redis_flush(peer.port)
+        setattr(tidemq, field, client_processes(tidemq_py_client, broker.port, count, args.seconds))
+    return tidemq, redis
 
 
 def report_batch(args: argparse.Namespace, tidemq: BatchFigures, redis: BatchFigures) -> None:
@@ -340,8 +337,21 @@ def report_batch(args: argparse.Namespace, tidemq: BatchFigures, redis: BatchFig
 
 
 def batch_vs_redis(root: str, args: argparse.Namespace) -> None:
-    redis = redis_batch(root, args)
-    tidemq = tidemq_batch(root, args)
+    peer, why = start_redis(root)
+    broker_root = os.path.join(root, "batch")
+    os.makedirs(broker_root)
+    try:
+        broker = Broker(broker_root, STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
+        try:
+            status, reply = broker.request("PUT", f"/v1/topics/{BATCH_TOPIC}", b'{"queues": 4}')
+            assert status in (200, 201), reply[:200]
+            tidemq, redis = batch_pairs(peer, broker, args)
+        finally:
+            broker.stop()
+    finally:
+        if peer is not None:
+            peer.stop()
+    redis.note = redis.note or why
     report_batch(args, tidemq, redis)
 
 
