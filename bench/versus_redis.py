@@ -29,6 +29,7 @@ import io
 import multiprocessing
 import os
 import re
+import resource
 import shlex
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -204,10 +205,10 @@ def redis_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
 
     send()
     start.wait()
-    sent, stop_at = 0, time.perf_counter() + seconds
+    sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
     while time.perf_counter() < stop_at:
         sent += send()
-    out.put(sent)
+    out.put((sent, time.process_time() - used))
 
 
 def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
@@ -226,14 +227,38 @@ def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
 
         send()
         start.wait()
-        sent, stop_at = 0, time.perf_counter() + seconds
+        sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
         while time.perf_counter() < stop_at:
             sent += send()
-    out.put(sent)
+        out.put((sent, time.process_time() - used))
 
 
-def client_processes(target: Callable[[int, float, Any, Any], None], port: int, count: int, seconds: float) -> float:
-    """Messages per second of `count` client processes, started together once each has sent one batch."""
+@dataclass
+class Rate:
+    messages_per_s: float = float("nan")
+    server_cores: float = float("nan")  # CPU the server used during the measurement, in cores
+    client_cores: float = float("nan")  # CPU the load generator(s) used meanwhile, in cores
+
+    def cpu(self) -> str:
+        return f"{self.server_cores:.2f} + {self.client_cores:.2f}"
+
+
+@dataclass
+class BatchFigures:
+    bench: Rate = field(default_factory=Rate)  # redis-benchmark -P BATCH XADD, or tidemq binary batches from wrk
+    py_one: Rate = field(default_factory=Rate)  # one Python client process
+    py_many: Rate = field(default_factory=Rate)  # args.py_clients Python client processes
+    note: str = ""
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children (wrk, redis-benchmark)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def client_processes(target: Callable[[int, float, Any, Any], None], port: int, count: int, seconds: float, server_pid: int) -> Rate:
+    """`count` client processes, started together once each has sent one batch; their CPU and the server's meanwhile."""
     start = multiprocessing.Barrier(count + 1)
     out: multiprocessing.Queue = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=target, args=(port, seconds, start, out)) for _ in range(count)]
@@ -241,22 +266,16 @@ def client_processes(target: Callable[[int, float, Any, Any], None], port: int, 
         proc.start()
     try:
         start.wait(timeout=60)
-        total = sum(out.get(timeout=seconds + 60) for _ in procs)
+        server, started = cpu_seconds(server_pid), time.perf_counter()
+        results = [out.get(timeout=seconds + 60) for _ in procs]
+        elapsed = time.perf_counter() - started
     finally:
         for proc in procs:
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
-    return total / seconds
-
-
-@dataclass
-class BatchFigures:
-    bench: float = float("nan")  # redis-benchmark -P BATCH XADD/s, or tidemq wrk messages/s
-    bench_cpu: float = float("nan")  # the server's CPU use during that run, in cores
-    py_one: float = float("nan")  # messages/s from one Python client process
-    py_many: float = float("nan")  # messages/s from args.py_clients client processes
-    note: str = ""
+    sent, client = (sum(column) for column in zip(*results, strict=True))
+    return Rate(sent / seconds, (cpu_seconds(server_pid) - server) / elapsed, client / seconds)
 
 
 def redis_bench(peer: RedisInMemory, args: argparse.Namespace, figures: BatchFigures) -> None:
@@ -266,9 +285,10 @@ def redis_bench(peer: RedisInMemory, args: argparse.Namespace, figures: BatchFig
     calibration = redis_benchmark_xadd(peer.port, args.connections, 50_000 if args.quick else 200_000)
     redis_flush(peer.port)
     requests = int(min(max(calibration * args.seconds, 100_000), BENCH_MAX_REQUESTS))
-    used, started = cpu_seconds(peer.proc.pid), time.perf_counter()
-    figures.bench = redis_benchmark_xadd(peer.port, args.connections, requests)
-    figures.bench_cpu = (cpu_seconds(peer.proc.pid) - used) / (time.perf_counter() - started)
+    server, client, started = cpu_seconds(peer.proc.pid), children_cpu(), time.perf_counter()
+    rate = redis_benchmark_xadd(peer.port, args.connections, requests)
+    elapsed = time.perf_counter() - started
+    figures.bench = Rate(rate, (cpu_seconds(peer.proc.pid) - server) / elapsed, (children_cpu() - client) / elapsed)
     redis_flush(peer.port)
     figures.note = shlex.join(redis_benchmark_argv(peer.port, args.connections, requests)[:-1]) + f" <{BODY_BYTES} x 'v'>"
 
@@ -280,10 +300,10 @@ def tidemq_wrk(broker: Broker, binary: str, args: argparse.Namespace, figures: B
     script = post_script(binary_batch(b"x" * BODY_BYTES, BATCH), BATCH_MEDIA_TYPE, path)
     wrk(binary, url, script, 1 if args.quick else 2, args.connections, broker.root)  # warm-up, not counted
     seconds = max(1, round(args.seconds))
-    used, started = cpu_seconds(broker.proc.pid), time.perf_counter()
+    server, client, started = cpu_seconds(broker.proc.pid), children_cpu(), time.perf_counter()
     rate, errors = wrk(binary, url, script, seconds, args.connections, broker.root)
-    figures.bench_cpu = (cpu_seconds(broker.proc.pid) - used) / (time.perf_counter() - started)
-    figures.bench = rate * BATCH
+    elapsed = time.perf_counter() - started
+    figures.bench = Rate(rate * BATCH, (cpu_seconds(broker.proc.pid) - server) / elapsed, (children_cpu() - client) / elapsed)
     figures.note = f"{binary} -t1 -c{args.connections} -d{seconds}s --timeout 10s -s batch.lua {url} ({errors} errors)"
 
 
@@ -307,11 +327,11 @@ def batch_pairs(peer: RedisInMemory | None, broker: Broker, args: argparse.Names
         tidemq.note = "wrk is not installed and cannot be installed here (apt-get install -y wrk)"
     else:
         tidemq_wrk(broker, binary, args, tidemq)
-    for count, field in ((1, "py_one"), (args.py_clients, "py_many")):
-        if peer is not None:
-            setattr(redis, field, client_processes(redis_py_client, peer.port, count, args.seconds))
+    for count, name in ((1, "py_one"), (args.py_clients, "py_many")):
+        if peer is not None and peer.proc is not None:
+            setattr(redis, name, client_processes(redis_py_client, peer.port, count, args.seconds, peer.proc.pid))
             redis_flush(peer.port)
-        setattr(tidemq, field, client_processes(tidemq_py_client, broker.port, count, args.seconds))
+        setattr(tidemq, name, client_processes(tidemq_py_client, broker.port, count, args.seconds, broker.proc.pid))
     return tidemq, redis
 
 
@@ -323,17 +343,26 @@ def report_batch(args: argparse.Namespace, tidemq: BatchFigures, redis: BatchFig
     print(f"tidemq wrk: {tidemq.note}\n  batch.lua: POST /v1/topics/{BATCH_TOPIC}/messages, {BATCH_MEDIA_TYPE}, one pre-built body")
     print(f"redis-benchmark: {redis.note}")
     print(f"Python clients: httpx (tidemq) and redis-py pipeline(transaction=False) (Redis), 1 and {args.py_clients} client processes")
-    print(f"server CPU during the wrk / redis-benchmark runs: tidemq {tidemq.bench_cpu:.2f} cores, redis {redis.bench_cpu:.2f} cores")
+    print("CPU: cores the server + the load generator(s) used during each measurement (2 cores in all here)")
     rows = [
         (f"binary batch, wrk {args.connections} conns / redis-benchmark -c {args.connections} -P {BATCH}", tidemq.bench, redis.bench, 1.0),
         ("Python, 1 client: httpx binary batch / redis-py pipeline", tidemq.py_one, redis.py_one, 3.0),
         (f"Python, {args.py_clients} clients: httpx binary batch / redis-py pipeline", tidemq.py_many, redis.py_many, 3.0),
     ]
-    print("| figure | tidemq msg/s | redis msg/s | tidemq / redis | target |\n|---|---:|---:|---:|---|")
+    print("| figure | tidemq msg/s | redis msg/s | tidemq / redis | target | tidemq CPU | redis CPU |\n|---|---:|---:|---:|---|---:|---:|")
     for name, ours, theirs, target in rows:
-        got = ratio(ours, theirs)
+        got = ratio(ours.messages_per_s, theirs.messages_per_s)
         met = "-" if got == "-" else ("met" if float(got) >= target else "NOT met")
-        print(f"| {name} | {ours:,.0f} | {theirs:,.0f} | {got} | >= {target:.1f}: {met} |")
+        cells = [
+            name,
+            f"{ours.messages_per_s:,.0f}",
+            f"{theirs.messages_per_s:,.0f}",
+            got,
+            f">= {target:.1f}: {met}",
+            ours.cpu(),
+            theirs.cpu(),
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def batch_vs_redis(root: str, args: argparse.Namespace) -> None:
