@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls bench-vs-redis clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls bench-vs-redis bench-batch-vs-redis clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,10 @@ bench-held-polls: $(BENCH_STAMP)
 
 bench-vs-redis: $(BENCH_STAMP)
 	$(PY) bench/versus_redis.py
+
+# Binary batch produce beside redis-benchmark -P 100 XADD and redis-py pipelines (QUICK=1: a smoke test).
+bench-batch-vs-redis: $(BENCH_STAMP)
+	$(PY) bench/versus_redis.py --only batch $(if $(QUICK),--quick)
 
 bench-compare: $(BENCH_STAMP)
 	$(PY) bench/compare.py
