@@ -32,6 +32,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.body_limit import BODY_TIMED_OUT
 from app.problems import problem_response
+from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
 
 log = logging.getLogger("tidemq.app")
@@ -100,7 +101,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             cycle.message_event.set()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(ReplyTransport(transport, self.loop))  # type: ignore[arg-type]
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections)
         self._arm_header_timer()
