@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.errors import ConfigInvalid
+from store.message import topic_problem
 from store.setting import check_fields, setting
 
 
@@ -151,6 +152,16 @@ class MessageStoreConfig:
     default_topic_queue_nums: int = setting(4, 1, 65_536)
     # Highest queue count a topic may have.
     max_topic_queue_nums: int = setting(1_024, 1, 65_536)
+    # The cluster this broker belongs to; names the revive topic rmq_sys_REVIVE_LOG_{name} (RocketMQ's default).
+    broker_cluster_name: str = setting("DefaultCluster")
+    # Group consumption: queues of the revive topic that checkpoints and acks spread over (RocketMQ's reviveQueueNum).
+    pop_revive_queue_num: int = setting(8, 1, 256)
+    # Group consumption: how long past a message's invisible time acks are still collected before it is redelivered.
+    pop_ack_margin_ms: int = setting(1_000, 0, 60_000)
+    # Group consumption: period of the revive service's pass over the revive queues.
+    pop_revive_interval_ms: int = setting(100, 10, 60_000)
+    # Group consumption: checkpoints the revive service holds at most; past it, reading the revive queue waits.
+    pop_revive_max_pending: int = setting(100_000, 1, 10_000_000)
     # Recovery after a clean shutdown starts this many files from the end.
     recover_clean_shutdown_files: int = setting(3, 1, 1_000_000)
     # The IPv4 address and port stamped into STOREHOST and the offset message id.
@@ -201,6 +212,8 @@ class MessageStoreConfig:
             if not ok:
                 raise ConfigInvalid(message)
         _parse_ipv4(self.store_host)
+        if topic_problem("rmq_sys_REVIVE_LOG_" + self.broker_cluster_name):
+            raise ConfigInvalid("broker_cluster_name must be letters, digits, _, - (it names the revive topic)")
         if not self.delay_levels_ms():
             raise ConfigInvalid("message_delay_level must name at least one level")
         self.delete_hours()

@@ -6,8 +6,9 @@ key queries (store/key_query.py) and the status report (store/store_report.py).
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
 for a reason:
-  1. refuse new puts (`_running = False`), stop the schedule and cleanup services —
-     nothing may append or delete while the rest shuts down;
+  1. refuse new puts (`_running = False`), stop the group consumption's revive service
+     (registered last at load, so stopped first: it puts redeliveries), then the schedule
+     and cleanup services — nothing may append or delete while the rest shuts down;
   2. ReputMessageService — drains dispatch so the queues and index cover the whole log;
   3. CommitRealTimeService, then the commitlog flusher — the final flush of the log,
      after every append and before the checkpoint records it;
@@ -73,6 +74,7 @@ from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
 from store.get_message_result import GetMessageResult, TagFilter
 from store.group_commit_service import GroupCommitService
+from store.group_consumption import GroupConsumption
 from store.index_service import IndexService
 from store.key_query import query_message
 from store.lazy_mapped_file import MappingBudget
@@ -167,6 +169,7 @@ class DefaultMessageStore:
             self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
         )
         self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
+        self.group_consumption = GroupConsumption(self)  # its revive service is registered at load
         # --- end of delay levels and retention
 
     # Lifecycle -----------------------------------------------------------------------
@@ -189,6 +192,7 @@ class DefaultMessageStore:
             self.consumer_offset_manager.load()
             self._ready_offset = recover_store(self, self._recovery_progress)
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
+            self.extra_services.append(self.group_consumption.load())  # after the offsets: it reads the revive group's
         except BaseException:
             self._lock_file.release()
             raise

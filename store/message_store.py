@@ -20,6 +20,7 @@ from store.bulk_dispatch import ArrivingListener
 if TYPE_CHECKING:
     from store.config import MessageStoreConfig
     from store.get_message_result import GetMessageResult, TagFilter
+    from store.group_consumption import GroupConsumption
     from store.message import MessageInner
     from store.native import CheckedBatch
     from store.service_thread import ServiceThread
@@ -174,6 +175,11 @@ class MessageStore(Protocol):
         ...
 
     # Listeners ---------------------------------------------------------------------------
+
+    @property
+    def group_consumption(self) -> GroupConsumption:
+        """Group (POP) consumption: groups' settings, receive, ack, invisible time (store/group_consumption.py)."""
+        ...
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
         """`listener(topic, queue_id, logic_offset_after, tags_codes)` once per queue a dispatch pass extended.

@@ -1,0 +1,94 @@
+"""The FIFO groups' order book: which messages of a queue a FIFO group has taken and not yet acked.
+
+RocketMQ 5's FIFO (orderly) POP consumption locks a queue for its group while messages taken
+from it are in flight: the queue yields nothing more to the group until every one of them is
+acked, or their invisible time ends and the same messages are taken again (one more attempt).
+The group's offset only moves past acked messages, so nothing is lost and order holds.
+
+The book keeps one batch per (group, topic, queue) and the attempts of its messages, bounded by
+the number of queues FIFO groups consume. After a restart it is empty: the group's offset is
+the truth, so unacked messages are delivered again at once (earlier than their invisible time,
+never lost) and their attempt counts start again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+QueueKey = tuple[str, str, int]  # group, topic, queue id
+
+
+@dataclass(slots=True)
+class Batch:
+    """Messages taken together from one queue, identified by their pop time."""
+
+    offsets: list[int]
+    pop_time: int
+    invisible_until_ms: int
+    next_offset: int  # the queue offset after the batch (past messages a tag filter left out)
+    acked: set[int] = field(default_factory=set)
+    attempts: dict[int, int] = field(default_factory=dict)  # offset -> times taken (1 on the first delivery)
+
+    def done(self) -> bool:
+        return len(self.acked) == len(self.offsets)
+
+
+class FifoOrderBook:
+    def __init__(self) -> None:
+        self._batches: dict[QueueKey, Batch] = {}
+        # Guards _batches; an ack's offset commit runs under it too, so the offsets a queue commits only grow.
+        self._lock = threading.Lock()
+
+    def blocked(self, group: str, topic: str, queue_id: int, now: int) -> bool:
+        """Whether the queue still waits for acks of messages taken from it."""
+        with self._lock:
+            batch = self._batches.get((group, topic, queue_id))
+            return batch is not None and not batch.done() and now < batch.invisible_until_ms
+
+    def taken(self, group: str, topic: str, queue_id: int, offsets: list[int], until: int, next_offset: int, pop_time: int) -> list[int]:
+        """Record a batch taken from the queue; returns each message's reconsume times (0 on its first delivery)."""
+        key = (group, topic, queue_id)
+        with self._lock:
+            old = self._batches.get(key)
+            attempts = {o: (old.attempts.get(o, 0) if old is not None else 0) + 1 for o in offsets}
+            self._batches[key] = Batch(list(offsets), pop_time, until, next_offset, attempts=attempts)
+        return [attempts[o] - 1 for o in offsets]
+
+    def acked(
+        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, now: int, commit: Callable[[str, str, int, int], None]
+    ) -> bool:
+        """Ack one message of the queue's batch; moves the group's offset past the acked prefix.
+
+        False when the handle's batch is no longer the queue's (its invisible time ended and it
+        was taken again, or the broker restarted) or the time has passed: the message may be
+        delivered again.
+        """
+        key = (group, topic, queue_id)
+        with self._lock:
+            batch = self._batches.get(key)
+            if batch is None or batch.pop_time != pop_time or offset not in batch.attempts or now >= batch.invisible_until_ms:
+                return False
+            batch.acked.add(offset)
+            prefix = 0
+            while prefix < len(batch.offsets) and batch.offsets[prefix] in batch.acked:
+                prefix += 1
+            new_offset = batch.next_offset if prefix == len(batch.offsets) else batch.offsets[prefix]
+            if batch.done():
+                del self._batches[key]
+            commit(group, topic, queue_id, new_offset)
+        return True
+
+    def extend(self, group: str, topic: str, queue_id: int, pop_time: int, until: int, now: int) -> bool:
+        """Change when the queue's batch becomes visible again; False when the handle's batch is gone or expired."""
+        with self._lock:
+            batch = self._batches.get((group, topic, queue_id))
+            if batch is None or batch.pop_time != pop_time or now >= batch.invisible_until_ms:
+                return False
+            batch.invisible_until_ms = until
+            return True
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(len(b.offsets) - len(b.acked) for b in self._batches.values())

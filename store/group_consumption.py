@@ -1,0 +1,123 @@
+"""GroupConsumption: the store's group (POP) consumption, as one object the store builds and other packages call.
+
+It owns the groups' settings (config/subscriptionGroup.json), the receipt-handle secret
+(config/popSecret), the PopConsumer that serves receives, acks and invisible-time changes, and
+the PopReviveService that redelivers what was not acked. The store calls `load()` after its
+consumer offsets are loaded and registers the revive service with its other services
+(docs/store-api.md, "Group consumption").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from store.message import MessageInner
+from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
+from store.pop_records import dlq_topic, retry_topic
+from store.pop_revive_service import PopReviveService
+from store.receipt_handle import ReceiptHandles
+from store.status import PutMessageResult
+from store.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
+
+if TYPE_CHECKING:
+    from store.default_message_store import DefaultMessageStore
+
+__all__ = ["AckOutcome", "GroupConsumption", "Popped", "SubscriptionGroup"]
+
+
+class _PopStoreAdapter:
+    """The store as PopConsumer and PopReviveService use it (store.pop_consumer.PopStore)."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self._store = store
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: Any = None) -> Any:
+        return self._store.get_message(group, topic, queue_id, offset, max_count, tag_filter)
+
+    def put_messages(self, msgs: list[MessageInner]) -> PutMessageResult:
+        return self._store.put_messages(msgs)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._store.get_min_offset_in_queue(topic, queue_id)
+
+    def queue_ids_of(self, topic: str) -> list[int]:
+        config = self._store.topic_config(topic)
+        return list(range(config.read_queue_nums)) if config is not None and "r" in config.perm else []
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self._store.query_offset(group, topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._store.commit_offsets(group, [(topic, queue_id, offset)])
+
+    def ensure_topic(self, topic: str, queues: int) -> None:
+        if self._store.topic_config(topic) is None:
+            self._store.create_or_update_topic(topic, queues)
+
+
+class GroupConsumption:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        cfg = store.config
+        self._store = store
+        self.groups = SubscriptionGroupManager(cfg.config_dir())
+        self.settings = PopSettings(cfg.broker_cluster_name, cfg.pop_revive_queue_num, cfg.pop_ack_margin_ms)
+        self._adapter = _PopStoreAdapter(store)
+        self.consumer: PopConsumer | None = None
+        self.revive_service: PopReviveService | None = None
+
+    def load(self) -> PopReviveService:
+        """Read the groups and the handle secret; returns the revive service for the store to start."""
+        cfg = self._store.config
+        self.groups.load()
+        handles = ReceiptHandles.load_or_create(cfg.config_dir())
+        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms)
+        self.revive_service = PopReviveService(
+            self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms
+        )
+        return self.revive_service
+
+    def _loaded(self) -> PopConsumer:
+        assert self.consumer is not None, "the store is not loaded"
+        return self.consumer
+
+    # Groups ---------------------------------------------------------------------------
+
+    def group(self, name: str) -> SubscriptionGroup:
+        """The group's settings (RocketMQ's defaults when it was never configured)."""
+        return self._loaded().group(name)
+
+    def configured_groups(self) -> list[SubscriptionGroup]:
+        return self.groups.all()
+
+    def put_group(self, name: str, max_reconsume_times: int, fifo: bool) -> bool:
+        """Create or update a group's settings (blocking: persisted at once); True when created."""
+        return self.groups.put(SubscriptionGroup(name, max_reconsume_times, fifo))
+
+    # Receive, ack, invisible time (blocking: they store records) ------------------------
+
+    def receive(self, group: str, topic: str, max_count: int, invisible_ms: int, tag_filter: Any = None) -> list[Popped]:
+        return self._loaded().receive(group, topic, max_count, invisible_ms, tag_filter)
+
+    def ack(self, group: str, topic: str, handles: list[str]) -> list[AckOutcome]:
+        return self._loaded().ack(group, topic, handles)
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[AckOutcome, str | None, int]:
+        return self._loaded().change_invisible(group, topic, handle, invisible_ms)
+
+    # Status ---------------------------------------------------------------------------
+
+    def topics_of(self, group: str, topic: str) -> list[str]:
+        """The topics a group's receives of `topic` read: the topic and the group's retry topic."""
+        return [topic, retry_topic(group, topic)]
+
+    def dead_letter_topic(self, group: str) -> str:
+        return dlq_topic(group)
+
+    def stats(self) -> dict[str, int]:
+        revive = self.revive_service
+        consumer = self._loaded()
+        out = dataclasses.asdict(revive.stats) if revive is not None else {}
+        out["revive_in_memory"] = revive.in_memory() if revive is not None else 0
+        out["fifo_in_flight"] = consumer.fifo.in_flight()
+        return out
