@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from app.broker import Broker
+from app.routes_groups import group_lag
 
 # store.stats_snapshot() counter -> (metric name, help).
 COUNTERS = {
@@ -69,6 +70,29 @@ def _number(value: Any) -> str:
     return str(int(value))
 
 
+# PopCounts field -> (metric name, kind, help), labelled by group and topic.
+POP_COUNTS = {
+    "received": ("tidemq_group_received_total", "counter", "Messages received by the group"),
+    "acked": ("tidemq_group_acked_total", "counter", "Messages the group acked"),
+    "redelivered": ("tidemq_group_redelivered_total", "counter", "Messages redelivered to the group after their invisible time"),
+    "dead_lettered": ("tidemq_group_dead_lettered_total", "counter", "Messages moved to the group's dead-letter topic"),
+    "in_flight": ("tidemq_group_in_flight", "gauge", "Messages received and not yet acked, redelivered or dead-lettered"),
+}
+
+
+def _group_consumption(broker: Broker, metric: Any) -> None:
+    gc = broker.store.group_consumption
+    counts = sorted(gc.counts().items())
+    for field, (name, kind, help_text) in POP_COUNTS.items():
+        metric(name, kind, help_text, [(f'{{group="{g}",topic="{t}"}}', getattr(c, field)) for (g, t), c in counts])
+    lags = [(f'{{group="{g}",topic="{t}"}}', group_lag(broker.store, g, t)) for (g, t), _ in counts]
+    metric("tidemq_group_lag", "gauge", "Messages of the topic (and the group's retry topic) past the group's offsets", lags)
+    stats = gc.stats()
+    metric("tidemq_revive_held_records", "gauge", "Checkpoints and early acks the revive service holds", [("", stats["revive_in_memory"])])
+    metric("tidemq_revive_lost_total", "counter", "Unacked messages retention removed before they could be redelivered",
+           [("", stats["lost"])])  # fmt: skip
+
+
 def render(broker: Broker) -> str:
     """The metrics page."""
     lines: list[str] = []
@@ -121,5 +145,7 @@ def render(broker: Broker) -> str:
     metric("tidemq_topics_auto_created_total", "counter", "Topics created by a produce", [("", broker.topics_created_total)])
     problems = sorted(broker.http_problems_total.items())
     metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])
+    if broker.started:
+        _group_consumption(broker, metric)
     metric("tidemq_ready", "gauge", "1 when the store is loaded, recovered and dispatch has caught up", [("", int(broker.ready()))])
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ process, and a machine crash when the store is SYNC_FLUSH.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 from starlette.responses import Response
@@ -17,9 +17,10 @@ from app.broker import Broker
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
+from app.receive_models import GroupInfo, GroupList, GroupSettings
 from app.responses import JsonResponse, docs
 from app.strict_json import StrictJsonRoute
-from store import StoreNotRunning, topic_problem
+from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, retry_topic, topic_problem
 
 # Most commits one request may carry.
 MAX_COMMITS_PER_REQUEST = 10_000
@@ -29,6 +30,17 @@ def check_group(group: str) -> None:
     problem = topic_problem(group)
     if problem is not None:
         raise ProblemError("GROUP_INVALID", f"group: {problem}")
+
+
+def group_lag(store: MessageStore, group: str, topic: str) -> int:
+    """Messages of the topic and of the group's retry topic past the group's offsets."""
+    lag = 0
+    for name in (topic, retry_topic(group, topic)):
+        config = store.topic_config(name)
+        for q in range(config.read_queue_nums if config is not None else 0):
+            committed = store.query_offset(group, name, q)
+            lag += max(0, store.get_max_offset_in_queue(name, q) - max(committed, store.get_min_offset_in_queue(name, q)))
+    return lag
 
 
 def router(broker: Broker) -> APIRouter:
@@ -90,5 +102,52 @@ def router(broker: Broker) -> APIRouter:
                 {"queue_id": q, "committed_offset": committed, "min_offset": min_offset, "max_offset": max_offset, "lag": max(lag, 0)}
             )
         return JsonResponse({"group": group, "topic": topic, "queues": queues})
+
+    def group_info(name: str, topics: list[str]) -> dict[str, Any]:
+        gc = store.group_consumption
+        settings = gc.group(name)
+        counts = gc.counts()
+        rows = []
+        for topic in sorted(set(topics) | {t for g, t in counts if g == name}):
+            c = counts.get((name, topic)) or PopCounts()
+            rows.append({"topic": topic, "lag": group_lag(store, name, topic), "received": c.received, "acked": c.acked,
+                         "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
+        configured = gc.is_configured(name)
+        return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "configured": configured,
+                "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
+
+    @api.put(
+        "/v1/groups/{group}",
+        operation_id="putGroup",
+        summary="Create or update a consumer group's settings for group consumption",
+        responses={**docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID"), 201: {"description": "Created", "model": GroupInfo}},
+    )
+    async def put_group(group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
+        check_group(group)
+        gc = store.group_consumption
+        created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
+        info = group_info(group, gc.topics_by_group().get(group, []))
+        return JsonResponse(info, 201 if created else 200)
+
+    @api.get("/v1/groups", operation_id="listGroups", summary="The consumer groups with their topics and lag", responses=docs(GroupList))
+    async def list_groups() -> Response:
+        gc = store.group_consumption
+        topics = gc.topics_by_group()
+        names = sorted(set(topics) | {g.name for g in gc.configured_groups()} | {g for g, _ in gc.counts()})
+        return JsonResponse({"groups": [group_info(n, topics.get(n, [])) for n in names]})
+
+    @api.get(
+        "/v1/groups/{group}",
+        operation_id="getGroup",
+        summary="One consumer group: its settings, topics, lag and consumption counts",
+        responses=docs(GroupInfo, 200, "GROUP_INVALID", "NOT_FOUND"),
+    )
+    async def get_group(group: GroupPath) -> Response:
+        check_group(group)
+        gc = store.group_consumption
+        topics = gc.topics_by_group().get(group)
+        if topics is None and not gc.is_configured(group) and not any(g == group for g, _ in gc.counts()):
+            raise ProblemError("NOT_FOUND", f"no group {group}: it was never configured and never consumed")
+        return JsonResponse(group_info(group, topics or []))
 
     return api

@@ -32,7 +32,16 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app import routes_admin, routes_groups, routes_produce, routes_pull, routes_queries, routes_status, routes_topics
+from app import (
+    routes_admin,
+    routes_groups,
+    routes_produce,
+    routes_pull,
+    routes_queries,
+    routes_receive,
+    routes_status,
+    routes_topics,
+)
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
@@ -172,7 +181,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     produce_router, produce = routes_produce.router(broker)
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
-    routers += [routes_groups.router(broker), routes_queries.router(broker), routes_admin.router(broker)]
+    routers += [routes_groups.router(broker), routes_receive.router(broker), routes_queries.router(broker), routes_admin.router(broker)]
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.

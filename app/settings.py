@@ -50,6 +50,8 @@ class BrokerSettings:
     max_pull_messages: int = setting(1_024, 1, 100_000)
     # Held long-polls at once; past it a pull that would be held is answered 503 TOO_MANY_WAITERS.
     max_held_pulls: int = setting(10_000, 0, 1_000_000)
+    # Period of the comment line an event stream (group consumption's /stream) sends to show it is alive.
+    stream_heartbeat_ms: int = setting(15_000, 100, 300_000)
     # Largest `max` of a key query.
     max_query_messages: int = setting(1_024, 1, 100_000)
     # Threads that run store reads (which may page-fault) and metadata writes off the event loop.

@@ -9,6 +9,7 @@ from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.default_message_store import DefaultMessageStore
 from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TopicInvalid
 from store.get_message_result import GetMessageResult, TagFilter
+from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Popped, SubscriptionGroup
 from store.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -49,6 +50,7 @@ from store.message_codec import (
 )
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
+from store.pop_records import dlq_topic, retry_topic
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
@@ -75,6 +77,7 @@ __all__ = [
     "PROPERTY_WAIT",
     "SCHEDULE_TOPIC",
     "SYSTEM_TOPICS",
+    "AckOutcome",
     "AppendMessageResult",
     "ArrivingListener",
     "BatchError",
@@ -90,10 +93,13 @@ __all__ = [
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",
+    "GroupConsumption",
     "MessageInner",
     "MessageStore",
     "MessageStoreConfig",
     "MetadataCorrupt",
+    "PopCounts",
+    "Popped",
     "PutMessageResult",
     "PutMessageStatus",
     "PutRefusal",
@@ -102,6 +108,7 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreNotRunning",
+    "SubscriptionGroup",
     "TagFilter",
     "TopicConfig",
     "TopicInvalid",
@@ -112,6 +119,7 @@ __all__ = [
     "decode_message",
     "decode_offset_msg_id",
     "decode_properties",
+    "dlq_topic",
     "iter_messages",
     "level_for_delay_ms",
     "new_uniq_key",
@@ -120,6 +128,7 @@ __all__ = [
     "pack_batch",
     "properties_are_encodable",
     "read_long",
+    "retry_topic",
     "setting",
     "split_keys",
     "tags_hash",

@@ -86,6 +86,14 @@ class ConsumerOffsetManager:
     def offsets_of(self, group: str, topic: str) -> dict[int, int]:
         return dict(self._offsets.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {}))
 
+    def topics_by_group(self) -> dict[str, list[str]]:
+        """Every group with the topics it committed offsets of, sorted."""
+        out: dict[str, list[str]] = {}
+        for key in sorted(self._offsets):
+            topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            out.setdefault(group, []).append(topic)
+        return out
+
     def groups(self) -> list[str]:
         return sorted({key.split(TOPIC_GROUP_SEPARATOR, 1)[1] for key in self._offsets})
 

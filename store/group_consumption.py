@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from store.message import MessageInner
 from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
-from store.pop_records import dlq_topic, retry_topic
+from store.pop_counters import PopCounts
+from store.pop_records import REVIVE_GROUP, dlq_topic, retry_topic
 from store.pop_revive_service import PopReviveService
 from store.receipt_handle import ReceiptHandles
 from store.status import PutMessageResult
@@ -23,7 +24,7 @@ from store.subscription_group_manager import SubscriptionGroup, SubscriptionGrou
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
 
-__all__ = ["AckOutcome", "GroupConsumption", "Popped", "SubscriptionGroup"]
+__all__ = ["AckOutcome", "GroupConsumption", "PopCounts", "Popped", "SubscriptionGroup"]
 
 
 class _PopStoreAdapter:
@@ -87,6 +88,9 @@ class GroupConsumption:
         """The group's settings (RocketMQ's defaults when it was never configured)."""
         return self._loaded().group(name)
 
+    def is_configured(self, name: str) -> bool:
+        return self.groups.get(name) is not None
+
     def configured_groups(self) -> list[SubscriptionGroup]:
         return self.groups.all()
 
@@ -111,8 +115,24 @@ class GroupConsumption:
         """The topics a group's receives of `topic` read: the topic and the group's retry topic."""
         return [topic, retry_topic(group, topic)]
 
+    def topics_by_group(self) -> dict[str, list[str]]:
+        """Every group that committed offsets (a receive commits them too) with those topics; retry topics
+        are folded into the topic they retry, the revive group is left out."""
+        out: dict[str, list[str]] = {}
+        for group, topics in self._store.consumer_offset_manager.topics_by_group().items():
+            if group == REVIVE_GROUP:
+                continue
+            prefix = retry_topic(group, "")
+            names = {t[len(prefix) :] if t.startswith(prefix) else t for t in topics}
+            out[group] = sorted(names)
+        return out
+
     def dead_letter_topic(self, group: str) -> str:
         return dlq_topic(group)
+
+    def counts(self) -> dict[tuple[str, str], PopCounts]:
+        """Received, acked, redelivered and dead-lettered messages per (group, topic) since the start."""
+        return self._loaded().counters.snapshot()
 
     def stats(self) -> dict[str, int]:
         revive = self.revive_service

@@ -31,6 +31,7 @@ from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import POS_RECONSUME_TIMES, decode_message
+from store.pop_counters import PopCounters
 from store.pop_records import (
     MAX_CHECKPOINT_MESSAGES,
     PROPERTY_RETRY_TOPIC,
@@ -104,6 +105,7 @@ class PopConsumer:
         self.clock = clock
         self.revive_topic = revive_topic(settings.cluster)
         self.fifo = FifoOrderBook()
+        self.counters = PopCounters()
         self._queue_locks: dict[tuple[str, str, int], threading.Lock] = {}
         self._rotation: dict[tuple[str, str], int] = {}
         self._locks_lock = threading.Lock()  # guards the two dicts above; never held across I/O
@@ -140,6 +142,8 @@ class PopConsumer:
             finally:
                 lock.release()
             out += taken
+        if out:
+            self.counters.add(group, topic, received=len(out))
         return out
 
     def _next_start(self, group: str, topic: str, n: int) -> int:
@@ -185,13 +189,16 @@ class PopConsumer:
         offsets = result.queue_offsets
         times = self.fifo.taken(group, topic, queue_id, offsets, ck.revive_time, result.next_begin_offset, ck.pop_time)
         popped = self._popped(result, ck, topic, topic, times)
-        dead = [p for p, t in zip(popped, times, strict=True) if t > settings.max_reconsume_times]
-        if dead:
-            if not self.store.put_messages([dead_letter(p.data, group, t) for p, t in zip(popped, times, strict=True) if p in dead]).ok:
-                return []  # the batch expires and is taken again
-            for p in dead:
-                self.fifo.acked(group, topic, queue_id, p.queue_offset, ck.pop_time, ck.pop_time, self._commit_fifo)
-        return [p for p in popped if p not in dead]
+        dead = [i for i, t in enumerate(times) if t > settings.max_reconsume_times]
+        if not dead:
+            return popped
+        self.store.ensure_topic(dlq_topic(group), 1)
+        if not self.store.put_messages([dead_letter(popped[i].data, group, times[i]) for i in dead]).ok:
+            return []  # the batch expires and is taken again
+        for i in dead:
+            self.fifo.acked(group, topic, queue_id, popped[i].queue_offset, ck.pop_time, ck.pop_time, self._commit_fifo)
+        self.counters.add(group, topic, dead_lettered=len(dead))
+        return [p for i, p in enumerate(popped) if i not in dead]
 
     def _pop_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Where the group takes next in a queue: its offset, or the queue's minimum for a group new to it."""
@@ -246,6 +253,7 @@ class PopConsumer:
                                                                          handle.offset, handle.pop_time)))  # fmt: skip
         if records and not self._put_records(records):
             outcomes = [AckOutcome.NOT_STORED if o is AckOutcome.OK else o for o in outcomes]
+        self.counters.add(group, topic, acked=outcomes.count(AckOutcome.OK))
         return outcomes
 
     def _commit_fifo(self, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -172,6 +172,7 @@ class PopReviveService(ServiceThread):
             return False
         self.stats.dead_lettered += dead
         self.stats.revived += len(msgs) - dead
+        self.consumer.counters.add(ck.cid, _origin(ck), redelivered=len(msgs) - dead, dead_lettered=dead)
         return True
 
     def _stored(self, topic: str, queue_id: int, offset: int) -> bytes | None:

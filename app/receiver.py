@@ -1,0 +1,191 @@
+"""Receiver: group consumption's receive (held like a long poll), ack and change of the invisible time, for the routes.
+
+Invariants:
+- A receive, an ack and an invisible-time change store records (checkpoints, acks), so they run
+  in the broker's pool; the event loop never waits on the store's files.
+- A receive with nothing visible is held (futures in `HeldPulls` on every queue of the topic and
+  on the group's retry queue, no thread) until a message arrives in one of them, the wait ends,
+  the client goes away or the broker stops. A FIFO group's queue also frees up when an ack comes
+  or an invisible time ends, which no arrival announces: its held receives look again every
+  FIFO_RECHECK_MS.
+- Every error is a problem from app.problems; per-handle ack results are codes in the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from fastapi import Request
+from starlette.responses import Response
+
+from app.broker import Broker
+from app.message_view import message_json
+from app.problems import ProblemError
+from app.query import strict_query
+from app.receive_models import (
+    MAX_INVISIBLE_MS,
+    MIN_INVISIBLE_MS,
+    AckRequest,
+    InvisibleRequest,
+    received_json,
+)
+from app.responses import JsonResponse
+from app.routes_groups import check_group
+from app.routes_pull import parse_tag_filter
+from app.stream_registry import StreamRegistry
+from store import AckOutcome, Popped, decode_message, retry_topic
+
+# Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
+MAX_RECEIVE_MESSAGES = 32
+DEFAULT_INVISIBLE_MS = 30_000
+# How often a held receive of a FIFO group looks again without an arrival.
+FIFO_RECHECK_MS = 100
+MAX_DIGITS = 18
+RECEIVE_PARAMS = frozenset({"max", "invisible_ms", "wait_ms", "tag"})
+
+
+@dataclass(slots=True)
+class ReceiveSpec:
+    group: str
+    topic: str
+    max_count: int
+    invisible_ms: int
+    wait_ms: int
+    tag_filter: Any
+    codes: frozenset[int] | None
+
+
+def _int_param(params: Any, name: str, default: int, low: int, high: int, code: str) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_DIGITS or not low <= int(text) <= high:
+        raise ProblemError(code, f"{name} must be an integer in {low}..{high}, not {text[:40]!r}")
+    return int(text)
+
+
+RECEIVE_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        {"name": "max", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE_MESSAGES,
+                                                                       "default": MAX_RECEIVE_MESSAGES}},
+        {"name": "invisible_ms", "in": "query", "required": False, "description": "How long received messages stay invisible to the group",
+         "schema": {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}},
+        {"name": "wait_ms", "in": "query", "required": False, "description": "Hold the receive this long when nothing is visible",
+         "schema": {"type": "integer", "minimum": 0, "default": 0}},
+        {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}},
+    ]
+}  # fmt: skip
+
+
+class Receiver:
+    """Serves receives, acks and invisible-time changes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.held = broker.held
+        self.streams = StreamRegistry()  # the open event streams, told of acks
+
+    def parse(self, request: Request, extra: tuple[str, ...] = ()) -> ReceiveSpec:
+        """The checked receive; `extra` names query parameters the caller reads itself."""
+        group, topic = request.path_params["group"], request.path_params["topic"]
+        check_group(group)
+        config = self.broker.topic_config(topic)
+        if "r" not in config.perm:
+            raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
+        params = strict_query(request.scope["query_string"])
+        unknown = sorted(set(params) - RECEIVE_PARAMS - set(extra))
+        if unknown:
+            raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(unknown)[:200]}")
+        max_count = _int_param(params, "max", MAX_RECEIVE_MESSAGES, 1, MAX_RECEIVE_MESSAGES, "MAX_INVALID")
+        invisible_ms = _int_param(params, "invisible_ms", DEFAULT_INVISIBLE_MS, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS, "INVISIBLE_TIME_INVALID")
+        max_wait = self.broker.settings.max_wait_ms
+        wait_ms = _int_param(params, "wait_ms", 0, 0, 10**MAX_DIGITS, "REQUEST_INVALID")
+        if wait_ms > max_wait:
+            raise ProblemError("WAIT_TOO_LONG", f"wait_ms is at most {max_wait}")
+        tag_filter, codes = parse_tag_filter(params.get("tag"))
+        return ReceiveSpec(group, topic, max_count, invisible_ms, wait_ms, tag_filter, codes)
+
+    async def take(self, spec: ReceiveSpec) -> list[Popped]:
+        return await self.broker.run(self.store.group_consumption.receive, spec.group, spec.topic, spec.max_count, spec.invisible_ms,
+                                     spec.tag_filter)  # fmt: skip
+
+    def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
+        messages = [
+            received_json(message_json(decode_message(p.data, 0)), p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
+            for p in popped
+        ]
+        return Response(orjson.dumps({"messages": messages}), media_type="application/json")
+
+    async def receive(self, request: Request) -> Response:
+        spec = self.parse(request)
+        popped = await self.take(spec)
+        if not popped and spec.wait_ms > 0:
+            popped = await self.hold(request, spec)
+        return self.render(spec, popped)
+
+    async def hold(self, request: Request, spec: ReceiveSpec) -> list[Popped]:
+        """Wait for an arrival in any queue the receive reads (or the deadline, a disconnect, the stop) and take again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + spec.wait_ms / 1000.0
+        queues = [(spec.topic, q) for q in range(self.broker.topic_config(spec.topic).read_queue_nums)]
+        queues.append((retry_topic(spec.group, spec.topic), 0))
+        fifo = self.store.group_consumption.group(spec.group).fifo
+        watcher = asyncio.ensure_future(_disconnected(request))
+        try:
+            while not self.held.closed:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return []
+                waiters = [self.held.register(t, q, spec.codes) for t, q in queues]
+                try:
+                    if any(w is None for w in waiters):
+                        if self.held.closed:
+                            return []
+                        raise ProblemError("TOO_MANY_WAITERS", f"{self.held.max_held} requests are held already")
+                    popped = await self.take(spec)  # after registering: an arrival before it is not missed
+                    if popped:
+                        return popped
+                    timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
+                    futures = [w.future for w in waiters if w is not None]
+                    done, _ = await asyncio.wait((*futures, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                    if watcher in done:
+                        return []  # the client went away; whatever a take would get stays visible
+                finally:
+                    for w in waiters:
+                        if w is not None:
+                            self.held.unregister(w)
+            return []
+        finally:
+            watcher.cancel()
+
+    async def ack(self, group: str, topic: str, body: AckRequest) -> Response:
+        check_group(group)
+        self.broker.topic_config(topic)
+        outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, body.receipt_handles)
+        self.streams.acked([h for h, o in zip(body.receipt_handles, outcomes, strict=True) if o is AckOutcome.OK])
+        results = [{"receipt_handle": h, "status": o.value} for h, o in zip(body.receipt_handles, outcomes, strict=True)]
+        return JsonResponse({"results": results})
+
+    async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
+        check_group(group)
+        self.broker.topic_config(topic)
+        gc = self.store.group_consumption
+        outcome, handle, until = await self.broker.run(gc.change_invisible, group, topic, body.receipt_handle, body.invisible_ms)
+        if outcome is AckOutcome.HANDLE_INVALID:
+            raise ProblemError("HANDLE_INVALID", "the receipt handle was not issued by this broker for this group and topic")
+        if outcome is AckOutcome.HANDLE_EXPIRED:
+            raise ProblemError("HANDLE_EXPIRED", "the message's invisible time has passed; it may have been delivered again")
+        if outcome is AckOutcome.NOT_STORED:
+            raise ProblemError("STORE_WRITE_FAILED", "the new invisible time could not be stored; the old one still holds")
+        return JsonResponse({"receipt_handle": handle, "invisible_until_ms": until})
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,71 @@
+"""Group consumption's routes: receive, ack, invisible time, and the event stream (app/receiver.py,
+app/receive_stream.py serve them)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request
+from starlette.responses import Response, StreamingResponse
+
+from app.broker import Broker
+from app.params import GroupPath, TopicPath
+from app.receive_models import AckRequest, AckResult, InvisibleRequest, InvisibleResult, ReceiveResult
+from app.receive_stream import STREAM_OPENAPI, ReceiveStream, parse_max_in_flight
+from app.receiver import RECEIVE_OPENAPI, Receiver
+from app.responses import docs
+from app.strict_json import StrictJsonRoute
+
+
+def router(broker: Broker) -> APIRouter:
+    api = APIRouter(tags=["group consumption"], route_class=StrictJsonRoute)
+    receiver = Receiver(broker)
+    stream = ReceiveStream(receiver)
+    topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND")
+
+    @api.post(
+        "/v1/groups/{group}/topics/{topic}/receive",
+        operation_id="receive",
+        summary="Receive up to max visible messages of a topic for a group, each invisible to the group for invisible_ms",
+        responses=docs(ReceiveResult, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID",
+                       "WAIT_TOO_LONG", "TAG_INVALID", "TOO_MANY_WAITERS"),  # fmt: skip
+        openapi_extra=RECEIVE_OPENAPI,
+    )
+    async def receive(group: GroupPath, topic: TopicPath, request: Request) -> Response:
+        return await receiver.receive(request)
+
+    @api.post(
+        "/v1/groups/{group}/topics/{topic}/ack",
+        operation_id="ack",
+        summary="Ack received messages by their receipt handles: an acked message is never delivered to the group again",
+        responses=docs(AckResult, 200, *topic_problems),
+    )
+    async def ack(group: GroupPath, topic: TopicPath, body: Annotated[AckRequest, Body()]) -> Response:
+        return await receiver.ack(group, topic, body)
+
+    @api.post(
+        "/v1/groups/{group}/topics/{topic}/invisible",
+        operation_id="changeInvisibleTime",
+        summary="Make a received message invisible for invisible_ms from now; answers its new receipt handle",
+        responses=docs(InvisibleResult, 200, *topic_problems, "HANDLE_INVALID", "HANDLE_EXPIRED", "STORE_WRITE_FAILED"),
+    )
+    async def invisible(group: GroupPath, topic: TopicPath, body: Annotated[InvisibleRequest, Body()]) -> Response:
+        return await receiver.change_invisible(group, topic, body)
+
+    @api.get(
+        "/v1/groups/{group}/topics/{topic}/stream",
+        operation_id="receiveStream",
+        summary="Receive as Server-Sent Events: one message event per message, at most max_in_flight unacked",
+        response_class=StreamingResponse,
+        responses={200: {"description": "An event stream", "content": {"text/event-stream": {
+                       "schema": {"type": "string"}, "example": ": stream open\n\nevent: message\ndata: {...}\n\n"}}},
+                   **{k: v for k, v in docs(None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID",
+                                            "INVISIBLE_TIME_INVALID", "TAG_INVALID").items() if k != 200}},  # fmt: skip
+        openapi_extra=STREAM_OPENAPI,
+    )
+    async def receive_stream(group: GroupPath, topic: TopicPath, request: Request) -> Response:
+        max_in_flight = parse_max_in_flight(request)
+        spec = receiver.parse(request, extra=("max_in_flight",))
+        return stream.response(spec, max_in_flight)
+
+    return api
