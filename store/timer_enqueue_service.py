@@ -2,9 +2,10 @@
 
 Walks `rmq_sys_wheel_timer` queue 0 from the timer's queue offset and, per entry, reads the
 message's TIMER_OUT_MS and writes its timer log unit (TimerMessageStore.enqueue). This runs off
-the put path, as in RocketMQ: a timer put costs what a normal put costs. Dispatch wakes the
-service when it extends the timer topic's queue (an arriving listener), so a message due in a
-few precisions reaches the wheel in time; an idle service also wakes every ENQUEUE_IDLE_WAIT_MS.
+the put path, as in RocketMQ: a timer put costs what a normal put costs. An idle service looks
+again every ENQUEUE_IDLE_WAIT_MS (RocketMQ: 100 x precision / 1000 ms), a small part of the
+precision, so a message due in a few precisions reaches the wheel in time; it polls rather than
+listening to dispatch, which would cost every put's dispatch a notice.
 
 Invariants: entries are enqueued in queue order and the queue offset moves past an entry only
 after its unit is written (or it is unreadable for good, logged and counted); a unit that cannot
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.store")
 
-ENQUEUE_IDLE_WAIT_MS = 50  # longest sleep with nothing to enqueue (dispatch wakes the service sooner)
+ENQUEUE_IDLE_WAIT_MS = 10  # sleep with nothing to enqueue
 ENQUEUE_RETRY_WAIT_MS = 500  # wait after the timer log could not grow
 MAX_ENQUEUES_PER_PASS = 4_096  # entries one pass enqueues, so the checkpoint and shutdown are not held up
 
@@ -35,11 +36,6 @@ class TimerEnqueueService(ServiceThread):
     def __init__(self, timer: TimerMessageStore) -> None:
         super().__init__("TimerEnqueueService")
         self.timer = timer
-
-    def on_queue_extended(self, topic: str, queue_id: int, logic_offset_after: int, tags_codes: object) -> None:
-        """The store's arriving listener: wake up when the timer topic's queue grew."""
-        if topic == TIMER_TOPIC:
-            self.wakeup()
 
     def run(self) -> None:
         store = self.timer.store

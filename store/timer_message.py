@@ -21,6 +21,7 @@ path does the rest.
 from __future__ import annotations
 
 import enum
+import struct
 from typing import Any
 
 from store.message import (
@@ -30,6 +31,7 @@ from store.message import (
     PROPERTY_UNIQ_KEY,
     TIMER_TOPIC,
     MessageInner,
+    decode_properties,
     new_uniq_key,
     topic_problem,
 )
@@ -164,3 +166,26 @@ def target_deliver_ms(props: dict[str, str], precision_ms: int) -> int | None:
     except ValueError:
         return None
     return None
+
+
+_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length (store.native.BATCH_ITEM_HEAD)
+
+
+def timer_batch_messages(topic: str, queue_id: int, data: bytes, deliver_ms: int, born_host: bytes) -> list[MessageInner]:
+    """The messages of a checked batch (RocketMQ's batch encoding), each asking for delivery at `deliver_ms`.
+
+    A timer batch cannot be appended as it came: each message gets its own REAL_TOPIC and
+    UNIQ_KEY (the key crash recovery checks deliveries by), so it goes the MessageInner way.
+    """
+    msgs: list[MessageInner] = []
+    pos = 0
+    while pos < len(data):
+        total, _magic, _crc, flag, body_len = _ITEM_HEAD.unpack_from(data, pos)
+        body_at = pos + _ITEM_HEAD.size
+        props_at = body_at + body_len
+        props_len = int.from_bytes(data[props_at : props_at + 2], "big")
+        props = decode_properties(data[props_at + 2 : props_at + 2 + props_len])
+        msg = MessageInner(topic, data[body_at:props_at], queue_id, props, flag=flag, born_host=born_host)
+        msgs.append(deliver_at(msg, deliver_ms))
+        pos += total
+    return msgs
