@@ -207,7 +207,9 @@ class TimerDequeueService(ServiceThread):
                 if outcome.refusal in _PERMANENT_REFUSALS or outcome.status in _PERMANENT_STATUSES:
                     return self._put_one_by_one(batch)
                 timer.metrics.retries += 1
-                log.warning("timer: re-put refused (%s %s); retrying in %d ms", outcome.status.value, outcome.refusal.value, PUT_RETRY_DELAY_MS)
+                log.warning(
+                    "timer: re-put refused (%s %s); retrying in %d ms", outcome.status.value, outcome.refusal.value, PUT_RETRY_DELAY_MS
+                )
                 return 0
         else:
             stored = len(batch)  # appended; only the flush or the slave copy is pending

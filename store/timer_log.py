@@ -64,7 +64,9 @@ class TimerLog:
 
     # Writing -----------------------------------------------------------------------------
 
-    def append(self, prev_pos: int, magic: int, write_time_ms: int, delayed_time_ms: int, offset_py: int, size_py: int, topic_hash: int) -> int:
+    def append(
+        self, prev_pos: int, magic: int, write_time_ms: int, delayed_time_ms: int, offset_py: int, size_py: int, topic_hash: int
+    ) -> int:
         """Append one unit; returns its position, -1 when no file could be made."""
         mfq = self.mapped_file_queue
         mf = mfq.get_last_mapped_file_or_create(0)

@@ -46,9 +46,9 @@ PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 REQUEST_PROPERTIES = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC)
 # Set by the store only: a producer may not give them.
-RESERVED_PROPERTIES = frozenset(
-    {PROPERTY_TIMER_OUT_MS, PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_DEQUEUE_MS, PROPERTY_TIMER_ROLL_TIMES}
-)
+RESERVED_PROPERTIES = frozenset({PROPERTY_TIMER_OUT_MS, PROPERTY_TIMER_ENQUEUE_MS, PROPERTY_TIMER_DEQUEUE_MS, PROPERTY_TIMER_ROLL_TIMES})
+# Every TIMER_* name: a producer sets them through delay_ms / deliver_at_ms, never as user properties.
+TIMER_PROPERTIES = frozenset(REQUEST_PROPERTIES) | RESERVED_PROPERTIES
 
 
 class TimerTransform(enum.Enum):
@@ -87,8 +87,8 @@ def slot_time_ms(deliver_ms: int, precision_ms: int) -> int:
 def transform(msg: MessageInner, now_ms: int, precision_ms: int, max_delay_ms: int) -> TimerTransform:
     """Move a message asking for a later delivery to the timer topic (the caller checked is_timer_request)."""
     props = msg.properties
-    if msg.topic == TIMER_TOPIC:
-        return TimerTransform.NONE  # a rolled copy going round again
+    if msg.topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
+        return TimerTransform.NONE  # a rolled copy going round again, or a delivered copy (it keeps TIMER_DELAY_MS)
     if PROPERTY_DELAY in props:
         for name in REQUEST_PROPERTIES:
             props.pop(name, None)

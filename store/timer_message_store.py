@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 
-
 class TimerFields:
     """What the enqueue service needs of a timer topic message."""
 
@@ -134,8 +133,9 @@ class TimerMessageStore:
         ck = self.checkpoint
         size_before = self.log.mapped_file_queue.get_max_offset()
         start, end = self.log.recover(max(0, ck.last_timer_log_flush_pos - self.log.file_size))
-        read = ck.last_read_time_ms if ck.existed and ck.last_read_time_ms > 0 else now
         oldest = now - (self.slots_total - TIMER_BLANK_SLOTS) * self.precision_ms
+        # A new store starts reading now; one whose checkpoint lost its read time reads the whole wheel.
+        read = (ck.last_read_time_ms or oldest) if ck.existed else now
         if read < oldest:
             log.error("timer: the read time %d is older than the wheel holds; slots before %d are lost", read, oldest)
             read = oldest
@@ -145,6 +145,7 @@ class TimerMessageStore:
         if not last_exit_ok:
             self.verify_below_ms = now + self.precision_ms
         self._pending_at_load = self.wheel.count(self.read_time_ms, self._horizon_ms(now))
+        self.write_checkpoint()  # the read time is durable before anything is delivered
         log.info(
             "timer recovered: read time %d, queue offset %d, log [%d, %d), %d pending",
             self.read_time_ms, self.queue_offset, start, end, self._pending_at_load,
