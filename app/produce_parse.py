@@ -44,9 +44,10 @@ from store import (
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
 FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
 RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
-RESERVED_PROPERTIES = frozenset(
-    {PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID}
-) | TIMER_PROPERTIES
+RESERVED_PROPERTIES = (
+    frozenset({PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID})
+    | TIMER_PROPERTIES
+)
 # Longest tag (matches the spec's maxLength).
 MAX_TAG_CHARS = 255
 # Longest client message id (matches the spec's maxLength).

@@ -245,9 +245,7 @@ class Producer:
             raise put_problem(result)
         levels_ms = self.levels_ms
         if is_batch:
-            results = [
-                result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)
-            ]
+            results = [result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)]
             return JsonResponse({"results": results}, 201)
         return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0], levels_ms), 201)
 
