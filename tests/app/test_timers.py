@@ -76,9 +76,10 @@ def test_raw_and_binary_batch_produce_honour_the_time(client: httpx.Client, topi
     assert len({m["msg_id"] for m in got}) == 3  # batch messages got UNIQ_KEYs of their own
 
 
-def test_timer_status_and_metrics(client: httpx.Client, topic: str) -> None:
+def test_timer_status_and_metrics(make_broker, topic: str) -> None:
+    client = make_broker().client  # a broker of its own: the shared one holds other tests' timers
     create(client, topic)
-    enqueued_before = client.get("/v1/timers").json()["enqueued"]  # the shared broker holds other tests' timers
+    enqueued_before = client.get("/v1/timers").json()["enqueued"]
     due = int(time.time() * 1000) + 60_000
     assert client.post(f"/v1/topics/{topic}/messages", json={"body": "later", "deliver_at_ms": due}).status_code == 201
     deadline = time.monotonic() + 5
