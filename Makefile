@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-held-polls bench-vs-redis bench-batch-vs-redis clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-vs-redis bench-batch-vs-redis clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,9 @@ bench-offsets: $(STAMP)
 
 bench-schedule: $(STAMP)
 	$(PY) bench/schedule_bench.py
+
+bench-timer: $(STAMP) native
+	$(PY) bench/timer_bench.py
 
 bench-http: $(BENCH_STAMP)
 	$(PY) bench/http_bench.py

@@ -135,6 +135,9 @@ def render(broker: Broker) -> str:
             metric(name, "counter", help_text, [("", cleanup[key])])
     for name, kind, help_text, value in broker.ha.metrics() if broker.ha is not None and broker.started else []:
         metric(name, kind, help_text, [("", value)])
+    timer = broker.store.timer_status() if broker.started else {}
+    if timer:
+        render_timer(metric, timer)
     metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
     metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
     metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])
@@ -149,3 +152,33 @@ def render(broker: Broker) -> str:
         _group_consumption(broker, metric)
     metric("tidemq_ready", "gauge", "1 when the store is loaded, recovered and dispatch has caught up", [("", int(broker.ready()))])
     return "\n".join(lines) + "\n"
+
+
+TIMER_COUNTERS: dict[str, tuple[str, str]] = {
+    "enqueued": ("tidemq_timer_enqueued_total", "Timer log units written (rolls included)"),
+    "delivered": ("tidemq_timer_delivered_total", "Timer messages put to their real topic"),
+    "rolled": ("tidemq_timer_rolled_total", "Timer messages put round the timer topic again (beyond the roll window)"),
+    "deduplicated": ("tidemq_timer_deduplicated_total", "Timer deliveries found already made before a crash"),
+    "undeliverable": ("tidemq_timer_undeliverable_total", "Timer messages skipped for good"),
+    "retries": ("tidemq_timer_retries_total", "Timer deliveries refused for a passing reason and retried"),
+}
+
+
+def render_timer(metric: Any, timer: dict[str, Any]) -> None:
+    """The tidemq_timer_* families from the store's timer status."""
+    metric("tidemq_timer_pending", "gauge", "Timer messages not yet delivered", [("", timer["pending"])])
+    if timer.get("next_due_ms") is not None:
+        metric("tidemq_timer_next_due_ms", "gauge", "When the earliest pending timer message is deliverable (ms since the epoch)",
+               [("", timer["next_due_ms"])])  # fmt: skip
+    for key, (name, help_text) in TIMER_COUNTERS.items():
+        metric(name, "counter", help_text, [("", timer[key])])
+    lateness = timer["lateness"]
+    cumulative = 0
+    samples: list[tuple[str, Any]] = []
+    for bucket in lateness["buckets"]:
+        cumulative += bucket["count"]
+        le = "+Inf" if bucket["le_ms"] is None else repr(bucket["le_ms"] / 1000)
+        samples.append((f'_bucket{{le="{le}"}}', cumulative))
+    samples.append(("_sum", (lateness["mean_ms"] or 0) * lateness["count"] / 1000))
+    samples.append(("_count", lateness["count"]))
+    metric("tidemq_timer_lateness_seconds", "histogram", "Delivery time minus the time a timer message was due", samples)

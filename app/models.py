@@ -117,9 +117,11 @@ class ProduceMessage(BaseModel):
     queue_id: int | None = Field(None, ge=0, description="Queue to put into; else sharding_key's hash; else round-robin")
     sharding_key: str | None = Field(None, description="Messages with one sharding key go to one queue, in order")
     delay_level: int | None = Field(None, ge=0, description="Delay level (1 = 1s, 2 = 5s, ...); 0 = none")
-    delay_ms: int | None = Field(None, ge=0, description="Delay in ms: the smallest delay level not shorter is used (not with delay_level)")
+    delay_ms: int | None = Field(
+        None, ge=0, description="Delay in ms, honoured to within timer_precision_ms; at most timer_max_delay_ms (not with delay_level)"
+    )
     deliver_at_ms: int | None = Field(
-        None, ge=0, description="Earliest delivery, ms since the epoch: the smallest delay level not shorter; a past time means now"
+        None, ge=0, description="Delivery time, ms since the epoch, to within timer_precision_ms; a past time means now"
     )
 
 
@@ -152,7 +154,9 @@ class SendResult(BaseModel):
     commitlog_offset: int
     store_timestamp: int
     delay_level: int | None = Field(None, description="Delayed messages only: the delay level used")
-    deliver_at_ms: int | None = Field(None, description="Delayed messages only: when the message is due (store time + the level's delay)")
+    deliver_at_ms: int | None = Field(
+        None, description="Delayed messages only: when the message is due (the time asked for, or store time + the level's delay)"
+    )
 
 
 class BatchSendResult(BaseModel):
@@ -162,7 +166,9 @@ class BatchSendResult(BaseModel):
 class BinaryBatchSendResult(BaseModel):
     """Where a binary batch was stored, in one queue: message i has queue offset first_queue_offset + i,
     commitlog offset commitlog_offsets[i] and offset message id offset_msg_id_prefix followed by that
-    offset as 16 upper-case hex digits; its msg_id is the UNIQ_KEY property it was sent with."""
+    offset as 16 upper-case hex digits; its msg_id is the UNIQ_KEY property it was sent with.
+    A batch sent with delay_ms or deliver_at_ms has a null first_queue_offset (its messages get
+    their queue offsets when delivered) and says deliver_at_ms."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -177,11 +183,12 @@ class BinaryBatchSendResult(BaseModel):
         }
     )
     queue_id: int
-    first_queue_offset: int
+    first_queue_offset: int | None
     count: int
     store_timestamp: int
     offset_msg_id_prefix: str
     commitlog_offsets: list[int]
+    deliver_at_ms: int | None = Field(None, description="Timer batches only: when its messages are due")
 
 
 class Message(BaseModel):
@@ -322,6 +329,59 @@ class ScheduleStatus(BaseModel):
     retries: int = Field(description="Deliveries refused for a passing reason and retried")
     undeliverable: int = Field(description="Messages skipped for good (gone, corrupt, refused for good)")
     deduplicated: int = Field(description="Messages found already delivered after a crash")
+
+
+class TimerLateness(BaseModel):
+    count: int = Field(description="Deliveries measured since the start")
+    mean_ms: float | None
+    p50_ms: int | None = Field(description="Median lateness (upper bound of its histogram bucket)")
+    p99_ms: int | None = Field(description="99th percentile lateness (upper bound of its histogram bucket)")
+    max_ms: int | None
+    buckets: list[dict[str, int | None]] = Field(description="Lateness histogram: deliveries at most le_ms late (null: the rest)")
+
+
+class TimerStatus(BaseModel):
+    """Timer messages (delay_ms, deliver_at_ms): what waits, when the next is due, how late deliveries were."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "example": {
+                "pending": 3,
+                "pending_in_wheel": 3,
+                "not_enqueued": 0,
+                "next_due_ms": 1767225601500,
+                "read_time_ms": 1767225601000,
+                "queue_offset": 15,
+                "timer_log_bytes": 780,
+                "precision_ms": 100,
+                "max_delay_ms": 259200000,
+                "enqueued": 15,
+                "delivered": 12,
+                "rolled": 0,
+                "deduplicated": 0,
+                "undeliverable": 0,
+                "retries": 0,
+                "lateness": {"count": 12, "mean_ms": 48.5, "p50_ms": 50, "p99_ms": 100, "max_ms": 97, "buckets": []},
+            }
+        },
+    )
+    pending: int = Field(description="Timer messages not yet delivered (in the wheel, or stored and not yet enqueued)")
+    pending_in_wheel: int
+    not_enqueued: int = Field(description="Timer topic messages the enqueue service has not reached yet")
+    next_due_ms: int | None = Field(description="When the earliest pending message becomes deliverable; null when none is pending")
+    read_time_ms: int = Field(description="Every wheel slot before this time was delivered")
+    queue_offset: int = Field(description="Next timer topic queue entry to enqueue")
+    timer_log_bytes: int
+    precision_ms: int
+    max_delay_ms: int
+    enqueued: int = Field(description="Timer log units written since the start (rolls included)")
+    delivered: int = Field(description="Messages put to their real topic since the start")
+    rolled: int = Field(description="Messages beyond the roll window put round the timer topic again")
+    deduplicated: int = Field(description="Deliveries found already made before a crash")
+    undeliverable: int = Field(description="Messages skipped for good (gone, corrupt, refused for good)")
+    retries: int = Field(description="Deliveries refused for a passing reason and retried")
+    lateness: TimerLateness
 
 
 class CleanupStarted(BaseModel):

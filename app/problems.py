@@ -42,6 +42,8 @@ PROBLEMS: dict[str, ProblemKind] = {
     "KEY_INVALID": ProblemKind(400, "A message key is invalid"),
     "PROPERTIES_INVALID": ProblemKind(400, "A message property is invalid"),
     "DELAY_LEVEL_INVALID": ProblemKind(400, "The delay level is out of range"),
+    "DELAY_TOO_LONG": ProblemKind(400, "The delivery time is further ahead than timer_max_delay_ms"),
+    "TIMER_NOT_ENABLED": ProblemKind(400, "Timer messages are off on this broker (timer_wheel_enable)"),
     "MESSAGE_ID_INVALID": ProblemKind(400, "The message id is malformed"),
     "BATCH_EMPTY": ProblemKind(400, "The batch holds no message"),
     "BATCH_INVALID": ProblemKind(400, "The binary batch is malformed"),
@@ -93,6 +95,9 @@ PUT_REFUSALS: dict[PutRefusal, str] = {
     PutRefusal.DISK_FULL: "DISK_FULL",
     PutRefusal.DISPATCH_BEHIND: "DISPATCH_BEHIND",
     PutRefusal.SHUTTING_DOWN: "SHUTTING_DOWN",
+    PutRefusal.DELAY_TOO_LONG: "DELAY_TOO_LONG",
+    PutRefusal.TIMER_INVALID: "PROPERTIES_INVALID",
+    PutRefusal.TIMER_NOT_ENABLED: "TIMER_NOT_ENABLED",
 }
 
 # A non-OK put status without a refusal -> code.

@@ -12,6 +12,9 @@ Invariants:
   put_batch_future call: no per-message Python work on the way in or in the reply.
 - The reply is compact: the first queue offset (message i has first_queue_offset + i), the
   commitlog offsets, and the offset message id prefix (the store host as 16 hex digits).
+- `delay_ms` / `deliver_at_ms` make every message of the batch a timer message due then
+  (store.put_batch_at_future); such a batch goes the MessageInner way, its first_queue_offset
+  is null (the messages get offsets in the queue when delivered) and the reply has deliver_at_ms.
 """
 
 from __future__ import annotations
@@ -73,10 +76,25 @@ def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
     }
 
 
+def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: bytes) -> dict[str, Any]:
+    """The reply of a batch the store took as timer messages (or, for a past time, put at once to the queue)."""
+    first = items[0]
+    moved = first.queue_id != queue_id or deliver_at_ms > first.store_timestamp
+    return {
+        "queue_id": queue_id,
+        "first_queue_offset": None if moved else first.logics_offset,
+        "count": len(items),
+        "store_timestamp": first.store_timestamp,
+        "offset_msg_id_prefix": store_host.hex().upper(),
+        "commitlog_offsets": [item.wrote_offset for item in items],
+        "deliver_at_ms": deliver_at_ms,
+    }
+
+
 async def serve_binary(producer: Producer, request: Request) -> Response:
     """Check and store a binary batch (the caller matched the media type)."""
     topic = request.path_params["topic"]
-    queue_id = parse_batch_query(strict_query(request.scope["query_string"]))
+    queue_id, deliver_at_ms = parse_batch_query(strict_query(request.scope["query_string"]), producer.limits)
     store = producer.store
     try:
         checked = store.check_batch(await request.body())
@@ -89,9 +107,14 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
-    future = store.put_batch_future(topic, queue_id, checked)
+    if deliver_at_ms is not None:
+        future = store.put_batch_at_future(topic, queue_id, checked, deliver_at_ms)
+    else:
+        future = store.put_batch_future(topic, queue_id, checked)
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)
+    if deliver_at_ms is not None:
+        return JsonResponse(timer_reply_of(queue_id, result.items, deliver_at_ms, producer.broker.config.store_host_bytes()), 201)
     assert isinstance(result.items, EncodedItems)
     return JsonResponse(reply_of(queue_id, result.items), 201)

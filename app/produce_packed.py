@@ -4,7 +4,8 @@ Most JSON produces (one message, or a batch without delays to one queue) need no
 binary batch path lacks, so they skip the per-message MessageInner objects and are appended
 by the encode kernel as one checked batch. The stored bytes carry the same properties in the
 same order as `store.build_message` writes them (user properties, TAGS, KEYS, UNIQ_KEY).
-A draft with a delay goes the general way, since the store moves it to SCHEDULE_TOPIC_XXXX.
+A draft with a delay goes the general way, since the store moves it to SCHEDULE_TOPIC_XXXX or
+the timer topic.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 def packable(drafts: list[Draft]) -> bool:
     """Whether the drafts can go as one checked batch: none is delayed."""
-    return not any(d.delay_level for d in drafts)
+    return not any(d.delay_level or d.timer for d in drafts)
 
 
 def properties_of(draft: Draft, uniq_key: str) -> bytes:

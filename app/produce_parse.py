@@ -5,9 +5,11 @@ has its own problem code. The checks mirror the `ProduceMessage` schema in the s
 what a schema cannot say (base64 validity, the store's size limits, reserved property names).
 No regex and no copies of bodies beyond the one decode the wire format needs.
 
-A delay is given by at most one of `delay_level`, `delay_ms` and `deliver_at_ms`; the last two
-resolve, at parse time, to the smallest configured level that is not shorter (level 0, no
-delay, for a time already past), so a message is never delivered before it was asked for.
+A delay is given by at most one of `delay_level`, `delay_ms` and `deliver_at_ms`. A level keeps
+RocketMQ 4's delay levels; `delay_ms` and `deliver_at_ms` become RocketMQ 5's timer properties
+(TIMER_DELAY_MS, TIMER_DELIVER_MS), honoured by the store to within `timer_precision_ms`
+(store/timer_message.py). A delay past `timer_max_delay_ms` is DELAY_TOO_LONG; a time already
+past (or a zero delay) delivers at once.
 """
 
 from __future__ import annotations
@@ -31,17 +33,20 @@ from store import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    level_for_delay_ms,
+    TIMER_PROPERTIES,
     properties_are_encodable,
 )
 
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
 FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
 RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
-RESERVED_PROPERTIES = frozenset(
-    {PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID}
+RESERVED_PROPERTIES = (
+    frozenset({PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID})
+    | TIMER_PROPERTIES
 )
 # Longest tag (matches the spec's maxLength).
 MAX_TAG_CHARS = 255
@@ -56,6 +61,8 @@ class Limits:
     max_batch_messages: int
     # The configured delay levels' delays, level 1 first (MessageStoreConfig.delay_levels_ms()).
     delay_levels_ms: list[int]
+    # Longest delay a timer message may ask for (MessageStoreConfig.timer_max_delay_ms).
+    timer_max_delay_ms: int = 3 * 86_400_000
 
     @property
     def max_delay_level(self) -> int:
@@ -74,8 +81,16 @@ class Draft:
     queue_id: int | None = None
     sharding_key: str | None = None
     delay_level: int = 0
-    # Which of DELAY_FIELDS set delay_level (at most one may be given).
+    # Which of DELAY_FIELDS was given (at most one may be).
     delay_from: str | None = None
+    # The timer property delay_ms / deliver_at_ms asked for: (name, value), None for none.
+    timer: tuple[str, str] | None = None
+
+    def all_properties(self) -> dict[str, str] | None:
+        """The user properties plus the timer property, as the store gets them."""
+        if self.timer is None:
+            return self.properties
+        return {**(self.properties or {}), self.timer[0]: self.timer[1]}
 
 
 def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
@@ -188,13 +203,18 @@ def _set_delay_level(draft: Draft, value: Any, limits: Limits) -> None:
 def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_ms must be an integer >= 0")
-    set_delay(draft, "delay_ms", level_for_ms("delay_ms", value, limits))
+    set_delay(draft, "delay_ms", 0)
+    check_timer_delay("delay_ms", value, limits)
+    if value > 0:
+        draft.timer = (PROPERTY_TIMER_DELAY_MS, str(value))
 
 
 def _set_deliver_at_ms(draft: Draft, value: Any, limits: Limits) -> None:
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "deliver_at_ms must be an integer >= 0 (milliseconds since the epoch)")
-    set_delay(draft, "deliver_at_ms", level_for_ms("deliver_at_ms", value - int(time.time() * 1000), limits))
+    set_delay(draft, "deliver_at_ms", 0)
+    check_timer_delay("deliver_at_ms", value - int(time.time() * 1000), limits)
+    draft.timer = (PROPERTY_TIMER_DELIVER_MS, str(value))  # a past time: the store puts it at once
 
 
 # Optional JSON fields -> their check; only the fields present in a message are visited.
@@ -238,13 +258,29 @@ def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
     return draft
 
 
-def parse_batch_query(params: Any) -> int | None:
-    """The queue_id of a binary batch produce (its one query parameter), None when not given."""
-    unknown = set(params.keys()) - {"queue_id"}
+def parse_batch_query(params: Any, limits: Limits) -> tuple[int | None, int | None]:
+    """The queue_id of a binary batch produce and the time its messages are due (from delay_ms or
+    deliver_at_ms, ms since the epoch); None for what is not given."""
+    unknown = set(params.keys()) - {"queue_id", "delay_ms", "deliver_at_ms"}
     if unknown:
-        raise ProblemError("REQUEST_INVALID", f"a binary batch takes only queue_id as a query parameter, not {', '.join(sorted(unknown))}")
+        raise ProblemError(
+            "REQUEST_INVALID",
+            f"a binary batch takes only queue_id, delay_ms and deliver_at_ms as query parameters, not {', '.join(sorted(unknown))}",
+        )
     queue_id = params.get("queue_id")
-    return None if queue_id is None else _int_param("queue_id", queue_id, "REQUEST_INVALID")
+    delay, deliver_at = params.get("delay_ms"), params.get("deliver_at_ms")
+    if delay is not None and deliver_at is not None:
+        raise ProblemError("REQUEST_INVALID", "give at most one of delay_ms and deliver_at_ms")
+    now = int(time.time() * 1000)
+    due: int | None = None
+    if delay is not None:
+        delay_ms = _int_param("delay_ms", delay, "DELAY_LEVEL_INVALID")
+        check_timer_delay("delay_ms", delay_ms, limits)
+        due = now + delay_ms if delay_ms > 0 else None
+    elif deliver_at is not None:
+        due = _int_param("deliver_at_ms", deliver_at, "DELAY_LEVEL_INVALID")
+        check_timer_delay("deliver_at_ms", due - now, limits)
+    return (None if queue_id is None else _int_param("queue_id", queue_id, "REQUEST_INVALID")), due
 
 
 def _int_param(name: str, text: str, code: str) -> int:
@@ -301,13 +337,12 @@ def check_delay_level(level: int, limits: Limits) -> int:
     return level
 
 
-def level_for_ms(name: str, delay_ms: int, limits: Limits) -> int:
-    """The smallest level not shorter than `delay_ms` (0 when it is not positive); DELAY_LEVEL_INVALID past the longest."""
-    level = level_for_delay_ms(limits.delay_levels_ms, delay_ms)
-    if level is None:
-        longest = limits.delay_levels_ms[-1] if limits.delay_levels_ms else 0
-        raise ProblemError("DELAY_LEVEL_INVALID", f"{name} asks for a delay of {delay_ms} ms; the longest delay level is {longest} ms")
-    return level
+def check_timer_delay(name: str, delay_ms: int, limits: Limits) -> None:
+    """DELAY_TOO_LONG past timer_max_delay_ms (the store checks again at the put)."""
+    if delay_ms > limits.timer_max_delay_ms:
+        raise ProblemError(
+            "DELAY_TOO_LONG", f"{name} asks for a delay of {delay_ms} ms; the longest is timer_max_delay_ms={limits.timer_max_delay_ms} ms"
+        )
 
 
 def set_delay(draft: Draft, name: str, level: int) -> None:

@@ -1,4 +1,4 @@
-"""Administration: delay level status (GET /v1/schedule) and manual cleanup (POST /v1/admin/cleanup).
+"""Administration: delay level status (GET /v1/schedule), timer status (GET /v1/timers) and manual cleanup (POST /v1/admin/cleanup).
 
 Invariants: neither route waits on disk on the event loop (the schedule status reads consume
 queue entries in the read pool; a manual cleanup only sets a counter and wakes the cleanup
@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.broker import Broker
-from app.models import CleanupStarted, ScheduleStatus
+from app.models import CleanupStarted, ScheduleStatus, TimerStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
 
@@ -33,6 +33,19 @@ def router(broker: Broker) -> APIRouter:
     async def schedule_status() -> Response:
         running()
         return JsonResponse(await broker.run(store.schedule_status))
+
+    @api.get(
+        "/v1/timers",
+        operation_id="timerStatus",
+        summary="Timer messages: pending count, next due time, lateness of deliveries",
+        responses=docs(TimerStatus, 200, "TIMER_NOT_ENABLED"),
+    )
+    async def timer_status() -> Response:
+        running()
+        status = await broker.run(store.timer_status)
+        if not status:
+            raise ProblemError("TIMER_NOT_ENABLED", "timer messages are off on this broker (timer_wheel_enable)")
+        return JsonResponse(status)
 
     @api.post(
         "/v1/admin/cleanup",

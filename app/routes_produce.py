@@ -33,7 +33,7 @@ from app.produce_packed import packable, serve_packed
 from app.produce_parse import Draft, Limits, parse_json, parse_raw
 from app.query import strict_query
 from app.responses import JsonResponse, docs
-from store import PROPERTY_UNIQ_KEY, BrokerRole, FlushDiskType, build_message
+from store import PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
 
 # Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
 FLUSH_WAIT_SLACK_S = 1.0
@@ -44,6 +44,8 @@ PRODUCE_PROBLEMS = (
     "TOPIC_RESERVED",
     "TAG_INVALID",
     "KEY_INVALID",
+    "DELAY_TOO_LONG",
+    "TIMER_NOT_ENABLED",
     "PROPERTIES_INVALID",
     "DELAY_LEVEL_INVALID",
     "MESSAGE_ID_INVALID",
@@ -81,10 +83,14 @@ PRODUCE_OPENAPI: dict[str, Any] = {
         _query("queue_id", "Raw bodies and binary batches only: the queue", {"type": "integer", "minimum": 0}),
         _query("sharding_key", "Raw bodies only: ordering key", {"type": "string"}),
         _query("delay_level", "Raw bodies only: delay level (0: none)", {"type": "integer", "minimum": 0}),
-        _query("delay_ms", "Raw bodies only: delay in milliseconds (the smallest level not shorter)", {"type": "integer", "minimum": 0}),
+        _query(
+            "delay_ms",
+            "Raw bodies and binary batches only: delay in milliseconds, honoured to within timer_precision_ms (at most timer_max_delay_ms)",
+            {"type": "integer", "minimum": 0},
+        ),
         _query(
             "deliver_at_ms",
-            "Raw bodies only: earliest delivery time, ms since the epoch (the smallest level not shorter)",
+            "Raw bodies and binary batches only: delivery time, ms since the epoch, to within timer_precision_ms; a past time means now",
             {"type": "integer", "minimum": 0},
         ),
     ],
@@ -133,19 +139,25 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
-def result_of(msg: Any, queue_id: int, item: Any, delay_level: int, levels_ms: list[int]) -> dict[str, Any]:
+def result_of(msg: Any, queue_id: int, item: Any, draft: Draft, levels_ms: list[int]) -> dict[str, Any]:
+    delay_level = draft.delay_level
+    # The store moved a message due later to the timer topic (a past time stays where it was put).
+    timer = msg.topic == TIMER_TOPIC
     out = {
         "msg_id": msg.properties[PROPERTY_UNIQ_KEY],
         "offset_msg_id": item.msg_id,
         "queue_id": queue_id,
-        # A delayed message's logics_offset is its place in SCHEDULE_TOPIC_XXXX, not in queue_id.
-        "queue_offset": None if delay_level else item.logics_offset,
+        # A delayed message's logics_offset is its place in SCHEDULE_TOPIC_XXXX or the timer topic, not in queue_id.
+        "queue_offset": None if delay_level or timer else item.logics_offset,
         "commitlog_offset": item.wrote_offset,
         "store_timestamp": item.store_timestamp,
     }
     if delay_level:
         out["delay_level"] = delay_level
         out["deliver_at_ms"] = item.store_timestamp + levels_ms[delay_level - 1]
+    elif timer and draft.timer is not None:
+        name, value = draft.timer
+        out["deliver_at_ms"] = int(value) if name == PROPERTY_TIMER_DELIVER_MS else item.store_timestamp + int(value)
     return out
 
 
@@ -157,7 +169,7 @@ class Producer:
         self.store = broker.store
         config = broker.config
         self.levels_ms = config.delay_levels_ms()
-        self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, self.levels_ms)
+        self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, self.levels_ms, config.timer_max_delay_ms)
         # The store's put future has no deadline of its own: a stalled disk or slave must not hold the request forever.
         # Each wait (flush, then slave) is bounded by sync_flush_timeout_ms in the store.
         sync_master = config.broker_role is BrokerRole.SYNC_MASTER
@@ -220,11 +232,11 @@ class Producer:
                 q,
                 tags=d.tags,
                 keys=d.keys,
-                properties=d.properties,
+                properties=d.all_properties(),
                 uniq_key=d.msg_id,
                 delay_level=d.delay_level,
             )
-            # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX.
+            # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX or the timer topic.
             for d, q in zip(drafts, queue_ids, strict=True)
         ]
         future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
@@ -233,11 +245,9 @@ class Producer:
             raise put_problem(result)
         levels_ms = self.levels_ms
         if is_batch:
-            results = [
-                result_of(m, q, item, d.delay_level, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)
-            ]
+            results = [result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)]
             return JsonResponse({"results": results}, 201)
-        return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0].delay_level, levels_ms), 201)
+        return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0], levels_ms), 201)
 
 
 def router(broker: Broker) -> tuple[APIRouter, Handler]:

@@ -55,6 +55,13 @@ from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
 from store.status import AppendMessageResult, EncodedItems, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
+from store.timer_message import (
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
+    TIMER_PROPERTIES,
+    TIMER_TOPIC,
+    deliver_at,
+)
 from store.topic_config_manager import TopicConfig
 
 __all__ = [
@@ -73,10 +80,14 @@ __all__ = [
     "PROPERTY_REAL_TOPIC",
     "PROPERTY_SEPARATOR",
     "PROPERTY_TAGS",
+    "PROPERTY_TIMER_DELAY_MS",
+    "PROPERTY_TIMER_DELIVER_MS",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
     "SCHEDULE_TOPIC",
     "SYSTEM_TOPICS",
+    "TIMER_PROPERTIES",
+    "TIMER_TOPIC",
     "AckOutcome",
     "AppendMessageResult",
     "ArrivingListener",
@@ -119,6 +130,7 @@ __all__ = [
     "decode_message",
     "decode_offset_msg_id",
     "decode_properties",
+    "deliver_at",
     "dlq_topic",
     "iter_messages",
     "level_for_delay_ms",

@@ -40,6 +40,7 @@ GIB = 1024 * 1024 * 1024
 MIB = 1024 * 1024
 CQ_UNIT_SIZE_BYTES = 20
 INDEX_HEADER_BYTES = 40
+TIMER_BLANK_SLOTS = 60  # wheel slots kept between the roll window and the read time (RocketMQ's TIMER_BLANK_SLOTS)
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
@@ -126,6 +127,20 @@ class MessageStoreConfig:
     schedule_scan_interval_ms: int = setting(100, 1, 60_000)
     # Period at which delay progress is persisted.
     flush_delay_offset_interval_ms: int = setting(10_000, 1, 3_600_000)
+    # Timer messages at any delivery time (RocketMQ 5's timer wheel); off refuses TIMER_* delivery times.
+    timer_wheel_enable: bool = setting(True)
+    # Precision of delivery times, one wheel slot (RocketMQ's timerPrecisionMs is 1000).
+    timer_precision_ms: int = setting(100, 10, 60_000)
+    # Longest delay a timer message may ask for (RocketMQ's timerMaxDelaySec: 3 days).
+    timer_max_delay_ms: int = setting(3 * 86_400_000, 1, 366 * 86_400_000)
+    # Slots of the timing wheel; its file holds twice as many (RocketMQ: 7 days of 1-second slots).
+    timer_wheel_slots: int = setting(7 * 86_400, 128, 50_000_000)
+    # Slots ahead of now a timer log unit may go to; later deliveries roll round again (RocketMQ's timerRollWindowSlot).
+    timer_roll_window_slots: int = setting(2 * 86_400, 2, 50_000_000)
+    # Size of one timer log file (RocketMQ's mappedFileSizeTimerLog).
+    mapped_file_size_timer_log_bytes: int = setting(100 * MIB, 4096, 2**31 - 1)
+    # Period of the timer flush service: timer log, wheel, then the timercheck checkpoint (RocketMQ's timerFlushIntervalMs).
+    timer_flush_interval_ms: int = setting(1_000, 1, 600_000)
     # Retention: hours a commitlog file is kept after its last write.
     file_reserved_time_hours: int = setting(72, 0, 87_600)
     # Hours of the day (semicolon separated, "04;05") in which expired files are deleted.
@@ -203,6 +218,14 @@ class MessageStoreConfig:
                 "disk ratios must satisfy disk_max_used_space <= disk_clean_forcibly <= disk_warning",
             ),
             (self.default_topic_queue_nums <= self.max_topic_queue_nums, "default_topic_queue_nums must be <= max_topic_queue_nums"),
+            (
+                self.timer_roll_window_slots <= self.timer_wheel_slots - TIMER_BLANK_SLOTS,
+                f"timer_roll_window_slots must be <= timer_wheel_slots - {TIMER_BLANK_SLOTS}",
+            ),
+            (
+                self.timer_roll_window_slots * self.timer_precision_ms < 2**31,
+                "timer_roll_window_slots x timer_precision_ms must stay below 2^31 ms (the timer log's delay field)",
+            ),
             (
                 not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),
                 "transient_store_pool_enable needs ASYNC_FLUSH (as in RocketMQ)",

@@ -7,8 +7,10 @@ Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` 
 the abort file and starts the services; `shutdown()` stops them in this order, each
 for a reason:
   1. refuse new puts (`_running = False`), stop the group consumption's revive service
-     (registered last at load, so stopped first: it puts redeliveries), then the schedule
-     and cleanup services — nothing may append or delete while the rest shuts down;
+     (registered last at load, so stopped first: it puts redeliveries), then the timer services
+     (TimerDequeueService, which appends, then TimerEnqueueService, then TimerFlushService, whose
+     final pass records their progress in timercheck), then the cleanup and schedule services —
+     nothing may append or delete while the rest shuts down;
   2. ReputMessageService — drains dispatch so the queues and index cover the whole log;
   3. CommitRealTimeService, then the commitlog flusher — the final flush of the log,
      after every append and before the checkpoint records it;
@@ -16,7 +18,8 @@ for a reason:
      dispatch finished;
   5. AllocateMappedFileService, StoreStatsService, ConsumerOffsetFlushService — nothing
      needs them any more (the offsets are compacted once more in step 6);
-  6. metadata persisted, files closed, abort file removed, lock released — the abort
+  6. metadata persisted, files closed (the timer's files after its final checkpoint), abort
+     file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
 Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock
@@ -93,6 +96,8 @@ from store.store_checkpoint import StoreCheckpoint
 from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
 from store.store_stats_service import StoreStatsService
+from store.timer_message import is_timer_request, timer_batch_messages
+from store.timer_message_store import TimerMessageStore
 from store.topic_config_manager import TopicConfig, TopicConfigManager
 from store.transient_store_pool import TransientStorePool
 
@@ -170,6 +175,10 @@ class DefaultMessageStore:
         )
         self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
         self.group_consumption = GroupConsumption(self)  # its revive service is registered at load
+        # Timer messages (store/timer_message_store.py): stopped first, being last in the list.
+        self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
+        if self.timer is not None:
+            self.extra_services += self.timer.services()
         # --- end of delay levels and retention
 
     # Lifecycle -----------------------------------------------------------------------
@@ -192,6 +201,8 @@ class DefaultMessageStore:
             self.consumer_offset_manager.load()
             self._ready_offset = recover_store(self, self._recovery_progress)
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
+            if self.timer is not None:
+                self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
             self.extra_services.append(self.group_consumption.load())  # after the offsets: it reads the revive group's
         except BaseException:
             self._lock_file.release()
@@ -286,6 +297,8 @@ class DefaultMessageStore:
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
         self.consumer_offset_manager.persist()
         self.consumer_offset_manager.close()
+        if self.timer is not None:
+            self.timer.close()
         self.commit_log.shutdown()
         for cq in self.all_consume_queues():
             cq.shutdown()
@@ -355,7 +368,7 @@ class DefaultMessageStore:
     def _append(
         self, msgs: list[MessageInner] | tuple[MessageInner, ...]
     ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        refusal = self.validator.check(msgs)
+        refusal = self._prepare_timer_messages(msgs) or self.validator.check(msgs)
         if refusal is not None:
             self.stats.put_failures += 1
             return refusal, None
@@ -590,6 +603,24 @@ class DefaultMessageStore:
     def execute_delete_files_manually(self) -> dict[str, Any]:
         """Delete expired commitlog files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
         return self.clean_commit_log_service.execute_delete_files_manually()
+
+    def _prepare_timer_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
+        """Move messages asking for a later delivery (TIMER_* properties) to the timer topic, before validation."""
+        if self.timer is not None:
+            return self.timer.prepare_put(msgs)
+        if any(is_timer_request(m.properties) for m in msgs):
+            return self.refuse(PutRefusal.TIMER_NOT_ENABLED, "timer messages are off (timer_wheel_enable); nothing was stored")
+        return None
+
+    def put_batch_at_future(
+        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int, born_host: bytes = DEFAULT_BORN_HOST
+    ) -> concurrent.futures.Future[PutMessageResult]:
+        """A checked batch whose every message is due at `deliver_at_ms` (ms since the epoch); a past time puts it now."""
+        return self.put_messages_future(timer_batch_messages(topic, queue_id, batch.data, deliver_at_ms, born_host))
+
+    def timer_status(self) -> dict[str, Any]:
+        """Timer messages: pending count, next due time, lateness of deliveries, counters; {} when the timer is off."""
+        return self.timer.status() if self.timer is not None else {}
 
     def schedule_status(self) -> dict[str, Any]:
         """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time."""

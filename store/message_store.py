@@ -127,6 +127,12 @@ class MessageStore(Protocol):
         """Append a checked batch to one queue as it came; its result's items are EncodedItems."""
         ...
 
+    def put_batch_at_future(
+        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int
+    ) -> concurrent.futures.Future[PutMessageResult]:
+        """Put a checked batch as timer messages due at `deliver_at_ms` (a past time: now); items per message."""
+        ...
+
     # Get (one queue; the result holds the messages as one batch of stored bytes) -----------
 
     def get_message(
@@ -269,6 +275,10 @@ class MessageStore(Protocol):
 
     def schedule_status(self) -> dict[str, Any]:
         """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time (blocking)."""
+        ...
+
+    def timer_status(self) -> dict[str, Any]:
+        """Timer messages: pending count, next due time, lateness of deliveries, counters; {} when the timer is off."""
         ...
 
     def execute_delete_files_manually(self) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class PutRefusal(enum.Enum):
     DISK_FULL = "DISK_FULL"
     DISPATCH_BEHIND = "DISPATCH_BEHIND"
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    DELAY_TOO_LONG = "DELAY_TOO_LONG"  # a timer message past timer_max_delay_ms
+    TIMER_INVALID = "TIMER_INVALID"  # a TIMER_* property is not an integer
+    TIMER_NOT_ENABLED = "TIMER_NOT_ENABLED"  # timer_wheel_enable is off (RocketMQ's WHEEL_TIMER_NOT_ENABLE)
 
 
 class AppendMessageStatus(enum.Enum):

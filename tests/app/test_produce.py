@@ -155,11 +155,12 @@ BAD_JSON = [
     (b'{"body": "x", "delay_ms": "1000"}', "DELAY_LEVEL_INVALID"),
     (b'{"body": "x", "delay_ms": 1000.5}', "DELAY_LEVEL_INVALID"),
     (b'{"body": "x", "delay_ms": true}', "DELAY_LEVEL_INVALID"),
-    (b'{"body": "x", "delay_ms": 7200001}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "delay_ms": 259200001}', "DELAY_TOO_LONG"),
     (b'{"body": "x", "delay_ms": 100000000000000000000000}', "DELAY_LEVEL_INVALID"),
     (b'{"body": "x", "deliver_at_ms": -5}', "DELAY_LEVEL_INVALID"),
     (b'{"body": "x", "deliver_at_ms": "soon"}', "DELAY_LEVEL_INVALID"),
-    (b'{"body": "x", "deliver_at_ms": 99999999999999}', "DELAY_LEVEL_INVALID"),
+    (b'{"body": "x", "deliver_at_ms": 99999999999999}', "DELAY_TOO_LONG"),
+    (b'{"body": "x", "properties": {"TIMER_DELIVER_MS": "1"}}', "PROPERTIES_INVALID"),
     (b'{"body": "x", "delay_level": 1, "delay_ms": 1000}', "REQUEST_INVALID"),
     (b'{"body": "x", "delay_ms": 1000, "deliver_at_ms": 1}', "REQUEST_INVALID"),
     (b'{"body": "x", "delay_level": 0, "deliver_at_ms": 1}', "REQUEST_INVALID"),
@@ -245,7 +246,7 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "-1"}), 400, "DELAY_LEVEL_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "1.5"}), 400, "DELAY_LEVEL_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": ""}), 400, "DELAY_LEVEL_INVALID")
-    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "7200001"}), 400, "DELAY_LEVEL_INVALID")
+    problem(client.post(url, content=b"x", headers=raw, params={"delay_ms": "259200001"}), 400, "DELAY_TOO_LONG")
     problem(client.post(url, content=b"x", headers=raw, params={"deliver_at_ms": "tomorrow"}), 400, "DELAY_LEVEL_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"deliver_at_ms": "9" * 30}), 400, "DELAY_LEVEL_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "1", "delay_ms": "10"}), 400, "REQUEST_INVALID")
@@ -295,22 +296,24 @@ def test_delayed_message_reply_names_its_level_not_a_schedule_offset(client: htt
     assert "DELAY" not in got["properties"] and "REAL_TOPIC" not in got["properties"]
 
 
-def test_delay_ms_and_deliver_at_ms_choose_the_smallest_level_not_shorter(client: httpx.Client, topic: str) -> None:
+def test_delay_ms_and_deliver_at_ms_are_timer_messages_due_when_asked(client: httpx.Client, topic: str) -> None:
+    """delay_ms and deliver_at_ms are no longer rounded up to a level: the reply says the time asked for."""
     url = f"/v1/topics/{topic}/messages"
     one = client.post(url, json={"body": "a", "delay_ms": 1500, "queue_id": 0}).json()
-    assert (one["delay_level"], one["queue_offset"]) == (2, None)  # 5 s: the 1 s level would be early
-    assert one["deliver_at_ms"] == one["store_timestamp"] + 5000
-    exact = client.post(url, json={"body": "b", "delay_ms": 10_000, "queue_id": 0}).json()
-    assert exact["delay_level"] == 3
-    at = client.post(url, json={"body": "c", "deliver_at_ms": int(time.time() * 1000) + 900, "queue_id": 0}).json()
-    assert at["delay_level"] == 1
-    longest = client.post(url, json={"body": "d", "delay_ms": 7_200_000, "queue_id": 0}).json()
-    assert longest["delay_level"] == 18
+    assert one["queue_offset"] is None and "delay_level" not in one
+    assert one["deliver_at_ms"] == one["store_timestamp"] + 1500
+    due = int(time.time() * 1000) + 900
+    at = client.post(url, json={"body": "c", "deliver_at_ms": due, "queue_id": 0}).json()
+    assert at["deliver_at_ms"] == due and "delay_level" not in at
+    longest = client.post(url, json={"body": "d", "delay_ms": 7_200_001, "queue_id": 0}).json()
+    assert longest["queue_offset"] is None and "delay_level" not in longest
     raw = client.post(url, content=b"e", headers={"content-type": "application/octet-stream"}, params={"delay_ms": "2000", "queue_id": "0"})
-    assert raw.status_code == 201 and raw.json()["delay_level"] == 2
+    assert raw.status_code == 201 and raw.json()["deliver_at_ms"] == raw.json()["store_timestamp"] + 2000
     batch = client.post(url, json={"messages": [{"body": "f", "delay_ms": 30_000}, {"body": "g"}]}).json()["results"]
-    assert batch[0]["delay_level"] == 4 and batch[0]["queue_offset"] is None
-    assert "delay_level" not in batch[1] and batch[1]["queue_offset"] is not None
+    assert batch[0]["queue_offset"] is None and batch[0]["deliver_at_ms"] == batch[0]["store_timestamp"] + 30_000
+    assert "deliver_at_ms" not in batch[1] and batch[1]["queue_offset"] is not None
+    level = client.post(url, json={"body": "h", "delay_level": 2, "queue_id": 0}).json()
+    assert level["delay_level"] == 2 and level["deliver_at_ms"] == level["store_timestamp"] + 5000
 
 
 def test_no_delay_and_past_times_deliver_now(client: httpx.Client, topic: str) -> None:

@@ -106,7 +106,7 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
     ]
     assert all(x["oldest_age_ms"] is None and x["oldest_due_in_ms"] is None for x in status["levels"])
     assert status["delivered"] == 0
-    sent = [c.post("/v1/topics/later/messages", json={"body": f"h{i}", "delay_ms": 3_000_000, "queue_id": 0}) for i in range(3)]
+    sent = [c.post("/v1/topics/later/messages", json={"body": f"h{i}", "delay_level": 4, "queue_id": 0}) for i in range(3)]
     assert all(r.status_code == 201 and r.json()["delay_level"] == 4 for r in sent), [r.text for r in sent]
     quick = c.post("/v1/topics/later/messages", json={"body": "soon", "delay_level": 1, "queue_id": 0}).json()
 
@@ -123,11 +123,11 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
         assert time.monotonic() < deadline, status
         time.sleep(0.05)
     assert status["levels"][0]["waiting"] == 0 and status["levels"][3]["waiting"] == 3
-    # The longest level bounds delay_ms and deliver_at_ms.
+    # delay_ms and deliver_at_ms are timer messages, bounded by timer_max_delay_ms (3 days), not the longest level.
     before = commitlog_max(c)
-    problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_ms": 3_600_001}), 400, "DELAY_LEVEL_INVALID")
-    far = int(time.time() * 1000) + 2 * 3_600_000
-    problem(c.post("/v1/topics/later/messages", json={"body": "x", "deliver_at_ms": far}), 400, "DELAY_LEVEL_INVALID")
+    problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_ms": 3 * 86_400_000 + 1}), 400, "DELAY_TOO_LONG")
+    far = int(time.time() * 1000) + 4 * 86_400_000
+    problem(c.post("/v1/topics/later/messages", json={"body": "x", "deliver_at_ms": far}), 400, "DELAY_TOO_LONG")
     problem(c.post("/v1/topics/later/messages", json={"body": "x", "delay_level": 5}), 400, "DELAY_LEVEL_INVALID")
     assert commitlog_max(c) == before
 

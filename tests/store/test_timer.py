@@ -1,0 +1,160 @@
+"""Timer messages on a real store over real files: precision, past times, DELAY_TOO_LONG, delay
+levels unchanged, rolls beyond a small wheel, properties kept, restarts, a torn timer log tail."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from store import DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
+from store.timer_log import UNIT_SIZE
+from tests.store.conftest import open_store, small_config
+
+PRECISION_MS = 100
+
+
+def timer_config(root: str, **overrides: object) -> MessageStoreConfig:
+    values: dict[str, object] = {
+        "timer_wheel_slots": 1024,
+        "timer_roll_window_slots": 30,  # 3 s: a longer delay rolls
+        "mapped_file_size_timer_log_bytes": 4096,  # 78 units a file: tests cross files
+        "timer_flush_interval_ms": 50,
+    }
+    values.update(overrides)
+    return small_config(root, **values)
+
+
+def wait_delivered(store: DefaultMessageStore, topic: str, n: int, timeout_s: float = 15.0, queue_id: int = 0) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while store.get_max_offset_in_queue(topic, queue_id) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    cq = store.find_consume_queue(topic, queue_id)
+    assert cq is not None
+    out = []
+    for i in range(cq.get_max_offset_in_queue()):
+        entry = cq.read_entry(i)
+        assert entry is not None
+        msg = store.look_message_by_offset(entry[0])
+        assert msg is not None
+        out.append(msg)
+    return out
+
+
+def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> None:
+    store = open_store(timer_config(str(tmp_path / "s")))
+    try:
+        due = int(time.time() * 1000) + 1500
+        msg = deliver_at(build_message("T", b"soon", 0, properties={"user": "kept"}), due)
+        result = store.put_message(msg)
+        assert result.ok and msg.topic == "rmq_sys_wheel_timer"
+        [got] = wait_delivered(store, "T", 1)
+        assert due <= got["store_timestamp"] <= due + 2 * PRECISION_MS + 100
+        props = got["properties"]
+        assert props["user"] == "kept" and props["TIMER_DELIVER_MS"] == str(due) and props["UNIQ_KEY"] == msg.properties["UNIQ_KEY"]
+        assert int(props["TIMER_OUT_MS"]) == due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
+        assert "REAL_TOPIC" not in props and "REAL_QID" not in props
+        assert {"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS"} <= set(props)
+        status = store.timer_status()
+        assert status["delivered"] == 1 and status["pending"] == 0 and status["lateness"]["count"] == 1
+    finally:
+        store.shutdown()
+
+
+def test_past_times_deliver_at_once_and_too_long_is_refused(tmp_path) -> None:
+    store = open_store(timer_config(str(tmp_path / "s")))
+    try:
+        past = deliver_at(build_message("T", b"p", 0), int(time.time() * 1000) - 5_000)
+        assert store.put_message(past).items[0].logics_offset == 0 and past.topic == "T"
+        too_long = build_message("T", b"x", 0, properties={"TIMER_DELAY_MS": str(3 * 86_400_000 + 1)})
+        refused = store.put_message(too_long)
+        assert not refused.ok and refused.refusal is PutRefusal.DELAY_TOO_LONG
+        bad = store.put_message(build_message("T", b"x", 0, properties={"TIMER_DELAY_SEC": "soon"}))
+        assert bad.refusal is PutRefusal.TIMER_INVALID
+        assert store.get_max_offset_in_queue("T", 0) == 1
+    finally:
+        store.shutdown()
+
+
+def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> None:
+    store = open_store(timer_config(str(tmp_path / "s")))
+    try:
+        msg = build_message("T", b"lvl", 0, delay_level=1, properties={"TIMER_DELAY_MS": "60000"})
+        t0 = int(time.time() * 1000)
+        assert store.put_message(msg).ok and msg.topic == "SCHEDULE_TOPIC_XXXX"
+        [got] = wait_delivered(store, "T", 1, timeout_s=5)
+        assert got["store_timestamp"] - t0 < 3_000 and "TIMER_DELAY_MS" not in got["properties"]
+    finally:
+        store.shutdown()
+
+
+def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path) -> None:
+    store = open_store(timer_config(str(tmp_path / "s")))
+    try:
+        due = int(time.time() * 1000) + 5_000  # past the 3 s roll window: rolls once
+        store.put_message(deliver_at(build_message("T", b"far", 0), due))
+        [got] = wait_delivered(store, "T", 1, timeout_s=12)
+        assert due <= got["store_timestamp"] <= due + 2 * PRECISION_MS + 200
+        assert got["properties"]["TIMER_ROLL_TIMES"] == "1"
+        assert store.timer_status()["rolled"] == 1
+    finally:
+        store.shutdown()
+
+
+def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path) -> None:
+    config = timer_config(str(tmp_path / "s"))
+    store = open_store(config)
+    due = int(time.time() * 1000) + 2_500
+    keys = []
+    for i in range(200):
+        msg = deliver_at(build_message("T", b"m%d" % i, i % 2), due + (i % 7) * 50)
+        assert store.put_message(msg).ok
+        keys.append(msg.properties["UNIQ_KEY"])
+    deadline = time.monotonic() + 5
+    while store.timer_status()["pending_in_wheel"] < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.timer_status()["pending_in_wheel"] == 200
+    store.shutdown()
+    assert len([n for n in os.listdir(tmp_path / "s" / "timerlog")]) >= 2
+    store = open_store(config)
+    try:
+        assert store.timer_status()["pending"] == 200
+        got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
+        time.sleep(0.3)
+        got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
+        assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)
+    finally:
+        store.shutdown()
+
+
+def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) -> None:
+    config = timer_config(str(tmp_path / "s"))
+    store = open_store(config)
+    due = int(time.time() * 1000) + 3_000
+    keys = []
+    for i in range(20):
+        msg = deliver_at(build_message("T", b"m%d" % i, 0), due)
+        store.put_message(msg)
+        keys.append(msg.properties["UNIQ_KEY"])
+    deadline = time.monotonic() + 5
+    while store.timer_status()["pending_in_wheel"] < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    store.shutdown()
+    # Tear the last three units: a half-written unit and garbage after it.
+    log_dir = tmp_path / "s" / "timerlog"
+    last = sorted(os.listdir(log_dir))[-1]
+    path = log_dir / last
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        end = 20 * UNIT_SIZE
+        data[end - 3 * UNIT_SIZE + 10 : end] = b"\xff" * (3 * UNIT_SIZE - 10)
+        f.seek(0)
+        f.write(data)
+    os.unlink(tmp_path / "s" / "abort") if (tmp_path / "s" / "abort").exists() else None
+    store = open_store(config)
+    try:
+        got = wait_delivered(store, "T", 20)
+        time.sleep(0.3)
+        got = wait_delivered(store, "T", 20)
+        assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)
+    finally:
+        store.shutdown()
