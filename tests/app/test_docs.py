@@ -34,6 +34,7 @@ def test_the_curl_walk_through_works_as_written(make_broker) -> None:
     assert out.count('"status":"FOUND"') == 3, out
     assert '"body":"order 1 paid"' in out and '"tags":"paid"' in out
     assert '"committed_offset":2' in out and '"lag":0' in out
+    assert out.count('"status":"OK"') == 2 and '"receipt_handle":' in out, out  # both messages received once and acked
     key_query = out.rsplit('{"messages":', 1)[1]
     assert key_query.count('"keys":["order-1"]') == 2, out
 
