@@ -204,15 +204,23 @@ class Producer:
     async def wait_durable(self, future: Any) -> Any:
         if self.relay is None:
             self.relay = CompletionRelay(asyncio.get_running_loop())
+        waiter = self.relay.watch(future)
+        # A timer handle, not asyncio.wait_for (which adds a future and a task step per put). At the
+        # deadline the relay's waiter is cancelled; the store's future is not.
+        deadline = asyncio.get_running_loop().call_later(self.flush_wait_s, waiter.cancel)
         try:
-            # The relay's waiter may be cancelled at the deadline; the store's future is not.
-            return await asyncio.wait_for(self.relay.watch(future), self.flush_wait_s)
-        except TimeoutError:
+            return await waiter
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the request itself was cancelled (client gone, shutdown), not timed out
             detail = (
                 f"the message is stored but its durability was not confirmed within {self.flush_wait_s:.1f} s; "
                 "it may be delivered, do not resend blindly"
             )
             raise ProblemError(self.timeout_code, detail, {"stored": True}) from None
+        finally:
+            deadline.cancel()
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""

@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from store.commit_log import CommitLog
 from store.service_thread import ServiceThread
@@ -24,15 +25,21 @@ log = logging.getLogger("tidemq.store")
 
 
 class GroupCommitRequest:
-    __slots__ = ("next_offset", "future")
+    """A put waiting for its group commit: `future` gets `on_ok` once its bytes are flushed, or
+    `on_timeout` when the flush did not reach them in time. The put's own answer is completed here
+    directly, so a SYNC_FLUSH put costs one future, not a chain of two."""
 
-    def __init__(self, next_offset: int) -> None:
+    __slots__ = ("next_offset", "future", "on_ok", "on_timeout")
+
+    def __init__(self, next_offset: int, on_ok: Any = PutMessageStatus.PUT_OK, on_timeout: Any = PutMessageStatus.FLUSH_DISK_TIMEOUT) -> None:
         self.next_offset = next_offset
-        self.future: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
+        self.on_ok = on_ok
+        self.on_timeout = on_timeout
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def wakeup_customer(self, flush_ok: bool) -> None:
         if not self.future.done():
-            self.future.set_result(PutMessageStatus.PUT_OK if flush_ok else PutMessageStatus.FLUSH_DISK_TIMEOUT)
+            self.future.set_result(self.on_ok if flush_ok else self.on_timeout)
 
 
 class GroupCommitService(ServiceThread):

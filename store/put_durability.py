@@ -43,8 +43,13 @@ class PutDurability:
         need_slave = self._needs_slave()
         if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
             return self._chain_slave(result)  # ASYNC_FLUSH on a SYNC_MASTER: only the slave is waited for
-        request = GroupCommitRequest(result.end_offset)
         assert isinstance(self.flush_service, GroupCommitService)
+        not_durable = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, items=result.items, detail="stored, not confirmed durable")
+        if not need_slave:  # the group commit answers the put itself: one future per put
+            direct = GroupCommitRequest(result.end_offset, result, not_durable)
+            self.flush_service.put_request(direct)
+            return direct.future
+        request = GroupCommitRequest(result.end_offset)
         self.flush_service.put_request(request)
         outer: Waiter = concurrent.futures.Future()
 
