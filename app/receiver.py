@@ -93,6 +93,7 @@ class Receiver:
         """The checked receive; `extra` names query parameters the caller reads itself."""
         group, topic = request.path_params["group"], request.path_params["topic"]
         check_group(group)
+        self.broker.check_master()  # a receive stores a checkpoint: a slave takes no writes
         config = self.broker.topic_config(topic)
         if "r" not in config.perm:
             raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
@@ -164,6 +165,7 @@ class Receiver:
 
     async def ack(self, group: str, topic: str, body: AckRequest) -> Response:
         check_group(group)
+        self.broker.check_master()
         self.broker.topic_config(topic)
         outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, body.receipt_handles)
         self.streams.acked([h for h, o in zip(body.receipt_handles, outcomes, strict=True) if o is AckOutcome.OK])
@@ -172,6 +174,7 @@ class Receiver:
 
     async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
         check_group(group)
+        self.broker.check_master()
         self.broker.topic_config(topic)
         gc = self.store.group_consumption
         outcome, handle, until = await self.broker.run(gc.change_invisible, group, topic, body.receipt_handle, body.invisible_ms)

@@ -120,10 +120,11 @@ def router(broker: Broker) -> APIRouter:
         "/v1/groups/{group}",
         operation_id="putGroup",
         summary="Create or update a consumer group's settings for group consumption",
-        responses={**docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID"), 201: {"description": "Created", "model": GroupInfo}},
+        responses={**docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"), 201: {"description": "Created", "model": GroupInfo}},
     )
     async def put_group(group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
         check_group(group)
+        broker.check_master()
         gc = store.group_consumption
         created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
         info = group_info(group, gc.topics_by_group().get(group, []))

@@ -21,7 +21,7 @@ def router(broker: Broker) -> APIRouter:
     api = APIRouter(tags=["group consumption"], route_class=StrictJsonRoute)
     receiver = Receiver(broker)
     stream = ReceiveStream(receiver)
-    topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND")
+    topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_MASTER")
 
     @api.post(
         "/v1/groups/{group}/topics/{topic}/receive",

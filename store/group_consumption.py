@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from store.config import BrokerRole
 from store.message import MessageInner
 from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
 from store.pop_counters import PopCounts
@@ -76,6 +77,7 @@ class GroupConsumption:
         self.revive_service = PopReviveService(
             self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms
         )
+        self.revive_service.is_slave = cfg.broker_role is BrokerRole.SLAVE
         return self.revive_service
 
     def _loaded(self) -> PopConsumer:

@@ -12,7 +12,7 @@ queue is acked, so a queue yields its next message only then.
 Invariants:
 - A checkpoint is stored before the offset moves past its messages, so a crash between the two
   delivers them again (at least once), never loses them.
-- One receive at a time per (group, topic, queue): a queue busy with another receive is skipped.
+- One receive at a time per (group, topic, queue) (striped locks): a queue busy with another receive is skipped.
 - An ack is answered OK only before the message's invisible time ends; the revive service waits
   `pop_ack_margin_ms` past that time before reviving, so an answered ack is always seen.
 """
@@ -50,6 +50,10 @@ from store.subscription_group_manager import SubscriptionGroup, SubscriptionGrou
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 # Receives that find an offset behind the queue's minimum (files removed) start again there.
 _INT32 = struct.Struct(">i")
+# Stripes of the per-queue receive locks.
+QUEUE_LOCK_STRIPES = 4_096
+# (group, topic) receive rotations kept at most (past it they start again from the first queue).
+MAX_ROTATIONS = 100_000
 _SKIPPED = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_FOUND_NULL)
 
 
@@ -106,9 +110,9 @@ class PopConsumer:
         self.revive_topic = revive_topic(settings.cluster)
         self.fifo = FifoOrderBook()
         self.counters = PopCounters()
-        self._queue_locks: dict[tuple[str, str, int], threading.Lock] = {}
+        self._queue_locks = [threading.Lock() for _ in range(QUEUE_LOCK_STRIPES)]
         self._rotation: dict[tuple[str, str], int] = {}
-        self._locks_lock = threading.Lock()  # guards the two dicts above; never held across I/O
+        self._locks_lock = threading.Lock()  # guards _rotation; never held across I/O
 
     def group(self, name: str) -> SubscriptionGroup:
         """The group's settings; RocketMQ's defaults for a group never configured."""
@@ -149,16 +153,15 @@ class PopConsumer:
     def _next_start(self, group: str, topic: str, n: int) -> int:
         with self._locks_lock:
             start = self._rotation.get((group, topic), -1) + 1
+            if len(self._rotation) >= MAX_ROTATIONS:
+                self._rotation.clear()
             self._rotation[(group, topic)] = start
         return start % n
 
     def _queue_lock(self, group: str, topic: str, queue_id: int) -> threading.Lock:
-        key = (group, topic, queue_id)
-        with self._locks_lock:
-            lock = self._queue_locks.get(key)
-            if lock is None:
-                lock = self._queue_locks[key] = threading.Lock()
-        return lock
+        """The lock serializing receives of one (group, topic, queue): one of a fixed set of stripes, so
+        client-chosen group names cannot grow memory; two queues sharing a stripe only skip each other."""
+        return self._queue_locks[hash((group, topic, queue_id)) % QUEUE_LOCK_STRIPES]
 
     def _pop_queue_locked(
         self, settings: SubscriptionGroup, topic: str, queue_topic: str, queue_id: int, want: int, pop_time: int, invisible_ms: int,

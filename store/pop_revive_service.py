@@ -72,6 +72,7 @@ class PopReviveService(ServiceThread):
         self.clock = clock
         self.topic = consumer.revive_topic
         self.stats = ReviveStats()
+        self.is_slave = False  # set by the store: a slave replicates its master's redeliveries and puts none
         self._queues: dict[int, ReviveQueue] = {}
 
     def run(self) -> None:
@@ -83,7 +84,9 @@ class PopReviveService(ServiceThread):
                 log.exception("revive pass failed")
 
     def revive_pass(self) -> int:
-        """One pass over every revive queue; returns the messages re-put."""
+        """One pass over every revive queue; returns the messages re-put (none on a slave: its master revives)."""
+        if self.is_slave:
+            return 0
         moved = 0
         for queue_id in range(self.consumer.settings.revive_queues):
             state = self._queues.get(queue_id)

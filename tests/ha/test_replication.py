@@ -71,6 +71,14 @@ def test_slave_refuses_produce_and_stores_nothing(cluster):
     assert r.status_code == 403 and r.json()["code"] == "NOT_MASTER"
     assert slave.client.get("/v1/topics/never-on-master").status_code == 404
     assert slave.client.put("/v1/topics/local", json={"queues": 1}).json()["code"] == "NOT_MASTER"
+    # Group consumption writes checkpoints and acks: a slave takes none of it.
+    for r in (
+        slave.client.post("/v1/groups/g/topics/orders/receive"),
+        slave.client.post("/v1/groups/g/topics/orders/ack", json={"receipt_handles": ["x"]}),
+        slave.client.post("/v1/groups/g/topics/orders/invisible", json={"receipt_handle": "x", "invisible_ms": 5000}),
+        slave.client.put("/v1/groups/g", json={"fifo": True}),
+    ):
+        assert r.status_code == 403 and r.json()["code"] == "NOT_MASTER", r.text
     assert slave.max_offset() == before
 
 
