@@ -195,6 +195,11 @@ class LazyMappedFile(MappedFile):
                 self.release()
         return self.flushed_position
 
+    def drop_resident(self) -> None:
+        """As MappedFile.drop_resident; an unmapped file has nothing resident (and is not mapped for it)."""
+        if self._mm is not None:
+            super().drop_resident()
+
     def _close_mapping(self) -> None:
         with self._map_lock:
             mm = self._mm

@@ -219,6 +219,23 @@ class MappedFile:
                 self.flushed_position = readable
         return self.flushed_position
 
+    def drop_resident(self) -> None:
+        """Take this file's pages out of the process's resident set once it is full and flushed.
+
+        MADV_DONTNEED on a shared file mapping only unmaps the pages: their bytes are on disk and
+        in the page cache, and a later read faults them back from there. Without it every byte the
+        store ever wrote stays counted in its RSS while the file is mapped. Refusals (pages locked
+        by warm-up's mlock) are logged and harmless.
+        """
+        if not hasattr(mmap, "MADV_DONTNEED") or not self.hold():
+            return
+        try:
+            self.mm.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError) as exc:
+            log.debug("madvise(DONTNEED) refused for %s: %s", self.path, exc)
+        finally:
+            self.release()
+
     def _msync(self, offset: int, length: int) -> None:
         """msync(MS_SYNC) of [offset, offset+length) with the GIL released.
 

@@ -170,6 +170,8 @@ class MappedFileQueue:
         where = mf.file_from_offset + mf.flush(flush_least_pages)
         unchanged = where == self.flushed_where
         self.flushed_where = where
+        if not unchanged and where == mf.file_from_offset + self.mapped_file_size:
+            mf.drop_resident()  # full and on disk: its pages need not count in the process's memory
         if flush_least_pages == 0 or not unchanged:
             self.store_timestamp = max(self.store_timestamp, store_ts)
         return unchanged

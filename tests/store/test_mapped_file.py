@@ -214,3 +214,35 @@ def test_config_rejects_tiny_files(tmp_path, bad: int) -> None:
 
     with pytest.raises(ConfigInvalid):
         MessageStoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log_bytes=bad).validate()
+
+
+def resident_kib(path: str) -> int:
+    """The Rss this process's mapping of `path` has, from /proc/self/smaps."""
+    rss, inside = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            if "-" in line.split(" ", 1)[0] and len(line.split()) >= 5:  # a mapping's header line
+                inside = line.rstrip().endswith(path)
+            elif inside and line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    return rss
+
+
+def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) -> None:
+    size = 16 * OS_PAGE_SIZE
+    q = MappedFileQueue(str(tmp_path), size)
+    first = q.get_last_mapped_file_or_create(0)
+    assert first is not None
+    payload = bytes(range(256)) * (size // 256)
+    first.append_bytes(payload)
+    second = q.get_last_mapped_file_or_create(0)  # the log goes on in the next file
+    assert second is not None and second is not first
+    second.append_bytes(b"x" * OS_PAGE_SIZE)
+    assert resident_kib(first.path) >= size // 1024  # written: every page resident
+    q.flush(0)
+    assert q.flushed_where == size
+    assert resident_kib(first.path) == 0  # full and flushed: out of the resident set
+    q.flush(0)
+    assert resident_kib(second.path) > 0  # the file being written stays resident
+    assert bytes(first.select_mapped_buffer(0, size).view) == payload  # and the bytes read back from the page cache
+    q.shutdown()
