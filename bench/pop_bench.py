@@ -21,7 +21,11 @@ in client CPU than asyncio + httpx on this machine) then read it three ways:
 Every rate is given with the server's CPU per message (/proc/PID/stat utime + stime around the
 measurement) and as a ratio to the offset pull of the same run, because the machine is shared.
 
-Usage: python bench/pop_bench.py [--quick] [--seconds S] [--messages N] [--consumers C] [--queues Q]
+With `--profile FILE`, py-spy (when installed) samples the broker's thread holding the GIL during
+receive + ack (the broker is one process, bound by the GIL) and the top self and inclusive costs are
+printed; the samples include time a GIL holder spent descheduled on a loaded machine.
+
+Usage: python bench/pop_bench.py [--quick] [--seconds S] [--messages N] [--consumers C] [--queues Q] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -61,6 +65,18 @@ PULL_GROUP = "pull-bench"
 STREAM = "pop"
 MAX_ERRORS = 20  # errors kept for the report; a phase stops early past it
 GOAL = 0.5  # receive + ack / offset pull
+# Frames every request passes through, left out of the profile's inclusive table (they hold everything).
+WRAPPERS = frozenset(
+    {
+        "<module> (app/__main__.py)",
+        "main (app/cli.py)",
+        "run (app/server.py)",
+        "HotRoutes.__call__ (app/hot_routes.py)",
+        "BodyLimit.__call__ (app/body_limit.py)",
+        "StartupGate.__call__ (app/startup.py)",
+        "StrictJsonRoute.get_route_handler.<locals>.strict_handler (app/strict_json.py)",
+    }
+)
 
 
 @dataclass
@@ -426,12 +442,12 @@ def redis_rounds(port: int, pid: int, consumers: int, ids: list[str], args: argp
 
 
 def start_profile(out: str, pid: int) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the broker (its Python threads, not idle ones) until stop_profile; None when py-spy is missing."""
+    """py-spy sampling the broker's thread holding the GIL (its Python work; the broker is GIL-bound) until stop_profile; None without py-spy."""
     binary = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
     if binary is None:
         print("py-spy is not installed: no profile", flush=True)
         return None
-    argv = [binary, "record", "--format", "raw", "--rate", "200", "-o", out, "--pid", str(pid)]
+    argv = [binary, "record", "--gil", "--format", "raw", "--rate", "100", "-o", out, "--pid", str(pid)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached before the phase starts
     return spy
@@ -447,42 +463,50 @@ def stop_profile(spy: subprocess.Popen[bytes]) -> None:
 
 
 def self_time(path: str) -> tuple[Counter[str], Counter[str], int]:
-    """Samples by the innermost frame's function and by its file, of a py-spy raw (collapsed stacks) file; the total."""
-    functions: Counter[str] = Counter()
-    files: Counter[str] = Counter()
+    """Samples by the innermost frame's function (self) and by every function on the stack (inclusive, once per
+    stack), of a py-spy raw (collapsed stacks) file; and the number of samples."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
     total = 0
     with open(path) as f:
         for line in f:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not stack or not count.isdigit():
                 continue
-            leaf = stack.rsplit(";", 1)[-1]
-            name, _, where = leaf.partition(" (")
-            file = where.rsplit(":", 1)[0].rstrip(")")
-            functions[f"{name} ({short_path(file)})"] += int(count)
-            files[short_path(file)] += int(count)
+            names = [frame_name(frame) for frame in stack.split(";")]
+            own[names[-1]] += int(count)
+            inclusive.update(dict.fromkeys(names, int(count)))
             total += int(count)
-    return functions, files, total
+    return own, inclusive, total
 
 
-def short_path(file: str) -> str:
+def frame_name(frame: str) -> str:
+    """`function (file:line)` as py-spy writes it -> `function (file)`, the file relative to the repository or site-packages."""
+    name, _, where = frame.partition(" (")
+    file = where.rsplit(":", 1)[0].rstrip(")")
     for marker in ("site-packages/", "/lib/python3."):
         if marker in file:
-            return file.split(marker, 1)[1]
-    return os.path.relpath(file, ROOT) if file.startswith("/") else file
+            file = file.split(marker, 1)[1]
+            break
+    else:
+        file = os.path.relpath(file, ROOT) if file.startswith("/") else file
+    return f"{name} ({file})"
 
 
 def report_profile(path: str, top: int = 15) -> None:
     if not os.path.exists(path):
         print(f"no profile written to {path}")
         return
-    functions, files, total = self_time(path)
-    print(f"\nProfile of the broker during receive + ack ({path}, {total:,} samples of its non-idle threads): self time")
-    print("| function (innermost frame) | share |\n|---|---:|")
-    for name, n in functions.most_common(top):
+    own, inclusive, total = self_time(path)
+    print(f"\nProfile of the broker during receive + ack ({path}, {total:,} samples of the thread holding the GIL)")
+    print("| function, self time (innermost frame) | share |\n|---|---:|")
+    for name, n in own.most_common(top):
         print(f"| {name} | {100 * n / total:.1f} % |")
-    print("| file | share |\n|---|---:|")
-    for name, n in files.most_common(10):
+    print("| function of app/ or store/, inclusive (with what it calls) | share |\n|---|---:|")
+    ours = [
+        (name, n) for name, n in inclusive.most_common() if name.split(" (", 1)[1].startswith(("app/", "store/")) and name not in WRAPPERS
+    ]
+    for name, n in ours[:top]:
         print(f"| {name} | {100 * n / total:.1f} % |")
 
 
