@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-vs-redis bench-batch-vs-redis clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-vs-redis bench-batch-vs-redis bench-pop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,11 @@ bench-vs-redis: $(BENCH_STAMP)
 # Binary batch produce beside redis-benchmark -P 100 XADD and redis-py pipelines (QUICK=1: a smoke test).
 bench-batch-vs-redis: $(BENCH_STAMP)
 	$(PY) bench/versus_redis.py --only batch $(if $(QUICK),--quick)
+
+# Group consumption: receive + ack against the offset pull and Redis Streams XREADGROUP + XACK, 8 consumers
+# (QUICK=1: a smoke test; PROFILE=FILE: py-spy profile of the broker during receive + ack).
+bench-pop: $(BENCH_STAMP) native
+	$(PY) bench/pop_bench.py $(if $(QUICK),--quick) $(if $(PROFILE),--profile $(PROFILE))
 
 bench-compare: $(BENCH_STAMP)
 	$(PY) bench/compare.py
