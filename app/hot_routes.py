@@ -1,13 +1,13 @@
-"""HotRoutes: the produce and pull requests served without FastAPI, its router and its middleware.
+"""HotRoutes: produce, pull, receive and ack served without FastAPI, its router and its middleware.
 
 Matching a path through FastAPI's included routers, solving an endpoint's parameters and passing
 through Starlette's middleware stack cost more than the store's put on these two paths, so this
 plain ASGI callable is the server's outermost app: it recognises them by splitting the path and
 calls the same handler the FastAPI route calls, behind the same body limit and start-up gate
 the FastAPI app has as middleware (the route stays, for the spec and as the fallback). Invariants:
-- Only `POST /v1/topics/{topic}/messages` and `GET /v1/topics/{topic}/queues/{queue_id}/messages`
-  with non-empty segments, and `GET /healthz` (a constant reply), are taken; every other request
-  goes on unchanged.
+- Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`,
+  `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
+  `GET /healthz` (a constant reply), are taken; every other request goes on unchanged.
 - The handlers read `request.path_params` as strings and parse everything themselves, so both
   ways in give the same answers; errors go through the same problem mapping as the app's.
 """
@@ -15,6 +15,7 @@ the FastAPI app has as middleware (the route stays, for the spec and as the fall
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,13 +36,24 @@ HEALTH_BODY = {"type": "http.response.body", "body": _HEALTH}
 ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
 
 
+@dataclass(frozen=True, slots=True)
+class HotHandlers:
+    """The handlers the hot path calls: the same the FastAPI routes call."""
+
+    produce: Handler
+    pull: Handler
+    receive: Handler
+    ack: Handler
+
+
 class HotRoutes:
     def __init__(
-        self, app: ASGIApp, produce: Handler, pull: Handler, on_error: ErrorMapper, broker: object, max_bytes: int, max_json_bytes: int
+        self, app: ASGIApp, handlers: HotHandlers, on_error: ErrorMapper, broker: object, max_bytes: int, max_json_bytes: int
     ) -> None:
         self.app = app
-        self.produce = produce
-        self.pull = pull
+        self.produce = handlers.produce
+        self.pull = handlers.pull
+        self.group_actions = {"receive": handlers.receive, "ack": handlers.ack}
         self.on_error = on_error
         # The hot requests pass the gates every other request passes inside the FastAPI app.
         self.gated = BodyLimit(StartupGate(self._serve, broker), max_bytes, max_json_bytes)
@@ -64,6 +76,14 @@ class HotRoutes:
                     handler = self.pull
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
                 if handler is not None:
+                    scope["tidemq.handler"] = handler
+                    await self.gated(scope, receive, send)
+                    return
+            elif path.startswith("/v1/groups/") and scope["method"] == "POST":
+                parts = path.split("/")  # "", "v1", "groups", group, "topics", topic, action
+                handler = self.group_actions.get(parts[-1]) if len(parts) == 7 and parts[4] == "topics" else None
+                if handler is not None and parts[3] and parts[5]:
+                    scope["path_params"] = {"group": parts[3], "topic": parts[5]}
                     scope["tidemq.handler"] = handler
                     await self.gated(scope, receive, send)
                     return

@@ -26,9 +26,9 @@ from app.message_view import message_json
 from app.problems import ProblemError
 from app.query import strict_query
 from app.receive_models import (
+    MAX_ACK_HANDLES,
     MAX_INVISIBLE_MS,
     MIN_INVISIBLE_MS,
-    AckRequest,
     InvisibleRequest,
     received_json,
 )
@@ -36,6 +36,7 @@ from app.responses import JsonResponse
 from app.routes_groups import check_group
 from app.routes_pull import parse_tag_filter
 from app.stream_registry import StreamRegistry
+from app.strict_json import duplicate_name
 from store import AckOutcome, Popped, decode_message, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
@@ -163,14 +164,17 @@ class Receiver:
         finally:
             watcher.cancel()
 
-    async def ack(self, group: str, topic: str, body: AckRequest) -> Response:
+    async def ack(self, request: Request) -> Response:
+        """Serve an ack; the path parameters are `request.path_params` strings (see app.hot_routes)."""
+        group, topic = request.path_params["group"], request.path_params["topic"]
         check_group(group)
         self.broker.check_master()
         self.broker.topic_config(topic)
-        outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, body.receipt_handles)
-        self.streams.acked([h for h, o in zip(body.receipt_handles, outcomes, strict=True) if o is AckOutcome.OK])
-        results = [{"receipt_handle": h, "status": o.value} for h, o in zip(body.receipt_handles, outcomes, strict=True)]
-        return JsonResponse({"results": results})
+        handles = parse_ack_body(await request.body())
+        outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+        self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
+        results = [{"receipt_handle": h, "status": o.value} for h, o in zip(handles, outcomes, strict=True)]
+        return Response(orjson.dumps({"results": results}), media_type="application/json")
 
     async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
         check_group(group)
@@ -185,6 +189,23 @@ class Receiver:
         if outcome is AckOutcome.NOT_STORED:
             raise ProblemError("STORE_WRITE_FAILED", "the new invisible time could not be stored; the old one still holds")
         return JsonResponse({"receipt_handle": handle, "invisible_until_ms": until})
+
+
+def parse_ack_body(data: bytes) -> list[str]:
+    """The receipt handles of an ack body, checked as AckRequest declares them (400 BODY_INVALID otherwise)."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ProblemError("BODY_INVALID", f"the body is not valid JSON: {e}") from None
+    if type(doc) is not dict or set(doc) != {"receipt_handles"}:
+        raise ProblemError("BODY_INVALID", 'the body must be {"receipt_handles": [...]} and nothing else')
+    repeated = duplicate_name(data, doc)
+    if repeated is not None:
+        raise ProblemError("BODY_INVALID", f"the name {repeated[:60]!r} appears twice in one object")
+    handles = doc["receipt_handles"]
+    if type(handles) is not list or not 1 <= len(handles) <= MAX_ACK_HANDLES or not all(type(h) is str for h in handles):
+        raise ProblemError("BODY_INVALID", f"receipt_handles must be an array of 1..{MAX_ACK_HANDLES} strings")
+    return handles
 
 
 async def _disconnected(request: Request) -> None:

@@ -45,7 +45,7 @@ from app import (
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
-from app.hot_routes import HotRoutes
+from app.hot_routes import HotHandlers, HotRoutes
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.problems import ProblemError, StartRefused, problem_response
@@ -181,7 +181,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     produce_router, produce = routes_produce.router(broker)
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
-    routers += [routes_groups.router(broker), routes_receive.router(broker), routes_queries.router(broker), routes_admin.router(broker)]
+    receive_router, receive, ack = routes_receive.router(broker)
+    routers += [routes_groups.router(broker), receive_router, routes_queries.router(broker), routes_admin.router(broker)]
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
@@ -195,9 +196,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     # What the server serves: the hot routes outermost, in front of the FastAPI app and its middleware.
     app.state.entry = app
     if settings.hot_routes:
-        app.state.entry = HotRoutes(
-            app, produce, pull, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes
-        )  # fmt: skip
+        handlers = HotHandlers(produce, pull, receive, ack)
+        app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

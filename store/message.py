@@ -251,9 +251,15 @@ class UniqKeyGenerator:
         now = int(time.time() * 1000) - self._month_start_ms
         if not 0 <= now < 0xFFFF_FFFF:
             return [self.next() for _ in range(n)]
+        if n > UNIQ_KEY_CHUNK:  # the 16-bit counter wraps: a huge batch reads the clock again every chunk
+            return [k for first in range(0, n, UNIQ_KEY_CHUNK) for k in self.next_batch(min(UNIQ_KEY_CHUNK, n - first))]
         head = f"{self._prefix}{now:08X}"
         # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
         return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
+
+
+# Keys made per clock reading at most; a clock tick per chunk keeps 2**16 counter values apart.
+UNIQ_KEY_CHUNK = 4_096
 
 
 def _month_start_ms() -> int:

@@ -33,9 +33,12 @@ from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import POS_RECONSUME_TIMES, decode_message
 from store.pop_counters import PopCounters
 from store.pop_records import (
+    ACK_TAG,
+    BATCH_ACK_TAG,
     MAX_CHECKPOINT_MESSAGES,
     PROPERTY_RETRY_TOPIC,
     AckMsg,
+    BatchAckMsg,
     PopCheckPoint,
     dlq_topic,
     is_group_system_topic,
@@ -240,24 +243,36 @@ class PopConsumer:
         """Ack each handle; the ack records of one call are stored together."""
         now = self.clock()
         outcomes: list[AckOutcome] = []
-        records: list[MessageInner] = []
+        by_checkpoint: dict[tuple[bool, int, int, int, int, int], list[int]] = {}
         settings = self.group(group)
         for text in handle_texts:
             outcome, handle = self._check_handle(group, topic, text, now)
             outcomes.append(outcome)
             if handle is None:
                 continue
-            queue_topic = retry_topic(group, topic) if handle.retry else topic
             if settings.fifo:
+                queue_topic = retry_topic(group, topic) if handle.retry else topic
                 if not self.fifo.acked(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now, self._commit_fifo):
                     outcomes[-1] = AckOutcome.HANDLE_EXPIRED
                 continue
-            records.append(ack_message(self.revive_topic, handle, AckMsg(queue_topic, group, handle.queue_id, handle.start_offset,
-                                                                         handle.offset, handle.pop_time)))  # fmt: skip
+            key = (handle.retry, handle.queue_id, handle.start_offset, handle.pop_time, handle.revive_queue_id, handle.invisible_until_ms)
+            by_checkpoint.setdefault(key, []).append(handle.offset)
+        # One record per checkpoint (RocketMQ 5's batch ack): a receive's messages acked together cost one record.
+        records = [self._ack_record(group, topic, key, offsets) for key, offsets in by_checkpoint.items()]
         if records and not self._put_records(records):
             outcomes = [AckOutcome.NOT_STORED if o is AckOutcome.OK else o for o in outcomes]
         self.counters.add(group, topic, acked=outcomes.count(AckOutcome.OK))
         return outcomes
+
+    def _ack_record(self, group: str, topic: str, key: tuple[bool, int, int, int, int, int], offsets: list[int]) -> MessageInner:
+        retry, queue_id, start_offset, pop_time, revive_queue, until = key
+        queue_topic = retry_topic(group, topic) if retry else topic
+        if len(offsets) == 1:
+            body, tag = AckMsg(queue_topic, group, queue_id, start_offset, offsets[0], pop_time).to_json(), ACK_TAG
+        else:
+            body, tag = BatchAckMsg(queue_topic, group, queue_id, start_offset, tuple(offsets), pop_time).to_json(), BATCH_ACK_TAG
+        props = {PROPERTY_TAGS: tag, PROPERTY_TIMER_DELIVER_MS: str(until)}
+        return MessageInner(self.revive_topic, body, revive_queue, props)
 
     def _commit_fifo(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.store.commit_offset(group, topic, queue_id, offset)

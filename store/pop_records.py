@@ -17,6 +17,7 @@ import orjson
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 CK_TAG = "ck"
 ACK_TAG = "ack"
+BATCH_ACK_TAG = "bAck"
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -142,6 +143,35 @@ class AckMsg:
     def from_json(cls, data: bytes | memoryview) -> AckMsg:
         doc = _object(data)
         return cls(_text(doc, "t"), _text(doc, "c"), _int(doc, "q"), _int(doc, "so"), _int(doc, "ao"), _int(doc, "pt"))
+
+
+@dataclass(slots=True, frozen=True)
+class BatchAckMsg:
+    """Acks of several messages of one checkpoint in one record (RocketMQ 5's BatchAckMsg, tag `bAck`)."""
+
+    topic: str
+    consumer_group: str
+    queue_id: int
+    start_offset: int
+    ack_offsets: tuple[int, ...]
+    pop_time: int
+
+    def merge_key(self) -> tuple[str, str, int, int, int]:
+        return (self.topic, self.consumer_group, self.queue_id, self.start_offset, self.pop_time)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {"aol": list(self.ack_offsets), "so": self.start_offset, "c": self.consumer_group, "t": self.topic, "q": self.queue_id,
+             "pt": self.pop_time}
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes | memoryview) -> BatchAckMsg:
+        doc = _object(data)
+        offsets = doc.get("aol")
+        if type(offsets) is not list or not offsets or not all(type(o) is int for o in offsets):
+            raise RecordInvalid("aol must list ack offsets")
+        return cls(_text(doc, "t"), _text(doc, "c"), _int(doc, "q"), _int(doc, "so"), tuple(offsets), _int(doc, "pt"))
 
 
 def _object(data: bytes | memoryview) -> dict[str, Any]:

@@ -25,7 +25,18 @@ from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import decode_message
 from store.pop_consumer import PopConsumer, PopStore, requeued
-from store.pop_records import ACK_TAG, CK_TAG, REVIVE_GROUP, AckMsg, PopCheckPoint, RecordInvalid, dlq_topic, retry_topic
+from store.pop_records import (
+    ACK_TAG,
+    BATCH_ACK_TAG,
+    CK_TAG,
+    REVIVE_GROUP,
+    AckMsg,
+    BatchAckMsg,
+    PopCheckPoint,
+    RecordInvalid,
+    dlq_topic,
+    retry_topic,
+)
 from store.service_thread import ServiceThread
 from store.status import GetMessageStatus
 
@@ -125,13 +136,15 @@ class PopReviveService(ServiceThread):
                 state.pending[key] = Pending(ck, offset)
                 for ack_offset, _ in state.early_acks.pop(key, []):
                     _set_acked(ck, ack_offset)
-            elif tag == ACK_TAG:
-                ack = AckMsg.from_json(m["body"])
+            elif tag == ACK_TAG or tag == BATCH_ACK_TAG:
+                ack = AckMsg.from_json(m["body"]) if tag == ACK_TAG else BatchAckMsg.from_json(m["body"])
+                acked = (ack.ack_offset,) if isinstance(ack, AckMsg) else ack.ack_offsets
                 pending = state.pending.get(ack.merge_key())
-                if pending is not None:
-                    _set_acked(pending.ck, ack.ack_offset)
-                else:  # read before its checkpoint: kept (and its offset not committed past) until the checkpoint comes
-                    state.early_acks.setdefault(ack.merge_key(), []).append((ack.ack_offset, offset))
+                for ack_offset in acked:
+                    if pending is not None:
+                        _set_acked(pending.ck, ack_offset)
+                    else:  # read before its checkpoint: kept (and its offset not committed past) until the checkpoint comes
+                        state.early_acks.setdefault(ack.merge_key(), []).append((ack_offset, offset))
         except RecordInvalid as e:
             log.error("revive queue record at %d skipped: %s", offset, e)
 

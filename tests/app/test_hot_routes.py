@@ -1,4 +1,4 @@
-"""The produce and pull routes answer the same with and without app.hot_routes in front of them.
+"""The produce, pull, receive and ack routes answer the same with and without app.hot_routes in front of them.
 
 Both apps run in this process over real stores in temporary directories (the store's services
 are started through the broker as the lifespan would).
@@ -54,7 +54,19 @@ REQUESTS = [
     ("POST", "/v1/topics/t/messages", {"queue_id": "2"}, pack_batch([(b"g", b"", 0)]), BATCH),
     ("POST", "/v1/topics/t/messages", {"keys": "k"}, pack_batch([(b"g", b"", 0)]), BATCH),
     ("GET", "/v1/topics/t/queues/1/messages", {"offset": "0", "max": "1", "wait_ms": "2000", "tag": "D"}, None, {}),
+    # Group consumption's receive and ack (served by the hot path as well).
+    ("POST", "/v1/groups/g/topics/t/receive", {"max": "2"}, None, {}),
+    ("POST", "/v1/groups/g/topics/t/receive", {"max": "0"}, None, {}),
+    ("POST", "/v1/groups/g/topics/t/receive", {"invisible_ms": "5"}, None, {}),
+    ("POST", "/v1/groups/bad.g/topics/t/receive", {}, None, {}),
+    ("POST", "/v1/groups/g/topics/none/receive", {}, None, {}),
+    ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": ["x"]}', JSON),
+    ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": []}', JSON),
+    ("POST", "/v1/groups/g/topics/t/ack", {}, b"{", JSON),
+    ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": ["x"], "receipt_handles": ["y"]}', JSON),
+    ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": ["x"], "more": 1}', JSON),
 ]
+GROUP_REQUESTS = 30
 
 FIRST_PULL = 8
 
@@ -79,6 +91,10 @@ def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
                         summary = r.json()["code"]
                     elif r.headers.get("content-type") == "application/x-tidemq-batch":
                         summary = f"{r.headers['x-tidemq-status']}:{r.headers['x-tidemq-count']}:{len(r.content)}"
+                    elif path.endswith("/receive"):
+                        summary = str([(m["body"], m["reconsume_times"]) for m in r.json()["messages"]])
+                    elif path.endswith("/ack"):
+                        summary = str([x["status"] for x in r.json()["results"]])
                     elif method == "GET":
                         summary = f"{r.json()['status']}:{[m['body'] for m in r.json()['messages']]}"
                     else:
@@ -99,7 +115,19 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
     assert hot[9] == (200, "FOUND:['raw']")
     assert [status for status, _ in hot[11:22]] == [400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 400]
     reply = str(sorted(["queue_id", "first_queue_offset", "count", "store_timestamp", "offset_msg_id_prefix", "commitlog_offsets"]))
-    assert hot[24:] == [
+    assert hot[GROUP_REQUESTS:] == [
+        (200, "[('a', 0), ('b', 0)]"),
+        (400, "MAX_INVALID"),
+        (400, "INVISIBLE_TIME_INVALID"),
+        (400, "GROUP_INVALID"),
+        (404, "TOPIC_NOT_FOUND"),
+        (200, "['HANDLE_INVALID']"),
+        (400, "BODY_INVALID"),
+        (400, "BODY_INVALID"),
+        (400, "BODY_INVALID"),
+        (400, "BODY_INVALID"),
+    ]
+    assert hot[24:GROUP_REQUESTS] == [
         (201, reply),
         (400, "BATCH_INVALID"),
         (400, "PROPERTIES_INVALID"),

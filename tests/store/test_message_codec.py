@@ -188,3 +188,11 @@ def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict, queu
     write_blank_into(blank, 0, 16)
     assert decode_for_dispatch(blank, 0, 16, levels) == (DISPATCH_BLANK, None)
     assert decode_for_dispatch(bytes(16), 0, 16, levels) == (DISPATCH_END, None)
+
+
+def test_uniq_keys_of_one_batch_never_repeat_even_past_the_16_bit_counter() -> None:
+    from store import new_uniq_key, new_uniq_keys
+
+    keys = new_uniq_keys(70_000) + [new_uniq_key()] + new_uniq_keys(3)
+    assert len(set(keys)) == len(keys)
+    assert all(len(k) == 32 for k in keys)

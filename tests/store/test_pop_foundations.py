@@ -133,3 +133,13 @@ def test_a_bad_groups_file_is_refused_at_load(tmp_path) -> None:
     (tmp_path / FILE_NAME).write_text(json.dumps({"subscriptionGroupTable": {"g": {"retryMaxTimes": -1}}}))
     with pytest.raises(ConfigInvalid):
         SubscriptionGroupManager(str(tmp_path)).load()
+
+
+def test_batch_ack_is_stored_with_rocketmq_field_names() -> None:
+    from store.pop_records import BatchAckMsg
+
+    ack = BatchAckMsg("orders", "billing", 3, start_offset=100, ack_offsets=(100, 103), pop_time=5)
+    assert json.loads(ack.to_json()) == {"aol": [100, 103], "so": 100, "c": "billing", "t": "orders", "q": 3, "pt": 5}
+    assert BatchAckMsg.from_json(ack.to_json()) == ack
+    with pytest.raises(RecordInvalid):
+        BatchAckMsg.from_json(b'{"aol": [], "so": 1, "c": "g", "t": "t", "q": 0, "pt": 1}')
