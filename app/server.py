@@ -41,6 +41,7 @@ from app import (
     routes_receive,
     routes_status,
     routes_topics,
+    routes_transactions,
 )
 from app.body_limit import BodyLimit
 from app.broker import Broker
@@ -182,6 +183,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     pull_router, pull = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
     routers += [routes_groups.router(broker), routes_receive.router(broker), routes_queries.router(broker), routes_admin.router(broker)]
+    routers.append(routes_transactions.router(broker))
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
