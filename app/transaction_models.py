@@ -66,6 +66,16 @@ class PendingTransaction(BaseModel):
 
 
 class PendingTransactions(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "producer_group": "pg-orders", "state": "unknown",
+                "transactions": [{"transaction_id": TRANSACTION_ID_EXAMPLE, "producer_group": "pg-orders",
+                                  "msg_id": "7F000001A1B2C3D4E5F60000000A0001", "topic": "orders", "queue_id": 0, "tags": None,
+                                  "keys": ["order-1"], "store_timestamp": 1767225600000, "age_ms": 6500, "checks": 1}],
+            }
+        }
+    )  # fmt: skip
     producer_group: str
     state: Literal["unknown", "pending"]
     transactions: list[PendingTransaction]

@@ -6,6 +6,7 @@ and SIGKILL with committed, rolled back and pending transactions."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import threading
@@ -178,11 +179,9 @@ class CheckServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(doc)
-                import base64
-
                 body = base64.b64decode(doc["body"]).decode()
                 if body.startswith("slow"):
                     time.sleep(1.0)  # past transaction_check_timeout_ms
