@@ -10,6 +10,7 @@ less than `transaction_timeout_ms` ago ends the walk (later ones are younger). F
   set, a CheckRequest goes to the transport, whose answer (commit, rollback, unknown) is applied
   by `Transactions.resolve` from the transport's thread. Halves of a group without a URL are
   listed for their producer (`Transactions.unresolved`): that listing is their check.
+Nothing is checked on a slave (its master checks and resolves; the results arrive by replication).
 A half is checked again `transaction_check_interval_ms` after its last check at the earliest,
 and never while a check of it is under way. The transport runs the network I/O on threads of
 its own and never while a store lock is held; `submit` must not block.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from store.config import BrokerRole
 from store.service_thread import ServiceThread
 from store.transaction_message import TransactionAction
 from store.transaction_store import CheckAnswer, CheckRequest, PendingHalf, ResolveStatus
@@ -54,6 +56,8 @@ class TransactionCheckService(ServiceThread):
     def check_pass(self) -> int:
         """Check every half due; returns how many were checked or resolved."""
         txn = self.transactions
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            return 0  # a slave's halves are its master's to check; it puts nothing
         now = self.store.now_ms()
         done = 0
         for half in txn.unresolved(None, 0):
