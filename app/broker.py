@@ -28,6 +28,7 @@ from app.long_poll import HeldPulls
 from app.problems import ProblemError
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
+from app.transaction_check import HttpCheckTransport
 from ha import HANode, attach
 from store import SYSTEM_TOPICS, BrokerRole, DefaultMessageStore, MessageStore, StoreError, TopicConfig, topic_problem
 
@@ -48,6 +49,8 @@ class Broker:
         self.ha: HANode | None = attach(self.store, settings.ha)
         self.held = HeldPulls(settings.max_held_pulls)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
+        self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
+        self.store.transactions.set_check_transport(self.checker)
         self.started = False
         self.stopping = False
         # True while start_in_background's load runs; start_failure: why it failed (one line).
@@ -132,6 +135,7 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             self.started = False
         self.executor.shutdown(wait=True, cancel_futures=True)
+        self.checker.close()
         log.info("store shut down")
 
     def ready(self) -> bool:

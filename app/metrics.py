@@ -138,6 +138,8 @@ def render(broker: Broker) -> str:
     timer = broker.store.timer_status() if broker.started else {}
     if timer:
         render_timer(metric, timer)
+    if broker.started:
+        render_transactions(metric, broker.store.transactions.status(), broker.checker.in_flight)
     metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
     metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
     metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])
@@ -182,3 +184,24 @@ def render_timer(metric: Any, timer: dict[str, Any]) -> None:
     samples.append(("_sum", (lateness["mean_ms"] or 0) * lateness["count"] / 1000))
     samples.append(("_count", lateness["count"]))
     metric("tidemq_timer_lateness_seconds", "histogram", "Delivery time minus the time a timer message was due", samples)
+
+
+# Transactions' status key -> (metric name, help).
+TRANSACTION_COUNTERS = {
+    "committed": ("tidemq_transaction_committed_total", "Transactions committed (their message put to its real topic)"),
+    "rolled_back": ("tidemq_transaction_rolled_back_total", "Transactions rolled back (by the producer, a check or transaction_check_max)"),
+    "checks": ("tidemq_transaction_checks_total", "Checks of unresolved transactions (sent to a check URL or listed)"),
+    "check_rollbacks": ("tidemq_transaction_check_rollbacks_total", "Transactions rolled back after transaction_check_max checks"),
+    "deduplicated": ("tidemq_transaction_deduplicated_total", "Commits found already put before a crash, only recorded"),
+}
+
+
+def render_transactions(metric: Any, status: dict[str, Any], in_flight: int) -> None:
+    """The tidemq_transaction_* families from the store's transaction status."""
+    metric("tidemq_transaction_half_pending", "gauge", "Half messages not yet committed or rolled back", [("", status["pending"])])
+    metric("tidemq_transaction_unknown", "gauge", "Half messages unresolved past transaction_timeout_ms", [("", status["unknown"])])
+    for key, (name, help_text) in TRANSACTION_COUNTERS.items():
+        metric(name, "counter", help_text, [("", status[key])])
+    answers = [(f'{{answer="{a}"}}', n) for a, n in sorted(status["check_answers"].items())]
+    metric("tidemq_transaction_check_answers_total", "counter", "Check-back answers by kind (failed: timeout, error, bad reply)", answers)
+    metric("tidemq_transaction_checks_in_flight", "gauge", "Check-back requests under way", [("", in_flight)])

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.transaction_models import TransactionRef
+
 Encoding = Literal["utf-8", "base64"]
 
 
@@ -123,6 +125,9 @@ class ProduceMessage(BaseModel):
     deliver_at_ms: int | None = Field(
         None, ge=0, description="Delivery time, ms since the epoch, to within timer_precision_ms; a past time means now"
     )
+    transaction: TransactionRef | None = Field(
+        None, description="Store as a transactional (half) message, invisible until committed (POST /v1/transactions/{transaction_id})"
+    )
 
 
 class ProduceBatch(BaseModel):
@@ -157,6 +162,7 @@ class SendResult(BaseModel):
     deliver_at_ms: int | None = Field(
         None, description="Delayed messages only: when the message is due (the time asked for, or store time + the level's delay)"
     )
+    transaction_id: str | None = Field(None, description="Transactional messages only: the id to commit or roll back it by")
 
 
 class BatchSendResult(BaseModel):
@@ -189,6 +195,7 @@ class BinaryBatchSendResult(BaseModel):
     offset_msg_id_prefix: str
     commitlog_offsets: list[int]
     deliver_at_ms: int | None = Field(None, description="Timer batches only: when its messages are due")
+    transaction_ids: list[str] | None = Field(None, description="Transactional batches only: each message's transaction id")
 
 
 class Message(BaseModel):

@@ -15,6 +15,8 @@ Invariants:
 - `delay_ms` / `deliver_at_ms` make every message of the batch a timer message due then
   (store.put_batch_at_future); such a batch goes the MessageInner way, its first_queue_offset
   is null (the messages get offsets in the queue when delivered) and the reply has deliver_at_ms.
+- With the X-Tidemq-Transaction header every message is a half message of that producer group
+  (its own transaction); the reply has `transaction_ids` and a null first_queue_offset.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.problems import ProblemError, put_problem
-from app.produce_parse import parse_batch_query
+from app.produce_parse import TRANSACTION_HEADER, check_producer_group, parse_batch_query
 from app.query import strict_query
 from app.responses import JsonResponse
 from store import BatchError, BatchErrorCode, EncodedItems
@@ -91,6 +93,19 @@ def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: by
     }
 
 
+def transaction_reply_of(queue_id: int, items: Any, store_host: bytes) -> dict[str, Any]:
+    """The reply of a batch stored as half messages: one transaction id per message, no queue offset until committed."""
+    return {
+        "queue_id": queue_id,
+        "first_queue_offset": None,
+        "count": len(items),
+        "store_timestamp": items[0].store_timestamp,
+        "offset_msg_id_prefix": store_host.hex().upper(),
+        "commitlog_offsets": [item.wrote_offset for item in items],
+        "transaction_ids": [item.msg_id for item in items],
+    }
+
+
 async def serve_binary(producer: Producer, request: Request) -> Response:
     """Check and store a binary batch (the caller matched the media type)."""
     topic = request.path_params["topic"]
@@ -107,6 +122,15 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
+    group = request.headers.get(TRANSACTION_HEADER)
+    if group is not None:
+        if deliver_at_ms is not None:
+            raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
+        future = store.transactions.prepare_batch_future(topic, queue_id, checked, check_producer_group(group))
+        result = future.result() if future.done() else await producer.wait_durable(future)
+        if not result.ok:
+            raise put_problem(result)
+        return JsonResponse(transaction_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes()), 201)
     if deliver_at_ms is not None:
         future = store.put_batch_at_future(topic, queue_id, checked, deliver_at_ms)
     else:

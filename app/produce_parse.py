@@ -38,16 +38,21 @@ from store import (
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
     TIMER_PROPERTIES,
+    TRANSACTION_PROPERTIES,
+    producer_group_problem,
     properties_are_encodable,
 )
 
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
-FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
+FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", "transaction", *DELAY_FIELDS})
 RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
 RESERVED_PROPERTIES = (
     frozenset({PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID})
     | TIMER_PROPERTIES
+    | TRANSACTION_PROPERTIES
 )
+# The header naming the producer group of a transactional raw or binary batch produce.
+TRANSACTION_HEADER = "x-tidemq-transaction"
 # Longest tag (matches the spec's maxLength).
 MAX_TAG_CHARS = 255
 # Longest client message id (matches the spec's maxLength).
@@ -85,6 +90,8 @@ class Draft:
     delay_from: str | None = None
     # The timer property delay_ms / deliver_at_ms asked for: (name, value), None for none.
     timer: tuple[str, str] | None = None
+    # The producer group of a transactional message (stored as a half message); None: not transactional.
+    transaction: str | None = None
 
     def all_properties(self) -> dict[str, str] | None:
         """The user properties plus the timer property, as the store gets them."""
@@ -217,6 +224,29 @@ def _set_deliver_at_ms(draft: Draft, value: Any, limits: Limits) -> None:
     draft.timer = (PROPERTY_TIMER_DELIVER_MS, str(value))  # a past time: the store puts it at once
 
 
+def _set_transaction(draft: Draft, value: Any, limits: Limits) -> None:
+    if type(value) is not dict or set(value) != {"producer_group"} or type(value["producer_group"]) is not str:
+        raise ProblemError("BODY_INVALID", 'transaction must be {"producer_group": "<name>"}')
+    draft.transaction = check_producer_group(value["producer_group"])
+
+
+def check_producer_group(name: str) -> str:
+    problem = producer_group_problem(name)
+    if problem is not None:
+        raise ProblemError("PRODUCER_GROUP_INVALID", f"producer group: {problem}")
+    return name
+
+
+def check_transactional(drafts: list[Draft]) -> str | None:
+    """The producer group of a transactional request (every message names the same one, none is delayed); None: not one."""
+    group = drafts[0].transaction
+    if any(d.transaction != group for d in drafts):
+        raise ProblemError("REQUEST_INVALID", "either every message of a batch names the same transaction producer group, or none does")
+    if group is not None and any(d.delay_from is not None for d in drafts):
+        raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_level, delay_ms, deliver_at_ms)")
+    return group
+
+
 # Optional JSON fields -> their check; only the fields present in a message are visited.
 _SETTERS: dict[str, Callable[[Draft, Any, Limits], None]] = {
     "tags": _set_tags,
@@ -228,6 +258,7 @@ _SETTERS: dict[str, Callable[[Draft, Any, Limits], None]] = {
     "delay_level": _set_delay_level,
     "delay_ms": _set_delay_ms,
     "deliver_at_ms": _set_deliver_at_ms,
+    "transaction": _set_transaction,
 }
 assert FIELDS == {"body", "encoding", *_SETTERS}
 

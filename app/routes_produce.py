@@ -9,6 +9,9 @@ Invariants:
   (one queue per request, so a batch keeps its order).
 - A delayed message's reply names its real queue, its level and when it is due, never the
   offset of the SCHEDULE_TOPIC_XXXX copy: `queue_offset` is null until it is delivered.
+- A transactional message (JSON `transaction`, or the X-Tidemq-Transaction header on a raw or
+  binary body) is stored as a half message (store.Transactions.prepare_future): invisible until
+  `POST /v1/transactions/{transaction_id}` commits it; its reply has `transaction_id` and no queue_offset.
 - Under SYNC_MASTER the reply awaits the slave's acknowledgement as a future (the store's
   GroupTransferService completes it), so the loop never waits on replication either.
 """
@@ -30,10 +33,10 @@ from app.params import TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_packed import packable, serve_packed
-from app.produce_parse import Draft, Limits, parse_json, parse_raw
+from app.produce_parse import TRANSACTION_HEADER, Draft, Limits, check_producer_group, check_transactional, parse_json, parse_raw
 from app.query import strict_query
 from app.responses import JsonResponse, docs
-from store import PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
+from store import HALF_TOPIC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
 
 # Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
 FLUSH_WAIT_SLACK_S = 1.0
@@ -48,6 +51,8 @@ PRODUCE_PROBLEMS = (
     "TIMER_NOT_ENABLED",
     "PROPERTIES_INVALID",
     "DELAY_LEVEL_INVALID",
+    "PRODUCER_GROUP_INVALID",
+    "TRANSACTION_INVALID",
     "MESSAGE_ID_INVALID",
     "BATCH_EMPTY",
     "BATCH_INVALID",
@@ -143,15 +148,19 @@ def result_of(msg: Any, queue_id: int, item: Any, draft: Draft, levels_ms: list[
     delay_level = draft.delay_level
     # The store moved a message due later to the timer topic (a past time stays where it was put).
     timer = msg.topic == TIMER_TOPIC
+    half = msg.topic == HALF_TOPIC
     out = {
         "msg_id": msg.properties[PROPERTY_UNIQ_KEY],
         "offset_msg_id": item.msg_id,
         "queue_id": queue_id,
-        # A delayed message's logics_offset is its place in SCHEDULE_TOPIC_XXXX or the timer topic, not in queue_id.
-        "queue_offset": None if delay_level or timer else item.logics_offset,
+        # A delayed message's logics_offset is its place in SCHEDULE_TOPIC_XXXX or the timer topic, not in queue_id;
+        # a half message's, its place in the half topic (it gets one in queue_id when committed).
+        "queue_offset": None if delay_level or timer or half else item.logics_offset,
         "commitlog_offset": item.wrote_offset,
         "store_timestamp": item.store_timestamp,
     }
+    if half:
+        out["transaction_id"] = item.msg_id  # the half's offset message id
     if delay_level:
         out["delay_level"] = delay_level
         out["deliver_at_ms"] = item.store_timestamp + levels_ms[delay_level - 1]
@@ -228,10 +237,18 @@ class Producer:
             return await serve_binary(self, request)
         topic = request.path_params["topic"]
         drafts, is_batch = await self.drafts(request)
+        header = request.headers.get(TRANSACTION_HEADER)
+        if header is not None:
+            if media_type(request) == "application/json":
+                raise ProblemError(
+                    "REQUEST_INVALID", f"{TRANSACTION_HEADER} applies to raw and binary bodies; a JSON message has a transaction field"
+                )
+            drafts[0].transaction = check_producer_group(header)
+        group = check_transactional(drafts)
         queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
-        if packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
+        if group is None and packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
             return await serve_packed(self, topic, queue_ids[0], drafts, is_batch)
         msgs = [
             build_message(
@@ -247,7 +264,10 @@ class Producer:
             # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX or the timer topic.
             for d, q in zip(drafts, queue_ids, strict=True)
         ]
-        future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
+        if group is not None:
+            future = self.store.transactions.prepare_future(msgs, group)  # half messages, in RMQ_SYS_TRANS_HALF_TOPIC
+        else:
+            future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
         result = future.result() if future.done() else await self.wait_durable(future)
         if not result.ok:
             raise put_problem(result)

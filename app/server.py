@@ -41,6 +41,7 @@ from app import (
     routes_receive,
     routes_status,
     routes_topics,
+    routes_transactions,
 )
 from app.body_limit import BodyLimit
 from app.broker import Broker
@@ -183,6 +184,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.router(broker), receive_router, routes_queries.router(broker), routes_admin.router(broker)]
+    routers.append(routes_transactions.router(broker))
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.

@@ -79,6 +79,10 @@ class BrokerSettings:
     # File descriptors kept for the store's files, logs and replication beyond max_connections, when the
     # soft RLIMIT_NOFILE is raised at start to fit both.
     reserved_fds: int = setting(1_024, 0, 1_000_000)
+    # Transactions: longest wait for a producer's check URL, per connect and per read.
+    transaction_check_timeout_ms: int = setting(3_000, 100, 60_000)
+    # Transactions: check-backs under way at once at most (each holds one thread of the check pool).
+    transaction_check_concurrency: int = setting(8, 1, 256)
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).

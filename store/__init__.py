@@ -51,6 +51,7 @@ from store.message_codec import (
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
 from store.pop_records import dlq_topic, retry_topic
+from store.producer_group_manager import ProducerGroup, check_url_problem
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
@@ -63,14 +64,33 @@ from store.timer_message import (
     deliver_at,
 )
 from store.topic_config_manager import TopicConfig
+from store.transaction_message import (
+    HALF_TOPIC,
+    OP_TOPIC,
+    TRANSACTION_PROPERTIES,
+    TransactionAction,
+    TransactionState,
+    producer_group_problem,
+)
+from store.transaction_store import (
+    CheckAnswer,
+    CheckRequest,
+    CheckTransport,
+    PendingHalf,
+    Resolution,
+    ResolveStatus,
+    Transactions,
+)
 
 __all__ = [
     "BLANK_MAGIC_CODE",
     "BOUNDS_KEY",
+    "HALF_TOPIC",
     "HEADER",
     "HEADER_BYTES",
     "MESSAGE_MAGIC_CODE",
     "NAME_VALUE_SEPARATOR",
+    "OP_TOPIC",
     "POS_BODY_LENGTH",
     "POS_QUEUE_OFFSET",
     "PROPERTIES_LENGTH",
@@ -88,6 +108,7 @@ __all__ = [
     "SYSTEM_TOPICS",
     "TIMER_PROPERTIES",
     "TIMER_TOPIC",
+    "TRANSACTION_PROPERTIES",
     "AckOutcome",
     "AppendMessageResult",
     "ArrivingListener",
@@ -95,6 +116,9 @@ __all__ = [
     "BatchErrorCode",
     "Bounds",
     "BrokerRole",
+    "CheckAnswer",
+    "CheckRequest",
+    "CheckTransport",
     "CheckedBatch",
     "CommitLogView",
     "ConfigInvalid",
@@ -109,12 +133,16 @@ __all__ = [
     "MessageStore",
     "MessageStoreConfig",
     "MetadataCorrupt",
+    "PendingHalf",
     "PopCounts",
     "Popped",
+    "ProducerGroup",
     "PutMessageResult",
     "PutMessageStatus",
     "PutRefusal",
     "ReplicationWaiter",
+    "Resolution",
+    "ResolveStatus",
     "ServiceThread",
     "StoreError",
     "StoreLocked",
@@ -123,9 +151,13 @@ __all__ = [
     "TagFilter",
     "TopicConfig",
     "TopicInvalid",
+    "TransactionAction",
+    "TransactionState",
+    "Transactions",
     "build_message",
     "check_fields",
     "check_message",
+    "check_url_problem",
     "declared_settings",
     "decode_message",
     "decode_offset_msg_id",
@@ -138,6 +170,7 @@ __all__ = [
     "new_uniq_keys",
     "offset_msg_id",
     "pack_batch",
+    "producer_group_problem",
     "properties_are_encodable",
     "read_long",
     "retry_topic",

@@ -177,6 +177,12 @@ class MessageStoreConfig:
     pop_revive_interval_ms: int = setting(100, 10, 60_000)
     # Group consumption: checkpoints the revive service holds at most; past it, reading the revive queue waits.
     pop_revive_max_pending: int = setting(100_000, 1, 10_000_000)
+    # Transactions: a half message unresolved this long is checked back (RocketMQ's transactionTimeOut).
+    transaction_timeout_ms: int = setting(6_000, 1, 86_400_000)
+    # Transactions: checks of an unresolved half before it is rolled back (RocketMQ's transactionCheckMax).
+    transaction_check_max: int = setting(15, 1, 1_000)
+    # Transactions: period of the check pass; RocketMQ's transactionCheckInterval is 60 s (see docs/http-api.md).
+    transaction_check_interval_ms: int = setting(30_000, 10, 3_600_000)
     # Recovery after a clean shutdown starts this many files from the end.
     recover_clean_shutdown_files: int = setting(3, 1, 1_000_000)
     # The IPv4 address and port stamped into STOREHOST and the offset message id.

@@ -6,8 +6,9 @@ key queries (store/key_query.py) and the status report (store/store_report.py).
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
 for a reason:
-  1. refuse new puts (`_running = False`), stop the group consumption's revive service
-     (registered last at load, so stopped first: it puts redeliveries), then the timer services
+  1. refuse new puts (`_running = False`), stop the TransactionCheckService (registered last at
+     load, so stopped first: it puts commits and op records; its final pass persists the check
+     counts), then the group consumption's revive service (it puts redeliveries), then the timer services
      (TimerDequeueService, which appends, then TimerEnqueueService, then TimerFlushService, whose
      final pass records their progress in timercheck), then the cleanup and schedule services —
      nothing may append or delete while the rest shuts down;
@@ -41,10 +42,9 @@ Dispatch is inline: after the commitlog's put returned (the put lock released), 
 thread dispatches what is readable, with the native kernels, and wakes the held pulls of the
 touched queues (store/reput_message_service.py, store/bulk_dispatch.py).
 
-Deleting a topic records the commitlog end at that moment (`deleted_topics`, under the put
-lock, so every message of the deleted topic lies below it, and persisted before the answer);
-dispatch, crash re-dispatch and key queries drop messages of that topic below the cutoff, so
-neither a lagging dispatch nor a recovery brings them back into a re-created topic.
+Deleting a topic (store/topic_deletion.py) records the commitlog end at that moment; dispatch,
+crash re-dispatch and key queries drop messages of that topic below that cutoff. Transactions
+(half messages, commit, rollback, check-back) are store/transaction_store.py.
 """
 
 from __future__ import annotations
@@ -99,11 +99,12 @@ from store.store_stats_service import StoreStatsService
 from store.timer_message import is_timer_request, timer_batch_messages
 from store.timer_message_store import TimerMessageStore
 from store.topic_config_manager import TopicConfig, TopicConfigManager
+from store.topic_deletion import DELETED_DIR_PREFIX, delete_topic
+from store.transaction_check_service import TransactionCheckService
+from store.transaction_store import Transactions
 from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
-# Queue directories of a deleted topic are renamed to this prefix (no topic name starts with a dot) before removal.
-DELETED_DIR_PREFIX = ".deleted."
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
 
@@ -180,6 +181,8 @@ class DefaultMessageStore:
         if self.timer is not None:
             self.extra_services += self.timer.services()
         # --- end of delay levels and retention
+        self.transactions = Transactions(self)  # its check service is registered at load (store/transaction_store.py)
+        self.transaction_check_service = TransactionCheckService(self, self.transactions)
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -204,6 +207,8 @@ class DefaultMessageStore:
             if self.timer is not None:
                 self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
             self.extra_services.append(self.group_consumption.load())  # after the offsets: it reads the revive group's
+            self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
+            self.extra_services.append(self.transaction_check_service)
         except BaseException:
             self._lock_file.release()
             raise
@@ -481,41 +486,7 @@ class DefaultMessageStore:
 
     def delete_topic(self, topic: str) -> bool:
         """Drop a topic's consume queues, its config and its consumer offsets (its log bytes age out)."""
-        with self.commit_log.put_lock, self._cq_lock:
-            # Every message of the topic lies below the log's end now (puts hold the put lock).
-            self.deleted_topics.record_locked(topic, self.commit_log.get_max_offset(), max(0, self.commit_log.get_min_offset()))
-            queues = self.consume_queue_table.get(topic, {})
-            table = dict(self.consume_queue_table)
-            table.pop(topic, None)
-            self.consume_queue_table = table
-            for key in [k for k in self.commit_log.topic_queue_table if k[0] == topic]:
-                del self.commit_log.topic_queue_table[key]
-            # Moved aside under the locks, so a queue of a re-created topic never lands in a directory being removed.
-            doomed = self._move_topic_dir_aside_locked(topic) if queues else None
-        # Durable before the answer: a crash after it must not let recovery re-dispatch the old messages.
-        self.deleted_topics.persist()
-        for cq in queues.values():
-            cq.destroy()
-        if doomed is not None:
-            shutil.rmtree(doomed, ignore_errors=True)
-        existed = self.topic_config_manager.delete(topic)
-        self.consumer_offset_manager.remove_topic(topic)
-        return existed or bool(queues)
-
-    def _move_topic_dir_aside_locked(self, topic: str) -> str | None:
-        """Rename the topic's queue directory to a name no topic can have; the caller holds `_cq_lock`."""
-        if topic_problem(topic):
-            return None
-        path = os.path.join(self.config.consume_queue_dir(), topic)
-        doomed = os.path.join(self.config.consume_queue_dir(), f"{DELETED_DIR_PREFIX}{topic}.{time.time_ns()}")
-        try:
-            os.rename(path, doomed)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            log.warning("cannot move %s aside (%s); removing it in place", path, exc)
-            return path
-        return doomed
+        return delete_topic(self, topic)
 
     # Topics and consumer offsets ----------------------------------------------------
 

@@ -33,7 +33,9 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC (store.timer_message)
 # BORNHOST of a message whose producer gave none (127.0.0.1, port 0).
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT"}
+)  # the transaction topics are store.transaction_message's HALF_TOPIC and OP_TOPIC
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 

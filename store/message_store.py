@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from store.service_thread import ServiceThread
     from store.status import PutMessageResult, PutMessageStatus
     from store.topic_config_manager import TopicConfig
+    from store.transaction_store import Transactions
 
 __all__ = ["ArrivingListener", "CommitLogView", "MessageStore", "ReplicationWaiter"]
 
@@ -185,6 +186,11 @@ class MessageStore(Protocol):
     @property
     def group_consumption(self) -> GroupConsumption:
         """Group (POP) consumption: groups' settings, receive, ack, invisible time (store/group_consumption.py)."""
+        ...
+
+    @property
+    def transactions(self) -> Transactions:
+        """Transactional messages: half puts, commit and rollback, the pending ones, producer groups (store/transaction_store.py)."""
         ...
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:

@@ -177,6 +177,11 @@ def timer_batch_messages(topic: str, queue_id: int, data: bytes, deliver_ms: int
     A timer batch cannot be appended as it came: each message gets its own REAL_TOPIC and
     UNIQ_KEY (the key crash recovery checks deliveries by), so it goes the MessageInner way.
     """
+    return [deliver_at(msg, deliver_ms) for msg in batch_messages(topic, queue_id, data, born_host)]
+
+
+def batch_messages(topic: str, queue_id: int, data: bytes, born_host: bytes) -> list[MessageInner]:
+    """The messages of a checked batch (RocketMQ's batch encoding) as MessageInner objects."""
     msgs: list[MessageInner] = []
     pos = 0
     while pos < len(data):
@@ -185,7 +190,6 @@ def timer_batch_messages(topic: str, queue_id: int, data: bytes, deliver_ms: int
         props_at = body_at + body_len
         props_len = int.from_bytes(data[props_at : props_at + 2], "big")
         props = decode_properties(data[props_at + 2 : props_at + 2 + props_len])
-        msg = MessageInner(topic, data[body_at:props_at], queue_id, props, flag=flag, born_host=born_host)
-        msgs.append(deliver_at(msg, deliver_ms))
+        msgs.append(MessageInner(topic, data[body_at:props_at], queue_id, props, flag=flag, born_host=born_host))
         pos += total
     return msgs
