@@ -37,7 +37,8 @@ class IndexService:
         self.slot_num = config.max_hash_slot_num
         self.index_num = config.max_index_num
         self.index_files: list[IndexFile] = []
-        self._lock = threading.Lock()  # guards the list; entries are written only by dispatch
+        self._lock = threading.Lock()  # guards the lists; entries are written only by dispatch
+        self._rolled: list[IndexFile] = []  # full files not flushed whole yet (flush() takes them)
         self.last_store_timestamp = 0
         self.dropped_files = 0  # files load() destroyed after a crash: their entries must be rebuilt
         # After files were dropped: the offset of the last kept file's last message, whose keys a
@@ -195,7 +196,8 @@ class IndexService:
         with self._lock:
             self.index_files = [*self.index_files, f]
         if last is not None:
-            threading.Thread(target=last.flush, name="IndexFileFlush", daemon=True).start()
+            with self._lock:
+                self._rolled.append(last)  # flushed whole by the next flush(), on FlushConsumeQueueService's thread
         return f
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
@@ -227,6 +229,13 @@ class IndexService:
         return len(deleted)
 
     def flush(self) -> None:
+        """Flush the files rolled since the last call, then the one being written. Runs on
+        FlushConsumeQueueService's thread, before it records the checkpoint's index time, so the
+        checkpoint never covers a rolled file that is not on disk."""
+        with self._lock:
+            rolled, self._rolled = self._rolled, []
+        for f in rolled:
+            f.flush()
         files = self.index_files
         if files:
             files[-1].flush()

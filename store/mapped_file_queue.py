@@ -156,9 +156,6 @@ class MappedFileQueue:
             return None
         return mf.select_mapped_buffer(offset - mf.file_from_offset, size)
 
-    def total_file_size(self) -> int:
-        return len(self.mapped_files) * self.mapped_file_size
-
     # Flush and commit ------------------------------------------------------------------
 
     def flush(self, flush_least_pages: int) -> bool:
@@ -210,14 +207,6 @@ class MappedFileQueue:
         """After recovery: everything below `offset` is written, committed and flushed."""
         self.flushed_where = self.committed_where = offset
 
-    def delete_last_mapped_file(self) -> None:
-        last = self.get_last_mapped_file()
-        if last is None:
-            return
-        last.destroy(0)
-        with self._lock:
-            self.mapped_files = self.mapped_files[:-1]
-
     def delete_expired_files_by_time(
         self,
         expired_ms: int,
@@ -268,10 +257,6 @@ class MappedFileQueue:
         gone = {id(f) for f in deleted}
         with self._lock:
             self.mapped_files = [f for f in self.mapped_files if id(f) not in gone]
-
-    def reset_to(self, offset: int) -> None:
-        """Drop everything at or past `offset` (used when a slave truncates to the master)."""
-        self.truncate_dirty_files(offset)
 
     def shutdown(self) -> None:
         for mf in self.mapped_files:
