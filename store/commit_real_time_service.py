@@ -3,8 +3,8 @@
 Every `commit_interval_commit_log_ms` it commits when `commit_commit_log_least_pages`
 pages are pending (everything at least every `commit_commit_log_thorough_interval_ms`)
 and wakes the flusher and the dispatcher (`on_committed`) after a commit moved data.
-Readers only see committed bytes, so under SYNC_FLUSH the group commit also commits
-before it flushes (see DefaultMessageStore's flush hook).
+Readers only see committed bytes. It runs only with `transient_store_pool_enable`, which the
+config allows with ASYNC_FLUSH alone (as RocketMQ does).
 """
 
 from __future__ import annotations

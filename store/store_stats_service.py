@@ -1,7 +1,8 @@
 """StoreStatsService: put/get counters, TPS over sliding windows, put latency distribution.
 
-Counters are plain integers bumped by the put and get paths (puts bump them under the
-put lock); a sampler thread records a snapshot every second into a bounded ring, from
+Counters are plain integers bumped without a lock by the threads that put and get, after
+the put lock is released (two threads may lose an increment between them: these are
+statistics, and a lock here would be taken on every put); a sampler thread records a snapshot every second into a bounded ring, from
 which TPS over 10 s, 1 min and 10 min is computed. `snapshot()` returns a dict for
 the front end's /metrics.
 """
