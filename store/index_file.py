@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 
 from store import _kernels
 from store.mapped_file import MappedFile
@@ -54,7 +53,6 @@ class IndexFile:
         self.mapped_file = _NamedMappedFile(path, self.file_size)
         self.mm = self.mapped_file.mm
         self._entries_pos = HEADER_BYTES + slot_num * SLOT_BYTES
-        self._lock = threading.Lock()
         if existed:
             (
                 self.begin_timestamp,
