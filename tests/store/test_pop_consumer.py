@@ -182,3 +182,21 @@ def test_records_go_to_the_revive_topic_and_survive_a_reopen(tmp_path) -> None:
         assert s.group_consumption.ack(GROUP, "orders", [again[0].handle]) == [AckOutcome.OK]
     finally:
         s.shutdown()
+
+
+def test_messages_in_flight_are_held_in_files_not_in_the_revive_service(store: DefaultMessageStore) -> None:
+    """Checkpoints are timer messages due at their revive time: until then the revive service holds
+    none of them, however many messages are in flight."""
+    store.create_or_update_topic("bulk", 4)
+    for first in range(0, 4_000, 100):
+        batch = [build_message("bulk", b"x", q) for q in range(4) for _ in range(25)]
+        assert store.put_messages(batch).ok, first
+    taken = 0
+    deadline = time.monotonic() + 30
+    while taken < 4_000:
+        assert time.monotonic() < deadline
+        taken += len(store.group_consumption.receive(GROUP, "bulk", 32, 600_000))
+    time.sleep(0.2)  # several revive passes
+    stats = store.group_consumption.stats()
+    assert stats["revive_in_memory"] == 0 and stats["revived"] == 0
+    assert store.timer_status()["pending"] >= 4_000 // 32
