@@ -6,9 +6,11 @@ acked, or their invisible time ends and the same messages are taken again (one m
 The group's offset only moves past acked messages, so nothing is lost and order holds.
 
 The book keeps one batch per (group, topic, queue) and the attempts of its messages, bounded by
-the number of queues FIFO groups consume. After a restart it is empty: the group's offset is
-the truth, so unacked messages are delivered again at once (earlier than their invisible time,
-never lost) and their attempt counts start again.
+the number of queues FIFO groups consume. It is persisted as `config/consumerOrderInfo.json`
+(RocketMQ 5's file name) by the revive service every `flush_consumer_offset_interval_ms` when it
+changed, and at shutdown; a restart loads it, so a batch still invisible stays so. What changed
+after the last persist is lost with a crash: the group's offset is the truth, so those unacked
+messages are delivered again at once (earlier than their invisible time, never lost).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 
@@ -40,6 +43,7 @@ class FifoOrderBook:
         self._batches: dict[QueueKey, Batch] = {}
         # Guards _batches; an ack's offset commit runs under it too, so the offsets a queue commits only grow.
         self._lock = threading.Lock()
+        self._changed = False  # since the last snapshot
 
     def blocked(self, group: str, topic: str, queue_id: int, now: int) -> bool:
         """Whether the queue still waits for acks of messages taken from it."""
@@ -54,6 +58,7 @@ class FifoOrderBook:
             old = self._batches.get(key)
             attempts = {o: (old.attempts.get(o, 0) if old is not None else 0) + 1 for o in offsets}
             self._batches[key] = Batch(list(offsets), pop_time, until, next_offset, attempts=attempts)
+            self._changed = True
         return [attempts[o] - 1 for o in offsets]
 
     def acked(
@@ -71,6 +76,7 @@ class FifoOrderBook:
             if batch is None or batch.pop_time != pop_time or offset not in batch.attempts or now >= batch.invisible_until_ms:
                 return False
             batch.acked.add(offset)
+            self._changed = True
             prefix = 0
             while prefix < len(batch.offsets) and batch.offsets[prefix] in batch.acked:
                 prefix += 1
@@ -87,8 +93,40 @@ class FifoOrderBook:
             if batch is None or batch.pop_time != pop_time or now >= batch.invisible_until_ms:
                 return False
             batch.invisible_until_ms = until
+            self._changed = True
             return True
+
+    def snapshot_if_changed(self) -> list[dict[str, object]] | None:
+        """The book as JSON-able rows when it changed since the last snapshot, else None."""
+        with self._lock:
+            if not self._changed:
+                return None
+            self._changed = False
+            return [
+                {"group": g, "topic": t, "queue_id": q, "offsets": b.offsets, "pop_time": b.pop_time,
+                 "invisible_until_ms": b.invisible_until_ms, "next_offset": b.next_offset, "acked": sorted(b.acked),
+                 "attempts": [[o, n] for o, n in b.attempts.items()]}
+                for (g, t, q), b in self._batches.items()
+            ]  # fmt: skip
+
+    def restore(self, rows: list[Any]) -> None:
+        """Load persisted rows (a malformed row is skipped: the group's offset still holds)."""
+        with self._lock:
+            for row in rows:
+                try:
+                    key, batch = _batch_of(row)
+                except (KeyError, TypeError, ValueError):
+                    continue
+                self._batches[key] = batch
 
     def in_flight(self) -> int:
         with self._lock:
             return sum(len(b.offsets) - len(b.acked) for b in self._batches.values())
+
+
+def _batch_of(row: Any) -> tuple[QueueKey, Batch]:
+    key = (str(row["group"]), str(row["topic"]), int(row["queue_id"]))
+    offsets = [int(o) for o in row["offsets"]]
+    batch = Batch(offsets, int(row["pop_time"]), int(row["invisible_until_ms"]), int(row["next_offset"]),
+                  {int(o) for o in row["acked"]}, {int(o): int(n) for o, n in row["attempts"]})  # fmt: skip
+    return key, batch

@@ -17,7 +17,7 @@ from store.message import MessageInner
 from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
 from store.pop_counters import PopCounts
 from store.pop_records import REVIVE_GROUP, dlq_topic, retry_topic
-from store.pop_revive_service import PopReviveService
+from store.pop_revive_service import OrderBookFile, PopReviveService
 from store.receipt_handle import ReceiptHandles
 from store.status import PutMessageResult
 from store.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
@@ -78,6 +78,8 @@ class GroupConsumption:
             self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms
         )
         self.revive_service.is_slave = cfg.broker_role is BrokerRole.SLAVE
+        self.revive_service.order_book_file = OrderBookFile(cfg.config_dir(), self.consumer.fifo, cfg.flush_consumer_offset_interval_ms)
+        self.revive_service.order_book_file.load()
         return self.revive_service
 
     def _loaded(self) -> PopConsumer:

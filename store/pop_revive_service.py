@@ -17,11 +17,16 @@ message is never revived, because its ack lies after its checkpoint and is read 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.errors import MetadataCorrupt
+from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
+from store.json_file import read_json, write_json_atomically
 from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import decode_message
 from store.pop_consumer import PopConsumer, PopStore, requeued
@@ -45,6 +50,7 @@ log = logging.getLogger("tidemq.store")
 # Revive-queue messages read per get; a pass reads at most READS_PER_PASS of those per queue.
 READ_BATCH = 32
 READS_PER_PASS = 64
+ORDER_INFO_FILE = "consumerOrderInfo.json"  # RocketMQ 5's name for the FIFO order book
 MergeKey = tuple[str, str, int, int, int]  # topic, group, queue id, start offset, pop time
 # The longest invisible time a receive may ask for (12 h); an ack older than that can match nothing more.
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
@@ -84,6 +90,7 @@ class PopReviveService(ServiceThread):
         self.topic = consumer.revive_topic
         self.stats = ReviveStats()
         self.is_slave = False  # set by the store: a slave replicates its master's redeliveries and puts none
+        self.order_book_file: OrderBookFile | None = None  # set by the store: where the FIFO order book is kept
         self._queues: dict[int, ReviveQueue] = {}
 
     def run(self) -> None:
@@ -91,8 +98,12 @@ class PopReviveService(ServiceThread):
             self.wait_for_running(self.interval_ms)
             try:
                 self.revive_pass()
+                if self.order_book_file is not None:
+                    self.order_book_file.persist_if_due()
             except Exception:  # retried next pass; nothing is lost, records are re-read from the committed offset
                 log.exception("revive pass failed")
+        if self.order_book_file is not None:
+            self.order_book_file.persist()  # at shutdown: a FIFO batch still invisible stays so after the restart
 
     def revive_pass(self) -> int:
         """One pass over every revive queue; returns the messages re-put (none on a slave: its master revives)."""
@@ -223,3 +234,32 @@ def _origin(ck: PopCheckPoint) -> str:
     """The topic a checkpoint's group consumes: its own topic, or the one its retry topic names."""
     prefix = retry_topic(ck.cid, "")
     return ck.topic[len(prefix) :] if ck.topic.startswith(prefix) else ck.topic
+
+
+class OrderBookFile:
+    """`config/consumerOrderInfo.json`: the FIFO order book, written when it changed, at most every interval."""
+
+    def __init__(self, config_dir: str, book: FifoOrderBook, interval_ms: int) -> None:
+        self.path = os.path.join(config_dir, ORDER_INFO_FILE)
+        self.book = book
+        self.interval_s = interval_ms / 1000.0
+        self._next = time.monotonic() + self.interval_s
+
+    def load(self) -> None:
+        try:
+            doc = read_json(self.path)
+        except MetadataCorrupt as e:  # the offsets are the truth: start with an empty book
+            log.error("%s; FIFO batches in flight are taken again at once", e)
+            return
+        if isinstance(doc, dict) and isinstance(doc.get("batches"), list):
+            self.book.restore(doc["batches"])
+
+    def persist_if_due(self) -> None:
+        if time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.interval_s
+            self.persist()
+
+    def persist(self) -> None:
+        rows = self.book.snapshot_if_changed()
+        if rows is not None:
+            write_json_atomically(self.path, {"batches": rows})

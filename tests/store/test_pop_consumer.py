@@ -200,3 +200,21 @@ def test_messages_in_flight_are_held_in_files_not_in_the_revive_service(store: D
     stats = store.group_consumption.stats()
     assert stats["revive_in_memory"] == 0 and stats["revived"] == 0
     assert store.timer_status()["pending"] >= 4_000 // 32
+
+
+def test_a_fifo_batch_stays_invisible_across_a_reopen(tmp_path) -> None:
+    cfg = small_config(str(tmp_path / "store"), pop_ack_margin_ms=50, pop_revive_interval_ms=10)
+    s = open_store(cfg)
+    try:
+        s.group_consumption.put_group(GROUP, max_reconsume_times=16, fifo=True)
+        produce(s, "orders", ["1", "2"], queues=1)
+        (first,) = s.group_consumption.receive(GROUP, "orders", 1, 1_500)
+    finally:
+        s.shutdown()  # persists the order book
+    s = open_store(cfg)
+    try:
+        assert s.group_consumption.receive(GROUP, "orders", 1, 1_500) == []  # "1" is still invisible, so the queue waits
+        assert s.group_consumption.ack(GROUP, "orders", [first.handle]) == [AckOutcome.OK]  # its handle still acks
+        assert bodies(s.group_consumption.receive(GROUP, "orders", 1, 1_500)) == ["2"]
+    finally:
+        s.shutdown()
