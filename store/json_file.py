@@ -18,17 +18,22 @@ log = logging.getLogger("tidemq.store")
 
 
 def write_json_atomically(path: str, data: Any) -> None:
+    write_bytes_atomically(path, json.dumps(data, indent=2, sort_keys=True).encode("utf-8"), keep_backup=True)
+
+
+def write_bytes_atomically(path: str, payload: bytes, mode: int = 0o644, keep_backup: bool = False) -> None:
+    """Write `payload` to a temp file, fsync it, rename it over `path` (the old content to `.bak`
+    when `keep_backup`), fsync the directory: a reader sees the old or the new bytes, never a mix."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8")
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, payload)
         os.fsync(fd)
     finally:
         os.close(fd)
-    if os.path.exists(path):
+    if keep_backup and os.path.exists(path):
         os.replace(path, path + ".bak")
     os.replace(tmp, path)
     dir_fd = os.open(directory, os.O_RDONLY)

@@ -17,6 +17,8 @@ import hmac
 import os
 from dataclasses import dataclass
 
+from store.json_file import write_bytes_atomically
+
 SECRET_FILE = "popSecret"
 SECRET_BYTES = 32
 TAG_BYTES = 16  # HMAC-SHA256 truncated to 128 bits
@@ -98,20 +100,7 @@ class ReceiptHandles:
 
 def _create_secret(path: str) -> bytes:
     secret = os.urandom(SECRET_BYTES)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, secret)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_bytes_atomically(path, secret, mode=0o600)  # durable before any handle made with it is given out
     return secret
 
 

@@ -95,7 +95,48 @@ class AppendMessageResult:
         return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
 
 
-class EncodedItems(Sequence[AppendMessageResult]):
+class LazyItems(Sequence[AppendMessageResult]):
+    """Results of a put the encode kernel wrote, each built only when asked for: `offsets` holds each
+    message's commitlog offset and stored size as two host-order int64s (the kernel's out buffer)."""
+
+    __slots__ = ()
+    offsets: bytes
+    store_timestamp: int
+    store_host: bytes
+
+    def __len__(self) -> int:
+        return len(self.offsets) // 16
+
+    @overload
+    def __getitem__(self, i: int) -> AppendMessageResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[AppendMessageResult]: ...
+
+    def __getitem__(self, i: int | slice) -> AppendMessageResult | list[AppendMessageResult]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("item index out of range")
+        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, 16 * i)
+        queue_id, queue_offset = self._queue_of(i)
+        return AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, self.store_timestamp, queue_offset, queue_id, self.store_host)
+
+    def _queue_of(self, i: int) -> tuple[int, int]:
+        """(queue id, queue offset) of message `i`."""
+        raise NotImplementedError
+
+    def commitlog_offsets(self) -> list[int]:
+        return array("q", self.offsets)[0::2].tolist()
+
+    def total_bytes(self) -> int:
+        return sum(array("q", self.offsets)[1::2])
+
+
+class EncodedItems(LazyItems):
     """The results of a batch appended to one queue by the encode kernel, each built only when asked for.
 
     `offsets` holds each message's commitlog offset and stored size as two host-order int64s
@@ -112,35 +153,11 @@ class EncodedItems(Sequence[AppendMessageResult]):
         self.store_timestamp = store_timestamp
         self.store_host = store_host
 
-    def __len__(self) -> int:
-        return len(self.offsets) // 16
-
-    @overload
-    def __getitem__(self, i: int) -> AppendMessageResult: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[AppendMessageResult]: ...
-
-    def __getitem__(self, i: int | slice) -> AppendMessageResult | list[AppendMessageResult]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("item index out of range")
-        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, 16 * i)
-        q = self.first_queue_offset + i
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, self.store_timestamp, q, self.queue_id, self.store_host)
-
-    def commitlog_offsets(self) -> list[int]:
-        return array("q", self.offsets)[0::2].tolist()
-
-    def total_bytes(self) -> int:
-        return sum(array("q", self.offsets)[1::2])
+    def _queue_of(self, i: int) -> tuple[int, int]:
+        return self.queue_id, self.first_queue_offset + i
 
 
-class RunItems(Sequence[AppendMessageResult]):
+class RunItems(LazyItems):
     """The results of MessageInner puts the encode kernel wrote in runs (one queue each, consecutive
     messages), each built only when asked for. `offsets` as EncodedItems'; run k starts at message
     `starts[k]` with queue offset `queue_offsets[k]` in queue `queue_ids[k]`."""
@@ -156,35 +173,14 @@ class RunItems(Sequence[AppendMessageResult]):
         self.store_timestamp = store_timestamp
         self.store_host = store_host
 
-    def __len__(self) -> int:
-        return len(self.offsets) // 16
-
-    @overload
-    def __getitem__(self, i: int) -> AppendMessageResult: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[AppendMessageResult]: ...
-
-    def __getitem__(self, i: int | slice) -> AppendMessageResult | list[AppendMessageResult]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("item index out of range")
+    def _queue_of(self, i: int) -> tuple[int, int]:
         k = bisect.bisect_right(self.starts, i) - 1
-        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, 16 * i)
-        q = self.queue_offsets[k] + i - self.starts[k]
-        return AppendMessageResult(AppendMessageStatus.PUT_OK, offset, size, self.store_timestamp, q, self.queue_ids[k], self.store_host)
-
-    def total_bytes(self) -> int:
-        return sum(array("q", self.offsets)[1::2])
+        return self.queue_ids[k], self.queue_offsets[k] + i - self.starts[k]
 
 
 def total_bytes(items: Sequence[AppendMessageResult]) -> int:
     """Bytes the items' messages take in the commitlog."""
-    if isinstance(items, (EncodedItems, RunItems)):
+    if isinstance(items, LazyItems):
         return items.total_bytes()
     return items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
 
