@@ -83,6 +83,14 @@ class HANode:
                 )
             )
             rows.append(("tidemq_ha_refused_total", "counter", "Slave handshakes refused", float(s["refused_total"])))
+            rows.append(
+                (
+                    "tidemq_ha_auth_refused_total",
+                    "counter",
+                    "HA peers dropped before authenticating (ha_secret proof or TLS handshake failed)",
+                    float(s["auth_refused_total"]),
+                )
+            )
             if "sync_waiting" in s:
                 rows.append(("tidemq_ha_sync_waiting", "gauge", "SYNC_MASTER puts waiting for a slave", float(s["sync_waiting"])))
                 rows.append(

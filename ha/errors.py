@@ -29,3 +29,11 @@ class HandshakeRefused(HAError):
         super().__init__(f"{verdict}: {reason}")
         self.verdict = verdict
         self.reason = reason
+
+
+class AuthRefused(HAError):
+    """Raised on the master when a peer did not prove it knows `ha_secret` (or offered one the master lacks)."""
+
+
+class TLSFailed(ProtocolViolation):
+    """Raised when the TLS handshake of the HA link fails (no or an untrusted certificate, plain TCP, wrong name)."""

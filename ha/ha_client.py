@@ -22,8 +22,9 @@ import socket
 import time
 from typing import Any
 
+from ha.auth import slave_handshake
 from ha.errors import ConnectionLost, HandshakeRefused, ProtocolViolation
-from ha.protocol import FRAME_HEADER, MESSAGE_OVERHEAD_BYTES, REPORT, VERSION, Channel, Hello, Verdict, log_crc, read_reply
+from ha.protocol import FRAME_HEADER, MESSAGE_OVERHEAD_BYTES, REPORT, VERSION, Channel, Hello, Reply, Verdict, log_crc
 from ha.settings import HASettings, parse_address
 from ha.topic_sync import KIND_TOPICS, apply_topics
 from store import MessageStore, ServiceThread
@@ -58,6 +59,8 @@ class HAClient(ServiceThread):
         self._channel: Channel | None = None
         self._last_report = 0.0
         self._buffer = bytearray(self.max_frame_bytes)
+        # Built once: a TLS context loads and parses the certificate files.
+        self._tls_context = settings.tls.client_context() if settings.tls is not None else None
 
     # The loop --------------------------------------------------------------------------
 
@@ -106,8 +109,7 @@ class HAClient(ServiceThread):
         cfg = self.store.config
         channel = Channel(sock, self.settings.io_poll_ms, cfg.ha_housekeeping_interval_ms, self.is_stopped)
         self._channel = channel
-        channel.send(self._hello().pack())
-        reply = read_reply(channel.recv_exact)
+        reply = self._handshake(channel)
         if reply.verdict is not Verdict.ACCEPT:
             raise HandshakeRefused(reply.verdict.name, reply.reason)
         if self.settings.master_http_address is None:
@@ -128,6 +130,22 @@ class HAClient(ServiceThread):
         channel.on_idle = self._heartbeat
         self._stream(channel)
         return True
+
+    def _handshake(self, channel: Channel) -> Reply:
+        """TLS (when configured), the secret proof (when set) and HELLO/REPLY, within `handshake_timeout_ms`."""
+        channel.deadline = time.monotonic() + self.settings.handshake_timeout_ms / 1000.0
+        if self._tls_context is not None:
+            channel.start_tls(self._tls_context, server_side=False, server_hostname=self.master_address[0])
+        secret = self.settings.secret_bytes()
+        try:
+            reply = slave_handshake(channel.recv_exact, channel.send, secret, self._hello())
+        except ConnectionLost as exc:
+            if secret is not None:
+                # A master that does not accept our proof closes the connection without a word.
+                raise ConnectionLost(f"{exc} during the handshake (does the master have the same ha_secret?)") from exc
+            raise
+        channel.deadline = None
+        return reply
 
     def _hello(self) -> Hello:
         end = self.store.commit_log_max_offset()

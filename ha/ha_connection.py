@@ -1,6 +1,7 @@
 """HAConnection: the master's side of one slave connection (a reader and a writer thread).
 
-The reader takes the slave's HELLO, has the HAService judge it, answers, and on ACCEPT
+The reader runs the handshake (TLS when configured, the `ha_secret` proof when set: ha/auth.py),
+takes the slave's HELLO, has the HAService judge it, answers, and on ACCEPT
 starts the writer; it then reads the slave's 8-byte reports (its acknowledged offset). The
 writer sends frames of whole messages from the start offset the handshake agreed, at most
 `ha_transfer_batch_size_bytes` each (one larger message goes whole), a heartbeat frame when
@@ -20,8 +21,9 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ha.errors import ConnectionLost, ProtocolViolation
-from ha.protocol import FRAME_HEADER, HELLO, REPORT, Channel, Hello, Verdict, control_frame, whole_messages_length
+from ha.auth import master_handshake
+from ha.errors import AuthRefused, ConnectionLost, ProtocolViolation, TLSFailed
+from ha.protocol import FRAME_HEADER, REPORT, Channel, Verdict, control_frame, whole_messages_length
 from ha.topic_sync import topic_snapshot, topics_payload
 from store import ServiceThread
 
@@ -101,6 +103,10 @@ class _ReadSocketService(ServiceThread):
         try:
             if self._handshake():
                 self._read_reports()
+        except (AuthRefused, TLSFailed) as exc:
+            reason = str(exc)
+            conn.state = "REFUSED"
+            conn.service.on_auth_refused(conn.address, reason)
         except (ConnectionLost, ProtocolViolation) as exc:
             reason = str(exc)
         except Exception as exc:
@@ -111,9 +117,15 @@ class _ReadSocketService(ServiceThread):
 
     def _handshake(self) -> bool:
         conn = self.conn
-        hello = Hello.unpack(conn.channel.recv_exact(HELLO.size))
-        reply = conn.service.judge(hello, conn.address)
-        conn.channel.send(reply.pack())
+        service = conn.service
+        channel = conn.channel
+        channel.deadline = time.monotonic() + service.settings.handshake_timeout_ms / 1000.0
+        if service.tls_context is not None:
+            channel.start_tls(service.tls_context, server_side=True)
+        hello, reply = master_handshake(
+            channel.recv_exact, channel.send, service.settings.secret_bytes(), lambda h: service.judge(h, conn.address)
+        )
+        channel.deadline = None
         if reply.verdict is not Verdict.ACCEPT:
             conn.state = "REFUSED"
             conn.close(f"refused ({reply.verdict.name}): {reply.reason}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -51,6 +52,10 @@ class HAService(ServiceThread):
         self.accepted_total = 0
         self.refused_total = 0
         self.last_refusal: dict[str, Any] | None = None
+        # Peers dropped before proving themselves (no or wrong ha_secret proof, failed TLS handshake).
+        self.auth_refused_total = 0
+        self.last_auth_refusal: dict[str, Any] | None = None
+        self.tls_context: ssl.SSLContext | None = settings.tls.server_context() if settings.tls is not None else None
         self._last_accept_time = 0.0
         self._server: socket.socket | None = None
 
@@ -118,6 +123,11 @@ class HAService(ServiceThread):
         self.accepted_total += 1
         self._last_accept_time = time.time()
         self.on_ack(conn.acked_offset)
+
+    def on_auth_refused(self, address: str, reason: str) -> None:
+        self.auth_refused_total += 1
+        self.last_auth_refusal = {"address": address, "reason": reason, "at_ms": int(time.time() * 1000)}
+        log.warning("HA peer %s dropped before authenticating: %s", address, reason)
 
     def on_ack(self, offset: int) -> None:
         if self.transfer is not None:
@@ -202,4 +212,8 @@ class HAService(ServiceThread):
             "accepted_total": self.accepted_total,
             "refused_total": self.refused_total,
             "last_refusal": refusal,
+            "tls": self.tls_context is not None,
+            "authenticated": self.settings.ha_secret is not None,
+            "auth_refused_total": self.auth_refused_total,
+            "last_auth_refusal": self.last_auth_refusal,
         }

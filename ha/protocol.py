@@ -1,5 +1,8 @@
 """The HA wire protocol between a master and its slaves (big-endian throughout).
 
+With `ha_secret` set, ha/auth.py's OFFER/CHALLENGE/PROOF exchange comes first and a MAC follows the
+REPLY (docs/ha.md has the byte table); with TLS, everything below runs inside the TLS session.
+
 Slave -> master, once:   HELLO  = magic "TMQS" | version u16 | commitlog file size i64 |
                                   slave max offset i64 | check start i64 | check length i32 |
                                   check CRC32 u32
@@ -22,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import socket
+import ssl
 import struct
 import time
 import zlib
@@ -29,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ha.errors import ConnectionLost, ProtocolViolation
+from ha.errors import ConnectionLost, ProtocolViolation, TLSFailed
 from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 VERSION = 1
@@ -88,8 +92,9 @@ class Reply:
         )
 
 
-def read_reply(recv_exact: Callable[[int], bytes]) -> Reply:
-    magic, verdict, min_offset, max_offset, start, info_len = REPLY.unpack(recv_exact(REPLY.size))
+def read_reply(recv_exact: Callable[[int], bytes], head: bytes = b"") -> Reply:
+    """Read a REPLY; `head` is its first bytes when the caller already read them (to tell frames apart)."""
+    magic, verdict, min_offset, max_offset, start, info_len = REPLY.unpack(head + recv_exact(REPLY.size - len(head)))
     if magic != REPLY_MAGIC:
         raise ProtocolViolation(f"not a tidemq master (magic {magic!r})")
     try:
@@ -133,7 +138,8 @@ class Channel:
     """A blocking socket with a poll timeout, read and written in whole units.
 
     Every wait is bounded: a call returns, raises ConnectionLost when `should_stop()` turns
-    true or the peer stays silent (reads) or stuck (writes) for `silence_ms`.
+    true or the peer stays silent (reads) or stuck (writes) for `silence_ms`, or `deadline`
+    (a monotonic time, set for the handshake) passes: a peer dripping bytes cannot hold it.
     """
 
     def __init__(self, sock: socket.socket, poll_ms: int, silence_ms: int, should_stop: Callable[[], bool]) -> None:
@@ -142,8 +148,28 @@ class Channel:
         self.should_stop = should_stop
         self.last_read = time.monotonic()
         self.on_idle: Callable[[], None] | None = None  # called on every read timeout (the slave's heartbeat)
+        self.deadline: float | None = None
+        # An SSLSocket has no sendmsg: parts go one send() at a time (the retry after a timeout
+        # repeats the same part, as OpenSSL requires).
+        self._tls = isinstance(sock, ssl.SSLSocket)
         sock.settimeout(poll_ms / 1000.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def start_tls(self, context: ssl.SSLContext, server_side: bool, server_hostname: str | None = None) -> None:
+        """Run the TLS handshake over this connection (bounded by `deadline` and the stop flag); TLSFailed when it fails."""
+        tls = context.wrap_socket(self.sock, server_side=server_side, server_hostname=server_hostname, do_handshake_on_connect=False)
+        self.sock = tls
+        self._tls = True
+        while True:
+            try:
+                tls.do_handshake()
+                return
+            except TimeoutError:
+                self._check_silence()
+            except ssl.SSLError as exc:
+                raise TLSFailed(f"TLS handshake failed: {exc.reason or exc}") from exc
+            except OSError as exc:
+                raise ConnectionLost(f"TLS handshake failed: {exc}") from exc
 
     def recv_into(self, buf: memoryview) -> None:
         """Fill `buf` completely."""
@@ -163,15 +189,21 @@ class Channel:
                 raise ConnectionLost("the peer closed the connection")
             got += n
             self.last_read = time.monotonic()
+            self._check_deadline()
 
     def recv_exact(self, n: int) -> bytes:
         buf = bytearray(n)
         self.recv_into(memoryview(buf))
         return bytes(buf)
 
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ConnectionLost("the handshake did not complete in time")
+
     def _check_silence(self) -> None:
         if self.should_stop():
             raise ConnectionLost("stopping")
+        self._check_deadline()
         silent_ms = (time.monotonic() - self.last_read) * 1000
         if silent_ms > self.silence_ms:
             raise ConnectionLost(f"the peer was silent for {silent_ms:.0f} ms (limit {self.silence_ms} ms)")
@@ -182,10 +214,11 @@ class Channel:
         stuck_since = time.monotonic()
         while pending:
             try:
-                sent = self.sock.sendmsg(pending)
+                sent = self.sock.send(pending[0]) if self._tls else self.sock.sendmsg(pending)
             except TimeoutError:
                 if self.should_stop():
                     raise ConnectionLost("stopping") from None
+                self._check_deadline()
                 if (time.monotonic() - stuck_since) * 1000 > self.silence_ms:
                     raise ConnectionLost(f"the peer took nothing for {self.silence_ms} ms") from None
                 continue

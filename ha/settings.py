@@ -17,6 +17,8 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ha.auth import MIN_SECRET_LENGTH
+from ha.tls import TLSFiles
 from store import BrokerRole, ConfigInvalid, MessageStoreConfig, check_fields, setting
 
 ROLES = ("standalone", "master", "slave")
@@ -31,6 +33,8 @@ ENV_NAMES = {
     "replication": "TIDEMQ_REPLICATION",
     "advertised_http_address": "TIDEMQ_ADVERTISED_HTTP_ADDRESS",
     "master_http_address": "TIDEMQ_MASTER_HTTP_ADDRESS",
+    "ha_secret": "TIDEMQ_HA_SECRET",
+    "ha_tls_ca_file": "TIDEMQ_HA_TLS_CA",
 }
 
 
@@ -70,6 +74,17 @@ class HASettings:
     topic_sync_interval_ms: int = setting(1_000, 1, 3_600_000)
     # Largest control frame (topic table) either side accepts.
     max_control_frame_bytes: int = setting(4 * 1024 * 1024, 1024, 256 * 1024 * 1024)
+    # Shared secret both ends prove by HMAC before any log byte flows (>= 16 characters; unset on both: no proof).
+    ha_secret: str | None = setting(None)
+    # Longest the handshake (TLS, secret proof, HELLO and REPLY) may take before the connection is dropped.
+    handshake_timeout_ms: int = setting(5_000, 100, 600_000)
+    # Slave over TLS: CA file that signs the master's certificate (default: tls_client_ca_file, else the system CAs).
+    ha_tls_ca_file: str | None = setting(None)
+
+    def __post_init__(self) -> None:
+        # Not a setting of the [ha] table: the HTTP server's --tls-cert/--tls-key/--tls-client-ca,
+        # set by BrokerSettings.validate(), because the HA link uses the same files.
+        self.tls: TLSFiles | None = None
 
     def validate(self) -> HASettings:
         """Check every setting's type and range, then the relations; ConfigInvalid names the first broken one."""
@@ -78,9 +93,14 @@ class HASettings:
             if not self.master_ha_address:
                 raise ConfigInvalid("a slave needs --master-ha-address host:port")
             parse_address(self.master_ha_address)
+        if self.ha_secret is not None and len(self.ha_secret) < MIN_SECRET_LENGTH:
+            raise ConfigInvalid(f"ha_secret must be at least {MIN_SECRET_LENGTH} characters (it has {len(self.ha_secret)})")
         if self.reconnect_backoff_max_ms < self.reconnect_backoff_min_ms:
             raise ConfigInvalid("reconnect_backoff_max_ms must be >= reconnect_backoff_min_ms")
         return self
+
+    def secret_bytes(self) -> bytes | None:
+        return self.ha_secret.encode() if self.ha_secret is not None else None
 
     def broker_role(self) -> BrokerRole:
         """The store role this setting stands for."""
@@ -125,6 +145,13 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         "--master-http-address",
         dest="master_http_address",
         help="slave: the master's HTTP base URL, instead of the one learned from the master (env TIDEMQ_MASTER_HTTP_ADDRESS)",
+    )
+    # No --ha-secret: a command line is visible to every local user (ps); the secret comes from the
+    # environment (TIDEMQ_HA_SECRET) or the config file's [ha] table.
+    group.add_argument(
+        "--ha-tls-ca",
+        dest="ha_tls_ca_file",
+        help="slave over TLS: CA file that signs the master's certificate (env TIDEMQ_HA_TLS_CA)",
     )
 
 
