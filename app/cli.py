@@ -27,6 +27,8 @@ from store import ConfigInvalid
 ENV_PREFIX = "TIDEMQ_"
 # option dest -> environment variable suffix.
 ENV_NAMES = {"host": "HOST", "port": "PORT", "store_dir": "STORE", "config": "CONFIG", "flush": "FLUSH", "log_level": "LOG_LEVEL"}
+# TLS options (docs/tls.md): dest -> environment variable suffix.
+TLS_ENV_NAMES = {"tls_cert_file": "TLS_CERT", "tls_key_file": "TLS_KEY", "tls_client_ca_file": "TLS_CLIENT_CA"}
 # Exit status of a start-up that failed (uvicorn's own for a failed start-up).
 EXIT_START_FAILED = 3
 # Exit status of unusable settings (argparse's own for a bad option).
@@ -46,7 +48,21 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
     add_cli_arguments(serve)
+    add_tls_arguments(serve)
     return top
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TLS (HTTP and the HA link; docs/tls.md)")
+    group.add_argument(
+        "--tls-cert", dest="tls_cert_file", help="PEM certificate (chain): serve HTTPS and TLS on the HA link (env TIDEMQ_TLS_CERT)"
+    )
+    group.add_argument("--tls-key", dest="tls_key_file", help="PEM private key of --tls-cert (env TIDEMQ_TLS_KEY)")
+    group.add_argument(
+        "--tls-client-ca",
+        dest="tls_client_ca_file",
+        help="PEM CA that must sign client certificates: mutual TLS (env TIDEMQ_TLS_CLIENT_CA)",
+    )
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> BrokerSettings:
@@ -64,6 +80,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
         values["port"] = int(text)
     if isinstance(values["flush"], str) and values["flush"] not in FLUSH_MODES:
         raise ConfigInvalid(f"flush must be sync or async, not {values['flush']!r}")
+    for dest, suffix in TLS_ENV_NAMES.items():
+        value = getattr(args, dest, None) or environ.get(ENV_PREFIX + suffix) or None
+        if value is not None:  # left out when unset, so the config file's [broker] value stays
+            values[dest] = value
     ha_values = {dest: getattr(args, dest, None) or environ.get(env_name) or None for dest, env_name in HA_ENV_NAMES.items()}
     config_path = values.pop("config")
     toml = load_toml(str(config_path)) if config_path else None

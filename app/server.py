@@ -19,6 +19,7 @@ import errno
 import inspect
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -210,6 +211,16 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     return app
 
 
+def tls_options(settings: BrokerSettings) -> dict[str, Any]:
+    """uvicorn's TLS options from the broker's (already checked by BrokerSettings.validate); empty without TLS."""
+    if settings.tls_cert_file is None:
+        return {}
+    options: dict[str, Any] = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
+    if settings.tls_client_ca_file is not None:
+        options.update(ssl_ca_certs=settings.tls_client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
 class BrokerServer(uvicorn.Server):
     """uvicorn's server, releasing held pulls as soon as a stop signal arrives."""
 
@@ -261,6 +272,7 @@ def run(settings: BrokerSettings) -> None:
             timeout_graceful_shutdown=settings.graceful_shutdown_s,
             timeout_keep_alive=settings.keep_alive_timeout_s,
             backlog=LISTEN_BACKLOG,
+            **tls_options(settings),
         )
         server = BrokerServer(config, broker)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ha import HASettings
+from ha.tls import TLSFiles
 from store import BrokerRole, ConfigInvalid, FlushDiskType, MessageStoreConfig, check_fields, setting
 
 MIB = 1024 * 1024
@@ -83,6 +84,12 @@ class BrokerSettings:
     transaction_check_timeout_ms: int = setting(3_000, 100, 60_000)
     # Transactions: check-backs under way at once at most (each holds one thread of the check pool).
     transaction_check_concurrency: int = setting(8, 1, 256)
+    # PEM certificate (chain) served over HTTPS and on the HA link; none: plain HTTP and TCP.
+    tls_cert_file: str | None = setting(None)
+    # PEM private key of tls_cert_file.
+    tls_key_file: str | None = setting(None)
+    # PEM CA that must sign every client's certificate (mutual TLS, HTTP and HA link); none: no client certificate asked.
+    tls_client_ca_file: str | None = setting(None)
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
@@ -96,6 +103,7 @@ class BrokerSettings:
         self.store.store_path_root_dir = self.store_dir
         if self.flush is not None:
             self.store.flush_disk_type = FLUSH_MODES[self.flush]
+        self.ha.tls = self.tls_files()
         self.ha.validate()
         role = self.ha.broker_role()
         if self.store.broker_role is not BrokerRole.ASYNC_MASTER and self.store.broker_role is not role:
@@ -104,9 +112,20 @@ class BrokerSettings:
             raise ConfigInvalid(detail + "; set the role with --role / TIDEMQ_ROLE / [ha] role")
         self.ha.apply_to(self.store)
         if self.ha.role == "master" and self.ha.advertised_http_address is None:
-            self.ha.advertised_http_address = f"http://{self.host}:{self.port}"
+            scheme = "https" if self.tls_cert_file is not None else "http"
+            self.ha.advertised_http_address = f"{scheme}://{self.host}:{self.port}"
         self.store.validate()
         return self
+
+    def tls_files(self) -> TLSFiles | None:
+        """The TLS files, loaded once to prove they are usable; None without TLS; ConfigInvalid when incomplete or unusable."""
+        if self.tls_cert_file is None and self.tls_key_file is None:
+            if self.tls_client_ca_file is not None:
+                raise ConfigInvalid("tls_client_ca_file needs tls_cert_file and tls_key_file (mutual TLS is TLS first)")
+            return None
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            raise ConfigInvalid("TLS needs both tls_cert_file and tls_key_file")
+        return TLSFiles(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file, self.ha.ha_tls_ca_file).check()
 
 
 BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store", "ha"}

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -64,10 +65,12 @@ class BrokerProcess:
         self.preexec_fn: Callable[[], None] | None = None  # run in the child before exec (e.g. to lower a limit)
         self.port = 0
         self.client: httpx.Client | None = None
+        self.scheme = "http"  # "https" with client_options={"verify": ...} for a broker serving TLS
+        self.client_options: dict[str, Any] = {}
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
         self.port = free_port()
@@ -88,7 +91,7 @@ class BrokerProcess:
             self.proc = subprocess.Popen(
                 [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._child_setup
             )
-        self.client = httpx.Client(base_url=self.url, timeout=15.0)
+        self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
