@@ -51,7 +51,14 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = 
 class Node:
     """One broker process (master or slave) over its own store directory, restartable on the same ports."""
 
-    def __init__(self, root: Path, name: str, args: list[str], config_text: str = SMALL_STORE + SMALL_BROKER) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        args: list[str],
+        config_text: str = SMALL_STORE + SMALL_BROKER,
+        client_options: dict[str, Any] | None = None,
+    ) -> None:
         self.store_dir = root / name
         self.config_path = root / f"{name}.toml"
         self.config_path.write_text(config_text)
@@ -59,11 +66,13 @@ class Node:
         self.args = args
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(base_url=self.url, timeout=15.0)
+        # With TLS options ({"verify": an SSLContext}) the node is spoken to over HTTPS.
+        self.scheme = "https" if client_options else "http"
+        self.client = httpx.Client(base_url=self.url, timeout=15.0, **(client_options or {}))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, wait_ready: bool = True) -> Node:
         cmd = [*NODE_COMMAND, "--port", str(self.port), "--store", str(self.store_dir), "--config", str(self.config_path), *self.args]

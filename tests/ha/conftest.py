@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.ha.cluster import FaultProxy, Node, free_port
+from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, FaultProxy, Node, free_port
 
 
 @pytest.fixture
@@ -16,7 +17,16 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     nodes: list[Node] = []
 
     def make(
-        name: str, role: str, *, ha_port: int | None = None, master_ha: str | None = None, replication: str = "async", start: bool = True
+        name: str,
+        role: str,
+        *,
+        ha_port: int | None = None,
+        master_ha: str | None = None,
+        replication: str = "async",
+        start: bool = True,
+        extra_args: list[str] | None = None,
+        extra_config: str = "",
+        client_options: dict[str, Any] | None = None,
     ) -> Node:
         args = ["--role", role]
         if role == "master":
@@ -24,7 +34,8 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., Node]]:
         elif role == "slave":
             assert master_ha is not None
             args += ["--master-ha-address", master_ha]
-        node = Node(tmp_path, name, args)
+        args += extra_args or []
+        node = Node(tmp_path, name, args, SMALL_STORE + SMALL_BROKER + extra_config, client_options)
         node.ha_port = int(args[args.index("--ha-port") + 1]) if role == "master" else 0  # type: ignore[attr-defined]
         nodes.append(node)
         return node.start() if start else node
