@@ -118,3 +118,16 @@ def test_the_command_line_exits_2_naming_the_bad_tls_file(tmp_path, certs):
     env_key = {"TIDEMQ_TLS_KEY": str(tmp_path / "nope.key"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env_key)
     assert done.returncode == 2 and "nope.key" in done.stderr, done.stderr
+
+
+def test_the_openssl_commands_of_docs_tls_md_make_usable_files(tmp_path):
+    doc = (ROOT / "docs" / "tls.md").read_text()
+    script = doc.split("## A test certificate with openssl", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    settings = settings_with(
+        tls_cert_file=str(tmp_path / "broker.crt"), tls_key_file=str(tmp_path / "broker.key"), tls_client_ca_file=str(tmp_path / "ca.crt")
+    )
+    assert settings.ha.tls is not None
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    client.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
