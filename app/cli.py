@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from app.cli_access import access_values, add_acl_command, add_serve_arguments, run_acl_command
 from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
 from ha import HAStartFailed, add_cli_arguments
@@ -49,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
     add_cli_arguments(serve)
     add_tls_arguments(serve)
+    add_serve_arguments(serve)
+    add_acl_command(commands)
     return top
 
 
@@ -85,6 +88,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
         if value is not None:  # left out when unset, so the config file's [broker] value stays
             values[dest] = value
     ha_values = {dest: getattr(args, dest, None) or environ.get(env_name) or None for dest, env_name in HA_ENV_NAMES.items()}
+    values.update(access_values(args, environ))
     config_path = values.pop("config")
     toml = load_toml(str(config_path)) if config_path else None
     return build_settings(toml, values, ha_values)
@@ -92,6 +96,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "acl":
+        return run_acl_command(args)
     try:
         settings = settings_from(args, os.environ if environ is None else environ)
     except ConfigInvalid as e:

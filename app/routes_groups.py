@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from starlette.responses import Response
 
+from app.access_check import require
+from app.acl import SUB
 from app.broker import Broker
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
@@ -64,11 +66,13 @@ def router(broker: Broker) -> APIRouter:
             "SHUTTING_DOWN",
         ),
     )
-    async def commit(group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
+    async def commit(request: Request, group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
         check_group(group)
         commits = body if isinstance(body, list) else [body]
         if len(commits) > MAX_COMMITS_PER_REQUEST:
             raise ProblemError("REQUEST_INVALID", f"at most {MAX_COMMITS_PER_REQUEST} commits per request")
+        for topic in {c.topic for c in commits}:
+            require(request, SUB, topic, "commit offsets of")  # the gate checked the group; the body names the topics
         for c in commits:
             broker.readable_queue(c.topic, c.queue_id)
             max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from app.access_check import require
+from app.acl import SUB
 from app.broker import Broker
 from app.message_view import message_json
 from app.models import Message, QueryResult, QueueOffset
@@ -65,7 +67,7 @@ def router(broker: Broker) -> APIRouter:
         summary="Read one message by its offset message id (a direct commitlog read)",
         responses=docs(Message, 200, "MESSAGE_ID_INVALID", "MESSAGE_NOT_FOUND"),
     )
-    async def by_offset_id(offset_msg_id: OffsetMsgIdPath) -> Response:
+    async def by_offset_id(request: Request, offset_msg_id: OffsetMsgIdPath) -> Response:
         try:
             _, _, offset = decode_offset_msg_id(offset_msg_id)
         except ValueError as e:
@@ -76,6 +78,7 @@ def router(broker: Broker) -> APIRouter:
         found = await broker.run(store.look_message_by_offset, offset)
         if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
             raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")
+        require(request, SUB, found["topic"], "read messages of")  # the id names no topic: checked once found
         return JsonResponse(message_json(found))
 
     @api.get(

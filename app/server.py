@@ -44,12 +44,16 @@ from app import (
     routes_topics,
     routes_transactions,
 )
+from app.access_gate import AccessGate, AclSource
+from app.acl import AclInvalid
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
+from app.exposure import check_exposure
 from app.hot_routes import HotHandlers, HotRoutes
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
+from app.openapi_security import add_bearer_security
 from app.problems import ProblemError, StartRefused, problem_response
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -156,11 +160,14 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             operation.get("responses", {}).pop("422", None)
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
+    add_bearer_security(schema)
     return schema
 
 
 def create_app(settings: BrokerSettings) -> FastAPI:
     """The app over a store built (not loaded) from `settings`; HAStartFailed when a master cannot bind its HA port."""
+    # The ACL is read first: a bad file refuses the start before the store is touched.
+    acl_source = AclSource(settings.acl_file, settings.acl_reload_interval_ms) if settings.acl_file else None
     broker = Broker(settings)
 
     @asynccontextmanager
@@ -201,6 +208,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if settings.hot_routes:
         handlers = HotHandlers(produce, pull, receive, ack)
         app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
+    if acl_source is not None:
+        # Outermost of all: tokens and permissions are checked before the hot routes see a request.
+        app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, broker.http_problems_total)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -252,9 +262,13 @@ def run(settings: BrokerSettings) -> None:
     """
     sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
     fit_descriptors(settings)
+    check_exposure(settings)
     listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
     try:
-        app = create_app(settings)
+        try:
+            app = create_app(settings)
+        except AclInvalid as e:
+            raise StartRefused(str(e)) from None
         broker: Broker = app.state.broker
         try:
             broker.store.lock()

@@ -90,6 +90,14 @@ class BrokerSettings:
     tls_key_file: str | None = setting(None)
     # PEM CA that must sign every client's certificate (mutual TLS, HTTP and HA link); none: no client certificate asked.
     tls_client_ca_file: str | None = setting(None)
+    # ACL file (TOML accounts, token hashes, permissions; docs/security.md); empty: no tokens, the API is open.
+    acl_file: str = setting("")
+    # Without an ACL, allow listening on a non-loopback address (an open broker reachable by others).
+    insecure_open: bool = setting(False)
+    # With an ACL, serve /metrics without a token (for a scraper that cannot send one).
+    metrics_public: bool = setting(False)
+    # With an ACL, how often (at most) the ACL file's mtime and size are looked at to reload it.
+    acl_reload_interval_ms: int = setting(1_000, 10, 3_600_000)
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).

@@ -1,0 +1,24 @@
+"""Checks a route makes itself when the resource's topic is known only inside it (the gate has
+already authenticated the request and put its account in the scope)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from app.acl import Account
+from app.problems import ProblemError
+
+ACCOUNT_KEY = "tidemq.account"
+
+
+def request_account(request: Request) -> Account | None:
+    """The request's account; None when the broker runs without an ACL."""
+    account: Account | None = request.scope.get(ACCOUNT_KEY)
+    return account
+
+
+def require(request: Request, bits: int, topic: str, what: str) -> None:
+    """ProblemError FORBIDDEN unless the request's account holds `bits` on `topic` (no ACL: allowed)."""
+    account = request_account(request)
+    if account is not None and not account.may(bits, topic, None):
+        raise ProblemError("FORBIDDEN", f"account {account.name!r} may not {what} topic {topic[:200]!r}")

@@ -1,0 +1,180 @@
+"""AccessGate: the outermost ASGI app when an ACL is set; tokens, permissions and rate limits
+are checked before anything else (the hot routes included) sees the request.
+
+Invariants:
+- A refused request is answered by the gate alone (401 UNAUTHENTICATED with
+  `WWW-Authenticate: Bearer`, 403 FORBIDDEN, 429 RATE_LIMITED with `Retry-After`), from the
+  same problem table as every other error; the app behind never sees it, so nothing is stored.
+- The ACL is an immutable snapshot swapped whole by `AclSource` (no thread: the file's mtime and
+  size are looked at on a request at most once per `acl_reload_interval_ms`).
+- Every request that needs admin leaves one `tidemq.audit` line: method, path, account, status.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.access_check import ACCOUNT_KEY
+from app.access_rules import Need, need_of
+from app.acl import Account, Acl, AclInvalid, load_acl
+from app.problems import problem_response
+
+log = logging.getLogger("tidemq.app")
+audit = logging.getLogger("tidemq.audit")
+UNAUTHENTICATED = {"WWW-Authenticate": "Bearer"}
+BEARER = b"bearer "
+
+
+class AclSource:
+    """The current ACL snapshot, reloaded when the file's (mtime, size) changes."""
+
+    def __init__(self, path: str, interval_ms: int, acl: Acl | None = None) -> None:
+        self.path = path
+        self.interval_s = interval_ms / 1000
+        self.stamp = self._stamp()
+        self.acl = acl if acl is not None else load_acl(path)  # a bad file at start refuses the start
+        self.next_check = time.monotonic() + self.interval_s
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def current(self) -> Acl:
+        now = time.monotonic()
+        if now >= self.next_check:
+            self.next_check = now + self.interval_s
+            stamp = self._stamp()
+            if stamp != self.stamp:
+                self.stamp = stamp  # judged once per change: a bad file is logged once, not every second
+                self._reload()
+        return self.acl
+
+    def _reload(self) -> None:
+        try:
+            acl = load_acl(self.path)
+        except AclInvalid as e:
+            log.error("the new ACL file is refused; the previous one stays in force: %s", e)
+            return
+        self.acl = acl  # one reference swap: a request sees the old snapshot or the new one
+        log.info("ACL reloaded from %s: %d account(s)", self.path, len(acl.accounts))
+
+
+class RateLimiter:
+    """A token bucket per account name (kept across reloads), refilled at rate_limit_per_s up to burst."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[str, list[float]] = {}  # name -> [tokens, last refill time]
+
+    def retry_after(self, account: Account) -> int:
+        """0 when the request may go now (one token taken), else whole seconds until it may."""
+        rate = account.rate_limit_per_s
+        if rate is None:
+            return 0
+        now = time.monotonic()
+        bucket = self.buckets.get(account.name)
+        if bucket is None:
+            bucket = self.buckets[account.name] = [float(account.burst), now]
+        tokens = min(float(account.burst), bucket[0] + (now - bucket[1]) * rate)
+        bucket[1] = now
+        if tokens >= 1.0:
+            bucket[0] = tokens - 1.0
+            return 0
+        bucket[0] = tokens
+        return max(1, math.ceil((1.0 - tokens) / rate))
+
+
+def bearer_token(scope: Scope) -> bytes | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            if value[:7].lower() == BEARER and len(value) > 7:
+                return bytes(value[7:].strip())
+            return None
+    return None
+
+
+class AccessGate:
+    def __init__(self, app: ASGIApp, source: AclSource, metrics_public: bool, problems_total: dict[str, int]) -> None:
+        self.app = app
+        self.source = source
+        self.metrics_public = metrics_public
+        self.problems_total = problems_total
+        self.limiter = RateLimiter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        need = need_of(scope["method"], scope["path"], scope["query_string"])
+        if need.open or (need.metrics and self.metrics_public):
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(scope)
+        account = self.source.current().authenticate(token) if token is not None else None
+        if account is None:
+            detail = "a bearer token is required" if token is None else "the bearer token is not known"
+            await self._refuse(scope, receive, send, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
+            return
+        if not _allowed(account, need):
+            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None)
+            return
+        wait_s = self.limiter.retry_after(account)
+        if wait_s:
+            detail = f"account {account.name!r} is over its rate limit ({account.rate_limit_per_s}/s, burst {account.burst})"
+            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)})
+            return
+        scope[ACCOUNT_KEY] = account
+        if need.admin:
+            await self._audited(scope, receive, send, account)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None) -> None:
+        self.problems_total[code] = self.problems_total.get(code, 0) + 1
+        response = problem_response(code, detail, scope["path"][:200])
+        if headers:
+            response.headers.update(headers)
+        if need_audit(scope):
+            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], "-", response.status_code)
+        await response(scope, receive, send)
+
+    async def _audited(self, scope: Scope, receive: Receive, send: Send, account: Account) -> None:
+        status = [0]
+
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], account.name, status[0])
+
+
+def need_audit(scope: Scope) -> bool:
+    """Refusals of admin actions are audited too (who tried is as telling as who did)."""
+    return need_of(scope["method"], scope["path"], scope["query_string"]).admin
+
+
+def _allowed(account: Account, need: Need) -> bool:
+    if need.admin:
+        return account.admin
+    if need.topic is None and need.group is None:
+        return True  # any known account
+    return account.may(need.bits, need.topic, need.group)
+
+
+def _forbidden_detail(account: Account, need: Need, scope: Scope) -> str:
+    if need.admin:
+        return f"account {account.name!r} is not an administrator; {scope['method']} {scope['path'][:200]} needs one"
+    words = {0: "any permission", 1: "PUB", 2: "SUB", 3: "PUB|SUB"}[need.bits]
+    on = " and ".join(part for part in (need.topic and f"topic {need.topic[:200]!r}", need.group and f"group {need.group[:200]!r}") if part)
+    return f"account {account.name!r} lacks {words} on {on}"

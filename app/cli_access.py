@@ -1,0 +1,55 @@
+"""The command line's access-control parts: `serve --acl/--insecure-open` and `tidemq acl hash`.
+
+Kept apart from app/cli.py so that file only gains a few calls."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+
+from app.acl import token_hash
+from store import ConfigInvalid
+
+TRUE_WORDS = {"1", "true", "yes", "on"}
+FALSE_WORDS = {"0", "false", "no", "off", ""}
+
+
+def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    group = serve.add_argument_group("access control")
+    group.add_argument("--acl", dest="acl_file", help="ACL file: accounts, token hashes, permissions (env TIDEMQ_ACL)")
+    group.add_argument(
+        "--insecure-open",
+        dest="insecure_open",
+        action="store_true",
+        default=None,
+        help="without --acl, allow a non-loopback --host: anyone who reaches the port may do anything (env TIDEMQ_INSECURE_OPEN)",
+    )
+
+
+def add_acl_command(commands: argparse._SubParsersAction) -> None:
+    acl = commands.add_parser("acl", help="access-control helpers")
+    actions = acl.add_subparsers(dest="acl_command", required=True)
+    hashing = actions.add_parser("hash", help="print the token_sha256 of a token (read from stdin when not given)")
+    hashing.add_argument("token", nargs="?", help="the token (prefer stdin: an argument stays in the shell history)")
+
+
+def access_values(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, object]:
+    """acl_file and insecure_open from the options, else TIDEMQ_ACL / TIDEMQ_INSECURE_OPEN (None: not given)."""
+    acl_file = getattr(args, "acl_file", None) or environ.get("TIDEMQ_ACL") or None
+    insecure: bool | None = getattr(args, "insecure_open", None)
+    text = environ.get("TIDEMQ_INSECURE_OPEN")
+    if insecure is None and text is not None:
+        if text.lower() not in TRUE_WORDS | FALSE_WORDS:
+            raise ConfigInvalid(f"TIDEMQ_INSECURE_OPEN must be true or false, not {text!r}")
+        insecure = text.lower() in TRUE_WORDS
+    return {"acl_file": acl_file, "insecure_open": insecure}
+
+
+def run_acl_command(args: argparse.Namespace) -> int:
+    token = args.token if args.token is not None else sys.stdin.readline().rstrip("\r\n")
+    if not token:
+        print("tidemq: acl hash needs a non-empty token", file=sys.stderr)
+        return 2
+    print(token_hash(token))
+    return 0

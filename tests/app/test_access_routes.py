@@ -1,0 +1,196 @@
+"""Every operation of openapi/openapi.json against a broker with an ACL: the answer without a
+token, with an unknown one, with an account that lacks the permission and with one that has it;
+and that no refused request stored or changed anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
+from tests.app.helpers import problem
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+MSG_ID = "0A0000010000000000000000DEADBEEF"
+# operationId -> who may call it: "open", "any" (any known account), "admin", or what the billing
+# account needs: "topic" (PUB/SUB on {topic}), "group" ({group} only) or "topic+group".
+RULES = {
+    "health": "open",
+    "ready": "open",
+    "metrics": "any",
+    "getMessage": "any",  # the route checks SUB on the found message's topic (test_access.py)
+    "cleanup": "admin",
+    "listGroups": "admin",
+    "putGroup": "admin",
+    "getProducerGroup": "admin",
+    "putProducerGroup": "admin",
+    "listTransactions": "admin",
+    "resolveTransaction": "admin",
+    "scheduleStatus": "admin",
+    "storeStatus": "admin",
+    "timerStatus": "admin",
+    "listTopics": "admin",
+    "putTopic": "admin",
+    "deleteTopic": "admin",
+    "getTopic": "topic",
+    "queryMessages": "topic",
+    "produce": "topic",
+    "pull": "topic",
+    "offsetByTime": "topic",
+    "getGroup": "group",
+    "getOffsets": "topic+group",
+    "commitOffsets": "topic+group",
+    "ack": "topic+group",
+    "changeInvisibleTime": "topic+group",
+    "receive": "topic+group",
+    "receiveStream": "topic+group",
+}
+# Valid requests: had the gate let them through, each would store or change something.
+BODIES = {
+    "produce": {"body": "must-not-be-stored"},
+    "putTopic": {},
+    "putGroup": {"max_reconsume_times": 3},
+    "commitOffsets": {"topic": "{topic}", "queue_id": 0, "offset": 1},
+    "ack": {"receipt_handle": "x"},
+    "changeInvisibleTime": {"receipt_handle": "x", "invisible_ms": 5000},
+    "putProducerGroup": {"check_url": "http://127.0.0.1:1/check"},
+    "resolveTransaction": {"action": "commit"},
+}
+QUERIES = {
+    "pull": {"wait_ms": "0"},
+    "receive": {"wait_ms": "0"},
+    "queryMessages": {"key": "k"},
+    "offsetByTime": {"timestamp_ms": "0"},
+    "getOffsets": {"topic": "{topic}"},
+}
+
+
+def operations() -> list[tuple[str, str, str]]:
+    return [(method.upper(), path, op["operationId"]) for path, item in SPEC["paths"].items() for method, op in item.items()]
+
+
+def test_every_operation_has_a_rule() -> None:
+    assert {op for _, _, op in operations()} == set(RULES), "a route without an access rule: add it to RULES and app/access_rules.py"
+
+
+def fill(text: str, topic: str, group: str) -> str:
+    return (
+        text.replace("{topic}", topic)
+        .replace("{group}", group)
+        .replace("{queue_id}", "0")
+        .replace("{offset_msg_id}", MSG_ID)
+        .replace("{producer_group}", "pg")
+        .replace("{transaction_id}", "tx-1")
+    )
+
+
+def call(
+    client: httpx.Client, method: str, path: str, op: str, topic: str, group: str, token: str | None
+) -> tuple[int, str | None, httpx.Headers]:
+    """The status, problem code and headers of one request (a stream is closed after its head)."""
+    body = BODIES.get(op)
+    content = json.dumps(body).replace("{topic}", topic).encode() if body is not None else None
+    params = {k: fill(v, topic, group) for k, v in QUERIES.get(op, {}).items()}
+    headers = {"Content-Type": "application/json", **(bearer(token) if token else {})}
+    with client.stream(method, fill(path, topic, group), params=params, content=content, headers=headers) as r:
+        code = None
+        if r.headers.get("content-type", "").startswith("application/problem+json"):
+            r.read()
+            code = r.json()["code"]
+        return r.status_code, code, r.headers
+
+
+def snapshot(admin: httpx.Client) -> dict:
+    """What a refused request must not change: the commitlog, the topics, groups, offsets, producer groups."""
+    offsets = {
+        (g, t): admin.get(f"/v1/groups/{g}/offsets", params={"topic": t}).json()
+        for g in ("billing", "other")
+        for t in ("billing-a", "billingx", "orders")
+    }
+    return {
+        "commitlog": admin.get("/v1/store").json()["runtime"]["commitlog_max_offset"],
+        "topics": admin.get("/v1/topics").json(),
+        "groups": admin.get("/v1/groups").json(),
+        "offsets": offsets,
+        "producer_group": admin.get("/v1/producer-groups/pg").status_code,
+        "max_offsets": {
+            t: [q["max_offset"] for q in admin.get(f"/v1/topics/{t}").json()["queues"]] for t in ("billing-a", "billingx", "orders")
+        },
+    }
+
+
+@pytest.fixture
+def acl_broker(make_broker, tmp_path):
+    broker, _ = start_with_acl(make_broker, tmp_path)
+    admin = as_admin(broker)
+    for t in ("billing-a", "billingx", "orders"):
+        assert admin.post(f"/v1/topics/{t}/messages", json={"body": "seed", "queue_id": 0}).status_code == 201
+    yield broker, admin
+    admin.close()
+
+
+def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker) -> None:
+    broker, admin = acl_broker
+    client = broker.client
+    assert client is not None
+    before = snapshot(admin)
+    checked = 0
+    for method, path, op in operations():
+        rule = RULES[op]
+        if rule == "open":
+            status, _, _ = call(client, method, path, op, "billing-a", "billing", None)
+            assert status not in (401, 403), (method, path)
+            continue
+        for token in (None, "not-a-known-token"):
+            status, code, headers = call(client, method, path, op, "billing-a", "billing", token)
+            assert (status, code) == (401, "UNAUTHENTICATED"), (method, path, token)
+            assert headers["www-authenticate"] == "Bearer"
+            checked += 1
+        wrong: list[tuple[str, str]] = []
+        if rule == "admin":
+            wrong = [("billing-a", "billing")]
+        if "topic" in rule:
+            wrong.append(("billingx", "billing"))  # billing-* must not match billingx
+            wrong.append(("billing-secret", "billing"))  # DENY beats billing-* (more specific)
+        if "group" in rule:
+            wrong.append(("billing-a", "other"))
+        if op == "produce":
+            wrong.append(("orders", "billing"))  # SUB only
+        for topic, group in wrong:
+            status, code, _ = call(client, method, path, op, topic, group, BILLING)
+            assert (status, code) == (403, "FORBIDDEN"), (method, path, topic, group)
+            checked += 1
+    assert checked > 60
+    assert snapshot(admin) == before, "a refused request changed the broker's state"
+
+
+def test_allowed_requests_pass_the_gate(acl_broker) -> None:
+    broker, admin = acl_broker
+    client = broker.client
+    assert client is not None
+    for method, path, op in operations():
+        rule = RULES[op]
+        tokens = [OPS] if rule == "admin" else [OPS, BILLING]
+        for token in tokens:
+            status, code, _ = call(client, method, path, op, "billing-a", "billing", token)
+            assert code not in ("UNAUTHENTICATED", "FORBIDDEN"), (method, path, token, status, code)
+    # The billing account's produce was served: the hot path is behind the gate, not around it.
+    r = client.post("/v1/topics/billing-a/messages", json={"body": "ok"}, headers=bearer(BILLING))
+    assert r.status_code == 201, r.text
+
+
+def test_paths_outside_the_spec(acl_broker) -> None:
+    broker, _ = acl_broker
+    client = broker.client
+    assert client is not None
+    for path in ("/v1/nope", "/docs", "/openapi.json", "/v1/topics/a/b/c", "/v1/groups/g/topics/t/nope"):
+        problem(client.get(path), 401, "UNAUTHENTICATED")
+    problem(client.get("/v1/nope", headers=bearer(BILLING)), 404, "NOT_FOUND")
+    assert client.get("/openapi.json", headers=bearer(BILLING)).status_code == 200
+    problem(client.get("/v1/topics/billing-a/messages", headers={"Authorization": f"Basic {BILLING}"}), 401, "UNAUTHENTICATED")
+    # HEAD is judged as GET.
+    assert client.head("/v1/topics", headers=bearer(BILLING)).status_code == 403
