@@ -1,17 +1,15 @@
 """The spec's bearer security scheme: every operation needs a token when the broker has an ACL,
-except the health checks; the refusals it may then answer are declared too."""
+except the health checks; the refusals it may then answer are declared with the route's own."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from app.responses import problem_doc
+
 SCHEME = "bearerAuth"
 OPEN_OPERATIONS = {"/healthz", "/readyz"}
-REFUSALS = {
-    "401": "UNAUTHENTICATED: no bearer token, or an unknown one (when the broker has an ACL)",
-    "403": "FORBIDDEN: the token's account lacks the permission (when the broker has an ACL)",
-    "429": "RATE_LIMITED: the account is over its rate limit; retry after Retry-After seconds",
-}
+REFUSALS = ("UNAUTHENTICATED", "FORBIDDEN", "RATE_LIMITED")
 
 
 def add_bearer_security(schema: dict[str, Any]) -> None:
@@ -22,12 +20,24 @@ def add_bearer_security(schema: dict[str, Any]) -> None:
         "description": "Authorization: Bearer <token>; required when the broker runs with --acl (docs/security.md)",
     }
     schema["security"] = [{SCHEME: []}]
-    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    refusals = problem_doc(*REFUSALS)
     for path, item in schema.get("paths", {}).items():
         for operation in item.values():
             if path in OPEN_OPERATIONS:
                 operation["security"] = []
                 continue
             responses = operation.setdefault("responses", {})
-            for status, description in REFUSALS.items():
-                responses.setdefault(status, {"description": description, "content": problem})
+            for status, doc in refusals.items():
+                _merge(responses, str(status), doc)
+
+
+def _merge(responses: dict[str, Any], status: str, doc: dict[str, Any]) -> None:
+    """Add the refusal's examples to the route's own problems of that status (403 often has some)."""
+    existing = responses.get(status)
+    if existing is None:
+        responses[status] = {"description": doc["description"], "content": {k: dict(v) for k, v in doc["content"].items()}}
+        return
+    for media_type, content in doc["content"].items():
+        target = existing.setdefault("content", {}).setdefault(media_type, {"schema": content["schema"]})
+        target["examples"] = {**target.get("examples", {}), **content["examples"]}
+    existing["description"] = ", ".join(dict.fromkeys(existing.get("description", "").split(", ") + doc["description"].split(", ")))

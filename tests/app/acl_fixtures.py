@@ -46,11 +46,11 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def start_with_acl(
-    make_broker: Callable[..., BrokerProcess], tmp_path: Path, text: str = ACL_TEXT, config: str = ""
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path, text: str = ACL_TEXT, config: str = "", name: str = "store"
 ) -> tuple[BrokerProcess, Path]:
-    acl = tmp_path / "acl.toml"
+    acl = tmp_path / f"{name}-acl.toml"
     acl.write_text(text)
-    broker = make_broker(SMALL_STORE + SMALL_BROKER + config, args=["--acl", str(acl)])
+    broker = make_broker(SMALL_STORE + SMALL_BROKER + config, args=["--acl", str(acl)], name=name)
     return broker, acl
 
 
