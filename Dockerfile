@@ -1,4 +1,5 @@
-# tidemq broker image: `docker build -t tidemq . && docker run -p 8080:8080 -v tidemq-data:/data tidemq`
+# tidemq broker image: `docker build -t tidemq . && docker run -p 8080:8080 -v tidemq-data:/data -v ./acl.toml:/etc/tidemq/acl.toml:ro tidemq`
+# The broker listens beyond loopback, so it needs an ACL file (docs/security.md); it will not start without one.
 
 # Build stage: compiles the store's C kernels (store._kernels) into wheels; only the wheels reach
 # the runtime image, not the compiler.
@@ -40,4 +41,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
 
 # SIGTERM (docker stop) answers held long-polls, drains requests and shuts the store down cleanly.
 STOPSIGNAL SIGTERM
-CMD ["tidemq", "serve", "--host", "0.0.0.0", "--port", "8080", "--store", "/data"]
+CMD ["tidemq", "serve", "--host", "0.0.0.0", "--port", "8080", "--store", "/data", "--acl", "/etc/tidemq/acl.toml"]

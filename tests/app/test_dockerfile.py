@@ -73,6 +73,7 @@ def test_entry_point_port_and_health_path_match_the_package() -> None:
     assert cmd[0] in pyproject["project"]["scripts"] and pyproject["project"]["scripts"][cmd[0]] == "app.cli:main"
     args = parser().parse_args(cmd[1:])  # the CMD is a valid `tidemq` command line
     assert args.command == "serve" and args.host == "0.0.0.0" and args.store_dir == "/data"
+    assert args.acl_file or args.insecure_open, "a broker on 0.0.0.0 needs --acl (or --insecure-open) to start"
     port = args.port if args.port is not None else BrokerSettings().port
     assert only("EXPOSE") == str(port)
     health = exec_form(re.sub(r"^(--\S+\s+)*CMD\s+", "", only("HEALTHCHECK")))
