@@ -28,6 +28,7 @@ log = logging.getLogger("tidemq.app")
 audit = logging.getLogger("tidemq.audit")
 UNAUTHENTICATED = {"WWW-Authenticate": "Bearer"}
 BEARER = b"bearer "
+NEED_MEMO_LIMIT = 8192
 
 
 class AclSource:
@@ -107,12 +108,24 @@ class AccessGate:
         self.metrics_public = metrics_public
         self.problems_total = problems_total
         self.limiter = RateLimiter()
+        # (method, path, query) -> Need: a producer or consumer repeats the same few requests.
+        self.needs: dict[tuple[str, str, bytes], Need] = {}
+
+    def need(self, method: str, path: str, query_string: bytes) -> Need:
+        key = (method, path, query_string)
+        need = self.needs.get(key)
+        if need is None:
+            need = need_of(method, path, query_string)
+            if len(self.needs) >= NEED_MEMO_LIMIT:
+                self.needs.clear()  # bounded: a scan of random paths cannot grow it
+            self.needs[key] = need
+        return need
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        need = need_of(scope["method"], scope["path"], scope["query_string"])
+        need = self.need(scope["method"], scope["path"], scope["query_string"])
         if need.open or (need.metrics and self.metrics_public):
             await self.app(scope, receive, send)
             return
