@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from app.acl import PUB, SUB, AclInvalid, parse_acl, token_hash
+from store import ConfigInvalid
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, sha, start_with_acl
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
@@ -211,3 +212,16 @@ def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
         sys.path.remove(str(out))
         for name in [m for m in sys.modules if m == "tidemq_client" or m.startswith("tidemq_client.")]:
             del sys.modules[name]
+
+
+def test_acl_and_insecure_open_from_options_and_environment(tmp_path) -> None:
+    from app.cli import parser, settings_from
+
+    acl = tmp_path / "acl.toml"
+    by_env = settings_from(parser().parse_args(["serve"]), {"TIDEMQ_ACL": str(acl), "TIDEMQ_INSECURE_OPEN": "true"})
+    assert (by_env.acl_file, by_env.insecure_open) == (str(acl), True)
+    by_option = settings_from(parser().parse_args(["serve", "--acl", "x.toml", "--insecure-open"]), {"TIDEMQ_ACL": str(acl)})
+    assert (by_option.acl_file, by_option.insecure_open) == ("x.toml", True)
+    assert settings_from(parser().parse_args(["serve"]), {}).insecure_open is False
+    with pytest.raises(ConfigInvalid, match="TIDEMQ_INSECURE_OPEN"):
+        settings_from(parser().parse_args(["serve"]), {"TIDEMQ_INSECURE_OPEN": "maybe"})
