@@ -22,12 +22,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(settings: BrokerSettings) -> None:
-    """StartRefused when an open broker would listen beyond loopback; a WARNING whenever it is open."""
-    if settings.acl_file:
-        return
-    if not is_loopback(settings.host) and not settings.insecure_open:
+    """StartRefused when an open broker would listen beyond loopback."""
+    if not settings.acl_file and not is_loopback(settings.host) and not settings.insecure_open:
         raise StartRefused(
             f"refusing to listen on {settings.host} without an ACL: anyone who reaches it could produce, consume and "
             "delete topics; give --acl FILE (see docs/security.md) or, on a trusted network, --insecure-open"
         )
-    log.warning("no ACL (--acl): every request is served without a token; see docs/security.md")
+
+
+def warn_if_open(settings: BrokerSettings) -> None:
+    """The WARNING of an open broker, once it is sure to serve (a refused start prints one line only)."""
+    if not settings.acl_file:
+        log.warning("no ACL (--acl): every request is served without a token; see docs/security.md")

@@ -49,7 +49,7 @@ from app.acl import AclInvalid
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
-from app.exposure import check_exposure
+from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
@@ -294,6 +294,7 @@ def run(settings: BrokerSettings) -> None:
             server.should_exit = True
 
         app.state.on_start_failed = on_start_failed
+        warn_if_open(settings)
         server.run(sockets=[listener])
     finally:
         listener.close()
