@@ -165,14 +165,19 @@ def make_broker(tmp_path: Path) -> Iterator:
             broker.kill()
 
 
-@pytest.fixture(scope="session")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """One broker for the tests that only need a running server (they use topics of their own)."""
-    broker = BrokerProcess(tmp_path_factory.mktemp("shared") / "store", SMALL_STORE + SMALL_BROKER)
+def running_broker(factory: pytest.TempPathFactory, name: str, config_text: str) -> Iterator[BrokerProcess]:
+    """A broker for a module's or the session's tests (a fixture yields from it), killed at the end."""
+    broker = BrokerProcess(factory.mktemp(name) / "store", config_text)
     try:
         yield broker.start()
     finally:
         broker.kill()
+
+
+@pytest.fixture(scope="session")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that only need a running server (they use topics of their own)."""
+    yield from running_broker(tmp_path_factory, "shared", SMALL_STORE + SMALL_BROKER)
 
 
 @pytest.fixture

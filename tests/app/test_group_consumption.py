@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,11 +24,7 @@ POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\
 
 @pytest.fixture(scope="module")
 def pop_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("pop") / "store", POP_STORE + SMALL_BROKER)
-    try:
-        yield broker.start()
-    finally:
-        broker.kill()
+    yield from running_broker(tmp_path_factory, "pop", POP_STORE + SMALL_BROKER)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,11 +22,7 @@ STREAM_BROKER = SMALL_BROKER + "stream_heartbeat_ms = 300\n"
 
 @pytest.fixture(scope="module")
 def sse_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("sse") / "store", SMALL_STORE + STREAM_BROKER)
-    try:
-        yield broker.start()
-    finally:
-        broker.kill()
+    yield from running_broker(tmp_path_factory, "sse", SMALL_STORE + STREAM_BROKER)
 
 
 def events(lines: Iterator[str], n: int) -> tuple[list[dict], list[str]]:
