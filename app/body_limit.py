@@ -3,7 +3,7 @@
 Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
 reading the body; a body without one (chunked) stops being read as soon as it passes the limit
 (BodyTooLarge, mapped to the same problem). JSON bodies and binary batches
-(application/x-tidemq-batch) have their own, larger limit.
+(application/x-tidemq-batch, or application/octet-stream to `.../messages/batch`) have their own, larger limit.
 The connection (app.connections) times the body: when it has not arrived whole within the body
 read timeout, the connection marks the request's scope with `BODY_TIMED_OUT` and wakes the
 pending receive(); the next receive() through here raises BodyTimeout, answered 408
@@ -28,6 +28,9 @@ class BodyTooLarge(StarletteHTTPException):
 
 # Content-Type prefixes of the bodies capped by max_json_bytes: JSON and binary batches.
 BATCH_TYPES = (b"application/json", b"application/x-tidemq-batch")
+# produceBinaryBatch's path takes a binary batch sent as application/octet-stream too (app.routes_produce).
+OCTET_STREAM = b"application/octet-stream"
+BATCH_PATH_SUFFIX = "/messages/batch"
 # Scope key set (to the timeout in seconds) by the connection when the request's body did not arrive in time.
 BODY_TIMED_OUT = "tidemq.body_timed_out"
 
@@ -57,8 +60,10 @@ class BodyLimit:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
-            elif name == b"content-type" and value[:26].lower().startswith(BATCH_TYPES):
-                limit = self.max_json_bytes
+            elif name == b"content-type":
+                media = value[:26].lower()
+                if media.startswith(BATCH_TYPES) or (media.startswith(OCTET_STREAM) and scope["path"].endswith(BATCH_PATH_SUFFIX)):
+                    limit = self.max_json_bytes
             elif name == b"transfer-encoding":
                 chunked = True
         if length is not None:

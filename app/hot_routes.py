@@ -5,8 +5,8 @@ through Starlette's middleware stack cost more than the store's put on these two
 plain ASGI callable is the server's outermost app: it recognises them by splitting the path and
 calls the same handler the FastAPI route calls, behind the same body limit and start-up gate
 the FastAPI app has as middleware (the route stays, for the spec and as the fallback). Invariants:
-- Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`,
-  `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
+- Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`
+  (and both with `/batch` appended), `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
   `GET /healthz` (a constant reply), are taken; every other request goes on unchanged.
 - The handlers read `request.path_params` as strings and parse everything themselves, so both
   ways in give the same answers; errors go through the same problem mapping as the app's.
@@ -41,7 +41,9 @@ class HotHandlers:
     """The handlers the hot path calls: the same the FastAPI routes call."""
 
     produce: Handler
+    produce_batch: Handler
     pull: Handler
+    pull_batch: Handler
     receive: Handler
     ack: Handler
 
@@ -52,7 +54,9 @@ class HotRoutes:
     ) -> None:
         self.app = app
         self.produce = handlers.produce
+        self.produce_batch = handlers.produce_batch
         self.pull = handlers.pull
+        self.pull_batch = handlers.pull_batch
         self.group_actions = {"receive": handlers.receive, "ack": handlers.ack}
         self.on_error = on_error
         # The hot requests pass the gates every other request passes inside the FastAPI app.
@@ -84,6 +88,20 @@ class HotRoutes:
                 handler = self.group_actions.get(parts[-1]) if len(parts) == 7 and parts[4] == "topics" else None
                 if handler is not None and parts[3] and parts[5]:
                     scope["path_params"] = {"group": parts[3], "topic": parts[5]}
+                    scope["tidemq.handler"] = handler
+                    await self.gated(scope, receive, send)
+                    return
+            elif path.endswith("/messages/batch") and path.startswith("/v1/topics/"):
+                # Checked after the other hot paths, so that they pay nothing for it.
+                parts = path.split("/")  # "", "v1", "topics", topic, ("queues", id,) "messages", "batch"
+                handler = None
+                if len(parts) == 6 and parts[3] and scope["method"] == "POST":
+                    handler = self.produce_batch
+                    scope["path_params"] = {"topic": parts[3]}
+                elif len(parts) == 8 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
+                    handler = self.pull_batch
+                    scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
+                if handler is not None:
                     scope["tidemq.handler"] = handler
                     await self.gated(scope, receive, send)
                     return

@@ -143,6 +143,7 @@ class SendResult(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
             "example": {
+                "kind": "message",
                 "msg_id": "7F000001A1B2C3D4E5F60000000A0001",
                 "offset_msg_id": "7F00000100002A9F0000000000000000",
                 "queue_id": 2,
@@ -152,6 +153,7 @@ class SendResult(BaseModel):
             }
         }
     )
+    kind: Literal["message"] = Field(description="Tells the produce replies apart: message, batch or binary_batch")
     msg_id: str
     offset_msg_id: str
     queue_id: int
@@ -166,6 +168,9 @@ class SendResult(BaseModel):
 
 
 class BatchSendResult(BaseModel):
+    """Where each message of a JSON batch was stored, in the batch's order."""
+
+    kind: Literal["batch"] = Field(description="Tells the produce replies apart: message, batch or binary_batch")
     results: list[SendResult]
 
 
@@ -179,6 +184,7 @@ class BinaryBatchSendResult(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
             "example": {
+                "kind": "binary_batch",
                 "queue_id": 1,
                 "first_queue_offset": 40,
                 "count": 2,
@@ -188,6 +194,7 @@ class BinaryBatchSendResult(BaseModel):
             }
         }
     )
+    kind: Literal["binary_batch"] = Field(description="Tells the produce replies apart: message, batch or binary_batch")
     queue_id: int
     first_queue_offset: int | None
     count: int

@@ -69,6 +69,7 @@ def batch_problem(error: BatchError) -> ProblemError:
 
 def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
     return {
+        "kind": "binary_batch",
         "queue_id": queue_id,
         "first_queue_offset": items.first_queue_offset,
         "count": len(items),
@@ -83,6 +84,7 @@ def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: by
     first = items[0]
     moved = first.queue_id != queue_id or deliver_at_ms > first.store_timestamp
     return {
+        "kind": "binary_batch",
         "queue_id": queue_id,
         "first_queue_offset": None if moved else first.logics_offset,
         "count": len(items),
@@ -96,6 +98,7 @@ def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: by
 def transaction_reply_of(queue_id: int, items: Any, store_host: bytes) -> dict[str, Any]:
     """The reply of a batch stored as half messages: one transaction id per message, no queue offset until committed."""
     return {
+        "kind": "binary_batch",
         "queue_id": queue_id,
         "first_queue_offset": None,
         "count": len(items),

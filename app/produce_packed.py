@@ -44,6 +44,7 @@ def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> J
     offsets = items.commitlog_offsets()
     results: list[dict[str, Any]] = [
         {
+            "kind": "message",
             "msg_id": key,
             "offset_msg_id": f"{host}{offset:016X}",
             "queue_id": queue_id,
@@ -53,7 +54,7 @@ def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> J
         }
         for i, (key, offset) in enumerate(zip(uniq_keys, offsets, strict=True))
     ]
-    return JsonResponse({"results": results} if is_batch else results[0], 201)
+    return JsonResponse({"kind": "batch", "results": results} if is_batch else results[0], 201)
 
 
 async def serve_packed(producer: Producer, topic: str, queue_id: int, drafts: list[Draft], is_batch: bool) -> JsonResponse:

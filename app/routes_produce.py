@@ -28,8 +28,8 @@ from starlette.responses import Response
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.hot_routes import Handler
-from app.models import ProduceBatch, ProduceMessage, SendResult
-from app.params import TopicPath
+from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult
+from app.params import NAME_MAX_CHARS, NAME_PATTERN, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_packed import packable, serve_packed
@@ -38,6 +38,9 @@ from app.query import strict_query
 from app.responses import JsonResponse, docs
 from store import HALF_TOPIC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
 
+# produceBinaryBatch's path: a binary batch's own operation (application/octet-stream is taken as one there).
+BATCH_PATH = "/v1/topics/{topic}/messages/batch"
+OCTET_STREAM = "application/octet-stream"
 # Waited beyond the store's sync_flush_timeout_ms before a SYNC_FLUSH put is answered 504 by the broker itself.
 FLUSH_WAIT_SLACK_S = 1.0
 PRODUCE_PROBLEMS = (
@@ -80,6 +83,14 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
     return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
 
 
+# The producer group of a transactional raw body or binary batch (a JSON message has a transaction field).
+TRANSACTION_PARAMETER = {
+    "name": "X-Tidemq-Transaction",
+    "in": "header",
+    "required": False,
+    "description": "Raw bodies and binary batches only: store as half messages of this producer group (see POST /v1/transactions)",
+    "schema": {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": NAME_MAX_CHARS},
+}
 PRODUCE_OPENAPI: dict[str, Any] = {
     "parameters": [
         _query("tags", "Raw bodies only: the message tag", {"type": "string", "maxLength": 255}),
@@ -98,7 +109,10 @@ PRODUCE_OPENAPI: dict[str, Any] = {
             "Raw bodies and binary batches only: delivery time, ms since the epoch, to within timer_precision_ms; a past time means now",
             {"type": "integer", "minimum": 0},
         ),
+        TRANSACTION_PARAMETER,
     ],
+    # A binary batch (application/x-tidemq-batch) is taken here too, but declared on produceBinaryBatch, its own
+    # operation: a generator that knows no such media type would otherwise drop or mistype this operation.
     "requestBody": {
         "required": True,
         "content": {
@@ -110,16 +124,39 @@ PRODUCE_OPENAPI: dict[str, Any] = {
                 },
             },
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "example": "hello"},
-            BATCH_MEDIA_TYPE: {
-                "schema": {
-                    "type": "string",
-                    "format": "binary",
-                    "description": "RocketMQ's batch encoding: per message TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0 or the "
-                    "body's CRC32 & 0x7FFFFFFF) | FLAG 4 | BODY 4+n | PROPERTIES 2+m (name \\x01 value \\x02 ...), big-endian; "
-                    "all to one queue (queue_id, else round-robin); the reply is a BinaryBatchSendResult",
-                }
-            },
         },
+    },
+}
+
+BINARY_BATCH_BODY = {
+    "schema": {
+        "type": "string",
+        "format": "binary",
+        "description": "RocketMQ's batch encoding: per message TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0 or the "
+        "body's CRC32 & 0x7FFFFFFF) | FLAG 4 | BODY 4+n | PROPERTIES 2+m (name \\x01 value \\x02 ...), big-endian",
+    }
+}
+PRODUCE_BATCH_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        _query("queue_id", "The queue every message goes to; else round-robin, one queue per request", {"type": "integer", "minimum": 0}),
+        *PRODUCE_OPENAPI["parameters"][6:8],  # delay_ms, deliver_at_ms
+        TRANSACTION_PARAMETER,
+    ],
+    # Declared as application/octet-stream, the binary type every generator can send (openapi-python-client warns
+    # about and skips any other); application/x-tidemq-batch is taken here as well.
+    "requestBody": {
+        "required": True,
+        "description": f"A binary batch, sent as {OCTET_STREAM} or {BATCH_MEDIA_TYPE}",
+        "content": {OCTET_STREAM: BINARY_BATCH_BODY},
+    },
+}
+BINARY_BATCH_REPLY_DOC = {
+    "description": "Stored, all in one queue",
+    "content": {
+        "application/json": {
+            "schema": {"$ref": "#/components/schemas/BinaryBatchSendResult"},
+            "example": BinaryBatchSendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
+        }
     },
 }
 
@@ -128,11 +165,19 @@ PRODUCE_REPLY_DOC = {
     "content": {
         "application/json": {
             "schema": {
-                "anyOf": [
+                "oneOf": [
                     {"$ref": "#/components/schemas/SendResult"},
                     {"$ref": "#/components/schemas/BatchSendResult"},
                     {"$ref": "#/components/schemas/BinaryBatchSendResult"},
-                ]
+                ],
+                "discriminator": {
+                    "propertyName": "kind",
+                    "mapping": {
+                        "message": "#/components/schemas/SendResult",
+                        "batch": "#/components/schemas/BatchSendResult",
+                        "binary_batch": "#/components/schemas/BinaryBatchSendResult",
+                    },
+                },
             },
             "example": SendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
         }
@@ -150,6 +195,7 @@ def result_of(msg: Any, queue_id: int, item: Any, draft: Draft, levels_ms: list[
     timer = msg.topic == TIMER_TOPIC
     half = msg.topic == HALF_TOPIC
     out = {
+        "kind": "message",
         "msg_id": msg.properties[PROPERTY_UNIQ_KEY],
         "offset_msg_id": item.msg_id,
         "queue_id": queue_id,
@@ -231,6 +277,14 @@ class Producer:
         finally:
             deadline.cancel()
 
+    async def serve_batch(self, request: Request) -> Response:
+        """Serve produceBinaryBatch: the body is a binary batch, sent as application/x-tidemq-batch or octet-stream."""
+        if media_type(request) not in (BATCH_MEDIA_TYPE, OCTET_STREAM):
+            content_type = request.headers.get("content-type", "")
+            detail = f"Content-Type must be {BATCH_MEDIA_TYPE} or {OCTET_STREAM}, not {content_type[:80]!r}"
+            raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
+        return await serve_binary(self, request)
+
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
         if media_type(request) == BATCH_MEDIA_TYPE:
@@ -274,19 +328,19 @@ class Producer:
         levels_ms = self.levels_ms
         if is_batch:
             results = [result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)]
-            return JsonResponse({"results": results}, 201)
+            return JsonResponse({"kind": "batch", "results": results}, 201)
         return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0], levels_ms), 201)
 
 
-def router(broker: Broker) -> tuple[APIRouter, Handler]:
-    """The routes, and the handler app.hot_routes serves the hot path with."""
+def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
+    """The routes, and the handlers app.hot_routes serves the hot paths with (produce, produceBinaryBatch)."""
     api = APIRouter(tags=["produce"])
     producer = Producer(broker)
 
     @api.post(
         "/v1/topics/{topic}/messages",
         operation_id="produce",
-        summary='Send one message, a batch ({"messages": [...]} or a binary batch) or a raw body',
+        summary='Send one message, a batch ({"messages": [...]}) or a raw body (a binary batch: see produceBinaryBatch)',
         status_code=201,
         responses={201: PRODUCE_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
         openapi_extra=PRODUCE_OPENAPI,
@@ -294,4 +348,15 @@ def router(broker: Broker) -> tuple[APIRouter, Handler]:
     async def produce(topic: TopicPath, request: Request) -> Response:
         return await producer.serve(request)
 
-    return api, producer.serve
+    @api.post(
+        BATCH_PATH,
+        operation_id="produceBinaryBatch",
+        summary="Send a binary batch (RocketMQ's batch encoding) to one queue",
+        status_code=201,
+        responses={201: BINARY_BATCH_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
+        openapi_extra=PRODUCE_BATCH_OPENAPI,
+    )
+    async def produce_binary_batch(topic: TopicPath, request: Request) -> Response:
+        return await producer.serve_batch(request)
+
+    return api, producer.serve, producer.serve_batch

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 from fastapi import APIRouter, Request
@@ -27,7 +27,7 @@ from starlette.responses import Response
 from app.broker import Broker
 from app.hot_routes import Handler
 from app.message_view import message_json
-from app.models import PullResult
+from app.models import PullResult, PullStatus
 from app.params import NAME_MAX_CHARS, NAME_PATTERN, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.produce_parse import has_control
@@ -47,6 +47,9 @@ PULL_STATUS = {
     GetMessageStatus.OFFSET_FOUND_NULL: "OFFSET_FOUND_NULL",
     GetMessageStatus.MESSAGE_WAS_REMOVING: "MESSAGE_WAS_REMOVING",
 }
+OCTET_STREAM = "application/octet-stream"
+# pullBatch's path: the batch format has an operation of its own, so that the pull's reply is one type.
+BATCH_PATH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 HOLDABLE = frozenset({"NO_NEW_MSG", "NO_MATCHED_MSG"})
 
 
@@ -62,9 +65,7 @@ class Read:
     count: int
 
 
-PULL_DOC = docs(
-    PullResult,
-    200,
+PULL_PROBLEMS = (
     "OFFSET_INVALID",
     "WAIT_TOO_LONG",
     "MAX_INVALID",
@@ -76,17 +77,28 @@ PULL_DOC = docs(
     "QUEUE_NOT_FOUND",
     "TOO_MANY_WAITERS",
 )
-PULL_DOC[200]["content"] = {
-    BATCH_MEDIA_TYPE: {
-        "schema": {"type": "string", "format": "binary"},
-        "example": "",
-    }
-}
+PULL_DOC = docs(PullResult, 200, *PULL_PROBLEMS)
 PULL_DOC[200]["description"] = (
-    "A pull result. With Accept: application/x-tidemq-batch the body is the stored messages' bytes as they lie in the "
-    "commitlog, concatenated, and the result fields are the X-Tidemq-Status, X-Tidemq-Next-Offset, X-Tidemq-Min-Offset, "
-    "X-Tidemq-Max-Offset and X-Tidemq-Count headers."
+    "A pull result. Sent with Accept: application/x-tidemq-batch this path answers as pullBatch does; that reply is "
+    "declared on pullBatch's own path, so that generated clients type this one as a PullResult."
 )
+# The batch format's result fields, as headers of its reply.
+BATCH_HEADERS = {
+    "X-Tidemq-Status": ("The pull status (a PullResult's status)", {"type": "string", "enum": list(get_args(PullStatus))}),
+    "X-Tidemq-Next-Offset": ("The offset to pull from next", {"type": "integer"}),
+    "X-Tidemq-Min-Offset": ("The queue's min offset", {"type": "integer"}),
+    "X-Tidemq-Max-Offset": ("The queue's max offset", {"type": "integer"}),
+    "X-Tidemq-Count": ("Messages in the body", {"type": "integer", "minimum": 0}),
+}
+BATCH_BODY = {"schema": {"type": "string", "format": "binary"}, "example": ""}
+PULL_BATCH_DOC = docs(None, 200, *PULL_PROBLEMS)
+PULL_BATCH_DOC[200] = {
+    "description": "The stored messages' bytes as they lie in the commitlog (docs/layouts.md), concatenated; empty when "
+    "X-Tidemq-Count is 0. The reply is application/x-tidemq-batch unless the request's Accept asks for "
+    "application/octet-stream only (for clients that know no other binary type).",
+    "headers": {name: {"description": text, "required": True, "schema": schema} for name, (text, schema) in BATCH_HEADERS.items()},
+    "content": {BATCH_MEDIA_TYPE: BATCH_BODY, OCTET_STREAM: BATCH_BODY},
+}
 
 
 def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +198,7 @@ class Puller:
         self.settings = broker.settings
         self.held = broker.held
 
-    def parse(self, request: Request) -> PullSpec:
+    def parse(self, request: Request, batch: bool) -> PullSpec:
         topic = request.path_params["topic"]
         queue_id = parse_queue_id(request.path_params["queue_id"])
         self.broker.readable_queue(topic, queue_id)
@@ -209,7 +221,6 @@ class Puller:
             offset = self.store.query_offset(group, topic, queue_id)
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
-        batch = BATCH_MEDIA_TYPE in request.headers.get("accept", "")
         return PullSpec(group or "", topic, queue_id, offset, max_count, tag_filter, codes, wait_ms, batch)
 
     def read(self, spec: PullSpec, offset: int) -> Read:
@@ -242,8 +253,8 @@ class Puller:
             result.release()
 
     @staticmethod
-    def reply(r: Read, batch: bool) -> Response:
-        if not batch:
+    def reply(r: Read, batch: str | None) -> Response:
+        if batch is None:
             return Response(r.body, media_type="application/json")
         headers = {
             "X-Tidemq-Status": r.status,
@@ -252,20 +263,25 @@ class Puller:
             "X-Tidemq-Max-Offset": str(r.max_offset),
             "X-Tidemq-Count": str(r.count),
         }
-        return Response(r.body, media_type=BATCH_MEDIA_TYPE, headers=headers)
+        return Response(r.body, media_type=batch, headers=headers)
 
-    async def serve(self, request: Request) -> Response:
-        """Serve a pull; the path parameters are `request.path_params` strings (see app.hot_routes)."""
-        spec = self.parse(request)
+    async def serve(self, request: Request, batch: str | None = None) -> Response:
+        """Serve a pull; the path parameters are `request.path_params` strings (see app.hot_routes).
+
+        `batch` is the batch format's media type to answer with (pullBatch); without it the reply is
+        JSON unless Accept asks for the batch format."""
+        if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
+            batch = BATCH_MEDIA_TYPE
+        spec = self.parse(request, batch is not None)
         if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - spec.offset <= self.settings.inline_read_window_messages:
             r = self.read(spec, spec.offset)  # the queue's tail: just written, in memory; a thread hop costs more
         else:
             r = await self.broker.run(self.read, spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
-            return self.reply(r, spec.batch)
-        return await self.hold(request, spec, r)
+            return self.reply(r, batch)
+        return await self.hold(request, spec, r, batch)
 
-    async def hold(self, request: Request, spec: PullSpec, r: Read) -> Response:
+    async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
         """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
@@ -306,11 +322,17 @@ class Puller:
         # truth, so an empty answer is given only when nothing was dispatched past the offset read.
         if r.status in HOLDABLE and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) > r.next_offset:
             r = self.read(spec, r.next_offset)
-        return self.reply(r, spec.batch)
+        return self.reply(r, batch)
+
+    async def serve_batch(self, request: Request) -> Response:
+        """Serve a pull in the batch format (pullBatch), as octet-stream when that alone is accepted."""
+        accept = request.headers.get("accept", "")
+        only_octets = OCTET_STREAM in accept and BATCH_MEDIA_TYPE not in accept
+        return await self.serve(request, OCTET_STREAM if only_octets else BATCH_MEDIA_TYPE)
 
 
-def router(broker: Broker) -> tuple[APIRouter, Handler]:
-    """The routes, and the handler app.hot_routes serves the hot path with."""
+def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
+    """The routes, and the handlers app.hot_routes serves the hot paths with (pull, pullBatch)."""
     api = APIRouter(tags=["consume"])
     puller = Puller(broker)
 
@@ -324,4 +346,15 @@ def router(broker: Broker) -> tuple[APIRouter, Handler]:
     async def pull(topic: TopicPath, queue_id: QueuePath, request: Request) -> Response:
         return await puller.serve(request)
 
-    return api, puller.serve
+    @api.get(
+        BATCH_PATH,
+        operation_id="pullBatch",
+        response_class=Response,  # not FastAPI's JSON default, which would add application/json to the 200
+        summary="Pull as pull does, answering the stored messages' bytes (the batch format) with the result in headers",
+        responses=PULL_BATCH_DOC,
+        openapi_extra=PULL_OPENAPI,
+    )
+    async def pull_batch(topic: TopicPath, queue_id: QueuePath, request: Request) -> Response:
+        return await puller.serve_batch(request)
+
+    return api, puller.serve, puller.serve_batch

@@ -53,14 +53,15 @@ from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
+from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_security import add_bearer_security
 from app.problems import ProblemError, StartRefused, problem_response
+from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
 from store import StoreLocked
 
 log = logging.getLogger("tidemq.app")
-API_VERSION = "1.0.0"
 DESCRIPTION = (
     "tidemq: a message broker spoken over plain HTTP. Produce with POST, consume with long-polling GETs, "
     "commit consumer offsets, query by key or time. Every error is application/problem+json with a stable `code`."
@@ -76,8 +77,8 @@ EXHAUSTED_ERRNOS = {
 }
 # Pending connections the kernel queues for accept (uvicorn's default; the kernel caps it at somaxconn).
 LISTEN_BACKLOG = 2048
-# Models referenced by hand-written parts of the spec (the produce body and reply).
-EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult, BinaryBatchSendResult)
+# Models referenced by hand-written parts of the spec (the produce body and reply, the ack body).
+EXTRA_SCHEMAS = (Problem, ProduceMessage, ProduceBatch, SendResult, BatchSendResult, BinaryBatchSendResult, AckRequest)
 
 
 def _validation_code(errors: list[Any]) -> tuple[str, str]:
@@ -161,6 +162,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     add_bearer_security(schema)
+    fit_for_generators(schema)
     return schema
 
 
@@ -187,8 +189,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.broker = broker
     # Called with the one-line reason when the store cannot be loaded (the server then stops).
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
-    produce_router, produce = routes_produce.router(broker)
-    pull_router, pull = routes_pull.router(broker)
+    produce_router, produce, produce_batch = routes_produce.router(broker)
+    pull_router, pull, pull_batch = routes_pull.router(broker)
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.router(broker), receive_router, routes_queries.router(broker), routes_admin.router(broker)]
@@ -206,7 +208,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     # What the server serves: the hot routes outermost, in front of the FastAPI app and its middleware.
     app.state.entry = app
     if settings.hot_routes:
-        handlers = HotHandlers(produce, pull, receive, ack)
+        handlers = HotHandlers(produce, produce_batch, pull, pull_batch, receive, ack)
         app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
     if acl_source is not None:
         # Outermost of all: tokens and permissions are checked before the hot routes see a request.

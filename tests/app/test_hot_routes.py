@@ -65,8 +65,19 @@ REQUESTS = [
     ("POST", "/v1/groups/g/topics/t/ack", {}, b"{", JSON),
     ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": ["x"], "receipt_handles": ["y"]}', JSON),
     ("POST", "/v1/groups/g/topics/t/ack", {}, b'{"receipt_handles": ["x"], "more": 1}', JSON),
+    # The binary formats' own operations, pullBatch and produceBinaryBatch (served by the hot path as well).
+    ("GET", "/v1/topics/t/queues/0/messages/batch", {"offset": "1"}, None, {}),
+    ("GET", "/v1/topics/t/queues/0/messages/batch", {"offset": "1", "max": "1"}, None, {"accept": "application/octet-stream"}),
+    ("GET", "/v1/topics/t/queues/0/messages/batch", {"offset": "x"}, None, {}),
+    ("GET", "/v1/topics/t/queues/9/messages/batch", {"offset": "0"}, None, {}),
+    ("POST", "/v1/topics/t/messages/batch", {"queue_id": "1"}, pack_batch([(b"h", b"", 0), (b"i", b"", 0)]), RAW),
+    ("POST", "/v1/topics/t/messages/batch", {"queue_id": "1"}, pack_batch([(b"j", b"", 0)]), BATCH),
+    ("POST", "/v1/topics/t/messages/batch", {}, b'{"body": "x"}', JSON),
+    ("POST", "/v1/topics/bad.name/messages/batch", {}, pack_batch([(b"k", b"", 0)]), RAW),
+    ("GET", "/v1/topics/t/queues/1/messages", {"offset": "0"}, None, {}),
 ]
 GROUP_REQUESTS = 30
+BATCH_OPERATIONS = 40
 
 FIRST_PULL = 8
 
@@ -89,8 +100,9 @@ def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
                     r = await c.request(method, path, params=query, content=body, headers=headers)
                     if r.headers.get("content-type", "").startswith("application/problem+json"):
                         summary = r.json()["code"]
-                    elif r.headers.get("content-type") == "application/x-tidemq-batch":
-                        summary = f"{r.headers['x-tidemq-status']}:{r.headers['x-tidemq-count']}:{len(r.content)}"
+                    elif r.headers.get("content-type") in ("application/x-tidemq-batch", "application/octet-stream"):
+                        media = r.headers["content-type"]
+                        summary = f"{media}:{r.headers['x-tidemq-status']}:{r.headers['x-tidemq-count']}:{len(r.content)}"
                     elif path.endswith("/receive"):
                         summary = str([(m["body"], m["reconsume_times"]) for m in r.json()["messages"]])
                     elif path.endswith("/ack"):
@@ -114,8 +126,8 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
     assert hot[8] == (200, "FOUND:['a', 'b', 'c', 'raw']")
     assert hot[9] == (200, "FOUND:['raw']")
     assert [status for status, _ in hot[11:22]] == [400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 400]
-    reply = str(sorted(["queue_id", "first_queue_offset", "count", "store_timestamp", "offset_msg_id_prefix", "commitlog_offsets"]))
-    assert hot[GROUP_REQUESTS:] == [
+    reply = str(sorted(["kind", "queue_id", "first_queue_offset", "count", "store_timestamp", "offset_msg_id_prefix", "commitlog_offsets"]))
+    assert hot[GROUP_REQUESTS:BATCH_OPERATIONS] == [
         (200, "[('a', 0), ('b', 0)]"),
         (400, "MAX_INVALID"),
         (400, "INVISIBLE_TIME_INVALID"),
@@ -134,6 +146,17 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
         (404, "QUEUE_NOT_FOUND"),
         (400, "REQUEST_INVALID"),
         (200, "FOUND:['d']"),
+    ]
+    batch_pull, octets = hot[BATCH_OPERATIONS][1].split(":"), hot[BATCH_OPERATIONS + 1][1].split(":")
+    assert batch_pull[:3] == ["application/x-tidemq-batch", "FOUND", "3"] and octets[:3] == ["application/octet-stream", "FOUND", "1"]
+    assert hot[BATCH_OPERATIONS + 2 :] == [
+        (400, "OFFSET_INVALID"),
+        (404, "QUEUE_NOT_FOUND"),
+        (201, reply),
+        (201, reply),
+        (415, "UNSUPPORTED_MEDIA_TYPE"),
+        (400, "TOPIC_INVALID"),
+        (200, "FOUND:['d', 'e', 'h', 'i', 'j']"),
     ]
 
 
