@@ -83,7 +83,9 @@ def _topic_need(method: str, parts: list[str], query_string: bytes) -> Need:
         return ADMIN  # PUT (create/update) and DELETE
     if len(parts) == 5 and parts[4] == "messages":
         return Need(bits=PUB, topic=topic) if method == "POST" else Need(bits=SUB, topic=topic)
-    if len(parts) == 7 and parts[4] == "queues":
+    if len(parts) == 6 and parts[4] == "messages" and parts[5] == "batch":  # produceBinaryBatch
+        return Need(bits=PUB, topic=topic)
+    if parts[4] == "queues" and (len(parts) == 7 or (len(parts) == 8 and parts[6:] == ["messages", "batch"])):
         group = _query(query_string, "group") if parts[6] == "messages" else None
         return Need(bits=SUB, topic=topic, group=group or None)
     return ANY_ACCOUNT

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from store import pack_batch
 from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
 from tests.app.helpers import problem
 
@@ -39,7 +40,9 @@ RULES = {
     "getTopic": "topic",
     "queryMessages": "topic",
     "produce": "topic",
+    "produceBinaryBatch": "topic",
     "pull": "topic",
+    "pullBatch": "topic",
     "offsetByTime": "topic",
     "getGroup": "group",
     "getOffsets": "topic+group",
@@ -52,6 +55,7 @@ RULES = {
 # Valid requests: had the gate let them through, each would store or change something.
 BODIES = {
     "produce": {"body": "must-not-be-stored"},
+    "produceBinaryBatch": pack_batch([(b"must-not-be-stored", b"", 0)]),
     "putTopic": {},
     "putGroup": {"max_reconsume_times": 3},
     "commitOffsets": {"topic": "{topic}", "queue_id": 0, "offset": 1},
@@ -62,6 +66,7 @@ BODIES = {
 }
 QUERIES = {
     "pull": {"wait_ms": "0"},
+    "pullBatch": {"offset": "0"},
     "receive": {"wait_ms": "0"},
     "queryMessages": {"key": "k"},
     "offsetByTime": {"timestamp_ms": "0"},
@@ -93,9 +98,10 @@ def call(
 ) -> tuple[int, str | None, httpx.Headers]:
     """The status, problem code and headers of one request (a stream is closed after its head)."""
     body = BODIES.get(op)
-    content = json.dumps(body).replace("{topic}", topic).encode() if body is not None else None
+    content = json.dumps(body).replace("{topic}", topic).encode() if body is not None and not isinstance(body, bytes) else body
     params = {k: fill(v, topic, group) for k, v in QUERIES.get(op, {}).items()}
-    headers = {"Content-Type": "application/json", **(bearer(token) if token else {})}
+    media = "application/octet-stream" if isinstance(body, bytes) else "application/json"  # a binary batch, or JSON
+    headers = {"Content-Type": media, **(bearer(token) if token else {})}
     with client.stream(method, fill(path, topic, group), params=params, content=content, headers=headers) as r:
         code = None
         if r.headers.get("content-type", "").startswith("application/problem+json"):
@@ -158,7 +164,7 @@ def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker) -> None:
             wrong.append(("billing-secret", "billing"))  # DENY beats billing-* (more specific)
         if "group" in rule:
             wrong.append(("billing-a", "other"))
-        if op == "produce":
+        if op in ("produce", "produceBinaryBatch"):
             wrong.append(("orders", "billing"))  # SUB only
         for topic, group in wrong:
             status, code, _ = call(client, method, path, op, topic, group, BILLING)
@@ -181,6 +187,13 @@ def test_allowed_requests_pass_the_gate(acl_broker) -> None:
     # The billing account's produce was served: the hot path is behind the gate, not around it.
     r = client.post("/v1/topics/billing-a/messages", json={"body": "ok"}, headers=bearer(BILLING))
     assert r.status_code == 201, r.text
+    batch = pack_batch([(b"ok", b"", 0)])
+    r = client.post(
+        "/v1/topics/billing-a/messages/batch", content=batch, headers={"Content-Type": "application/octet-stream", **bearer(BILLING)}
+    )
+    assert r.status_code == 201 and r.json()["count"] == 1, r.text
+    r = client.get("/v1/topics/billing-a/queues/0/messages/batch", params={"offset": 0}, headers=bearer(BILLING))
+    assert r.status_code == 200 and r.headers["x-tidemq-status"] == "FOUND", r.text
 
 
 def test_paths_outside_the_spec(acl_broker) -> None:
