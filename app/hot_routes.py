@@ -6,7 +6,8 @@ plain ASGI callable is the server's outermost app: it recognises them by splitti
 calls the same handler the FastAPI route calls, behind the same body limit and start-up gate
 the FastAPI app has as middleware (the route stays, for the spec and as the fallback). Invariants:
 - Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`
-  (and both with `/batch` appended), `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
+  (and both with `/batch` appended: produceBinaryBatch, pullBatch),
+  `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
   `GET /healthz` (a constant reply), are taken; every other request goes on unchanged.
 - The handlers read `request.path_params` as strings and parse everything themselves, so both
   ways in give the same answers; errors go through the same problem mapping as the app's.

@@ -79,14 +79,24 @@ def test_without_queue_id_each_request_goes_round_robin(client: httpx.Client, to
     assert second["first_queue_offset"] == 4  # after the two round-robin batches of two in queue 1
 
 
-def test_a_batch_larger_than_the_raw_body_cap_is_taken_up_to_the_batch_cap(client: httpx.Client, topic: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "media"),
+    [
+        ("messages", "application/x-tidemq-batch"),
+        ("messages/batch", "application/x-tidemq-batch"),  # produceBinaryBatch
+        ("messages/batch", "application/octet-stream"),  # produceBinaryBatch, as generated clients send it
+    ],
+)
+def test_a_batch_larger_than_the_raw_body_cap_is_taken_up_to_the_batch_cap(client: httpx.Client, topic: str, path: str, media: str) -> None:
     """Binary batches are capped like JSON ones (max_json_body_bytes, 1 MiB here), not like a raw body (128 KiB)."""
     body = pack_batch([(b"z" * 60_000, b"", 0)] * 10)
     assert 131_072 < len(body) < 1_048_576
-    r = post(client, topic, body)
+    r = client.post(f"/v1/topics/{topic}/{path}", content=body, headers={"content-type": media})
     assert r.status_code == 201, r.text
     wait_visible(client, topic, r.json()["queue_id"], 9)
     assert r.json()["count"] == 10
+    over = pack_batch([(b"z" * 60_000, b"", 0)] * 18)
+    problem(client.post(f"/v1/topics/{topic}/{path}", content=over, headers={"content-type": media}), 413, "BODY_TOO_LARGE")
 
 
 def corrupt(body: bytes, pos: int, value: bytes) -> bytes:
