@@ -1,0 +1,134 @@
+"""The client's exceptions: one tree rooted at `TidemqClientError`, each carrying `code`, `status`
+and `detail`.
+
+- `ProblemError` and its subclasses: the broker answered with an `application/problem+json` reply
+  (or another non-success status); `code` is the problem's stable code (docs/http-api.md, "Errors"),
+  `status` the HTTP status, `problem` the whole reply (extras such as `master_http_address`,
+  `stored`, `index` included). The subclass is chosen by status.
+- `TransportError` and its subclasses: no usable reply (`status` is None); `code` is one of
+  `CONNECT_FAILED`, `CONNECTION_CLOSED`, `TIMEOUT`, `PROTOCOL_ERROR`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class TidemqClientError(Exception):
+    """Base of every error the client raises."""
+
+    def __init__(self, code: str, status: int | None, detail: str, problem: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{code}: {detail}" if status is None else f"{status} {code}: {detail}")
+        self.code = code
+        self.status = status
+        self.detail = detail
+        self.problem: dict[str, Any] = problem or {}
+
+
+class ProblemError(TidemqClientError):
+    """The broker refused the request; `code` says why."""
+
+    @property
+    def retry_after_s(self) -> float | None:
+        value = self.problem.get("retry_after_s")
+        return float(value) if isinstance(value, int | float) else None
+
+
+class BadRequest(ProblemError):
+    """400: the request is malformed or out of range (nothing was stored)."""
+
+
+class Unauthenticated(ProblemError):
+    """401: no bearer token, or one the broker's ACL does not know."""
+
+
+class Forbidden(ProblemError):
+    """403: not allowed (ACL, topic permission, reserved topic, or a slave refusing writes)."""
+
+
+class NotFound(ProblemError):
+    """404: no such topic, queue, message, transaction or path."""
+
+
+class Conflict(ProblemError):
+    """409: a receipt handle expired, or a transaction was resolved the other way."""
+
+
+class PayloadTooLarge(ProblemError):
+    """413: a body, message, properties or batch over the broker's caps."""
+
+
+class RateLimited(ProblemError):
+    """429: the account is over its rate limit; `retry_after_s` says when to retry."""
+
+
+class ServiceUnavailable(ProblemError):
+    """503: a passing condition (starting, disk full, too many waiters); retry after `retry_after_s`."""
+
+
+class BrokerTimeout(ProblemError):
+    """504: stored but not confirmed in time (flush or slave); `problem["stored"]` is true."""
+
+
+class TransportError(TidemqClientError):
+    """No usable reply arrived."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(code, None, detail)
+
+
+class ConnectFailed(TransportError):
+    def __init__(self, detail: str) -> None:
+        super().__init__("CONNECT_FAILED", detail)
+
+
+class ConnectionClosed(TransportError):
+    def __init__(self, detail: str) -> None:
+        super().__init__("CONNECTION_CLOSED", detail)
+
+
+class Timeout(TransportError):
+    def __init__(self, detail: str) -> None:
+        super().__init__("TIMEOUT", detail)
+
+
+class ProtocolError(TransportError):
+    def __init__(self, detail: str) -> None:
+        super().__init__("PROTOCOL_ERROR", detail)
+
+
+BY_STATUS: dict[int, type[ProblemError]] = {
+    400: BadRequest,
+    401: Unauthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    429: RateLimited,
+    503: ServiceUnavailable,
+    504: BrokerTimeout,
+}
+
+
+def problem_error(status: int, content_type: str, body: bytes, retry_after: str = "") -> ProblemError:
+    """The exception for a non-success reply: its problem's code, or `HTTP_<status>` without one."""
+    problem: dict[str, Any] = {}
+    if content_type.startswith(("application/problem+json", "application/json")):
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            problem = parsed
+    code = problem.get("code")
+    detail = problem.get("detail")
+    if not isinstance(code, str):
+        code = f"HTTP_{status}"
+    if not isinstance(detail, str):
+        detail = body[:200].decode("utf-8", errors="replace") or f"HTTP status {status}"
+    if retry_after.isdigit():
+        problem["retry_after_s"] = int(retry_after)
+    cls = BY_STATUS.get(status, ProblemError)
+    return cls(code, status, detail, problem)
