@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-vs-redis bench-batch-vs-redis bench-pop clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,7 @@ run: $(STAMP) native
 
 test: $(SPARK_STAMP) native
 	$(PY) -m ruff check .
-	$(PY) -m mypy app store ha pipeline
+	$(PY) -m mypy app store ha pipeline tidemq
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
 
 test-fast: $(STAMP) native
@@ -59,8 +59,8 @@ test-fast: $(STAMP) native
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m mypy app store ha pipeline
-	$(PY) -m ruff format --check store app ha pipeline bench tests
+	$(PY) -m mypy app store ha pipeline tidemq
+	$(PY) -m ruff format --check store app ha pipeline tidemq bench tests
 
 openapi: $(STAMP)
 	$(PY) -m app.openapi_export openapi/openapi.json
@@ -94,6 +94,11 @@ bench-spark: $(SPARK_STAMP)
 
 bench-held-polls: $(BENCH_STAMP)
 	$(PY) bench/held_polls_bench.py
+
+# Single produce with 8 in flight through httpx, aiohttp, urllib3, requests, http.client and tidemq.client
+# (QUICK=1: a smoke test).
+bench-http-clients: $(BENCH_STAMP)
+	$(PY) bench/http_clients_bench.py $(if $(QUICK),--quick)
 
 bench-vs-redis: $(BENCH_STAMP)
 	$(PY) bench/versus_redis.py
