@@ -1,8 +1,9 @@
 """One small async client interface per system, over the Python client a user would pick.
 
-- tidemq: httpx.AsyncClient (HTTP/1.1 keep-alive, a pool sized to the concurrency); one message
-  per call is a raw `application/octet-stream` POST, a batch is one JSON POST of 100 messages,
-  catch-up reads ask for the stored-bytes batch format, the tail is a long-poll GET.
+- tidemq: tidemq.AsyncClient (its own client: HTTP/1.1 keep-alive, a pool sized to the concurrency);
+  one message per call is `produce` (a raw `application/octet-stream` POST), a batch is
+  `produce_batch` (one JSON POST of 100 messages), catch-up reads and the tail are `pull`s in the
+  stored-bytes format, the tail's with `wait_ms` (a long poll).
 - NATS JetStream: nats-py; `js.publish` per message, `js.publish_async` windows for a batch,
   pull consumers (`fetch`) for catch-up and the tail.
 - Redis Streams: redis-py asyncio; `XADD` per message, non-transactional pipelines of `XADD`
@@ -20,9 +21,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import httpx
-
-from store.message_codec import iter_messages, read_int
+from tidemq import AsyncClient, NotFound, PullResult
 
 Sink = Callable[[bytes], None]
 
@@ -35,11 +34,6 @@ TAIL_BATCH = 100
 TAIL_WAIT_MS = 1000
 # Longest any single client call may take before the run is declared failed.
 CALL_TIMEOUT_S = 60.0
-# Where the body length sits in a stored tidemq message (fields 1..14 come first, 84 bytes).
-BODY_LENGTH_POS = 84
-# The pull reply format with the stored bytes, and the header with the offset to pull next.
-BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
-NEXT_OFFSET_HEADER = "x-tidemq-next-offset"
 
 
 class ClientError(Exception):
@@ -80,80 +74,59 @@ class TidemqClient(BrokerClient):
 
     def __init__(self, port: int) -> None:
         self.base = f"http://127.0.0.1:{port}"
-        self.http: httpx.AsyncClient | None = None
+        self.client: AsyncClient | None = None
 
     async def open(self, concurrency: int) -> None:
-        limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
-        self.http = httpx.AsyncClient(base_url=self.base, limits=limits, timeout=CALL_TIMEOUT_S)
+        self.client = AsyncClient(self.base, max_connections=concurrency + 2, timeout_s=CALL_TIMEOUT_S)
 
     async def close(self) -> None:
-        if self.http is not None:
-            await self.http.aclose()
-
-    def _check(self, r: httpx.Response, *expected: int) -> httpx.Response:
-        if r.status_code not in expected:
-            raise ClientError(f"tidemq {r.request.method} {r.request.url.path} -> {r.status_code}: {r.text[:300]}")
-        return r
+        if self.client is not None:
+            await self.client.aclose()
 
     async def setup(self, channel: str) -> None:
-        assert self.http
-        self._check(await self.http.put(f"/v1/topics/{channel}", json={"queues": 1}), 200, 201)
+        assert self.client
+        await self.client.create_topic(channel, queues=1)
 
     async def teardown(self, channel: str) -> None:
-        assert self.http
-        self._check(await self.http.delete(f"/v1/topics/{channel}"), 200, 204, 404)
+        assert self.client
+        with contextlib.suppress(NotFound):
+            await self.client.delete_topic(channel)
 
     async def produce_one(self, channel: str, body: bytes) -> None:
-        assert self.http
-        r = await self.http.post(
-            f"/v1/topics/{channel}/messages", params={"queue_id": 0}, content=body, headers={"content-type": "application/octet-stream"}
-        )
-        self._check(r, 201)
+        assert self.client
+        await self.client.produce(channel, body, queue_id=0)
 
     async def produce_batch(self, channel: str, bodies: list[bytes]) -> None:
-        assert self.http
-        messages = [{"body": b.decode("ascii"), "queue_id": 0} for b in bodies]
-        self._check(await self.http.post(f"/v1/topics/{channel}/messages", json={"messages": messages}), 201)
+        assert self.client
+        await self.client.produce_batch(channel, bodies, queue_id=0)
 
-    async def _pull_batch(self, channel: str, offset: int, max_count: int, wait_ms: int) -> tuple[bytes, int]:
-        assert self.http
-        r = await self.http.get(
-            f"/v1/topics/{channel}/queues/0/messages",
-            params={"offset": offset, "max": max_count, "wait_ms": wait_ms},
-            headers={"accept": BATCH_MEDIA_TYPE},
-        )
-        self._check(r, 200)
-        return r.content, int(r.headers[NEXT_OFFSET_HEADER])
+    async def _pull(self, channel: str, offset: int, max_count: int, wait_ms: int) -> PullResult:
+        assert self.client
+        return await self.client.pull(channel, 0, offset, max_messages=max_count, wait_ms=wait_ms)
 
     async def consume(self, channel: str, n: int) -> int:
         offset, seen, total = 0, 0, 0
         while seen < n:
-            data, next_offset = await self._pull_batch(channel, offset, CATCH_UP_BATCH, 0)
-            if next_offset == offset:
+            got = await self._pull(channel, offset, CATCH_UP_BATCH, 0)
+            if got.next_offset == offset:
                 # Acknowledged but not yet dispatched (dispatch trails the put): wait for it, once.
-                data, next_offset = await self._pull_batch(channel, offset, CATCH_UP_BATCH, CATCH_UP_WAIT_MS)
-            if next_offset == offset:
+                got = await self._pull(channel, offset, CATCH_UP_BATCH, CATCH_UP_WAIT_MS)
+            if got.next_offset == offset:
                 raise ClientError(f"tidemq: no progress at offset {offset} after {seen} of {n} messages")
-            view = memoryview(data)
-            for pos, _size in iter_messages(view):
-                length = read_int(view, pos + BODY_LENGTH_POS)
-                total += len(view[pos + BODY_LENGTH_POS + 4 : pos + BODY_LENGTH_POS + 4 + length])
-                seen += 1
-            offset = next_offset
+            total += sum(len(m.body) for m in got.messages)
+            seen += len(got.messages)
+            offset = got.next_offset
         return total
 
     async def tail(self, channel: str, sink: Sink, stop: asyncio.Event, armed: asyncio.Event) -> None:
-        assert self.http
-        r = self._check(await self.http.get(f"/v1/topics/{channel}/queues/0/messages", params={"offset": 0, "max": 1}), 200)
-        offset = int(r.json()["max_offset"])
+        assert self.client
+        offset = (await self._pull(channel, 0, 1, 0)).max_offset
         armed.set()
         while not stop.is_set():
-            data, next_offset = await self._pull_batch(channel, offset, TAIL_BATCH, TAIL_WAIT_MS)
-            view = memoryview(data)
-            for pos, _size in iter_messages(view):
-                length = read_int(view, pos + BODY_LENGTH_POS)
-                sink(bytes(view[pos + BODY_LENGTH_POS + 4 : pos + BODY_LENGTH_POS + 4 + length]))
-            offset = next_offset
+            got = await self._pull(channel, offset, TAIL_BATCH, TAIL_WAIT_MS)
+            for m in got.messages:
+                sink(m.body)
+            offset = got.next_offset
 
 
 class NatsClient(BrokerClient):
