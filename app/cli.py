@@ -1,4 +1,5 @@
-"""The `tidemq` command line: `tidemq serve [options]` (also `python -m app serve`).
+"""The `tidemq` command line: `tidemq serve [options]` (also `python -m app serve`), `tidemq acl`,
+and the client commands of `tidemq.cli` (produce, consume, topics, groups, offsets, lookup).
 
 Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
 TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, and the replication options'
@@ -24,6 +25,8 @@ from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
 from store import ConfigInvalid
+from tidemq.cli import add_client_commands, is_client_command, run_client_command
+from tidemq.version import __version__
 
 ENV_PREFIX = "TIDEMQ_"
 # option dest -> environment variable suffix.
@@ -38,6 +41,7 @@ EXIT_CONFIG_INVALID = 2
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tidemq", description="tidemq: a message broker spoken over plain HTTP")
+    top.add_argument("--version", action="version", version=f"tidemq {__version__}")
     commands = top.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="load and recover the store, then serve the HTTP API")
     serve.add_argument("--host", help="listen address (default 127.0.0.1; env TIDEMQ_HOST)")
@@ -52,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     add_tls_arguments(serve)
     add_serve_arguments(serve)
     add_acl_command(commands)
+    add_client_commands(commands)
     return top
 
 
@@ -98,6 +103,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = parser().parse_args(argv)
     if args.command == "acl":
         return run_acl_command(args)
+    if is_client_command(args):
+        return run_client_command(args, environ)
     try:
         settings = settings_from(args, os.environ if environ is None else environ)
     except ConfigInvalid as e:
