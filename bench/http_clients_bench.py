@@ -13,8 +13,10 @@ produces to queue 0 of one topic, on keep-alive connections opened before the cl
 - tidemq.Client (sockets + httptools): 8 threads sharing one client.
 
 The candidates take turns round by round so a change in the machine's load touches them all; the
-figure is each one's median over the rounds, also as a ratio to httpx's. A candidate whose library
-is not installed is reported as skipped.
+figure is each one's median over the rounds, also as a ratio to httpx's, with the CPU time per
+produce spent in this process (the client) and in the broker's process over the same rounds: when
+the broker's is near a full core per second, the broker, not the client, sets the rate. A
+candidate whose library is not installed is reported as skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import os
 import statistics
 import sys
 import tempfile
@@ -227,32 +230,53 @@ def available(module: str) -> bool:
     return True
 
 
-def measure(base: str, messages: int, rounds: int) -> dict[str, list[float]]:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Figures:
+    def __init__(self, names: list[str]) -> None:
+        self.rates: dict[str, list[float]] = {name: [] for name in names}
+        self.client_cpu_s: dict[str, float] = dict.fromkeys(names, 0.0)
+        self.broker_cpu_s: dict[str, float] = dict.fromkeys(names, 0.0)
+        self.sent: dict[str, int] = dict.fromkeys(names, 0)
+
+
+def measure(base: str, broker_pid: int, messages: int, rounds: int) -> Figures:
     with Client(base) as c:
         c.create_topic(TOPIC, 1)
-    figures: dict[str, list[float]] = {name: [] for name, (module, _) in CANDIDATES.items() if available(module)}
+    figures = Figures([name for name, (module, _) in CANDIDATES.items() if available(module)])
     for r in range(rounds):
-        for name in figures:
+        for name in figures.rates:
+            client_before, broker_before = time.process_time(), process_cpu_s(broker_pid)
             seconds = CANDIDATES[name][1](base, messages)
-            figures[name].append(messages / seconds)
+            figures.client_cpu_s[name] += time.process_time() - client_before
+            figures.broker_cpu_s[name] += process_cpu_s(broker_pid) - broker_before
+            figures.sent[name] += messages
+            figures.rates[name].append(messages / seconds)
             print(f"round {r + 1}: {name}: {messages / seconds:,.0f} msg/s", file=sys.stderr, flush=True)
     return figures
 
 
-def report(figures: dict[str, list[float]], messages: int, rounds: int) -> str:
-    baseline = statistics.median(figures["httpx"]) if figures.get("httpx") else None
+def report(figures: Figures, messages: int, rounds: int) -> str:
+    rates = figures.rates
+    baseline = statistics.median(rates["httpx"]) if rates.get("httpx") else None
     lines = [
         f"Single produce, 128 B, {IN_FLIGHT} in flight, {messages:,} messages x {rounds} rounds (median):",
         "",
-        "| client | produces/s | vs httpx |",
-        "|---|---:|---:|",
+        "| client | produces/s | vs httpx | client CPU us/produce | broker CPU us/produce |",
+        "|---|---:|---:|---:|---:|",
     ]
-    for name, values in sorted(figures.items(), key=lambda kv: -statistics.median(kv[1])):
+    for name, values in sorted(rates.items(), key=lambda kv: -statistics.median(kv[1])):
         median = statistics.median(values)
         ratio = f"{median / baseline:.2f}x" if baseline else "n/a"
-        lines.append(f"| {name} | {median:,.0f} | {ratio} |")
+        client_us = figures.client_cpu_s[name] / figures.sent[name] * 1e6
+        broker_us = figures.broker_cpu_s[name] / figures.sent[name] * 1e6
+        lines.append(f"| {name} | {median:,.0f} | {ratio} | {client_us:,.0f} | {broker_us:,.0f} |")
     for name, (module, _) in CANDIDATES.items():
-        if name not in figures:
+        if name not in rates:
             lines.append(f"| {name} | skipped: {module} is not installed | |")
     return "\n".join(lines)
 
@@ -266,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     messages, rounds = (300, 1) if args.quick else (args.messages, args.rounds)
     peer = TidemqPeer("async")
     with tempfile.TemporaryDirectory(prefix="tidemq-http-clients-") as tmp, peer.running(Path(tmp)):
-        figures = measure(f"http://127.0.0.1:{peer.port}", messages, rounds)
+        assert peer.proc is not None
+        figures = measure(f"http://127.0.0.1:{peer.port}", peer.proc.pid, messages, rounds)
     print(report(figures, messages, rounds))
     return 0
 
