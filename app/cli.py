@@ -25,7 +25,7 @@ from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
 from store import ConfigInvalid
-from tidemq.cli import add_client_commands, is_client_command, run_client_command
+from tidemq.cli import absorb_trailing_files, add_client_commands, is_client_command, run_client_command
 from tidemq.version import __version__
 
 ENV_PREFIX = "TIDEMQ_"
@@ -100,7 +100,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args, extras = top.parse_known_args(argv)
+    if extras and not absorb_trailing_files(args, extras):
+        top.error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command == "acl":
         return run_acl_command(args)
     if is_client_command(args):

@@ -17,6 +17,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any
 
 from tidemq.async_client import AsyncClient
@@ -49,6 +50,15 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     add_produce_command(commands, common)
     add_consume_command(commands, common)
     add_admin_commands(commands, common)
+
+
+def absorb_trailing_files(args: argparse.Namespace, extras: list[str]) -> bool:
+    """`produce TOPIC --queue 1 a.txt b.txt`: argparse leaves positionals after an option unparsed;
+    they are produce's files. False when `extras` are anything else."""
+    if getattr(args, "command", None) != "produce" or any(e.startswith("-") for e in extras):
+        return False
+    args.files.extend(Path(e) for e in extras)
+    return True
 
 
 def is_client_command(args: argparse.Namespace) -> bool:

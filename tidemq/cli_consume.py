@@ -23,7 +23,7 @@ from tidemq.models import Message
 # Messages asked for per pull and per receive (a receive takes at most 32).
 PULL_BATCH = 256
 RECEIVE_BATCH = 32
-# How long one long poll may be held (at most the broker's max_wait_ms, 30,000 by default).
+# How long one long poll may be held by default (at most the broker's max_wait_ms, 30,000 by default).
 FOLLOW_WAIT_MS = 10_000
 # How long a received message stays invisible to the group before it would be delivered again.
 INVISIBLE_MS = 30_000
@@ -41,6 +41,13 @@ def add_consume_command(commands: argparse._SubParsersAction, common: argparse.A
     p.add_argument("--tag", help="only messages with these tags (TagA||TagB)")
     p.add_argument("--max-messages", dest="max_messages", type=int, help="stop after printing this many")
     p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new messages (long polls)")
+    p.add_argument(
+        "--wait-ms",
+        dest="wait_ms",
+        type=int,
+        default=FOLLOW_WAIT_MS,
+        help=f"with --follow: how long one long poll may wait (default {FOLLOW_WAIT_MS})",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -91,6 +98,8 @@ async def consume(client: AsyncClient, args: argparse.Namespace) -> int:
         raise UsageError("--queue must be >= 0, and a group consumes every queue")
     if args.offset is not None and args.offset < 0:
         raise UsageError("--offset must be >= 0")
+    if args.wait_ms < 0:
+        raise UsageError("--wait-ms must be >= 0")
     printer = Printer(args.format, args.max_messages)
     if args.max_messages == 0:
         return 0
@@ -136,7 +145,7 @@ async def consume_queue(client: AsyncClient, args: argparse.Namespace, queue: in
     offset = await start_offset(client, args, queue, since)
     end: int | None = None
     while not printer.done.is_set():
-        wait_ms = FOLLOW_WAIT_MS if args.follow else 0
+        wait_ms = args.wait_ms if args.follow else 0
         got = await client.pull(args.topic, queue, offset, max_messages=printer.room(PULL_BATCH), wait_ms=wait_ms, tag=args.tag)
         printer.write(got.messages)
         end = got.max_offset if end is None else end
@@ -147,7 +156,7 @@ async def consume_queue(client: AsyncClient, args: argparse.Namespace, queue: in
 
 async def consume_group(client: AsyncClient, args: argparse.Namespace, printer: Printer) -> None:
     while not printer.done.is_set():
-        wait_ms = FOLLOW_WAIT_MS if args.follow else 0
+        wait_ms = args.wait_ms if args.follow else 0
         got = await client.receive(
             args.group, args.topic, max_messages=printer.room(RECEIVE_BATCH), invisible_ms=INVISIBLE_MS, wait_ms=wait_ms, tag=args.tag
         )
