@@ -33,6 +33,7 @@ def test_the_two_setup_commands_are_make_targets() -> None:
         "bench-ha",
         "bench-spark",
         "bench-compare",
+        "bench-http-clients",
         "bench-schedule",
         "bench-offsets",
         "bench-kernels",
