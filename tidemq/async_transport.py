@@ -109,6 +109,9 @@ class _Connection(asyncio.Protocol):
             if not reader.got_bytes:
                 raise NothingReceived(str(e)) from e
             raise
+        except BaseException:
+            self.close()  # cancelled or failed mid-request: the connection's state is unknown
+            raise
         finally:
             timer.cancel()
             self.waiter = None

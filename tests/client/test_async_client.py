@@ -112,3 +112,19 @@ def test_a_long_poll_may_outlast_the_timeout_but_a_silent_stream_may_not(shared_
             assert e.value.code == "TIMEOUT"
 
     run(main())
+
+
+def test_a_cancelled_long_poll_leaves_the_client_usable(shared_broker: BrokerProcess, topic: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(shared_broker.url, max_connections=1) as c:
+            await c.produce(topic, b"first", queue_id=0)
+            poll = asyncio.create_task(c.pull(topic, 0, 1, wait_ms=4000))
+            await asyncio.sleep(0.1)
+            poll.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await poll
+            # The only connection was dropped with the cancelled request; the next call opens another.
+            await c.produce(topic, b"second", queue_id=0)
+            assert [m.body for m in (await c.pull(topic, 0, 0)).messages] == [b"first", b"second"]
+
+    run(main())
