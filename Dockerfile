@@ -15,6 +15,7 @@ COPY store ./store
 COPY app ./app
 COPY ha ./ha
 COPY pipeline ./pipeline
+COPY tidemq ./tidemq
 RUN pip wheel --wheel-dir /wheels .
 
 FROM python:3.11-slim
