@@ -129,13 +129,14 @@ class AsyncPool:
         host: str,
         port: int,
         ssl_context: ssl.SSLContext | None,
+        host_header: str,
         max_connections: int,
         connect_timeout_s: float,
         idle_expiry_s: float,
         headers: dict[str, str],
     ) -> None:
         self.host, self.port, self.ssl_context = host, port, ssl_context
-        self.host_header = host if port in (80, 443) else f"{host}:{port}"
+        self.host_header = host_header
         self.connect_timeout_s = connect_timeout_s
         self.idle_expiry_s = idle_expiry_s
         self.headers = headers

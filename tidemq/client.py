@@ -57,6 +57,7 @@ class Client:
             endpoint.host,
             endpoint.port,
             endpoint.ssl_context,
+            endpoint.host_header,
             max_connections,
             connect_timeout_s,
             DEFAULT_IDLE_EXPIRY_S,

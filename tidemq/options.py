@@ -26,6 +26,12 @@ class Endpoint:
     port: int
     ssl_context: ssl.SSLContext | None
 
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        default = 443 if self.ssl_context is not None else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
 
 def parse_url(url: str, verify: bool | str = True) -> Endpoint:
     """`http://host[:port]` or `https://...`; ValueError for anything else (a path, credentials)."""
@@ -48,8 +54,11 @@ def parse_url(url: str, verify: bool | str = True) -> Endpoint:
 
 
 def base_headers(token: str | None) -> dict[str, str]:
+    """Headers of every request; ValueError for a token that could not be sent as one header value."""
     headers = {"user-agent": f"tidemq-client/{__version__}"}
     if token:
+        if not all("!" <= c <= "~" for c in token):
+            raise ValueError("a token is printable ASCII without spaces")
         headers["authorization"] = f"Bearer {token}"
     return headers
 

@@ -167,3 +167,8 @@ def test_a_connection_the_broker_closed_while_idle_is_replaced(make_broker) -> N
         broker_closed.wait(2.0)  # longer than the broker's keep-alive timeout, shorter than the client's idle expiry
         assert c.produce("idle", b"after idle", queue_id=0).queue_offset == 0
         assert [m.body for m in c.pull("idle", 0, 0).messages] == [b"after idle"]
+
+
+def test_a_token_that_cannot_be_a_header_is_refused_at_once() -> None:
+    with pytest.raises(ValueError):
+        Client("http://127.0.0.1:8080", token="two\r\nlines")
