@@ -3,7 +3,7 @@ response read by httptools' parser (the llhttp parser uvicorn uses) fed whatever
 
 Invariants: a `ResponseReader` is fed one response's bytes at a time; it says `complete` only once
 the parser reached the end of the message (Content-Length or the last chunk), and keeps at most
-`max_body_bytes` of a body it collects (a longer one is a protocol error). In streaming mode it
+`MAX_RESPONSE_BODY_BYTES` of a body it collects (a longer one is a protocol error). In streaming mode it
 collects nothing: each body piece goes to the `on_piece` callback as the parser decodes it.
 """
 
