@@ -20,8 +20,9 @@ from tidemq.async_client import AsyncClient
 from tidemq.cli_output import FORMATS, UsageError, write_messages
 from tidemq.models import Message
 
-# Messages asked for per pull and per receive (a receive takes at most 32).
-PULL_BATCH = 256
+# Messages asked for per pull and per receive: the API's default, which every broker takes (a larger
+# `max` can exceed a broker's max_pull_messages, and its store returns 32 per pull by default anyway).
+PULL_BATCH = 32
 RECEIVE_BATCH = 32
 # How long one long poll may be held by default (at most the broker's max_wait_ms, 30,000 by default).
 FOLLOW_WAIT_MS = 10_000
