@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import shlex
+import subprocess
+import sys
 import time
 import uuid
 from importlib.metadata import version
@@ -12,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.conftest import BrokerProcess
-from tests.client.cli_helpers import COMMAND_TIMEOUT_S, tidemq
+from tests.app.conftest import ROOT, BrokerProcess
+from tests.client.cli_helpers import COMMAND_TIMEOUT_S, command_env, tidemq
 from tests.client.cli_helpers import start as start_command
 from tests.loopback import free_port
 from tidemq import Client
@@ -161,3 +164,16 @@ def test_errors_are_one_line_with_a_documented_exit_status(url: str) -> None:
 def test_serve_is_still_a_command() -> None:
     helped = tidemq("http://127.0.0.1:1", "serve", "--help")
     assert helped.returncode == 0 and b"--store" in helped.stdout
+
+
+def test_a_closed_stdout_ends_consume_quietly(url: str, topic: str, tmp_path: Path) -> None:
+    with Client(url) as c:
+        c.produce_batch(topic, [f"p{i}".encode() for i in range(200)], queue_id=0)
+    command = shlex.join([sys.executable, "-m", "app", "consume", topic, "--from-beginning"])
+    err = shlex.quote(str(tmp_path / "consume.err"))
+    script = f"{command} 2>{err} | head -1; echo status=${{PIPESTATUS[0]}}; cat {err}"
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=command_env(url, None), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "p0" and lines[1] == "status=0" and lines[2:] == [], done.stdout
