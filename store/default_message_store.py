@@ -161,6 +161,7 @@ class DefaultMessageStore:
         self.disk_full = False  # set by the cleanup service past the warning ratio
         self.last_exit_ok = True
         self.loaded = False
+        self.recovery_limit: int | None = None  # set_recovery_limit(): where recovery cuts the commitlog at most
         self._running = False
         self._shutdown_done = False
         self._lock_file = StoreLockFile(config.store_path_root_dir, config.lock_path())
@@ -531,8 +532,20 @@ class DefaultMessageStore:
 
     # Replication hooks ---------------------------------------------------------------
 
-    def set_replication_waiter(self, waiter: ReplicationWaiter) -> None:
+    def set_replication_waiter(self, waiter: ReplicationWaiter | None) -> None:
         self.durability.replication_waiter = waiter
+
+    def set_broker_role(self, role: BrokerRole) -> None:
+        self.config.broker_role = role
+        slave = role is BrokerRole.SLAVE
+        self.validator.is_slave = slave
+        if self.group_consumption.revive_service is not None:
+            self.group_consumption.revive_service.is_slave = slave
+
+    def set_recovery_limit(self, offset: int | None) -> None:
+        if self.loaded:
+            raise RuntimeError("set the recovery limit before load()")
+        self.recovery_limit = offset
 
     def commit_log_min_offset(self) -> int:
         return max(0, self.commit_log.get_min_offset())

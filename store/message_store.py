@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from store.bulk_dispatch import ArrivingListener
 
 if TYPE_CHECKING:
-    from store.config import MessageStoreConfig
+    from store.config import BrokerRole, MessageStoreConfig
     from store.get_message_result import GetMessageResult, TagFilter
     from store.group_consumption import GroupConsumption
     from store.message import MessageInner
@@ -211,8 +211,17 @@ class MessageStore(Protocol):
 
     # Replication hooks -------------------------------------------------------------------
 
-    def set_replication_waiter(self, waiter: ReplicationWaiter) -> None:
-        """On a SYNC_MASTER, make every put appended from now on also wait for `waiter(end_offset)`."""
+    def set_replication_waiter(self, waiter: ReplicationWaiter | None) -> None:
+        """On a SYNC_MASTER, make every put appended from now on also wait for `waiter(end_offset)` (None: no wait)."""
+        ...
+
+    def set_broker_role(self, role: BrokerRole) -> None:
+        """Change the role of a running store (a cluster's election): a SLAVE refuses puts and puts no redeliveries."""
+        ...
+
+    def set_recovery_limit(self, offset: int | None) -> None:
+        """Before load(): recovery cuts the commitlog at `offset` (a message boundary) when it holds more, and the
+        consume queues and the index with it (a returning old master's divergent tail); None: no limit."""
         ...
 
     def commit_log_min_offset(self) -> int:

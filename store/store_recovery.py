@@ -51,6 +51,13 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
         log.warning("the store did not shut down cleanly; recovering from the checkpoint")
         scan = recover_abnormally(commit_log, checkpoint, rebuild_from, progress)
         rebuild_from = scan.start if rebuild_from is None else min(rebuild_from, scan.start)  # re-dispatch it all
+    limit = store.recovery_limit
+    if limit is not None and limit < scan.end:
+        # A cluster's returning old master: bytes past the new epoch's start were never the group's.
+        log.warning("commitlog cut at offset %d (the recovery limit); %d bytes after it dropped", limit, scan.end - limit)
+        commit_log.truncate_to(limit)
+        scan.end = limit
+        scan.last_message_offset = -1
     end = scan.end
     lower_high_water_marks(scan, commit_log, index_service, checkpoint)
     min_offset = max(0, commit_log.get_min_offset())

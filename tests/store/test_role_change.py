@@ -1,0 +1,51 @@
+"""A running store's role changes (a cluster election) and the recovery limit (a returning old master's cut)."""
+
+from __future__ import annotations
+
+import pytest
+
+from store import BrokerRole, DefaultMessageStore, PutRefusal, build_message
+from tests.store.conftest import open_store, wait_dispatched
+
+
+def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
+    config.broker_role = BrokerRole.SLAVE
+    s = open_store(config)
+    try:
+        assert s.put_message(build_message("R", b"refused", queue_id=0)).refusal is PutRefusal.NOT_MASTER
+        s.set_broker_role(BrokerRole.SYNC_MASTER)
+        assert s.config.broker_role is BrokerRole.SYNC_MASTER
+        assert s.put_message(build_message("R", b"accepted", queue_id=0)).ok
+        s.set_broker_role(BrokerRole.SLAVE)
+        assert s.put_message(build_message("R", b"refused again", queue_id=0)).refusal is PutRefusal.NOT_MASTER
+    finally:
+        s.shutdown()
+
+
+@pytest.mark.parametrize("crashed", [False, True])
+def test_the_recovery_limit_cuts_the_log_its_queues_and_its_index(config, crashed: bool) -> None:
+    s = open_store(config)
+    kept = [s.put_message(build_message("R", f"kept-{i}".encode() * 50, queue_id=0, keys=[f"k{i}"])) for i in range(200)]
+    limit = s.commit_log_max_offset()
+    for i in range(100):
+        assert s.put_message(build_message("R", f"tail-{i}".encode() * 50, queue_id=i % 2, keys=[f"t{i}"])).ok
+    wait_dispatched(s)
+    assert all(r.ok for r in kept) and s.commit_log_max_offset() > limit
+    s.shutdown()
+    if crashed:
+        open(config.abort_path(), "w").close()  # what a killed process leaves: the next load recovers as after a crash
+    s = DefaultMessageStore(config)
+    s.set_recovery_limit(limit)
+    s.load()
+    s.start()
+    try:
+        assert s.last_exit_ok is not crashed
+        assert s.commit_log_max_offset() == limit
+        assert s.get_max_offset_in_queue("R", 0) == 200 and s.get_max_offset_in_queue("R", 1) == 0
+        assert s.query_message("R", "t3", 5, 0, 2**62) == [] and len(s.query_message("R", "k3", 5, 0, 2**62)) == 1
+        r = s.put_message(build_message("R", b"after", queue_id=0))
+        assert r.items[0].wrote_offset == limit and r.items[0].logics_offset == 200
+        with pytest.raises(RuntimeError):
+            s.set_recovery_limit(0)
+    finally:
+        s.shutdown()
