@@ -50,7 +50,7 @@ run: $(STAMP) native
 
 test: $(SPARK_STAMP) native
 	$(PY) -m ruff check .
-	$(PY) -m mypy app store ha pipeline tidemq
+	$(PY) -m mypy app store ha pipeline tidemq cluster
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q
 
 test-fast: $(STAMP) native
@@ -59,8 +59,8 @@ test-fast: $(STAMP) native
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m mypy app store ha pipeline tidemq
-	$(PY) -m ruff format --check store app ha pipeline tidemq bench tests
+	$(PY) -m mypy app store ha pipeline tidemq cluster
+	$(PY) -m ruff format --check store app ha pipeline tidemq cluster bench tests
 
 openapi: $(STAMP)
 	$(PY) -m app.openapi_export openapi/openapi.json

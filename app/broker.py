@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from app.long_poll import HeldPulls
-from app.problems import ProblemError
+from app.problems import ProblemError, StartRefused
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
 from app.transaction_check import HttpCheckTransport
+from cluster import ClusterNode, EtcdError
 from ha import HANode, attach
 from store import SYSTEM_TOPICS, BrokerRole, DefaultMessageStore, MessageStore, StoreError, TopicConfig, topic_problem
 
@@ -46,7 +47,16 @@ class Broker:
         self.config = settings.store
         self.store: MessageStore = DefaultMessageStore(settings.store)
         # None for a standalone broker; raises HAStartFailed when a master cannot bind its HA port.
-        self.ha: HANode | None = attach(self.store, settings.ha)
+        # In a cluster, the node of the current role (set by the cluster node on each role change).
+        self.ha: HANode | None = None if settings.cluster.enabled else attach(self.store, settings.ha)
+        self.cluster: ClusterNode | None = None
+        if settings.cluster.enabled:
+            self.cluster = ClusterNode(settings.cluster, settings.ha, self.store, settings.store_dir)
+            try:
+                self.cluster.prepare()  # before the store loads: a deposed master's tail is cut by its recovery
+            except EtcdError as e:
+                raise StartRefused(f"the cluster's etcd cannot be read: {e}") from None
+            self.cluster.on_node_change = self._set_ha
         self.held = HeldPulls(settings.max_held_pulls)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
@@ -119,6 +129,11 @@ class Broker:
         self.store.load()
         self.store.add_message_arriving_listener(self.held.on_message_arriving)
         self.store.start()
+        if self.cluster is not None:
+            self.cluster.start()
+
+    def _set_ha(self, node: HANode | None) -> None:
+        self.ha = node
 
     def release_held(self) -> None:
         """Answer every held pull now (NO_NEW_MSG) and hold no more; safe to call twice."""
@@ -131,6 +146,8 @@ class Broker:
         if self._loading is not None and not self._loading.done():
             log.info("waiting for the store's load to finish before shutting it down")
             await asyncio.shield(self._loading)  # a load cannot be interrupted halfway; it ends and is shut down
+        if self.cluster is not None and self.started:
+            await asyncio.get_running_loop().run_in_executor(None, self.cluster.stop)  # before the store (cluster/node.py)
         if self.started:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             self.started = False
@@ -210,6 +227,10 @@ class Broker:
             address = self.master_http_address()
             where = f"send to the master at {address}" if address else "the master's address is not known yet"
             raise ProblemError("NOT_MASTER", f"this broker is a slave and accepts no writes; {where}", {"master_http_address": address})
+        if self.cluster is not None and not self.cluster.may_accept_puts():
+            raise ProblemError(
+                "NO_MASTER", "this master's election lease may have expired; it accepts no writes until its group has a master"
+            )
 
     def next_round_robin(self, topic: str, queues: int) -> int:
         position = self._round_robin.get(topic, -1) + 1

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from app.cli_access import access_values, add_acl_command, add_serve_arguments, run_acl_command
 from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
+from cluster import settings as cluster_settings
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
 from store import ConfigInvalid
@@ -53,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
     add_cli_arguments(serve)
+    cluster_settings.add_cli_arguments(serve)
     add_tls_arguments(serve)
     add_serve_arguments(serve)
     add_acl_command(commands)
@@ -96,7 +98,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
     values.update(access_values(args, environ))
     config_path = values.pop("config")
     toml = load_toml(str(config_path)) if config_path else None
-    return build_settings(toml, values, ha_values)
+    return build_settings(toml, values, ha_values, cluster_settings.cli_values(args, environ))
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -117,10 +119,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         level=settings.log_level.upper() if settings.log_level != "trace" else "DEBUG",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from app.server import run  # imported late: `tidemq --help` stays fast
+    from app.server import RestartRequested, run  # imported late: `tidemq --help` stays fast
 
     try:
         run(settings)
+    except RestartRequested as e:
+        # The same command again, in this process (same pid): the start-up cuts the log and rejoins as a slave.
+        logging.getLogger("tidemq.app").warning("restarting the broker: %s", e)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
     except HAStartFailed as e:
         print(f"tidemq: replication could not start: {e}", file=sys.stderr)
         return EXIT_START_FAILED

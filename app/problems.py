@@ -88,6 +88,8 @@ PROBLEMS: dict[str, ProblemKind] = {
     "DISK_FULL": ProblemKind(503, "The disk is too full to accept messages; retry once space is freed"),
     "DISPATCH_BEHIND": ProblemKind(503, "Dispatch to the consume queues is behind or failing; retry shortly"),
     "RESOURCES_EXHAUSTED": ProblemKind(503, "The broker is out of file descriptors or memory for this request; retry shortly"),
+    "NO_MASTER": ProblemKind(503, "The broker group has no master accepting writes now (election or fencing); retry shortly"),
+    "FORWARD_FAILED": ProblemKind(503, "The broker that owns this request did not answer when it was forwarded; retry shortly"),
 }
 
 # Why the store refused a put (nothing written) -> code.

@@ -84,6 +84,7 @@ def router(broker: Broker) -> APIRouter:
                 "config": config.summary(),
                 "held_pulls": broker.held.held,
                 "ha": broker.ha.status() if broker.ha is not None else {"role": "standalone"},
+                **({"cluster": broker.cluster.status()} if broker.cluster is not None else {}),
             }
         )
 

@@ -35,6 +35,7 @@ from starlette.responses import Response
 
 from app import (
     routes_admin,
+    routes_cluster,
     routes_groups,
     routes_produce,
     routes_pull,
@@ -59,6 +60,7 @@ from app.problems import ProblemError, StartRefused, problem_response
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
+from cluster.forwarding import Forwarder
 from store import StoreLocked
 
 log = logging.getLogger("tidemq.app")
@@ -120,6 +122,12 @@ class ErrorMapping:
             response.headers.update(headers)
         return response
 
+    def problem(self, code: str, detail: str, path: str) -> Response:
+        """A counted problem reply outside a request handler (the cluster's forwarding)."""
+        counts = self.broker.http_problems_total
+        counts[code] = counts.get(code, 0) + 1
+        return problem_response(code, detail, path)
+
     async def __call__(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, ProblemError):
             return self.counted(exc.code, exc.detail, request, extra=exc.extra)
@@ -179,6 +187,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         try:
             yield
         finally:
+            if getattr(app.state, "forwarder", None) is not None:
+                await app.state.forwarder.aclose()
             await broker.stop()
 
     options: dict[str, Any] = {}
@@ -194,7 +204,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     routers = [routes_status.router(broker), routes_topics.router(broker), produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.router(broker), receive_router, routes_queries.router(broker), routes_admin.router(broker)]
-    routers.append(routes_transactions.router(broker))
+    routers += [routes_transactions.router(broker), routes_cluster.router(broker)]
     for api_router in routers:
         app.include_router(api_router)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
@@ -210,6 +220,11 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if settings.hot_routes:
         handlers = HotHandlers(produce, produce_batch, pull, pull_batch, receive, ack)
         app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
+    if broker.cluster is not None:
+        # Requests this broker does not own go to their owner's master before anything else serves them.
+        forwarder = Forwarder(app.state.entry, broker.cluster, settings.cluster, mapping.problem)
+        app.state.entry = forwarder
+        app.state.forwarder = forwarder
     if acl_source is not None:
         # Outermost of all: tokens and permissions are checked before the hot routes see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, broker.http_problems_total)
@@ -256,6 +271,10 @@ class BrokerServer(uvicorn.Server):
             self.should_exit = True
 
 
+class RestartRequested(Exception):
+    """The cluster asked for a restart of this process (cluster/node.py); the server stopped cleanly first."""
+
+
 def run(settings: BrokerSettings) -> None:
     """Serve until SIGTERM/SIGINT; StartRefused (one line) when the port, the store or its load refuse the start.
 
@@ -296,10 +315,15 @@ def run(settings: BrokerSettings) -> None:
             server.should_exit = True
 
         app.state.on_start_failed = on_start_failed
+        if broker.cluster is not None:
+            # A deposed master (or a diverged slave) restarts to cut its log back: a clean stop first.
+            broker.cluster.on_restart = lambda reason: server.handle_exit(signal.SIGTERM, None)
         warn_if_open(settings)
         server.run(sockets=[listener])
     finally:
         listener.close()
+    if broker.cluster is not None and broker.cluster.restart_reason is not None:
+        raise RestartRequested(broker.cluster.restart_reason)
     if broker.start_failure is not None:
         raise StartRefused(broker.start_failure)
     if not server.started:

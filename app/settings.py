@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from cluster.settings import ClusterSettings
 from ha import HASettings
 from ha.tls import TLSFiles
 from store import BrokerRole, ConfigInvalid, FlushDiskType, MessageStoreConfig, check_fields, setting
@@ -102,6 +103,8 @@ class BrokerSettings:
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
     ha: HASettings = field(default_factory=HASettings)
+    # Cluster membership on etcd (the `[cluster]` table, --cluster-etcd, --cluster-name, --broker-name).
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     def validate(self) -> BrokerSettings:
         """Check every setting's type and range (then the store's and replication's); ConfigInvalid names the first broken one."""
@@ -112,6 +115,11 @@ class BrokerSettings:
         if self.flush is not None:
             self.store.flush_disk_type = FLUSH_MODES[self.flush]
         self.ha.tls = self.tls_files()
+        self.cluster.validate()
+        if self.cluster.enabled and self.ha.role != "standalone":
+            raise ConfigInvalid(
+                "--role / TIDEMQ_ROLE / [ha] role is refused with --cluster-etcd: a cluster's roles come from its elections"
+            )
         self.ha.validate()
         role = self.ha.broker_role()
         if self.store.broker_role is not BrokerRole.ASYNC_MASTER and self.store.broker_role is not role:
@@ -119,9 +127,11 @@ class BrokerSettings:
             detail = f"[store] broker_role {self.store.broker_role.value} contradicts the replication role {self.ha.role!r} ({role.value})"
             raise ConfigInvalid(detail + "; set the role with --role / TIDEMQ_ROLE / [ha] role")
         self.ha.apply_to(self.store)
-        if self.ha.role == "master" and self.ha.advertised_http_address is None:
+        if (self.ha.role == "master" or self.cluster.enabled) and self.ha.advertised_http_address is None:
             scheme = "https" if self.tls_cert_file is not None else "http"
             self.ha.advertised_http_address = f"{scheme}://{self.host}:{self.port}"
+        if self.cluster.enabled:
+            self.store.broker_role = BrokerRole.SLAVE  # no put is accepted before this broker wins its group's election
         self.store.validate()
         return self
 
@@ -136,9 +146,10 @@ class BrokerSettings:
         return TLSFiles(self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file, self.ha.ha_tls_ca_file).check()
 
 
-BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store", "ha"}
+BROKER_KEYS = {f.name for f in dataclasses.fields(BrokerSettings)} - {"store", "ha", "cluster"}
 HA_KEYS = {f.name for f in dataclasses.fields(HASettings)}
-TABLES = ("broker", "store", "ha")
+CLUSTER_KEYS = {f.name for f in dataclasses.fields(ClusterSettings)}
+TABLES = ("broker", "store", "ha", "cluster")
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -152,7 +163,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise ConfigInvalid(f"config file {path} is not valid TOML: {e}") from e
     unknown = set(data) - set(TABLES)
     if unknown:
-        raise ConfigInvalid(f"unknown table(s) in {path}: {', '.join(sorted(unknown))} (expected [broker], [store] and [ha])")
+        raise ConfigInvalid(f"unknown table(s) in {path}: {', '.join(sorted(unknown))} (expected [broker], [store], [ha] and [cluster])")
     return data
 
 
@@ -171,7 +182,12 @@ def build_ha_settings(table: dict[str, Any], overrides: dict[str, Any]) -> HASet
     return HASettings(**values)
 
 
-def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any], ha_overrides: dict[str, Any] | None = None) -> BrokerSettings:
+def build_settings(
+    toml: dict[str, Any] | None,
+    overrides: dict[str, Any],
+    ha_overrides: dict[str, Any] | None = None,
+    cluster_overrides: dict[str, Any] | None = None,
+) -> BrokerSettings:
     """Combine a parsed TOML file and explicit overrides (None values are skipped)."""
     toml = toml or {}
     broker = dict(toml.get("broker", {}))
@@ -181,4 +197,9 @@ def build_settings(toml: dict[str, Any] | None, overrides: dict[str, Any], ha_ov
     broker.update({k: v for k, v in overrides.items() if v is not None})
     store = MessageStoreConfig.from_dict(dict(toml.get("store", {})))
     ha = build_ha_settings(dict(toml.get("ha", {})), ha_overrides or {})
-    return BrokerSettings(**broker, store=store, ha=ha).validate()
+    cluster_table = dict(toml.get("cluster", {}))
+    unknown = set(cluster_table) - CLUSTER_KEYS
+    if unknown:
+        raise ConfigInvalid(f"unknown cluster setting(s): {', '.join(sorted(unknown))}")
+    cluster = ClusterSettings(**{**cluster_table, **(cluster_overrides or {})})
+    return BrokerSettings(**broker, store=store, ha=ha, cluster=cluster).validate()

@@ -1,4 +1,4 @@
-"""Write docs/settings.md: every setting of the [broker], [store] and [ha] tables with its type,
+"""Write docs/settings.md: every setting of the [broker], [store], [ha] and [cluster] tables with its type,
 default, range and the one-line comment above its declaration.
 
 Usage: python -m app.settings_doc docs/settings.md (the Makefile's `settings-doc` target); a test
@@ -14,10 +14,16 @@ import sys
 from typing import Any
 
 from app.settings import BrokerSettings
+from cluster.settings import ClusterSettings
 from ha import HASettings
 from store import BOUNDS_KEY, Bounds, MessageStoreConfig, declared_settings
 
-TABLES: tuple[tuple[str, type], ...] = (("broker", BrokerSettings), ("store", MessageStoreConfig), ("ha", HASettings))
+TABLES: tuple[tuple[str, type], ...] = (
+    ("broker", BrokerSettings),
+    ("store", MessageStoreConfig),
+    ("ha", HASettings),
+    ("cluster", ClusterSettings),
+)
 HEADER = """# Settings
 
 Every setting of the TOML file's tables, generated from their declarations by

@@ -14,9 +14,21 @@ from ha.group_transfer_service import GroupTransferService
 from ha.ha_client import HAClient
 from ha.ha_service import HAService
 from ha.settings import HASettings, add_cli_arguments, from_args
-from store import BrokerRole, MessageStore
+from store import BrokerRole, MessageStore, ServiceThread
 
-__all__ = ["HAClient", "HAError", "HANode", "HAService", "HASettings", "HAStartFailed", "add_cli_arguments", "attach", "from_args"]
+__all__ = [
+    "HAClient",
+    "HAError",
+    "HANode",
+    "HAService",
+    "HASettings",
+    "HAStartFailed",
+    "add_cli_arguments",
+    "attach",
+    "from_args",
+    "start_node",
+    "stop_node",
+]
 
 
 class HANode:
@@ -31,6 +43,13 @@ class HANode:
     @property
     def role(self) -> str:
         return self.settings.role
+
+    def services(self) -> list[ServiceThread]:
+        """The threads of this node in start order (a master's transfer service before its accept service)."""
+        if self.client is not None:
+            return [self.client]
+        assert self.service is not None
+        return [self.service] if self.transfer is None else [self.transfer, self.service]
 
     @property
     def transfer(self) -> GroupTransferService | None:
@@ -123,10 +142,38 @@ def attach(store: MessageStore, settings: HASettings) -> HANode | None:
     assert store.config.broker_role is settings.broker_role(), "apply the HA settings to the store config before building the store"
     if settings.role == "standalone":
         return None
+    node = _build(store, settings)
+    for service in node.services():
+        store.register_service(service)
+    return node
+
+
+def start_node(store: MessageStore, settings: HASettings) -> HANode:
+    """Start a master's or a slave's replication beside a running store (a cluster's role change).
+
+    The store's role is set to the settings' first (`set_broker_role`); stop the node with
+    `stop_node` before the store shuts down. HAStartFailed when a master cannot bind its HA port.
+    """
+    settings.validate()
+    assert settings.role != "standalone", "a node is a master or a slave"
+    store.set_broker_role(settings.broker_role())
+    node = _build(store, settings)
+    for service in node.services():
+        service.start()
+    return node
+
+
+def stop_node(store: MessageStore, node: HANode) -> None:
+    """Stop what `start_node` started (last started first) and drop a master's replication wait."""
+    for service in reversed(node.services()):
+        service.shutdown()
+    if node.transfer is not None:
+        store.set_replication_waiter(None)
+
+
+def _build(store: MessageStore, settings: HASettings) -> HANode:
     if settings.role == "slave":
-        client = HAClient(store, settings)
-        store.register_service(client)
-        return HANode(settings, client=client)
+        return HANode(settings, client=HAClient(store, settings))
     service = HAService(store, settings)
     if store.config.broker_role is BrokerRole.SYNC_MASTER:
         transfer = GroupTransferService(
@@ -134,7 +181,5 @@ def attach(store: MessageStore, settings: HASettings) -> HANode | None:
         )
         service.transfer = transfer
         store.set_replication_waiter(transfer.waiter)
-        store.register_service(transfer)
     service.bind()
-    store.register_service(service)
     return HANode(settings, service=service)

@@ -51,6 +51,7 @@ class HAClient(ServiceThread):
         self.last_error: str | None = None
         self.master_http_address = settings.master_http_address
         self.master_max_offset = -1
+        self.master_epoch = 0  # the epoch the master named in the last accepted handshake
         self.reported_offset = -1
         self.connects_total = 0
         self.sessions_total = 0
@@ -112,6 +113,10 @@ class HAClient(ServiceThread):
         reply = self._handshake(channel)
         if reply.verdict is not Verdict.ACCEPT:
             raise HandshakeRefused(reply.verdict.name, reply.reason)
+        if reply.epoch < self.settings.epoch:
+            # A deposed master still answering: its log may hold a tail the group's master never had.
+            raise HandshakeRefused(Verdict.INCOMPATIBLE.name, f"the master's epoch {reply.epoch} is older than {self.settings.epoch}")
+        self.master_epoch = reply.epoch
         if self.settings.master_http_address is None:
             self.master_http_address = reply.http_address
         self.master_max_offset = reply.master_max_offset
@@ -223,6 +228,7 @@ class HAClient(ServiceThread):
         return {
             "role": "slave",
             "peer_address": self.settings.master_ha_address,
+            "epoch": self.master_epoch,
             "connection_state": self.state.lower(),
             "acknowledged_offset": self.reported_offset,
             "master_max_offset": self.master_max_offset,

@@ -143,7 +143,7 @@ class HAService(ServiceThread):
         """The verdict on a slave's HELLO (see the module docstring)."""
         verdict, start, reason = self._verdict(hello)
         first, end = self.store.commit_log_min_offset(), self.store.commit_log_max_offset()
-        reply = Reply(verdict, first, end, start, self.settings.advertised_http_address, reason)
+        reply = Reply(verdict, first, end, start, self.settings.advertised_http_address, reason, self.settings.epoch)
         if verdict is not Verdict.ACCEPT:
             self.refused_total += 1
             self.last_refusal = {"address": address, "verdict": verdict.name, "reason": reason, "at_ms": int(time.time() * 1000)}
@@ -200,6 +200,7 @@ class HAService(ServiceThread):
         return {
             "role": "master",
             "replication": self.settings.replication,
+            "epoch": self.settings.epoch,
             "ha_address": self.listen_address,
             "peer_address": streaming[0].address if streaming else None,
             "connection_state": "connected" if streaming else "no_slave",

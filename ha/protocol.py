@@ -8,7 +8,7 @@ Slave -> master, once:   HELLO  = magic "TMQS" | version u16 | commitlog file si
                                   check CRC32 u32
 Master -> slave, once:   REPLY  = magic "TMQM" | verdict u8 | master min offset i64 |
                                   master max offset i64 | start offset i64 | info length u16 |
-                                  info (UTF-8 JSON: http_address, reason)
+                                  info (UTF-8 JSON: http_address, reason, epoch)
 Master -> slave, then:   FRAME  = physical offset i64 | length i32 | body
                                   length > 0: commitlog bytes at that offset (whole messages)
                                   length = 0: heartbeat; the offset is the master's max offset
@@ -84,9 +84,10 @@ class Reply:
     start_offset: int
     http_address: str | None
     reason: str
+    epoch: int = 0  # the master's election epoch (a cluster's, docs/cluster.md); 0 outside a cluster
 
     def pack(self) -> bytes:
-        info = json.dumps({"http_address": self.http_address, "reason": self.reason}).encode()[:65535]
+        info = json.dumps({"http_address": self.http_address, "reason": self.reason, "epoch": self.epoch}).encode()[:65535]
         return (
             REPLY.pack(REPLY_MAGIC, self.verdict.value, self.master_min_offset, self.master_max_offset, self.start_offset, len(info)) + info
         )
@@ -102,7 +103,10 @@ def read_reply(recv_exact: Callable[[int], bytes], head: bytes = b"") -> Reply:
         kind = Verdict(verdict)
     except ValueError as exc:
         raise ProtocolViolation(f"bad handshake reply: {exc}") from exc
-    return Reply(kind, min_offset, max_offset, start, info.get("http_address"), str(info.get("reason", "")))
+    epoch = info.get("epoch", 0)
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ProtocolViolation(f"bad handshake reply: epoch {epoch!r}")
+    return Reply(kind, min_offset, max_offset, start, info.get("http_address"), str(info.get("reason", "")), epoch)
 
 
 def control_frame(payload: dict[str, Any]) -> bytes:

@@ -85,6 +85,9 @@ class HASettings:
         # Not a setting of the [ha] table: the HTTP server's --tls-cert/--tls-key/--tls-client-ca,
         # set by BrokerSettings.validate(), because the HA link uses the same files.
         self.tls: TLSFiles | None = None
+        # Not a setting either: a cluster's election epoch (docs/cluster.md). A master names it in the
+        # handshake; a slave refuses a master whose epoch is older. 0 outside a cluster.
+        self.epoch = 0
 
     def validate(self) -> HASettings:
         """Check every setting's type and range, then the relations; ConfigInvalid names the first broken one."""

@@ -1,0 +1,134 @@
+"""Election: one broker's side of its group's election on etcd, and the fence that keeps a deposed master quiet.
+
+- The master holds `groups/{g}/leader` under its own lease of `lease_ttl_s` and renews it every
+  `lease_renew_interval_ms`. After each renewal it may accept puts until
+  `sent + lease_ttl_s - fence_margin_ms`, where `sent` is when the renewal was sent: etcd's expiry
+  counts from when it got the renewal, which is later, so the fence falls before any successor can
+  be elected. `may_accept_puts()` compares the monotonic clock with that deadline on every put, so
+  a master paused (SIGSTOP) past it refuses puts the moment it runs again, before any thread has
+  noticed anything.
+- Losing etcd is not losing the lease: when a renewal fails because no etcd endpoint answers while
+  the lease was still valid, a SYNC_MASTER keeps accepting puts (its slave's acknowledgement is
+  still required for every put, and a slave stops acknowledging before it campaigns); no election
+  can happen without etcd. An ASYNC_MASTER fences at the deadline regardless.
+- A campaign is one transaction: the leader key must be absent and the epoch key unchanged since
+  it was read; it writes the leader key (under a new lease), epoch E+1, the epoch's start offset
+  (the candidate's log end) and a fresh sync state naming the new master.
+- Eligibility: a group with no sync state yet (new) elects anyone; otherwise only the last master
+  or a member of its in-sync set (`eligible`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from cluster.etcd_client import EtcdClient, EtcdUnavailable
+from cluster.registry import GroupView, Keys
+from cluster.settings import ClusterSettings
+
+log = logging.getLogger("tidemq.cluster")
+
+
+def eligible(group: GroupView, broker_id: str) -> bool:
+    """May `broker_id` be elected in `group` (it holds every acknowledged put)?"""
+    state = group.sync_state
+    if state is None:
+        return True
+    return broker_id == state.get("master") or broker_id in state.get("in_sync", [])
+
+
+class Election:
+    def __init__(self, etcd: EtcdClient, keys: Keys, settings: ClusterSettings, broker_id: str, sync: bool) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.settings = settings
+        self.group = settings.broker_name
+        self.broker_id = broker_id
+        self.sync = sync
+        self.lease = 0
+        self.epoch = 0
+        self.leader_revision = 0  # create_revision of our leader key: guards the sync state we write
+        self.deadline = 0.0  # monotonic: the master accepts puts until then
+        self.etcd_lost = False  # a renewal found no etcd while the lease was valid
+        self.next_renewal = 0.0
+        self.in_sync: list[str] = []
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease != 0
+
+    def may_accept_puts(self) -> bool:
+        if self.lease == 0:
+            return False
+        return time.monotonic() < self.deadline or (self.etcd_lost and self.sync)
+
+    def campaign(self, group: GroupView, start_offset: int, leader_value: dict[str, Any]) -> bool:
+        """Try to become the group's master at epoch E+1 starting at `start_offset`; True when won."""
+        sent = time.monotonic()
+        lease = self.etcd.grant(self.settings.lease_ttl_s)
+        epoch = group.current_epoch + 1
+        epoch_compare = ("mod", group.epoch.mod_revision) if group.epoch is not None else ("create", 0)
+        revision = self.etcd.put_if(
+            [(self.keys.leader(self.group), "create", 0), (self.keys.epoch(self.group), *epoch_compare)],
+            [
+                (self.keys.leader(self.group), {**leader_value, "broker": self.broker_id, "epoch": epoch}, lease),
+                (self.keys.epoch(self.group), {"epoch": epoch}, 0),
+                (self.keys.epoch_entry(self.group, epoch), {"epoch": epoch, "broker": self.broker_id, "start_offset": start_offset}, 0),
+                (self.keys.sync_state(self.group), {"epoch": epoch, "master": self.broker_id, "in_sync": []}, 0),
+            ],
+        )
+        if not revision:
+            self.etcd.revoke(lease)
+            return False
+        self.lease, self.epoch, self.leader_revision = lease, epoch, revision
+        self.deadline = sent + (self.settings.lease_ttl_s * 1000 - self.settings.fence_margin_ms) / 1000.0
+        self.next_renewal = sent + self.settings.lease_renew_interval_ms / 1000.0
+        self.etcd_lost = False
+        self.in_sync = []
+        log.info("elected master of %s at epoch %d (log starts the epoch at %d)", self.group, epoch, start_offset)
+        return True
+
+    def renew_if_due(self) -> bool:
+        """Renew the lease when due; False once etcd says it is gone (this broker is no longer the master)."""
+        now = time.monotonic()
+        if self.lease == 0 or now < self.next_renewal:
+            return self.lease != 0
+        self.next_renewal = now + self.settings.lease_renew_interval_ms / 1000.0
+        try:
+            ttl = self.etcd.keepalive(self.lease)
+        except EtcdUnavailable as exc:
+            if not self.etcd_lost and now < self.deadline:
+                log.warning("etcd unreachable while master of %s (%s); keeping the role, no election can happen", self.group, exc)
+                self.etcd_lost = True
+            return True
+        if ttl <= 0:
+            log.warning("the election lease of %s is gone: this broker is no longer its master", self.group)
+            self.lease = 0
+            return False
+        if self.etcd_lost:
+            log.info("etcd reachable again; master of %s at epoch %d", self.group, self.epoch)
+        self.etcd_lost = False
+        self.deadline = now + (self.settings.lease_ttl_s * 1000 - self.settings.fence_margin_ms) / 1000.0
+        return True
+
+    def publish_in_sync(self, in_sync: list[str]) -> None:
+        """Write the set of slaves that may succeed this master, when it changed (guarded: only while our leader key stands)."""
+        if self.lease == 0 or sorted(in_sync) == self.in_sync:
+            return
+        value = {"epoch": self.epoch, "master": self.broker_id, "in_sync": sorted(in_sync)}
+        if self.etcd.put_if(
+            [(self.keys.leader(self.group), "create", self.leader_revision)], [(self.keys.sync_state(self.group), value, 0)]
+        ):
+            self.in_sync = sorted(in_sync)
+            log.info("in-sync replicas of %s at epoch %d: %s", self.group, self.epoch, self.in_sync or "none")
+
+    def resign(self) -> None:
+        """Drop the lease (and with it the leader key) so the group elects at once; best effort."""
+        lease, self.lease = self.lease, 0
+        if lease:
+            try:
+                self.etcd.revoke(lease)
+            except Exception as exc:  # etcd may be gone; the lease then expires by itself
+                log.warning("could not revoke the election lease: %s", exc)

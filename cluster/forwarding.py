@@ -1,0 +1,157 @@
+"""Forwarder: the ASGI layer that lets any broker of a cluster accept any request (RocketMQ 5's proxy role).
+
+A request is served here when this broker can answer it: reads of a topic its group holds (a slave
+serves reads too), and writes when it is its group's master. Otherwise it is forwarded, once, to the
+master of the group that owns it (cluster/routing.py), and the owner's reply is relayed as it comes
+(status, headers and body; event streams too). A forwarded request carries `tidemq-forwarded-by`
+and is always served where it arrives, so no request travels more than one hop; a stale route then
+gets the owner's own answer (for example 403 NOT_MASTER), never a loop.
+
+Writes are POST, PUT, PATCH and DELETE; writes that name no topic go to this broker's own master.
+Bounded: bodies up to `max_forward_body_bytes` (413 BODY_TOO_LARGE past it), at most
+`max_forwards_in_flight` forwards at once and each within `forward_timeout_ms` plus its `wait_ms`
+(503 FORWARD_FAILED otherwise, also when the owner does not answer); a write for a group with no
+master now is 503 NO_MASTER.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import parse_qs, unquote
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cluster.node import ClusterNode
+from cluster.routing import master_address, owner_group
+from cluster.settings import ClusterSettings
+
+FORWARDED_HEADER = b"tidemq-forwarded-by"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# /v1/topics/{topic}/... and /v1/groups/{group}/topics/{topic}/...
+TOPIC_PATH = re.compile(r"^/v1/(?:groups/[^/]+/)?topics/([^/]+)(/.*)?$")
+# Headers not passed on (hop-by-hop, or recomputed by the client library).
+DROPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"upgrade"})
+DROPPED_REPLY_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding"})
+# Longest wait_ms a forwarded request may add to its timeout (the owner caps it with max_wait_ms anyway).
+MAX_WAIT_ALLOWANCE_MS = 300_000
+
+# (code, detail, path) -> the problem reply (app/problems.py's table).
+ProblemReply = Callable[[str, str, str], ASGIApp]
+
+
+class Forwarder:
+    def __init__(self, app: ASGIApp, node: ClusterNode, settings: ClusterSettings, problem: ProblemReply) -> None:
+        self.app = app
+        self.node = node
+        self.settings = settings
+        self.problem = problem
+        self.in_flight = 0
+        self.forwarded_total = 0
+        self._client: httpx.AsyncClient | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        target = self.target(scope["method"], scope["path"])
+        if target is None:
+            await self.app(scope, receive, send)
+        elif target == "":
+            detail = "the broker group that owns this request has no master now (an election is under way); retry shortly"
+            await self.problem("NO_MASTER", detail, scope["path"])(scope, receive, send)
+        else:
+            await self.forward(target, scope, receive, send)
+
+    def target(self, method: str, path: str) -> str | None:
+        """The owner's base URL; None to serve here; "" when the owner group has no master."""
+        node, view = self.node, self.node.view
+        own = node.group_name
+        match = TOPIC_PATH.match(path)
+        if match is not None and match.group(2) == "/route":
+            return None
+        group = owner_group(view, unquote(match.group(1)), own) if match is not None else own
+        write = method in WRITE_METHODS
+        if group == own and (not write or node.role == "master"):
+            return None
+        master = master_address(view, group)
+        if master == node.broker_id:
+            return None
+        return master or ""
+
+    async def forward(self, target: str, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        if self.in_flight >= self.settings.max_forwards_in_flight:
+            await self.problem("FORWARD_FAILED", f"{self.in_flight} forwarded requests are in flight; retry shortly", path)(
+                scope, receive, send
+            )
+            return
+        body = await self._read_body(receive)
+        if body is None:
+            detail = f"a forwarded body is at most {self.settings.max_forward_body_bytes} bytes"
+            await self.problem("BODY_TOO_LARGE", detail, path)(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k not in DROPPED_REQUEST_HEADERS]
+        headers.append((FORWARDED_HEADER, self.node.broker_id.encode()))
+        query = scope.get("query_string", b"")
+        url = target + scope.get("raw_path", path.encode()).decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+        timeout = (self.settings.forward_timeout_ms + self._wait_ms(query)) / 1000.0
+        self.in_flight += 1
+        self.forwarded_total += 1
+        started = False
+        try:
+            request = self._http().build_request(scope["method"], url, headers=headers, content=body, timeout=timeout)
+            reply = await self._http().send(request, stream=True)
+            try:
+                reply_headers = [
+                    (k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.multi_items() if k not in DROPPED_REPLY_HEADERS
+                ]
+                await send({"type": "http.response.start", "status": reply.status_code, "headers": reply_headers})
+                started = True
+                async for chunk in reply.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                await reply.aclose()
+        except httpx.HTTPError as exc:
+            if started:
+                return  # the reply was under way: the connection ends short, as the owner's did
+            detail = f"{target} did not answer ({type(exc).__name__}); retry shortly"
+            await self.problem("FORWARD_FAILED", detail, path)(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message: Message = await receive()
+            if message["type"] == "http.disconnect":
+                return b"".join(chunks)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.settings.max_forward_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    def _wait_ms(query: bytes) -> int:
+        values = parse_qs(query.decode("latin-1")).get("wait_ms", [])
+        try:
+            return min(MAX_WAIT_ALLOWANCE_MS, max(0, int(values[0]))) if values else 0
+        except ValueError:
+            return 0
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limits = httpx.Limits(max_connections=self.settings.max_forwards_in_flight)
+            self._client = httpx.AsyncClient(limits=limits)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

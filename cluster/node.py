@@ -1,0 +1,254 @@
+"""ClusterNode: one broker's membership of its cluster, run as one ServiceThread.
+
+Each round (every `refresh_interval_ms`, and every `lease_renew_interval_ms` on a master):
+1. a master renews its election lease (cluster/election.py); etcd saying the lease is gone deposes it;
+2. one range read of the cluster's keys gives the new ClusterView (routes and forwarding read it);
+3. a master checks it still leads and publishes its in-sync slaves; a slave follows its group's
+   master (its HAClient re-pointed when the master or epoch changes), records the master's epoch in
+   the epoch file once it streams from it, or campaigns when the group has no master and it is
+   eligible;
+4. the registration record is rewritten.
+When etcd does not answer, the round stops at the failing call: roles stay as they are and no
+campaign happens (there is no election without etcd).
+
+Role changes: a slave that wins stops its HAClient first (it no longer acknowledges the old master),
+then starts its master side (`ha.start_node`: store role, HA port, SYNC wait). A master that is
+deposed refuses puts at once (store role SLAVE), resigns, stops replication and asks for a process
+restart (`on_restart`): at start, `prepare()` cuts the log back to the new epoch's start
+(cluster/epoch_file.py) before the store recovers, and the broker rejoins as a slave. A slave whose
+master says its log diverged restarts the same way.
+
+Shutdown order (`stop()`, before the store shuts down): the thread ends, the master resigns (its
+group elects at once), replication stops, the registration is withdrawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from cluster.election import Election, eligible
+from cluster.epoch_file import EpochFile, truncation_offset
+from cluster.etcd_client import EtcdClient, EtcdError
+from cluster.registration import Registration
+from cluster.registry import ClusterView, GroupView, Keys, parse_view
+from cluster.settings import ClusterSettings
+from ha import HANode, HASettings, HAStartFailed, start_node, stop_node
+from store import BrokerRole, MessageStore, ServiceThread
+
+log = logging.getLogger("tidemq.cluster")
+# httpx logs every request at INFO: several etcd requests a second would drown the broker's own lines.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class ClusterNode(ServiceThread):
+    def __init__(self, settings: ClusterSettings, ha: HASettings, store: MessageStore, store_dir: str) -> None:
+        super().__init__("ClusterNode")
+        assert ha.advertised_http_address, "BrokerSettings.validate() sets the advertised HTTP address in cluster mode"
+        self.settings = settings
+        self.ha_base = ha
+        self.store = store
+        self.broker_id = ha.advertised_http_address
+        self.ha_address = f"{ha.ha_host}:{ha.ha_port}"
+        self.etcd = EtcdClient(settings.endpoints(), settings.etcd_request_timeout_ms)
+        self.keys = Keys(settings.cluster_name)
+        self.election = Election(self.etcd, self.keys, settings, self.broker_id, sync=ha.replication == "sync")
+        self.registration = Registration(self.etcd, self.keys, settings, self.broker_id, self.ha_address)
+        self.epochs = EpochFile(store_dir)
+        self.view = ClusterView({})
+        self.role = "starting"
+        self.node: HANode | None = None
+        self.following: tuple[str, int] | None = None  # (master id, epoch) the HAClient streams from
+        self.etcd_error: str | None = None  # the last round's etcd failure, None while etcd answers
+        self.restart_reason: str | None = None
+        self._previous_end = 0  # the log's end one round ago: a slave past it is in sync
+        # Set by the app: told of each replication node change (for /v1/store), and asked to restart the process.
+        self.on_node_change: Callable[[HANode | None], None] = lambda node: None
+        self.on_restart: Callable[[str], None] = lambda reason: None
+
+    @property
+    def group_name(self) -> str:
+        return self.settings.broker_name
+
+    # Start and stop ----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Before the store loads: read the cluster, cut a deposed master's tail; EtcdError when etcd does not answer."""
+        self.view = self._read_view()
+        group = self.view.group(self.group_name)
+        cut = truncation_offset(self.epochs.last(), group.epochs)
+        if cut is not None:
+            log.warning("the group %s moved on to a newer epoch: this broker's log is cut back to offset %d", self.group_name, cut)
+            self.store.set_recovery_limit(cut)
+        if group.leader is not None and group.master_id == self.broker_id:
+            # This broker's previous process: its lease would only delay the election.
+            self.etcd.revoke(group.leader.lease)
+
+    def stop(self) -> None:
+        """Blocking: end the thread, resign, stop replication, withdraw the record (the module docstring's order)."""
+        self.shutdown()
+        self.store.set_broker_role(BrokerRole.SLAVE)
+        self.election.resign()
+        self._stop_node()
+        self.registration.withdraw()
+        self.etcd.close()
+
+    def may_accept_puts(self) -> bool:
+        return self.election.may_accept_puts()
+
+    # The loop ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.is_stopped():
+            if self.restart_reason is None:
+                try:
+                    self.round()
+                    if self.etcd_error is not None:
+                        log.info("etcd answers again")
+                    self.etcd_error = None
+                except EtcdError as exc:
+                    if self.etcd_error is None:
+                        log.warning("etcd failed (%s); roles kept as they are, no election until it answers", exc)
+                    self.etcd_error = str(exc)
+            interval = self.settings.refresh_interval_ms
+            if self.election.is_leader:
+                interval = min(interval, self.settings.lease_renew_interval_ms)
+            self.wait_for_running(interval)
+
+    def round(self) -> None:
+        if self.election.is_leader and not self.election.renew_if_due():
+            self._deposed("its election lease expired")
+            return
+        self.view = self._read_view()
+        group = self.view.group(self.group_name)
+        if self.role == "master":
+            if group.leader is None or group.leader.create_revision != self.election.leader_revision:
+                self._deposed("another broker leads the group")
+                return
+            self.election.publish_in_sync(self._in_sync(group))
+        else:
+            self._follow_or_campaign(group)
+        self.registration.refresh(self.registration.record(self.store, self.role, self._epoch()))
+
+    def _read_view(self) -> ClusterView:
+        return parse_view(self.keys, self.etcd.prefix(self.keys.root))
+
+    def _epoch(self) -> int:
+        if self.role == "master":
+            return self.election.epoch
+        client = self.node.client if self.node is not None else None
+        return client.master_epoch if client is not None and client.state == "STREAMING" else 0
+
+    # Slave side --------------------------------------------------------------------------
+
+    def _follow_or_campaign(self, group: GroupView) -> None:
+        leader = group.leader
+        if leader is None:
+            if eligible(group, self.broker_id):
+                self._campaign(group)
+            return
+        master_id, epoch = str(leader.value["broker"]), int(leader.value["epoch"])
+        if master_id == self.broker_id:
+            return  # this broker's previous process's key, revoked by prepare(): it disappears shortly
+        if self.following != (master_id, epoch):
+            self._follow(leader.value)
+            return
+        client = self.node.client if self.node is not None else None
+        if client is None:
+            return
+        if client.state == "DIVERGED":
+            self._restart(f"its log diverged from the master's ({client.reason})")
+        elif client.state == "STREAMING" and client.master_epoch == epoch:
+            starts = {e.epoch: e.start_offset for e in group.epochs}
+            self.epochs.append(epoch, starts.get(epoch, 0))
+
+    def _follow(self, leader: dict[str, object]) -> None:
+        self._stop_node()
+        epoch = int(str(leader["epoch"]))
+        settings = dataclasses.replace(
+            self.ha_base, role="slave", master_ha_address=str(leader["ha_address"]), master_http_address=str(leader["http_address"])
+        )
+        self._start_node(settings, epoch)
+        self.role = "slave"
+        self.following = (str(leader["broker"]), epoch)
+        log.info("following %s, master of %s at epoch %d", leader["broker"], self.group_name, epoch)
+
+    def _campaign(self, group: GroupView) -> None:
+        self._stop_node()  # no acknowledgement reaches the old master from here on
+        self.following = None
+        self.role = "candidate"
+        start = self.store.commit_log_max_offset()
+        if not self.election.campaign(group, start, {"http_address": self.broker_id, "ha_address": self.ha_address}):
+            return  # another broker won: the next round follows it
+        self.epochs.append(self.election.epoch, start)
+        settings = dataclasses.replace(self.ha_base, role="master", advertised_http_address=self.broker_id)
+        try:
+            self._start_node(settings, self.election.epoch)
+        except HAStartFailed as exc:
+            log.error("elected but the HA port cannot be bound (%s); resigning", exc)
+            self.election.resign()
+            self.store.set_broker_role(BrokerRole.SLAVE)
+            return
+        self._previous_end = start
+        self.role = "master"
+
+    # Master side -------------------------------------------------------------------------
+
+    def _in_sync(self, group: GroupView) -> list[str]:
+        """Slaves streaming at this epoch that reached this log's end of one round ago (or were in sync and still stream)."""
+        service = self.node.service if self.node is not None else None
+        end, previous = self.store.commit_log_max_offset(), self._previous_end
+        self._previous_end = end
+        if service is None or not service.streaming():
+            return []
+        out = []
+        for broker_id, record in group.records.items():
+            if broker_id == self.broker_id or record.get("role") != "slave" or record.get("epoch") != self.election.epoch:
+                continue
+            if broker_id in self.election.in_sync or int(record.get("confirmed_offset", -1)) >= previous:
+                out.append(broker_id)
+        return out
+
+    def _deposed(self, reason: str) -> None:
+        self.store.set_broker_role(BrokerRole.SLAVE)  # first: no put is accepted from here on
+        self.role = "deposed"
+        self.election.resign()
+        self._stop_node()
+        self._restart(f"no longer the master of {self.group_name}: {reason}")
+
+    # Replication and restarts -----------------------------------------------------------
+
+    def _start_node(self, settings: HASettings, epoch: int) -> None:
+        settings.tls = self.ha_base.tls  # not dataclass fields: replace() does not carry them
+        settings.epoch = epoch
+        self.node = start_node(self.store, settings)
+        self.on_node_change(self.node)
+
+    def _stop_node(self) -> None:
+        node, self.node = self.node, None
+        if node is not None:
+            self.on_node_change(None)
+            stop_node(self.store, node)
+            self.store.set_broker_role(BrokerRole.SLAVE)
+
+    def _restart(self, reason: str) -> None:
+        if self.restart_reason is None:
+            self.restart_reason = reason
+            log.warning("restarting: %s", reason)
+            self.on_restart(reason)
+
+    def status(self) -> dict[str, object]:
+        group = self.view.group(self.group_name)
+        return {
+            "cluster_name": self.settings.cluster_name,
+            "broker_name": self.group_name,
+            "broker_id": self.broker_id,
+            "role": self.role,
+            "epoch": self._epoch(),
+            "master": group.master_id,
+            "in_sync": list(self.election.in_sync) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),
+            "accepting_puts": self.role == "master" and self.may_accept_puts(),
+            "etcd_error": self.etcd_error,
+            "restart_reason": self.restart_reason,
+        }

@@ -1,0 +1,60 @@
+"""Fixtures: a real etcd and broker processes in cluster mode, on free loopback ports, always killed at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.etcd import ETCD, EtcdServer
+from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node
+from tests.loopback import free_port
+
+# Short leases so failovers in tests take seconds: renewals every 300 ms, fenced 500 ms before the TTL.
+FAST_CLUSTER = """
+[cluster]
+lease_ttl_s = 2
+lease_renew_interval_ms = 300
+fence_margin_ms = 500
+refresh_interval_ms = 100
+etcd_request_timeout_ms = 500
+"""
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
+    if ETCD is None:
+        pytest.skip("etcd is not installed (Debian package etcd-server)")
+    server = EtcdServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
+    """make(name, group, replication="sync", start=True) -> a cluster broker Node (`ha_port` set)."""
+    nodes: list[Node] = []
+
+    def make(name: str, group: str, *, replication: str = "sync", start: bool = True, wait_ready: bool = True) -> Node:
+        ha_port = free_port()
+        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER)
+        node.args = [
+            "--cluster-etcd", etcd.url,
+            "--cluster-name", "test",
+            "--broker-name", group,
+            "--ha-port", str(ha_port),
+            "--replication", replication,
+            "--advertised-http-address", node.url,
+        ]  # fmt: skip
+        node.ha_port = ha_port  # type: ignore[attr-defined]
+        nodes.append(node)
+        return node.start(wait_ready) if start else node
+
+    try:
+        yield make
+    finally:
+        for node in nodes:
+            node.close()

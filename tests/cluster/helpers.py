@@ -1,0 +1,35 @@
+"""Reading a cluster under test: each broker's view of itself, and its group's master."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.ha.cluster import Node, wait_for
+
+# Sent on requests a test addresses to one broker: it serves them itself, never forwards (cluster/forwarding.py).
+DIRECT = {"tidemq-forwarded-by": "test"}
+
+
+def cluster_status(node: Node) -> dict[str, Any] | None:
+    """The broker's `cluster` status, None while it does not answer."""
+    try:
+        r = node.client.get("/v1/store", timeout=2.0)
+    except httpx.TransportError:
+        return None
+    return r.json().get("cluster") if r.status_code == 200 else None
+
+
+def is_master(node: Node) -> bool:
+    status = cluster_status(node)
+    return bool(status and status["role"] == "master" and status["accepting_puts"])
+
+
+def wait_master(nodes: list[Node], timeout_s: float = 15.0) -> Node:
+    return wait_for(lambda: next((n for n in nodes if is_master(n)), None), timeout_s, "a master")
+
+
+def in_sync(master: Node, slave: Node) -> bool:
+    status = cluster_status(master)
+    return bool(status and slave.url in status["in_sync"])

@@ -1,0 +1,68 @@
+"""Registration, routes and forwarding across broker groups: real etcd, real broker processes on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cluster.etcd_client import EtcdClient
+from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
+from tests.ha.cluster import ROOT, wait_for
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_topic(brokers, etcd) -> None:
+    # Group b has no slave: it runs as an ASYNC_MASTER (a SYNC_MASTER without a slave answers 503 SLAVE_NOT_AVAILABLE).
+    a1, a2, b1 = brokers("a1", "a"), brokers("a2", "a"), brokers("b1", "b", replication="async")
+    master_a = wait_master([a1, a2])
+    slave_a = a2 if master_a is a1 else a1
+    wait_master([b1])
+    wait_for(lambda: in_sync(master_a, slave_a), what="group a's slave to be in sync")
+
+    # A topic created through group a's slave is created on group a's master (one forward).
+    r = slave_a.client.put("/v1/topics/orders", json={"queues": 2})
+    assert r.status_code == 201, r.text
+    r = slave_a.client.put("/v1/topics/orders", json={"queues": 2}, headers=DIRECT)
+    assert r.status_code == 403 and r.json()["code"] == "NOT_MASTER", "a request marked as forwarded is served where it arrives"
+
+    # Every broker answers the route, b1 too, which does not hold the topic.
+    expected = {
+        "topic": "orders",
+        "groups": [{"broker_name": "a", "epoch": 1, "master": master_a.url, "slaves": [slave_a.url], "queues": 2}],
+    }
+    for node in (a1, a2, b1):
+        wait_for(lambda node=node: node.client.get("/v1/topics/orders/route").json() == expected, what=f"the route on {node.url}")
+    assert b1.client.get("/v1/topics/nothing/route").json()["code"] == "TOPIC_NOT_FOUND"
+
+    # The registration records, read from etcd itself.
+    etcd_client = EtcdClient([etcd.url], 2_000)
+    try:
+        records = {kv.value["broker_id"]: kv.value for kv in etcd_client.prefix("/tidemq/test/brokers/")}
+    finally:
+        etcd_client.close()
+    assert set(records) == {a1.url, a2.url, b1.url}
+    assert records[master_a.url]["role"] == "master" and records[master_a.url]["topics"] == {"orders": 2}
+    assert records[master_a.url]["ha_address"] == f"127.0.0.1:{master_a.ha_port}"
+    assert records[b1.url]["broker_name"] == "b" and records[b1.url]["epoch"] == 1
+
+    # b1 does not own "orders": its produce and its pull are forwarded to group a's master.
+    for i in range(5):
+        r = b1.produce("orders", f"via-b1-{i}")
+        assert r.status_code == 201, r.text
+    assert b1.client.get("/v1/topics/orders/queues/0/messages", params={"offset": 0, "max": 10}).json()["messages"][0]["body"] == "via-b1-0"
+    assert master_a.pull_all("orders", 0, 5) == [f"via-b1-{i}" for i in range(5)]
+    assert cluster_status(b1)["master"] == b1.url
+    # Group b still owns what is created through it.
+    assert b1.produce("payments", "local").status_code == 201
+    wait_for(lambda: [g["broker_name"] for g in a1.client.get("/v1/topics/payments/route").json().get("groups", [])] == ["b"], what="route")
+
+
+def test_role_is_refused_in_cluster_mode(etcd, tmp_path) -> None:
+    cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--cluster-etcd", etcd.url, "--broker-name", "a"]
+    done = subprocess.run([*cmd, "--role", "master"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "a cluster's roles come from its elections" in done.stderr
+    done = subprocess.run([*cmd[:-2]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "needs --broker-name" in done.stderr
