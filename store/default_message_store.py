@@ -107,6 +107,8 @@ from store.transient_store_pool import TransientStorePool
 log = logging.getLogger("tidemq.store")
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
+# Longest a slave becoming master waits for its dispatch to reach the end of what it replicated.
+TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
 
 
 class DefaultMessageStore:
@@ -536,11 +538,29 @@ class DefaultMessageStore:
         self.durability.replication_waiter = waiter
 
     def set_broker_role(self, role: BrokerRole) -> None:
-        self.config.broker_role = role
         slave = role is BrokerRole.SLAVE
+        if self.validator.is_slave and not slave and self._running:
+            self._take_over_queue_offsets()
+        self.config.broker_role = role
         self.validator.is_slave = slave
         if self.group_consumption.revive_service is not None:
             self.group_consumption.revive_service.is_slave = slave
+
+    def _take_over_queue_offsets(self) -> None:
+        """A slave becoming master: its next queue offsets come from what it replicated, not from puts it made.
+
+        Replicated appends do not move `topic_queue_table` (only puts do), so dispatch is first brought
+        to the log's end (the caller has stopped replication) and the table rebuilt from the queues.
+        """
+        deadline = time.monotonic() + TAKE_OVER_DISPATCH_TIMEOUT_S
+        while self.reput_service.reput_from_offset < self.commit_log.get_max_offset():
+            if time.monotonic() > deadline:
+                raise StoreNotRunning("dispatch did not reach the log's end; this store cannot become a master now")
+            self.reput_service.dispatch_now()
+            time.sleep(0.001)
+        with self.commit_log.put_lock:
+            queues = self.all_consume_queues()
+            self.commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in queues}
 
     def set_recovery_limit(self, offset: int | None) -> None:
         if self.loaded:

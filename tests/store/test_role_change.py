@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from store import BrokerRole, DefaultMessageStore, PutRefusal, build_message
-from tests.store.conftest import open_store, wait_dispatched
+from tests.store.conftest import open_store, small_config, wait_dispatched
 
 
 def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
@@ -20,6 +20,28 @@ def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
         assert s.put_message(build_message("R", b"refused again", queue_id=0)).refusal is PutRefusal.NOT_MASTER
     finally:
         s.shutdown()
+
+
+def test_a_promoted_slave_continues_the_queue_offsets_it_replicated(tmp_path) -> None:
+    master = open_store(small_config(str(tmp_path / "m")))
+    slave = open_store(small_config(str(tmp_path / "s"), broker_role=BrokerRole.SLAVE))
+    try:
+        for i in range(300):
+            assert master.put_message(build_message("R", f"m{i}".encode() * 30, queue_id=i % 2)).ok
+        offset = 0
+        while offset < master.commit_log_max_offset():
+            data = master.get_commit_log_data(offset, 8192)
+            assert slave.append_replicated_data(offset, data)
+            offset += len(data)
+        slave.set_broker_role(BrokerRole.SYNC_MASTER)  # no replication waiter: answered once stored
+        r = slave.put_message(build_message("R", b"first of the new master", queue_id=1))
+        assert r.ok and r.items[0].logics_offset == 150 and r.items[0].wrote_offset == master.commit_log_max_offset()
+        wait_dispatched(slave)
+        got = slave.get_message("g", "R", 1, 149, 2, None)
+        assert [m["body"] for m in got.decode()] == [b"m299" * 30, b"first of the new master"]
+    finally:
+        master.shutdown()
+        slave.shutdown()
 
 
 @pytest.mark.parametrize("crashed", [False, True])
