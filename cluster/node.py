@@ -50,7 +50,7 @@ class ClusterNode(ServiceThread):
         self.ha_base = ha
         self.store = store
         self.broker_id = ha.advertised_http_address
-        self.ha_address = f"{ha.ha_host}:{ha.ha_port}"
+        self.ha_address = settings.advertised_ha_address or f"{ha.ha_host}:{ha.ha_port}"
         self.etcd = EtcdClient(settings.endpoints(), settings.etcd_request_timeout_ms)
         self.keys = Keys(settings.cluster_name)
         self.election = Election(self.etcd, self.keys, settings, self.broker_id, sync=ha.replication == "sync")

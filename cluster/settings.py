@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ha.settings import parse_address
 from store import ConfigInvalid, check_fields, setting
 
 # option dest -> environment variable.
@@ -35,6 +36,8 @@ class ClusterSettings:
     lease_renew_interval_ms: int = setting(500, 50, 60_000)
     # A master stops accepting puts this long before its lease could expire at etcd (fencing slack).
     fence_margin_ms: int = setting(500, 0, 60_000)
+    # HA address ("host:port") the group's slaves connect to while this broker is master; empty: ha_host:ha_port.
+    advertised_ha_address: str = setting("")
     # Longest wait for one etcd request before the next endpoint is tried.
     etcd_request_timeout_ms: int = setting(1_000, 50, 60_000)
     # How often a broker refreshes its registration record and reads the cluster's records and leaders.
@@ -67,6 +70,8 @@ class ClusterSettings:
             raise ConfigInvalid(f"cluster_name must be 1-64 letters, digits, '.', '_' or '-', not {self.cluster_name!r}")
         if not NAME.match(self.broker_name):
             raise ConfigInvalid("a cluster broker needs --broker-name (1-64 letters, digits, '.', '_' or '-'), the name of its group")
+        if self.advertised_ha_address:
+            parse_address(self.advertised_ha_address)
         ttl_ms = self.lease_ttl_s * 1000
         if self.lease_renew_interval_ms * 2 + self.fence_margin_ms >= ttl_ms:
             raise ConfigInvalid("lease_renew_interval_ms * 2 + fence_margin_ms must stay below lease_ttl_s")

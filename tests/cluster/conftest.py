@@ -9,6 +9,7 @@ import pytest
 
 from tests.cluster.etcd import ETCD, EtcdServer
 from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node
+from tests.ha.conftest import proxies  # noqa: F401  (the fault-injecting TCP proxy fixture)
 from tests.loopback import free_port
 
 # Short leases so failovers in tests take seconds: renewals every 300 ms, fenced 500 ms before the TTL.
@@ -35,12 +36,12 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
-    """make(name, group, replication="sync", start=True) -> a cluster broker Node (`ha_port` set)."""
+    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines."""
     nodes: list[Node] = []
 
-    def make(name: str, group: str, *, replication: str = "sync", start: bool = True, wait_ready: bool = True) -> Node:
-        ha_port = free_port()
-        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER)
+    def make(name: str, group: str, *, replication: str = "sync", ha_port: int = 0, extra_cluster: str = "", start: bool = True) -> Node:
+        ha_port = ha_port or free_port()
+        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER + extra_cluster)
         node.args = [
             "--cluster-etcd", etcd.url,
             "--cluster-name", "test",
@@ -51,7 +52,7 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
         ]  # fmt: skip
         node.ha_port = ha_port  # type: ignore[attr-defined]
         nodes.append(node)
-        return node.start(wait_ready) if start else node
+        return node.start() if start else node
 
     try:
         yield make
