@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,14 @@ bench-batch-vs-redis: $(BENCH_STAMP)
 # (QUICK=1: a smoke test; PROFILE=FILE: py-spy profile of the broker during receive + ack).
 bench-pop: $(BENCH_STAMP) native
 	$(PY) bench/pop_bench.py $(if $(QUICK),--quick) $(if $(PROFILE),--profile $(PROFILE))
+
+# etcd and two broker groups of two on loopback (docs/cluster.md), their data in ./data-cluster; Ctrl-C stops them.
+cluster: $(STAMP) native
+	$(PY) -m cluster.local_cluster ./data-cluster
+
+# Produce throughput of two broker groups against one, and the failover window (p50/max) under SYNC_MASTER load.
+bench-cluster: $(BENCH_STAMP) native
+	$(PY) bench/cluster_bench.py $(if $(QUICK),--quick)
 
 bench-compare: $(BENCH_STAMP)
 	$(PY) bench/compare.py

@@ -42,13 +42,13 @@ class ClusterSettings:
     etcd_request_timeout_ms: int = setting(1_000, 50, 60_000)
     # How often a broker refreshes its registration record and reads the cluster's records and leaders.
     refresh_interval_ms: int = setting(200, 20, 60_000)
-    # TTL of a broker's registration record (renewed every refresh_interval_ms).
+    # TTL of a broker's registration record (renewed every third of it; a dead broker's record goes with it).
     registration_ttl_s: int = setting(10, 2, 3_600)
     # Longest a forwarded request may take at its owner (a forwarded long-poll's wait_ms is added).
     forward_timeout_ms: int = setting(15_000, 100, 600_000)
     # Largest request body a broker forwards to another (larger ones are answered 413).
     max_forward_body_bytes: int = setting(32 * 1024 * 1024, 1024, 1024 * 1024 * 1024)
-    # Forwarded requests in flight at once; past it a request to forward is answered 503 NO_MASTER.
+    # Forwarded requests in flight at once; past it a request to forward is answered 503 FORWARD_FAILED.
     max_forwards_in_flight: int = setting(1_024, 1, 100_000)
 
     @property

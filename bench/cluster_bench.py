@@ -1,0 +1,188 @@
+"""Cluster benchmark (make bench-cluster): produce throughput of two broker groups against one, and the failover window.
+
+Every run starts its own etcd and broker processes on loopback (cluster/local_cluster.py) over
+temporary stores, groups of two brokers under SYNC_MASTER (a put is answered once the slave has it):
+1. throughput: `--producers` threads put `--body-bytes` messages for `--seconds` to the masters
+   directly, one topic per group, first with one group, then with two;
+2. failover: one group under the same load, through both of its brokers; its master is SIGKILLed
+   `--rounds` times and restarted at once (back in sync before the next round). Two windows from
+   the kill, as p50 and max: until the slave is a master accepting puts, and until the next
+   acknowledged put (under SYNC_MASTER that needs a slave again: the restarted broker).
+On a machine with few cores the groups share the CPUs with each other and with the producers, so
+two groups measure the scaling that is left, not the one of separate machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cluster.local_cluster import LocalCluster
+
+# Short leases so a failover takes seconds (the defaults are 5 s).
+CONFIG = """
+[cluster]
+lease_ttl_s = 2
+lease_renew_interval_ms = 300
+fence_margin_ms = 500
+refresh_interval_ms = 100
+etcd_request_timeout_ms = 500
+"""
+BASE_PORT = 18_500
+
+
+def status(url: str) -> dict:
+    try:
+        return httpx.get(url + "/v1/store", timeout=2.0).json().get("cluster", {})
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+def wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def masters(cluster: LocalCluster) -> list[str]:
+    urls = [cluster.broker_url(g, j) for g in range(cluster.groups) for j in range(cluster.brokers)]
+    wait(lambda: sum(status(u).get("accepting_puts", False) for u in urls) == cluster.groups, 30, "a master per group")
+    return [u for u in urls if status(u).get("accepting_puts")]
+
+
+def all_in_sync(cluster: LocalCluster) -> bool:
+    for g in range(cluster.groups):
+        urls = [cluster.broker_url(g, j) for j in range(cluster.brokers)]
+        master = next((u for u in urls if status(u).get("accepting_puts")), None)
+        if master is None or len(status(master).get("in_sync", [])) != cluster.brokers - 1:
+            return False
+    return True
+
+
+class Load:
+    """`producers` threads putting to `targets` (thread i uses target i mod n), counting acknowledged puts and when they came."""
+
+    def __init__(self, targets: list[tuple[str, str]], producers: int, body: str) -> None:
+        self.targets, self.body, self.producers = targets, body, producers
+        self.acked = 0
+        self.ack_times: list[float] = []
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(producers)]
+
+    def run(self, i: int) -> None:
+        url, topic = self.targets[i % len(self.targets)]
+        with httpx.Client(base_url=url, timeout=5.0) as client:
+            while not self.stop.is_set():
+                try:
+                    r = client.post(f"/v1/topics/{topic}/messages", json={"body": self.body})
+                except httpx.TransportError:
+                    continue
+                if r.status_code == 201:
+                    self.acked += 1
+                    self.ack_times.append(time.monotonic())
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+
+
+def throughput(groups: int, args: argparse.Namespace) -> float:
+    with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
+        cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, CONFIG)
+        try:
+            cluster.start()
+            found = masters(cluster)
+            wait(lambda: all_in_sync(cluster), 30, "the slaves to be in sync")
+            targets = [(url, f"bench{g}") for g, url in enumerate(found)]
+            for url, topic in targets:
+                httpx.put(f"{url}/v1/topics/{topic}", json={"queues": 8}, timeout=10.0).raise_for_status()
+            with Load(targets, args.producers, "x" * args.body_bytes) as load:
+                time.sleep(args.seconds / 4)  # warm-up
+                before, started = load.acked, time.monotonic()
+                time.sleep(args.seconds)
+                return (load.acked - before) / (time.monotonic() - started)
+        finally:
+            cluster.stop()
+
+
+def kill_and_wait(cluster: LocalCluster, load: Load, urls: list[str]) -> tuple[float, float]:
+    """SIGKILL the master, restart it at once; seconds until a new master accepts puts, and until the next acknowledged put."""
+    wait(lambda: all_in_sync(cluster), 60, "the slave to be in sync")
+    time.sleep(0.5)
+    index = next(j for j in range(2) if status(urls[j]).get("accepting_puts"))
+    killed_at = time.monotonic()
+    cluster.kill(cluster.broker_name(0, index))
+    restart = threading.Thread(target=cluster.start_broker, args=(0, index))
+    restart.start()
+    wait(lambda: status(urls[1 - index]).get("accepting_puts", False), 30, "a new master")
+    elected = time.monotonic() - killed_at
+    wait(lambda: bool(load.ack_times) and load.ack_times[-1] > killed_at, 60, "a put acknowledged after the kill")
+    acked = min(t for t in load.ack_times[-load.producers * 4 :] if t > killed_at) - killed_at
+    restart.join()
+    return elected, acked
+
+
+def failover_windows(args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Per round: seconds from the kill until the slave is a master, and until the next acknowledged put.
+
+    The killed broker is restarted at once, as a supervisor would: under SYNC_MASTER the new master
+    acknowledges puts again only once it has a slave, so the second window includes that restart.
+    """
+    elected, acked = [], []
+    with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
+        cluster = LocalCluster(Path(root), 1, 2, BASE_PORT, CONFIG)
+        try:
+            cluster.start()
+            masters(cluster)
+            urls = [cluster.broker_url(0, j) for j in range(2)]
+            with Load([(u, "failover") for u in urls], args.producers, "x" * args.body_bytes) as load:
+                for _ in range(args.rounds):
+                    window = kill_and_wait(cluster, load, urls)
+                    elected.append(window[0])
+                    acked.append(window[1])
+        finally:
+            cluster.stop()
+    return elected, acked
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--body-bytes", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 s per measurement, 2 failovers")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 2.0, 2
+    one = throughput(1, args)
+    two = throughput(2, args)
+    print(f"produce, SYNC_MASTER groups of 2, {args.producers} producers, {args.body_bytes} B bodies:")
+    print(f"  1 group : {one:10,.0f} msg/s")
+    print(f"  2 groups: {two:10,.0f} msg/s  ({two / one:.2f}x)")
+    elected, acked = failover_windows(args)
+    print(f"failover, SIGKILL of the master ({len(elected)} rounds, lease_ttl_s 2, the killed broker restarted at once):")
+    print(f"  until a new master accepts puts : p50 {statistics.median(elected):.2f} s, max {max(elected):.2f} s")
+    print(f"  until the next acknowledged put : p50 {statistics.median(acked):.2f} s, max {max(acked):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
