@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from app.settings import BrokerSettings, build_settings
+from cluster.settings import ClusterSettings
 from ha import HASettings
 from store import MessageStoreConfig
 from store.errors import ConfigInvalid
 from store.setting import Bounds, declared_settings
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = {"store": MessageStoreConfig, "broker": BrokerSettings, "ha": HASettings}
-NESTED = {"store", "ha"}  # BrokerSettings' nested tables, checked by their own classes
+TABLES = {"store": MessageStoreConfig, "broker": BrokerSettings, "ha": HASettings, "cluster": ClusterSettings}
+NESTED = {"store", "ha", "cluster"}  # BrokerSettings' nested tables, checked by their own classes
 # Pauses between two deletions of one cleanup pass, not loop periods: 0 deletes without pausing.
 PAUSES = {"delete_commit_log_files_interval_ms", "delete_consume_queue_files_interval_ms", "destroy_mapped_file_interval_forcibly_ms"}
 
