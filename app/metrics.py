@@ -135,6 +135,8 @@ def render(broker: Broker) -> str:
             metric(name, "counter", help_text, [("", cleanup[key])])
     for name, kind, help_text, value in broker.ha.metrics() if broker.ha is not None and broker.started else []:
         metric(name, kind, help_text, [("", value)])
+    for name, kind, help_text, value in broker.cluster.metrics() if broker.cluster is not None else []:
+        metric(name, kind, help_text, [("", value)])
     timer = broker.store.timer_status() if broker.started else {}
     if timer:
         render_timer(metric, timer)

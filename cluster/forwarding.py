@@ -48,7 +48,6 @@ class Forwarder:
         self.settings = settings
         self.problem = problem
         self.in_flight = 0
-        self.forwarded_total = 0
         self._client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,6 +82,7 @@ class Forwarder:
     async def forward(self, target: str, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         if self.in_flight >= self.settings.max_forwards_in_flight:
+            self.node.forward_failed_total += 1
             await self.problem("FORWARD_FAILED", f"{self.in_flight} forwarded requests are in flight; retry shortly", path)(
                 scope, receive, send
             )
@@ -98,7 +98,7 @@ class Forwarder:
         url = target + scope.get("raw_path", path.encode()).decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
         timeout = (self.settings.forward_timeout_ms + self._wait_ms(query)) / 1000.0
         self.in_flight += 1
-        self.forwarded_total += 1
+        self.node.forwarded_total += 1
         started = False
         try:
             request = self._http().build_request(scope["method"], url, headers=headers, content=body, timeout=timeout)
@@ -115,6 +115,7 @@ class Forwarder:
             finally:
                 await reply.aclose()
         except httpx.HTTPError as exc:
+            self.node.forward_failed_total += 1
             if started:
                 return  # the reply was under way: the connection ends short, as the owner's did
             detail = f"{target} did not answer ({type(exc).__name__}); retry shortly"

@@ -63,6 +63,9 @@ class ClusterNode(ServiceThread):
         self.etcd_error: str | None = None  # the last round's etcd failure, None while etcd answers
         self.restart_reason: str | None = None
         self._previous_end = 0  # the log's end one round ago: a slave past it is in sync
+        self.elections_won_total = 0
+        self.forwarded_total = 0  # counted by cluster/forwarding.py
+        self.forward_failed_total = 0
         # Set by the app: told of each replication node change (for /v1/store), and asked to restart the process.
         self.on_node_change: Callable[[HANode | None], None] = lambda node: None
         self.on_restart: Callable[[str], None] = lambda reason: None
@@ -182,6 +185,7 @@ class ClusterNode(ServiceThread):
         if not self.election.campaign(group, start, {"http_address": self.broker_id, "ha_address": self.ha_address}):
             return  # another broker won: the next round follows it
         self.epochs.append(self.election.epoch, start)
+        self.elections_won_total += 1
         settings = dataclasses.replace(self.ha_base, role="master", advertised_http_address=self.broker_id)
         try:
             self._start_node(settings, self.election.epoch)
@@ -237,6 +241,27 @@ class ClusterNode(ServiceThread):
             self.restart_reason = reason
             log.warning("restarting: %s", reason)
             self.on_restart(reason)
+
+    def metrics(self) -> list[tuple[str, str, str, float]]:
+        """(name, type, help, value) for /metrics."""
+        return [
+            (
+                "tidemq_cluster_master",
+                "gauge",
+                "1 while this broker is its group's master and accepts writes",
+                float(self.may_accept_puts()),
+            ),
+            ("tidemq_cluster_epoch", "gauge", "The election epoch this broker leads or follows (0: none)", float(self._epoch())),
+            ("tidemq_cluster_etcd_up", "gauge", "1 when the last round of etcd requests succeeded", float(self.etcd_error is None)),
+            ("tidemq_cluster_elections_won_total", "counter", "Elections this broker won", float(self.elections_won_total)),
+            ("tidemq_cluster_forwarded_total", "counter", "Requests forwarded to another broker", float(self.forwarded_total)),
+            (
+                "tidemq_cluster_forward_failed_total",
+                "counter",
+                "Forwarded requests the owner did not answer, or refused for too many in flight",
+                float(self.forward_failed_total),
+            ),
+        ]
 
     def status(self) -> dict[str, object]:
         group = self.view.group(self.group_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -55,6 +56,9 @@ def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_t
     assert b1.client.get("/v1/topics/orders/queues/0/messages", params={"offset": 0, "max": 10}).json()["messages"][0]["body"] == "via-b1-0"
     assert master_a.pull_all("orders", 0, 5) == [f"via-b1-{i}" for i in range(5)]
     assert cluster_status(b1)["master"] == b1.url
+    metrics = b1.client.get("/metrics").text
+    assert "tidemq_cluster_master 1" in metrics and "tidemq_cluster_epoch 1" in metrics
+    assert re.search(r"^tidemq_cluster_forwarded_total (\d+)", metrics, re.M) and "tidemq_cluster_forwarded_total 0" not in metrics
     # Group b still owns what is created through it.
     assert b1.produce("payments", "local").status_code == 201
     wait_for(lambda: [g["broker_name"] for g in a1.client.get("/v1/topics/payments/route").json().get("groups", [])] == ["b"], what="route")
