@@ -7,7 +7,10 @@ master of the group that owns it (cluster/routing.py), and the owner's reply is 
 and is always served where it arrives, so no request travels more than one hop; a stale route then
 gets the owner's own answer (for example 403 NOT_MASTER), never a loop.
 
-Writes are POST, PUT, PATCH and DELETE; writes that name no topic go to this broker's own master.
+Writes are POST, PUT, PATCH and DELETE; writes that name no topic go to this broker's own master;
+reads of another group go to its master, or to any of its brokers while it has none. A queue path
+`/v1/topics/{topic}/queues/{broker_name}:{queue_id}/...` names one group's queue of a topic that
+spans groups: it is served by that group (locally when it is this broker's), as `/queues/{queue_id}`.
 Bounded: bodies up to `max_forward_body_bytes` (413 BODY_TOO_LARGE past it), at most
 `max_forwards_in_flight` forwards at once and each within `forward_timeout_ms` plus its `wait_ms`
 (503 FORWARD_FAILED otherwise, also when the owner does not answer); a write for a group with no
@@ -31,6 +34,9 @@ FORWARDED_HEADER = b"tidemq-forwarded-by"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # /v1/topics/{topic}/... and /v1/groups/{group}/topics/{topic}/...
 TOPIC_PATH = re.compile(r"^/v1/(?:groups/[^/]+/)?topics/([^/]+)(/.*)?$")
+# A queue of a topic spanning groups: /v1/topics/{topic}/queues/{broker_name}:{queue_id}[/...].
+QUALIFIED_QUEUE = re.compile(r"^(/v1/topics/[^/]+/queues/)([A-Za-z0-9][A-Za-z0-9._-]{0,63}):(\d+)(/.*)?$")
+QUALIFIED_RAW = re.compile(rb"^(/v1/topics/[^/]+/queues/)([A-Za-z0-9][A-Za-z0-9._-]{0,63}):(\d+)(/.*)?$")
 # Headers not passed on (hop-by-hop, or recomputed by the client library).
 DROPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"upgrade"})
 DROPPED_REPLY_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding"})
@@ -51,10 +57,20 @@ class Forwarder:
         self._client: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        target = self.target(scope["method"], scope["path"])
+        group = None
+        qualified = QUALIFIED_QUEUE.match(scope["path"])
+        if qualified is not None:
+            # "/queues/{broker_name}:{queue_id}/...": that group's queue; its brokers know it as "/queues/{queue_id}".
+            group = qualified.group(2)
+            raw = scope.get("raw_path") or scope["path"].encode()
+            scope = {**scope, "path": QUALIFIED_QUEUE.sub(r"\1\3\4", scope["path"]), "raw_path": QUALIFIED_RAW.sub(rb"\1\3\4", raw)}
+        if any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        target = self.target(scope["method"], scope["path"], group)
         if target is None:
             await self.app(scope, receive, send)
         elif target == "":
@@ -63,20 +79,27 @@ class Forwarder:
         else:
             await self.forward(target, scope, receive, send)
 
-    def target(self, method: str, path: str) -> str | None:
-        """The owner's base URL; None to serve here; "" when the owner group has no master."""
+    def target(self, method: str, path: str, group: str | None = None) -> str | None:
+        """The owner's base URL; None to serve here; "" when the owner group has no master (a read: no broker).
+
+        `group`: the group a qualified queue names; otherwise the topic's owner (cluster/routing.py).
+        """
         node, view = self.node, self.node.view
         own = node.group_name
         match = TOPIC_PATH.match(path)
         if match is not None and match.group(2) == "/route":
             return None
-        group = owner_group(view, unquote(match.group(1)), own) if match is not None else own
+        if group is None:
+            group = owner_group(view, unquote(match.group(1)), own) if match is not None else own
         write = method in WRITE_METHODS
         if group == own and (not write or node.role == "master"):
             return None
         master = master_address(view, group)
         if master == node.broker_id:
             return None
+        if master is None and not write:
+            members = sorted(str(r["http_address"]) for r in view.group(group).records.values())
+            return members[0] if members else ""
         return master or ""
 
     async def forward(self, target: str, scope: Scope, receive: Receive, send: Send) -> None:

@@ -70,3 +70,24 @@ def test_role_is_refused_in_cluster_mode(etcd, tmp_path) -> None:
     assert done.returncode == 2 and "a cluster's roles come from its elections" in done.stderr
     done = subprocess.run([*cmd[:-2]], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "needs --broker-name" in done.stderr
+
+
+def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_any_broker(brokers) -> None:
+    a1, b1 = brokers("a1", "a", replication="async"), brokers("b1", "b", replication="async")
+    wait_master([a1])
+    wait_master([b1])
+    # The topic is created on each group's master, and each gets its own messages (a smart client, addressing masters itself).
+    for node, group in ((a1, "a"), (b1, "b")):
+        assert node.client.put("/v1/topics/wide", json={"queues": 2}, headers=DIRECT).status_code == 201
+        for i in range(3):
+            r = node.client.post("/v1/topics/wide/messages", json={"body": f"{group}-{i}", "queue_id": 1}, headers=DIRECT)
+            assert r.status_code == 201, r.text
+    route = wait_for(lambda: (r := a1.client.get("/v1/topics/wide/route").json()) and len(r.get("groups", [])) == 2 and r, what="route")
+    assert [(g["broker_name"], g["master"], g["queues"]) for g in route["groups"]] == [("a", a1.url, 2), ("b", b1.url, 2)]
+    for node in (a1, b1):
+        for group in ("a", "b"):
+            r = node.client.get(f"/v1/topics/wide/queues/{group}:1/messages", params={"offset": 0, "max": 10})
+            assert r.status_code == 200, r.text
+            assert [m["body"] for m in r.json()["messages"]] == [f"{group}-{i}" for i in range(3)]
+    r = a1.client.get("/v1/topics/wide/queues/nowhere:1/messages", params={"offset": 0})
+    assert r.status_code == 503 and r.json()["code"] == "NO_MASTER"
