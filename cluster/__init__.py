@@ -2,7 +2,8 @@
 
 Without `--cluster-etcd` nothing here runs. With it, the app builds a `ClusterNode` before the
 store loads (`prepare()`), starts it once the store runs and stops it before the store shuts down;
-`Forwarder` is the outermost ASGI layer and `route_of` answers `GET /v1/topics/{topic}/route`.
+`Forwarder` is the ASGI layer in front of the app (inside the ACL check) and `routing.route_of`
+answers `GET /v1/topics/{topic}/route`.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Each round (every `refresh_interval_ms`, and every `lease_renew_interval_ms` on 
 When etcd does not answer, the round stops at the failing call: roles stay as they are and no
 campaign happens (there is no election without etcd).
 
-Role changes: a slave that wins stops its HAClient first (it no longer acknowledges the old master),
-then starts its master side (`ha.start_node`: store role, HA port, SYNC wait). A master that is
+Role changes: a slave stops its HAClient before it campaigns (it no longer acknowledges the old
+master); when it wins it starts its master side (`ha.start_node`: store role, HA port, SYNC wait). A master that is
 deposed refuses puts at once (store role SLAVE), resigns, stops replication and asks for a process
 restart (`on_restart`): at start, `prepare()` cuts the log back to the new epoch's start
 (cluster/epoch_file.py) before the store recovers, and the broker rejoins as a slave. A slave whose
