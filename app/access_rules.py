@@ -81,6 +81,8 @@ def _topic_need(method: str, parts: list[str], query_string: bytes) -> Need:
         if method == "GET":
             return Need(bits=0, topic=topic)  # any permission on the topic, checked as "not DENY" below
         return ADMIN  # PUT (create/update) and DELETE
+    if len(parts) == 5 and parts[4] == "route" and method == "GET":
+        return Need(bits=0, topic=topic)  # like GET /v1/topics/{topic}: any permission on the topic
     if len(parts) == 5 and parts[4] == "messages":
         return Need(bits=PUB, topic=topic) if method == "POST" else Need(bits=SUB, topic=topic)
     if len(parts) == 6 and parts[4] == "messages" and parts[5] == "batch":  # produceBinaryBatch

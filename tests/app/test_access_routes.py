@@ -38,6 +38,7 @@ RULES = {
     "putTopic": "admin",
     "deleteTopic": "admin",
     "getTopic": "topic",
+    "getTopicRoute": "topic",
     "queryMessages": "topic",
     "produce": "topic",
     "produceBinaryBatch": "topic",
