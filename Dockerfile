@@ -14,6 +14,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY store ./store
 COPY app ./app
 COPY ha ./ha
+COPY cluster ./cluster
 COPY pipeline ./pipeline
 COPY tidemq ./tidemq
 RUN pip wheel --wheel-dir /wheels .
