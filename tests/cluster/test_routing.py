@@ -11,6 +11,7 @@ import pytest
 from cluster.etcd_client import EtcdClient
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
 from tests.ha.cluster import ROOT, wait_for
+from tests.loopback import free_port
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -70,6 +71,10 @@ def test_role_is_refused_in_cluster_mode(etcd, tmp_path) -> None:
     assert done.returncode == 2 and "a cluster's roles come from its elections" in done.stderr
     done = subprocess.run([*cmd[:-2]], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "needs --broker-name" in done.stderr
+    # A broker reads its group's epochs before its store loads: without etcd it does not start.
+    silent = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run([*cmd[:7], silent, *cmd[8:], "--port", str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "the cluster's etcd cannot be read" in done.stderr, done.stderr
 
 
 def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_any_broker(brokers) -> None:
