@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
 from app.settings import BrokerSettings
@@ -75,6 +76,9 @@ class Broker:
         self.topics_created_total = 0
         self.pulls_abandoned_total = 0
         self.http_problems_total: dict[str, int] = {}
+        self.http_requests = RequestStats()
+        # Messages pulls returned, per topic (counted on the event loop; /metrics drops deleted topics).
+        self.topic_pulled_total: dict[str, int] = {}
 
     # Lifecycle ---------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 and the client commands of `tidemq.cli` (produce, consume, topics, groups, offsets, lookup).
 
 Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
-TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, and the replication options'
+TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, TIDEMQ_LOG_FORMAT, TIDEMQ_ACCESS_LOG, and the replication options'
 TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the variable, which
 wins over the config file's [broker] (replication: [ha]) table.
 
@@ -19,7 +19,9 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from app.cli_access import access_values, add_acl_command, add_serve_arguments, run_acl_command
+from app.cli_access import access_values, add_acl_command, add_serve_arguments, flag_value, run_acl_command
+from app.logs import LOG_FORMATS
+from app.logs import configure as configure_logging
 from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
 from cluster import settings as cluster_settings
@@ -31,7 +33,15 @@ from tidemq.version import __version__
 
 ENV_PREFIX = "TIDEMQ_"
 # option dest -> environment variable suffix.
-ENV_NAMES = {"host": "HOST", "port": "PORT", "store_dir": "STORE", "config": "CONFIG", "flush": "FLUSH", "log_level": "LOG_LEVEL"}
+ENV_NAMES = {
+    "host": "HOST",
+    "port": "PORT",
+    "store_dir": "STORE",
+    "config": "CONFIG",
+    "flush": "FLUSH",
+    "log_level": "LOG_LEVEL",
+    "log_format": "LOG_FORMAT",
+}
 # TLS options (docs/tls.md): dest -> environment variable suffix.
 TLS_ENV_NAMES = {"tls_cert_file": "TLS_CERT", "tls_key_file": "TLS_KEY", "tls_client_ca_file": "TLS_CLIENT_CA"}
 # Exit status of a start-up that failed (uvicorn's own for a failed start-up).
@@ -53,6 +63,16 @@ def parser() -> argparse.ArgumentParser:
         "--flush", choices=sorted(FLUSH_MODES), help="sync: answer puts after the flush; async: flush periodically (env TIDEMQ_FLUSH)"
     )
     serve.add_argument("--log-level", dest="log_level", choices=LOG_LEVELS, help="log level (default info; env TIDEMQ_LOG_LEVEL)")
+    serve.add_argument(
+        "--log-format", dest="log_format", choices=LOG_FORMATS, help="text, or json: one object per line (env TIDEMQ_LOG_FORMAT)"
+    )
+    serve.add_argument(
+        "--access-log",
+        dest="access_log",
+        action="store_true",
+        default=None,
+        help="log one line per HTTP request: route, status, duration, bytes (env TIDEMQ_ACCESS_LOG)",
+    )
     add_cli_arguments(serve)
     cluster_settings.add_cli_arguments(serve)
     add_tls_arguments(serve)
@@ -90,6 +110,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
         values["port"] = int(text)
     if isinstance(values["flush"], str) and values["flush"] not in FLUSH_MODES:
         raise ConfigInvalid(f"flush must be sync or async, not {values['flush']!r}")
+    values["access_log"] = flag_value(args.access_log, environ, ENV_PREFIX + "ACCESS_LOG")
     for dest, suffix in TLS_ENV_NAMES.items():
         value = getattr(args, dest, None) or environ.get(ENV_PREFIX + suffix) or None
         if value is not None:  # left out when unset, so the config file's [broker] value stays
@@ -115,10 +136,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConfigInvalid as e:
         print(f"tidemq: {e}", file=sys.stderr)
         return EXIT_CONFIG_INVALID
-    logging.basicConfig(
-        level=settings.log_level.upper() if settings.log_level != "trace" else "DEBUG",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level, settings.log_format)
     from app.server import RestartRequested, run  # imported late: `tidemq --help` stays fast
 
     try:

@@ -37,13 +37,18 @@ def add_acl_command(commands: argparse._SubParsersAction) -> None:
 def access_values(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, object]:
     """acl_file and insecure_open from the options, else TIDEMQ_ACL / TIDEMQ_INSECURE_OPEN (None: not given)."""
     acl_file = getattr(args, "acl_file", None) or environ.get("TIDEMQ_ACL") or None
-    insecure: bool | None = getattr(args, "insecure_open", None)
-    text = environ.get("TIDEMQ_INSECURE_OPEN")
-    if insecure is None and text is not None:
-        if text.lower() not in TRUE_WORDS | FALSE_WORDS:
-            raise ConfigInvalid(f"TIDEMQ_INSECURE_OPEN must be true or false, not {text!r}")
-        insecure = text.lower() in TRUE_WORDS
+    insecure = flag_value(getattr(args, "insecure_open", None), environ, "TIDEMQ_INSECURE_OPEN")
     return {"acl_file": acl_file, "insecure_open": insecure}
+
+
+def flag_value(given: bool | None, environ: Mapping[str, str], env_name: str) -> bool | None:
+    """A store_true option's value, else its environment variable's (true/false words); None: neither given."""
+    text = environ.get(env_name)
+    if given is not None or text is None:
+        return given
+    if text.lower() not in TRUE_WORDS | FALSE_WORDS:
+        raise ConfigInvalid(f"{env_name} must be true or false, not {text!r}")
+    return text.lower() in TRUE_WORDS
 
 
 def run_acl_command(args: argparse.Namespace) -> int:

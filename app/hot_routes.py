@@ -8,7 +8,8 @@ the FastAPI app has as middleware (the route stays, for the spec and as the fall
 - Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`
   (and both with `/batch` appended: produceBinaryBatch, pullBatch),
   `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
-  `GET /healthz` (a constant reply), are taken; every other request goes on unchanged.
+  `GET` and `HEAD /healthz` (a constant reply), are taken; every other request goes on unchanged.
+- A request taken here carries its route template in `scope[ROUTE_KEY]` (app.http_requests).
 - The handlers read `request.path_params` as strings and parse everything themselves, so both
   ways in give the same answers; errors go through the same problem mapping as the app's.
 """
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.body_limit import BodyLimit
+from app.http_requests import ROUTE_KEY
 from app.startup import StartupGate
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -34,6 +36,11 @@ HEALTH_START = {
     "headers": [(b"content-length", str(len(_HEALTH)).encode()), (b"content-type", b"application/json")],
 }
 HEALTH_BODY = {"type": "http.response.body", "body": _HEALTH}
+HEAD_BODY = {"type": "http.response.body", "body": b""}  # HEAD: the GET's headers, no body
+# The route templates of the requests served here: the FastAPI routes' paths.
+PRODUCE_ROUTE = "/v1/topics/{topic}/messages"
+PULL_ROUTE = "/v1/topics/{topic}/queues/{queue_id}/messages"
+GROUP_ROUTES = {"receive": "/v1/groups/{group}/topics/{topic}/receive", "ack": "/v1/groups/{group}/topics/{topic}/ack"}
 ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
 
 
@@ -66,10 +73,11 @@ class HotRoutes:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
-            if path == HEALTH_PATH and scope["method"] == "GET":
+            if path == HEALTH_PATH and (scope["method"] == "GET" or scope["method"] == "HEAD"):
                 # The liveness answer, also the no-op ceiling the HTTP benchmark measures this server by.
+                scope[ROUTE_KEY] = HEALTH_PATH
                 await send(HEALTH_START)
-                await send(HEALTH_BODY)
+                await send(HEALTH_BODY if scope["method"] == "GET" else HEAD_BODY)
                 return
             if path.startswith("/v1/topics/") and path.endswith("/messages"):
                 parts = path.split("/")  # "", "v1", "topics", topic, ("queues", id,) "messages"
@@ -77,9 +85,11 @@ class HotRoutes:
                 if len(parts) == 5 and parts[3] and scope["method"] == "POST":
                     handler = self.produce
                     scope["path_params"] = {"topic": parts[3]}
+                    scope[ROUTE_KEY] = PRODUCE_ROUTE
                 elif len(parts) == 7 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
                     handler = self.pull
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
+                    scope[ROUTE_KEY] = PULL_ROUTE
                 if handler is not None:
                     scope["tidemq.handler"] = handler
                     await self.gated(scope, receive, send)
@@ -89,6 +99,7 @@ class HotRoutes:
                 handler = self.group_actions.get(parts[-1]) if len(parts) == 7 and parts[4] == "topics" else None
                 if handler is not None and parts[3] and parts[5]:
                     scope["path_params"] = {"group": parts[3], "topic": parts[5]}
+                    scope[ROUTE_KEY] = GROUP_ROUTES[parts[-1]]
                     scope["tidemq.handler"] = handler
                     await self.gated(scope, receive, send)
                     return

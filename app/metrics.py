@@ -2,8 +2,9 @@
 
 Sources: `store.stats_snapshot()` (counters, TPS windows, put latency histogram),
 `store.runtime_info()` (commitlog offsets, dispatch lag, disk usage, cleanup), the replication
-node's `metrics()` (tidemq_ha_*, absent on a standalone broker) and the broker's own counters
-(held long-polls). Every name starts with `tidemq_`; docs/http-api.md lists them.
+node's `metrics()` (tidemq_ha_*, absent on a standalone broker), the broker's own counters
+(held long-polls, HTTP requests: app.http_requests), per-topic series (app.topic_metrics) and
+the process's figures (app.process_metrics). Every name starts with `tidemq_`; docs/http-api.md lists them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import math
 from typing import Any
 
 from app.broker import Broker
-from app.routes_groups import group_lag
+from app.group_metrics import group_families
+from app.http_requests import BOUNDS_S, RequestStats
+from app.process_metrics import process_samples
+from app.topic_metrics import label_value, topic_families
 
 # store.stats_snapshot() counter -> (metric name, help).
 COUNTERS = {
@@ -68,29 +72,6 @@ def _number(value: Any) -> str:
             return "+Inf" if value > 0 else "-Inf"
         return repr(value)
     return str(int(value))
-
-
-# PopCounts field -> (metric name, kind, help), labelled by group and topic.
-POP_COUNTS = {
-    "received": ("tidemq_group_received_total", "counter", "Messages received by the group"),
-    "acked": ("tidemq_group_acked_total", "counter", "Messages the group acked"),
-    "redelivered": ("tidemq_group_redelivered_total", "counter", "Messages redelivered to the group after their invisible time"),
-    "dead_lettered": ("tidemq_group_dead_lettered_total", "counter", "Messages moved to the group's dead-letter topic"),
-    "in_flight": ("tidemq_group_in_flight", "gauge", "Messages received and not yet acked, redelivered or dead-lettered"),
-}
-
-
-def _group_consumption(broker: Broker, metric: Any) -> None:
-    gc = broker.store.group_consumption
-    counts = sorted(gc.counts().items())
-    for field, (name, kind, help_text) in POP_COUNTS.items():
-        metric(name, kind, help_text, [(f'{{group="{g}",topic="{t}"}}', getattr(c, field)) for (g, t), c in counts])
-    lags = [(f'{{group="{g}",topic="{t}"}}', group_lag(broker.store, g, t)) for (g, t), _ in counts]
-    metric("tidemq_group_lag", "gauge", "Messages of the topic (and the group's retry topic) past the group's offsets", lags)
-    stats = gc.stats()
-    metric("tidemq_revive_held_records", "gauge", "Checkpoints and early acks the revive service holds", [("", stats["revive_in_memory"])])
-    metric("tidemq_revive_lost_total", "counter", "Unacked messages retention removed before they could be redelivered",
-           [("", stats["lost"])])  # fmt: skip
 
 
 def render(broker: Broker) -> str:
@@ -153,7 +134,11 @@ def render(broker: Broker) -> str:
     problems = sorted(broker.http_problems_total.items())
     metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])
     if broker.started:
-        _group_consumption(broker, metric)
+        for name, kind, help_text, samples in group_families(broker) + topic_families(broker):
+            metric(name, kind, help_text, samples)
+    render_http(lines, metric, broker.http_requests)
+    for name, kind, help_text, value in process_samples():
+        metric(name, kind, help_text, [("", value)])
     metric("tidemq_ready", "gauge", "1 when the store is loaded, recovered and dispatch has caught up", [("", int(broker.ready()))])
     return "\n".join(lines) + "\n"
 
@@ -172,8 +157,9 @@ def render_timer(metric: Any, timer: dict[str, Any]) -> None:
     """The tidemq_timer_* families from the store's timer status."""
     metric("tidemq_timer_pending", "gauge", "Timer messages not yet delivered", [("", timer["pending"])])
     if timer.get("next_due_ms") is not None:
-        metric("tidemq_timer_next_due_ms", "gauge", "When the earliest pending timer message is deliverable (ms since the epoch)",
-               [("", timer["next_due_ms"])])  # fmt: skip
+        # In seconds: Prometheus names carry base units (promtool refuses "_ms").
+        metric("tidemq_timer_next_due_timestamp_seconds", "gauge", "When the earliest pending timer message is deliverable (seconds since the epoch)",
+               [("", timer["next_due_ms"] / 1000)])  # fmt: skip
     for key, (name, help_text) in TIMER_COUNTERS.items():
         metric(name, "counter", help_text, [("", timer[key])])
     lateness = timer["lateness"]
@@ -207,3 +193,23 @@ def render_transactions(metric: Any, status: dict[str, Any], in_flight: int) -> 
     answers = [(f'{{answer="{a}"}}', n) for a, n in sorted(status["check_answers"].items())]
     metric("tidemq_transaction_check_answers_total", "counter", "Check-back answers by kind (failed: timeout, error, bad reply)", answers)
     metric("tidemq_transaction_checks_in_flight", "gauge", "Check-back requests under way", [("", in_flight)])
+
+
+def render_http(lines: list[str], metric: Any, stats: RequestStats) -> None:
+    """tidemq_http_* families: requests, latency histogram and bytes by route, method and status."""
+    rows = [(f'route="{label_value(r)}",method="{m}",status="{s}"', t) for r, m, s, t in stats.rows()]
+    metric("tidemq_http_requests_total", "counter", "HTTP requests answered, by route template, method and status",
+           [(f"{{{labels}}}", t.requests) for labels, t in rows])  # fmt: skip
+    lines.append("# HELP tidemq_http_request_duration_seconds Time from a request's arrival to the end of its reply")
+    lines.append("# TYPE tidemq_http_request_duration_seconds histogram")
+    bounds = [repr(b) for b in BOUNDS_S] + ["+Inf"]
+    for labels, t in rows:
+        cumulative = 0
+        for le, count in zip(bounds, t.buckets, strict=True):
+            cumulative += count
+            lines.append(f'tidemq_http_request_duration_seconds_bucket{{{labels},le="{le}"}} {cumulative}')
+        lines.append(f"tidemq_http_request_duration_seconds_sum{{{labels}}} {_number(t.duration_ns / 1e9)}")
+        lines.append(f"tidemq_http_request_duration_seconds_count{{{labels}}} {t.requests}")
+    metric("tidemq_http_response_bytes_total", "counter", "Response body bytes sent, by route template, method and status",
+           [(f"{{{labels}}}", t.bytes) for labels, t in rows])  # fmt: skip
+    metric("tidemq_http_requests_in_flight", "gauge", "HTTP requests being served (held long-polls included)", [("", stats.in_flight)])

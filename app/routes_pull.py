@@ -265,6 +265,13 @@ class Puller:
         }
         return Response(r.body, media_type=batch, headers=headers)
 
+    def answer(self, r: Read, spec: PullSpec, batch: str | None) -> Response:
+        """The reply, with the messages it returns counted for the topic (on the event loop: no lost updates)."""
+        if r.count:
+            pulled = self.broker.topic_pulled_total
+            pulled[spec.topic] = pulled.get(spec.topic, 0) + r.count
+        return self.reply(r, batch)
+
     async def serve(self, request: Request, batch: str | None = None) -> Response:
         """Serve a pull; the path parameters are `request.path_params` strings (see app.hot_routes).
 
@@ -278,7 +285,7 @@ class Puller:
         else:
             r = await self.broker.run(self.read, spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
-            return self.reply(r, batch)
+            return self.answer(r, spec, batch)
         return await self.hold(request, spec, r, batch)
 
     async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
@@ -322,7 +329,7 @@ class Puller:
         # truth, so an empty answer is given only when nothing was dispatched past the offset read.
         if r.status in HOLDABLE and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) > r.next_offset:
             r = self.read(spec, r.next_offset)
-        return self.reply(r, batch)
+        return self.answer(r, spec, batch)
 
     async def serve_batch(self, request: Request) -> Response:
         """Serve a pull in the batch format (pullBatch), as octet-stream when that alone is accepted."""

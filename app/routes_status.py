@@ -1,4 +1,4 @@
-"""Operations: /healthz, /readyz, /metrics and /v1/store.
+"""Operations: /healthz (GET and HEAD), /readyz, /metrics and /v1/store.
 
 While the store loads, /readyz answers 503 STARTING with the recovery's progress (phase, bytes
 scanned of total) and /healthz 200; the other routes are held off by app.startup.StartupGate.
@@ -35,6 +35,17 @@ def router(broker: Broker) -> APIRouter:
     )
     async def health() -> Response:
         return JsonResponse({"status": "ok"})
+
+    @api.head(
+        HEALTH_PATH,
+        operation_id="healthHead",
+        summary="The process is alive (GET /healthz's status and headers, no body)",
+        response_class=Response,
+        responses={**problem_doc("INTERNAL_ERROR"), 200: {"description": "OK (no body)"}},
+    )
+    async def health_head() -> Response:
+        reply = JsonResponse({"status": "ok"})
+        return Response(status_code=200, headers={"content-length": reply.headers["content-length"]}, media_type="application/json")
 
     @api.get(
         READY_PATH,

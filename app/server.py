@@ -52,6 +52,8 @@ from app.broker import Broker
 from app.connections import bounded_protocol
 from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
+from app.http_requests import ObservedRequests
+from app.logs import log_config
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
@@ -228,6 +230,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if acl_source is not None:
         # Outermost of all: tokens and permissions are checked before the hot routes see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, broker.http_problems_total)
+    # Outermost: every request is counted (and logged), the ones the gates refuse included.
+    app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -302,7 +306,8 @@ def run(settings: BrokerSettings) -> None:
             http=bounded_protocol(settings),
             lifespan="on",
             log_level=settings.log_level,
-            access_log=settings.log_level in ("debug", "trace"),
+            log_config=log_config(settings.log_level, settings.log_format),
+            access_log=False,  # app.http_requests logs requests (--access-log) in the broker's own format
             server_header=False,
             timeout_graceful_shutdown=settings.graceful_shutdown_s,
             timeout_keep_alive=settings.keep_alive_timeout_s,

@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.logs import LOG_FORMATS
 from cluster.settings import ClusterSettings
 from ha import HASettings
 from ha.tls import TLSFiles
@@ -40,6 +41,10 @@ class BrokerSettings:
     flush: str | None = setting(None, choices=tuple(FLUSH_MODES))
     # Log level of the server and the store.
     log_level: str = setting("info", choices=LOG_LEVELS)
+    # Format of every log line, tidemq's and uvicorn's: "text", or "json" (one object per line).
+    log_format: str = setting("text", choices=LOG_FORMATS)
+    # Log one line per HTTP request on tidemq.access (method, path, route, status, duration, bytes, client).
+    access_log: bool = setting(False)
     # Producing to an unknown topic creates it with the store's default queue count.
     auto_create_topics: bool = setting(True)
     # Largest request body that is not JSON (raw produce): the largest message plus slack for headers.
@@ -97,6 +102,10 @@ class BrokerSettings:
     insecure_open: bool = setting(False)
     # With an ACL, serve /metrics without a token (for a scraper that cannot send one).
     metrics_public: bool = setting(False)
+    # Topics /metrics exports per-topic series for (the first by name); the rest are counted in tidemq_metrics_topics_omitted.
+    metrics_max_topics: int = setting(1_000, 0, 100_000)
+    # Group and topic pairs /metrics exports tidemq_group_* series for (the first by name); the rest are counted.
+    metrics_max_groups: int = setting(1_000, 0, 100_000)
     # With an ACL, how often (at most) the ACL file's mtime and size are looked at to reload it.
     acl_reload_interval_ms: int = setting(1_000, 10, 3_600_000)
     # The store's configuration (the `[store]` table).

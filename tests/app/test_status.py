@@ -82,7 +82,7 @@ def test_framework_errors_are_problems(client: httpx.Client) -> None:
     problem(client.get("/v1/topics/a/b/c/d"), 404, "NOT_FOUND")
     r = problem(client.patch("/v1/topics"), 405, "METHOD_NOT_ALLOWED")
     assert r["instance"] == "/v1/topics"
-    assert client.post("/healthz").headers["allow"] == "GET"
+    assert client.post("/healthz").headers["allow"] == "GET, HEAD"
     # Every method of the path, not only the first route's.
     problem(client.patch("/v1/topics/some-topic"), 405, "METHOD_NOT_ALLOWED")
     assert client.patch("/v1/topics/some-topic").headers["allow"] == "DELETE, GET, PUT"

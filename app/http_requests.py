@@ -1,0 +1,140 @@
+"""HTTP requests observed: counts, latency and bytes per route, method and status, and the access log.
+
+`ObservedRequests` is the server's outermost ASGI callable. Per request it reads a monotonic
+clock twice, watches the reply's start (status) and body (bytes) messages, and adds integers to
+`RequestStats`; with `access_log` on it also logs one line on `tidemq.access`.
+
+Invariants that bound what /metrics exports:
+- The route label is a route template, never the raw path: the hot routes put their template
+  in the scope (`ROUTE_KEY`), FastAPI's router leaves the matched route in `scope["route"]`;
+  a request matched by neither (refused before routing, or no such route) is `ROUTE_OTHER`.
+- The method label is one of `METHODS` or `OTHER`; the status is an HTTP status code.
+So the series are at most routes x methods x statuses, whatever the clients send.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("tidemq.access")
+# The scope key in which the hot routes name the route template they serve.
+ROUTE_KEY = "tidemq.route"
+ROUTE_OTHER = "other"
+METHODS = {m: m for m in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")}
+# Upper bounds (seconds) of the latency histogram's buckets; long-polls are held up to 300 s.
+BOUNDS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BOUNDS_NS = tuple(round(b * 1e9) for b in BOUNDS_S)
+# Access log fields the line's message already says (the text format leaves them out).
+IN_MESSAGE = ("method", "path", "status")
+# Characters of the raw path an access log line keeps.
+MAX_LOGGED_PATH = 200
+
+
+class Tally:
+    """One (route, method, status)'s figures: requests, latency histogram (nanoseconds), bytes sent."""
+
+    __slots__ = ("requests", "duration_ns", "buckets", "bytes")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.duration_ns = 0
+        self.buckets = [0] * (len(BOUNDS_NS) + 1)  # the last: above every bound
+        self.bytes = 0
+
+
+class RequestStats:
+    """route -> method -> status -> Tally, and the requests under way; updated on the event loop only."""
+
+    def __init__(self) -> None:
+        self.tallies: dict[str, dict[str, dict[int, Tally]]] = {}
+        self.in_flight = 0
+
+    def add(self, route: str, method: str, status: int, duration_ns: int, sent: int) -> None:
+        by_method = self.tallies.get(route)
+        if by_method is None:
+            by_method = self.tallies[route] = {}
+        by_status = by_method.get(method)
+        if by_status is None:
+            by_status = by_method[method] = {}
+        tally = by_status.get(status)
+        if tally is None:
+            tally = by_status[status] = Tally()
+        tally.requests += 1
+        tally.duration_ns += duration_ns
+        tally.buckets[bisect_left(BOUNDS_NS, duration_ns)] += 1
+        tally.bytes += sent
+
+    def rows(self) -> list[tuple[str, str, int, Tally]]:
+        """(route, method, status, tally), sorted: the order /metrics prints them in."""
+        return sorted(
+            ((r, m, s, t) for r, by_method in self.tallies.items() for m, by_status in by_method.items() for s, t in by_status.items()),
+            key=lambda row: row[:3],
+        )
+
+
+def route_of(scope: Scope) -> str:
+    """The route template that served the request (see the module's invariants)."""
+    route = scope.get(ROUTE_KEY)
+    if route is not None:
+        return str(route)
+    matched = scope.get("route")
+    path = getattr(matched, "path", None)
+    return path if isinstance(path, str) else ROUTE_OTHER
+
+
+class ObservedRequests:
+    """ASGI wrapper recording every HTTP request in `stats` (and the access log when on)."""
+
+    def __init__(self, app: ASGIApp, stats: RequestStats, log_requests: bool) -> None:
+        self.app = app
+        self.stats = stats
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter_ns()
+        reply = [500, 0]  # status (500 unless a reply starts), body bytes sent
+
+        async def observed(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.body":
+                reply[1] += len(message.get("body", b""))
+            elif kind == "http.response.start":
+                reply[0] = message["status"]
+            await send(message)
+
+        stats = self.stats
+        stats.in_flight += 1
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            stats.in_flight -= 1
+            duration_ns = time.perf_counter_ns() - start
+            method = METHODS.get(scope["method"], "OTHER")
+            route = route_of(scope)
+            stats.add(route, method, reply[0], duration_ns, reply[1])
+            if self.log_requests:
+                log_request(scope, method, route, reply[0], duration_ns, reply[1])
+
+
+def log_request(scope: Scope, method: str, route: str, status: int, duration_ns: int, sent: int) -> None:
+    """The access log line: `METHOD path status`, with route, duration, bytes and client as fields."""
+    client: Any = scope.get("client")
+    path = scope["path"][:MAX_LOGGED_PATH]
+    fields = {
+        "method": method,
+        "path": path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(duration_ns / 1e6, 3),
+        "bytes": sent,
+        "client": f"{client[0]}:{client[1]}" if client else "-",
+    }
+    access_log.info("%s %s %d", method, path, status, extra={**fields, "_in_message": IN_MESSAGE})
