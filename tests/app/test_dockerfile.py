@@ -1,4 +1,5 @@
-"""The Dockerfile stays consistent with the package: base image, user, volume, port, health path, entry point.
+"""The Dockerfile stays consistent with the package: base image, user, volume, port, health path, entry point,
+and its layers: dependencies installed before the source is copied, the base pinned or the reason why not.
 
 No Docker engine runs here; the Dockerfile is parsed and each instruction is checked against
 the code it refers to.
@@ -8,6 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -50,9 +54,28 @@ def exec_form(args: str) -> list[str]:
     return value
 
 
+def stages() -> list[list[tuple[str, str]]]:
+    """The instructions of each build stage, FROM first."""
+    out: list[list[tuple[str, str]]] = []
+    for keyword, args in instructions():
+        if keyword == "FROM":
+            out.append([])
+        out[-1].append((keyword, args))
+    return out
+
+
+def index_of(stage: list[tuple[str, str]], keyword: str, contains: str) -> int:
+    found = [i for i, (k, args) in enumerate(stage) if k == keyword and contains in args]
+    assert len(found) == 1, (keyword, contains, stage)
+    return found[0]
+
+
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}\b")
+
+
 def test_base_image_matches_the_python_requirement() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    stages = [args for keyword, args in instructions() if keyword == "FROM"]
+    stages = [DIGEST.sub("", args) for keyword, args in instructions() if keyword == "FROM"]
     # A build stage compiles the C kernels; the runtime stage (the last) installs only its wheels.
     assert stages == ["python:3.11-slim AS build", "python:3.11-slim"]
     assert any(keyword == "COPY" and args.startswith("--from=build ") for keyword, args in instructions())
@@ -90,3 +113,47 @@ def test_the_sources_the_package_needs_are_copied() -> None:
     assert "setup.py" in " ".join(args for keyword, args in instructions() if keyword == "COPY")
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and "data" in ignored and not set(ignored) & {"store", "app", "pyproject.toml"}
+
+
+def test_the_base_is_pinned_by_digest_or_the_file_says_why_not() -> None:
+    bases = [args.split()[0] for keyword, args in instructions() if keyword == "FROM"]
+    if all(DIGEST.search(base) for base in bases):
+        return
+    text = (ROOT / "Dockerfile").read_text()
+    preamble = text[: text.index("\nFROM ")]
+    comment = " ".join(line.lstrip("# ") for line in preamble.splitlines() if line.startswith("#"))
+    # The reason is given above the first FROM, with how to pin it where the registry is reachable.
+    assert "not pinned by digest" in comment and "@sha256:" in comment, comment
+
+
+def test_dependencies_are_installed_in_layers_before_the_source_is_copied() -> None:
+    build, runtime = stages()
+    copies = [i for i, (k, args) in enumerate(build) if k == "COPY"]
+    assert build[copies[0]] == ("COPY", "pyproject.toml ./"), "the first COPY of the build stage is pyproject.toml alone"
+    deps = index_of(build, "RUN", "-r requirements.txt")
+    assert copies[0] < deps < copies[1], "the dependencies are built before any source is copied"
+    assert index_of(build, "RUN", "--no-deps") > copies[-1], "the package itself is built after the source is copied"
+    installed_deps = index_of(runtime, "RUN", "/deps/*.whl")
+    assert index_of(runtime, "COPY", "--from=build /deps") < installed_deps < index_of(runtime, "COPY", "--from=build /wheels")
+    assert "--no-deps" in runtime[index_of(runtime, "RUN", "/wheels/*.whl")][1]
+
+
+def test_the_requirements_line_lists_the_package_dependencies(tmp_path: Path) -> None:
+    build = stages()[0]
+    run = build[index_of(build, "RUN", "-r requirements.txt")][1]
+    command = run.split(" > requirements.txt", 1)[0]
+    assert command.startswith("python -c ")
+    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    # Run by the shell as the image's RUN would (this interpreter standing in for the image's python).
+    shell_line = shlex.quote(sys.executable) + command[len("python") :]
+    done = subprocess.run(["sh", "-c", shell_line], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert done.stdout.splitlines() == pyproject["project"]["dependencies"]
+
+
+def test_the_runtime_stage_switches_to_its_user_after_the_last_run() -> None:
+    runtime = stages()[-1]
+    user = max(i for i, (k, _) in enumerate(runtime) if k == "USER")
+    assert user > max(i for i, (k, _) in enumerate(runtime) if k == "RUN")
+    assert user < index_of(runtime, "CMD", "serve") and any(k == "HEALTHCHECK" for k, _ in runtime)
