@@ -3,7 +3,7 @@
 `<out>/<date>-<host>.md` holds every figure per system, tidemq's ratio to each peer, the goals
 and whether each was met, the machine (with the disk rate measured in the run), versions and
 the exact commands. `<date>-<host>-throughput.png` has the throughput bars and
-`<date>-<host>-latency.png` the end-to-end latency CDF (matplotlib, Agg backend).
+`<date>-<host>-latency.png` the end-to-end latency CDF (bench/compare_charts.py).
 
 Invariant: every section is always written, with a line saying why it is empty when a system
 was skipped or a workload failed, so a reader (and the smoke test) can rely on the layout.
@@ -15,6 +15,8 @@ import math
 import re
 from pathlib import Path
 from typing import Any
+
+from bench.compare_charts import write_charts
 
 SYSTEMS = ("tidemq", "nats", "redis")
 PEERS = ("nats", "redis")
@@ -32,8 +34,6 @@ SECTIONS = (
 )
 # An achieved send rate below this fraction of the target is called out next to the latency goal.
 LATENCY_RATE_SHORTFALL = 0.9
-# Points kept per latency CDF line (the sorted samples are thinned evenly, ends kept).
-CDF_POINTS = 2000
 
 
 def _fmt(v: float | None, digits: int = 0) -> str:
@@ -114,7 +114,7 @@ def write_report(
     stem = f"{meta['date'][:10]}-{re.sub(r'[^A-Za-z0-9_.-]', '_', meta['machine']['host'] or 'host')}"
     if meta["plan"]["name"] != "full":
         stem += f"-{meta['plan']['name']}"
-    charts = write_charts(out, stem, systems, rows, meta["plan"])
+    charts = write_charts(out, stem, systems, rows, meta)
     path = out / f"{stem}.md"
     path.write_text("\n".join(markdown(meta, systems, rows, failures, charts)) + "\n")
     return path
@@ -255,61 +255,3 @@ def _method_lines(plan: dict[str, Any]) -> list[str]:
         f" schedule unless {plan['concurrency']} sends are already outstanding; the clock of a message starts when its send starts,"
         " so time spent held back is not in the latency but shows as an achieved send rate below the target.",
     ]
-
-
-def _thin(samples: list[float]) -> list[float]:
-    if len(samples) <= CDF_POINTS:
-        return samples
-    step = (len(samples) - 1) / (CDF_POINTS - 1)
-    return [samples[round(i * step)] for i in range(CDF_POINTS)]
-
-
-def write_charts(
-    out: Path, stem: str, systems: dict[str, dict[str, Any]], rows: dict[str, list[dict[str, Any]]], plan: dict[str, Any]
-) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = {"tidemq": "#1f77b4", "nats": "#2ca02c", "redis": "#d62728"}
-    batch_mode = f"batch{plan['batch']}"
-    panels = [
-        ("produce, 1 message per call", rows["produce"], [(f"{s} B", {"size": s, "mode": "single"}) for s in plan["sizes"]]),
-        (f"produce, {plan['batch']} per call", rows["produce"], [(f"{s} B", {"size": s, "mode": batch_mode}) for s in plan["sizes"]]),
-        (f"catch-up read, {plan['catch_up_size']} B", rows["catch_up"], [("read", {})]),
-        ("durable produce", rows["durable"], [(f"{p} prod.", {"producers": p}) for p in plan["durable_count"]]),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
-    for ax, (title, data, groups) in zip(axes, panels, strict=True):
-        width = 0.8 / len(SYSTEMS)
-        for i, system in enumerate(SYSTEMS):
-            values = [_pick(data, system, "per_s", **m) or 0.0 for _, m in groups]
-            ax.bar([g + i * width for g in range(len(groups))], values, width, label=system, color=colors[system])
-        ax.set_xticks([g + width for g in range(len(groups))], [name for name, _ in groups])
-        ax.set_title(title)
-        ax.set_ylabel("messages/s")
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
-    throughput = f"{stem}-throughput.png"
-    fig.savefig(out / throughput, dpi=100)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for row in rows["latency"]:
-        samples = _thin(row["samples_us"])
-        if samples:
-            ax.plot(samples, [(i + 1) / len(samples) for i in range(len(samples))], label=row["label"], color=colors[row["system"]])
-    ax.set_xscale("log")
-    ax.set_xlabel("end-to-end latency (us, log scale)")
-    ax.set_ylabel("fraction of messages")
-    ax.set_title(f"delivery latency CDF at {plan['latency_rate_per_s']:,} msg/s, {plan['latency_size']} B")
-    ax.grid(alpha=0.3)
-    if rows["latency"]:
-        ax.legend()
-    fig.tight_layout()
-    latency_png = f"{stem}-latency.png"
-    fig.savefig(out / latency_png, dpi=100)
-    plt.close(fig)
-    return {"throughput": throughput, "latency CDF": latency_png}
