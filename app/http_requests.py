@@ -21,7 +21,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-access_log = logging.getLogger("tidemq.access")
+from app.logs import ACCESS_LOGGER
+
+access_log = logging.getLogger(ACCESS_LOGGER)
 # The scope key in which the hot routes name the route template they serve.
 ROUTE_KEY = "tidemq.route"
 ROUTE_OTHER = "other"

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
+ACCESS_LOGGER = "tidemq.access"
 # uvicorn's loggers; they propagate to the root handler instead of printing in their own format.
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 # Attributes every LogRecord has; any other attribute came from `extra=` and is printed as a field.
@@ -82,7 +83,11 @@ def log_config(level: str, log_format: str) -> dict[str, Any]:
         "formatters": {"tidemq": {"()": f"{formatter.__module__}.{formatter.__qualname__}"}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "tidemq", "stream": "ext://sys.stderr"}},
         "root": {"handlers": ["stderr"], "level": python_level(level)},
-        "loggers": {name: {"handlers": [], "propagate": True} for name in UVICORN_LOGGERS},
+        "loggers": {
+            **{name: {"handlers": [], "propagate": True} for name in UVICORN_LOGGERS},
+            # Lines only --access-log asks for: written whatever the level of the rest.
+            ACCESS_LOGGER: {"level": "INFO"},
+        },
     }
 
 

@@ -61,10 +61,11 @@ def test_json_lines_with_an_access_log(make_broker) -> None:
     }
 
 
-def test_the_environment_chooses_too(make_broker) -> None:
-    lines = run_and_stop(make_broker, env={"TIDEMQ_LOG_FORMAT": "json", "TIDEMQ_ACCESS_LOG": "true"})
-    entries = [json.loads(line) for line in lines]
+def test_the_environment_chooses_too_and_the_access_log_ignores_the_level(make_broker) -> None:
+    env = {"TIDEMQ_LOG_FORMAT": "json", "TIDEMQ_ACCESS_LOG": "true", "TIDEMQ_LOG_LEVEL": "warning"}
+    entries = [json.loads(line) for line in run_and_stop(make_broker, env=env)]
     assert any(e["logger"] == "tidemq.access" for e in entries)
+    assert not [e for e in entries if e["level"] == "INFO" and e["logger"] != "tidemq.access"]
 
 
 @pytest.mark.parametrize(
