@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-timer: $(STAMP) native
 
 bench-http: $(BENCH_STAMP)
 	$(PY) bench/http_bench.py
+
+# What counting each HTTP request (and the access log) adds per request, in process (QUICK=1: a smoke test).
+bench-request-metrics: $(STAMP) native
+	$(PY) bench/request_metrics_bench.py $(if $(QUICK),--quick)
 
 bench-ha: $(BENCH_STAMP)
 	$(PY) bench/ha_bench.py
