@@ -21,6 +21,7 @@ MSG_ID = "0A0000010000000000000000DEADBEEF"
 # account needs: "topic" (PUB/SUB on {topic}), "group" ({group} only) or "topic+group".
 RULES = {
     "health": "open",
+    "healthHead": "open",
     "ready": "open",
     "metrics": "any",
     "getMessage": "any",  # the route checks SUB on the found message's topic (test_access.py)
