@@ -2,8 +2,8 @@
 and the client commands of `tidemq.cli` (produce, consume, topics, groups, offsets, lookup).
 
 Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
-TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, TIDEMQ_LOG_FORMAT, TIDEMQ_ACCESS_LOG, and the replication options'
-TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the variable, which
+TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, TIDEMQ_LOG_FORMAT, TIDEMQ_ACCESS_LOG,
+and the replication options' TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the variable, which
 wins over the config file's [broker] (replication: [ha]) table.
 
 Exit statuses: 0 after a clean stop, 2 for unusable settings, 3 when the start failed (the

@@ -228,7 +228,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.state.entry = forwarder
         app.state.forwarder = forwarder
     if acl_source is not None:
-        # Outermost of all: tokens and permissions are checked before the hot routes see a request.
+        # In front of the hot routes: tokens and permissions are checked before they see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, broker.http_problems_total)
     # Outermost: every request is counted (and logged), the ones the gates refuse included.
     app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
