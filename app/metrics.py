@@ -3,8 +3,9 @@
 Sources: `store.stats_snapshot()` (counters, TPS windows, put latency histogram),
 `store.runtime_info()` (commitlog offsets, dispatch lag, disk usage, cleanup), the replication
 node's `metrics()` (tidemq_ha_*, absent on a standalone broker), the broker's own counters
-(held long-polls, HTTP requests: app.http_requests), per-topic series (app.topic_metrics) and
-the process's figures (app.process_metrics). Every name starts with `tidemq_`; docs/http-api.md lists them.
+(held long-polls, HTTP requests: app.http_requests), per-group and per-topic series
+(app.group_metrics, app.topic_metrics) and the process's figures (app.process_metrics). Every
+name starts with `tidemq_`; docs/http-api.md lists them.
 """
 
 from __future__ import annotations
