@@ -40,6 +40,8 @@ HEAD_BODY = {"type": "http.response.body", "body": b""}  # HEAD: the GET's heade
 # The route templates of the requests served here: the FastAPI routes' paths.
 PRODUCE_ROUTE = "/v1/topics/{topic}/messages"
 PULL_ROUTE = "/v1/topics/{topic}/queues/{queue_id}/messages"
+PRODUCE_BATCH_ROUTE = PRODUCE_ROUTE + "/batch"
+PULL_BATCH_ROUTE = PULL_ROUTE + "/batch"
 GROUP_ROUTES = {"receive": "/v1/groups/{group}/topics/{topic}/receive", "ack": "/v1/groups/{group}/topics/{topic}/ack"}
 ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -110,9 +112,11 @@ class HotRoutes:
                 if len(parts) == 6 and parts[3] and scope["method"] == "POST":
                     handler = self.produce_batch
                     scope["path_params"] = {"topic": parts[3]}
+                    scope[ROUTE_KEY] = PRODUCE_BATCH_ROUTE
                 elif len(parts) == 8 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
                     handler = self.pull_batch
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
+                    scope[ROUTE_KEY] = PULL_BATCH_ROUTE
                 if handler is not None:
                     scope["tidemq.handler"] = handler
                     await self.gated(scope, receive, send)

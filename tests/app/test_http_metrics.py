@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from store.native import pack_batch
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.scrape import samples, serve_hot_routes, value
 
@@ -14,6 +15,8 @@ PRODUCE = "/v1/topics/{topic}/messages"
 PULL = "/v1/topics/{topic}/queues/{queue_id}/messages"
 RECEIVE = "/v1/groups/{group}/topics/{topic}/receive"
 ACK = "/v1/groups/{group}/topics/{topic}/ack"
+PRODUCE_BATCH = "/v1/topics/{topic}/messages/batch"
+PULL_BATCH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 REQUESTS = "tidemq_http_requests_total"
 
 
@@ -28,6 +31,10 @@ def test_each_request_is_counted_under_its_route_template(make_broker, hot_route
     topic, group = "orders-" + uuid.uuid4().hex[:8], "billing-" + uuid.uuid4().hex[:8]
     before = samples(c.get("/metrics").text)
     serve_hot_routes(c, topic, group)
+    batch = pack_batch([(b"ok", b"", 0)])
+    produced = c.post(f"/v1/topics/{topic}/messages/batch", content=batch, headers={"content-type": "application/octet-stream"})
+    assert produced.status_code == 201, produced.text
+    assert c.get(f"/v1/topics/{topic}/queues/0/messages/batch", params={"offset": 0}).status_code == 200
     assert c.get(f"/no/such/{topic}").status_code == 404
     after = samples(c.get("/metrics").text)
     for route, method, status in [
@@ -35,6 +42,8 @@ def test_each_request_is_counted_under_its_route_template(make_broker, hot_route
         (PULL, "GET", "200"),
         (RECEIVE, "POST", "200"),
         (ACK, "POST", "200"),
+        (PRODUCE_BATCH, "POST", "201"),
+        (PULL_BATCH, "GET", "200"),
         ("/healthz", "GET", "200"),
         ("/healthz", "HEAD", "200"),
         ("other", "GET", "404"),
