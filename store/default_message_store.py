@@ -94,6 +94,7 @@ from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
 from store.store_recovery import recover_store
+from store.store_files import list_store_files
 from store.store_report import degraded_reasons, runtime_info
 from store.store_stats_service import StoreStatsService
 from store.timer_message import is_timer_request, timer_batch_messages
@@ -601,6 +602,10 @@ class DefaultMessageStore:
 
     def stats_snapshot(self) -> dict[str, Any]:
         return self.stats.snapshot()
+
+    def store_files(self) -> dict[str, Any]:
+        """Every file under the store's root with its size and modification time (blocking; bounded walk)."""
+        return list_store_files(self.config.store_path_root_dir)
 
     # Delay levels and retention -------------------------------------------------------------
 

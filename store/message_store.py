@@ -284,6 +284,10 @@ class MessageStore(Protocol):
         """Put and get counters, TPS windows and the put latency histogram; JSON-ready."""
         ...
 
+    def store_files(self) -> dict[str, Any]:
+        """Every file under the store's root: path, kind, size and modification time (blocking; at most 10 000 listed)."""
+        ...
+
     def degraded_reasons(self) -> list[str]:
         """What keeps the store from serving normally now; empty when healthy."""
         ...
