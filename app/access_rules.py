@@ -34,12 +34,15 @@ OPEN = Need(open=True)
 ANY_ACCOUNT = Need()
 ADMIN = Need(admin=True)
 METRICS = Need(metrics=True)
-OPEN_PATHS = {"/healthz", "/readyz"}
+OPEN_PATHS = {"/healthz", "/readyz", "/console"}
+# Static files holding no data (the console's and Swagger UI's assets): served without a token.
+OPEN_PREFIXES = ("/console/", "/docs/assets/")
 # Single-resource routes that only an administrator may call, by (method, path).
 ADMIN_PATHS = {
     ("GET", "/v1/topics"),
     ("GET", "/v1/groups"),
     ("GET", "/v1/store"),
+    ("GET", "/v1/store/files"),
     ("GET", "/v1/timers"),
     ("GET", "/v1/schedule"),
 }
@@ -57,8 +60,8 @@ def need_of(method: str, path: str, query_string: bytes) -> Need:
     """The requirement of one request (see the module's invariants)."""
     if method == "HEAD":
         method = "GET"
-    if path in OPEN_PATHS:
-        return OPEN
+    if path in OPEN_PATHS or (path.startswith(OPEN_PREFIXES) and ".." not in path):
+        return OPEN  # no ".." : an open prefix never vouches for a path that could name something else
     if path == "/metrics":
         return METRICS
     if (method, path) in ADMIN_PATHS or path.startswith(("/v1/admin/", "/v1/producer-groups/")) or path == "/v1/admin":

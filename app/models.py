@@ -404,6 +404,20 @@ class CleanupStarted(BaseModel):
     next_pass_ms: int = Field(description="When the first of them runs (now)")
 
 
+class StoreFile(BaseModel):
+    path: str = Field(description="Relative to the store's root, e.g. commitlog/00000000000000000000")
+    kind: str = Field(description="The first directory: commitlog, consumequeue, index, config, ...; root for files directly under it")
+    size_bytes: int
+    modified_ms: int = Field(description="Last modification, ms since the epoch")
+
+
+class StoreFiles(BaseModel):
+    root: str = Field(description="The store's root directory on the broker's machine")
+    files: list[StoreFile] = Field(description="Sorted by path")
+    total_bytes: int
+    truncated: bool = Field(description="True when the store holds more files than the 10 000 listed")
+
+
 class StoreStatus(BaseModel):
     model_config = ConfigDict(
         extra="allow",

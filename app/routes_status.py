@@ -1,4 +1,4 @@
-"""Operations: /healthz (GET and HEAD), /readyz, /metrics and /v1/store.
+"""Operations: /healthz (GET and HEAD), /readyz, /metrics, /v1/store and /v1/store/files.
 
 While the store loads, /readyz answers 503 STARTING with the recovery's progress (phase, bytes
 scanned of total) and /healthz 200; the other routes are held off by app.startup.StartupGate.
@@ -11,7 +11,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from app import metrics
 from app.broker import Broker
-from app.models import Health, StoreStatus
+from app.models import Health, StoreFiles, StoreStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs, problem_doc
 from app.startup import recovery_progress
@@ -98,5 +98,16 @@ def router(broker: Broker) -> APIRouter:
                 **({"cluster": broker.cluster.status()} if broker.cluster is not None else {}),
             }
         )
+
+    @api.get(
+        "/v1/store/files",
+        operation_id="storeFiles",
+        summary="The store's files: path, kind (commitlog, consumequeue, index, ...), size and modification time",
+        responses=docs(StoreFiles, 200),
+    )
+    async def store_files() -> Response:
+        if not broker.started:
+            raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
+        return JsonResponse(await broker.run(store.store_files))
 
     return api

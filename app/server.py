@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app import (
+    console,
     routes_admin,
     routes_cluster,
     routes_groups,
@@ -197,7 +198,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
         # FastAPI's own OpenTelemetry hooks look up providers on every request; tidemq serves /metrics itself.
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
-    app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, redoc_url=None, **options)
+    app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, docs_url=None, redoc_url=None, **options)
     app.state.broker = broker
     # Called with the one-line reason when the store cannot be loaded (the server then stops).
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
@@ -209,6 +210,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     routers += [routes_transactions.router(broker), routes_cluster.router(broker)]
     for api_router in routers:
         app.include_router(api_router)
+    console.install(app)  # /console and /docs, from package files (no CDN)
     # (path regex, methods) of every route, for the Allow header of 405 replies.
     app.state.route_methods = [
         (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)

@@ -34,6 +34,7 @@ RULES = {
     "resolveTransaction": "admin",
     "scheduleStatus": "admin",
     "storeStatus": "admin",
+    "storeFiles": "admin",
     "timerStatus": "admin",
     "listTopics": "admin",
     "putTopic": "admin",
