@@ -4,8 +4,9 @@ Invariants:
 - The console is static files of this package (`app/console_static`, package data), found through
   the package, not the source tree, so a wheel install serves them; it reads everything through
   the HTTP API in the browser, with the caller's bearer token when an ACL is on.
-- Swagger UI's JavaScript and CSS come from the installed `swagger_ui_bundle` package: no page
-  of the broker loads anything from another host.
+- Swagger UI's JavaScript and CSS come from the installed `swagger_ui` package (swagger-ui-py,
+  which ships Swagger UI 5, the first to read OpenAPI 3.1): no page of the broker loads anything
+  from another host.
 - The console page and its assets hold no data, so the access gate lets them through without a
   token (app/access_rules.py); the API calls they make are checked as any other.
 """
@@ -13,9 +14,9 @@ Invariants:
 from __future__ import annotations
 
 from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
-import swagger_ui_bundle  # type: ignore[import-untyped]
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.responses import FileResponse, HTMLResponse, Response
@@ -34,8 +35,11 @@ def console_dir() -> Path:
 
 
 def swagger_ui_dir() -> Path:
-    """Swagger UI's files, from the installed swagger_ui_bundle package."""
-    return Path(swagger_ui_bundle.swagger_ui_path)
+    """Swagger UI's files, from the installed swagger_ui package (located, not imported: its web-framework glue is not needed)."""
+    spec = find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the swagger-ui-py package is not installed (a dependency of tidemq)")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
 def install(app: FastAPI) -> None:

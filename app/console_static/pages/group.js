@@ -1,0 +1,74 @@
+// One consumer group: per topic, each queue's committed offset and lag, the group-consumption
+// counts, and resetting the group's offsets to the first message stored at or after a time.
+
+import { call, enc, get, query } from "../api.js";
+import { confirmButton, h, link, problemBox, section, table, time } from "../dom.js";
+
+async function offsetsTable(group, topic) {
+  const r = await get(`/v1/groups/${enc(group)}/offsets${query({ topic })}`);
+  const rows = r.queues.map((q) => [q.queue_id, q.committed_offset, q.min_offset, q.max_offset, q.lag]);
+  return table(["Queue", "Committed", "Min offset", "Max offset", "Lag"], rows, { class: "offsets", "data-topic": topic });
+}
+
+// The first offset of each queue at or after `ms`, committed for the group in one request.
+async function resetToTime(group, topic, ms) {
+  const info = await get(`/v1/topics/${enc(topic)}`);
+  const commits = await Promise.all(
+    info.queues.map(async (q) => {
+      const r = await get(`/v1/topics/${enc(topic)}/queues/${q.queue_id}/offset${query({ timestamp_ms: ms })}`);
+      return { topic, queue_id: q.queue_id, offset: r.offset };
+    }),
+  );
+  await call("PUT", `/v1/groups/${enc(group)}/offsets`, commits);
+  return commits;
+}
+
+function resetForm(group, topic, onDone) {
+  const out = h("div", { class: "result" });
+  const input = h("input", { type: "datetime-local", step: 1, name: "at", required: true });
+  const run = async () => {
+    const ms = new Date(input.value).getTime();
+    if (Number.isNaN(ms)) {
+      out.replaceChildren(problemBox({ problem: { code: "REQUEST_INVALID", title: "Choose a time first" } }));
+      return;
+    }
+    try {
+      const commits = await resetToTime(group, topic, ms);
+      out.replaceChildren(h("span", { class: "ok" }, `Reset to ${time(ms)} UTC: ${commits.map((c) => `${c.queue_id}→${c.offset}`).join(", ")}`));
+      onDone();
+    } catch (err) {
+      out.replaceChildren(problemBox(err));
+    }
+  };
+  return h("div", { class: "reset" }, h("label", {}, "Reset to the time ", input, " "), confirmButton("Reset", `Move ${group}'s offsets on ${topic}?`, run), out);
+}
+
+async function topicPart(group, t) {
+  const box = h("div", {});
+  const draw = async () => {
+    try {
+      box.replaceChildren(await offsetsTable(group, t.topic));
+    } catch (err) {
+      box.replaceChildren(problemBox(err));
+    }
+  };
+  await draw();
+  const counts = `received ${t.received}, acked ${t.acked}, redelivered ${t.redelivered}, dead-lettered ${t.dead_lettered}, in flight ${t.in_flight}, lag ${t.lag}`;
+  return section(`Topic ${t.topic}`, h("p", {}, counts), box, resetForm(group, t.topic, draw));
+}
+
+export async function render(target, [group]) {
+  const info = await get(`/v1/groups/${enc(group)}`);
+  const parts = await Promise.all(info.topics.map((t) => topicPart(group, t)));
+  target.append(
+    h("h1", {}, `Group ${group}`),
+    h(
+      "p",
+      {},
+      info.configured ? `max ${info.max_reconsume_times} redeliveries${info.fifo ? ", FIFO" : ""}; ` : "default settings; ",
+      "dead letters go to ",
+      link(`#/topics/${encodeURIComponent(info.dead_letter_topic)}`, info.dead_letter_topic),
+    ),
+    ...(parts.length ? parts : [h("p", {}, "No topics yet.")]),
+  );
+}

@@ -1,0 +1,110 @@
+// Topics: each topic's queues with min/max offsets and its put rate (sampled here from the
+// queues' max offsets), create a topic, delete one after an explicit confirmation.
+
+import { call, enc } from "../api.js";
+import { lineChart, RateSeries, Sampler } from "../chart.js";
+import { confirmButton, h, link, problemBox, section, table, values } from "../dom.js";
+import { isSystemTopic, topicsWithCounts } from "./common.js";
+
+const SAMPLE_MS = 3000;
+const rates = new Map(); // topic -> RateSeries, kept while the console is open
+
+function rateOf(name) {
+  if (!rates.has(name)) rates.set(name, new RateSeries(name));
+  return rates.get(name);
+}
+
+function queuesText(queues) {
+  return queues.map((q) => `${q.queue_id}: ${q.min_offset}…${q.max_offset}`).join(", ");
+}
+
+function createForm(onDone) {
+  const out = h("div", { class: "result" });
+  const form = h(
+    "form",
+    {
+      id: "create-topic",
+      onsubmit: async (e) => {
+        e.preventDefault();
+        const v = values(form);
+        try {
+          await call("PUT", `/v1/topics/${enc(v.topic)}`, { queues: Number(v.queues), perm: v.perm });
+          out.replaceChildren(h("span", { class: "ok" }, `Topic ${v.topic} saved`));
+          onDone();
+        } catch (err) {
+          out.replaceChildren(problemBox(err));
+        }
+      },
+    },
+    h("input", { name: "topic", placeholder: "topic name", required: true, maxlength: 127 }),
+    h("input", { name: "queues", type: "number", min: 1, value: 4, title: "queues" }),
+    h("select", { name: "perm" }, ["rw", "r", "w"].map((p) => h("option", { value: p }, p))),
+    h("button", { type: "submit" }, "Create / update"),
+  );
+  return h("div", {}, form, out);
+}
+
+function row(t, onDelete) {
+  const cells = {
+    queues: h("span", { class: "mono" }, queuesText(t.queues)),
+    messages: h("span", {}, t.messages),
+    spark: h("div", { class: "spark" }, lineChart([rateOf(t.topic)], { width: 200, height: 48 })),
+  };
+  const del = isSystemTopic(t.topic) ? "system" : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
+  const cellsRow = [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), `${t.read_queues}/${t.write_queues}`, t.perm, cells.queues, cells.messages, cells.spark, del];
+  return { cells, cellsRow, key: `${t.topic} ${t.read_queues} ${t.write_queues} ${t.perm}` };
+}
+
+export async function render(target) {
+  const listBox = h("div", {});
+  const status = h("div", {});
+  let shown = new Map(); // topic -> row: redrawn in place so a pending confirmation survives a refresh
+  const onDelete = async (name) => {
+    try {
+      await call("DELETE", `/v1/topics/${enc(name)}`);
+      rates.delete(name);
+      status.replaceChildren(h("span", { class: "ok" }, `Topic ${name} deleted`));
+      await refresh();
+    } catch (err) {
+      status.replaceChildren(problemBox(err));
+    }
+  };
+  const draw = (topics, more) => {
+    const rows = topics.map((t) => row(t, onDelete));
+    const sameTable = rows.length === shown.size && rows.every((r) => shown.has(r.key));
+    if (sameTable) {
+      for (const r of rows) {
+        const old = shown.get(r.key).cells;
+        old.queues.replaceWith(r.cells.queues);
+        old.messages.replaceWith(r.cells.messages);
+        old.spark.replaceWith(r.cells.spark);
+        shown.get(r.key).cells = r.cells;
+      }
+      return;
+    }
+    shown = new Map(rows.map((r) => [r.key, r]));
+    listBox.replaceChildren(
+      table(["Topic", "Read/write queues", "Perm", "Queues: min…max offset", "Messages", "Put rate", ""], rows.map((r) => r.cellsRow), { id: "topics-table" }),
+      more ? h("p", {}, `and ${more} more topics (not sampled)`) : "",
+    );
+  };
+  const refresh = async () => {
+    try {
+      const { topics, more } = await topicsWithCounts();
+      const t = Date.now();
+      for (const topic of topics) rateOf(topic.topic).count(t, topic.written);
+      draw(topics, more);
+    } catch (err) {
+      shown = new Map();
+      listBox.replaceChildren(problemBox(err));
+    }
+  };
+  await refresh();
+  const sampler = new Sampler(SAMPLE_MS, refresh);
+  const first = setTimeout(() => sampler.start(), SAMPLE_MS);
+  target.append(h("h1", {}, "Topics"), status, listBox, section("Create or update a topic", createForm(refresh)));
+  return () => {
+    clearTimeout(first);
+    sampler.stop();
+  };
+}
