@@ -412,6 +412,25 @@ class StoreFile(BaseModel):
 
 
 class StoreFiles(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "root": "/data",
+                "files": [
+                    {"path": "commitlog/00000000000000000000", "kind": "commitlog", "size_bytes": 1073741824, "modified_ms": 1767225600000},
+                    {
+                        "path": "consumequeue/orders/0/00000000000000000000",
+                        "kind": "consumequeue",
+                        "size_bytes": 6000000,
+                        "modified_ms": 1767225600000,
+                    },
+                    {"path": "config/topics.json", "kind": "config", "size_bytes": 332, "modified_ms": 1767225600000},
+                ],
+                "total_bytes": 1079742156,
+                "truncated": False,
+            }
+        }
+    )
     root: str = Field(description="The store's root directory on the broker's machine")
     files: list[StoreFile] = Field(description="Sorted by path")
     total_bytes: int

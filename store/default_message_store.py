@@ -93,8 +93,8 @@ from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
-from store.store_recovery import recover_store
 from store.store_files import list_store_files
+from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
 from store.store_stats_service import StoreStatsService
 from store.timer_message import is_timer_request, timer_batch_messages

@@ -33,9 +33,13 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
     assert c is not None
     assert c.put(f"/v1/topics/{TOPIC}", json={"queues": 2}).status_code in (200, 201)
     sent = {}
-    sent["text"] = c.post(f"/v1/topics/{TOPIC}/messages", json={"body": "order 1 created", "keys": ["order-1"], "tags": "created", "queue_id": 0}).json()
+    sent["text"] = c.post(
+        f"/v1/topics/{TOPIC}/messages", json={"body": "order 1 created", "keys": ["order-1"], "tags": "created", "queue_id": 0}
+    ).json()
     sent["json"] = c.post(f"/v1/topics/{TOPIC}/messages", json={"body": json.dumps(ORDER), "keys": ["order-17"], "queue_id": 0}).json()
-    raw = c.post(f"/v1/topics/{TOPIC}/messages?queue_id=1", content=bytes([0, 1, 2, 250, 255]), headers={"content-type": "application/octet-stream"})
+    raw = c.post(
+        f"/v1/topics/{TOPIC}/messages?queue_id=1", content=bytes([0, 1, 2, 250, 255]), headers={"content-type": "application/octet-stream"}
+    )
     assert raw.status_code == 201, raw.text
     sent["binary"] = raw.json()
     assert c.post(f"/v1/topics/{TOPIC}/messages", json={"body": "later", "delay_level": 9, "queue_id": 1}).status_code == 201

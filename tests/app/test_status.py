@@ -77,6 +77,20 @@ def test_store_status(client: httpx.Client) -> None:
     assert cleanup["disk_warning_ratio"] > cleanup["disk_clean_forcibly_ratio"] > cleanup["disk_max_used_ratio"]
 
 
+def test_store_files_match_the_disk(shared_broker, client: httpx.Client, topic: str) -> None:
+    send(client, topic, "x", queue_id=0)
+    listing = client.get("/v1/store/files").json()
+    root = Path(listing["root"])
+    assert root == shared_broker.store_dir.resolve() or root == shared_broker.store_dir
+    assert not listing["truncated"] and listing["total_bytes"] == sum(f["size_bytes"] for f in listing["files"])
+    kinds = {f["kind"] for f in listing["files"]}
+    assert {"commitlog", "consumequeue", "index", "config"} <= kinds
+    assert any(f["path"].startswith(f"consumequeue/{topic}/0/") for f in listing["files"])
+    commitlog = [f for f in listing["files"] if f["kind"] == "commitlog"]
+    assert commitlog and all(f["size_bytes"] == 262144 and f["path"] == f"commitlog/{int(f['path'][10:]):020d}" for f in commitlog)
+    assert [f["path"] for f in listing["files"]] == sorted(f["path"] for f in listing["files"])
+
+
 def test_framework_errors_are_problems(client: httpx.Client) -> None:
     problem(client.get("/nope"), 404, "NOT_FOUND")
     problem(client.get("/v1/topics/a/b/c/d"), 404, "NOT_FOUND")
@@ -98,6 +112,7 @@ def test_an_app_whose_store_is_not_running(tmp_path: Path) -> None:
             assert (await c.get("/healthz")).status_code == 200
             problem(await c.get("/readyz"), 503, "SERVICE_NOT_AVAILABLE")
             problem(await c.get("/v1/store"), 503, "SERVICE_NOT_AVAILABLE")
+            problem(await c.get("/v1/store/files"), 503, "SERVICE_NOT_AVAILABLE")
             r = await c.post("/v1/topics/t/messages", json={"body": "x"})
             problem(r, 503, "SHUTTING_DOWN")
             assert r.headers["retry-after"] == "1"
