@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ test: $(SPARK_STAMP) native
 test-fast: $(STAMP) native
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -m "not spark"
+
+# The web console in headless Chromium (Debian's /usr/bin/chromium; skipped without it). Screenshots: tests/artifacts/console/.
+test-console: $(STAMP)
+	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_acl.py tests/app/test_console_assets.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,7 +1,7 @@
 // Overview: the topics with their message counts, replication and dispatch lag, disk use,
 // and put/get rates as live charts over the last minutes.
 
-import { lineChart } from "../chart.js";
+import { lineChart, Sampler } from "../chart.js";
 import { bytes, h, link, problemBox, section, table } from "../dom.js";
 import { isSystemTopic, topicsWithCounts } from "./common.js";
 
@@ -33,19 +33,30 @@ function charts(live) {
   );
 }
 
+const TOPICS_REFRESH_MS = 5000;
+
+async function topicsPart() {
+  try {
+    const { topics, more } = await topicsWithCounts();
+    const rows = topics.map((t) => [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), isSystemTopic(t.topic) ? "system" : "", t.queues.length, t.messages]);
+    return [table(["Topic", "", "Queues", "Messages"], rows, { id: "overview-topics" }), more ? h("p", {}, `and ${more} more topics`) : ""];
+  } catch (err) {
+    return [problemBox(err)];
+  }
+}
+
 export async function render(target, _params, { live }) {
   const liveBox = h("div", { class: "live" });
   const draw = () => liveBox.replaceChildren(live.error ? problemBox(live.error) : "", cards(live.store), charts(live));
   draw();
   live.listeners.add(draw);
-  let topicsPart;
-  try {
-    const { topics, more } = await topicsWithCounts();
-    const rows = topics.map((t) => [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), isSystemTopic(t.topic) ? "system" : "", t.queues.length, t.messages]);
-    topicsPart = [table(["Topic", "", "Queues", "Messages"], rows, { id: "overview-topics" }), more ? h("p", {}, `and ${more} more topics`) : null];
-  } catch (err) {
-    topicsPart = problemBox(err);
-  }
-  target.append(h("h1", {}, "Overview"), liveBox, section("Topics", topicsPart));
-  return () => live.listeners.delete(draw);
+  const topicsBox = h("div", {}, ...(await topicsPart()));
+  const refresher = new Sampler(TOPICS_REFRESH_MS, async () => topicsBox.replaceChildren(...(await topicsPart())));
+  const first = setTimeout(() => refresher.start(), TOPICS_REFRESH_MS);
+  target.append(h("h1", {}, "Overview"), liveBox, section("Topics", topicsBox));
+  return () => {
+    live.listeners.delete(draw);
+    clearTimeout(first);
+    refresher.stop();
+  };
 }
