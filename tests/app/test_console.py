@@ -49,6 +49,7 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
     assert got
     acked = c.post(f"/v1/groups/shipping/topics/{TOPIC}/ack", json={"receipt_handles": [got[0]["receipt_handle"]]})
     assert acked.status_code == 200, acked.text
+    sent["received"] = len(got)
     return sent
 
 
@@ -161,13 +162,13 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     clean(page, watched, "topic")
 
 
-def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker) -> None:
+def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker, seeded) -> None:
     client = broker.client
     assert client is not None
     page, watched = open_console(context, broker, "groups")
     shipping = page.locator("#groups-table tr", has_text="shipping").first
     cells = shipping.locator("td").all_inner_texts()
-    assert cells[0] == "shipping" and cells[1] == TOPIC and cells[3] == "2" and cells[4] == "1"  # received 2, acked 1
+    assert cells[0] == "shipping" and cells[1] == TOPIC and cells[3] == str(seeded["received"]) and cells[4] == "1"  # received, acked
     screenshot(page, "groups")
     page.close()
     page, watched = open_console(context, broker, "groups/billing")
@@ -177,7 +178,8 @@ def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker) -
     page.fill("input[name=at]", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600)))
     page.get_by_role("button", name="Reset").click()
     page.get_by_role("button", name="Yes, reset").click()
-    page.wait_for_selector("text=Reset to")
+    done = page.wait_for_selector(".reset .ok")
+    assert done.inner_text().startswith("Reset to ")
     offsets = client.get(f"/v1/groups/billing/offsets?topic={TOPIC}").json()["queues"]
     assert all(q["committed_offset"] == q["max_offset"] and q["lag"] == 0 for q in offsets), offsets
     clean(page, watched, "group")
