@@ -64,8 +64,8 @@ function nav(current) {
 
 async function route() {
   const path = decodeURIComponent(location.hash.replace(/^#\/?/, "")).replace(/\/$/, "");
-  const [, page, area] = ROUTES.find(([re]) => re.test(path)) || [null, null, null];
-  const match = page ? path.match(ROUTES.find(([re]) => re.test(path))[0]) : null;
+  const [pattern, page, area] = ROUTES.find(([re]) => re.test(path)) || [null, null, null];
+  const match = page ? path.match(pattern) : null;
   if (cleanup) cleanup();
   cleanup = null;
   const mine = ++generation;
