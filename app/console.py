@@ -47,6 +47,7 @@ def install(app: FastAPI) -> None:
     console = console_dir()
 
     @app.get(CONSOLE_PATH, include_in_schema=False)
+    @app.get(CONSOLE_PATH + "/", include_in_schema=False)
     async def console_page() -> Response:
         return FileResponse(console / "index.html", headers={"Content-Security-Policy": CONSOLE_CSP, "Cache-Control": "no-cache"})
 

@@ -58,6 +58,7 @@ def test_console_and_docs_are_served(client: httpx.Client) -> None:
     page = client.get("/console")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert client.get("/console/").text == page.text
     assert client.get("/console/main.js").headers["content-type"].startswith(("text/javascript", "application/javascript"))
     missing = client.get("/console/nope.js")
     assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
