@@ -86,7 +86,7 @@ export function confirmButton(label, question, action) {
     box.replaceChildren(
       h("span", { class: "question" }, question),
       " ",
-      h("button", { type: "button", class: "danger", onclick: () => action() }, `Yes, ${label.toLowerCase()}`),
+      h("button", { type: "button", class: "danger", onclick: () => { reset(); action(); } }, `Yes, ${label.toLowerCase()}`),
       " ",
       h("button", { type: "button", onclick: reset }, "Cancel"),
     );

@@ -182,6 +182,10 @@ def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker, s
     assert done.inner_text().startswith("Reset to ")
     offsets = client.get(f"/v1/groups/billing/offsets?topic={TOPIC}").json()["queues"]
     assert all(q["committed_offset"] == q["max_offset"] and q["lag"] == 0 for q in offsets), offsets
+    # The page shows the new offsets and lag, and the confirmation is folded away again.
+    page.wait_for_function("() => document.querySelector('p.counts').textContent.endsWith('lag 0')")
+    assert page.locator("table.offsets tbody td:nth-child(5)").all_inner_texts() == ["0"] * len(offsets)
+    assert page.get_by_role("button", name="Yes, reset").count() == 0
     clean(page, watched, "group")
 
 

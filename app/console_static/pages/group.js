@@ -43,18 +43,24 @@ function resetForm(group, topic, onDone) {
   return h("div", { class: "reset" }, h("label", {}, "Reset to the time ", input, " "), confirmButton("Reset", `Move ${group}'s offsets on ${topic}?`, run), out);
 }
 
+function countsText(t) {
+  return `received ${t.received}, acked ${t.acked}, redelivered ${t.redelivered}, dead-lettered ${t.dead_lettered}, in flight ${t.in_flight}, lag ${t.lag}`;
+}
+
 async function topicPart(group, t) {
   const box = h("div", {});
+  const counts = h("p", { class: "counts" }, countsText(t));
   const draw = async () => {
     try {
       box.replaceChildren(await offsetsTable(group, t.topic));
+      const now = (await get(`/v1/groups/${enc(group)}`)).topics.find((row) => row.topic === t.topic);
+      if (now) counts.textContent = countsText(now);
     } catch (err) {
       box.replaceChildren(problemBox(err));
     }
   };
   await draw();
-  const counts = `received ${t.received}, acked ${t.acked}, redelivered ${t.redelivered}, dead-lettered ${t.dead_lettered}, in flight ${t.in_flight}, lag ${t.lag}`;
-  return section(`Topic ${t.topic}`, h("p", {}, counts), box, resetForm(group, t.topic, draw));
+  return section(`Topic ${t.topic}`, counts, box, resetForm(group, t.topic, draw));
 }
 
 export async function render(target, [group]) {
