@@ -48,7 +48,7 @@ function fmt(v) {
 }
 
 // An SVG chart of several series over the last WINDOW_MS; the y axis tops at `max`, or the peak value.
-export function lineChart(series, { width = 520, height = 140, unit = "/s", max = null, now = Date.now() } = {}) {
+export function lineChart(series, { width = 520, height = 140, unit = "/s", max = null, names = true, now = Date.now() } = {}) {
   const pad = { l: 44, r: 8, t: 8, b: 18 };
   const w = width - pad.l - pad.r;
   const hgt = height - pad.t - pad.b;
@@ -65,7 +65,7 @@ export function lineChart(series, { width = 520, height = 140, unit = "/s", max 
     const pts = s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
     root.append(svg("polyline", { points: pts, class: `line line${i}`, "data-series": s.name }));
     const last = s.last();
-    root.append(svg("text", { x: pad.l + 6 + i * 150, y: pad.t + 12, class: `legend legend${i}` }, `${s.name} ${last === null ? "-" : fmt(last) + unit}`));
+    root.append(svg("text", { x: pad.l + 6 + i * 150, y: pad.t + 12, class: `legend legend${i}` }, `${names ? `${s.name} ` : ""}${last === null ? "-" : fmt(last) + unit}`));
   });
   return root;
 }

@@ -48,7 +48,7 @@ function row(t, onDelete) {
   const cells = {
     queues: h("span", { class: "mono" }, queuesText(t.queues)),
     messages: h("span", {}, t.messages),
-    spark: h("div", { class: "spark" }, lineChart([rateOf(t.topic)], { width: 200, height: 48 })),
+    spark: h("div", { class: "spark" }, lineChart([rateOf(t.topic)], { width: 200, height: 48, names: false })),
   };
   const del = isSystemTopic(t.topic) ? "system" : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
   const cellsRow = [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), `${t.read_queues}/${t.write_queues}`, t.perm, cells.queues, cells.messages, cells.spark, del];
