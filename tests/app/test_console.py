@@ -95,6 +95,11 @@ def test_topics_page_lists_queues_creates_and_deletes(context, broker) -> None:
     row = page.locator("#topics-table tr", has_text=TOPIC).first
     queues = client.get(f"/v1/topics/{TOPIC}").json()["queues"]
     assert row.locator(".mono").inner_text() == ", ".join(f"{q['queue_id']}: {q['min_offset']}…{q['max_offset']}" for q in queues)
+    # The put rate is sampled from the queues' max offsets: puts between two samples show as a rate.
+    page.wait_for_selector(f'#topics-table polyline[data-series="{TOPIC}"][points*=","]', state="attached")
+    client.post(f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": "burst"}] * 5})
+    rate = f"#topics-table polyline[data-series='{TOPIC}'] ~ .legend0"
+    page.wait_for_function(f"() => !document.querySelector(\"{rate}\").textContent.startsWith('0/s')")
     page.fill("#create-topic input[name=topic]", "made-in-console")
     page.fill("#create-topic input[name=queues]", "3")
     page.click("#create-topic button[type=submit]")
