@@ -96,10 +96,17 @@ def test_topics_page_lists_queues_creates_and_deletes(context, broker) -> None:
     queues = client.get(f"/v1/topics/{TOPIC}").json()["queues"]
     assert row.locator(".mono").inner_text() == ", ".join(f"{q['queue_id']}: {q['min_offset']}…{q['max_offset']}" for q in queues)
     # The put rate is sampled from the queues' max offsets: puts between two samples show as a rate.
-    page.wait_for_selector(f'#topics-table polyline[data-series="{TOPIC}"][points*=","]', state="attached")
+    spark = f'#topics-table .spark[data-topic="{TOPIC}"]'
+    page.wait_for_selector(f'{spark} polyline[data-series="put"][points*=","]', state="attached")
+    # And what a group receives between two samples shows as its received rate.
+    receive = f"/v1/groups/rate-watch/topics/{TOPIC}/receive?max=16&invisible_ms=60000"
+    received = len(client.post(receive).json()["messages"])
     client.post(f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": "burst"}] * 5})
-    rate = f"#topics-table polyline[data-series='{TOPIC}'] ~ .legend0"
-    page.wait_for_function(f"() => !document.querySelector(\"{rate}\").textContent.startsWith('0/s')")
+    received += len(client.post(receive).json()["messages"])
+    assert received > 0
+    legend = f"#topics-table .spark[data-topic='{TOPIC}'] .legend"
+    page.wait_for_function(f"() => !document.querySelector(\"{legend}0\").textContent.startsWith('put 0/s')")
+    page.wait_for_function(f'() => !/^received (0\\/s|-)/.test(document.querySelector("{legend}1").textContent)')
     page.fill("#create-topic input[name=topic]", "made-in-console")
     page.fill("#create-topic input[name=queues]", "3")
     page.click("#create-topic button[type=submit]")

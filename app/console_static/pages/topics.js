@@ -1,17 +1,29 @@
-// Topics: each topic's queues with min/max offsets and its put rate (sampled here from the
-// queues' max offsets), create a topic, delete one after an explicit confirmation.
+// Topics: each topic's queues with min/max offsets, its put rate (sampled here from the queues'
+// max offsets) and the rate its consumer groups receive it (from the groups' received counts),
+// create a topic, delete one after an explicit confirmation.
 
-import { call, enc } from "../api.js";
+import { call, enc, get } from "../api.js";
 import { lineChart, RateSeries, Sampler } from "../chart.js";
 import { confirmButton, h, link, problemBox, section, table, values } from "../dom.js";
 import { isSystemTopic, topicsWithCounts } from "./common.js";
 
 const SAMPLE_MS = 3000;
-const rates = new Map(); // topic -> RateSeries, kept while the console is open
+const rates = new Map(); // topic -> {put, received} RateSeries, kept while the console is open
 
-function rateOf(name) {
-  if (!rates.has(name)) rates.set(name, new RateSeries(name));
+function ratesOf(name) {
+  if (!rates.has(name)) rates.set(name, { put: new RateSeries("put"), received: new RateSeries("received") });
   return rates.get(name);
+}
+
+// topic -> messages its groups received so far (group consumption; plain pulls are not counted per topic).
+async function receivedByTopic() {
+  const out = new Map();
+  try {
+    for (const g of (await get("/v1/groups")).groups) for (const t of g.topics) out.set(t.topic, (out.get(t.topic) || 0) + t.received);
+  } catch {
+    // without the right to list groups the received line stays empty; the topics still show
+  }
+  return out;
 }
 
 function queuesText(queues) {
@@ -48,7 +60,7 @@ function row(t, onDelete) {
   const cells = {
     queues: h("span", { class: "mono" }, queuesText(t.queues)),
     messages: h("span", {}, t.messages),
-    spark: h("div", { class: "spark" }, lineChart([rateOf(t.topic)], { width: 200, height: 48, names: false })),
+    spark: h("div", { class: "spark", "data-topic": t.topic }, lineChart([ratesOf(t.topic).put, ratesOf(t.topic).received], { width: 240, height: 48 })),
   };
   const del = isSystemTopic(t.topic) ? "system" : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
   const cellsRow = [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), `${t.read_queues}/${t.write_queues}`, t.perm, cells.queues, cells.messages, cells.spark, del];
@@ -84,15 +96,18 @@ export async function render(target) {
     }
     shown = new Map(rows.map((r) => [r.key, r]));
     listBox.replaceChildren(
-      table(["Topic", "Read/write queues", "Perm", "Queues: min…max offset", "Messages", "Put rate", ""], rows.map((r) => r.cellsRow), { id: "topics-table" }),
+      table(["Topic", "Read/write queues", "Perm", "Queues: min…max offset", "Messages", "Put / received rate", ""], rows.map((r) => r.cellsRow), { id: "topics-table" }),
       more ? h("p", {}, `and ${more} more topics (not sampled)`) : "",
     );
   };
   const refresh = async () => {
     try {
-      const { topics, more } = await topicsWithCounts();
+      const [{ topics, more }, received] = await Promise.all([topicsWithCounts(), receivedByTopic()]);
       const t = Date.now();
-      for (const topic of topics) rateOf(topic.topic).count(t, topic.written);
+      for (const topic of topics) {
+        ratesOf(topic.topic).put.count(t, topic.written);
+        if (received.has(topic.topic)) ratesOf(topic.topic).received.count(t, received.get(topic.topic));
+      }
       draw(topics, more);
     } catch (err) {
       shown = new Map();
