@@ -9,7 +9,9 @@ function cards(store) {
   if (!store) return h("p", { class: "loading" }, "Waiting for the first sample…");
   const rt = store.runtime;
   const ha = store.ha || {};
-  const replication = ha.role === "standalone" || ha.role === undefined ? "standalone" : `${bytes(ha.bytes_behind ?? 0)} behind (${ha.connection_state || ha.role})`;
+  const state = ha.connection_state || ha.role;
+  const replication =
+    ha.role === "standalone" || ha.role === undefined ? "standalone" : typeof ha.bytes_behind === "number" ? `${bytes(ha.bytes_behind)} behind (${state})` : state;
   const card = (label, value, id) => h("div", { class: "card", id }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
   return h(
     "div",
