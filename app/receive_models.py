@@ -52,9 +52,7 @@ class GroupInfo(BaseModel):
                 "fifo": False,
                 "configured": True,
                 "dead_letter_topic": "%DLQ%billing",
-                "topics": [
-                    {"topic": "orders", "lag": 3, "received": 10, "acked": 7, "redelivered": 0, "dead_lettered": 0, "in_flight": 3}
-                ],
+                "topics": [{"topic": "orders", "lag": 3, "received": 10, "acked": 7, "redelivered": 0, "dead_lettered": 0, "in_flight": 3}],
             }
         }
     )
@@ -79,11 +77,7 @@ class ReceivedMessage(Message):
 class ReceiveResult(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
-            "example": {
-                "messages": [
-                    {**MESSAGE_EXAMPLE, "receipt_handle": HANDLE_EXAMPLE, "invisible_until_ms": 1767225630000}
-                ]
-            }
+            "example": {"messages": [{**MESSAGE_EXAMPLE, "receipt_handle": HANDLE_EXAMPLE, "invisible_until_ms": 1767225630000}]}
         }
     )
     messages: list[ReceivedMessage]
@@ -114,9 +108,7 @@ class InvisibleRequest(BaseModel):
 
 
 class InvisibleResult(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"example": {"receipt_handle": HANDLE_EXAMPLE, "invisible_until_ms": 1767225660000}}
-    )
+    model_config = ConfigDict(json_schema_extra={"example": {"receipt_handle": HANDLE_EXAMPLE, "invisible_until_ms": 1767225660000}})
     receipt_handle: str
     invisible_until_ms: int
 

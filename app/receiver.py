@@ -103,7 +103,9 @@ class Receiver:
         if unknown:
             raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(unknown)[:200]}")
         max_count = _int_param(params, "max", MAX_RECEIVE_MESSAGES, 1, MAX_RECEIVE_MESSAGES, "MAX_INVALID")
-        invisible_ms = _int_param(params, "invisible_ms", DEFAULT_INVISIBLE_MS, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS, "INVISIBLE_TIME_INVALID")
+        invisible_ms = _int_param(
+            params, "invisible_ms", DEFAULT_INVISIBLE_MS, MIN_INVISIBLE_MS, MAX_INVISIBLE_MS, "INVISIBLE_TIME_INVALID"
+        )
         max_wait = self.broker.settings.max_wait_ms
         wait_ms = _int_param(params, "wait_ms", 0, 0, 10**MAX_DIGITS, "REQUEST_INVALID")
         if wait_ms > max_wait:

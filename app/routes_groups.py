@@ -124,7 +124,10 @@ def router(broker: Broker) -> APIRouter:
         "/v1/groups/{group}",
         operation_id="putGroup",
         summary="Create or update a consumer group's settings for group consumption",
-        responses={**docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"), 201: {"description": "Created", "model": GroupInfo}},
+        responses={
+            **docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
+            201: {"description": "Created", "model": GroupInfo},
+        },
     )
     async def put_group(group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
         check_group(group)

@@ -37,8 +37,17 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         "/v1/groups/{group}/topics/{topic}/receive",
         operation_id="receive",
         summary="Receive up to max visible messages of a topic for a group, each invisible to the group for invisible_ms",
-        responses=docs(ReceiveResult, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID",
-                       "WAIT_TOO_LONG", "TAG_INVALID", "TOO_MANY_WAITERS"),  # fmt: skip
+        responses=docs(
+            ReceiveResult,
+            200,
+            *topic_problems,
+            "TOPIC_NOT_READABLE",
+            "MAX_INVALID",
+            "INVISIBLE_TIME_INVALID",
+            "WAIT_TOO_LONG",
+            "TAG_INVALID",
+            "TOO_MANY_WAITERS",
+        ),  # fmt: skip
         openapi_extra=RECEIVE_OPENAPI,
     )
     async def receive(group: GroupPath, topic: TopicPath, request: Request) -> Response:
@@ -68,10 +77,21 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="receiveStream",
         summary="Receive as Server-Sent Events: one message event per message, at most max_in_flight unacked",
         response_class=StreamingResponse,
-        responses={200: {"description": "An event stream", "content": {"text/event-stream": {
-                       "schema": {"type": "string"}, "example": ": stream open\n\nevent: message\ndata: {...}\n\n"}}},
-                   **{k: v for k, v in docs(None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID",
-                                            "INVISIBLE_TIME_INVALID", "TAG_INVALID").items() if k != 200}},  # fmt: skip
+        responses={
+            200: {
+                "description": "An event stream",
+                "content": {
+                    "text/event-stream": {"schema": {"type": "string"}, "example": ": stream open\n\nevent: message\ndata: {...}\n\n"}
+                },
+            },
+            **{
+                k: v
+                for k, v in docs(
+                    None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID", "TAG_INVALID"
+                ).items()
+                if k != 200
+            },
+        },  # fmt: skip
         openapi_extra=STREAM_OPENAPI,
     )
     async def receive_stream(group: GroupPath, topic: TopicPath, request: Request) -> Response:

@@ -31,7 +31,9 @@ class GroupCommitRequest:
 
     __slots__ = ("next_offset", "future", "on_ok", "on_timeout")
 
-    def __init__(self, next_offset: int, on_ok: Any = PutMessageStatus.PUT_OK, on_timeout: Any = PutMessageStatus.FLUSH_DISK_TIMEOUT) -> None:
+    def __init__(
+        self, next_offset: int, on_ok: Any = PutMessageStatus.PUT_OK, on_timeout: Any = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    ) -> None:
         self.next_offset = next_offset
         self.on_ok = on_ok
         self.on_timeout = on_timeout

@@ -329,7 +329,6 @@ def ack_message(topic: str, handle: ReceiptHandle, ack: AckMsg) -> MessageInner:
     return MessageInner(topic, ack.to_json(), handle.revive_queue_id, props)
 
 
-
 def dead_letter(data: bytes, group: str, reconsume_times: int) -> MessageInner:
     """A stored message as its copy for the group's dead-letter topic (one queue)."""
     return requeued(data, dlq_topic(group), reconsume_times)

@@ -136,7 +136,14 @@ class AckMsg:
 
     def to_json(self) -> bytes:
         return orjson.dumps(
-            {"ao": self.ack_offset, "so": self.start_offset, "c": self.consumer_group, "t": self.topic, "q": self.queue_id, "pt": self.pop_time}
+            {
+                "ao": self.ack_offset,
+                "so": self.start_offset,
+                "c": self.consumer_group,
+                "t": self.topic,
+                "q": self.queue_id,
+                "pt": self.pop_time,
+            }
         )
 
     @classmethod

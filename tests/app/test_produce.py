@@ -339,7 +339,9 @@ def test_a_batch_to_one_queue_is_stored_as_a_batch_over_queues_is(client: httpx.
     sent = packed.json()["results"] + spread.json()["results"][:1]
     assert len({s["msg_id"] for s in sent}) == 3
     pull_one(client, topic, 0, 2)  # all three are dispatched
-    r = client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0, "max": 3}, headers={"accept": "application/x-tidemq-batch"})
+    r = client.get(
+        f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0, "max": 3}, headers={"accept": "application/x-tidemq-batch"}
+    )
     stored = [decode_message(r.content, pos) for pos, _ in iter_messages(r.content)]
     assert [m["properties"]["UNIQ_KEY"] for m in stored] == [s["msg_id"] for s in sent]
     assert [m["commitlog_offset"] for m in stored] == [s["commitlog_offset"] for s in sent]

@@ -51,9 +51,10 @@ def test_stream_holds_max_in_flight_and_an_ack_lets_the_next_one_through(sse_bro
     for i in range(3):
         send(c, topic, f"e{i}")
     url = f"/v1/groups/sse-g/topics/{topic}/stream"
-    with httpx.Client(base_url=sse_broker.url, timeout=10) as own, own.stream(
-        "GET", url, params={"max_in_flight": 2}, headers={"accept": "text/event-stream"}
-    ) as r:
+    with (
+        httpx.Client(base_url=sse_broker.url, timeout=10) as own,
+        own.stream("GET", url, params={"max_in_flight": 2}, headers={"accept": "text/event-stream"}) as r,
+    ):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         lines = r.iter_lines()
         first, _ = events(lines, 2)

@@ -41,7 +41,9 @@ def bodies(popped: list[Popped]) -> list[str]:
     return [decode_message(p.data, 0)["body"].decode() for p in popped]
 
 
-def receive_until(store: DefaultMessageStore, topic: str, want: int, invisible_ms: int = INVISIBLE_MS, timeout_s: float = 10.0) -> list[Popped]:
+def receive_until(
+    store: DefaultMessageStore, topic: str, want: int, invisible_ms: int = INVISIBLE_MS, timeout_s: float = 10.0
+) -> list[Popped]:
     got: list[Popped] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want:
