@@ -82,3 +82,19 @@ export function parseMetrics(text) {
   }
   return out;
 }
+
+// One labelled counter of /metrics: its `label` value -> sample value. Label values are unescaped
+// as the exposition format escapes them (\\, \" and \n).
+export function parseLabelledMetric(text, name, label) {
+  const out = new Map();
+  const head = `${name}{${label}="`;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(head)) continue;
+    const space = line.lastIndexOf(" ");
+    const close = line.lastIndexOf('"}', space);
+    if (close < head.length) continue;
+    const value = line.slice(head.length, close).replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    out.set(value, Number(line.slice(space + 1)));
+  }
+  return out;
+}

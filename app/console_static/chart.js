@@ -65,7 +65,9 @@ export function lineChart(series, { width = 520, height = 140, unit = "/s", max 
     const pts = s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
     root.append(svg("polyline", { points: pts, class: `line line${i}`, "data-series": s.name }));
     const last = s.last();
-    root.append(svg("text", { x: pad.l + 6 + i * (width < 300 ? 90 : 150), y: pad.t + 12, class: `legend legend${i}` }, `${names ? `${s.name} ` : ""}${last === null ? "-" : fmt(last) + unit}`));
+    // a narrow chart stacks its legends; a wide one sets them side by side
+    const at = width < 300 ? { x: pad.l + 6, y: pad.t + 10 + i * 10 } : { x: pad.l + 6 + i * 150, y: pad.t + 12 };
+    root.append(svg("text", { ...at, class: `legend legend${i}` }, `${names ? `${s.name} ` : ""}${last === null ? "-" : fmt(last) + unit}`));
   });
   return root;
 }

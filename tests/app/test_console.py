@@ -104,9 +104,13 @@ def test_topics_page_lists_queues_creates_and_deletes(context, broker) -> None:
     client.post(f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": "burst"}] * 5})
     received += len(client.post(receive).json()["messages"])
     assert received > 0
+    # What pulls return between two samples shows as its pulled rate (/metrics' per-topic counter).
+    pulled = client.get(f"/v1/topics/{TOPIC}/queues/0/messages", params={"offset": 0, "max": 32}).json()["messages"]
+    assert pulled
     legend = f"#topics-table .spark[data-topic='{TOPIC}'] .legend"
     page.wait_for_function(f"() => !document.querySelector(\"{legend}0\").textContent.startsWith('put 0/s')")
-    page.wait_for_function(f'() => !/^received (0\\/s|-)/.test(document.querySelector("{legend}1").textContent)')
+    page.wait_for_function(f'() => !/^pulled (0\\/s|-)/.test(document.querySelector("{legend}1").textContent)')
+    page.wait_for_function(f'() => !/^received (0\\/s|-)/.test(document.querySelector("{legend}2").textContent)')
     page.fill("#create-topic input[name=topic]", "made-in-console")
     page.fill("#create-topic input[name=queues]", "3")
     page.click("#create-topic button[type=submit]")

@@ -1,18 +1,28 @@
 // Topics: each topic's queues with min/max offsets, its put rate (sampled here from the queues'
-// max offsets) and the rate its consumer groups receive it (from the groups' received counts),
-// create a topic, delete one after an explicit confirmation.
+// max offsets), the rate pulls return it (/metrics' tidemq_topic_pulled_messages_total) and the
+// rate its consumer groups receive it (from the groups' received counts), create a topic, delete
+// one after an explicit confirmation.
 
-import { call, enc, get } from "../api.js";
+import { call, enc, get, parseLabelledMetric } from "../api.js";
 import { lineChart, RateSeries, Sampler } from "../chart.js";
 import { confirmButton, h, link, problemBox, section, table, values } from "../dom.js";
 import { isSystemTopic, topicsWithCounts } from "./common.js";
 
 const SAMPLE_MS = 3000;
-const rates = new Map(); // topic -> {put, received} RateSeries, kept while the console is open
+const rates = new Map(); // topic -> {put, pulled, received} RateSeries, kept while the console is open
 
 function ratesOf(name) {
-  if (!rates.has(name)) rates.set(name, { put: new RateSeries("put"), received: new RateSeries("received") });
+  if (!rates.has(name)) rates.set(name, { put: new RateSeries("put"), pulled: new RateSeries("pulled"), received: new RateSeries("received") });
   return rates.get(name);
+}
+
+// topic -> messages pulls returned so far (/metrics; empty without the right to read it).
+async function pulledByTopic() {
+  try {
+    return parseLabelledMetric(await get("/metrics"), "tidemq_topic_pulled_messages_total", "topic");
+  } catch {
+    return new Map();
+  }
 }
 
 // topic -> messages its groups received so far (group consumption; plain pulls are not counted per topic).
@@ -60,7 +70,7 @@ function row(t, onDelete) {
   const cells = {
     queues: h("span", { class: "mono" }, queuesText(t.queues)),
     messages: h("span", {}, t.messages),
-    spark: h("div", { class: "spark", "data-topic": t.topic }, lineChart([ratesOf(t.topic).put, ratesOf(t.topic).received], { width: 240, height: 48 })),
+    spark: h("div", { class: "spark", "data-topic": t.topic }, lineChart([ratesOf(t.topic).put, ratesOf(t.topic).pulled, ratesOf(t.topic).received], { width: 240, height: 64 })),
   };
   const del = isSystemTopic(t.topic) ? "system" : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
   const cellsRow = [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), `${t.read_queues}/${t.write_queues}`, t.perm, cells.queues, cells.messages, cells.spark, del];
@@ -96,16 +106,17 @@ export async function render(target) {
     }
     shown = new Map(rows.map((r) => [r.key, r]));
     listBox.replaceChildren(
-      table(["Topic", "Read/write queues", "Perm", "Queues: min…max offset", "Messages", "Put / received rate", ""], rows.map((r) => r.cellsRow), { id: "topics-table" }),
+      table(["Topic", "Read/write queues", "Perm", "Queues: min…max offset", "Messages", "Put / pulled / received rate", ""], rows.map((r) => r.cellsRow), { id: "topics-table" }),
       more ? h("p", {}, `and ${more} more topics (not sampled)`) : "",
     );
   };
   const refresh = async () => {
     try {
-      const [{ topics, more }, received] = await Promise.all([topicsWithCounts(), receivedByTopic()]);
+      const [{ topics, more }, pulled, received] = await Promise.all([topicsWithCounts(), pulledByTopic(), receivedByTopic()]);
       const t = Date.now();
       for (const topic of topics) {
         ratesOf(topic.topic).put.count(t, topic.written);
+        if (pulled.has(topic.topic)) ratesOf(topic.topic).pulled.count(t, pulled.get(topic.topic));
         if (received.has(topic.topic)) ratesOf(topic.topic).received.count(t, received.get(topic.topic));
       }
       draw(topics, more);
