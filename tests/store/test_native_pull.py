@@ -85,6 +85,19 @@ def plans(draw: st.DrawFn) -> Plan:
     )
 
 
+def open_pull_store(config: MessageStoreConfig) -> DefaultMessageStore:
+    """A store whose get counters move only with the pulls a test makes.
+
+    The pop revive service pulls the revive queues through the same getter every
+    `pop_revive_interval_ms`, on its own thread, and its reads count in the store-wide get
+    counters; `outcome` tells what one pull added to those counters, so no other thread may
+    pull meanwhile. The revive service is stopped; nothing else pulls.
+    """
+    store = open_store(config)
+    store.group_consumption.revive_service.shutdown()
+    return store
+
+
 def fill(store: DefaultMessageStore, plan: Plan) -> list[tuple[int, int]]:
     """Put the plan's messages; (commitlog offset, size) of each."""
     written = []
@@ -159,6 +172,7 @@ def assert_same_pull(store: DefaultMessageStore, reference: ReferenceGetter, que
 def same_pull(store: DefaultMessageStore, reference: ReferenceGetter, queue_id: int, offset: int, max_count: int, tags) -> tuple:
     """Compare one pull of both; its status and next offset."""
     tag_filter = TagFilter(frozenset(tags)) if tags else None
+    assert not store.group_consumption.revive_service.is_alive(), "a background pull would count in the compared counters"
     got = outcome(store.getter, queue_id, offset, max_count, tag_filter)
     want = outcome(reference, queue_id, offset, max_count, tag_filter)
     assert got == want, (queue_id, offset, max_count, tags)
@@ -177,7 +191,7 @@ pulls = st.tuples(st.integers(0, 1), st.integers(0, 28), st.integers(1, 40), st.
 @given(plans(), st.lists(pulls, min_size=1, max_size=8), pulls)
 def test_get_message_matches_the_reference(plan: Plan, queries, follow) -> None:
     with tempfile.TemporaryDirectory() as root:
-        store = open_store(pull_config(root, **plan.limits))
+        store = open_pull_store(pull_config(root, **plan.limits))
         try:
             damage(store, plan, fill(store, plan))
             reference = ReferenceGetter(store)
@@ -290,7 +304,7 @@ def test_pulls_racing_file_deletion_read_only_whole_messages(tmp_path) -> None:
 
 
 def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_as_the_reference_does(tmp_path) -> None:
-    store = open_store(pull_config(str(tmp_path / "s")))
+    store = open_pull_store(pull_config(str(tmp_path / "s")))
     try:
         items = [store.put_message(build_message(TOPIC, b"%04d" % i * 100, i % 2, tags=f"t{i}")).items[0] for i in range(60)]
         wait_dispatched(store)
@@ -315,7 +329,7 @@ def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_a
 
 
 def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(tmp_path) -> None:
-    store = open_store(pull_config(str(tmp_path / "s")))
+    store = open_pull_store(pull_config(str(tmp_path / "s")))
     try:
         for i in range(10):
             store.put_message(build_message(TOPIC, b"m%d" % i, 0, tags="a"))
@@ -329,5 +343,21 @@ def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(t
             with getter.get_message("g", TOPIC, 0, 0, 32) as r:
                 assert r.queue_offsets == [0, 1, 2, 4, 5, 6, 7, 8, 9]
             assert store.stats.damaged_queue_entries - before == 1
+    finally:
+        store.shutdown()
+
+
+def test_only_the_compared_pulls_move_the_get_counters_of_a_pull_store(tmp_path) -> None:
+    store = open_pull_store(pull_config(str(tmp_path / "s"), pop_revive_interval_ms=10))
+    try:
+        names = ("get_found", "get_miss", "get_transferred_messages", "get_transferred_bytes")
+        revive = store.group_consumption.revive_service
+        before = [getattr(store.stats, n) for n in names]
+        revive.revive_pass()  # what the service does on its thread every interval
+        assert store.stats.get_miss > before[1], "its reads count in the store's get counters"
+        assert not revive.is_alive()
+        before = [getattr(store.stats, n) for n in names]
+        time.sleep(0.2)  # twenty revive intervals
+        assert [getattr(store.stats, n) for n in names] == before
     finally:
         store.shutdown()
