@@ -184,6 +184,14 @@ class Broker:
         if for_write and topic in SYSTEM_TOPICS:
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
 
+    def may_create_topic(self, topic: str, explicit: bool) -> bool:
+        """Whether a write may create the topic: a valid name, not a system topic; a PUT, or auto-creation on."""
+        try:
+            self.check_topic_name(topic, for_write=True)
+        except ProblemError:
+            return False
+        return explicit or self.settings.auto_create_topics
+
     def topic_config(self, topic: str) -> TopicConfig:
         """The topic's config; TOPIC_INVALID or TOPIC_NOT_FOUND problems otherwise."""
         self.check_topic_name(topic)

@@ -90,6 +90,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "RESOURCES_EXHAUSTED": ProblemKind(503, "The broker is out of file descriptors or memory for this request; retry shortly"),
     "NO_MASTER": ProblemKind(503, "The broker group has no master accepting writes now (election or fencing); retry shortly"),
     "FORWARD_FAILED": ProblemKind(503, "The broker that owns this request did not answer when it was forwarded; retry shortly"),
+    "CLUSTER_UNAVAILABLE": ProblemKind(503, "etcd did not answer, so no broker group could be chosen for a new topic; retry shortly"),
 }
 
 # Why the store refused a put (nothing written) -> code.

@@ -42,8 +42,9 @@ def parse_max_in_flight(request: Request) -> int:
     return int(text)
 
 
-def event(spec: ReceiveSpec, p: Popped) -> bytes:
-    view = received_json(message_json(decode_message(p.data, 0)), p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
+def event(spec: ReceiveSpec, p: Popped, handle_prefix: str) -> bytes:
+    view = received_json(message_json(decode_message(p.data, 0)), handle_prefix + p.handle, p.invisible_until_ms, p.reconsume_times,
+                         spec.topic)  # fmt: skip
     return b"event: message\ndata: " + orjson.dumps(view) + b"\n\n"
 
 
@@ -83,7 +84,7 @@ class ReceiveStream:
                     popped = await self.receiver.take(spec)
                     if popped:
                         self.registry.delivered(state, popped)
-                        yield b"".join(event(spec, p) for p in popped)
+                        yield b"".join(event(spec, p, self.receiver.handle_prefix) for p in popped)
                         continue
                 timeout = next_beat - loop.time()
                 if next_expiry is not None:

@@ -89,6 +89,18 @@ class Receiver:
         self.store = broker.store
         self.held = broker.held
         self.streams = StreamRegistry()  # the open event streams, told of acks
+        # In a cluster, handles name their group ("{broker_name}:{handle}") so that any broker routes
+        # an ack to it (cluster/spanning.py); the store's handles never contain ":".
+        self.handle_prefix = f"{broker.cluster.group_name}:" if broker.cluster is not None else ""
+
+    def issued(self, handle: str) -> str:
+        """The handle as clients see it."""
+        return self.handle_prefix + handle
+
+    def own_handle(self, handle: str) -> str:
+        """The store's handle of one a client sent (without this group's prefix; others fail the store's check)."""
+        prefix = self.handle_prefix
+        return handle[len(prefix) :] if prefix and handle.startswith(prefix) else handle
 
     def parse(self, request: Request, extra: tuple[str, ...] = ()) -> ReceiveSpec:
         """The checked receive; `extra` names query parameters the caller reads itself."""
@@ -119,7 +131,9 @@ class Receiver:
 
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
         messages = [
-            received_json(message_json(decode_message(p.data, 0)), p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
+            received_json(
+                message_json(decode_message(p.data, 0)), self.issued(p.handle), p.invisible_until_ms, p.reconsume_times, spec.topic
+            )  # fmt: skip
             for p in popped
         ]
         return Response(orjson.dumps({"messages": messages}), media_type="application/json")
@@ -172,10 +186,11 @@ class Receiver:
         check_group(group)
         self.broker.check_master()
         self.broker.topic_config(topic)
-        handles = parse_ack_body(await request.body())
+        given = parse_ack_body(await request.body())
+        handles = [self.own_handle(h) for h in given] if self.handle_prefix else given
         outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
-        results = [{"receipt_handle": h, "status": o.value} for h, o in zip(handles, outcomes, strict=True)]
+        results = [{"receipt_handle": h, "status": o.value} for h, o in zip(given, outcomes, strict=True)]
         return Response(orjson.dumps({"results": results}), media_type="application/json")
 
     async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
@@ -183,14 +198,16 @@ class Receiver:
         self.broker.check_master()
         self.broker.topic_config(topic)
         gc = self.store.group_consumption
-        outcome, handle, until = await self.broker.run(gc.change_invisible, group, topic, body.receipt_handle, body.invisible_ms)
+        given = self.own_handle(body.receipt_handle)
+        outcome, handle, until = await self.broker.run(gc.change_invisible, group, topic, given, body.invisible_ms)
         if outcome is AckOutcome.HANDLE_INVALID:
             raise ProblemError("HANDLE_INVALID", "the receipt handle was not issued by this broker for this group and topic")
         if outcome is AckOutcome.HANDLE_EXPIRED:
             raise ProblemError("HANDLE_EXPIRED", "the message's invisible time has passed; it may have been delivered again")
         if outcome is AckOutcome.NOT_STORED:
             raise ProblemError("STORE_WRITE_FAILED", "the new invisible time could not be stored; the old one still holds")
-        return JsonResponse({"receipt_handle": handle, "invisible_until_ms": until})
+        assert handle is not None, "an OK change carries the new handle"
+        return JsonResponse({"receipt_handle": self.issued(handle), "invisible_until_ms": until})
 
 
 def parse_ack_body(data: bytes) -> list[str]:

@@ -226,7 +226,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
     if broker.cluster is not None:
         # Requests this broker does not own go to their owner's master before anything else serves them.
-        forwarder = Forwarder(app.state.entry, broker.cluster, settings.cluster, mapping.problem)
+        forwarder = Forwarder(app.state.entry, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
         app.state.entry = forwarder
         app.state.forwarder = forwarder
     if acl_source is not None:

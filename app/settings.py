@@ -13,9 +13,11 @@ Invariant: after `validate()`, `store.broker_role` is the role the HA settings s
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.logs import LOG_FORMATS
 from cluster.settings import ClusterSettings
@@ -141,8 +143,23 @@ class BrokerSettings:
             self.ha.advertised_http_address = f"{scheme}://{self.host}:{self.port}"
         if self.cluster.enabled:
             self.store.broker_role = BrokerRole.SLAVE  # no put is accepted before this broker wins its group's election
+            self._store_host_from_advertised_address()
         self.store.validate()
         return self
+
+    def _store_host_from_advertised_address(self) -> None:
+        """In a cluster, offset message ids must name one broker: left at their defaults, the store host and port
+        become the advertised HTTP address's, when its host is an IPv4 address (docs/cluster.md)."""
+        defaults = MessageStoreConfig()
+        if (self.store.store_host, self.store.store_port) != (defaults.store_host, defaults.store_port):
+            return
+        address = urlsplit(self.ha.advertised_http_address or "")
+        try:
+            ipaddress.IPv4Address(address.hostname or "")
+        except ValueError:
+            return
+        self.store.store_host = str(address.hostname)
+        self.store.store_port = address.port or (443 if address.scheme == "https" else 80)
 
     def tls_files(self) -> TLSFiles | None:
         """The TLS files, loaded once to prove they are usable; None without TLS; ConfigInvalid when incomplete or unusable."""

@@ -11,6 +11,11 @@ Writes are POST, PUT, PATCH and DELETE; writes that name no topic go to this bro
 reads of another group go to its master, or to any of its brokers while it has none. A queue path
 `/v1/topics/{topic}/queues/{broker_name}:{queue_id}/...` names one group's queue of a topic that
 spans groups: it is served by that group (locally when it is this broker's), as `/queues/{queue_id}`.
+Requests for a topic spanning groups that name no queue are spread or merged over its groups by
+cluster/spanning.py, and so are acks, whose receipt handles name their group. The first write
+of a topic no group holds (a produce, or its creation) claims it for this broker's group in etcd
+first (cluster/topic_claims.py), or goes to the group whose claim came first; 503
+CLUSTER_UNAVAILABLE when etcd does not answer then.
 Bounded: bodies up to `max_forward_body_bytes` (413 BODY_TOO_LARGE past it), at most
 `max_forwards_in_flight` forwards at once and each within `forward_timeout_ms` plus its `wait_ms`
 (503 FORWARD_FAILED otherwise, also when the owner does not answer); a write for a group with no
@@ -19,6 +24,7 @@ master now is 503 NO_MASTER.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from urllib.parse import parse_qs, unquote
@@ -26,9 +32,13 @@ from urllib.parse import parse_qs, unquote
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cluster.asgi_replay import serve_captured
+from cluster.etcd_client import EtcdError
 from cluster.node import ClusterNode
-from cluster.routing import master_address, owner_group
+from cluster.routing import master_address, owner_group, read_address
 from cluster.settings import ClusterSettings
+from cluster.spanning import SpanningRequests
+from cluster.topic_claims import TopicClaims
 
 FORWARDED_HEADER = b"tidemq-forwarded-by"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -43,16 +53,28 @@ DROPPED_REPLY_HEADERS = frozenset({"connection", "keep-alive", "transfer-encodin
 # Longest wait_ms a forwarded request may add to its timeout (the owner caps it with max_wait_ms anyway).
 MAX_WAIT_ALLOWANCE_MS = 300_000
 
+# The paths, after /v1/topics/{topic}, whose POST is a produce (and may create the topic).
+PRODUCE_TAILS = frozenset({"/messages", "/messages/batch"})
+NO_MASTER = "the broker group that owns this request has no master now (an election is under way); retry shortly"
+CLAIM_FAILED = "etcd did not answer, so no broker group can be chosen for a new topic; retry shortly"
+
 # (code, detail, path) -> the problem reply (app/problems.py's table).
 ProblemReply = Callable[[str, str, str], ASGIApp]
+# (topic, explicit creation) -> whether a write may create it here (a valid name; auto-creation on, or a PUT).
+NewTopicCheck = Callable[[str, bool], bool]
 
 
 class Forwarder:
-    def __init__(self, app: ASGIApp, node: ClusterNode, settings: ClusterSettings, problem: ProblemReply) -> None:
+    def __init__(
+        self, app: ASGIApp, node: ClusterNode, settings: ClusterSettings, problem: ProblemReply, new_topic_check: NewTopicCheck
+    ) -> None:
         self.app = app
         self.node = node
         self.settings = settings
         self.problem = problem
+        self.new_topic_check = new_topic_check
+        self.claims = TopicClaims(node.etcd, node.keys, node.group_name)
+        self.spanning = SpanningRequests(self)
         self.in_flight = 0
         self._client: httpx.AsyncClient | None = None
 
@@ -70,37 +92,69 @@ class Forwarder:
         if any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
             await self.app(scope, receive, send)
             return
-        target = self.target(scope["method"], scope["path"], group)
+        if group is None:
+            if await self.spanning.handle(scope, receive, send):
+                return
+            group = await self.owner(scope["method"], scope["path"])
+            if group is None:
+                return await self.problem("CLUSTER_UNAVAILABLE", CLAIM_FAILED, scope["path"])(scope, receive, send)
+        await self.to_group(group, scope, receive, send)
+
+    async def owner(self, method: str, path: str) -> str | None:
+        """The group a request belongs to (module docstring); None when a new topic's claim cannot be made."""
+        own = self.node.group_name
+        match = TOPIC_PATH.match(path)
+        if match is None or match.group(2) == "/route":
+            return own
+        topic = unquote(match.group(1))
+        group = owner_group(self.node.view, topic) or self.claims.known(topic)
+        if group is not None:
+            return group
+        creates = (method == "PUT" and match.group(2) is None) or (method == "POST" and match.group(2) in PRODUCE_TAILS)
+        if not creates or not self.new_topic_check(topic, method == "PUT"):
+            return own  # nothing is created: served here, which answers the refusal or TOPIC_NOT_FOUND
+        try:
+            return await asyncio.to_thread(self.claims.claim, topic)
+        except EtcdError:
+            return None
+
+    async def to_group(self, group: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve here when this broker can, else forward to the group's master (a read: any of its brokers)."""
+        target = self.target(scope["method"], group)
         if target is None:
             await self.app(scope, receive, send)
         elif target == "":
-            detail = "the broker group that owns this request has no master now (an election is under way); retry shortly"
-            await self.problem("NO_MASTER", detail, scope["path"])(scope, receive, send)
+            await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
         else:
             await self.forward(target, scope, receive, send)
 
-    def target(self, method: str, path: str, group: str | None = None) -> str | None:
-        """The owner's base URL; None to serve here; "" when the owner group has no master (a read: no broker).
-
-        `group`: the group a qualified queue names; otherwise the topic's owner (cluster/routing.py).
-        """
+    def target(self, method: str, group: str) -> str | None:
+        """The group's base URL for this request; None to serve here; "" when the group has no broker that can."""
         node, view = self.node, self.node.view
-        own = node.group_name
-        match = TOPIC_PATH.match(path)
-        if match is not None and match.group(2) == "/route":
-            return None
-        if group is None:
-            group = owner_group(view, unquote(match.group(1)), own) if match is not None else own
         write = method in WRITE_METHODS
-        if group == own and (not write or node.role == "master"):
+        if group == node.group_name and (not write or node.role == "master"):
             return None
-        master = master_address(view, group)
-        if master == node.broker_id:
+        address = master_address(view, group) if write else read_address(view, group)
+        if address == node.broker_id:
             return None
-        if master is None and not write:
-            members = sorted(str(r["http_address"]) for r in view.group(group).records.values())
-            return members[0] if members else ""
-        return master or ""
+        return address or ""
+
+    async def call(self, group: str, scope: Scope, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """One request to a group, served here or there, its whole reply kept: for the replies SpanningRequests merges."""
+        target = self.target(scope["method"], group)
+        if target == "":
+            return 503, [], b""
+        if target is None:
+            return await serve_captured(self.app, self._marked(scope), body)
+        timeout = (self.settings.forward_timeout_ms + self._wait_ms(scope.get("query_string", b""))) / 1000.0
+        self.node.forwarded_total += 1
+        try:
+            request = self._request(target, scope, body, timeout)
+            reply = await self._http().send(request)
+        except httpx.HTTPError:
+            self.node.forward_failed_total += 1
+            return 503, [], b""
+        return reply.status_code, [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.multi_items()], reply.content
 
     async def forward(self, target: str, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -115,17 +169,12 @@ class Forwarder:
             detail = f"a forwarded body is at most {self.settings.max_forward_body_bytes} bytes"
             await self.problem("BODY_TOO_LARGE", detail, path)(scope, receive, send)
             return
-        headers = [(k, v) for k, v in scope["headers"] if k not in DROPPED_REQUEST_HEADERS]
-        headers.append((FORWARDED_HEADER, self.node.broker_id.encode()))
-        query = scope.get("query_string", b"")
-        url = target + scope.get("raw_path", path.encode()).decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
-        timeout = (self.settings.forward_timeout_ms + self._wait_ms(query)) / 1000.0
+        timeout = (self.settings.forward_timeout_ms + self._wait_ms(scope.get("query_string", b""))) / 1000.0
         self.in_flight += 1
         self.node.forwarded_total += 1
         started = False
         try:
-            request = self._http().build_request(scope["method"], url, headers=headers, content=body, timeout=timeout)
-            reply = await self._http().send(request, stream=True)
+            reply = await self._http().send(self._request(target, scope, body, timeout), stream=True)
             try:
                 reply_headers = [
                     (k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.multi_items() if k not in DROPPED_REPLY_HEADERS
@@ -145,6 +194,21 @@ class Forwarder:
             await self.problem("FORWARD_FAILED", detail, path)(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+    def _request(self, target: str, scope: Scope, body: bytes, timeout: float) -> httpx.Request:
+        headers = [(k, v) for k, v in scope["headers"] if k not in DROPPED_REQUEST_HEADERS]
+        headers.append((FORWARDED_HEADER, self.node.broker_id.encode()))
+        query = scope.get("query_string", b"")
+        path = scope.get("raw_path") or scope["path"].encode()
+        url = target + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+        return self._http().build_request(scope["method"], url, headers=headers, content=body, timeout=timeout)
+
+    def _marked(self, scope: Scope) -> Scope:
+        return {**scope, "headers": [*scope["headers"], (FORWARDED_HEADER, self.node.broker_id.encode())]}
+
+    async def read_body(self, receive: Receive) -> bytes | None:
+        """The whole request body; None past `max_forward_body_bytes`."""
+        return await self._read_body(receive)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         chunks: list[bytes] = []

@@ -8,7 +8,9 @@ Keys, under `/tidemq/{cluster_name}/`:
 - `groups/{broker_name}/epoch`: the group's last epoch, `{"epoch": E}` (no lease);
 - `groups/{broker_name}/epochs/{E:012d}`: `{"epoch", "broker", "start_offset"}`, the epoch history;
 - `groups/{broker_name}/sync_state`: `{"epoch", "master", "in_sync": [broker ids]}`, the replicas
-  that may be elected next (written by the master).
+  that may be elected next (written by the master);
+- `topics/{topic}`: `{"topic", "broker_name"}`, the group a new topic was placed in
+  (cluster/topic_claims.py; no lease: it outlives the brokers).
 
 ClusterView is built from one range read of the prefix (one etcd revision), so a view never mixes
 two moments. It is immutable; the cluster node replaces it whole.
@@ -43,6 +45,9 @@ class Keys:
     def sync_state(self, group: str) -> str:
         return f"{self.root}groups/{group}/sync_state"
 
+    def topic(self, topic: str) -> str:
+        return f"{self.root}topics/{quote(topic, safe='')}"
+
 
 @dataclass
 class GroupView:
@@ -76,6 +81,11 @@ class GroupView:
 class ClusterView:
     groups: dict[str, GroupView]
     revision: int = 0
+    claims: dict[str, str] = field(default_factory=dict)  # topic -> the group it was placed in
+
+    def holders(self, topic: str) -> list[str]:
+        """The groups whose records list the topic, by name."""
+        return [name for name in sorted(self.groups) if topic in self.groups[name].topics()]
 
     def group(self, name: str) -> GroupView:
         return self.groups.get(name) or GroupView(name)
@@ -83,9 +93,15 @@ class ClusterView:
 
 def parse_view(keys: Keys, kvs: list[KeyValue], revision: int = 0) -> ClusterView:
     groups: dict[str, GroupView] = {}
+    claims: dict[str, str] = {}
     for kv in kvs:
         parts = kv.key[len(keys.root) :].split("/")
-        if len(parts) < 3 or not isinstance(kv.value, dict):
+        if not isinstance(kv.value, dict):
+            continue
+        if parts[0] == "topics" and len(parts) == 2:
+            claims[str(kv.value.get("topic"))] = str(kv.value.get("broker_name"))
+            continue
+        if len(parts) < 3:
             continue
         kind, name, rest = parts[0], parts[1], parts[2:]
         g = groups.setdefault(name, GroupView(name))
@@ -99,4 +115,4 @@ def parse_view(keys: Keys, kvs: list[KeyValue], revision: int = 0) -> ClusterVie
             g.sync_state = kv.value
         elif kind == "groups" and rest[0] == "epochs":
             g.epochs.append(Epoch(int(kv.value["epoch"]), int(kv.value["start_offset"])))
-    return ClusterView(groups, revision)
+    return ClusterView(groups, revision, claims)
