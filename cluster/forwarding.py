@@ -236,7 +236,7 @@ class Forwarder:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             limits = httpx.Limits(max_connections=self.settings.max_forwards_in_flight)
-            self._client = httpx.AsyncClient(limits=limits)
+            self._client = httpx.AsyncClient(limits=limits, verify=self.settings.forward_tls())
         return self._client
 
     async def aclose(self) -> None:

@@ -9,6 +9,7 @@ of a group is started alike (`--broker-name`, `--ha-port`, `--replication`,
 from __future__ import annotations
 
 import argparse
+import ssl
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ class ClusterSettings:
     max_forward_body_bytes: int = setting(32 * 1024 * 1024, 1024, 1024 * 1024 * 1024)
     # Forwarded requests in flight at once; past it a request to forward is answered 503 FORWARD_FAILED.
     max_forwards_in_flight: int = setting(1_024, 1, 100_000)
+    # CA certificates (PEM) forwarding trusts for other brokers' HTTPS addresses; empty: the system's.
+    forward_ca_file: str = setting("")
 
     @property
     def enabled(self) -> bool:
@@ -77,7 +80,15 @@ class ClusterSettings:
             raise ConfigInvalid("lease_renew_interval_ms * 2 + fence_margin_ms must stay below lease_ttl_s")
         if self.etcd_request_timeout_ms >= ttl_ms:
             raise ConfigInvalid("etcd_request_timeout_ms must be below lease_ttl_s")
+        self.forward_tls()  # an unreadable CA file refuses the start, not the first forward
         return self
+
+    def forward_tls(self) -> ssl.SSLContext:
+        """The TLS context forwarding verifies other brokers with; ConfigInvalid when forward_ca_file cannot be loaded."""
+        try:
+            return ssl.create_default_context(cafile=self.forward_ca_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigInvalid(f"forward_ca_file {self.forward_ca_file!r} cannot be loaded: {exc}") from None
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,9 +40,19 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
     """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines."""
     nodes: list[Node] = []
 
-    def make(name: str, group: str, *, replication: str = "sync", ha_port: int = 0, extra_cluster: str = "", start: bool = True) -> Node:
+    def make(
+        name: str,
+        group: str,
+        *,
+        replication: str = "sync",
+        ha_port: int = 0,
+        extra_cluster: str = "",
+        start: bool = True,
+        extra_args: tuple[str, ...] = (),
+        client_options: dict[str, Any] | None = None,
+    ) -> Node:
         ha_port = ha_port or free_port()
-        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER + extra_cluster)
+        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER + extra_cluster, client_options)
         node.args = [
             "--cluster-etcd", etcd.url,
             "--cluster-name", "test",
@@ -49,6 +60,7 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             "--ha-port", str(ha_port),
             "--replication", replication,
             "--advertised-http-address", node.url,
+            *extra_args,
         ]  # fmt: skip
         node.ha_port = ha_port  # type: ignore[attr-defined]
         nodes.append(node)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import ssl
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from cluster.etcd_client import EtcdClient
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
 from tests.ha.cluster import ROOT, wait_for
 from tests.loopback import free_port
+from tests.tls_certs import make_certs
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -96,3 +98,35 @@ def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_
             assert [m["body"] for m in r.json()["messages"]] == [f"{group}-{i}" for i in range(3)]
     r = a1.client.get("/v1/topics/wide/queues/nowhere:1/messages", params={"offset": 0})
     assert r.status_code == 503 and r.json()["code"] == "NO_MASTER"
+
+
+def test_forwarding_over_https_trusts_the_configured_ca_and_only_it(brokers, tmp_path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    client = {"verify": ssl.create_default_context(cafile=str(certs.ca))}
+    tls = ("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    trusting = f'forward_ca_file = "{certs.ca}"\n'
+    a1 = brokers("a1", "a", replication="async", extra_args=tls, client_options=client, extra_cluster=trusting)
+    b1 = brokers("b1", "b", replication="async", extra_args=tls, client_options=client)  # trusts the system's CAs only
+    wait_master([a1])
+    wait_master([b1])
+    assert a1.url.startswith("https://")
+    assert b1.client.put("/v1/topics/at-b", json={"queues": 1}, headers=DIRECT).status_code == 201
+    assert a1.client.put("/v1/topics/at-a", json={"queues": 1}, headers=DIRECT).status_code == 201
+    wait_for(lambda: a1.client.get("/v1/topics/at-b/route").status_code == 200, what="a1 to see group b's topic")
+    wait_for(lambda: b1.client.get("/v1/topics/at-a/route").status_code == 200, what="b1 to see group a's topic")
+    # a1 verifies b1's certificate with the configured CA: its forward is served by b1.
+    r = a1.client.post("/v1/topics/at-b/messages", json={"body": "over https"})
+    assert r.status_code == 201, r.text
+    assert b1.pull_all("at-b", 0, 1) == ["over https"]
+    # b1 knows no such CA: it refuses to forward to a1 rather than trust its certificate.
+    r = b1.client.post("/v1/topics/at-a/messages", json={"body": "refused"})
+    assert r.status_code == 503 and r.json()["code"] == "FORWARD_FAILED", r.text
+
+
+def test_an_unreadable_forward_ca_file_refuses_the_start(etcd, tmp_path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(f'[cluster]\nforward_ca_file = "{tmp_path / "missing.pem"}"\n')
+    cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--config", str(config),
+           "--cluster-etcd", etcd.url, "--broker-name", "a", "--port", str(free_port())]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "forward_ca_file" in done.stderr and "cannot be loaded" in done.stderr, done.stderr
