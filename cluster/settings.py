@@ -9,8 +9,8 @@ of a group is started alike (`--broker-name`, `--ha-port`, `--replication`,
 from __future__ import annotations
 
 import argparse
-import ssl
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
