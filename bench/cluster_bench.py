@@ -3,7 +3,10 @@
 Every run starts its own etcd and broker processes on loopback (cluster/local_cluster.py) over
 temporary stores, groups of two brokers under SYNC_MASTER (a put is answered once the slave has it):
 1. throughput: `--producers` threads put `--body-bytes` messages for `--seconds` to the masters
-   directly, one topic per group, first with one group, then with two;
+   directly, one topic per group, first with one group, then with two; then with two groups and
+   one topic spanning both, sent to every broker of the cluster (one address per producer, as a
+   client that knows no route: each broker spreads the produces over the groups, forwarding what
+   it does not serve itself);
 2. failover: one group under the same load, through both of its brokers; its master is SIGKILLed
    `--rounds` times and restarted at once (back in sync before the next round). Two windows, as
    p50 and max: from the kill until the slave is a master accepting puts, and the producers'
@@ -29,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.local_cluster import LocalCluster
 
+# Sent when a request must be served by the broker it is addressed to (cluster/forwarding.py).
+DIRECT = {"tidemq-forwarded-by": "bench"}
 # Short leases so a failover takes seconds (the defaults are 5 s).
 CONFIG = """
 [cluster]
@@ -104,7 +109,7 @@ class Load:
             t.join(10)
 
 
-def throughput(groups: int, args: argparse.Namespace) -> float:
+def throughput(groups: int, args: argparse.Namespace, spanning: bool = False) -> float:
     with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
         cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, CONFIG)
         try:
@@ -112,8 +117,15 @@ def throughput(groups: int, args: argparse.Namespace) -> float:
             found = masters(cluster)
             wait(lambda: all_in_sync(cluster), 30, "the slaves to be in sync")
             targets = [(url, f"bench{g}") for g, url in enumerate(found)]
-            for url, topic in targets:
-                httpx.put(f"{url}/v1/topics/{topic}", json={"queues": 8}, timeout=10.0).raise_for_status()
+            if spanning:
+                targets = [(url, "wide") for url in cluster.urls()]
+            for url in found if spanning else [u for u, _ in targets]:
+                topic = "wide" if spanning else dict(targets)[url]
+                # Marked as forwarded: created on this master itself, so a spanning topic is created on each group.
+                r = httpx.put(f"{url}/v1/topics/{topic}", json={"queues": 8}, headers=DIRECT, timeout=10.0)
+                r.raise_for_status()
+            if spanning:
+                wait(lambda: spans(cluster.urls(), "wide", groups), 30, "every broker to route the topic to every group")
             with Load(targets, args.producers, "x" * args.body_bytes) as load:
                 time.sleep(args.seconds / 4)  # warm-up
                 before, started = load.acked, time.monotonic()
@@ -121,6 +133,14 @@ def throughput(groups: int, args: argparse.Namespace) -> float:
                 return (load.acked - before) / (time.monotonic() - started)
         finally:
             cluster.stop()
+
+
+def spans(urls: list[str], topic: str, groups: int) -> bool:
+    for url in urls:
+        r = httpx.get(f"{url}/v1/topics/{topic}/route", timeout=5.0)
+        if r.status_code != 200 or len(r.json()["groups"]) != groups:
+            return False
+    return True
 
 
 def kill_and_wait(cluster: LocalCluster, load: Load, urls: list[str]) -> tuple[float, float]:
@@ -178,9 +198,11 @@ def main() -> int:
         args.seconds, args.rounds = 2.0, 2
     one = throughput(1, args)
     two = throughput(2, args)
+    wide = throughput(2, args, spanning=True)
     print(f"produce, SYNC_MASTER groups of 2, {args.producers} producers, {args.body_bytes} B bodies:")
     print(f"  1 group : {one:10,.0f} msg/s")
     print(f"  2 groups: {two:10,.0f} msg/s  ({two / one:.2f}x)")
+    print(f"  2 groups, one spanning topic, via every broker: {wide:10,.0f} msg/s  ({wide / one:.2f}x)")
     elected, acked = failover_windows(args)
     print(f"failover, SIGKILL of the master ({len(elected)} rounds, lease_ttl_s 2, the killed broker restarted at once):")
     print(f"  until a new master accepts puts : p50 {statistics.median(elected):.2f} s, max {max(elected):.2f} s")

@@ -7,19 +7,29 @@ groups), then hand it to the app again, and merge replies they keep whole (bound
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.types import ASGIApp, Message, Receive, Scope
 
 
-def replay(body: bytes) -> Receive:
-    """A receive callable that hands an already read body to the app again."""
+def replay(body: bytes, then: Receive | None = None) -> Receive:
+    """A receive callable that hands an already read body to the app again, then waits as a server's does.
+
+    After the body a server's receive returns only when the client goes away: `then` is the
+    original request's receive (its disconnect), or, for a request made here, a wait that never ends
+    (the app must not take the missing disconnect for a client that left at once).
+    """
     sent = False
 
     async def receive() -> Message:
         nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        if then is not None:
+            return await then()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable: the wait above never ends")
 
     return receive
 

@@ -3,7 +3,7 @@
 A request is served here when this broker can answer it: reads of a topic its group holds (a slave
 serves reads too), and writes when it is its group's master. Otherwise it is forwarded, once, to the
 master of the group that owns it (cluster/routing.py), and the owner's reply is relayed as it comes
-(status, headers and body; event streams too). A forwarded request carries `tidemq-forwarded-by`
+(status, headers and body: whole, or, for an event stream, as it comes). A forwarded request carries `tidemq-forwarded-by`
 and is always served where it arrives, so no request travels more than one hop; a stale route then
 gets the owner's own answer (for example 403 NOT_MASTER), never a loop.
 
@@ -29,16 +29,17 @@ import re
 from collections.abc import Callable
 from urllib.parse import parse_qs, unquote
 
-import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster.asgi_replay import serve_captured
 from cluster.etcd_client import EtcdError
+from cluster.forward_pools import ForwardPools
 from cluster.node import ClusterNode
 from cluster.routing import master_address, owner_group, read_address
 from cluster.settings import ClusterSettings
 from cluster.spanning import SpanningRequests
 from cluster.topic_claims import TopicClaims
+from tidemq import AsyncPool, HttpRequest, TransportError
 
 FORWARDED_HEADER = b"tidemq-forwarded-by"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -49,7 +50,9 @@ QUALIFIED_QUEUE = re.compile(r"^(/v1/topics/[^/]+/queues/)([A-Za-z0-9][A-Za-z0-9
 QUALIFIED_RAW = re.compile(rb"^(/v1/topics/[^/]+/queues/)([A-Za-z0-9][A-Za-z0-9._-]{0,63}):(\d+)(/.*)?$")
 # Headers not passed on (hop-by-hop, or recomputed by the client library).
 DROPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"upgrade"})
-DROPPED_REPLY_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding"})
+DROPPED_REPLY_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
+# Longest a relayed event stream may be silent (the owner sends a heartbeat every stream_heartbeat_ms, 15 s).
+STREAM_IDLE_S = 60.0
 # Longest wait_ms a forwarded request may add to its timeout (the owner caps it with max_wait_ms anyway).
 MAX_WAIT_ALLOWANCE_MS = 300_000
 
@@ -76,7 +79,7 @@ class Forwarder:
         self.claims = TopicClaims(node.etcd, node.keys, node.group_name)
         self.spanning = SpanningRequests(self)
         self.in_flight = 0
-        self._client: httpx.AsyncClient | None = None
+        self.pools = ForwardPools(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -149,12 +152,12 @@ class Forwarder:
         timeout = (self.settings.forward_timeout_ms + self._wait_ms(scope.get("query_string", b""))) / 1000.0
         self.node.forwarded_total += 1
         try:
-            request = self._request(target, scope, body, timeout)
-            reply = await self._http().send(request)
-        except httpx.HTTPError:
+            pool = await self.pools.pool(target)
+            reply = await pool.request(self._request(scope, body), timeout)
+        except TransportError:
             self.node.forward_failed_total += 1
             return 503, [], b""
-        return reply.status_code, [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.multi_items()], reply.content
+        return reply.status, _reply_headers(reply.headers), reply.body
 
     async def forward(self, target: str, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
@@ -172,36 +175,41 @@ class Forwarder:
         timeout = (self.settings.forward_timeout_ms + self._wait_ms(scope.get("query_string", b""))) / 1000.0
         self.in_flight += 1
         self.node.forwarded_total += 1
-        started = False
         try:
-            reply = await self._http().send(self._request(target, scope, body, timeout), stream=True)
-            try:
-                reply_headers = [
-                    (k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.multi_items() if k not in DROPPED_REPLY_HEADERS
-                ]
-                await send({"type": "http.response.start", "status": reply.status_code, "headers": reply_headers})
-                started = True
-                async for chunk in reply.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            finally:
-                await reply.aclose()
-        except httpx.HTTPError as exc:
+            pool = await self.pools.pool(target)
+            if _is_stream(scope):
+                await self._relay_stream(pool, self._request(scope, body), send)
+            else:
+                reply = await pool.request(self._request(scope, body), timeout)
+                headers = [*_reply_headers(reply.headers), (b"content-length", str(len(reply.body)).encode())]
+                await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+                await send({"type": "http.response.body", "body": reply.body, "more_body": False})
+        except _StreamCut:
+            self.node.forward_failed_total += 1  # the reply was under way: the connection ends short, as the owner's did
+        except TransportError as exc:
             self.node.forward_failed_total += 1
-            if started:
-                return  # the reply was under way: the connection ends short, as the owner's did
             detail = f"{target} did not answer ({type(exc).__name__}); retry shortly"
             await self.problem("FORWARD_FAILED", detail, path)(scope, receive, send)
         finally:
             self.in_flight -= 1
 
-    def _request(self, target: str, scope: Scope, body: bytes, timeout: float) -> httpx.Request:
-        headers = [(k, v) for k, v in scope["headers"] if k not in DROPPED_REQUEST_HEADERS]
-        headers.append((FORWARDED_HEADER, self.node.broker_id.encode()))
+    async def _relay_stream(self, pool: AsyncPool, request: HttpRequest, send: Send) -> None:
+        """An event stream, relayed piece by piece while it lasts (its heartbeats keep the idle timeout away)."""
+        async with pool.stream(request, STREAM_IDLE_S) as (head, pieces):
+            await send({"type": "http.response.start", "status": head.status, "headers": _reply_headers(head.headers)})
+            try:
+                async for piece in pieces:
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            except TransportError as exc:
+                raise _StreamCut from exc
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def _request(self, scope: Scope, body: bytes) -> HttpRequest:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k not in DROPPED_REQUEST_HEADERS}
+        headers[FORWARDED_HEADER.decode()] = self.node.broker_id
         query = scope.get("query_string", b"")
-        path = scope.get("raw_path") or scope["path"].encode()
-        url = target + path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
-        return self._http().build_request(scope["method"], url, headers=headers, content=body, timeout=timeout)
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        return HttpRequest(scope["method"], path + (("?" + query.decode("latin-1")) if query else ""), headers=headers, body=body)
 
     def _marked(self, scope: Scope) -> Scope:
         return {**scope, "headers": [*scope["headers"], (FORWARDED_HEADER, self.node.broker_id.encode())]}
@@ -233,13 +241,20 @@ class Forwarder:
         except ValueError:
             return 0
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            limits = httpx.Limits(max_connections=self.settings.max_forwards_in_flight)
-            self._client = httpx.AsyncClient(limits=limits, verify=self.settings.forward_tls())
-        return self._client
-
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.pools.aclose()
+
+
+class _StreamCut(Exception):
+    """Raised when a relayed stream ends short after its head was sent."""
+
+
+def _is_stream(scope: Scope) -> bool:
+    """An event stream (a receive stream, or a request that accepts only events): relayed as it comes."""
+    if scope["path"].endswith("/stream"):
+        return True
+    return any(k == b"accept" and v.strip() == b"text/event-stream" for k, v in scope["headers"])
+
+
+def _reply_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items() if k not in DROPPED_REPLY_HEADERS]

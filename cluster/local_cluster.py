@@ -47,6 +47,10 @@ class LocalCluster:
     def broker_url(self, group: int, index: int) -> str:
         return f"http://127.0.0.1:{self.base_port + 10 * group + index}"
 
+    def urls(self) -> list[str]:
+        """Every broker's HTTP URL, group by group."""
+        return [self.broker_url(g, i) for g in range(self.groups) for i in range(self.brokers)]
+
     def broker_name(self, group: int, index: int) -> str:
         return f"b{group + 1}-{index + 1}"
 

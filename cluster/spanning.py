@@ -98,7 +98,7 @@ class SpanningRequests:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         ordered = any(name in query for name in ORDER_PARAMS) or any(mark in body for mark in ORDER_MARKS)
         group = groups[0] if ordered else self._next(groups)
-        await self.forwarder.to_group(group, scope, replay(body), send)
+        await self.forwarder.to_group(group, scope, replay(body, receive), send)
 
     async def _query(self, groups: list[str], scope: Scope, send: Send) -> None:
         values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("max", [])
@@ -138,13 +138,13 @@ class SpanningRequests:
             doc = None
         handles = _handles(doc, action)
         if handles is None:
-            await self.forwarder.to_group(own, scope, replay(body), send)  # it answers the bad body
+            await self.forwarder.to_group(own, scope, replay(body, receive), send)  # it answers the bad body
             return
         parts: dict[str, list[int]] = {}
         for i, handle in enumerate(handles):
             parts.setdefault(self._issuer(handle), []).append(i)
         if len(parts) == 1:
-            await self.forwarder.to_group(next(iter(parts)), scope, replay(body), send)
+            await self.forwarder.to_group(next(iter(parts)), scope, replay(body, receive), send)
             return
         groups = list(parts)
         calls = [self.forwarder.call(g, scope, orjson.dumps({"receipt_handles": [handles[i] for i in parts[g]]})) for g in groups]

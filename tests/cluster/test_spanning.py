@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import orjson
 import pytest
 
 from cluster.etcd_client import EtcdClient
@@ -151,3 +152,17 @@ def test_an_invisible_time_change_goes_to_the_group_its_handle_names(brokers) ->
     assert r.json()["receipt_handle"].startswith("b:")
     r = a1.client.post("/v1/groups/g/topics/wide/ack", json={"receipt_handles": [r.json()["receipt_handle"]]})
     assert r.json()["results"][0]["status"] == "OK"
+
+
+def test_an_event_stream_is_relayed_as_it_comes_from_the_group_that_owns_the_topic(brokers) -> None:
+    a1, b1 = two_groups(brokers)
+    assert b1.client.put("/v1/topics/only-b", json={"queues": 1}, headers=DIRECT).status_code == 201
+    wait_for(lambda: route_groups(a1, "only-b") == ["b"], what="a1 to route the topic to group b")
+    with a1.client.stream("GET", "/v1/groups/g/topics/only-b/stream", timeout=20.0) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
+        assert next(lines) == ": stream open", "the head and the first bytes arrive before any message exists"
+        assert b1.client.post("/v1/topics/only-b/messages", json={"body": "live"}).status_code == 201
+        data = next(line for line in lines if line.startswith("data: "))
+    event = orjson.loads(data[len("data: ") :])
+    assert event["body"] == "live" and event["receipt_handle"].startswith("b:")
