@@ -47,32 +47,42 @@ def test_one_flush_serves_many_waiters(tmp_path) -> None:
         s.shutdown()
 
 
-def test_future_api_never_blocks_the_event_loop(tmp_path) -> None:
+def test_put_message_future_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypatch) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    # A slow disk: no flush of the commitlog finishes until the gate opens (the only way to hold a
+    # flush still while a put is under way).
+    gate = threading.Event()
+    real_flush = s.commit_log.flush
 
-    async def main() -> list:
-        ticks = 0
-        stop = False
+    def held_flush(flush_least_pages: int) -> bool:
+        gate.wait(60)
+        return real_flush(flush_least_pages)
 
-        async def ticker() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        futures = [asyncio.wrap_future(s.put_message_future(build_message("A", b"x" * 200))) for _ in range(100)]
-        results = await asyncio.gather(*futures)
-        stop = True
-        await task
-        assert ticks > 0, "the loop kept running while puts waited for their flush"
-        return results
-
+    monkeypatch.setattr(s.commit_log, "flush", held_flush)
     try:
-        results = asyncio.run(main())
+        returned: list = []
+
+        def put() -> None:
+            returned.extend(s.put_message_future(build_message("A", b"x" * 200)) for _ in range(100))
+
+        caller = threading.Thread(target=put)
+        caller.start()
+        caller.join(30)
+        assert len(returned) == 100, "put_message_future waited for the flush instead of returning its future"
+        assert not any(f.done() for f in returned), "answered before the flush: not durable yet"
+
+        async def gather() -> list:
+            waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in returned))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            gate.set()  # the disk catches up: every future completes, on the loop, without blocking it
+            return await asyncio.wait_for(waiting, 30)
+
+        results = asyncio.run(gather())
         assert all(r.ok for r in results)
         assert s.commit_log.flushed_where() >= max(r.end_offset for r in results)
     finally:
+        gate.set()
         s.shutdown()
 
 
