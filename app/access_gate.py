@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.access_check import ACCOUNT_KEY
 from app.access_rules import Need, need_of
 from app.acl import Account, Acl, AclInvalid, load_acl
-from app.problems import problem_response
+from app.problems import ProblemReply
 
 log = logging.getLogger("tidemq.app")
 audit = logging.getLogger("tidemq.audit")
@@ -102,11 +102,11 @@ def bearer_token(scope: Scope) -> bytes | None:
 
 
 class AccessGate:
-    def __init__(self, app: ASGIApp, source: AclSource, metrics_public: bool, problems_total: dict[str, int]) -> None:
+    def __init__(self, app: ASGIApp, source: AclSource, metrics_public: bool, problem: ProblemReply) -> None:
         self.app = app
         self.source = source
         self.metrics_public = metrics_public
-        self.problems_total = problems_total
+        self.problem = problem
         self.limiter = RateLimiter()
         # (method, path, query) -> Need: a producer or consumer repeats the same few requests.
         self.needs: dict[tuple[str, str, bytes], Need] = {}
@@ -150,10 +150,7 @@ class AccessGate:
             await self.app(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None) -> None:
-        self.problems_total[code] = self.problems_total.get(code, 0) + 1
-        response = problem_response(code, detail, scope["path"][:200])
-        if headers:
-            response.headers.update(headers)
+        response = self.problem(code, detail, scope["path"][:200], headers)
         if need_audit(scope):
             audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], "-", response.status_code)
         await response(scope, receive, send)

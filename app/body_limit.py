@@ -16,7 +16,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.problems import problem_response
+from app.problems import ProblemReply
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -45,8 +45,9 @@ class BodyTimeout(StarletteHTTPException):
 class BodyLimit:
     """ASGI middleware capping request bodies (JSON and binary batch bodies have their own, larger cap)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_json_bytes: int, problem: ProblemReply) -> None:
         self.app = app
+        self.problem = problem
         self.max_bytes = max_bytes
         self.max_json_bytes = max_json_bytes
 
@@ -68,11 +69,11 @@ class BodyLimit:
                 chunked = True
         if length is not None:
             if not length.isdigit():
-                await problem_response("REQUEST_INVALID", "Content-Length is not a number", scope.get("path"))(scope, receive, send)
+                await self.problem("REQUEST_INVALID", "Content-Length is not a number", scope.get("path"), None)(scope, receive, send)
                 return
             if int(length) > limit:
                 detail = f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes"
-                await problem_response("BODY_TOO_LARGE", detail, scope.get("path"))(scope, receive, send)
+                await self.problem("BODY_TOO_LARGE", detail, scope.get("path"), None)(scope, receive, send)
                 return
             if int(length) == 0:
                 await self.app(scope, receive, send)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.body_limit import BODY_TIMED_OUT
-from app.problems import problem_response
+from app.problems import ProblemReply
 from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
 
@@ -40,7 +41,7 @@ log = logging.getLogger("tidemq.app")
 ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
 
 
-def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
+def refusing_app(app: ASGIApp, max_connections: int, problem: ProblemReply) -> ASGIApp:
     """The app of a connection opened past the bound: 503 TOO_MANY_CONNECTIONS (and close), but health."""
 
     async def refuse(scope: Scope, receive: Receive, send: Send) -> None:
@@ -54,8 +55,7 @@ def refusing_app(app: ASGIApp, max_connections: int) -> ASGIApp:
             await app(scope, receive, send_and_close)
             return
         detail = f"{max_connections} connections are open already; retry shortly"
-        response = problem_response("TOO_MANY_CONNECTIONS", detail, scope.get("path"))
-        response.headers["Connection"] = "close"
+        response = problem("TOO_MANY_CONNECTIONS", detail, scope.get("path"), {"Connection": "close"})
         await response(scope, receive, send)
 
     return refuse
@@ -67,6 +67,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     header_read_timeout_s = 10.0
     body_read_timeout_s = 30.0
     max_connections = 1
+    problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -103,7 +104,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(ReplyTransport(transport, self.loop))  # type: ignore[arg-type]
         if len(self.connections) > self.max_connections:
-            self.app = refusing_app(self.app, self.max_connections)
+            self.app = refusing_app(self.app, self.max_connections, self.problem)
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -139,15 +140,26 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return
         if self.reading_headers:
             detail = f"the request's headers did not arrive within {self.header_read_timeout_s:g} s"
-            response = problem_response("REQUEST_TIMEOUT", detail)
-            head = [b"HTTP/1.1 408 Request Timeout\r\n"]
-            head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers if name != b"connection"]
-            self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
+            self._write_problem_and_close("REQUEST_TIMEOUT", detail)
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes its parser refuses (a malformed request line, header or
+        Content-Length), as a counted problem reply rather than uvicorn's plain text."""
+        self._write_problem_and_close("REQUEST_INVALID", f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})")
+
+    def _write_problem_and_close(self, code: str, detail: str) -> None:
+        """A problem reply written straight to the connection (no request is under way to answer it), then closed."""
+        response = self.problem(code, detail, None, None)
+        reason = HTTPStatus(response.status_code).phrase.encode()
+        head = [b"HTTP/1.1 %d %s\r\n" % (response.status_code, reason)]
+        head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers if name != b"connection"]
+        self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
         self.transport.close()
 
 
-def bounded_protocol(settings: BrokerSettings) -> type[BoundedHttpProtocol]:
-    """The protocol class uvicorn builds per connection, with this broker's limits."""
+def bounded_protocol(settings: BrokerSettings, problem: ProblemReply) -> type[BoundedHttpProtocol]:
+    """The protocol class uvicorn builds per connection, with this broker's limits and its counted problem replies."""
     return type(
         "TidemqHttpProtocol",
         (BoundedHttpProtocol,),
@@ -155,5 +167,6 @@ def bounded_protocol(settings: BrokerSettings) -> type[BoundedHttpProtocol]:
             "header_read_timeout_s": settings.header_read_timeout_ms / 1000.0,
             "body_read_timeout_s": settings.body_read_timeout_ms / 1000.0,
             "max_connections": settings.max_connections,
+            "problem": staticmethod(problem),
         },
     )

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.body_limit import BodyLimit
 from app.http_requests import ROUTE_KEY
+from app.problems import ProblemReply
 from app.startup import StartupGate
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -60,7 +61,14 @@ class HotHandlers:
 
 class HotRoutes:
     def __init__(
-        self, app: ASGIApp, handlers: HotHandlers, on_error: ErrorMapper, broker: object, max_bytes: int, max_json_bytes: int
+        self,
+        app: ASGIApp,
+        handlers: HotHandlers,
+        on_error: ErrorMapper,
+        problem: ProblemReply,
+        broker: object,
+        max_bytes: int,
+        max_json_bytes: int,
     ) -> None:
         self.app = app
         self.produce = handlers.produce
@@ -70,7 +78,7 @@ class HotRoutes:
         self.group_actions = {"receive": handlers.receive, "ack": handlers.ack}
         self.on_error = on_error
         # The hot requests pass the gates every other request passes inside the FastAPI app.
-        self.gated = BodyLimit(StartupGate(self._serve, broker), max_bytes, max_json_bytes)
+        self.gated = BodyLimit(StartupGate(self._serve, broker, problem), max_bytes, max_json_bytes, problem)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

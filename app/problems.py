@@ -9,6 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -150,6 +151,12 @@ def problem_body(code: str, detail: str, instance: str | None = None, extra: dic
         body.update(extra)
     return body
 
+
+# Statuses Starlette raises itself (no route, wrong method, body limits) -> their problem codes.
+HTTP_STATUS_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "REQUEST_TIMEOUT", 413: "BODY_TOO_LARGE"}
+
+# (code, detail, path or None, extra headers) -> a counted problem reply: app.server's ErrorMapping.problem.
+ProblemReply = Callable[[str, str, str | None, dict[str, str] | None], Response]
 
 # 503s are worth retrying soon; after a 408 the rest of the request is unknown, so the connection ends.
 RETRY_AFTER = {"Retry-After": "1"}

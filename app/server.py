@@ -59,7 +59,7 @@ from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceB
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_security import add_bearer_security
-from app.problems import ProblemError, StartRefused, problem_response
+from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -125,11 +125,14 @@ class ErrorMapping:
             response.headers.update(headers)
         return response
 
-    def problem(self, code: str, detail: str, path: str) -> Response:
-        """A counted problem reply outside a request handler (the cluster's forwarding)."""
+    def problem(self, code: str, detail: str, path: str | None, headers: dict[str, str] | None = None) -> Response:
+        """A counted problem reply outside a request handler (middleware, gates, the connection, forwarding)."""
         counts = self.broker.http_problems_total
         counts[code] = counts.get(code, 0) + 1
-        return problem_response(code, detail, path)
+        response = problem_response(code, detail, path)
+        if headers:
+            response.headers.update(headers)
+        return response
 
     async def __call__(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, ProblemError):
@@ -138,8 +141,7 @@ class ErrorMapping:
             code, detail = _validation_code(list(exc.errors()))
             return self.counted(code, detail, request)
         if isinstance(exc, StarletteHTTPException):
-            codes = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "REQUEST_TIMEOUT", 413: "BODY_TOO_LARGE"}
-            code = codes.get(exc.status_code, "REQUEST_INVALID")
+            code = HTTP_STATUS_CODES.get(exc.status_code, "REQUEST_INVALID")
             detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
             headers = dict(exc.headers or {})
             if exc.status_code == 405:
@@ -216,14 +218,19 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
     ]
     mapping = ErrorMapping(broker)
+    app.state.problem = mapping.problem  # every error reply outside a handler goes through it, counted
     install_error_handlers(app, mapping)
-    app.add_middleware(StartupGate, broker=broker)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes)
+    app.add_middleware(StartupGate, broker=broker, problem=mapping.problem)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes, problem=mapping.problem
+    )
     # What the server serves: the hot routes outermost, in front of the FastAPI app and its middleware.
     app.state.entry = app
     if settings.hot_routes:
         handlers = HotHandlers(produce, produce_batch, pull, pull_batch, receive, ack)
-        app.state.entry = HotRoutes(app, handlers, mapping, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
+        app.state.entry = HotRoutes(
+            app, handlers, mapping, mapping.problem, broker, settings.max_request_body_bytes, settings.max_json_body_bytes
+        )
     if broker.cluster is not None:
         # Requests this broker does not own go to their owner's master before anything else serves them.
         forwarder = Forwarder(app.state.entry, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
@@ -231,7 +238,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.state.forwarder = forwarder
     if acl_source is not None:
         # In front of the hot routes: tokens and permissions are checked before they see a request.
-        app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, broker.http_problems_total)
+        app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, mapping.problem)
     # Outermost: every request is counted (and logged), the ones the gates refuse included.
     app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
 
@@ -305,7 +312,7 @@ def run(settings: BrokerSettings) -> None:
             app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings),
+            http=bounded_protocol(settings, app.state.problem),
             lifespan="on",
             log_level=settings.log_level,
             log_config=log_config(settings.log_level, settings.log_format),

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.problems import StartRefused, problem_response
+from app.problems import ProblemReply, StartRefused
 from store import MessageStore
 
 # Paths served while the store loads.
@@ -53,13 +53,14 @@ def recovery_progress(store: MessageStore) -> dict[str, Any]:
 class StartupGate:
     """ASGI middleware answering 503 STARTING while `is_starting()` holds, except the health paths."""
 
-    def __init__(self, app: ASGIApp, broker: Any) -> None:
+    def __init__(self, app: ASGIApp, broker: Any, problem: ProblemReply) -> None:
         self.app = app
         self.broker = broker
+        self.problem = problem
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.broker.loading and scope["type"] == "http" and scope["path"] not in SERVED_WHILE_STARTING:
             detail = "the store is being loaded and recovered; see /readyz for the progress"
-            await problem_response("STARTING", detail, scope["path"])(scope, receive, send)
+            await self.problem("STARTING", detail, scope["path"], None)(scope, receive, send)
             return
         await self.app(scope, receive, send)

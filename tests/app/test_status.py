@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import threading
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from app.server import create_app
@@ -149,3 +151,32 @@ def test_reads_past_the_bound_are_refused(tmp_path: Path) -> None:
             await broker.stop()
 
     asyncio.run(scenario())
+
+
+def raw_post(base_url: str, path: str, content_length: str) -> tuple[int, dict]:
+    """A POST whose head declares `content_length` (no HTTP library sends a wrong one), its body never sent."""
+    with socket.create_connection((base_url.host, base_url.port), timeout=15) as sock:
+        head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\ncontent-length: {content_length}\r\n\r\n"
+        sock.sendall(head.encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    status = int(reply.split(b" ", 2)[1])
+    return status, orjson.loads(reply.split(b"\r\n\r\n", 1)[1])
+
+
+def test_the_body_limit_replies_are_counted_with_every_other_problem(client: httpx.Client) -> None:
+    def count(code: str) -> float:
+        text = client.get("/metrics").text
+        return metric(text, f'tidemq_http_problems_total{{code="{code}"}}') if f'code="{code}"' in text else 0
+
+    too_large, bad_length = count("BODY_TOO_LARGE"), count("REQUEST_INVALID")
+    for path in ("/v1/topics/t/messages", "/v1/groups/g/topics/t/ack", "/v1/topics/t"):  # hot routes and a FastAPI one
+        status, body = raw_post(client.base_url, path, str(10**12))
+        assert status == 413 and body["code"] == "BODY_TOO_LARGE"
+    status, body = raw_post(client.base_url, "/v1/topics/t/messages", "12x")
+    assert status == 400 and body["code"] == "REQUEST_INVALID"
+    assert count("BODY_TOO_LARGE") == too_large + 3 and count("REQUEST_INVALID") == bad_length + 1
