@@ -1,9 +1,11 @@
 """Broker: the one object the routes share (the store, its settings, the held pulls, the read pool).
 
 Invariants:
-- The event loop never waits on disk: loading, shutting down, reads and metadata writes run
-  in `executor` (or the default pool for start/stop); only puts (a memory copy into a mapped
-  file under the put lock) are called on the loop, and their flush is awaited as a future.
+- Loading, shutting down, reads and metadata writes run in `executor` (or the default pool for
+  start/stop), with two exceptions called on the loop: puts (a memory copy into a mapped file
+  under the put lock; their flush is awaited as a future) and pulls of just-written messages
+  (within `inline_read_window_messages` of the queue's end, app/routes_pull.py), which are in the
+  page cache and cost less than the hop to a reader thread.
 - Topic names are checked with `topic_problem` before any store call, so a name such as
   `../etc` never reaches the filesystem.
 - On stop, every held pull is released before the store shuts down; a stop during a background
