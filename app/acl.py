@@ -41,7 +41,7 @@ MEMO_LIMIT = 4096
 
 
 class AclInvalid(ConfigInvalid):
-    """The ACL file cannot be read or does not have the expected shape; the message names the fault."""
+    """Raised when the ACL file cannot be read or does not have the expected shape; the message names the fault."""
 
 
 @dataclass(frozen=True)

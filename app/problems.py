@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 from starlette.responses import Response
 
-from store import PutMessageResult, PutMessageStatus, PutRefusal
+from store import PutMessageResult, PutMessageStatus, PutRefusal, TidemqError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "https://tidemq.dev/problems/"
@@ -127,7 +127,7 @@ PUT_STATUSES: dict[PutMessageStatus, str] = {
 }
 
 
-class ProblemError(Exception):
+class ProblemError(TidemqError):
     """Raised when a request cannot be served; the handler turns it into problem+json."""
 
     def __init__(self, code: str, detail: str, extra: dict | None = None) -> None:
@@ -138,7 +138,7 @@ class ProblemError(Exception):
         self.extra = extra
 
 
-class StartRefused(Exception):
+class StartRefused(TidemqError):
     """Raised when the broker cannot start (port in use, store locked, store unreadable); one line for the CLI."""
 
 

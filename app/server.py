@@ -64,7 +64,7 @@ from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
 from cluster.forwarding import Forwarder
-from store import StoreLocked
+from store import StoreLocked, TidemqError
 
 log = logging.getLogger("tidemq.app")
 DESCRIPTION = (
@@ -284,8 +284,8 @@ class BrokerServer(uvicorn.Server):
             self.should_exit = True
 
 
-class RestartRequested(Exception):
-    """The cluster asked for a restart of this process (cluster/node.py); the server stopped cleanly first."""
+class RestartRequested(TidemqError):
+    """Raised when the cluster asked for a restart of this process (cluster/node.py); the server stopped cleanly first."""
 
 
 def run(settings: BrokerSettings) -> None:

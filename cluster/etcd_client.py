@@ -20,13 +20,15 @@ from typing import Any
 import httpx
 import orjson
 
+from store import TidemqError
 
-class EtcdError(Exception):
-    """etcd answered, but with an error."""
+
+class EtcdError(TidemqError):
+    """Raised when etcd answered, but with an error."""
 
 
 class EtcdUnavailable(EtcdError):
-    """No endpoint answered within the timeout."""
+    """Raised when no etcd endpoint answered within the timeout."""
 
 
 @dataclass(frozen=True, slots=True)

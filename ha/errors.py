@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from store import TidemqError
 
-class HAError(Exception):
-    """Base of every replication error."""
+
+class HAError(TidemqError):
+    """Raised when replication cannot go on; the base of every replication error."""
 
 
 class HAStartFailed(HAError):

@@ -24,13 +24,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pipeline.errors import PipelineError
 from store import DecodeOutcome, check_message
 
 COMMITLOG_DIR_NAME = "commitlog"
 FILE_NAME_DIGITS = 20  # commitlog files are named by a zero-padded 20-digit start offset
 
 
-class CommitLogReadError(Exception):
+class CommitLogReadError(PipelineError):
     """Raised when a path cannot be read as a store or commitlog directory."""
 
 

@@ -7,8 +7,10 @@ task into a task failure whose message carries ours (and so the broker's problem
 
 from __future__ import annotations
 
+from store import TidemqError
 
-class PipelineError(Exception):
+
+class PipelineError(TidemqError):
     """Raised when a tidemq source, sink or job cannot go on; the base of the pipeline's errors."""
 
 

@@ -7,7 +7,7 @@ only, never from its submodules; tests/store/test_public_api.py checks both.
 
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.default_message_store import DefaultMessageStore
-from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TopicInvalid
+from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TidemqError, TopicInvalid
 from store.get_message_result import GetMessageResult, TagFilter
 from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Popped, SubscriptionGroup
 from store.message import (
@@ -149,6 +149,7 @@ __all__ = [
     "StoreNotRunning",
     "SubscriptionGroup",
     "TagFilter",
+    "TidemqError",
     "TopicConfig",
     "TopicInvalid",
     "TransactionAction",

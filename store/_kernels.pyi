@@ -1,9 +1,11 @@
 # Signatures of the C extension store._kernels (store/_native/); store.native wraps each one.
 from typing import Any, Literal, overload
 
+from store.errors import StoreError
+
 GIL_RELEASE_MIN_BYTES: int  # kernels keep the GIL for smaller inputs
 
-class BatchError(ValueError):
+class BatchError(StoreError):
     index: int
 
 def gil_releases() -> int: ...

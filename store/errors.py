@@ -1,4 +1,4 @@
-"""The store's one small exception tree.
+"""The root of tidemq's exception tree, and the store's branch of it.
 
 Expected outcomes of puts and gets are status enums (store/status.py); these
 exceptions are for conditions that stop an operation as a whole (a broken
@@ -8,7 +8,12 @@ configuration, a directory already in use, a corrupt metadata file).
 from __future__ import annotations
 
 
-class StoreError(Exception):
+class TidemqError(Exception):
+    """Raised when tidemq meets an expected condition that stops an operation; the root of every
+    tidemq exception (StoreError, HAError, PipelineError, ProblemError, EtcdError, StartRefused)."""
+
+
+class StoreError(TidemqError):
     """Raised when the store cannot carry out an operation; the base of all store errors."""
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from store.errors import StoreError
+
 # RocketMQ's names: PopAckConstants.REVIVE_TOPIC + cluster, the CK and ACK tags, the revive group.
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 CK_TAG = "ck"
@@ -27,7 +29,7 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 MAX_CHECKPOINT_MESSAGES = 32
 
 
-class RecordInvalid(ValueError):
+class RecordInvalid(StoreError):
     """Raised when a revive-topic body is not a checkpoint or ack record this code can read."""
 
 

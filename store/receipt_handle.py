@@ -17,6 +17,7 @@ import hmac
 import os
 from dataclasses import dataclass
 
+from store.errors import StoreError
 from store.json_file import write_bytes_atomically
 
 SECRET_FILE = "popSecret"
@@ -25,7 +26,7 @@ TAG_BYTES = 16  # HMAC-SHA256 truncated to 128 bits
 FIELD_COUNT = 8
 
 
-class HandleInvalid(ValueError):
+class HandleInvalid(StoreError):
     """Raised when a receipt handle is malformed, forged, altered or names another group or topic."""
 
 

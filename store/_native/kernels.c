@@ -368,9 +368,15 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     crc32_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    BatchError = PyErr_NewExceptionWithDoc("store._kernels.BatchError",
-                                           "Raised when a batch is malformed; args are (message, error code, byte position).",
-                                           PyExc_ValueError, NULL);
+    /* A StoreError, in tidemq's one exception tree (store/errors.py, a module without imports). */
+    PyObject *errors = PyImport_ImportModule("store.errors");
+    PyObject *base = errors != NULL ? PyObject_GetAttrString(errors, "StoreError") : NULL;
+    Py_XDECREF(errors);
+    BatchError = base != NULL ? PyErr_NewExceptionWithDoc("store._kernels.BatchError",
+                                                          "Raised when a batch is malformed; args are (message, error code, byte position).",
+                                                          base, NULL)
+                              : NULL;
+    Py_XDECREF(base);
     if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
         PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0) {
         Py_DECREF(m);
