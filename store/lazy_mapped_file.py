@@ -193,6 +193,7 @@ class LazyMappedFile(MappedFile):
                 self.flushed_position = readable
             finally:
                 self.release()
+        assert self.positions_ordered(start), self.positions()
         return self.flushed_position
 
     def drop_resident(self) -> None:

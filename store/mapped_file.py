@@ -176,6 +176,7 @@ class MappedFile:
 
     def mark_written(self, new_wrote_position: int) -> None:
         """Record bytes the owner wrote into `write_target` directly."""
+        assert self.wrote_position <= new_wrote_position <= self.file_size, "the wrote position only grows, within the file"
         self.wrote_position = new_wrote_position
         if self.write_buffer is None:
             self.committed_position = new_wrote_position
@@ -198,6 +199,7 @@ class MappedFile:
         if self.committed_position == self.file_size and self._pool is not None and self.write_buffer is not None:
             self._pool.return_buffer(self.write_buffer)
             self.write_buffer = None
+        assert self.positions_ordered(0), self.positions()
         return self.committed_position
 
     def flush(self, flush_least_pages: int) -> int:
@@ -217,7 +219,19 @@ class MappedFile:
                     self.release()
             else:
                 self.flushed_position = readable
+        assert self.positions_ordered(start), self.positions()
         return self.flushed_position
+
+    def positions_ordered(self, flushed_before: int) -> bool:
+        """flushed_before <= flushed <= committed <= wrote <= file_size, read so that a concurrent append
+        cannot break it: each position is read before the ones a writer sets earlier (wrote, then committed)."""
+        flushed, committed, wrote = self.flushed_position, self.committed_position, self.wrote_position
+        readable = wrote if self.write_buffer is None and self._pool is None else committed  # as get_read_position
+        return flushed_before <= flushed <= readable and committed <= wrote <= self.file_size
+
+    def positions(self) -> str:
+        """The positions, for an assertion's message."""
+        return f"{self.file_name}: flushed {self.flushed_position} committed {self.committed_position} wrote {self.wrote_position}"
 
     def drop_resident(self) -> None:
         """Take this file's pages out of the process's resident set once it is full and flushed.
