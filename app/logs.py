@@ -21,6 +21,9 @@ import orjson
 
 LOG_FORMATS = ("text", "json")
 ACCESS_LOGGER = "tidemq.access"
+# The one line naming the bound address ("listening on URL"): written whatever the level, so that
+# whoever started the broker on `--port 0` learns its port.
+LISTEN_LOGGER = "tidemq.listen"
 # uvicorn's loggers; they propagate to the root handler instead of printing in their own format.
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 # Attributes every LogRecord has; any other attribute came from `extra=` and is printed as a field.
@@ -89,6 +92,7 @@ def log_config(level: str, log_format: str) -> dict[str, Any]:
             **{name: {"handlers": [], "propagate": True} for name in UVICORN_LOGGERS},
             # Lines only --access-log asks for: written whatever the level of the rest.
             ACCESS_LOGGER: {"level": "INFO"},
+            LISTEN_LOGGER: {"level": "INFO"},
         },
     }
 

@@ -54,7 +54,7 @@ from app.connections import bounded_protocol
 from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
 from app.http_requests import ObservedRequests
-from app.logs import log_config
+from app.logs import LISTEN_LOGGER, log_config
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
@@ -298,6 +298,10 @@ def run(settings: BrokerSettings) -> None:
     fit_descriptors(settings)
     check_exposure(settings)
     listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
+    if settings.port == 0:
+        settings.bound_to(listener.getsockname()[1])
+    # The bound address (the port a `--port 0` start got), logged whatever the level (app/logs.py).
+    logging.getLogger(LISTEN_LOGGER).info("listening on %s", settings.http_url())
     try:
         try:
             app = create_app(settings)

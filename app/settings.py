@@ -35,7 +35,7 @@ FLUSH_MODES = {"sync": FlushDiskType.SYNC_FLUSH, "async": FlushDiskType.ASYNC_FL
 class BrokerSettings:
     # Address the HTTP server listens on; loopback unless told otherwise.
     host: str = setting("127.0.0.1")
-    # TCP port of the HTTP server.
+    # TCP port of the HTTP server; 0: any free port, logged at start ("listening on URL", logger tidemq.listen).
     port: int = setting(8080, 0, 65_535)
     # Root directory of the store (commitlog, consume queues, index, metadata).
     store_dir: str = setting("./data")
@@ -139,13 +139,29 @@ class BrokerSettings:
             raise ConfigInvalid(detail + "; set the role with --role / TIDEMQ_ROLE / [ha] role")
         self.ha.apply_to(self.store)
         if (self.ha.role == "master" or self.cluster.enabled) and self.ha.advertised_http_address is None:
-            scheme = "https" if self.tls_cert_file is not None else "http"
-            self.ha.advertised_http_address = f"{scheme}://{self.host}:{self.port}"
+            self.ha.advertised_http_address = self.http_url()
         if self.cluster.enabled:
             self.store.broker_role = BrokerRole.SLAVE  # no put is accepted before this broker wins its group's election
             self._store_host_from_advertised_address()
         self.store.validate()
         return self
+
+    def http_url(self) -> str:
+        """The HTTP server's own base URL, from its listen address and port."""
+        scheme = "https" if self.tls_cert_file is not None else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
+    def bound_to(self, port: int) -> None:
+        """The port the kernel chose for `port = 0`; what was derived from the port (the advertised
+        HTTP address, and in a cluster the store port) follows it."""
+        assert self.port == 0 and port > 0
+        derived = self.ha.advertised_http_address == self.http_url()
+        self.port = port
+        if derived:
+            self.ha.advertised_http_address = self.http_url()
+        if self.cluster.enabled and self.store.store_port == 0:
+            self.store.store_port = port
 
     def _store_host_from_advertised_address(self) -> None:
         """In a cluster, offset message ids must name one broker: left at their defaults, the store host and port

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 import http.client
+import re
 import socket
+import subprocess
+import time
+from pathlib import Path
 from urllib.parse import urlsplit
+
+# The broker's "listening on URL" log line, in the text or the JSON log format.
+LISTENING = re.compile(rb"listening on (https?://[^\s\"]+):(\d+)")
+
+
+def bound_port(log_path: Path, log_from: int, proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The port a broker started with `--port 0` bound: its "listening on URL" log line, written to
+    `log_path` after byte `log_from`; RuntimeError when it exits or says nothing in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(log_path, "rb") as log:
+            log.seek(log_from)
+            found = LISTENING.search(log.read())
+        if found is not None:
+            return int(found.group(2))
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-5000:]}")
+        time.sleep(0.02)
+    raise RuntimeError(f"broker named no bound port within {timeout_s}s:\n{log_path.read_text(errors='replace')[-5000:]}")
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the server binds it a moment later)."""
+    """A TCP port free on 127.0.0.1 right now, for a peer that must know it before it starts (another
+    process may take it before the peer binds it: a broker binds `--port 0` instead, see bound_port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.loopback import free_port
+from tests.loopback import bound_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small files so tests cross commitlog and consume queue file boundaries.
@@ -73,24 +73,29 @@ class BrokerProcess:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
-        self.port = free_port()
         cmd = [
             sys.executable,
             "-m",
             "app",
             "serve",
             "--port",
-            str(self.port),
+            "0",
             "--store",
             str(self.store_dir),
             "--config",
             str(self.config_path),
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._child_setup
             )
+        try:
+            self.port = bound_port(self.log_path, log_from, self.proc, START_TIMEOUT_S)
+        except RuntimeError:
+            self.kill()
+            raise
         self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:

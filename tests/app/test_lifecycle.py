@@ -12,8 +12,9 @@ import time
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, free_port
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import problem, send, wait_visible
+from tests.loopback import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

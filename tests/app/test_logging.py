@@ -65,7 +65,10 @@ def test_the_environment_chooses_too_and_the_access_log_ignores_the_level(make_b
     env = {"TIDEMQ_LOG_FORMAT": "json", "TIDEMQ_ACCESS_LOG": "true", "TIDEMQ_LOG_LEVEL": "warning"}
     entries = [json.loads(line) for line in run_and_stop(make_broker, env=env)]
     assert any(e["logger"] == "tidemq.access" for e in entries)
-    assert not [e for e in entries if e["level"] == "INFO" and e["logger"] != "tidemq.access"]
+    assert not [e for e in entries if e["level"] == "INFO" and e["logger"] not in ("tidemq.access", "tidemq.listen")]
+    # The bound address is logged whatever the level: a --port 0 start names its port.
+    listening = [e["message"] for e in entries if e["logger"] == "tidemq.listen"]
+    assert len(listening) == 1 and re.fullmatch(r"listening on http://127\.0\.0\.1:[1-9]\d*", listening[0]), listening
 
 
 @pytest.mark.parametrize(
