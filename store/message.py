@@ -2,14 +2,16 @@
 
 - Properties use RocketMQ's encoding: `name \\x01 value \\x02` for each pair, UTF-8.
 - The tags code is Java's `String.hashCode` of the tag (UTF-16 code units, int32).
-- The offset message id is store host IPv4 (4 B) + port (4 B) + commitlog offset
-  (8 B), as 32 upper-case hex characters; it decodes back to the offset.
+- The offset message id is the store host, IPv4 (4 B) or IPv6 (16 B), + port (4 B) +
+  commitlog offset (8 B), as 32 or 56 upper-case hex characters (RocketMQ's
+  MessageDecoder.createMessageId / decodeMessageId); it decodes back to the offset.
 - The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters:
   IPv4 + pid (2 B) + random (4 B) + ms since the start of the month (4 B) + counter (2 B).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import operator
 import os
@@ -31,7 +33,8 @@ PROPERTY_SEPARATOR = "\x02"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC (store.timer_message)
-# BORNHOST of a message whose producer gave none (127.0.0.1, port 0).
+# BORNHOST of a message whose producer gave none (127.0.0.1, port 0). A born host is 8 bytes
+# (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's BORNHOST_V6_FLAG from its length.
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 SYSTEM_TOPICS = frozenset(
     {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT"}
@@ -123,8 +126,12 @@ def build_message(
     uniq_key: str | None = None,
     delay_level: int = 0,
     born_timestamp: int | None = None,
+    born_host: bytes = DEFAULT_BORN_HOST,
 ) -> MessageInner:
-    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent)."""
+    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent).
+
+    `born_host` is 8 bytes (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's v6 bit from it.
+    """
     props: dict[str, str] = dict(properties) if properties else {}
     if tags:
         props[PROPERTY_TAGS] = tags
@@ -133,7 +140,7 @@ def build_message(
     props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
     if delay_level > 0:
         props[PROPERTY_DELAY] = str(delay_level)
-    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp)
+    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp, born_host=born_host)
 
 
 def split_keys(value: str) -> list[str]:
@@ -215,18 +222,22 @@ def tags_hash(tag: str) -> int:
 
 
 def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
-    """RocketMQ's offset message id: host (8 B) + offset (8 B) as 32 upper-case hex characters."""
+    """RocketMQ's offset message id: host (8 or 20 B) + offset (8 B) as 32 or 56 upper-case hex characters."""
     return (store_host + commitlog_offset.to_bytes(8, "big")).hex().upper()
+
+
+OFFSET_MSG_ID_LENGTHS = (32, 56)  # hex characters with an IPv4 and an IPv6 store host
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """Return (ip, port, commitlog offset) of an offset message id; ValueError when malformed."""
-    if len(msg_id) != 32:
-        raise ValueError("an offset message id has 32 hex characters")
+    if len(msg_id) not in OFFSET_MSG_ID_LENGTHS:
+        raise ValueError("an offset message id has 32 hex characters (56 with an IPv6 store host)")
     raw = bytes.fromhex(msg_id)
-    ip = ".".join(str(b) for b in raw[:4])
-    port = int.from_bytes(raw[4:8], "big")
-    offset = int.from_bytes(raw[8:16], "big", signed=True)
+    ip_len = 4 if len(raw) == 16 else 16
+    ip = str(ipaddress.ip_address(raw[:ip_len]))
+    port = int.from_bytes(raw[ip_len : ip_len + 4], "big")
+    offset = int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
     if offset < 0:
         raise ValueError("offset is negative")
     return ip, port, offset
