@@ -5,8 +5,11 @@
 - The offset message id is the store host, IPv4 (4 B) or IPv6 (16 B), + port (4 B) +
   commitlog offset (8 B), as 32 or 56 upper-case hex characters (RocketMQ's
   MessageDecoder.createMessageId / decodeMessageId); it decodes back to the offset.
-- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters:
-  IPv4 + pid (2 B) + random (4 B) + ms since the start of the month (4 B) + counter (2 B).
+- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters, in
+  MessageClientIDSetter's layout: IPv4 + pid (2 B) + 4 bytes fixed per process (the
+  class loader's hash there, random here) + ms since the start of the current month in
+  local time (4 B) + counter (2 B). The time base moves to the next month's start once
+  the clock reaches it (MessageClientIDSetter.createUniqIDBuffer).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import operator
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Property names (RocketMQ's MessageConst).
@@ -244,29 +248,36 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 
 
 class UniqKeyGenerator:
-    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix."""
+    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix.
 
-    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01") -> None:
+    `clock_ms` reads the wall clock in ms (time.time by default; tests pass a fixed one).
+    """
+
+    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01", clock_ms: Callable[[], int] | None = None) -> None:
         prefix = ipv4[:4] + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
         self._prefix = prefix.hex().upper()
         self._counter = itertools.count()
-        self._month_start_ms = _month_start_ms()
+        self._clock_ms = clock_ms or _wall_clock_ms
+        self._set_time_base(self._clock_ms())
+
+    def _set_time_base(self, now_ms: int) -> None:
+        self._month_start_ms, self._next_month_start_ms = month_bounds_ms(now_ms)
+
+    def _since_month_start(self) -> int:
+        now = self._clock_ms()
+        if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+            self._set_time_base(now)
+        return now - self._month_start_ms
 
     def next(self) -> str:
-        now = int(time.time() * 1000) - self._month_start_ms
-        if now >= 0xFFFF_FFFF:  # a new month: restart the time base
-            self._month_start_ms = _month_start_ms()
-            now = int(time.time() * 1000) - self._month_start_ms
-        return f"{self._prefix}{now & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        since = self._since_month_start()
+        return f"{self._prefix}{since & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
 
     def next_batch(self, n: int) -> list[str]:
         """`n` keys as `next` makes them, sharing one reading of the clock (a batch is put at once)."""
-        now = int(time.time() * 1000) - self._month_start_ms
-        if not 0 <= now < 0xFFFF_FFFF:
-            return [self.next() for _ in range(n)]
         if n > UNIQ_KEY_CHUNK:  # the 16-bit counter wraps: a huge batch reads the clock again every chunk
             return [k for first in range(0, n, UNIQ_KEY_CHUNK) for k in self.next_batch(min(UNIQ_KEY_CHUNK, n - first))]
-        head = f"{self._prefix}{now:08X}"
+        head = f"{self._prefix}{self._since_month_start() & 0xFFFFFFFF:08X}"
         # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
         return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
 
@@ -275,9 +286,17 @@ class UniqKeyGenerator:
 UNIQ_KEY_CHUNK = 4_096
 
 
-def _month_start_ms() -> int:
-    t = time.gmtime()
-    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def month_bounds_ms(now_ms: int) -> tuple[int, int]:
+    """The starts of the month holding `now_ms` and of the next one, in local time (ms since the epoch)."""
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    end = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(end * 1000)
 
 
 _DEFAULT_GENERATOR = UniqKeyGenerator()
