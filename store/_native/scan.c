@@ -135,54 +135,62 @@ static int32_t tags_code_of(const struct scan_args *a, struct span topic, const 
     return delay_due(a, pr, ts, code) ? 0 : REC_FLAG_DELAY_FALLBACK;
 }
 
-static void put_record(uint8_t *r, const uint8_t *m, size_t pos, size_t total, int64_t code, size_t topic_len, size_t props_len,
-                       int32_t flags, size_t key_count, int64_t store_ts) {
+/* What emit_message read of one message, for its record. */
+struct msg_facts {
+    int32_t sys_flag;
+    int64_t store_ts, code;
+    size_t topic_pos, topic_len, props_len; /* topic_pos: in the scanned buffer */
+};
+
+static void put_record(uint8_t *r, const uint8_t *m, size_t total, const struct msg_facts *f, int32_t flags, size_t key_count) {
     int64_t phys = rd_i64(m + 28);
-    int32_t sys_flag = rd_i32(m + POS_SYS_FLAG);
-    size_t extra = hosts_extra(sys_flag);
-    size_t topic_pos = pos + HEADER_BYTES + extra + (size_t)rd_i32(m + POS_BODY_LEN + extra) + 1;
     wr_i64(r + REC_CQ_ENTRY, phys);
     wr_u32(r + REC_CQ_ENTRY + 8, (uint32_t)total);
-    wr_i64(r + REC_CQ_ENTRY + 12, code);
+    wr_i64(r + REC_CQ_ENTRY + 12, f->code);
     put_h32(r + REC_QUEUE_ID, rd_i32(m + 12));
     put_h64(r + REC_QUEUE_OFFSET, rd_i64(m + 20));
-    put_h64(r + REC_STORE_TS, store_ts);
+    put_h64(r + REC_STORE_TS, f->store_ts);
     put_h64(r + REC_PHYS, phys);
-    put_h64(r + REC_TAGS_CODE, code);
-    put_h64(r + REC_TOPIC_POS, (int64_t)topic_pos);
-    put_h64(r + REC_PROPS_POS, (int64_t)(topic_pos + topic_len + 2));
+    put_h64(r + REC_TAGS_CODE, f->code);
+    put_h64(r + REC_TOPIC_POS, (int64_t)f->topic_pos);
+    put_h64(r + REC_PROPS_POS, (int64_t)(f->topic_pos + f->topic_len + 2));
     put_h32(r + REC_SIZE, (int32_t)total);
-    put_h32(r + REC_SYS_FLAG, sys_flag);
-    put_h32(r + REC_TOPIC_LEN, (int32_t)topic_len);
-    put_h32(r + REC_PROPS_LEN, (int32_t)props_len);
+    put_h32(r + REC_SYS_FLAG, f->sys_flag);
+    put_h32(r + REC_TOPIC_LEN, (int32_t)f->topic_len);
+    put_h32(r + REC_PROPS_LEN, (int32_t)f->props_len);
     put_h32(r + REC_FLAGS, flags);
     put_h32(r + REC_KEY_COUNT, (int32_t)key_count);
 }
 
 /* Emit the record and keys of the checked message at pos; STOP_OUT_FULL when they do not fit.
- * A prepared or rolled-back transaction message gets a REC_FLAG_NO_QUEUE record: no consume-queue
- * entry (DefaultMessageStore.CommitLogDispatcherBuildConsumeQueue); a rolled-back one no index
- * keys either, a prepared one is indexed (IndexService.buildIndex skips only rollbacks). */
+ * A prepared or rolled-back transaction message (both have bit 0x4 of the type) gets a
+ * REC_FLAG_NO_QUEUE record: no consume-queue entry (DefaultMessageStore's
+ * CommitLogDispatcherBuildConsumeQueue); a rolled-back one no index keys either, a prepared one
+ * is indexed (IndexService.buildIndex skips only rollbacks). */
 static int emit_message(const struct scan_args *a, struct scan_state *st, size_t total) {
     const uint8_t *m = a->buf.p + st->pos;
-    int32_t sys_flag = rd_i32(m + POS_SYS_FLAG);
-    size_t header = HEADER_BYTES + hosts_extra(sys_flag);
+    struct msg_facts f;
+    f.sys_flag = rd_i32(m + POS_SYS_FLAG);
+    size_t header = HEADER_BYTES + hosts_extra(f.sys_flag);
     size_t body_len = (size_t)rd_i32(m + header - 4);
     struct span topic = {m + header + body_len + 1, m[header + body_len]};
     struct span props_raw = {topic.p + topic.n + 2, (size_t)rd_i16(topic.p + topic.n)};
+    f.topic_pos = st->pos + header + body_len + 1;
+    f.topic_len = topic.n;
+    f.props_len = props_raw.n;
     struct props pr;
     parse_props(props_raw, &pr);
-    int uniq = (a->flags & SCAN_UNIQ_KEY) != 0, tran = sys_flag & TRANSACTION_TYPE_MASK;
-    size_t nk = tran == TRANSACTION_ROLLBACK_TYPE ? 0 : count_keys(&pr, uniq);
+    int uniq = (a->flags & SCAN_UNIQ_KEY) != 0, no_queue = (f.sys_flag & TRANSACTION_PREPARED_TYPE) != 0;
+    size_t nk = (f.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE ? 0 : count_keys(&pr, uniq);
     if (a->recs_n / REC_BYTES <= st->n_recs || a->keys_n / KEY_BYTES - st->n_keys < nk) return STOP_OUT_FULL;
-    int64_t ts = rd_i64(m + POS_STORE_TS + born_extra(sys_flag)), code;
+    f.store_ts = rd_i64(m + POS_STORE_TS + born_extra(f.sys_flag));
     int32_t flags = REC_FLAG_NO_QUEUE;
-    if (tran == TRANSACTION_PREPARED_TYPE || tran == TRANSACTION_ROLLBACK_TYPE) code = java_hash_utf8(0, pr.tags);
-    else flags = tags_code_of(a, topic, &pr, ts, &code);
-    put_record(a->recs + REC_BYTES * st->n_recs, m, st->pos, total, code, topic.n, props_raw.n, flags, nk, ts);
+    if (no_queue) f.code = java_hash_utf8(0, pr.tags);
+    else flags = tags_code_of(a, topic, &pr, f.store_ts, &f.code);
+    put_record(a->recs + REC_BYTES * st->n_recs, m, total, &f, flags, nk);
     if (nk > 0) {
         int32_t th = java_hash_utf8(java_hash_utf8(0, topic), (struct span){(const uint8_t *)"#", 1});
-        emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), ts);
+        emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), f.store_ts);
     }
     st->n_recs += 1;
     st->n_keys += nk;
