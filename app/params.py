@@ -26,5 +26,9 @@ GroupQuery = Annotated[
     Query(description="Consumer group whose committed offset to start from when offset is omitted", json_schema_extra=_NAME),
 ]
 OffsetMsgIdPath = Annotated[
-    str, Path(description="Offset message id: 32 hex characters", json_schema_extra={"pattern": "^[0-9A-Fa-f]{32}$"})
+    str,
+    Path(
+        description="Offset message id: 32 hex characters, 56 for a message whose store host is IPv6",
+        json_schema_extra={"pattern": "^[0-9A-Fa-f]{32}([0-9A-Fa-f]{24})?$"},
+    ),
 ]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.born_host import born_host_of
 from app.problems import ProblemError, put_problem
 from app.produce_parse import TRANSACTION_HEADER, check_producer_group, parse_batch_query
 from app.query import strict_query
@@ -125,19 +126,20 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
+    born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
     group = request.headers.get(TRANSACTION_HEADER)
     if group is not None:
         if deliver_at_ms is not None:
             raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
-        future = store.transactions.prepare_batch_future(topic, queue_id, checked, check_producer_group(group))
+        future = store.transactions.prepare_batch_future(topic, queue_id, checked, check_producer_group(group), born_host)
         result = future.result() if future.done() else await producer.wait_durable(future)
         if not result.ok:
             raise put_problem(result)
         return JsonResponse(transaction_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes()), 201)
     if deliver_at_ms is not None:
-        future = store.put_batch_at_future(topic, queue_id, checked, deliver_at_ms)
+        future = store.put_batch_at_future(topic, queue_id, checked, deliver_at_ms, born_host)
     else:
-        future = store.put_batch_future(topic, queue_id, checked)
+        future = store.put_batch_future(topic, queue_id, checked, born_host)
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)

@@ -57,8 +57,10 @@ def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> J
     return JsonResponse({"kind": "batch", "results": results} if is_batch else results[0], 201)
 
 
-async def serve_packed(producer: Producer, topic: str, queue_id: int, drafts: list[Draft], is_batch: bool) -> JsonResponse:
-    """Store packable drafts to one queue and answer as the general path would."""
+async def serve_packed(
+    producer: Producer, topic: str, queue_id: int, drafts: list[Draft], is_batch: bool, born_host: bytes
+) -> JsonResponse:
+    """Store packable drafts to one queue and answer as the general path would; `born_host` is the client's."""
     missing = [d for d in drafts if d.msg_id is None]
     fresh = iter(new_uniq_keys(len(missing)))
     uniq_keys = [d.msg_id if d.msg_id is not None else next(fresh) for d in drafts]
@@ -68,7 +70,7 @@ async def serve_packed(producer: Producer, topic: str, queue_id: int, drafts: li
         checked = store.check_batch(data)
     except BatchError as e:  # the drafts passed the same checks; only a store limit below the app's gets here
         raise batch_problem(e) from None
-    future = store.put_batch_future(topic, queue_id, checked)
+    future = store.put_batch_future(topic, queue_id, checked, born_host)
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)

@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.hot_routes import Handler
@@ -302,8 +303,9 @@ class Producer:
         queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
+        born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
         if group is None and packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
-            return await serve_packed(self, topic, queue_ids[0], drafts, is_batch)
+            return await serve_packed(self, topic, queue_ids[0], drafts, is_batch, born_host)
         msgs = [
             build_message(
                 topic,
@@ -314,6 +316,7 @@ class Producer:
                 properties=d.all_properties(),
                 uniq_key=d.msg_id,
                 delay_level=d.delay_level,
+                born_host=born_host,
             )
             # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX or the timer topic.
             for d, q in zip(drafts, queue_ids, strict=True)

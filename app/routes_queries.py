@@ -20,7 +20,7 @@ from app.models import Message, QueryResult, QueueOffset
 from app.params import OffsetMsgIdPath, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
-from store import decode_offset_msg_id
+from store import OFFSET_MSG_ID_LENGTHS, decode_offset_msg_id
 
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # Largest timestamp accepted (int64 milliseconds).
@@ -71,10 +71,10 @@ def router(broker: Broker) -> APIRouter:
         try:
             _, _, offset = decode_offset_msg_id(offset_msg_id)
         except ValueError as e:
-            if len(offset_msg_id) == 32 and all(c in HEX_DIGITS for c in offset_msg_id):
+            if len(offset_msg_id) in OFFSET_MSG_ID_LENGTHS and all(c in HEX_DIGITS for c in offset_msg_id):
                 # Well formed, but the offset half is negative: no message can have that id.
                 raise ProblemError("MESSAGE_NOT_FOUND", f"no message has the id {offset_msg_id}: {e}") from None
-            raise ProblemError("MESSAGE_ID_INVALID", "an offset message id is 32 hex characters") from None
+            raise ProblemError("MESSAGE_ID_INVALID", "an offset message id is 32 hex characters (56 with an IPv6 store host)") from None
         found = await broker.run(store.look_message_by_offset, offset)
         if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
             raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")

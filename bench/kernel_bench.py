@@ -2,7 +2,7 @@
 
 ns per message (best of several rounds, one thread) for:
 - encode: 1 KiB bodies with TAGS, two KEYS and a UNIQ_KEY into a pre-faulted buffer;
-  Python = CommitLog._encode_image + the copy and offset patch of _append_locked;
+  Python = message_codec.write_message_into per message (the reference encoder);
 - dispatch scan: the same messages; Python = decode_for_dispatch + the consume-queue
   entry + key_hash of topic#key for the UNIQ_KEY and each key (what dispatch computes);
 - gather: pulls of 32 consume-queue entries with a tag filter matching half of them;
@@ -19,16 +19,14 @@ import argparse
 import shutil
 import tempfile
 import time
-import types
 from collections.abc import Callable
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, TagFilter
 from store import native as nk
-from store.commit_log import _QUEUE_AND_PHYSICAL_OFFSET, _STORE_TIMESTAMP, CommitLog
 from store.consume_queue import ENTRY
 from store.index_file import key_hash
 from store.message import build_message, java_string_hash
-from store.message_codec import POS_QUEUE_OFFSET, POS_STORE_TIMESTAMP, decode_for_dispatch
+from store.message_codec import body_crc, decode_for_dispatch, message_length, write_message_into
 from store.message_getter import MessageGetter
 from store.reference_getter import ReferenceGetter
 
@@ -51,16 +49,14 @@ def make_messages(n: int, body_bytes: int) -> list:
 
 
 def bench_encode(msgs: list, dest: bytearray) -> tuple[int, int, int]:
-    owner = types.SimpleNamespace(store_host=HOST)
-
     def python_put() -> None:
         pos = 0
         for i, m in enumerate(msgs):
-            image = CommitLog._encode_image(owner, m)  # type: ignore[arg-type]
-            total = len(image)
-            dest[pos : pos + total] = image
-            _QUEUE_AND_PHYSICAL_OFFSET.pack_into(dest, pos + POS_QUEUE_OFFSET, i, pos)
-            _STORE_TIMESTAMP.pack_into(dest, pos + POS_STORE_TIMESTAMP, 1)
+            total = message_length(len(m.body), len(m.topic_bytes), len(m.properties_bytes))
+            write_message_into(
+                dest, pos, total, m.topic_bytes, m.body, m.properties_bytes, body_crc(m.body), m.queue_id, i, pos, m.flag,
+                m.sys_flag, m.born_timestamp, m.born_host, 1, HOST, 0, 0,
+            )  # fmt: skip
             pos += total
 
     items = [(m.body, m.properties_bytes, m.flag) for m in msgs]

@@ -45,7 +45,7 @@ FRAME_HEADER = struct.Struct(">qi")
 REPORT = struct.Struct(">q")
 _TOTAL_AND_MAGIC = struct.Struct(">iI")
 # Bytes a frame may carry beyond the batch bound: one message of the largest kind plus its fixed part.
-MESSAGE_OVERHEAD_BYTES = 91 + 255 + 32_767 + 8
+MESSAGE_OVERHEAD_BYTES = 91 + 2 * 12 + 255 + 32_767 + 8  # two IPv6 hosts at most
 
 
 class Verdict(enum.Enum):

@@ -14,21 +14,22 @@ what a reader gets back.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import pyarrow as pa
 
 from store import (
-    HEADER,
-    HEADER_BYTES,
-    POS_BODY_LENGTH,
+    POS_SYS_FLAG,
     PROPERTIES_LENGTH,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    body_length_at,
     decode_properties,
+    header_bytes,
+    header_of,
     offset_msg_id,
+    read_int,
     split_keys,
 )
 
@@ -56,7 +57,6 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 COLUMN_NAMES = ARROW_SCHEMA.names
-BODY_LENGTH = struct.Struct(">i")
 DEFAULT_BATCH_ROWS = 4096  # rows per Arrow batch: large enough to amortise Arrow's per-batch cost
 
 
@@ -90,10 +90,11 @@ class RowBatchBuilder:
 
     def add(self, buf: Any, pos: int) -> None:
         """Decode the checked message at `pos` of `buf` into the columns."""
+        header = header_of(read_int(buf, pos + POS_SYS_FLAG))  # host fields of 8 or 20 bytes
         (_total, _magic, _crc, queue_id, _flag, queue_offset, phys, _sys, born_ts, _bh, store_ts, store_host, _rc, _pto, body_len) = (
-            HEADER.unpack_from(buf, pos)
+            header.unpack_from(buf, pos)
         )
-        body_start = pos + HEADER_BYTES
+        body_start = pos + header.size
         topic_pos = body_start + body_len
         topic_len = buf[topic_pos]
         props_pos = topic_pos + 1 + topic_len
@@ -137,7 +138,7 @@ class RowBatchBuilder:
 
 def topic_at(buf: Any, pos: int) -> bytes:
     """The topic bytes of the checked message at `pos` (a filter test without decoding the rest)."""
-    topic_pos = pos + HEADER_BYTES + BODY_LENGTH.unpack_from(buf, pos + POS_BODY_LENGTH)[0]
+    topic_pos = pos + header_bytes(buf, pos) + body_length_at(buf, pos)
     return bytes(buf[topic_pos + 1 : topic_pos + 1 + buf[topic_pos]])
 
 

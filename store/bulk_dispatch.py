@@ -11,7 +11,9 @@ reference the tests compare this with, byte for byte.
 
 What the reference does per message is kept per run: a message of a deleted topic below its
 cutoff is dropped, a message with an invalid topic or queue id gets no entry (it is still
-indexed, as before), a schedule-topic message's tags code is its due time (the kernel computes
+indexed, as before), a prepared or rolled-back transaction message gets no entry and a rolled-back
+one no index keys (RocketMQ's CommitLogDispatcherBuildConsumeQueue and IndexService.buildIndex;
+the scan flags them), a schedule-topic message's tags code is its due time (the kernel computes
 it, or this module when the DELAY value needs Python's int()), duplicates and gaps are handled
 by the queue entry by entry.
 
@@ -61,6 +63,7 @@ _TOPIC_NAMES_MAX = 65_536
 _CODES_AT = 13  # first tags code in a native.RUN tuple
 _INT32 = struct.Struct("=i")
 _RECORD = native.RECORD
+_NOT_ALONE = native.FLAG_DELAY_FALLBACK | native.FLAG_NO_QUEUE  # a record that is not a run of its own
 _RECORD_BYTES = native.RECORD.size
 _scan = _kernels.dispatch_scan
 
@@ -109,7 +112,7 @@ class BulkDispatch:
                 raise DispatchFailed(f"a message at {pos} has more index keys than a scan chunk holds")
             return stop, end, 0
         last = _RECORD.unpack_from(self._records, (n - 1) * _RECORD_BYTES)
-        if n == 1 and not last[12] & native.FLAG_DELAY_FALLBACK:  # one message: its record is its run
+        if n == 1 and not last[12] & _NOT_ALONE:  # one message: its record is its run
             codes = (last[5],)
             head = (last[6], last[10], last[1], last[2], last[4], last[4] + last[8], last[3])
             written = self._write_run_locked(buf, head, self._one_entry, codes)

@@ -24,7 +24,6 @@ import bisect
 import logging
 import operator
 import os
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -40,12 +39,16 @@ from store.mapped_file import MappedFile, SelectMappedBufferResult
 from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
 from store.message_codec import (
+    FIXED_PART_BYTES,
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     TOTAL_AND_MAGIC,
+    TRANSACTION_PREPARED_TYPE,
     CheckResult,
     check_message,
     decode_message,
+    enters_consume_queue,
+    store_timestamp_at,
     write_blank_into,
 )
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.store")
 
-_STORE_TIMESTAMP = struct.Struct(">q")
 _encode = _kernels.encode_batch  # called positionally under the lock (store.native.encode_batch names the arguments)
 _FILE_FULL = int(Stop.FILE_FULL)
 # _encode_locked's failures (negative, so a batch position is never mistaken for one).
@@ -192,7 +194,7 @@ class CommitLog:
                 pos = 0
                 for first, count in runs:
                     starts.append(len(offsets) >> 4)
-                    queue_offsets.append(table.get((first.topic, first.queue_id), 0))
+                    queue_offsets.append(table.get((first.topic, first.queue_id), 0) if enters_consume_queue(first.sys_flag) else 0)
                     queue_ids.append(first.queue_id)
                     pos = self._encode_locked(batch, pos, count, first, now, offsets)
                     if pos < 0:
@@ -230,7 +232,7 @@ class CommitLog:
             self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
             try:
                 now = wall if self.clock is None else self.clock.now_ms()
-                first = self.topic_queue_table.get((head.topic, head.queue_id), 0)
+                first = self.topic_queue_table.get((head.topic, head.queue_id), 0) if enters_consume_queue(head.sys_flag) else 0
                 crcs = memoryview(checked.crcs) if len(checked.crcs) == 4 * checked.messages else None
                 pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs)
             finally:
@@ -253,7 +255,8 @@ class CommitLog:
             body, tail = msg.body, msg.tail
             parts += (head(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)
             key = _run_key(msg)
-            if key == first_key:
+            # A prepared or rolled-back message (bit 0x4 of both types) is a run of its own: each takes queue offset 0.
+            if key == first_key and not msg.sys_flag & TRANSACTION_PREPARED_TYPE:
                 count += 1
                 continue
             if first is not None:
@@ -275,7 +278,10 @@ class CommitLog:
         TOO_LARGE when an item does not fit an empty file (validation keeps such out).
         """
         key = (head.topic, head.queue_id)
-        queue_offset = self.topic_queue_table.get(key, 0)
+        # A prepared or rolled-back transaction message gets no queue entry, so it takes queue offset 0
+        # and leaves the queue's next offset alone (DefaultAppendMessageCallback.doAppend): one at a time.
+        queued = enters_consume_queue(head.sys_flag)
+        queue_offset = self.topic_queue_table.get(key, 0) if queued else 0
         out, file_size, host = self._out, self.file_size, self.store_host
         while n > 0:
             mf = self._last_file
@@ -285,7 +291,7 @@ class CommitLog:
                     return NO_FILE
             start = mf.wrote_position
             stop, count, pos, end = _encode(
-                mf.write_target, start, file_size, batch, pos, out, n, head.topic_bytes, head.queue_id, head.sys_flag,
+                mf.write_target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
                 head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
                 queue_offset, mf.file_from_offset + start, crcs,
             )  # fmt: skip
@@ -295,9 +301,10 @@ class CommitLog:
                 mf.mark_written(end)
                 mf.store_timestamp = now
                 _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
-                queue_offset += count
                 n -= count
-                self.topic_queue_table[key] = queue_offset
+                if queued:
+                    queue_offset += count
+                    self.topic_queue_table[key] = queue_offset
             if stop == _FILE_FULL:
                 if start == 0 and count == 0:
                     return TOO_LARGE
@@ -497,8 +504,8 @@ def _last_store_timestamp(buf: object, start: int, end: int) -> int:
     pos = start
     while pos + POS_STORE_TIMESTAMP + 8 <= end:
         total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)  # type: ignore[arg-type]
-        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > end:
+        if magic != MESSAGE_MAGIC_CODE or total < FIXED_PART_BYTES or pos + total > end:
             break
-        (ts,) = _STORE_TIMESTAMP.unpack_from(buf, pos + POS_STORE_TIMESTAMP)  # type: ignore[arg-type]
+        ts = store_timestamp_at(buf, pos)
         pos += total
     return ts

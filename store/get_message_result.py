@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.message import decode_properties, tags_hash
-from store.message_codec import HEADER_BYTES, POS_BODY_LENGTH, PROPERTIES_LENGTH, decode_message, read_int
+from store.message_codec import PROPERTIES_LENGTH, decode_message, header_bytes, read_int
 from store.native import META, tag_codes_array
 from store.status import GetMessageStatus
 
@@ -53,8 +53,9 @@ class TagFilter:
 
 
 def tag_of_stored(buf: Any) -> str:
-    body_len = read_int(buf, POS_BODY_LENGTH)
-    topic_pos = HEADER_BYTES + body_len
+    header = header_bytes(buf, 0)
+    body_len = read_int(buf, header - 4)
+    topic_pos = header + body_len
     topic_len = buf[topic_pos]
     props_pos = topic_pos + 1 + topic_len
     (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)

@@ -20,7 +20,7 @@ from store import native
 from store.config import MessageStoreConfig
 from store.errors import DispatchFailed
 from store.index_file import IndexFile, index_file_size
-from store.message_codec import DispatchRequest
+from store.message_codec import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
 
 log = logging.getLogger("tidemq.store")
 
@@ -150,6 +150,8 @@ class IndexService:
         offset = request.commitlog_offset
         if offset < f.end_phy_offset or (f.index_count > 1 and offset == f.end_phy_offset):
             return  # already indexed (re-dispatch after recovery)
+        if request.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return  # IndexService.buildIndex indexes no rolled-back message (prepared ones it does)
         topic = request.topic
         keys = request.keys
         if request.uniq_key and self.config.message_index_uniq_key_enable:

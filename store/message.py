@@ -2,19 +2,25 @@
 
 - Properties use RocketMQ's encoding: `name \\x01 value \\x02` for each pair, UTF-8.
 - The tags code is Java's `String.hashCode` of the tag (UTF-16 code units, int32).
-- The offset message id is store host IPv4 (4 B) + port (4 B) + commitlog offset
-  (8 B), as 32 upper-case hex characters; it decodes back to the offset.
-- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters:
-  IPv4 + pid (2 B) + random (4 B) + ms since the start of the month (4 B) + counter (2 B).
+- The offset message id is the store host, IPv4 (4 B) or IPv6 (16 B), + port (4 B) +
+  commitlog offset (8 B), as 32 or 56 upper-case hex characters (RocketMQ's
+  MessageDecoder.createMessageId / decodeMessageId); it decodes back to the offset.
+- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters, in
+  MessageClientIDSetter's layout: IPv4 + pid (2 B) + 4 bytes fixed per process (the
+  class loader's hash there, random here) + ms since the start of the current month in
+  local time (4 B) + counter (2 B). The time base moves to the next month's start once
+  the clock reaches it (MessageClientIDSetter.createUniqIDBuffer).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import operator
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Property names (RocketMQ's MessageConst).
@@ -31,7 +37,8 @@ PROPERTY_SEPARATOR = "\x02"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC (store.timer_message)
-# BORNHOST of a message whose producer gave none (127.0.0.1, port 0).
+# BORNHOST of a message whose producer gave none (127.0.0.1, port 0). A born host is 8 bytes
+# (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's BORNHOST_V6_FLAG from its length.
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 SYSTEM_TOPICS = frozenset(
     {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT"}
@@ -123,8 +130,12 @@ def build_message(
     uniq_key: str | None = None,
     delay_level: int = 0,
     born_timestamp: int | None = None,
+    born_host: bytes = DEFAULT_BORN_HOST,
 ) -> MessageInner:
-    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent)."""
+    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent).
+
+    `born_host` is 8 bytes (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's v6 bit from it.
+    """
     props: dict[str, str] = dict(properties) if properties else {}
     if tags:
         props[PROPERTY_TAGS] = tags
@@ -133,7 +144,7 @@ def build_message(
     props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
     if delay_level > 0:
         props[PROPERTY_DELAY] = str(delay_level)
-    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp)
+    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp, born_host=born_host)
 
 
 def split_keys(value: str) -> list[str]:
@@ -215,47 +226,58 @@ def tags_hash(tag: str) -> int:
 
 
 def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
-    """RocketMQ's offset message id: host (8 B) + offset (8 B) as 32 upper-case hex characters."""
+    """RocketMQ's offset message id: host (8 or 20 B) + offset (8 B) as 32 or 56 upper-case hex characters."""
     return (store_host + commitlog_offset.to_bytes(8, "big")).hex().upper()
+
+
+OFFSET_MSG_ID_LENGTHS = (32, 56)  # hex characters with an IPv4 and an IPv6 store host
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """Return (ip, port, commitlog offset) of an offset message id; ValueError when malformed."""
-    if len(msg_id) != 32:
-        raise ValueError("an offset message id has 32 hex characters")
+    if len(msg_id) not in OFFSET_MSG_ID_LENGTHS:
+        raise ValueError("an offset message id has 32 hex characters (56 with an IPv6 store host)")
     raw = bytes.fromhex(msg_id)
-    ip = ".".join(str(b) for b in raw[:4])
-    port = int.from_bytes(raw[4:8], "big")
-    offset = int.from_bytes(raw[8:16], "big", signed=True)
+    ip_len = 4 if len(raw) == 16 else 16
+    ip = str(ipaddress.ip_address(raw[:ip_len]))
+    port = int.from_bytes(raw[ip_len : ip_len + 4], "big")
+    offset = int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
     if offset < 0:
         raise ValueError("offset is negative")
     return ip, port, offset
 
 
 class UniqKeyGenerator:
-    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix."""
+    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix.
 
-    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01") -> None:
+    `clock_ms` reads the wall clock in ms (time.time by default; tests pass a fixed one).
+    """
+
+    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01", clock_ms: Callable[[], int] | None = None) -> None:
         prefix = ipv4[:4] + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
         self._prefix = prefix.hex().upper()
         self._counter = itertools.count()
-        self._month_start_ms = _month_start_ms()
+        self._clock_ms = clock_ms or _wall_clock_ms
+        self._set_time_base(self._clock_ms())
+
+    def _set_time_base(self, now_ms: int) -> None:
+        self._month_start_ms, self._next_month_start_ms = month_bounds_ms(now_ms)
+
+    def _since_month_start(self) -> int:
+        now = self._clock_ms()
+        if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+            self._set_time_base(now)
+        return now - self._month_start_ms
 
     def next(self) -> str:
-        now = int(time.time() * 1000) - self._month_start_ms
-        if now >= 0xFFFF_FFFF:  # a new month: restart the time base
-            self._month_start_ms = _month_start_ms()
-            now = int(time.time() * 1000) - self._month_start_ms
-        return f"{self._prefix}{now & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        since = self._since_month_start()
+        return f"{self._prefix}{since & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
 
     def next_batch(self, n: int) -> list[str]:
         """`n` keys as `next` makes them, sharing one reading of the clock (a batch is put at once)."""
-        now = int(time.time() * 1000) - self._month_start_ms
-        if not 0 <= now < 0xFFFF_FFFF:
-            return [self.next() for _ in range(n)]
         if n > UNIQ_KEY_CHUNK:  # the 16-bit counter wraps: a huge batch reads the clock again every chunk
             return [k for first in range(0, n, UNIQ_KEY_CHUNK) for k in self.next_batch(min(UNIQ_KEY_CHUNK, n - first))]
-        head = f"{self._prefix}{now:08X}"
+        head = f"{self._prefix}{self._since_month_start() & 0xFFFFFFFF:08X}"
         # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
         return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
 
@@ -264,9 +286,17 @@ class UniqKeyGenerator:
 UNIQ_KEY_CHUNK = 4_096
 
 
-def _month_start_ms() -> int:
-    t = time.gmtime()
-    return int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def month_bounds_ms(now_ms: int) -> tuple[int, int]:
+    """The starts of the month holding `now_ms` and of the next one, in local time (ms since the epoch)."""
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    end = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(end * 1000)
 
 
 _DEFAULT_GENERATOR = UniqKeyGenerator()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from store.bulk_dispatch import ArrivingListener
+from store.message import DEFAULT_BORN_HOST
 
 if TYPE_CHECKING:
     from store.config import BrokerRole, MessageStoreConfig
@@ -124,12 +125,15 @@ class MessageStore(Protocol):
         """A batch in RocketMQ's encoding checked against the store's limits; BatchError when refused."""
         ...
 
-    def put_batch_future(self, topic: str, queue_id: int, batch: CheckedBatch) -> concurrent.futures.Future[PutMessageResult]:
-        """Append a checked batch to one queue as it came; its result's items are EncodedItems."""
+    def put_batch_future(
+        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST
+    ) -> concurrent.futures.Future[PutMessageResult]:
+        """Append a checked batch to one queue as it came; its result's items are EncodedItems.
+        `born_host` (8 bytes IPv4 + port, or 20 IPv6 + port) is every message's BORNHOST."""
         ...
 
     def put_batch_at_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int
+        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int, born_host: bytes = DEFAULT_BORN_HOST
     ) -> concurrent.futures.Future[PutMessageResult]:
         """Put a checked batch as timer messages due at `deliver_at_ms` (a past time: now); items per message."""
         ...

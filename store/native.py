@@ -98,6 +98,7 @@ RECORD_FIELDS = (
     "size sys_flag topic_length properties_length flags key_count"
 ).split()
 FLAG_DELAY_FALLBACK = 1  # the tags code of a delayed message is left for delay_due_time_ms
+FLAG_NO_QUEUE = 2  # a prepared or rolled-back transaction message: queue_runs gives it no entry
 # dispatch_scan's index key: key hash (as IndexFile stores it), record number, offset, store time.
 KEY = struct.Struct("=iiqq")
 # gather's per-message meta: physical offset, entry index, size.

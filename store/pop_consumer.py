@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
-from store.message_codec import POS_RECONSUME_TIMES, decode_message
+from store.message_codec import decode_message, reconsume_times_at
 from store.pop_counters import PopCounters
 from store.pop_records import (
     ACK_TAG,
@@ -231,7 +231,7 @@ class PopConsumer:
         for i, (pos, size) in enumerate(result.positions()):
             data = bytes(memoryview(result.data)[pos : pos + size])
             offset = ck.offset_at(i)
-            reconsumed = times[i] if times is not None else _INT32.unpack_from(data, POS_RECONSUME_TIMES)[0]
+            reconsumed = times[i] if times is not None else reconsume_times_at(data, 0)
             handle = ReceiptHandle(ck.start_offset, ck.pop_time, ck.invisible_time, revive_queue, ck.queue_id, offset, retry, reconsumed)
             text = self.handles.encode(ck.cid, topic, handle)
             out.append(Popped(data, queue_topic, ck.queue_id, offset, text, until, reconsumed))

@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import ipaddress
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from store.config import BrokerRole
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.delay_offset_table import DelayOffsetTable
 from store.message import (
+    DEFAULT_BORN_HOST,
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
@@ -91,12 +93,20 @@ def level_for_delay_ms(levels_ms: list[int], delay_ms: int) -> int | None:
 
 
 def born_host_bytes(text: str) -> bytes:
-    """The 8-byte BORNHOST field from its decoded form `a.b.c.d:port` (loopback on anything odd)."""
+    """The BORNHOST field from its decoded form: 8 bytes from `a.b.c.d:port`, 20 from
+    `[IPv6 address]:port` (loopback port 0 on anything odd)."""
     ip, _, port = text.rpartition(":")
+    if not (port.isdigit() and int(port) < 1 << 32):
+        return DEFAULT_BORN_HOST
+    if ip.startswith("[") and ip.endswith("]"):
+        try:
+            return ipaddress.IPv6Address(ip[1:-1]).packed + int(port).to_bytes(4, "big")
+        except ValueError:
+            return DEFAULT_BORN_HOST
     parts = ip.split(".")
-    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts) and port.isdigit() and int(port) < 1 << 32:
+    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
         return bytes(int(p) for p in parts) + int(port).to_bytes(4, "big")
-    return b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    return DEFAULT_BORN_HOST
 
 
 def due_message(stored: dict[str, Any]) -> MessageInner | None:

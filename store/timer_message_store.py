@@ -41,7 +41,7 @@ from store.config import TIMER_BLANK_SLOTS
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.errors import StoreNotRunning
 from store.message import PROPERTY_REAL_TOPIC, decode_properties, java_string_hash
-from store.message_codec import HEADER_BYTES, POS_BODY_LENGTH, POS_QUEUE_OFFSET, POS_STORE_TIMESTAMP, PROPERTIES_LENGTH, read_int, read_long
+from store.message_codec import HEADER_BYTES, POS_QUEUE_OFFSET, PROPERTIES_LENGTH, header_bytes, read_int, read_long, store_timestamp_at
 from store.service_thread import ServiceThread
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer_checkpoint import TimerCheckpoint
@@ -203,8 +203,11 @@ class TimerMessageStore:
             view = res.view
             if size_py < HEADER_BYTES + 3:
                 return None
-            body_len = read_int(view, POS_BODY_LENGTH)
-            topic_at = HEADER_BYTES + body_len
+            header = header_bytes(view, 0)
+            if size_py < header + 3:
+                return None
+            body_len = read_int(view, header - 4)
+            topic_at = header + body_len
             props_at = topic_at + 1 + view[topic_at]
             (props_len,) = PROPERTIES_LENGTH.unpack_from(view, props_at)
             props = decode_properties(view[props_at + 2 : props_at + 2 + props_len])
@@ -212,7 +215,7 @@ class TimerMessageStore:
             if out_ms is None or not out_ms.lstrip("-").isdigit():
                 return None
             topic_hash = java_string_hash(props.get(PROPERTY_REAL_TOPIC, ""))
-            return TimerFields(int(out_ms), topic_hash, read_long(view, POS_QUEUE_OFFSET), read_long(view, POS_STORE_TIMESTAMP))
+            return TimerFields(int(out_ms), topic_hash, read_long(view, POS_QUEUE_OFFSET), store_timestamp_at(view, 0))
         except (IndexError, ValueError):
             return None
         finally:

@@ -33,6 +33,13 @@ from store.message import (
     new_uniq_key,
     topic_problem,
 )
+from store.message_codec import (  # noqa: F401 (re-exported: the transaction modules name them from here)
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 from store.timer_message import TIMER_PROPERTIES
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -49,12 +56,6 @@ TRANSACTION_PROPERTIES = frozenset(
     {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_CHECK_TIMES, PROPERTY_TRANSACTION_ACTION}
 )
 
-# MessageSysFlag: the transaction type is bits 2-3 of the sys flag.
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
-TRANSACTION_TYPE_MASK = 0xC
 MAX_PRODUCER_GROUP_CHARS = 255  # RocketMQ's group name limit (Validators.CHARACTER_MAX_LENGTH)
 
 

@@ -276,10 +276,12 @@ class Transactions:
         return as_future(result, waiter)
 
     def prepare_batch_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, producer_group: str
+        self, topic: str, queue_id: int, batch: CheckedBatch, producer_group: str, born_host: bytes | None = None
     ) -> concurrent.futures.Future[PutMessageResult]:
-        """A checked batch's messages as half messages of `producer_group` (each its own transaction)."""
-        msgs = batch_messages(topic, queue_id, batch.data, self._store.config.store_host_bytes())
+        """A checked batch's messages as half messages of `producer_group` (each its own transaction);
+        `born_host` (8 or 20 bytes) is their BORNHOST, the store host when None."""
+        host = self._store.config.store_host_bytes() if born_host is None else born_host
+        msgs = batch_messages(topic, queue_id, batch.data, host)
         for msg in msgs:
             if PROPERTY_UNIQ_KEY not in msg.properties:
                 msg.properties[PROPERTY_UNIQ_KEY] = new_uniq_key()

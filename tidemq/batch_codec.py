@@ -21,9 +21,12 @@ BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, body length
 _BATCH_FIXED_BYTES = _BATCH_HEAD.size + 2  # + the properties length
 _PROPS_LENGTH = struct.Struct(">H")
-# The stored layout's fields 1..14 and the body length (store/message_codec.py HEADER).
-_STORED_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
-_STORED_FIXED_BYTES = 91
+# The stored layout's fields 1..14 and the body length (store/message_codec.py HEADERS), for each
+# combination of host forms: SYSFLAG 0x10 (born host) and 0x20 (store host) mark a 20-byte IPv6
+# host in place of an 8-byte IPv4 one, indexed by (sys flag & 0x30) >> 4.
+_STORED_HEADS = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))
+_STORED_FIXED_BYTES = 91  # with IPv4 hosts; the head's size - 88 more with others
+_SYS_FLAG_AT = 36
 STORED_MAGIC = 0xDAA320A7
 NAME_VALUE, PROPERTY_END = "\x01", "\x02"
 
@@ -118,10 +121,16 @@ def iter_stored(data: bytes) -> Iterator[tuple[int, int]]:
         pos += total
 
 
+def _stored_head(data: bytes, pos: int) -> struct.Struct:
+    (sys_flag,) = struct.unpack_from(">i", data, pos + _SYS_FLAG_AT)
+    return _STORED_HEADS[(sys_flag & 0x30) >> 4]
+
+
 def stored_body(data: bytes, pos: int) -> bytes:
     """Only the body of the stored message at `pos` (for readers that need nothing else)."""
-    (body_len,) = struct.unpack_from(">i", data, pos + _STORED_HEAD.size - 4)
-    start = pos + _STORED_HEAD.size
+    head = _stored_head(data, pos)
+    (body_len,) = struct.unpack_from(">i", data, pos + head.size - 4)
+    start = pos + head.size
     return data[start : start + body_len]
 
 
@@ -129,17 +138,22 @@ def decode_stored(data: bytes) -> list[Message]:
     """The messages of a pull reply in the stored-bytes format."""
     out: list[Message] = []
     for pos, total in iter_stored(data):
+        head = _stored_head(data, pos)
+        if head.size + 3 > total:
+            raise BatchFormatError(f"bad stored message head at {pos}")
         (_, _, _crc, queue_id, _flag, queue_offset, phys, _sys, born_ts, _bh, store_ts, store_host, reconsume, _pto, body_len) = (
-            _STORED_HEAD.unpack_from(data, pos)
+            head.unpack_from(data, pos)
         )
-        body_start = pos + _STORED_HEAD.size
+        body_start = pos + head.size
         topic_at = body_start + body_len
         if body_len < 0 or topic_at + 3 > pos + total:
             raise BatchFormatError(f"bad body length at {pos}")
         topic_len = data[topic_at]
         props_at = topic_at + 1 + topic_len
+        if props_at + 2 > pos + total:
+            raise BatchFormatError(f"bad topic length at {pos}")
         (props_len,) = struct.unpack_from(">h", data, props_at)
-        if props_len < 0 or _STORED_FIXED_BYTES + body_len + topic_len + props_len != total:
+        if props_len < 0 or _STORED_FIXED_BYTES + head.size - 88 + body_len + topic_len + props_len != total:
             raise BatchFormatError(f"TOTALSIZE disagrees with its parts at {pos}")
         props = decode_properties(data[props_at + 2 : props_at + 2 + props_len])
         offset_id = (store_host + phys.to_bytes(8, "big")).hex().upper()

@@ -87,6 +87,10 @@ static int assign_runs(const struct runs_args *a, struct runs_state *st, size_t 
             *done = i;
             return STOP_BAD_RECORD;
         }
+        if (get_h32(rec + REC_FLAGS) & REC_FLAG_NO_QUEUE) { /* a transaction message the queues do not get */
+            run_of[i] = -1;
+            continue;
+        }
         struct span topic = {a->buf.p + topic_pos, (size_t)topic_len};
         int32_t queue_id = get_h32(rec + REC_QUEUE_ID);
         size_t slot = queue_key_hash(topic, queue_id) & mask;
@@ -125,6 +129,7 @@ int queue_runs(const struct runs_args *a, struct runs_state *st) {
     /* Pass 3: copy the entries, grouped by run; run_of[i] becomes the entry index of record i. */
     for (size_t i = 0; i < done; i++) {
         int32_t id = run_of[i];
+        if (id < 0) continue; /* no entry; its scratch slot stays -1 */
         size_t e = (size_t)get_h32(a->runs + (size_t)id * RUN_BYTES + RUN_ENTRIES_AT) + (size_t)placed[id]++;
         memcpy(a->entries + e * CQ_UNIT_BYTES, a->recs + (st->rec_pos + i) * REC_BYTES + REC_CQ_ENTRY, CQ_UNIT_BYTES);
         run_of[i] = (int32_t)e;

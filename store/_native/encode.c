@@ -236,9 +236,12 @@ static void write_stored(uint8_t *d, size_t total, const struct batch_item *it, 
     wr_i64(d + 28, phys);
     wr_u32(d + 36, (uint32_t)c->sys_flag);
     wr_i64(d + 40, c->born_ts);
-    memcpy(d + 48, c->born_host, 8);
+    size_t born = 8 + born_extra(c->sys_flag), store = 8 + hosts_extra(c->sys_flag) - born_extra(c->sys_flag);
+    memcpy(d + 48, c->born_host, born);
+    d += born - 8; /* the fields after BORNHOST at their IPv4 positions from here */
     wr_i64(d + 56, c->store_ts);
-    memcpy(d + 64, c->store_host, 8);
+    memcpy(d + 64, c->store_host, store);
+    d += store - 8; /* likewise after STOREHOST */
     wr_u32(d + 72, (uint32_t)c->reconsume_times);
     wr_i64(d + 76, c->prepared_offset);
     wr_u32(d + 84, (uint32_t)it->body.n);
@@ -261,7 +264,7 @@ int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *o
         st->error = parse_item(batch, st->batch_pos, INT32_MAX, &it);
         if (st->error == BATCH_OK && !take_crc(carried, st->count, &it)) st->error = check_crc(&it);
         if (st->error != BATCH_OK) return STOP_DONE;
-        size_t total = FIXED_PART_BYTES + it.body.n + c->topic.n + it.props.n;
+        size_t total = FIXED_PART_BYTES + hosts_extra(c->sys_flag) + it.body.n + c->topic.n + it.props.n;
         if (total > INT32_MAX || dest_limit < st->dest_pos || total + END_FILE_MIN_BLANK_LENGTH > dest_limit - st->dest_pos)
             return STOP_FILE_FULL;
         if (out_n / 16 <= st->count) return STOP_OUT_FULL;

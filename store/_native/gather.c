@@ -40,9 +40,11 @@ static int stored_tag(struct span m, struct span *tag) {
     tag->p = m.p;
     tag->n = 0;
     if (m.n < HEADER_BYTES + 1) return -1;
-    int64_t body_len = rd_i32(m.p + 84);
-    if (body_len < 0 || (uint64_t)body_len > m.n - HEADER_BYTES - 1) return -1;
-    size_t topic_at = HEADER_BYTES + (size_t)body_len;
+    size_t header = HEADER_BYTES + hosts_extra(rd_i32(m.p + POS_SYS_FLAG));
+    if (m.n < header + 1) return -1;
+    int64_t body_len = rd_i32(m.p + header - 4);
+    if (body_len < 0 || (uint64_t)body_len > m.n - header - 1) return -1;
+    size_t topic_at = header + (size_t)body_len;
     size_t props_at = topic_at + 1 + m.p[topic_at];
     if (props_at + 2 > m.n) return -1;
     int64_t props_len = rd_i16(m.p + props_at);

@@ -113,8 +113,12 @@ static int check_encode_args(Py_buffer *dest, Py_ssize_t dest_pos, Py_ssize_t de
                              Py_buffer *out, Py_buffer *topic, Py_buffer *hosts) {
     if (check_range(dest_pos, dest_limit, dest->len, "dest") < 0 || check_range(batch_pos, batch->len, batch->len, "batch") < 0)
         return -1;
-    if (topic->len > MAX_TOPIC_BYTES || hosts[0].len != 8 || hosts[1].len != 8) {
-        PyErr_SetString(PyExc_ValueError, "topic is longer than 255 bytes, or a host is not 8 bytes");
+    if (topic->len > MAX_TOPIC_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "topic is longer than 255 bytes");
+        return -1;
+    }
+    if ((hosts[0].len != 8 && hosts[0].len != 20) || (hosts[1].len != 8 && hosts[1].len != 20)) {
+        PyErr_SetString(PyExc_ValueError, "a host is 8 bytes (IPv4 and port) or 20 (IPv6 and port)");
         return -1;
     }
     if (overlaps(dest, batch) || overlaps(dest, out) || overlaps(out, batch) || overlaps(dest, topic)) {
@@ -223,6 +227,9 @@ static PyObject *py_encode_batch(PyObject *Py_UNUSED(self), PyObject *const *arg
         goto done;
     }
     if (check_encode_args(&b.dest, pos[0], pos[1], &b.batch, pos[2], &b.out, &b.topic, b.hosts) < 0) goto done;
+    /* The v6 bits follow the hosts given, as the put path sets them (CommitLog.asyncPutMessage). */
+    c.sys_flag = (int32_t)(((uint32_t)c.sys_flag & ~(uint32_t)(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)) |
+                           (b.hosts[0].len == 20 ? BORNHOST_V6_FLAG : 0) | (b.hosts[1].len == 20 ? STOREHOSTADDRESS_V6_FLAG : 0));
     c.topic = span_of(&b.topic);
     c.born_host = b.hosts[0].buf;
     c.store_host = b.hosts[1].buf;

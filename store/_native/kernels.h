@@ -15,6 +15,23 @@
 #define END_FILE_MIN_BLANK_LENGTH 8
 #define FIXED_PART_BYTES 91 /* every stored field but body, topic and properties bytes */
 #define HEADER_BYTES 88     /* fields 1..14 and the body length */
+/* SYSFLAG bits (RocketMQ's MessageSysFlag): a 20-byte IPv6 host in place of an 8-byte IPv4 one
+ * moves every later field by V6_EXTRA_BYTES; the transaction type is SYSFLAG & TRANSACTION_TYPE_MASK. */
+#define POS_SYS_FLAG 36
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+#define V6_EXTRA_BYTES 12
+#define TRANSACTION_TYPE_MASK 0xC
+#define TRANSACTION_PREPARED_TYPE 0x4
+#define TRANSACTION_ROLLBACK_TYPE 0xC
+/* Field positions with IPv4 hosts; add born_extra (STORETIMESTAMP) or hosts_extra (later fields). */
+#define POS_STORE_TS 56
+#define POS_BODY_LEN 84
+
+static inline size_t born_extra(int32_t sys_flag) { return (sys_flag & BORNHOST_V6_FLAG) ? V6_EXTRA_BYTES : 0; }
+static inline size_t hosts_extra(int32_t sys_flag) {
+    return born_extra(sys_flag) + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) ? V6_EXTRA_BYTES : 0);
+}
 #define BATCH_FIXED_BYTES 22 /* batch item: TOTALSIZE MAGIC BODYCRC FLAG BODYLEN 4 each, PROPLEN 2 */
 #define CQ_UNIT_BYTES 20
 #define MAX_PROPERTIES_BYTES 0x7FFF
@@ -96,6 +113,7 @@ struct span {
 #define REC_FLAGS 88
 #define REC_KEY_COUNT 92
 #define REC_FLAG_DELAY_FALLBACK 1 /* schedule topic DELAY value the kernel did not parse */
+#define REC_FLAG_NO_QUEUE 2       /* a prepared or rolled-back transaction message: no consume-queue entry */
 
 /* Scan index output, 24 bytes host order: key hash 4 | record number 4 | phys 8 | store ts 8. */
 #define KEY_BYTES 24
@@ -118,8 +136,8 @@ int crc32_method(void);
 
 struct batch_common {
     struct span topic;
-    const uint8_t *born_host;  /* 8 bytes */
-    const uint8_t *store_host; /* 8 bytes */
+    const uint8_t *born_host;  /* 8 bytes, 20 with BORNHOST_V6_FLAG in sys_flag */
+    const uint8_t *store_host; /* 8 bytes, 20 with STOREHOSTADDRESS_V6_FLAG in sys_flag */
     int64_t born_ts, store_ts, queue_offset, phys_offset, prepared_offset;
     int32_t queue_id, sys_flag, reconsume_times;
 };

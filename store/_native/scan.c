@@ -19,14 +19,16 @@ int check_message_at(struct span buf, size_t pos, size_t limit, int check_crc, s
     if (magic != MESSAGE_MAGIC_CODE) return STOP_BAD_MAGIC;
     if (size < FIXED_PART_BYTES) return STOP_BAD_TOTAL;
     if ((uint64_t)size > limit - pos) return STOP_PARTIAL;
-    int64_t body_len = rd_i32(p + 84);
-    if (body_len < 0 || HEADER_BYTES + body_len + 3 > size) return STOP_BAD_BODY;
-    int64_t topic_len = p[HEADER_BYTES + body_len];
-    int64_t props_at = HEADER_BYTES + body_len + 1 + topic_len;
+    int64_t extra = (int64_t)hosts_extra(rd_i32(p + POS_SYS_FLAG)), header = HEADER_BYTES + extra;
+    if (size < FIXED_PART_BYTES + extra) return STOP_BAD_TOTAL;
+    int64_t body_len = rd_i32(p + POS_BODY_LEN + extra);
+    if (body_len < 0 || header + body_len + 3 > size) return STOP_BAD_BODY;
+    int64_t topic_len = p[header + body_len];
+    int64_t props_at = header + body_len + 1 + topic_len;
     if (props_at + 2 > size) return STOP_BAD_TOPIC;
     int64_t props_len = rd_i16(p + props_at);
-    if (props_len < 0 || FIXED_PART_BYTES + body_len + topic_len + props_len != size) return STOP_BAD_PARTS;
-    if (check_crc && body_crc31((struct span){p + HEADER_BYTES, (size_t)body_len}) != rd_u32(p + 8)) return STOP_BAD_CRC;
+    if (props_len < 0 || FIXED_PART_BYTES + extra + body_len + topic_len + props_len != size) return STOP_BAD_PARTS;
+    if (check_crc && body_crc31((struct span){p + header, (size_t)body_len}) != rd_u32(p + 8)) return STOP_BAD_CRC;
     *total = (size_t)size;
     return STOP_DONE;
 }
@@ -133,45 +135,62 @@ static int32_t tags_code_of(const struct scan_args *a, struct span topic, const 
     return delay_due(a, pr, ts, code) ? 0 : REC_FLAG_DELAY_FALLBACK;
 }
 
-static void put_record(uint8_t *r, const uint8_t *m, size_t pos, size_t total, int64_t code, size_t topic_len, size_t props_len,
-                       int32_t flags, size_t key_count) {
+/* What emit_message read of one message, for its record. */
+struct msg_facts {
+    int32_t sys_flag;
+    int64_t store_ts, code;
+    size_t topic_pos, topic_len, props_len; /* topic_pos: in the scanned buffer */
+};
+
+static void put_record(uint8_t *r, const uint8_t *m, size_t total, const struct msg_facts *f, int32_t flags, size_t key_count) {
     int64_t phys = rd_i64(m + 28);
-    size_t topic_pos = pos + HEADER_BYTES + (size_t)rd_i32(m + 84) + 1;
     wr_i64(r + REC_CQ_ENTRY, phys);
     wr_u32(r + REC_CQ_ENTRY + 8, (uint32_t)total);
-    wr_i64(r + REC_CQ_ENTRY + 12, code);
+    wr_i64(r + REC_CQ_ENTRY + 12, f->code);
     put_h32(r + REC_QUEUE_ID, rd_i32(m + 12));
     put_h64(r + REC_QUEUE_OFFSET, rd_i64(m + 20));
-    put_h64(r + REC_STORE_TS, rd_i64(m + 56));
+    put_h64(r + REC_STORE_TS, f->store_ts);
     put_h64(r + REC_PHYS, phys);
-    put_h64(r + REC_TAGS_CODE, code);
-    put_h64(r + REC_TOPIC_POS, (int64_t)topic_pos);
-    put_h64(r + REC_PROPS_POS, (int64_t)(topic_pos + topic_len + 2));
+    put_h64(r + REC_TAGS_CODE, f->code);
+    put_h64(r + REC_TOPIC_POS, (int64_t)f->topic_pos);
+    put_h64(r + REC_PROPS_POS, (int64_t)(f->topic_pos + f->topic_len + 2));
     put_h32(r + REC_SIZE, (int32_t)total);
-    put_h32(r + REC_SYS_FLAG, rd_i32(m + 36));
-    put_h32(r + REC_TOPIC_LEN, (int32_t)topic_len);
-    put_h32(r + REC_PROPS_LEN, (int32_t)props_len);
+    put_h32(r + REC_SYS_FLAG, f->sys_flag);
+    put_h32(r + REC_TOPIC_LEN, (int32_t)f->topic_len);
+    put_h32(r + REC_PROPS_LEN, (int32_t)f->props_len);
     put_h32(r + REC_FLAGS, flags);
     put_h32(r + REC_KEY_COUNT, (int32_t)key_count);
 }
 
-/* Emit the record and keys of the checked message at pos; STOP_OUT_FULL when they do not fit. */
+/* Emit the record and keys of the checked message at pos; STOP_OUT_FULL when they do not fit.
+ * A prepared or rolled-back transaction message (both have bit 0x4 of the type) gets a
+ * REC_FLAG_NO_QUEUE record: no consume-queue entry (DefaultMessageStore's
+ * CommitLogDispatcherBuildConsumeQueue); a rolled-back one no index keys either, a prepared one
+ * is indexed (IndexService.buildIndex skips only rollbacks). */
 static int emit_message(const struct scan_args *a, struct scan_state *st, size_t total) {
     const uint8_t *m = a->buf.p + st->pos;
-    size_t body_len = (size_t)rd_i32(m + 84);
-    struct span topic = {m + HEADER_BYTES + body_len + 1, m[HEADER_BYTES + body_len]};
+    struct msg_facts f;
+    f.sys_flag = rd_i32(m + POS_SYS_FLAG);
+    size_t header = HEADER_BYTES + hosts_extra(f.sys_flag);
+    size_t body_len = (size_t)rd_i32(m + header - 4);
+    struct span topic = {m + header + body_len + 1, m[header + body_len]};
     struct span props_raw = {topic.p + topic.n + 2, (size_t)rd_i16(topic.p + topic.n)};
+    f.topic_pos = st->pos + header + body_len + 1;
+    f.topic_len = topic.n;
+    f.props_len = props_raw.n;
     struct props pr;
     parse_props(props_raw, &pr);
-    int uniq = (a->flags & SCAN_UNIQ_KEY) != 0;
-    size_t nk = count_keys(&pr, uniq);
+    int uniq = (a->flags & SCAN_UNIQ_KEY) != 0, no_queue = (f.sys_flag & TRANSACTION_PREPARED_TYPE) != 0;
+    size_t nk = (f.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE ? 0 : count_keys(&pr, uniq);
     if (a->recs_n / REC_BYTES <= st->n_recs || a->keys_n / KEY_BYTES - st->n_keys < nk) return STOP_OUT_FULL;
-    int64_t ts = rd_i64(m + 56), code;
-    int32_t flags = tags_code_of(a, topic, &pr, ts, &code);
-    put_record(a->recs + REC_BYTES * st->n_recs, m, st->pos, total, code, topic.n, props_raw.n, flags, nk);
+    f.store_ts = rd_i64(m + POS_STORE_TS + born_extra(f.sys_flag));
+    int32_t flags = REC_FLAG_NO_QUEUE;
+    if (no_queue) f.code = java_hash_utf8(0, pr.tags);
+    else flags = tags_code_of(a, topic, &pr, f.store_ts, &f.code);
+    put_record(a->recs + REC_BYTES * st->n_recs, m, total, &f, flags, nk);
     if (nk > 0) {
         int32_t th = java_hash_utf8(java_hash_utf8(0, topic), (struct span){(const uint8_t *)"#", 1});
-        emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), ts);
+        emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), f.store_ts);
     }
     st->n_recs += 1;
     st->n_keys += nk;

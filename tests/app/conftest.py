@@ -64,13 +64,15 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.preexec_fn: Callable[[], None] | None = None  # run in the child before exec (e.g. to lower a limit)
         self.port = 0
+        self.host = "127.0.0.1"  # where the test reaches it; give `--host` in args when it is another
         self.client: httpx.Client | None = None
         self.scheme = "http"  # "https" with client_options={"verify": ...} for a broker serving TLS
         self.client_options: dict[str, Any] = {}
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
     def start(self) -> BrokerProcess:
         cmd = [

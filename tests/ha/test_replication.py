@@ -9,7 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from store import decode_message, iter_messages
 from tests.ha.cluster import wait_for
+from tests.store.rocketmq_records import Record, host_text, write_commit_log
+
+HOST_FLAGS = (0, 0x10, 0x20, 0x30)  # IPv4 hosts, an IPv6 born host, an IPv6 store host, both
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -168,3 +172,28 @@ def test_slave_killed_with_a_torn_tail_truncates_and_resumes(cluster):
     assert slave.pull_all("ev", 0, 150) == [f"a{i}" for i in range(150)]
     assert slave.ha()["diverged"] is False
     assert f"commitlog truncated at offset {end}" in slave.log()
+
+
+def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster):
+    """A log holding 20-byte (IPv6) host fields is streamed, applied and dispatched on the slave like any other."""
+    master = cluster("master", "master", start=False)
+    records = [Record("v6hosts", f"r{i}".encode(), {"KEYS": f"k{i}"}, 0, i, HOST_FLAGS[i % 4]) for i in range(40)]
+    starts = write_commit_log(str(master.store_dir / "commitlog"), 262_144, records)
+    master.start()
+    assert master.max_offset() == starts[-1] + len(records[-1].image(starts[-1]))
+    assert master.produce("v6hosts", "after", queue_id=0).status_code == 201  # also makes the topic known
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    assert slave.pull_all("v6hosts", 0, 41) == [f"r{i}" for i in range(40)] + ["after"]
+    decoded: list[dict] = []
+    while len(decoded) < 41:  # a pull answers a bounded count: page through the queue
+        r = slave.client.get(
+            "/v1/topics/v6hosts/queues/0/messages",
+            params={"offset": len(decoded), "max": 64},
+            headers={"accept": "application/x-tidemq-batch"},
+        )
+        assert r.status_code == 200 and r.content
+        decoded += [decode_message(r.content, p) for p, _ in iter_messages(r.content)]
+    assert [m["born_host"] for m in decoded[:40]] == [host_text(rec.born_host) for rec in records]
+    assert [m["store_host"] for m in decoded[:40]] == [host_text(rec.store_host) for rec in records]
+    assert decoded[40]["born_host"].startswith("127.0.0.1:") and decoded[40]["sys_flag"] & 0x30 == 0

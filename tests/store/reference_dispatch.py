@@ -2,7 +2,8 @@
 
 It walks a stopped store's commitlog files with `decode_for_dispatch` and writes each message on
 its own, as dispatch did before the native kernels: the queue entry (dropped for a deleted
-topic's message below its cutoff, or an invalid topic or queue id) with
+topic's message below its cutoff, an invalid topic or queue id, or a prepared or rolled-back
+transaction message) with
 `ConsumeQueue.put_message_position_info`, the index keys with `IndexService.build_index`.
 """
 
@@ -14,7 +15,7 @@ import os
 from store import MessageStoreConfig, topic_problem
 from store.consume_queue import ConsumeQueue
 from store.index_service import IndexService
-from store.message_codec import DISPATCH_BLANK, decode_for_dispatch
+from store.message_codec import DISPATCH_BLANK, decode_for_dispatch, enters_consume_queue
 
 
 def files_under(root: str) -> dict[str, bytes]:
@@ -55,7 +56,7 @@ def rebuild(config: MessageStoreConfig, cutoffs: dict[str, int], root: str) -> t
             if req is None:
                 assert size == DISPATCH_BLANK or not any(buf[pos:]), "the rest of the file holds no message"
                 break
-            ok = req.commitlog_offset >= cutoffs.get(req.topic, -1)
+            ok = req.commitlog_offset >= cutoffs.get(req.topic, -1) and enters_consume_queue(req.sys_flag)
             if ok and not topic_problem(req.topic) and 0 <= req.queue_id < config.max_topic_queue_nums:
                 cq = queues.get((req.topic, req.queue_id))
                 if cq is None:

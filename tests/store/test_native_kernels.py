@@ -22,7 +22,7 @@ from store import native as nk
 from store.commit_log import CommitLog
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.index_file import key_hash
-from store.message import build_message, encode_properties, java_string_hash
+from store.message import build_message, encode_properties, java_string_hash, tags_hash
 from store.message_codec import (
     BLANK_MAGIC_CODE,
     DecodeOutcome,
@@ -40,6 +40,14 @@ SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 LEVELS_MS = [1000, 5000, 10000, 30000, 60000]
 HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
 HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])
+HOST_A6 = bytes.fromhex("20010db8000000000000000000000007") + bytes([0, 0, 0x26, 0xAD])  # [2001:db8::7]:9901
+HOST_B6 = bytes(15) + b"\x01" + bytes([0, 0, 0x1F, 0x90])  # [::1]:8080
+
+
+def hosts_for(sys_flag: int) -> tuple[bytes, bytes]:
+    """(born host, store host) of the forms sys_flag's v6 bits (0x10 born, 0x20 store) name."""
+    return (HOST_A6 if sys_flag & 0x10 else HOST_A), (HOST_B6 if sys_flag & 0x20 else HOST_B)
+
 
 # Property text: anything but the separators (\x01, \x02); keys also without spaces.
 prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
@@ -98,8 +106,9 @@ def test_java_hash_counts_non_bmp_as_a_surrogate_pair() -> None:
 def reference_image(topic: bytes, items: list, queue_id: int, sys_flag: int, qoff: int, phys: int, born: int, stored: int) -> bytes:
     out = []
     for i, (body, props, flag) in enumerate(items):
+        born_host, store_host = hosts_for(sys_flag)
         image = encode_message(
-            topic, body, encode_properties(props), queue_id, qoff + i, phys, flag, sys_flag, born, HOST_A, stored, HOST_B
+            topic, body, encode_properties(props), queue_id, qoff + i, phys, flag, sys_flag, born, born_host, stored, store_host
         )
         out.append(image)
         phys += len(image)
@@ -109,9 +118,10 @@ def reference_image(topic: bytes, items: list, queue_id: int, sys_flag: int, qof
 def encode_all(topic: bytes, items: list, dest: bytearray, pos: int, limit: int, **kw: int) -> tuple[nk.Encoded, bytearray]:
     batch = nk.pack_batch((b, encode_properties(p), f) for b, p, f in items)
     out = bytearray(16 * len(items))
+    born_host, store_host = hosts_for(kw["sys_flag"])
     r = nk.encode_batch(
         dest, pos, limit, batch, 0, out, len(items), topic=topic, queue_id=kw["queue_id"], queue_offset=kw["qoff"],
-        physical_offset=kw["phys"], store_timestamp=kw["stored"], store_host=HOST_B, born_timestamp=kw["born"], born_host=HOST_A,
+        physical_offset=kw["phys"], store_timestamp=kw["stored"], store_host=store_host, born_timestamp=kw["born"], born_host=born_host,
         sys_flag=kw["sys_flag"],
     )  # fmt: skip
     return r, out
@@ -138,7 +148,7 @@ def test_encode_matches_reference(topic, items, queue_id, sys_flag, qoff, phys, 
     offsets = [nk.OFFSET_AND_SIZE.unpack_from(out, 16 * i) for i in range(len(items))]
     p = phys
     for (o, size), (body, props, _) in zip(offsets, items, strict=True):
-        assert (o, size) == (p, message_length(len(body), len(topic), len(encode_properties(props))))
+        assert (o, size) == (p, message_length(len(body), len(topic), len(encode_properties(props)), sys_flag))
         p += size
 
 
@@ -277,7 +287,12 @@ def commitlog(draw: st.DrawFn) -> tuple[bytearray, int, list[int]]:
             props = draw(st.binary(max_size=40)).replace(b"\x02", b"\x02TAGS\x01", 1)  # invalid UTF-8 too
         body = draw(st.binary(max_size=100))
         starts.append(len(buf))
-        buf += encode_message(topic, body, props, draw(st.integers(0, 30)), i, 5000 + len(buf), 0, 0, 11, HOST_A, 10**12 + i, HOST_B)
+        # IPv4 and IPv6 hosts (the v6 bits follow them), and each transaction type.
+        sys_flag = draw(st.sampled_from([0, 0x10, 0x20, 0x30]) | st.sampled_from([0, 0, 0x4, 0x8, 0xC]))
+        born_host, store_host = hosts_for(sys_flag)
+        buf += encode_message(
+            topic, body, props, draw(st.integers(0, 30)), i, 5000 + len(buf), 0, sys_flag, 11, born_host, 10**12 + i, store_host
+        )
     end = len(buf)
     if draw(st.booleans()):
         blank = bytearray(draw(st.integers(8, 40)))
@@ -301,6 +316,11 @@ def reference_keys(req, uniq: bool) -> list[int]:
 def assert_record_matches(buf, pos: int, limit: int, rec: dict, rec_keys: list, uniq: bool) -> None:
     size, req = decode_for_dispatch(buf, pos, limit, LEVELS_MS)
     assert req is not None and rec["size"] == size
+    if req.sys_flag & 0xC in (0x4, 0xC):  # prepared, rolled back: no queue entry; a rolled-back one no index keys
+        assert rec["flags"] == nk.FLAG_NO_QUEUE and rec["tags_code"] == tags_hash(req.properties.get("TAGS", ""))
+        assert [k[0] for k in rec_keys] == (reference_keys(req, uniq) if req.sys_flag & 0xC == 0x4 else [])
+        return
+    assert not rec["flags"] & nk.FLAG_NO_QUEUE
     assert rec["cq_entry"] == ENTRY.pack(req.commitlog_offset, size, req.tags_code) or rec["flags"] & nk.FLAG_DELAY_FALLBACK
     if rec["flags"] & nk.FLAG_DELAY_FALLBACK:
         assert not req.properties["DELAY"].isascii() or not req.properties["DELAY"].isdigit() or len(req.properties["DELAY"]) > 9
@@ -564,7 +584,9 @@ def gather_log(draw: st.DrawFn) -> tuple[bytes, list[int], list[int], list[int]]
     log, starts, sizes, codes = b"", [], [], []
     for _ in range(draw(st.integers(1, 12))):
         tag = draw(st.sampled_from(TAGS))
-        image = encode_message(b"T", draw(st.binary(max_size=120)), encode_properties({"TAGS": tag} if tag else {}), 0, 0, len(log))
+        born_host, store_host = hosts_for(draw(st.sampled_from([0, 0x10, 0x20, 0x30])))  # the tag filter finds TAGS past either
+        props = encode_properties({"TAGS": tag} if tag else {})
+        image = encode_message(b"T", draw(st.binary(max_size=120)), props, 0, 0, len(log), born_host=born_host, store_host=store_host)
         starts.append(len(log))
         sizes.append(len(image))
         codes.append(java_string_hash(tag) if tag else 0)

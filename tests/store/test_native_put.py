@@ -57,7 +57,7 @@ def messages(draw: st.DrawFn) -> MessageInner:
         flag=draw(st.integers(-(2**31), 2**31 - 1)),
         born_timestamp=draw(st.sampled_from([1_700_000_000_000, 1_700_000_000_001, 5])),
         born_host=draw(st.sampled_from([HOST, bytes(8)])),
-        sys_flag=draw(st.sampled_from([0, 0, 4, -1])),
+        sys_flag=draw(st.sampled_from([0, 0, 4, 8, 0x10, -1])),  # the v6 bits follow the hosts: cleared
         reconsume_times=draw(st.sampled_from([0, 3])),
         prepared_transaction_offset=draw(st.sampled_from([0, 2**40])),
     )
@@ -82,7 +82,10 @@ class Expected:
             self.pos = 0
         key = (topic.decode(), fields["queue_id"])
         qoff = queues.get(key, 0)
-        queues[key] = qoff + 1
+        if fields["sys_flag"] & 0xC in (0x4, 0xC):  # prepared, rolled back: queue offset 0, the queue's next unchanged
+            qoff = 0
+        else:
+            queues[key] = qoff + 1
         phys = (len(self.files) - 1) * FILE_SIZE + self.pos
         image = encode_message(
             topic, body, props, queue_offset=qoff, physical_offset=phys, store_timestamp=store_ts, store_host=HOST, **fields
