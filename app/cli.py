@@ -143,9 +143,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         run(settings)
     except RestartRequested as e:
         # The same command again, in this process (same pid): the start-up cuts the log and rejoins as a slave.
+        # On the port it had (the last --port wins): a `--port 0` start keeps its address, its cluster id.
         logging.getLogger("tidemq.app").warning("restarting the broker: %s", e)
         logging.shutdown()
-        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:], "--port", str(settings.port)])
     except HAStartFailed as e:
         print(f"tidemq: replication could not start: {e}", file=sys.stderr)
         return EXIT_START_FAILED

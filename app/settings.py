@@ -175,7 +175,8 @@ class BrokerSettings:
         except ValueError:
             return
         self.store.store_host = str(address.hostname)
-        self.store.store_port = address.port or (443 if address.scheme == "https" else 80)
+        default_port = 443 if address.scheme == "https" else 80
+        self.store.store_port = address.port if address.port is not None else default_port  # 0 until bound_to
 
     def tls_files(self) -> TLSFiles | None:
         """The TLS files, loaded once to prove they are usable; None without TLS; ConfigInvalid when incomplete or unusable."""

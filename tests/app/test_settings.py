@@ -129,3 +129,16 @@ def test_bad_option_values_exit_with_usage(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit) as exit_info:
         main(["serve", "--role", "leader"])
     assert exit_info.value.code == 2
+
+
+def test_a_port_0_start_derives_its_addresses_from_the_port_it_bound() -> None:
+    s = settings(["--port", "0", "--cluster-etcd", "http://127.0.0.1:2379", "--broker-name", "a"])
+    assert s.ha.advertised_http_address == "http://127.0.0.1:0" and s.store.store_port == 0
+    s.bound_to(43210)
+    assert s.port == 43210 and s.http_url() == "http://127.0.0.1:43210"
+    # The advertised address and a cluster's store port (its offset message ids) follow the bound port.
+    assert s.ha.advertised_http_address == "http://127.0.0.1:43210" and s.store.store_port == 43210
+    given = settings(["--port", "0", "--cluster-etcd", "http://127.0.0.1:2379", "--broker-name", "a",
+                      "--advertised-http-address", "http://mq-1:8080"])  # fmt: skip
+    given.bound_to(43211)
+    assert given.ha.advertised_http_address == "http://mq-1:8080", "an address given is kept"

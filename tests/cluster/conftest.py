@@ -54,14 +54,18 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
         ha_port = ha_port or free_port()
         node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER + extra_cluster, client_options)
         node.args = [
-            "--cluster-etcd", etcd.url,
-            "--cluster-name", "test",
-            "--broker-name", group,
-            "--ha-port", str(ha_port),
-            "--replication", replication,
-            "--advertised-http-address", node.url,
+            "--cluster-etcd",
+            etcd.url,
+            "--cluster-name",
+            "test",
+            "--broker-name",
+            group,
+            "--ha-port",
+            str(ha_port),
+            "--replication",
+            replication,
             *extra_args,
-        ]  # fmt: skip
+        ]  # fmt: skip; the advertised HTTP address is derived from the port the first start binds
         node.ha_port = ha_port  # type: ignore[attr-defined]
         nodes.append(node)
         return node.start() if start else node

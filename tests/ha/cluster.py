@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
-from tests.loopback import free_port
+from tests.loopback import bound_port, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
@@ -64,11 +64,14 @@ class Node:
         self.config_path.write_text(config_text)
         self.log_path = root / f"{name}.log"
         self.args = args
-        self.port = free_port()
+        # 0 until the first start binds a port (`--port 0`); a restart binds the same one again, so the
+        # node keeps its address (a cluster broker's id).
+        self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         # With TLS options ({"verify": an SSLContext}) the node is spoken to over HTTPS.
         self.scheme = "https" if client_options else "http"
-        self.client = httpx.Client(base_url=self.url, timeout=15.0, **(client_options or {}))
+        self.client_options = client_options or {}
+        self.client = httpx.Client(timeout=15.0)  # replaced by one with the node's address at its first start
 
     @property
     def url(self) -> str:
@@ -77,8 +80,17 @@ class Node:
     def start(self, wait_ready: bool = True) -> Node:
         cmd = [*NODE_COMMAND, "--port", str(self.port), "--store", str(self.store_dir), "--config", str(self.config_path), *self.args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        if self.port == 0:
+            try:
+                self.port = bound_port(self.log_path, log_from, self.proc, START_TIMEOUT_S)
+            except RuntimeError:
+                self.kill()
+                raise
+            self.client.close()
+            self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         if wait_ready:
             self.wait_ready()
         return self
