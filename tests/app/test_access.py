@@ -19,7 +19,6 @@ from store import ConfigInvalid
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, sha, start_with_acl
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
-from tests.loopback import free_port
 
 
 def account(topics: dict[str, str], groups: dict[str, str] | None = None) -> dict:
@@ -144,7 +143,7 @@ def test_metrics_needs_a_token_unless_public(make_broker, tmp_path) -> None:
 
 
 def serve(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "app", "serve", "--port", str(free_port()), "--store", str(tmp_path / "s"), *args]
+    cmd = [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(tmp_path / "s"), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
 

@@ -170,7 +170,7 @@ def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ha_port = taken.getsockname()[1]
-        cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--port", str(free_port())]
+        cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--port", "0"]
         cmd += ["--role", "master", "--ha-port", str(ha_port)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stderr

@@ -17,7 +17,7 @@ import httpx
 
 from store.message import encode_properties
 from store.message_codec import END_FILE_MIN_BLANK_LENGTH, encode_message, write_blank_into
-from tests.loopback import free_port
+from tests.loopback import bound_port
 
 SERVER_START_TIMEOUT_S = 60.0  # the server imports FastAPI and loads the store before /readyz answers 200
 SERVER_STOP_TIMEOUT_S = 15.0
@@ -82,15 +82,20 @@ def start_server(tmp: Path, broker_lines: tuple[str, ...] = ()) -> Server:
     store_dir = tmp / "store"
     config = tmp / "tidemq.toml"
     config.write_text("[broker]\n" + "".join(line + "\n" for line in broker_lines) + STORE_TOML)
-    port = free_port()
     log = open(tmp / "server.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), "--store", str(store_dir), "--config", str(config)],
+        [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(store_dir), "--config", str(config)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     log.close()
+    try:
+        port = bound_port(tmp / "server.log", 0, process, SERVER_START_TIMEOUT_S)
+    except RuntimeError:
+        process.kill()
+        process.wait(10)
+        raise
     url = f"http://127.0.0.1:{port}"
     server = Server(url, store_dir, process)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S

@@ -10,7 +10,8 @@ import pytest
 
 from pipeline.errors import BrokerProblem, BrokerUnavailable
 from pipeline.http_client import BrokerClient, ClientSettings
-from tests.pipeline.pipeline_helpers import Server, create_topic, free_port, produce, start_server, stop_server
+from tests.loopback import free_port
+from tests.pipeline.pipeline_helpers import Server, create_topic, produce, start_server, stop_server
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")

@@ -147,7 +147,7 @@ def test_bad_read_options_fail_with_a_clear_message(spark: Any, tidemq_server: S
 
 
 def test_an_unreachable_broker_is_a_clear_failure(spark: Any) -> None:
-    from tests.pipeline.pipeline_helpers import free_port
+    from tests.loopback import free_port
 
     reader = spark.read.format("tidemq").option("url", f"http://127.0.0.1:{free_port()}").option("topic", TOPIC)
     with pytest.raises(Exception) as exc:
