@@ -30,7 +30,6 @@ MAX_TIMESTAMP_MS = 2**63 - 1
 def router(broker: Broker) -> APIRouter:
     api = APIRouter(tags=["query"])
     store = broker.store
-    settings = broker.settings
 
     @api.get(
         "/v1/topics/{topic}/messages",
@@ -53,8 +52,9 @@ def router(broker: Broker) -> APIRouter:
         broker.topic_config(topic)
         if (key is None) == (msg_id is None) or not (key or msg_id):
             raise ProblemError("REQUEST_INVALID", "give exactly one of key and msg_id, non-empty")
-        if max_count > settings.max_query_messages:
-            raise ProblemError("MAX_INVALID", f"max is at most {settings.max_query_messages}")
+        if max_count > store.config.max_msgs_num_batch:
+            # Refused rather than clamped, so a caller never takes a short answer for all there is.
+            raise ProblemError("MAX_INVALID", f"max is at most {store.config.max_msgs_num_batch} (the store's max_msgs_num_batch)")
         end = end_ms if end_ms is not None else int(time.time() * 1000) + 1
         if begin_ms > end or end > MAX_TIMESTAMP_MS:
             raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")

@@ -101,6 +101,8 @@ class MessageStoreConfig:
     # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
     # The pages become dirty: the kernel writes back what the writer has not overwritten by then.
     prefault_mapped_file_enable: bool = setting(True)
+    # Most messages one key query returns (RocketMQ's maxMsgsNumBatch; IndexService.queryOffset caps at it).
+    max_msgs_num_batch: int = setting(64, 1, 100_000)
     # Build IndexFile entries for KEYS and UNIQ_KEY.
     message_index_enable: bool = setting(True)
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).

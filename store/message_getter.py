@@ -123,8 +123,9 @@ class MessageGetter:
         elif offset == max_offset:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
         elif offset > max_offset:
-            result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = min_offset if min_offset == 0 else max_offset
+            # RocketMQ 4.9.4+ (DefaultMessageStore.getMessage) answers the max offset here; earlier
+            # versions went back to 0 when the queue started at 0, which re-reads the whole queue.
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
         else:
             self._collect(result, cq, offset, max_count, tag_filter)
         store.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)

@@ -46,7 +46,9 @@ def test_statuses(client: httpx.Client, topic: str) -> None:
     rest = pull(client, topic, offset=3)
     assert [m["queue_offset"] for m in rest["messages"]] == [3, 4] and rest["next_offset"] == 5
     assert pull(client, topic, offset=5)["status"] == "NO_NEW_MSG"
-    assert pull(client, topic, offset=50)["status"] == "OFFSET_OVERFLOW_BADLY"
+    far = pull(client, topic, offset=50)
+    # RocketMQ 4.9.4+ (DefaultMessageStore.getMessage): continue from the max offset, not from 0.
+    assert far["status"] == "OFFSET_OVERFLOW_BADLY" and far["next_offset"] == 5 and far["messages"] == []
 
 
 def test_held_pull_returns_as_soon_as_a_message_is_sent(shared_broker, client: httpx.Client, topic: str) -> None:

@@ -28,8 +28,8 @@ def test_statuses_of_an_empty_and_unknown_queue(store) -> None:
     with store.get_message("g", "T", 0, 3, 10) as r:
         assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 3
     with store.get_message("g", "T", 0, 10, 10) as r:
-        # RocketMQ's rule: back to the minimum when it is 0, else to the maximum.
-        assert r.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 0
+        # RocketMQ 4.9.4+: the max offset, also when the queue starts at 0.
+        assert r.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 3
     with store.get_message("g", "T", 0, 1, 10) as r:
         assert r.status is GetMessageStatus.FOUND and r.queue_offsets == [1, 2] and r.next_begin_offset == 3
         assert (r.min_offset, r.max_offset) == (0, 3)
