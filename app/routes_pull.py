@@ -89,7 +89,14 @@ BATCH_HEADERS = {
     "X-Tidemq-Min-Offset": ("The queue's min offset", {"type": "integer"}),
     "X-Tidemq-Max-Offset": ("The queue's max offset", {"type": "integer"}),
     "X-Tidemq-Count": ("Messages in the body", {"type": "integer", "minimum": 0}),
+    "X-Tidemq-Body-Encoding": (
+        "How message bodies lie in the reply: `stored`, as in the commitlog, so a message whose SYSFLAG has bit 0x1 "
+        "(RocketMQ's MessageSysFlag.COMPRESSED_FLAG) holds its body compressed (zlib when SYSFLAG bits 8..10 are 0 or 3)",
+        {"type": "string", "enum": ["stored"]},
+    ),
 }
+# The batch format never inflates: it is the commitlog's bytes (X-Tidemq-Body-Encoding).
+BODY_ENCODING_STORED = "stored"
 BATCH_BODY = {"schema": {"type": "string", "format": "binary"}, "example": ""}
 PULL_BATCH_DOC = docs(None, 200, *PULL_PROBLEMS)
 PULL_BATCH_DOC[200] = {
@@ -237,7 +244,8 @@ class Puller:
             if spec.batch:
                 body = memoryview(result.data) if found else b""  # the gathered messages: the wire format
             else:
-                messages = [message_json(m) for m in result.decode()] if found else []
+                limit = self.store.config.max_message_size_bytes
+                messages = [message_json(m, limit) for m in result.decode()] if found else []
                 body = orjson.dumps(
                     {
                         "status": status,
@@ -262,6 +270,7 @@ class Puller:
             "X-Tidemq-Min-Offset": str(r.min_offset),
             "X-Tidemq-Max-Offset": str(r.max_offset),
             "X-Tidemq-Count": str(r.count),
+            "X-Tidemq-Body-Encoding": BODY_ENCODING_STORED,
         }
         return Response(r.body, media_type=batch, headers=headers)
 

@@ -59,7 +59,8 @@ def router(broker: Broker) -> APIRouter:
         if begin_ms > end or end > MAX_TIMESTAMP_MS:
             raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")
         found = await broker.run(store.query_message, topic, key or msg_id, max_count, begin_ms, end)
-        return JsonResponse({"messages": [message_json(m) for m in found[:max_count]]})
+        limit = store.config.max_message_size_bytes
+        return JsonResponse({"messages": [message_json(m, limit) for m in found[:max_count]]})
 
     @api.get(
         "/v1/messages/{offset_msg_id}",
@@ -79,7 +80,7 @@ def router(broker: Broker) -> APIRouter:
         if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
             raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")
         require(request, SUB, found["topic"], "read messages of")  # the id names no topic: checked once found
-        return JsonResponse(message_json(found))
+        return JsonResponse(message_json(found, store.config.max_message_size_bytes))
 
     @api.get(
         "/v1/topics/{topic}/queues/{queue_id}/offset",
