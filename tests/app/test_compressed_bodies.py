@@ -5,6 +5,7 @@ cannot be inflated is marked, never a 500, and never stops a pull."""
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -19,7 +20,8 @@ from tests.compressed_store import CASES, TOPIC, Case, write_compressed_store
 def zipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     store_dir = tmp_path_factory.mktemp("zipped") / "store"
     write_compressed_store(str(store_dir))
-    broker = BrokerProcess(store_dir, SMALL_STORE + SMALL_BROKER)
+    # A short ack margin and revive interval: an unacked message comes back about a second after its invisible time.
+    broker = BrokerProcess(store_dir, SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n" + SMALL_BROKER)
     try:
         yield broker.start()
     finally:
@@ -98,3 +100,22 @@ def test_queries_by_key_and_by_offset_id_show_bodies_as_produced(c: httpx.Client
     r = c.get(f"/v1/topics/{TOPIC}/messages", params={"msg_id": view["msg_id"]})
     assert r.status_code == 200, r.text
     assert_view(r.json()["messages"][0], case)
+
+
+def test_a_redelivered_message_is_still_shown_as_produced(c: httpx.Client) -> None:
+    """The retry copy keeps the stored body and its compression bits (RocketMQ's consumerSendMsgBack keeps the SYSFLAG)."""
+    base = f"/v1/groups/zipped-retry/topics/{TOPIC}"
+    first = c.post(base + "/receive", params={"max": 32, "invisible_ms": 1000}).json()["messages"]
+    assert len(first) == len(CASES)
+    kept = {"text", "corrupt", "plain"}
+    acked = [m["receipt_handle"] for m in first if m["keys"][0] not in kept]
+    assert c.post(base + "/ack", json={"receipt_handles": acked}).status_code == 200
+    again: list[dict] = []
+    deadline = time.monotonic() + 20
+    while len(again) < len(kept):
+        assert time.monotonic() < deadline, f"redelivered {[m['keys'] for m in again]}"
+        r = c.post(base + "/receive", params={"max": 32, "invisible_ms": 30_000, "wait_ms": 1000})
+        again += r.json()["messages"]
+    assert sorted(m["keys"][0] for m in again) == sorted(kept) and all(m["reconsume_times"] == 1 for m in again)
+    for m in again:
+        assert_view(m, next(case for case in CASES if case.key == m["keys"][0]))
