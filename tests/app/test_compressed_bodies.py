@@ -5,6 +5,7 @@ cannot be inflated is marked, never a 500, and never stops a pull."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 from collections.abc import Iterator
 
@@ -119,3 +120,18 @@ def test_a_redelivered_message_is_still_shown_as_produced(c: httpx.Client) -> No
     assert sorted(m["keys"][0] for m in again) == sorted(kept) and all(m["reconsume_times"] == 1 for m in again)
     for m in again:
         assert_view(m, next(case for case in CASES if case.key == m["keys"][0]))
+
+
+def test_a_receive_stream_shows_bodies_as_produced(zipped: BrokerProcess) -> None:
+    url = f"/v1/groups/zipped-stream/topics/{TOPIC}/stream"
+    got: list[dict] = []
+    with httpx.Client(base_url=zipped.url, timeout=10) as own, own.stream("GET", url, params={"max_in_flight": 32}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                got.append(json.loads(line[len("data: ") :]))
+                if len(got) == len(CASES):
+                    break
+    by_key = {m["keys"][0]: m for m in got}
+    for case in CASES:
+        assert_view(by_key[case.key], case)
