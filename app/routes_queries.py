@@ -47,7 +47,10 @@ def router(broker: Broker) -> APIRouter:
         ] = None,
         begin_ms: Annotated[int, Query(ge=0, description="Earliest store time, ms since the epoch")] = 0,
         end_ms: Annotated[int | None, Query(ge=0, description="Latest store time, ms since the epoch (default: now)")] = None,
-        max_count: Annotated[int, Query(alias="max", ge=1, description="Most messages to return")] = 32,
+        max_count: Annotated[
+            int,
+            Query(alias="max", ge=1, description="Most messages to return: 1..max_msgs_num_batch (64 by default); more is 400 MAX_INVALID"),
+        ] = 32,
     ) -> Response:
         broker.topic_config(topic)
         if (key is None) == (msg_id is None) or not (key or msg_id):

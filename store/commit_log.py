@@ -207,6 +207,7 @@ class CommitLog:
 
     def _put_one(self, msg: MessageInner) -> PutMessageResult:
         """put_messages for one message, without the runs."""
+        # The membership test first keeps the call off the put of a message without DELAY.
         if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
             self._rewrite_for_delay(msg)
         body, tail = msg.body, msg.tail
