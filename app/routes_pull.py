@@ -1,7 +1,8 @@
 """GET /v1/topics/{topic}/queues/{queue_id}/messages: pull, with long polling.
 
 Invariants:
-- Reads (`get_message`, decoding, serialising) run in the broker's read pool. A result owns
+- Reads (`get_message`, decoding, serialising) run in the broker's read pool, except within
+  `inline_read_window_messages` of the queue's tail, where they run inline. A result owns
   the bytes it copied out of the commitlog and pins no mapped file; the batch format is sent
   from its buffer as it is.
 - A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread) until a
@@ -289,13 +290,16 @@ class Puller:
         if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
             batch = BATCH_MEDIA_TYPE
         spec = self.parse(request, batch is not None)
-        if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - spec.offset <= self.settings.inline_read_window_messages:
-            r = self.read(spec, spec.offset)  # the queue's tail: just written, in memory; a thread hop costs more
-        else:
-            r = await self.broker.run(self.read, spec, spec.offset)
+        r = await self.read_at(spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
             return self.answer(r, spec, batch)
         return await self.hold(request, spec, r, batch)
+
+    async def read_at(self, spec: PullSpec, offset: int) -> Read:
+        """`read` inline near the queue's tail (just written, in memory: a thread hop costs more), else in the pool."""
+        if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - offset <= self.settings.inline_read_window_messages:
+            return self.read(spec, offset)
+        return await self.broker.run(self.read, spec, offset)
 
     async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
         """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
@@ -327,9 +331,10 @@ class Puller:
                             break
                 finally:
                     held.unregister(waiter)
-                # Inline, not in the read pool: everything past `offset` has just been written, so it is in
-                # memory, and a thread hop would add to every long-poll delivery.
-                r = self.read(spec, offset)
+                # A woken pull reads what was just written, inline. A tag-filtered pull whose read matched
+                # nothing goes on from `next_offset` at once: far behind the tail (a backlog of other
+                # tags, one scan window a read) it reads in the pool, so the loop serves others meanwhile.
+                r = await self.read_at(spec, offset)
         finally:
             if watcher is not None:
                 watcher.cancel()

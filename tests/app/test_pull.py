@@ -112,6 +112,21 @@ def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(shared_broker,
     assert 0.45 <= elapsed < 3.5, elapsed
 
 
+def test_a_held_pull_with_a_tag_goes_through_a_backlog_of_other_tags(shared_broker, client: httpx.Client, topic: str) -> None:
+    """A held pull whose read matched nothing reads on from next_offset (in the read pool, far behind
+    the tail) until the match, over more entries than one read examines and the inline window holds."""
+    create(client, topic)
+    for _ in range(3):
+        batch = {"messages": [{"body": "other", "tags": "TagB", "queue_id": 0} for _ in range(1_000)]}
+        assert client.post(f"/v1/topics/{topic}/messages", json=batch).status_code == 201
+    send(client, topic, "hit", tags="TagA")
+    # One read stops at the end of its consume-queue file (1,000 entries in this store).
+    assert pull(client, topic, offset=0, tag="TagA")["status"] == "NO_MATCHED_MSG"
+    got = pull(client, topic, offset=0, tag="TagA", wait_ms=4000)
+    assert got["status"] == "FOUND" and [(m["body"], m["queue_offset"]) for m in got["messages"]] == [("hit", 3_000)]
+    assert got["next_offset"] == 3_001
+
+
 def test_held_pull_with_a_tag_times_out_with_no_matched_msg(client: httpx.Client, topic: str) -> None:
     create(client, topic)
     send(client, topic, "a", tags="TagB")
