@@ -1,5 +1,9 @@
-"""How a stored message is shown in JSON replies (pulls and queries).
+"""How a stored message is shown in JSON replies (pulls, receives and queries).
 
+The body is the one its producer sent: a body stored compressed (SYSFLAG's COMPRESSED_FLAG, as
+RocketMQ producers store bodies over 4 KiB) is inflated, at most to `body_limit_bytes`, and the
+view says `"compressed": true`. One that cannot be inflated is shown as stored, base64, with
+`body_error` naming why (store.BodyStatus), so a pull still answers and moves past it.
 The body is text when it decodes as UTF-8 and base64 otherwise (`encoding` says which);
 the properties surfaced as fields of their own (TAGS, KEYS, UNIQ_KEY) are not repeated.
 """
@@ -9,24 +13,30 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from store import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from store import COMPRESSED_FLAG, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, inflate_body
 
 _SURFACED = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
 
 
-def message_json(m: dict[str, Any]) -> dict[str, Any]:
+def message_json(m: dict[str, Any], body_limit_bytes: int) -> dict[str, Any]:
     """The API view of a message decoded by `store.decode_message`."""
     body: bytes = m["body"]
-    try:
-        text = body.decode("utf-8")
-        encoding = "utf-8"
-    except UnicodeDecodeError:
-        text = base64.b64encode(body).decode("ascii")
-        encoding = "base64"
+    error: str | None = None
+    compressed = m["sys_flag"] & COMPRESSED_FLAG
+    if compressed:
+        body, status = inflate_body(body, m["sys_flag"], body_limit_bytes)
+        error = status.value if status.failed else None
+    if error is None:
+        try:
+            text, encoding = body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(body).decode("ascii"), "base64"
+    else:  # the stored bytes of a body that could not be inflated are never passed off as text
+        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
     properties: dict[str, str] = m["properties"]
     if any(name in properties for name in _SURFACED):
         properties = {k: v for k, v in properties.items() if k not in _SURFACED}
-    return {
+    view = {
         "msg_id": m["msg_id"],
         "offset_msg_id": m["offset_msg_id"],
         "topic": m["topic"],
@@ -42,3 +52,8 @@ def message_json(m: dict[str, Any]) -> dict[str, Any]:
         "store_timestamp": m["store_timestamp"],
         "reconsume_times": m["reconsume_times"],
     }
+    if compressed:
+        view["compressed"] = True
+        if error is not None:
+            view["body_error"] = error
+    return view

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.transaction_models import TransactionRef
 
 Encoding = Literal["utf-8", "base64"]
+# Why a body stored compressed is shown as stored (store.BodyStatus's failed values).
+BodyError = Literal["BODY_CORRUPT", "BODY_TOO_LARGE", "BODY_COMPRESSION_UNSUPPORTED"]
 
 
 MESSAGE_EXAMPLE: dict[str, Any] = {
@@ -221,6 +223,13 @@ class Message(BaseModel):
     born_timestamp: int
     store_timestamp: int
     reconsume_times: int
+    compressed: bool | None = Field(
+        default=None, description="Present (true) when the body was stored compressed (SYSFLAG 0x1); `body` is then inflated"
+    )
+    body_error: BodyError | None = Field(
+        default=None,
+        description="Present when a compressed body could not be inflated: `body` is then the stored bytes, base64",
+    )
 
 
 PullStatus = Literal[

@@ -42,9 +42,9 @@ def parse_max_in_flight(request: Request) -> int:
     return int(text)
 
 
-def event(spec: ReceiveSpec, p: Popped, handle_prefix: str) -> bytes:
-    view = received_json(message_json(decode_message(p.data, 0)), handle_prefix + p.handle, p.invisible_until_ms, p.reconsume_times,
-                         spec.topic)  # fmt: skip
+def event(spec: ReceiveSpec, p: Popped, handle_prefix: str, body_limit_bytes: int) -> bytes:
+    message = message_json(decode_message(p.data, 0), body_limit_bytes)
+    view = received_json(message, handle_prefix + p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
     return b"event: message\ndata: " + orjson.dumps(view) + b"\n\n"
 
 
@@ -73,6 +73,7 @@ class ReceiveStream:
         held = self.receiver.held
         loop = asyncio.get_running_loop()
         heartbeat_s = self.receiver.broker.settings.stream_heartbeat_ms / 1000.0
+        body_limit = self.receiver.store.config.max_message_size_bytes
         next_beat = loop.time() + heartbeat_s
         yield b": stream open\n\n"
         try:
@@ -84,7 +85,7 @@ class ReceiveStream:
                     popped = await self.receiver.take(spec)
                     if popped:
                         self.registry.delivered(state, popped)
-                        yield b"".join(event(spec, p, self.receiver.handle_prefix) for p in popped)
+                        yield b"".join(event(spec, p, self.receiver.handle_prefix, body_limit) for p in popped)
                         continue
                 timeout = next_beat - loop.time()
                 if next_expiry is not None:

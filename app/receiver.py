@@ -130,9 +130,10 @@ class Receiver:
                                      spec.tag_filter)  # fmt: skip
 
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
+        limit = self.store.config.max_message_size_bytes
         messages = [
             received_json(
-                message_json(decode_message(p.data, 0)), self.issued(p.handle), p.invisible_until_ms, p.reconsume_times, spec.topic
+                message_json(decode_message(p.data, 0), limit), self.issued(p.handle), p.invisible_until_ms, p.reconsume_times, spec.topic
             )  # fmt: skip
             for p in popped
         ]

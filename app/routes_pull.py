@@ -1,7 +1,8 @@
 """GET /v1/topics/{topic}/queues/{queue_id}/messages: pull, with long polling.
 
 Invariants:
-- Reads (`get_message`, decoding, serialising) run in the broker's read pool. A result owns
+- Reads (`get_message`, decoding, serialising) run in the broker's read pool, except within
+  `inline_read_window_messages` of the queue's tail, where they run inline. A result owns
   the bytes it copied out of the commitlog and pins no mapped file; the batch format is sent
   from its buffer as it is.
 - A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread) until a
@@ -89,7 +90,14 @@ BATCH_HEADERS = {
     "X-Tidemq-Min-Offset": ("The queue's min offset", {"type": "integer"}),
     "X-Tidemq-Max-Offset": ("The queue's max offset", {"type": "integer"}),
     "X-Tidemq-Count": ("Messages in the body", {"type": "integer", "minimum": 0}),
+    "X-Tidemq-Body-Encoding": (
+        "How message bodies lie in the reply: `stored`, as in the commitlog, so a message whose SYSFLAG has bit 0x1 "
+        "(RocketMQ's MessageSysFlag.COMPRESSED_FLAG) holds its body compressed (zlib when SYSFLAG bits 8..10 are 0 or 3)",
+        {"type": "string", "enum": ["stored"]},
+    ),
 }
+# The batch format never inflates: it is the commitlog's bytes (X-Tidemq-Body-Encoding).
+BODY_ENCODING_STORED = "stored"
 BATCH_BODY = {"schema": {"type": "string", "format": "binary"}, "example": ""}
 PULL_BATCH_DOC = docs(None, 200, *PULL_PROBLEMS)
 PULL_BATCH_DOC[200] = {
@@ -237,7 +245,8 @@ class Puller:
             if spec.batch:
                 body = memoryview(result.data) if found else b""  # the gathered messages: the wire format
             else:
-                messages = [message_json(m) for m in result.decode()] if found else []
+                limit = self.store.config.max_message_size_bytes
+                messages = [message_json(m, limit) for m in result.decode()] if found else []
                 body = orjson.dumps(
                     {
                         "status": status,
@@ -262,6 +271,7 @@ class Puller:
             "X-Tidemq-Min-Offset": str(r.min_offset),
             "X-Tidemq-Max-Offset": str(r.max_offset),
             "X-Tidemq-Count": str(r.count),
+            "X-Tidemq-Body-Encoding": BODY_ENCODING_STORED,
         }
         return Response(r.body, media_type=batch, headers=headers)
 
@@ -280,13 +290,16 @@ class Puller:
         if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
             batch = BATCH_MEDIA_TYPE
         spec = self.parse(request, batch is not None)
-        if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - spec.offset <= self.settings.inline_read_window_messages:
-            r = self.read(spec, spec.offset)  # the queue's tail: just written, in memory; a thread hop costs more
-        else:
-            r = await self.broker.run(self.read, spec, spec.offset)
+        r = await self.read_at(spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
             return self.answer(r, spec, batch)
         return await self.hold(request, spec, r, batch)
+
+    async def read_at(self, spec: PullSpec, offset: int) -> Read:
+        """`read` inline near the queue's tail (just written, in memory: a thread hop costs more), else in the pool."""
+        if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) - offset <= self.settings.inline_read_window_messages:
+            return self.read(spec, offset)
+        return await self.broker.run(self.read, spec, offset)
 
     async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
         """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
@@ -318,9 +331,10 @@ class Puller:
                             break
                 finally:
                     held.unregister(waiter)
-                # Inline, not in the read pool: everything past `offset` has just been written, so it is in
-                # memory, and a thread hop would add to every long-poll delivery.
-                r = self.read(spec, offset)
+                # A woken pull reads what was just written, inline. A tag-filtered pull whose read matched
+                # nothing goes on from `next_offset` at once: far behind the tail (a backlog of other
+                # tags, one scan window a read) it reads in the pool, so the loop serves others meanwhile.
+                r = await self.read_at(spec, offset)
         finally:
             if watcher is not None:
                 watcher.cancel()

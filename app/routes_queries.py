@@ -30,7 +30,6 @@ MAX_TIMESTAMP_MS = 2**63 - 1
 def router(broker: Broker) -> APIRouter:
     api = APIRouter(tags=["query"])
     store = broker.store
-    settings = broker.settings
 
     @api.get(
         "/v1/topics/{topic}/messages",
@@ -48,18 +47,23 @@ def router(broker: Broker) -> APIRouter:
         ] = None,
         begin_ms: Annotated[int, Query(ge=0, description="Earliest store time, ms since the epoch")] = 0,
         end_ms: Annotated[int | None, Query(ge=0, description="Latest store time, ms since the epoch (default: now)")] = None,
-        max_count: Annotated[int, Query(alias="max", ge=1, description="Most messages to return")] = 32,
+        max_count: Annotated[
+            int,
+            Query(alias="max", ge=1, description="Most messages to return: 1..max_msgs_num_batch (64 by default); more is 400 MAX_INVALID"),
+        ] = 32,
     ) -> Response:
         broker.topic_config(topic)
         if (key is None) == (msg_id is None) or not (key or msg_id):
             raise ProblemError("REQUEST_INVALID", "give exactly one of key and msg_id, non-empty")
-        if max_count > settings.max_query_messages:
-            raise ProblemError("MAX_INVALID", f"max is at most {settings.max_query_messages}")
+        if max_count > store.config.max_msgs_num_batch:
+            # Refused rather than clamped, so a caller never takes a short answer for all there is.
+            raise ProblemError("MAX_INVALID", f"max is at most {store.config.max_msgs_num_batch} (the store's max_msgs_num_batch)")
         end = end_ms if end_ms is not None else int(time.time() * 1000) + 1
         if begin_ms > end or end > MAX_TIMESTAMP_MS:
             raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")
         found = await broker.run(store.query_message, topic, key or msg_id, max_count, begin_ms, end)
-        return JsonResponse({"messages": [message_json(m) for m in found[:max_count]]})
+        limit = store.config.max_message_size_bytes
+        return JsonResponse({"messages": [message_json(m, limit) for m in found[:max_count]]})
 
     @api.get(
         "/v1/messages/{offset_msg_id}",
@@ -79,7 +83,7 @@ def router(broker: Broker) -> APIRouter:
         if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
             raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")
         require(request, SUB, found["topic"], "read messages of")  # the id names no topic: checked once found
-        return JsonResponse(message_json(found))
+        return JsonResponse(message_json(found, store.config.max_message_size_bytes))
 
     @api.get(
         "/v1/topics/{topic}/queues/{queue_id}/offset",

@@ -61,8 +61,6 @@ class BrokerSettings:
     max_held_pulls: int = setting(10_000, 0, 1_000_000)
     # Period of the comment line an event stream (group consumption's /stream) sends to show it is alive.
     stream_heartbeat_ms: int = setting(15_000, 100, 300_000)
-    # Largest `max` of a key query.
-    max_query_messages: int = setting(1_024, 1, 100_000)
     # Threads that run store reads (which may page-fault) and metadata writes off the event loop.
     read_threads: int = setting(4, 1, 256)
     # Serve produce and pull without FastAPI's router and parameter solver (same answers; off to compare).

@@ -9,7 +9,9 @@ Invariants: the Arrow types match `SCHEMA` exactly (Spark refuses a batch whose 
 differ, e.g. `list<item>` for `list<element>` or `timestamp[ms]` for `timestamp[us]`);
 `properties` holds every stored property except TAGS, KEYS and UNIQ_KEY, which have
 their own columns (`tags`, `keys`, `msg_id`), so what a producer sent as properties is
-what a reader gets back.
+what a reader gets back; `body` is the body the producer sent: one stored compressed (SYSFLAG
+bit 0x1, RocketMQ's COMPRESSED_FLAG) is inflated (store.inflate_body, at most to
+`body_limit_bytes`), and one that cannot be is kept as stored with `body_error` saying why.
 """
 
 from __future__ import annotations
@@ -19,15 +21,18 @@ from typing import Any
 import pyarrow as pa
 
 from store import (
+    COMPRESSED_FLAG,
     POS_SYS_FLAG,
     PROPERTIES_LENGTH,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    MessageStoreConfig,
     body_length_at,
     decode_properties,
     header_bytes,
     header_of,
+    inflate_body,
     offset_msg_id,
     read_int,
     split_keys,
@@ -36,7 +41,7 @@ from store import (
 SCHEMA_DDL = (
     "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, msg_id string, "
     "keys array<string>, tags string, body binary, properties map<string,string>, "
-    "born_timestamp timestamp, store_timestamp timestamp"
+    "born_timestamp timestamp, store_timestamp timestamp, body_error string"
 )
 
 _TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
@@ -54,18 +59,21 @@ ARROW_SCHEMA = pa.schema(
         pa.field("properties", pa.map_(pa.string(), pa.string())),
         pa.field("born_timestamp", _TIMESTAMP_US),
         pa.field("store_timestamp", _TIMESTAMP_US),
+        pa.field("body_error", pa.string()),
     ]
 )
 COLUMN_NAMES = ARROW_SCHEMA.names
 DEFAULT_BATCH_ROWS = 4096  # rows per Arrow batch: large enough to amortise Arrow's per-batch cost
+DEFAULT_BODY_LIMIT_BYTES = MessageStoreConfig.max_message_size_bytes  # the store's default largest message
 
 
 class RowBatchBuilder:
     """Collects decoded messages column by column and emits Arrow record batches."""
 
-    def __init__(self, batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+    def __init__(self, batch_rows: int = DEFAULT_BATCH_ROWS, body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES) -> None:
         assert batch_rows > 0
         self.batch_rows = batch_rows
+        self.body_limit_bytes = body_limit_bytes
         self._reset()
 
     def _reset(self) -> None:
@@ -80,6 +88,7 @@ class RowBatchBuilder:
         self.properties: list[list[tuple[str, str]]] = []
         self.born: list[int] = []
         self.stored: list[int] = []
+        self.body_error: list[str | None] = []
 
     def __len__(self) -> int:
         return len(self.queue_id)
@@ -90,7 +99,8 @@ class RowBatchBuilder:
 
     def add(self, buf: Any, pos: int) -> None:
         """Decode the checked message at `pos` of `buf` into the columns."""
-        header = header_of(read_int(buf, pos + POS_SYS_FLAG))  # host fields of 8 or 20 bytes
+        sys_flag = read_int(buf, pos + POS_SYS_FLAG)
+        header = header_of(sys_flag)  # host fields of 8 or 20 bytes
         (_total, _magic, _crc, queue_id, _flag, queue_offset, phys, _sys, born_ts, _bh, store_ts, store_host, _rc, _pto, body_len) = (
             header.unpack_from(buf, pos)
         )
@@ -110,7 +120,13 @@ class RowBatchBuilder:
         self.msg_id.append(uniq or offset_msg_id(bytes(store_host), phys))
         self.keys.append(split_keys(keys) if keys else [])
         self.tags.append(tags or None)
-        self.body.append(bytes(buf[body_start:topic_pos]))
+        body = bytes(buf[body_start:topic_pos])
+        if sys_flag & COMPRESSED_FLAG:
+            body, status = inflate_body(body, sys_flag, self.body_limit_bytes)
+            self.body_error.append(status.value if status.failed else None)
+        else:
+            self.body_error.append(None)
+        self.body.append(body)
         self.properties.append(list(props.items()))
         self.born.append(born_ts)
         self.stored.append(store_ts)
@@ -131,6 +147,7 @@ class RowBatchBuilder:
             pa.array(self.properties, ARROW_SCHEMA.field("properties").type),
             _timestamps(self.born),
             _timestamps(self.stored),
+            pa.array(self.body_error, pa.string()),
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)

@@ -23,11 +23,12 @@ from typing import Any, TextIO
 import orjson
 
 from pipeline.commitlog_reader import CommitLogFile, CommitLogReadError, FileScan, FileWalk, StopReason, list_commitlog_files
-from store import decode_message
+from store import COMPRESSED_FLAG, MessageStoreConfig, decode_message, inflate_body
 
 EXIT_OK = 0
 EXIT_DAMAGED = 1
 EXIT_USAGE = 2
+BODY_LIMIT_BYTES = MessageStoreConfig.max_message_size_bytes  # inflate no further than the default largest message
 
 
 @dataclass(slots=True)
@@ -110,6 +111,11 @@ def _message_json(msg: dict[str, Any], body_mode: str) -> dict[str, Any]:
     out["store_timestamp"] = msg["store_timestamp"]
     out["properties"] = msg["properties"]
     body: bytes = msg["body"]
+    if msg["sys_flag"] & COMPRESSED_FLAG:  # shown as produced, as the broker's JSON views show it
+        body, status = inflate_body(body, msg["sys_flag"], BODY_LIMIT_BYTES)
+        out["compressed"] = True
+        if status.failed:
+            out["body_error"] = status.value
     if body_mode == "text":
         out["body"] = body.decode("utf-8", errors="replace")
     elif body_mode == "base64":

@@ -5,6 +5,7 @@ hold a store as `MessageStore` (the Protocol of store/message_store.py) and impo
 only, never from its submodules; tests/store/test_public_api.py checks both.
 """
 
+from store.compressed_body import COMPRESSED_FLAG, BodyStatus, inflate_body
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.default_message_store import DefaultMessageStore
 from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TidemqError, TopicInvalid
@@ -92,6 +93,7 @@ from store.transaction_store import (
 __all__ = [
     "BLANK_MAGIC_CODE",
     "BOUNDS_KEY",
+    "COMPRESSED_FLAG",
     "DEFAULT_BORN_HOST",
     "HALF_TOPIC",
     "HEADER",
@@ -124,6 +126,7 @@ __all__ = [
     "ArrivingListener",
     "BatchError",
     "BatchErrorCode",
+    "BodyStatus",
     "Bounds",
     "BrokerRole",
     "CheckAnswer",
@@ -178,6 +181,7 @@ __all__ = [
     "dlq_topic",
     "header_bytes",
     "header_of",
+    "inflate_body",
     "iter_messages",
     "level_for_delay_ms",
     "new_uniq_key",

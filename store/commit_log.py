@@ -37,7 +37,7 @@ from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
 from store.mapped_file import MappedFile, SelectMappedBufferResult
 from store.mapped_file_queue import MappedFileQueue
-from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner
+from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner, delay_requested
 from store.message_codec import (
     FIXED_PART_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -207,7 +207,8 @@ class CommitLog:
 
     def _put_one(self, msg: MessageInner) -> PutMessageResult:
         """put_messages for one message, without the runs."""
-        if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
+        # The membership test first keeps the call off the put of a message without DELAY.
+        if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
             self._rewrite_for_delay(msg)
         body, tail = msg.body, msg.tail
         batch = b"".join((BATCH_ITEM_HEAD.pack(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail))
@@ -250,7 +251,7 @@ class CommitLog:
         count = 0
         head = BATCH_ITEM_HEAD.pack
         for msg in msgs:
-            if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC:
+            if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
                 self._rewrite_for_delay(msg)
             body, tail = msg.body, msg.tail
             parts += (head(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)

@@ -101,6 +101,8 @@ class MessageStoreConfig:
     # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
     # The pages become dirty: the kernel writes back what the writer has not overwritten by then.
     prefault_mapped_file_enable: bool = setting(True)
+    # Most messages one key query returns (RocketMQ's maxMsgsNumBatch; IndexService.queryOffset caps at it).
+    max_msgs_num_batch: int = setting(64, 1, 100_000)
     # Build IndexFile entries for KEYS and UNIQ_KEY.
     message_index_enable: bool = setting(True)
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).
@@ -117,6 +119,11 @@ class MessageStoreConfig:
     max_transfer_count_on_message_in_disk: int = setting(8, 1, 100_000)
     # Pull transfer limits: bytes per pull when reading from disk.
     max_transfer_bytes_on_message_in_disk: int = setting(64 * 1024, 1, GIB)
+    # Consume-queue bytes one get examines at least (20 per entry; a get for more messages examines
+    # 20 per message asked for). RocketMQ's 16,000 (DefaultMessageStore.getMessage's
+    # maxFilterMessageCount, RocketMQ 5's maxFilterMessageSize: 800 entries) is raised 20-fold for
+    # HTTP pulls, where a round trip costs far more than the scan (docs/benchmarks.md, tag-filter scan window).
+    max_filter_message_size_bytes: int = setting(320_000, CQ_UNIT_SIZE_BYTES, 2**31 - 1)
     # Share of memory the page cache may hold of the commitlog before reads count as "on disk".
     access_message_in_memory_max_ratio_percent: int = setting(40, 0, 100)
     # How long a put may hold the put lock before puts answer OS_PAGECACHE_BUSY.

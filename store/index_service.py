@@ -203,15 +203,20 @@ class IndexService:
         return f
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """Candidate commitlog offsets for `topic#key` in [begin, end], newest first."""
+        """Candidate commitlog offsets for `topic#key` in [begin, end], newest first.
+
+        As RocketMQ's IndexService.queryOffset, files are read newest first and the walk stops
+        after the first file that began before `begin`: every older file ended before it did.
+        """
         out: list[int] = []
         full_key = f"{topic}#{key}"
         for f in reversed(self.index_files):
             if len(out) >= max_num:
                 break
-            if f.index_count <= 1 or not f.is_time_matched(begin, end):
-                continue
-            out.extend(f.select_phy_offsets(full_key, max_num - len(out), begin, end))
+            if f.index_count > 1 and f.is_time_matched(begin, end):
+                out.extend(f.select_phy_offsets(full_key, max_num - len(out), begin, end))
+            if f.begin_timestamp < begin:
+                break
         return out
 
     def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int | None = None) -> int:

@@ -22,7 +22,11 @@ CANDIDATES_MARGIN = 8
 
 
 def query_message(store: DefaultMessageStore, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]:
-    """Up to `max_num` decoded messages of `topic` whose KEYS or UNIQ_KEY is `key`, stored in [begin_ms, end_ms], newest first."""
+    """Up to `max_num` decoded messages of `topic` whose KEYS or UNIQ_KEY is `key`, stored in [begin_ms, end_ms], newest first.
+
+    `max_num` is capped at `max_msgs_num_batch`, as RocketMQ's IndexService.queryOffset caps it.
+    """
+    max_num = min(max_num, store.config.max_msgs_num_batch)
     commit_log = store.commit_log
     found: list[dict[str, Any]] = []
     seen: set[int] = set()

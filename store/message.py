@@ -147,6 +147,18 @@ def build_message(
     return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp, born_host=born_host)
 
 
+def delay_requested(properties: dict[str, str]) -> bool:
+    """True when a put is to move the message to SCHEDULE_TOPIC_XXXX: it carries DELAY and not REAL_TOPIC.
+
+    A message the store moved carries REAL_TOPIC from then on, and keeps DELAY on the copy delivered
+    to its topic (RocketMQ's ScheduleMessageService.messageTimeup clears DELAY from the copy's
+    property map after writing its property string, so CommitLog.putMessage, which reads the map,
+    does not delay it again). Producers cannot set REAL_TOPIC, so this tells a delivered copy, and
+    a retry of one, from a message asking for a delay.
+    """
+    return PROPERTY_DELAY in properties and PROPERTY_REAL_TOPIC not in properties
+
+
 def split_keys(value: str) -> list[str]:
     return [k for k in value.split(KEY_SEPARATOR) if k]
 

@@ -4,8 +4,9 @@ getMessage walks consume queue entries from `offset`, filters by tag hash and th
 the exact tag, and copies the messages out of the commitlog until a transfer limit is hit:
 count and bytes, with tighter limits when the data is probably on disk (more than
 `access_message_in_memory_max_ratio_percent` of memory behind the log's end).
-At most MAX_FILTER_ENTRIES entries are examined per call, so a pull over a queue
-full of other tags is bounded too.
+At most `scan_entries(max_count)` entries are examined per call (RocketMQ's
+max(maxFilterMessageCount, maxMsgNums * 20) bytes of consume queue, with the byte count the
+setting `max_filter_message_size_bytes`), so a pull over a queue full of other tags is bounded too.
 
 The walk is the native gather kernel (store.native.gather, docs/native.md) over the queue's
 entries and the readable bytes of the commitlog files it meets; store.reference_getter keeps
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
     from store.mapped_file_queue import MappedFileQueue
 
-MAX_FILTER_ENTRIES = 16_000  # entries examined per get (RocketMQ's maxFilterMessageCount)
 DAMAGE_LOG_INTERVAL_S = 60.0  # at most one ERROR line per interval for damaged consume-queue entries
 
 log = logging.getLogger("tidemq.store")
@@ -99,8 +99,13 @@ class MessageGetter:
         self.limits_disk = (cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk)
         # No stored message is longer than a body of max_message_size_bytes with its largest topic and properties.
         self.max_stored_size = message_length(cfg.max_message_size_bytes, 255, 32767)
+        self.filter_scan_bytes = cfg.max_filter_message_size_bytes
         self._damage_logged_at = -DAMAGE_LOG_INTERVAL_S
         self._ranges: tuple[tuple[tuple[int, int], ...], bytes | None] = ((), None)
+
+    def scan_entries(self, max_count: int) -> int:
+        """Consume-queue entries one get for `max_count` messages examines at most (DefaultMessageStore.getMessage)."""
+        return max(self.filter_scan_bytes, max_count * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
 
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
@@ -123,8 +128,9 @@ class MessageGetter:
         elif offset == max_offset:
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
         elif offset > max_offset:
-            result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            result.next_begin_offset = min_offset if min_offset == 0 else max_offset
+            # RocketMQ 4.9.4+ (DefaultMessageStore.getMessage) answers the max offset here; earlier
+            # versions went back to 0 when the queue started at 0, which re-reads the whole queue.
+            result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
         else:
             self._collect(result, cq, offset, max_count, tag_filter)
         store.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)
@@ -143,7 +149,7 @@ class MessageGetter:
             max_count, count_mem, bytes_mem, count_disk, bytes_disk, max_phy - self.memory_window,
             max(0, commit_log.get_min_offset()), max_phy, self.max_stored_size,
         )  # fmt: skip
-        n = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
+        n = min(index_buf.size // CQ_STORE_UNIT_SIZE, self.scan_entries(max_count))
         files = HeldFiles(commit_log.mapped_file_queue)
         try:
             g, out, meta = self._gather(index_buf.view, n, limits, files, tag_filter)

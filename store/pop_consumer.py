@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from store.compressed_body import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
 from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
@@ -336,11 +337,17 @@ def dead_letter(data: bytes, group: str, reconsume_times: int) -> MessageInner:
 
 def requeued(data: bytes, topic: str, reconsume_times: int) -> MessageInner:
     """A stored message put again into `topic` queue 0, with its body, flag and properties, the
-    topic it was first produced to in RETRY_TOPIC, and `reconsume_times`."""
+    topic it was first produced to in RETRY_TOPIC, and `reconsume_times`.
+
+    The body goes as stored, so its compression bits go with it (RocketMQ's consumerSendMsgBack
+    copies the SYSFLAG); the transaction bits do not: the copy is an ordinary message."""
     m = decode_message(data, 0)
     props = dict(m["properties"])
     original = props.get(PROPERTY_RETRY_TOPIC) or m["topic"]
     if not is_group_system_topic(original):
         props[PROPERTY_RETRY_TOPIC] = original
     props.pop(PROPERTY_TIMER_DELIVER_MS, None)
-    return MessageInner(topic, m["body"], 0, props, flag=m["flag"], born_timestamp=m["born_timestamp"], reconsume_times=reconsume_times)
+    sys_flag = m["sys_flag"] & (COMPRESSED_FLAG | COMPRESSION_TYPE_MASK)
+    return MessageInner(
+        topic, m["body"], 0, props, flag=m["flag"], born_timestamp=m["born_timestamp"], sys_flag=sys_flag, reconsume_times=reconsume_times
+    )

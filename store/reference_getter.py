@@ -17,7 +17,7 @@ import time
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.get_message_result import GetMessageResult, TagFilter
 from store.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC
-from store.message_getter import DAMAGE_LOG_INTERVAL_S, MAX_FILTER_ENTRIES, MessageGetter, log
+from store.message_getter import DAMAGE_LOG_INTERVAL_S, MessageGetter, log
 from store.native import META
 from store.status import GetMessageStatus
 
@@ -38,7 +38,7 @@ class ReferenceGetter(MessageGetter):
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         next_phy_file_start = -1
         view = index_buf.view
-        limit = min(index_buf.size, MAX_FILTER_ENTRIES * CQ_STORE_UNIT_SIZE)
+        limit = min(index_buf.size, self.scan_entries(max_count) * CQ_STORE_UNIT_SIZE)
         damaged = commit_log.damaged_ranges
         max_size = self.max_stored_size
         header_of = TOTAL_AND_MAGIC.unpack_from

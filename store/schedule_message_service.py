@@ -4,8 +4,11 @@ A put with DELAY=L is rewritten by the commitlog to SCHEDULE_TOPIC_XXXX, queue L
 REAL_TOPIC / REAL_QID holding where it belongs; dispatch stores its due time (store time
 + level delay) as the tags code of its consume queue entry. This service walks each
 level's queue in order and, for every entry whose due time has come, reads the message
-and puts a copy to its real topic and queue with REAL_TOPIC, REAL_QID and DELAY removed,
-so that it is dispatched and wakes long-polls like any other message.
+and puts a copy to its real topic and queue, so that it is dispatched and wakes long-polls like
+any other message. The copy keeps every property, DELAY, REAL_TOPIC and REAL_QID included, as
+RocketMQ's ScheduleMessageService.messageTimeup stores it (it writes the property string before
+clearing DELAY from the property map); a put moves a message carrying REAL_TOPIC nowhere
+(store.message.delay_requested), so the copy is delivered once and not delayed again.
 
 Invariants:
 - within a level, due times grow with queue offsets (store times grow and the delay is
@@ -39,7 +42,6 @@ from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.delay_offset_table import DelayOffsetTable
 from store.message import (
     DEFAULT_BORN_HOST,
-    PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
@@ -110,11 +112,10 @@ def born_host_bytes(text: str) -> bytes:
 
 
 def due_message(stored: dict[str, Any]) -> MessageInner | None:
-    """The copy of a delayed message that goes back to its real topic; None when it names none."""
+    """The copy of a delayed message that goes back to its real topic, with all its properties; None when it names none."""
     props = dict(stored["properties"])
-    real_topic = props.pop(PROPERTY_REAL_TOPIC, None)
-    real_qid = props.pop(PROPERTY_REAL_QID, None)
-    props.pop(PROPERTY_DELAY, None)
+    real_topic = props.get(PROPERTY_REAL_TOPIC)
+    real_qid = props.get(PROPERTY_REAL_QID)
     if real_topic is None or topic_problem(real_topic) or real_qid is None or not real_qid.isdigit():
         return None
     return MessageInner(

@@ -25,13 +25,13 @@ import struct
 from typing import Any
 
 from store.message import (
-    PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
     TIMER_TOPIC,
     MessageInner,
     decode_properties,
+    delay_requested,
     new_uniq_key,
     topic_problem,
 )
@@ -89,7 +89,7 @@ def transform(msg: MessageInner, now_ms: int, precision_ms: int, max_delay_ms: i
     props = msg.properties
     if msg.topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
         return TimerTransform.NONE  # a rolled copy going round again, or a delivered copy (it keeps TIMER_DELAY_MS)
-    if PROPERTY_DELAY in props:
+    if delay_requested(props):
         for name in REQUEST_PROPERTIES:
             props.pop(name, None)
         msg.refresh()
@@ -133,8 +133,10 @@ def due_copy(stored: dict[str, Any], roll: bool, enqueue_ms: int, dequeue_ms: in
         topic, queue_id = TIMER_TOPIC, 0
         props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0") or 0) + 1)
     else:
-        real_topic = props.pop(PROPERTY_REAL_TOPIC, None)
-        real_qid = props.pop(PROPERTY_REAL_QID, None)
+        # REAL_TOPIC and REAL_QID stay: RocketMQ 5's TimerMessageStore.convertMessage writes the
+        # property string before clearing them from the property map.
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        real_qid = props.get(PROPERTY_REAL_QID)
         if real_topic is None or topic_problem(real_topic) or real_qid is None or not real_qid.isdigit():
             return None
         topic, queue_id = real_topic, int(real_qid)

@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from tidemq.compressed_body import COMPRESSED_FLAG, DEFAULT_BODY_LIMIT_BYTES, inflate
 from tidemq.models import Message
 
 BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
@@ -134,14 +135,15 @@ def stored_body(data: bytes, pos: int) -> bytes:
     return data[start : start + body_len]
 
 
-def decode_stored(data: bytes) -> list[Message]:
-    """The messages of a pull reply in the stored-bytes format."""
+def decode_stored(data: bytes, body_limit_bytes: int = DEFAULT_BODY_LIMIT_BYTES) -> list[Message]:
+    """The messages of a pull reply in the stored-bytes format, bodies stored compressed inflated
+    (at most to `body_limit_bytes`; one that cannot be is kept as stored, with `body_error`)."""
     out: list[Message] = []
     for pos, total in iter_stored(data):
         head = _stored_head(data, pos)
         if head.size + 3 > total:
             raise BatchFormatError(f"bad stored message head at {pos}")
-        (_, _, _crc, queue_id, _flag, queue_offset, phys, _sys, born_ts, _bh, store_ts, store_host, reconsume, _pto, body_len) = (
+        (_, _, _crc, queue_id, _flag, queue_offset, phys, sys_flag, born_ts, _bh, store_ts, store_host, reconsume, _pto, body_len) = (
             head.unpack_from(data, pos)
         )
         body_start = pos + head.size
@@ -161,6 +163,8 @@ def decode_stored(data: bytes) -> list[Message]:
         keys = props.pop("KEYS", "").split()
         msg_id = props.pop("UNIQ_KEY", offset_id)
         topic = data[topic_at + 1 : props_at].decode("utf-8", errors="replace")
-        body = data[body_start:topic_at]
-        out.append(Message(msg_id, offset_id, topic, queue_id, queue_offset, phys, body, tags, keys, props, born_ts, store_ts, reconsume))
+        body, body_error = inflate(data[body_start:topic_at], sys_flag, body_limit_bytes)
+        message = Message(msg_id, offset_id, topic, queue_id, queue_offset, phys, body, tags, keys, props, born_ts, store_ts, reconsume)
+        message.compressed, message.body_error = bool(sys_flag & COMPRESSED_FLAG), body_error
+        out.append(message)
     return out

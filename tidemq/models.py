@@ -58,7 +58,11 @@ class BinaryBatchResult:
 
 @dataclass(slots=True)
 class Message:
-    """A stored message; `receipt_handle` and `invisible_until_ms` are set on received ones."""
+    """A stored message; `receipt_handle` and `invisible_until_ms` are set on received ones.
+
+    `compressed` says the body was stored compressed (and is inflated here); `body_error`, when
+    set, says why it could not be inflated, and `body` is then the stored bytes.
+    """
 
     msg_id: str
     offset_msg_id: str
@@ -75,6 +79,8 @@ class Message:
     reconsume_times: int = 0
     receipt_handle: str | None = None
     invisible_until_ms: int | None = None
+    compressed: bool = False
+    body_error: str | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Message:
@@ -96,6 +102,8 @@ class Message:
             d.get("reconsume_times", 0),
             d.get("receipt_handle"),
             d.get("invisible_until_ms"),
+            bool(d.get("compressed", False)),
+            d.get("body_error"),
         )
 
     def text(self, errors: str = "replace") -> str:
@@ -126,6 +134,10 @@ class Message:
         if self.receipt_handle is not None:
             out["receipt_handle"] = self.receipt_handle
             out["invisible_until_ms"] = self.invisible_until_ms
+        if self.compressed:
+            out["compressed"] = True
+            if self.body_error is not None:
+                out["body_error"] = self.body_error
         return out
 
 

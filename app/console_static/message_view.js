@@ -64,8 +64,14 @@ export function messageDetail(m) {
     ["born", time(m.born_timestamp)],
     ["stored", time(m.store_timestamp)],
     ["reconsume times", m.reconsume_times],
-    ["body", `${bodyBytes(m).length} bytes, ${m.encoding}`],
+    ["body", `${bodyBytes(m).length} bytes, ${m.encoding}${bodyNote(m)}`],
     ...Object.entries(m.properties || {}).map(([k, v]) => [`property ${k}`, v]),
   ];
   return h("div", { class: "message", id: "message-detail" }, h("h3", {}, `Message ${m.msg_id}`), table(["Field", "Value"], fields), modes, body);
+}
+
+// A body stored compressed is shown inflated; one the broker could not inflate is shown as stored.
+function bodyNote(m) {
+  if (m.body_error) return `, stored compressed and not inflated: ${m.body_error}`;
+  return m.compressed ? ", stored compressed (shown inflated)" : "";
 }

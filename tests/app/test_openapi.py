@@ -105,6 +105,7 @@ def test_reply_headers_are_declared() -> None:
         "X-Tidemq-Min-Offset",
         "X-Tidemq-Max-Offset",
         "X-Tidemq-Count",
+        "X-Tidemq-Body-Encoding",
     }
     produce = doc["paths"]["/v1/topics/{topic}/messages"]["post"]
     assert any(p["in"] == "header" and p["name"] == "X-Tidemq-Transaction" for p in produce["parameters"])

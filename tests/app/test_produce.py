@@ -293,7 +293,11 @@ def test_delayed_message_reply_names_its_level_not_a_schedule_offset(client: htt
     got = pull_one(client, topic, 1, 0)
     assert got["body"] == "later" and got["msg_id"] == sent["msg_id"] and got["topic"] == topic
     assert got["store_timestamp"] >= sent["deliver_at_ms"]
-    assert "DELAY" not in got["properties"] and "REAL_TOPIC" not in got["properties"]
+    # As RocketMQ's ScheduleMessageService.messageTimeup stores the delivered copy.
+    assert (got["properties"]["DELAY"], got["properties"]["REAL_TOPIC"], got["properties"]["REAL_QID"]) == ("1", topic, "1")
+    # Delivered once: nothing follows it in its queue, and a later pull finds nothing new.
+    later = client.get(f"/v1/topics/{topic}/queues/1/messages", params={"offset": 1, "wait_ms": 1500}).json()
+    assert later["status"] == "NO_NEW_MSG" and later["max_offset"] == 1
 
 
 def test_delay_ms_and_deliver_at_ms_are_timer_messages_due_when_asked(client: httpx.Client, topic: str) -> None:

@@ -144,6 +144,8 @@ def test_query_errors(client: httpx.Client, topic: str) -> None:
     problem(client.get(url, params={"key": "a", "begin_ms": -1}), 400, "REQUEST_INVALID")
     problem(client.get(url, params={"key": "a", "max": 0}), 400, "MAX_INVALID")
     problem(client.get(url, params={"key": "a", "max": 100_000}), 400, "MAX_INVALID")
+    problem(client.get(url, params={"key": "a", "max": 65}), 400, "MAX_INVALID")  # past max_msgs_num_batch (64)
+    assert client.get(url, params={"key": "a", "max": 64}).status_code == 200
     problem(client.get("/v1/topics/nope-nope-x/messages", params={"key": "a"}), 404, "TOPIC_NOT_FOUND")
 
 

@@ -85,7 +85,7 @@ def test_batch_read_equals_what_was_produced(spark: Any, tidemq_server: Server, 
     df = read(spark, tidemq_server)
     assert df.columns == [
         "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "keys", "tags", "body", "properties",
-        "born_timestamp", "store_timestamp",
+        "born_timestamp", "store_timestamp", "body_error",
     ]  # fmt: skip
     assert df.rdd.getNumPartitions() == QUEUES
     assert rows_by_offset(df) == produced

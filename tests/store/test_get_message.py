@@ -28,8 +28,8 @@ def test_statuses_of_an_empty_and_unknown_queue(store) -> None:
     with store.get_message("g", "T", 0, 3, 10) as r:
         assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 3
     with store.get_message("g", "T", 0, 10, 10) as r:
-        # RocketMQ's rule: back to the minimum when it is 0, else to the maximum.
-        assert r.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 0
+        # RocketMQ 4.9.4+: the max offset, also when the queue starts at 0.
+        assert r.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 3
     with store.get_message("g", "T", 0, 1, 10) as r:
         assert r.status is GetMessageStatus.FOUND and r.queue_offsets == [1, 2] and r.next_begin_offset == 3
         assert (r.min_offset, r.max_offset) == (0, 3)
@@ -47,6 +47,24 @@ def test_consume_queue_entries_are_20_bytes(store, config) -> None:
         phy, size, tags_code = struct.unpack_from(">qiq", data, i * 20)
         item = results[i].items[0]
         assert (phy, size, tags_code) == (item.wrote_offset, item.wrote_bytes, 2598919)
+
+
+def test_a_filtered_get_examines_the_scan_window_of_bytes_or_of_the_count_asked(tmp_path) -> None:
+    """RocketMQ's DefaultMessageStore.getMessage: max(maxFilterMessageCount, maxMsgNums * 20) bytes of
+    consume queue per get (here max_filter_message_size_bytes = 200: 10 entries)."""
+    s = open_store(small_config(str(tmp_path / "s"), max_filter_message_size_bytes=200))
+    try:
+        put_n(s, 30, tags=["Other"])
+        put_n(s, 1, tags=["Wanted"])
+        with s.get_message("g", "T", 0, 0, 1, TagFilter.parse("Wanted")) as r:
+            assert r.status is GetMessageStatus.NO_MATCHED_MESSAGE and r.next_begin_offset == 10
+        with s.get_message("g", "T", 0, 25, 1, TagFilter.parse("Wanted")) as r:
+            assert r.status is GetMessageStatus.FOUND and r.queue_offsets == [30] and r.next_begin_offset == 31
+        with s.get_message("g", "T", 0, 0, 32, TagFilter.parse("Wanted")) as r:  # 32 asked for: 640 bytes, 32 entries
+            assert r.status is GetMessageStatus.FOUND and r.queue_offsets == [30]
+    finally:
+        s.shutdown()
+    assert small_config("x").max_filter_message_size_bytes == 320_000  # 16,000 entries: see docs/benchmarks.md
 
 
 def test_tag_filter_by_hash_and_exact_tag(store) -> None:

@@ -8,6 +8,7 @@ import time
 
 from store import build_message
 from store.index_file import HEADER_BYTES, IndexFile, key_hash
+from store.index_service import IndexService
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 FAR = 2**62
@@ -98,3 +99,40 @@ def test_time_range_filters(store) -> None:
     wait_dispatched(store)
     assert [m["body"] for m in store.query_message("T", "k", 10, mark, FAR)] == [b"new"]
     assert [m["body"] for m in store.query_message("T", "k", 10, 0, mark - 1500)] == [b"old"]
+
+
+def test_a_key_query_returns_at_most_max_msgs_num_batch(tmp_path) -> None:
+    """RocketMQ's IndexService.queryOffset caps maxNum at maxMsgsNumBatch (64 by default)."""
+    s = open_store(small_config(str(tmp_path / "s"), max_msgs_num_batch=5))
+    try:
+        for i in range(12):
+            s.put_message(build_message("T", f"m{i}".encode(), keys=["same"]))
+        wait_dispatched(s)
+        got = s.query_message("T", "same", 100, 0, FAR)
+        assert [m["body"] for m in got] == [f"m{i}".encode() for i in range(11, 6, -1)]
+        assert len(s.query_message("T", "same", 3, 0, FAR)) == 3
+    finally:
+        s.shutdown()
+    assert small_config("x").max_msgs_num_batch == 64
+
+
+def test_the_index_walk_stops_after_the_first_file_begun_before_the_range(tmp_path) -> None:
+    """Files are read newest first; once one began before `begin`, no older file is read
+    (RocketMQ's IndexService.queryOffset). An older file whose entries claim later times
+    (written before the clock stepped back) is therefore not consulted."""
+    cfg = small_config(str(tmp_path / "s"), max_hash_slot_num=8, max_index_num=16)
+    os.makedirs(cfg.index_dir())
+    older = IndexFile(os.path.join(cfg.index_dir(), "20260101000000000"), 8, 16)
+    assert older.put_key("T#k", 100, 9_000_000)
+    newer = IndexFile(os.path.join(cfg.index_dir(), "20260101000001000"), 8, 16)
+    assert newer.put_key("T#k", 200, 5_000_000) and newer.put_key("T#k", 300, 7_000_000)
+    for f in (older, newer):
+        f.flush()
+        f.close()
+    service = IndexService(cfg)
+    service.load(True, 0)
+    try:
+        assert service.query_offsets("T", "k", 10, 6_000_000, FAR) == [300]  # the older file is not read
+        assert service.query_offsets("T", "k", 10, 0, FAR) == [300, 200, 100]  # a range from 0 reads both
+    finally:
+        service.shutdown()

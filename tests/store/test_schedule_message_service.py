@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from store import SCHEDULE_TOPIC, DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
+from store import (
+    SCHEDULE_TOPIC,
+    DefaultMessageStore,
+    GetMessageStatus,
+    MessageInner,
+    MessageStoreConfig,
+    TagFilter,
+    build_message,
+    tags_hash,
+)
 from store.clock import FakeClock
 from store.delay_offset_table import DelayOffsetTable
 from store.errors import MetadataCorrupt
@@ -165,13 +174,55 @@ def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tm
     wait_until(lambda: store.get_max_offset_in_queue("Orders", 2) == 1)
     [delivered] = queue_messages(store, "Orders", 2)
     assert delivered["body"] == b"pay later"
-    assert delivered["properties"] == {"TAGS": "TagA", "KEYS": "order-1", "UNIQ_KEY": uniq, "p": "v"}
+    # ScheduleMessageService.messageTimeup stores the copy with DELAY, REAL_TOPIC and REAL_QID.
+    assert delivered["properties"] == {
+        "TAGS": "TagA",
+        "KEYS": "order-1",
+        "UNIQ_KEY": uniq,
+        "p": "v",
+        "DELAY": "2",
+        "REAL_TOPIC": "Orders",
+        "REAL_QID": "2",
+    }
     assert delivered["born_timestamp"] == born
     assert delivered["msg_id"] == uniq
     assert [m["body"] for m in store.query_message("Orders", "order-1", 10, 0, 1 << 62)] == [b"pay later"]
     status = store.schedule_status()
     assert status["levels"][1]["waiting"] == 0 and status["levels"][1]["offset"] == 1
     assert status["delivered"] == 1
+
+
+def test_a_delivered_copy_keeps_its_delay_properties_and_is_delivered_exactly_once(tmp_path: Path, opened: Opened) -> None:
+    """The copy carries DELAY, but a put moves only messages without REAL_TOPIC: it is stored in its
+    topic once, with its tag's hash as tags code, and the schedule queues get nothing new."""
+    clock = FakeClock()
+    store = opened(schedule_config(str(tmp_path / "s")), clock)
+    put_delayed(store, "Once", 1, 1, b"once", "o1")
+    wait_dispatched(store)
+    [scheduled] = queue_messages(store, SCHEDULE_TOPIC, 0)
+    clock.set_ms(scheduled["store_timestamp"] + 1_000)
+    store.schedule_service.scan_once()
+    wait_until(lambda: store.get_max_offset_in_queue("Once", 1) == 1)
+    for _ in range(3):  # later scans, long after every due time: nothing moves again
+        clock.set_ms(clock.now_ms() + 3_600_000)
+        store.schedule_service.scan_once()
+    wait_dispatched(store)
+    assert [store.get_max_offset_in_queue(SCHEDULE_TOPIC, q) for q in (0, 1)] == [1, 0]
+    assert store.get_max_offset_in_queue("Once", 1) == 1 and store.schedule_status()["delivered"] == 1
+    with store.get_message("g", "Once", 1, 0, 32, TagFilter.parse("TagA")) as res:
+        [delivered] = res.decode()
+    assert (delivered["properties"]["DELAY"], delivered["properties"]["REAL_TOPIC"], delivered["properties"]["REAL_QID"]) == (
+        "1",
+        "Once",
+        "1",
+    )
+    assert store.find_consume_queue("Once", 1).read_entry(0)[2] == tags_hash("TagA")  # a tag's code, not a due time
+
+    # Put again as it is stored (what a retry or dead-letter copy does), it is not delayed again.
+    again = MessageInner("Once", delivered["body"], 0, dict(delivered["properties"]))
+    assert store.put_message(again).ok and again.topic == "Once"
+    wait_dispatched(store)
+    assert store.get_max_offset_in_queue("Once", 0) == 1 and store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1
 
 
 def test_level_above_the_highest_is_capped(tmp_path: Path, opened: Opened) -> None:
