@@ -24,7 +24,9 @@ import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
 
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
@@ -255,3 +257,13 @@ class Broker:
 
     def forget_topic(self, topic: str) -> None:
         self._round_robin.pop(topic, None)
+
+
+def request_broker(request: Request) -> Broker:
+    """The broker serving a request (set on the app by app.server.create_app)."""
+    broker: Broker = request.app.state.broker
+    return broker
+
+
+# A route handler's parameter for the broker: the handlers live at module level, not in closures.
+BrokerDep = Annotated[Broker, Depends(request_broker)]

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from app.broker import Broker
+from app.broker import BrokerDep
 from app.params import TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
@@ -37,22 +37,20 @@ class TopicRoute(BaseModel):
     groups: list[GroupRoute]
 
 
-def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["cluster"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["cluster"], route_class=StrictJsonRoute)
 
-    @api.get(
-        "/v1/topics/{topic}/route",
-        operation_id="getTopicRoute",
-        summary="The broker groups that hold a topic, each with its master, slaves, epoch and queue count (cluster mode)",
-        responses=docs(TopicRoute, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_FOUND"),
-    )
-    async def get_route(topic: TopicPath) -> Response:
-        broker.check_topic_name(topic)
-        if broker.cluster is None:
-            raise ProblemError("NOT_FOUND", "this broker is not part of a cluster (--cluster-etcd): it is the topic's only broker")
-        route = route_of(broker.cluster.view, topic)
-        if route is None:
-            raise ProblemError("TOPIC_NOT_FOUND", f"no broker group of the cluster holds topic {topic}")
-        return JsonResponse(route)
 
-    return api
+@api.get(
+    "/v1/topics/{topic}/route",
+    operation_id="getTopicRoute",
+    summary="The broker groups that hold a topic, each with its master, slaves, epoch and queue count (cluster mode)",
+    responses=docs(TopicRoute, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_FOUND"),
+)
+async def get_route(broker: BrokerDep, topic: TopicPath) -> Response:
+    broker.check_topic_name(topic)
+    if broker.cluster is None:
+        raise ProblemError("NOT_FOUND", "this broker is not part of a cluster (--cluster-etcd): it is the topic's only broker")
+    route = route_of(broker.cluster.view, topic)
+    if route is None:
+        raise ProblemError("TOPIC_NOT_FOUND", f"no broker group of the cluster holds topic {topic}")
+    return JsonResponse(route)

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.access_check import require
 from app.acl import SUB
-from app.broker import Broker
+from app.broker import BrokerDep
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
@@ -45,117 +45,126 @@ def group_lag(store: MessageStore, group: str, topic: str) -> int:
     return lag
 
 
-def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
+
+
+@api.put(
+    "/v1/groups/{group}/offsets",
+    operation_id="commitOffsets",
+    summary="Commit a consumer group's offset for one queue (an object) or several (an array)",
+    responses=docs(
+        OffsetsCommitted,
+        200,
+        "GROUP_INVALID",
+        "TOPIC_INVALID",
+        "TOPIC_NOT_FOUND",
+        "QUEUE_NOT_FOUND",
+        "OFFSET_INVALID",
+        "BODY_TOO_LARGE",
+        "STORE_WRITE_FAILED",
+        "SHUTTING_DOWN",
+    ),
+)
+async def commit(
+    broker: BrokerDep, request: Request, group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]
+) -> Response:
     store = broker.store
+    check_group(group)
+    commits = body if isinstance(body, list) else [body]
+    if len(commits) > MAX_COMMITS_PER_REQUEST:
+        raise ProblemError("REQUEST_INVALID", f"at most {MAX_COMMITS_PER_REQUEST} commits per request")
+    for topic in {c.topic for c in commits}:
+        require(request, SUB, topic, "commit offsets of")  # the gate checked the group; the body names the topics
+    for c in commits:
+        broker.readable_queue(c.topic, c.queue_id)
+        max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
+        if not 0 <= c.offset <= max_offset:
+            raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
+    # One durable log record for the whole request, written in the pool (blocking file I/O).
+    try:
+        await broker.run(store.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
+    except OSError as exc:
+        raise ProblemError("STORE_WRITE_FAILED", f"the offsets could not be recorded durably: {exc}") from exc
+    except StoreNotRunning as exc:
+        raise ProblemError("SHUTTING_DOWN", str(exc)) from exc
+    return JsonResponse({"group": group, "committed": [c.model_dump() for c in commits]})
 
-    @api.put(
-        "/v1/groups/{group}/offsets",
-        operation_id="commitOffsets",
-        summary="Commit a consumer group's offset for one queue (an object) or several (an array)",
-        responses=docs(
-            OffsetsCommitted,
-            200,
-            "GROUP_INVALID",
-            "TOPIC_INVALID",
-            "TOPIC_NOT_FOUND",
-            "QUEUE_NOT_FOUND",
-            "OFFSET_INVALID",
-            "BODY_TOO_LARGE",
-            "STORE_WRITE_FAILED",
-            "SHUTTING_DOWN",
-        ),
-    )
-    async def commit(request: Request, group: GroupPath, body: Annotated[OffsetCommit | list[OffsetCommit], Body()]) -> Response:
-        check_group(group)
-        commits = body if isinstance(body, list) else [body]
-        if len(commits) > MAX_COMMITS_PER_REQUEST:
-            raise ProblemError("REQUEST_INVALID", f"at most {MAX_COMMITS_PER_REQUEST} commits per request")
-        for topic in {c.topic for c in commits}:
-            require(request, SUB, topic, "commit offsets of")  # the gate checked the group; the body names the topics
-        for c in commits:
-            broker.readable_queue(c.topic, c.queue_id)
-            max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
-            if not 0 <= c.offset <= max_offset:
-                raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
-        # One durable log record for the whole request, written in the pool (blocking file I/O).
-        try:
-            await broker.run(store.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
-        except OSError as exc:
-            raise ProblemError("STORE_WRITE_FAILED", f"the offsets could not be recorded durably: {exc}") from exc
-        except StoreNotRunning as exc:
-            raise ProblemError("SHUTTING_DOWN", str(exc)) from exc
-        return JsonResponse({"group": group, "committed": [c.model_dump() for c in commits]})
 
-    @api.get(
-        "/v1/groups/{group}/offsets",
-        operation_id="getOffsets",
-        summary="A group's committed offset, the max offset and the lag of each queue of a topic",
-        responses=docs(GroupOffsets, 200, "GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND"),
-    )
-    async def get_offsets(group: GroupPath, topic: TopicQuery) -> Response:
-        check_group(group)
-        topic_config = broker.topic_config(topic)
-        queues = []
-        for q in range(topic_config.read_queue_nums):
-            committed = store.query_offset(group, topic, q)
-            min_offset = store.get_min_offset_in_queue(topic, q)
-            max_offset = store.get_max_offset_in_queue(topic, q)
-            lag = max_offset - max(committed, min_offset)
-            queues.append(
-                {"queue_id": q, "committed_offset": committed, "min_offset": min_offset, "max_offset": max_offset, "lag": max(lag, 0)}
-            )
-        return JsonResponse({"group": group, "topic": topic, "queues": queues})
+@api.get(
+    "/v1/groups/{group}/offsets",
+    operation_id="getOffsets",
+    summary="A group's committed offset, the max offset and the lag of each queue of a topic",
+    responses=docs(GroupOffsets, 200, "GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND"),
+)
+async def get_offsets(broker: BrokerDep, group: GroupPath, topic: TopicQuery) -> Response:
+    store = broker.store
+    check_group(group)
+    topic_config = broker.topic_config(topic)
+    queues = []
+    for q in range(topic_config.read_queue_nums):
+        committed = store.query_offset(group, topic, q)
+        min_offset = store.get_min_offset_in_queue(topic, q)
+        max_offset = store.get_max_offset_in_queue(topic, q)
+        lag = max_offset - max(committed, min_offset)
+        queues.append(
+            {"queue_id": q, "committed_offset": committed, "min_offset": min_offset, "max_offset": max_offset, "lag": max(lag, 0)}
+        )
+    return JsonResponse({"group": group, "topic": topic, "queues": queues})
 
-    def group_info(name: str, topics: list[str]) -> dict[str, Any]:
-        gc = store.group_consumption
-        settings = gc.group(name)
-        counts = gc.counts()
-        rows = []
-        for topic in sorted(set(topics) | {t for g, t in counts if g == name}):
-            c = counts.get((name, topic)) or PopCounts()
-            rows.append({"topic": topic, "lag": group_lag(store, name, topic), "received": c.received, "acked": c.acked,
-                         "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
-        configured = gc.is_configured(name)
-        return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "configured": configured,
-                "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
 
-    @api.put(
-        "/v1/groups/{group}",
-        operation_id="putGroup",
-        summary="Create or update a consumer group's settings for group consumption",
-        responses={
-            **docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
-            201: {"description": "Created", "model": GroupInfo},
-        },
-    )
-    async def put_group(group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
-        check_group(group)
-        broker.check_master()
-        gc = store.group_consumption
-        created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
-        info = group_info(group, gc.topics_by_group().get(group, []))
-        return JsonResponse(info, 201 if created else 200)
+def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, Any]:
+    gc = store.group_consumption
+    settings = gc.group(name)
+    counts = gc.counts()
+    rows = []
+    for topic in sorted(set(topics) | {t for g, t in counts if g == name}):
+        c = counts.get((name, topic)) or PopCounts()
+        rows.append({"topic": topic, "lag": group_lag(store, name, topic), "received": c.received, "acked": c.acked,
+                     "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
+    configured = gc.is_configured(name)
+    return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "configured": configured,
+            "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
 
-    @api.get("/v1/groups", operation_id="listGroups", summary="The consumer groups with their topics and lag", responses=docs(GroupList))
-    async def list_groups() -> Response:
-        gc = store.group_consumption
-        topics = gc.topics_by_group()
-        names = sorted(set(topics) | {g.name for g in gc.configured_groups()} | {g for g, _ in gc.counts()})
-        return JsonResponse({"groups": [group_info(n, topics.get(n, [])) for n in names]})
 
-    @api.get(
-        "/v1/groups/{group}",
-        operation_id="getGroup",
-        summary="One consumer group: its settings, topics, lag and consumption counts",
-        responses=docs(GroupInfo, 200, "GROUP_INVALID", "NOT_FOUND"),
-    )
-    async def get_group(group: GroupPath) -> Response:
-        check_group(group)
-        gc = store.group_consumption
-        topics = gc.topics_by_group().get(group)
-        if topics is None and not gc.is_configured(group) and not any(g == group for g, _ in gc.counts()):
-            raise ProblemError("NOT_FOUND", f"no group {group}: it was never configured and never consumed")
-        return JsonResponse(group_info(group, topics or []))
+@api.put(
+    "/v1/groups/{group}",
+    operation_id="putGroup",
+    summary="Create or update a consumer group's settings for group consumption",
+    responses={
+        **docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
+        201: {"description": "Created", "model": GroupInfo},
+    },
+)
+async def put_group(broker: BrokerDep, group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
+    store = broker.store
+    check_group(group)
+    broker.check_master()
+    gc = store.group_consumption
+    created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
+    info = group_info(broker.store, group, gc.topics_by_group().get(group, []))
+    return JsonResponse(info, 201 if created else 200)
 
-    return api
+
+@api.get("/v1/groups", operation_id="listGroups", summary="The consumer groups with their topics and lag", responses=docs(GroupList))
+async def list_groups(broker: BrokerDep) -> Response:
+    store = broker.store
+    gc = store.group_consumption
+    topics = gc.topics_by_group()
+    names = sorted(set(topics) | {g.name for g in gc.configured_groups()} | {g for g, _ in gc.counts()})
+    return JsonResponse({"groups": [group_info(broker.store, n, topics.get(n, [])) for n in names]})
+
+
+@api.get(
+    "/v1/groups/{group}",
+    operation_id="getGroup",
+    summary="One consumer group: its settings, topics, lag and consumption counts",
+    responses=docs(GroupInfo, 200, "GROUP_INVALID", "NOT_FOUND"),
+)
+async def get_group(broker: BrokerDep, group: GroupPath) -> Response:
+    store = broker.store
+    check_group(group)
+    gc = store.group_consumption
+    topics = gc.topics_by_group().get(group)
+    if topics is None and not gc.is_configured(group) and not any(g == group for g, _ in gc.counts()):
+        raise ProblemError("NOT_FOUND", f"no group {group}: it was never configured and never consumed")
+    return JsonResponse(group_info(broker.store, group, topics or []))

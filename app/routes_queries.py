@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from app.access_check import require
 from app.acl import SUB
-from app.broker import Broker
+from app.broker import BrokerDep
 from app.message_view import message_json
 from app.models import Message, QueryResult, QueueOffset
 from app.params import OffsetMsgIdPath, QueuePath, TopicPath
@@ -27,77 +27,81 @@ HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 MAX_TIMESTAMP_MS = 2**63 - 1
 
 
-def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["query"])
+api = APIRouter(tags=["query"])
+
+
+@api.get(
+    "/v1/topics/{topic}/messages",
+    operation_id="queryMessages",
+    summary="Find messages of a topic by key (KEYS) or by client message id (UNIQ_KEY) in a time range",
+    responses=docs(QueryResult, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "MAX_INVALID"),
+)
+async def query(
+    broker: BrokerDep,
+    topic: TopicPath,
+    key: Annotated[
+        str | None, Query(description="A key given at send time (give key or msg_id)", json_schema_extra={"minLength": 1})
+    ] = None,
+    msg_id: Annotated[
+        str | None, Query(description="A client message id, UNIQ_KEY (give key or msg_id)", json_schema_extra={"minLength": 1})
+    ] = None,
+    begin_ms: Annotated[int, Query(ge=0, description="Earliest store time, ms since the epoch")] = 0,
+    end_ms: Annotated[int | None, Query(ge=0, description="Latest store time, ms since the epoch (default: now)")] = None,
+    max_count: Annotated[
+        int,
+        Query(alias="max", ge=1, description="Most messages to return: 1..max_msgs_num_batch (64 by default); more is 400 MAX_INVALID"),
+    ] = 32,
+) -> Response:
     store = broker.store
+    broker.topic_config(topic)
+    if (key is None) == (msg_id is None) or not (key or msg_id):
+        raise ProblemError("REQUEST_INVALID", "give exactly one of key and msg_id, non-empty")
+    if max_count > store.config.max_msgs_num_batch:
+        # Refused rather than clamped, so a caller never takes a short answer for all there is.
+        raise ProblemError("MAX_INVALID", f"max is at most {store.config.max_msgs_num_batch} (the store's max_msgs_num_batch)")
+    end = end_ms if end_ms is not None else int(time.time() * 1000) + 1
+    if begin_ms > end or end > MAX_TIMESTAMP_MS:
+        raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")
+    found = await broker.run(store.query_message, topic, key or msg_id, max_count, begin_ms, end)
+    limit = store.config.max_message_size_bytes
+    return JsonResponse({"messages": [message_json(m, limit) for m in found[:max_count]]})
 
-    @api.get(
-        "/v1/topics/{topic}/messages",
-        operation_id="queryMessages",
-        summary="Find messages of a topic by key (KEYS) or by client message id (UNIQ_KEY) in a time range",
-        responses=docs(QueryResult, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "MAX_INVALID"),
-    )
-    async def query(
-        topic: TopicPath,
-        key: Annotated[
-            str | None, Query(description="A key given at send time (give key or msg_id)", json_schema_extra={"minLength": 1})
-        ] = None,
-        msg_id: Annotated[
-            str | None, Query(description="A client message id, UNIQ_KEY (give key or msg_id)", json_schema_extra={"minLength": 1})
-        ] = None,
-        begin_ms: Annotated[int, Query(ge=0, description="Earliest store time, ms since the epoch")] = 0,
-        end_ms: Annotated[int | None, Query(ge=0, description="Latest store time, ms since the epoch (default: now)")] = None,
-        max_count: Annotated[
-            int,
-            Query(alias="max", ge=1, description="Most messages to return: 1..max_msgs_num_batch (64 by default); more is 400 MAX_INVALID"),
-        ] = 32,
-    ) -> Response:
-        broker.topic_config(topic)
-        if (key is None) == (msg_id is None) or not (key or msg_id):
-            raise ProblemError("REQUEST_INVALID", "give exactly one of key and msg_id, non-empty")
-        if max_count > store.config.max_msgs_num_batch:
-            # Refused rather than clamped, so a caller never takes a short answer for all there is.
-            raise ProblemError("MAX_INVALID", f"max is at most {store.config.max_msgs_num_batch} (the store's max_msgs_num_batch)")
-        end = end_ms if end_ms is not None else int(time.time() * 1000) + 1
-        if begin_ms > end or end > MAX_TIMESTAMP_MS:
-            raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")
-        found = await broker.run(store.query_message, topic, key or msg_id, max_count, begin_ms, end)
-        limit = store.config.max_message_size_bytes
-        return JsonResponse({"messages": [message_json(m, limit) for m in found[:max_count]]})
 
-    @api.get(
-        "/v1/messages/{offset_msg_id}",
-        operation_id="getMessage",
-        summary="Read one message by its offset message id (a direct commitlog read)",
-        responses=docs(Message, 200, "MESSAGE_ID_INVALID", "MESSAGE_NOT_FOUND"),
-    )
-    async def by_offset_id(request: Request, offset_msg_id: OffsetMsgIdPath) -> Response:
-        try:
-            _, _, offset = decode_offset_msg_id(offset_msg_id)
-        except ValueError as e:
-            if len(offset_msg_id) in OFFSET_MSG_ID_LENGTHS and all(c in HEX_DIGITS for c in offset_msg_id):
-                # Well formed, but the offset half is negative: no message can have that id.
-                raise ProblemError("MESSAGE_NOT_FOUND", f"no message has the id {offset_msg_id}: {e}") from None
-            raise ProblemError("MESSAGE_ID_INVALID", "an offset message id is 32 hex characters (56 with an IPv6 store host)") from None
-        found = await broker.run(store.look_message_by_offset, offset)
-        if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
-            raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")
-        require(request, SUB, found["topic"], "read messages of")  # the id names no topic: checked once found
-        return JsonResponse(message_json(found, store.config.max_message_size_bytes))
+@api.get(
+    "/v1/messages/{offset_msg_id}",
+    operation_id="getMessage",
+    summary="Read one message by its offset message id (a direct commitlog read)",
+    responses=docs(Message, 200, "MESSAGE_ID_INVALID", "MESSAGE_NOT_FOUND"),
+)
+async def by_offset_id(broker: BrokerDep, request: Request, offset_msg_id: OffsetMsgIdPath) -> Response:
+    store = broker.store
+    try:
+        _, _, offset = decode_offset_msg_id(offset_msg_id)
+    except ValueError as e:
+        if len(offset_msg_id) in OFFSET_MSG_ID_LENGTHS and all(c in HEX_DIGITS for c in offset_msg_id):
+            # Well formed, but the offset half is negative: no message can have that id.
+            raise ProblemError("MESSAGE_NOT_FOUND", f"no message has the id {offset_msg_id}: {e}") from None
+        raise ProblemError("MESSAGE_ID_INVALID", "an offset message id is 32 hex characters (56 with an IPv6 store host)") from None
+    found = await broker.run(store.look_message_by_offset, offset)
+    if found is None or found.get("offset_msg_id", offset_msg_id).upper() != offset_msg_id.upper():
+        raise ProblemError("MESSAGE_NOT_FOUND", f"no message at commitlog offset {offset}")
+    require(request, SUB, found["topic"], "read messages of")  # the id names no topic: checked once found
+    return JsonResponse(message_json(found, store.config.max_message_size_bytes))
 
-    @api.get(
-        "/v1/topics/{topic}/queues/{queue_id}/offset",
-        operation_id="offsetByTime",
-        summary="The first queue offset stored at or after a time",
-        responses=docs(QueueOffset, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND"),
-    )
-    async def offset_by_time(
-        topic: TopicPath,
-        queue_id: QueuePath,
-        timestamp_ms: Annotated[int, Query(ge=0, le=MAX_TIMESTAMP_MS, description="Time, ms since the epoch")],
-    ) -> Response:
-        broker.readable_queue(topic, queue_id)
-        offset = await broker.run(store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
-        return JsonResponse({"topic": topic, "queue_id": queue_id, "timestamp_ms": timestamp_ms, "offset": offset})
 
-    return api
+@api.get(
+    "/v1/topics/{topic}/queues/{queue_id}/offset",
+    operation_id="offsetByTime",
+    summary="The first queue offset stored at or after a time",
+    responses=docs(QueueOffset, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "TOPIC_NOT_READABLE", "QUEUE_NOT_FOUND"),
+)
+async def offset_by_time(
+    broker: BrokerDep,
+    topic: TopicPath,
+    queue_id: QueuePath,
+    timestamp_ms: Annotated[int, Query(ge=0, le=MAX_TIMESTAMP_MS, description="Time, ms since the epoch")],
+) -> Response:
+    store = broker.store
+    broker.readable_queue(topic, queue_id)
+    offset = await broker.run(store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
+    return JsonResponse({"topic": topic, "queue_id": queue_id, "timestamp_ms": timestamp_ms, "offset": offset})

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 from starlette.responses import Response
 
-from app.broker import Broker
+from app.broker import Broker, BrokerDep
 from app.models import TopicInfo, TopicList, TopicSpec
 from app.params import TopicPath
 from app.problems import ProblemError
@@ -31,68 +31,68 @@ def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[
     return out
 
 
-def router(broker: Broker) -> APIRouter:
-    api = APIRouter(tags=["topics"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["topics"], route_class=StrictJsonRoute)
+
+
+def queue_offsets(broker: Broker, topic: str, queues: int) -> list[dict[str, int]]:
     store = broker.store
+    return [
+        {"queue_id": q, "min_offset": store.get_min_offset_in_queue(topic, q), "max_offset": store.get_max_offset_in_queue(topic, q)}
+        for q in range(queues)
+    ]
+
+
+@api.put(
+    "/v1/topics/{topic}",
+    operation_id="putTopic",
+    summary="Create a topic or update its queue count and permissions",
+    status_code=200,
+    responses={
+        **docs(TopicInfo, 200, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"),
+        201: {"description": "Created", "model": TopicInfo},
+    },
+)
+async def put_topic(broker: BrokerDep, topic: TopicPath, spec: Annotated[TopicSpec | None, Body()] = None) -> Response:
+    broker.check_topic_name(topic, for_write=True)
+    broker.check_master()  # a slave mirrors its master's topic table
+    spec = spec or TopicSpec(queues=None, perm="rw")
     config = broker.config
+    queues = spec.queues if spec.queues is not None else config.default_topic_queue_nums
+    if not 1 <= queues <= config.max_topic_queue_nums:
+        raise ProblemError("QUEUE_COUNT_INVALID", f"queues must be in 1..{config.max_topic_queue_nums}")
+    existed = broker.store.topic_config(topic) is not None
+    config_now = await broker.run(broker.store.create_or_update_topic, topic, queues, spec.perm)
+    return JsonResponse(topic_json(config_now, queue_offsets(broker, topic, config_now.read_queue_nums)), 200 if existed else 201)
 
-    def queue_offsets(topic: str, queues: int) -> list[dict[str, int]]:
-        return [
-            {"queue_id": q, "min_offset": store.get_min_offset_in_queue(topic, q), "max_offset": store.get_max_offset_in_queue(topic, q)}
-            for q in range(queues)
-        ]
 
-    @api.put(
-        "/v1/topics/{topic}",
-        operation_id="putTopic",
-        summary="Create a topic or update its queue count and permissions",
-        status_code=200,
-        responses={
-            **docs(
-                TopicInfo, 200, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"
-            ),
-            201: {"description": "Created", "model": TopicInfo},
-        },
-    )
-    async def put_topic(topic: TopicPath, spec: Annotated[TopicSpec | None, Body()] = None) -> Response:
-        broker.check_topic_name(topic, for_write=True)
-        broker.check_master()  # a slave mirrors its master's topic table
-        spec = spec or TopicSpec(queues=None, perm="rw")
-        queues = spec.queues if spec.queues is not None else config.default_topic_queue_nums
-        if not 1 <= queues <= config.max_topic_queue_nums:
-            raise ProblemError("QUEUE_COUNT_INVALID", f"queues must be in 1..{config.max_topic_queue_nums}")
-        existed = store.topic_config(topic) is not None
-        config_now = await broker.run(store.create_or_update_topic, topic, queues, spec.perm)
-        return JsonResponse(topic_json(config_now, queue_offsets(topic, config_now.read_queue_nums)), 200 if existed else 201)
+@api.get("/v1/topics", operation_id="listTopics", summary="List the topics", responses=docs(TopicList, 200))
+async def list_topics(broker: BrokerDep) -> Response:
+    topics = sorted(broker.store.topic_configs(), key=lambda c: c.topic_name)
+    return JsonResponse({"topics": [topic_json(c) for c in topics]})
 
-    @api.get("/v1/topics", operation_id="listTopics", summary="List the topics", responses=docs(TopicList, 200))
-    async def list_topics() -> Response:
-        topics = sorted(store.topic_configs(), key=lambda c: c.topic_name)
-        return JsonResponse({"topics": [topic_json(c) for c in topics]})
 
-    @api.get(
-        "/v1/topics/{topic}",
-        operation_id="getTopic",
-        summary="A topic's configuration and each queue's min and max offset",
-        responses=docs(TopicInfo, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND"),
-    )
-    async def get_topic(topic: TopicPath) -> Response:
-        topic_config = broker.topic_config(topic)
-        return JsonResponse(topic_json(topic_config, queue_offsets(topic, topic_config.read_queue_nums)))
+@api.get(
+    "/v1/topics/{topic}",
+    operation_id="getTopic",
+    summary="A topic's configuration and each queue's min and max offset",
+    responses=docs(TopicInfo, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND"),
+)
+async def get_topic(broker: BrokerDep, topic: TopicPath) -> Response:
+    topic_config = broker.topic_config(topic)
+    return JsonResponse(topic_json(topic_config, queue_offsets(broker, topic, topic_config.read_queue_nums)))
 
-    @api.delete(
-        "/v1/topics/{topic}",
-        operation_id="deleteTopic",
-        summary="Delete a topic: its configuration and its consume queues",
-        status_code=204,
-        responses={**docs(None, 204, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "TOPIC_NOT_FOUND"), 204: {"description": "Deleted"}},
-    )
-    async def delete_topic(topic: TopicPath) -> Response:
-        broker.check_topic_name(topic, for_write=True)
-        broker.check_master()
-        broker.topic_config(topic)
-        await broker.run(store.delete_topic, topic)
-        broker.forget_topic(topic)
-        return Response(status_code=204)
 
-    return api
+@api.delete(
+    "/v1/topics/{topic}",
+    operation_id="deleteTopic",
+    summary="Delete a topic: its configuration and its consume queues",
+    status_code=204,
+    responses={**docs(None, 204, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "TOPIC_NOT_FOUND"), 204: {"description": "Deleted"}},
+)
+async def delete_topic(broker: BrokerDep, topic: TopicPath) -> Response:
+    broker.check_topic_name(topic, for_write=True)
+    broker.check_master()
+    broker.topic_config(topic)
+    await broker.run(broker.store.delete_topic, topic)
+    broker.forget_topic(topic)
+    return Response(status_code=204)
