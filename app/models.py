@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.params import NAME_SCHEMA
 from app.transaction_models import TransactionRef
 
 Encoding = Literal["utf-8", "base64"]
@@ -256,7 +257,7 @@ class PullResult(BaseModel):
 
 class OffsetCommit(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"topic": "orders", "queue_id": 0, "offset": 42}})
-    topic: str = Field(json_schema_extra={"pattern": "^[%|a-zA-Z0-9_-]+$", "minLength": 1, "maxLength": 127})
+    topic: str = Field(json_schema_extra=NAME_SCHEMA)
     queue_id: int = Field(json_schema_extra={"minimum": 0})
     offset: int = Field(json_schema_extra={"minimum": 0}, description="Next offset to consume (0 .. the queue's max offset)")
 

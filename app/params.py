@@ -10,20 +10,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Path, Query
+from pydantic import JsonValue
 
-# The store's naming rule for topics (store.message.TOPIC_PATTERN), also used for group names.
-NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
-# Longest topic or group name (the store's max_topic_length_bytes default; the names are ASCII).
-NAME_MAX_CHARS = 127
-_NAME = {"pattern": NAME_PATTERN, "maxLength": NAME_MAX_CHARS, "minLength": 1}
+from store import TOPIC_MAX_BYTES, TOPIC_NAME_PATTERN
 
-TopicPath = Annotated[str, Path(description="Topic name", json_schema_extra=_NAME)]
-GroupPath = Annotated[str, Path(description="Consumer group name", json_schema_extra=_NAME)]
+# The store's naming rule and length for topics, also used for group names (the names are ASCII).
+NAME_SCHEMA: dict[str, JsonValue] = {"pattern": TOPIC_NAME_PATTERN, "maxLength": TOPIC_MAX_BYTES, "minLength": 1}
+
+TopicPath = Annotated[str, Path(description="Topic name", json_schema_extra=NAME_SCHEMA)]
+GroupPath = Annotated[str, Path(description="Consumer group name", json_schema_extra=NAME_SCHEMA)]
 QueuePath = Annotated[int, Path(description="Queue id (0 .. the topic's queue count - 1)", json_schema_extra={"minimum": 0})]
-TopicQuery = Annotated[str, Query(description="Topic name", json_schema_extra=_NAME)]
+TopicQuery = Annotated[str, Query(description="Topic name", json_schema_extra=NAME_SCHEMA)]
 GroupQuery = Annotated[
     str | None,
-    Query(description="Consumer group whose committed offset to start from when offset is omitted", json_schema_extra=_NAME),
+    Query(description="Consumer group whose committed offset to start from when offset is omitted", json_schema_extra=NAME_SCHEMA),
 ]
 OffsetMsgIdPath = Annotated[
     str,

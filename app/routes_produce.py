@@ -30,7 +30,7 @@ from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.hot_routes import Handler
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult
-from app.params import NAME_MAX_CHARS, NAME_PATTERN, TopicPath
+from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_packed import packable, serve_packed
@@ -90,7 +90,7 @@ TRANSACTION_PARAMETER = {
     "in": "header",
     "required": False,
     "description": "Raw bodies and binary batches only: store as half messages of this producer group (see POST /v1/transactions)",
-    "schema": {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": NAME_MAX_CHARS},
+    "schema": {"type": "string", **NAME_SCHEMA},
 }
 PRODUCE_OPENAPI: dict[str, Any] = {
     "parameters": [

@@ -29,7 +29,7 @@ from app.broker import Broker
 from app.hot_routes import Handler
 from app.message_view import message_json
 from app.models import PullResult, PullStatus
-from app.params import NAME_MAX_CHARS, NAME_PATTERN, QueuePath, TopicPath
+from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.produce_parse import has_control
 from app.query import strict_query
@@ -133,7 +133,7 @@ PULL_OPENAPI: dict[str, Any] = {
         _query(
             "group",
             "Consumer group whose committed offset to start from when offset is omitted",
-            {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": NAME_MAX_CHARS},
+            {"type": "string", **NAME_SCHEMA},
         ),
     ]
 }

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ha.errors import ConnectionLost, ProtocolViolation, TLSFailed
-from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store import BLANK_MAGIC_CODE, FIXED_PART_BYTES, MESSAGE_MAGIC_CODE, V6_EXTRA_BYTES
 
 VERSION = 1
 HELLO = struct.Struct(">4sHqqqiI")
@@ -45,7 +45,8 @@ FRAME_HEADER = struct.Struct(">qi")
 REPORT = struct.Struct(">q")
 _TOTAL_AND_MAGIC = struct.Struct(">iI")
 # Bytes a frame may carry beyond the batch bound: one message of the largest kind plus its fixed part.
-MESSAGE_OVERHEAD_BYTES = 91 + 2 * 12 + 255 + 32_767 + 8  # two IPv6 hosts at most
+# (Topic length 1 byte, properties length 2 bytes, an end-of-file marker 8.)
+MESSAGE_OVERHEAD_BYTES = FIXED_PART_BYTES + 2 * V6_EXTRA_BYTES + 255 + 32_767 + 8  # two IPv6 hosts at most
 
 
 class Verdict(enum.Enum):

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.errors import ConfigInvalid
-from store.message import topic_problem
+from store.message import TOPIC_MAX_BYTES, topic_problem
+from store.message_codec import FIXED_PART_BYTES, V6_EXTRA_BYTES
 from store.setting import check_fields, setting
 
 
@@ -61,7 +62,7 @@ class MessageStoreConfig:
     # Largest accepted encoded properties (the 2-byte length field's signed range).
     max_properties_size_bytes: int = setting(32_767, 1, 32_767)
     # Largest accepted topic name.
-    max_topic_length_bytes: int = setting(127, 1, 127)
+    max_topic_length_bytes: int = setting(TOPIC_MAX_BYTES, 1, TOPIC_MAX_BYTES)
     # Largest number of messages one batch put may hold.
     max_batch_messages: int = setting(1_000, 1, 100_000)
     # SYNC_FLUSH waits for a group commit before answering; ASYNC_FLUSH flushes periodically.
@@ -215,7 +216,8 @@ class MessageStoreConfig:
         """Check every setting's type and range, then the relations between settings; ConfigInvalid names the first broken one."""
         check_fields(self, "store")
         index_file_bytes = INDEX_HEADER_BYTES + 4 * self.max_hash_slot_num + 20 * self.max_index_num
-        largest_message = self.max_message_size_bytes + self.max_properties_size_bytes + self.max_topic_length_bytes + 91
+        largest_fixed = FIXED_PART_BYTES + 2 * V6_EXTRA_BYTES  # with IPv6 born and store hosts
+        largest_message = self.max_message_size_bytes + self.max_properties_size_bytes + self.max_topic_length_bytes + largest_fixed
         checks: list[tuple[bool, str]] = [
             (
                 self.mapped_file_size_commit_log_bytes >= largest_message + 8,

@@ -44,7 +44,11 @@ SYSTEM_TOPICS = frozenset(
     {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT"}
 )  # the transaction topics are store.transaction_message's HALF_TOPIC and OP_TOPIC
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# The topic naming rule (RocketMQ's TopicValidator: letters, digits, %, |, _ and -), used for group names too.
+TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+TOPIC_PATTERN = re.compile(TOPIC_NAME_PATTERN)
+# Longest topic name, in bytes (RocketMQ's TopicValidator.TOPIC_MAX_LENGTH); the names are ASCII.
+TOPIC_MAX_BYTES = 127
 
 
 class MessageInner:
@@ -323,12 +327,12 @@ def new_uniq_keys(n: int) -> list[str]:
     return _DEFAULT_GENERATOR.next_batch(n)
 
 
-def topic_problem(topic: str, max_length_bytes: int = 127) -> str | None:
+def topic_problem(topic: str, max_length_bytes: int = TOPIC_MAX_BYTES) -> str | None:
     """Return why a topic name is invalid, or None when it is valid."""
     if not topic:
         return "topic must not be empty"
     if len(topic.encode("utf-8")) > max_length_bytes:
         return f"topic is longer than {max_length_bytes} bytes"
     if not TOPIC_PATTERN.match(topic):
-        return "topic must match ^[%|a-zA-Z0-9_-]+$"
+        return f"topic must match {TOPIC_NAME_PATTERN}"
     return None
