@@ -34,7 +34,7 @@ from app.problems import ProblemError
 from app.produce_parse import has_control
 from app.query import strict_query
 from app.responses import BATCH_MEDIA_TYPE, docs
-from store import GetMessageStatus, TagFilter, tags_hash, topic_problem
+from store import GetMessageStatus, TagFilter, topic_problem
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -161,17 +161,19 @@ def parse_queue_id(text: str) -> int:
 
 
 def parse_tag_filter(tag: str | None) -> tuple[Any, frozenset[int] | None]:
-    """The store's tag filter and the tags codes a held pull is woken by (None = any)."""
-    if tag is None or tag.strip() in ("", "*"):
-        return None, None
-    tags = [t.strip() for t in tag.split("||")]
-    if any(not t for t in tags) or "*" in tags or has_control(tag):
-        raise ProblemError("TAG_INVALID", "tag must be '*' or tags without control characters separated by '||', e.g. TagA||TagB")
+    """The store's tag filter and the tags codes a held pull is woken by (None = any); parsed once, by the store."""
+    problem = "tag must be '*' or tags without control characters separated by '||', e.g. TagA||TagB"
+    if tag is not None and has_control(tag):
+        raise ProblemError("TAG_INVALID", problem)
     try:
         tag_filter = TagFilter.parse(tag)
-    except ValueError as e:
-        raise ProblemError("TAG_INVALID", str(e)) from None
-    return tag_filter, frozenset(tags_hash(t) for t in tags)
+    except ValueError:
+        raise ProblemError("TAG_INVALID", problem) from None
+    if tag_filter is None:
+        return None, None
+    if "*" in tag_filter.tags:
+        raise ProblemError("TAG_INVALID", problem)
+    return tag_filter, tag_filter.codes
 
 
 async def _disconnected(request: Request) -> None:
