@@ -219,8 +219,8 @@ class HAClient(ServiceThread):
 
     # Status ----------------------------------------------------------------------------
 
-    def shutdown(self, interrupt: bool = False) -> None:
-        super().shutdown(interrupt)
+    def shutdown(self) -> None:
+        super().shutdown()
         self._close()
 
     def status(self) -> dict[str, Any]:

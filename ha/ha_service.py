@@ -100,8 +100,8 @@ class HAService(ServiceThread):
         finally:
             server.close()
 
-    def shutdown(self, interrupt: bool = False) -> None:
-        super().shutdown(interrupt)
+    def shutdown(self) -> None:
+        super().shutdown()
         for conn in list(self.connections):
             conn.stop("master stopping")
 

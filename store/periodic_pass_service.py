@@ -32,9 +32,9 @@ class PeriodicPassService(ServiceThread):
     def pause(self, seconds: float) -> None:
         self._stop_event.wait(seconds)
 
-    def shutdown(self, interrupt: bool = False) -> None:
+    def shutdown(self) -> None:
         self._stop_event.set()
-        super().shutdown(interrupt)
+        super().shutdown()
 
     def run(self) -> None:
         while not self.is_stopped():

@@ -40,7 +40,7 @@ class ServiceThread:
         self._thread = threading.Thread(target=self._run_guarded, name=self.name, daemon=True)
         self._thread.start()
 
-    def shutdown(self, interrupt: bool = False) -> None:
+    def shutdown(self) -> None:
         """Stop the loop, wake it and wait (bounded) for its final flush."""
         self._stopped = True
         self.wakeup()
