@@ -30,7 +30,6 @@ Invariants:
 from __future__ import annotations
 
 import enum
-import ipaddress
 import logging
 import threading
 import time
@@ -41,16 +40,13 @@ from store.config import BrokerRole
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.delay_offset_table import DelayOffsetTable
 from store.message import (
-    DEFAULT_BORN_HOST,
-    PROPERTY_REAL_QID,
-    PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
     MessageInner,
-    topic_problem,
 )
 from store.service_thread import ServiceThread
 from store.status import PutMessageStatus, PutRefusal
+from store.stored_copy import copy_of, real_target
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
@@ -94,42 +90,11 @@ def level_for_delay_ms(levels_ms: list[int], delay_ms: int) -> int | None:
     return None
 
 
-def born_host_bytes(text: str) -> bytes:
-    """The BORNHOST field from its decoded form: 8 bytes from `a.b.c.d:port`, 20 from
-    `[IPv6 address]:port` (loopback port 0 on anything odd)."""
-    ip, _, port = text.rpartition(":")
-    if not (port.isdigit() and int(port) < 1 << 32):
-        return DEFAULT_BORN_HOST
-    if ip.startswith("[") and ip.endswith("]"):
-        try:
-            return ipaddress.IPv6Address(ip[1:-1]).packed + int(port).to_bytes(4, "big")
-        except ValueError:
-            return DEFAULT_BORN_HOST
-    parts = ip.split(".")
-    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
-        return bytes(int(p) for p in parts) + int(port).to_bytes(4, "big")
-    return DEFAULT_BORN_HOST
-
-
 def due_message(stored: dict[str, Any]) -> MessageInner | None:
     """The copy of a delayed message that goes back to its real topic, with all its properties; None when it names none."""
     props = dict(stored["properties"])
-    real_topic = props.get(PROPERTY_REAL_TOPIC)
-    real_qid = props.get(PROPERTY_REAL_QID)
-    if real_topic is None or topic_problem(real_topic) or real_qid is None or not real_qid.isdigit():
-        return None
-    return MessageInner(
-        real_topic,
-        stored["body"],
-        int(real_qid),
-        props,
-        flag=stored["flag"],
-        born_timestamp=stored["born_timestamp"],
-        born_host=born_host_bytes(stored["born_host"]),
-        sys_flag=stored["sys_flag"],
-        reconsume_times=stored["reconsume_times"],
-        prepared_transaction_offset=stored["prepared_transaction_offset"],
-    )
+    target = real_target(props)
+    return copy_of(stored, target[0], target[1], props) if target is not None else None
 
 
 class ScheduleMessageService(ServiceThread):

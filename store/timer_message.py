@@ -33,9 +33,8 @@ from store.message import (
     decode_properties,
     delay_requested,
     new_uniq_key,
-    topic_problem,
 )
-from store.schedule_message_service import born_host_bytes
+from store.stored_copy import copy_of, real_target
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
@@ -135,23 +134,11 @@ def due_copy(stored: dict[str, Any], roll: bool, enqueue_ms: int, dequeue_ms: in
     else:
         # REAL_TOPIC and REAL_QID stay: RocketMQ 5's TimerMessageStore.convertMessage writes the
         # property string before clearing them from the property map.
-        real_topic = props.get(PROPERTY_REAL_TOPIC)
-        real_qid = props.get(PROPERTY_REAL_QID)
-        if real_topic is None or topic_problem(real_topic) or real_qid is None or not real_qid.isdigit():
+        target = real_target(props)
+        if target is None:
             return None
-        topic, queue_id = real_topic, int(real_qid)
-    return MessageInner(
-        topic,
-        stored["body"],
-        queue_id,
-        props,
-        flag=stored["flag"],
-        born_timestamp=stored["born_timestamp"],
-        born_host=born_host_bytes(stored["born_host"]),
-        sys_flag=stored["sys_flag"],
-        reconsume_times=stored["reconsume_times"],
-        prepared_transaction_offset=stored["prepared_transaction_offset"],
-    )
+        topic, queue_id = target
+    return copy_of(stored, topic, queue_id, props)
 
 
 def target_deliver_ms(props: dict[str, str], precision_ms: int) -> int | None:

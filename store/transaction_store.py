@@ -53,8 +53,8 @@ from store.message import (
 from store.native import CheckedBatch
 from store.producer_group_manager import ProducerGroup, ProducerGroupManager
 from store.put_durability import as_future
-from store.schedule_message_service import born_host_bytes
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
+from store.stored_copy import born_host_bytes
 from store.timer_message import batch_messages
 from store.transaction_message import (
     CHECK_GROUP,

@@ -19,7 +19,7 @@ from store.message_codec import (
     encode_message,
     iter_messages,
 )
-from store.schedule_message_service import born_host_bytes
+from store.stored_copy import born_host_bytes
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.rocketmq_records import (
     BORN_V4,

@@ -31,7 +31,8 @@ from store import (
 from store.clock import FakeClock
 from store.delay_offset_table import DelayOffsetTable
 from store.errors import MetadataCorrupt
-from store.schedule_message_service import PUT_RETRY_DELAY_MS, born_host_bytes, level_for_delay_ms
+from store.schedule_message_service import PUT_RETRY_DELAY_MS, level_for_delay_ms
+from store.stored_copy import born_host_bytes
 from tests.store.conftest import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(60)
