@@ -101,8 +101,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             cycle.scope[BODY_TIMED_OUT] = self.body_read_timeout_s
             cycle.message_event.set()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(ReplyTransport(transport, self.loop))  # type: ignore[arg-type]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn declares BaseTransport
+        super().connection_made(ReplyTransport(transport, self.loop))  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections, self.problem)
         self._arm_header_timer()

@@ -14,6 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.params import NAME_SCHEMA
 from app.transaction_models import TransactionRef
 
+
+def example_of(model: type[BaseModel]) -> Any:
+    """The `example` a model's json_schema_extra declares, for the spec's request and reply examples."""
+    extra = model.model_config.get("json_schema_extra")
+    assert isinstance(extra, dict) and "example" in extra, f"{model.__name__} declares no example"
+    return extra["example"]
+
+
 Encoding = Literal["utf-8", "base64"]
 # Why a body stored compressed is shown as stored (store.BodyStatus's failed values).
 BodyError = Literal["BODY_CORRUPT", "BODY_TOO_LARGE", "BODY_COMPRESSION_UNSUPPORTED"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.models import MESSAGE_EXAMPLE, Message
+from app.models import MESSAGE_EXAMPLE, Message, example_of
 
 # Bounds of a group's max_reconsume_times (RocketMQ's default is 16).
 MAX_RECONSUME_TIMES_LIMIT = 1_000
@@ -65,7 +65,7 @@ class GroupInfo(BaseModel):
 
 
 class GroupList(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"example": {"groups": [GroupInfo.model_config["json_schema_extra"]["example"]]}})  # type: ignore[index]
+    model_config = ConfigDict(json_schema_extra={"example": {"groups": [example_of(GroupInfo)]}})
     groups: list[GroupInfo]
 
 

@@ -29,7 +29,7 @@ from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.hot_routes import Handler
-from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult
+from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
@@ -120,8 +120,8 @@ PRODUCE_OPENAPI: dict[str, Any] = {
             "application/json": {
                 "schema": {"anyOf": [{"$ref": "#/components/schemas/ProduceMessage"}, {"$ref": "#/components/schemas/ProduceBatch"}]},
                 "examples": {
-                    "one": {"summary": "One message", "value": ProduceMessage.model_config["json_schema_extra"]["example"]},  # type: ignore[index]
-                    "batch": {"summary": "A batch", "value": ProduceBatch.model_config["json_schema_extra"]["example"]},  # type: ignore[index]
+                    "one": {"summary": "One message", "value": example_of(ProduceMessage)},
+                    "batch": {"summary": "A batch", "value": example_of(ProduceBatch)},
                 },
             },
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}, "example": "hello"},
@@ -156,7 +156,7 @@ BINARY_BATCH_REPLY_DOC = {
     "content": {
         "application/json": {
             "schema": {"$ref": "#/components/schemas/BinaryBatchSendResult"},
-            "example": BinaryBatchSendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
+            "example": example_of(BinaryBatchSendResult),
         }
     },
 }
@@ -180,7 +180,7 @@ PRODUCE_REPLY_DOC = {
                     },
                 },
             },
-            "example": SendResult.model_config["json_schema_extra"]["example"],  # type: ignore[index]
+            "example": example_of(SendResult),
         }
     },
 }

@@ -10,6 +10,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.broker import Broker
 from app.hot_routes import Handler
+from app.models import example_of
 from app.params import GroupPath, TopicPath
 from app.receive_models import AckRequest, AckResult, InvisibleRequest, InvisibleResult, ReceiveResult
 from app.receive_stream import STREAM_OPENAPI, ReceiveStream, parse_max_in_flight
@@ -22,7 +23,7 @@ ACK_OPENAPI: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AckRequest"},
-                                         "example": AckRequest.model_config["json_schema_extra"]["example"]}},  # type: ignore[index]
+                                         "example": example_of(AckRequest)}},
     }
 }  # fmt: skip
 

@@ -75,10 +75,10 @@ class EtcdClient:
                 errors.append(f"{self.endpoints[index]}: {type(exc).__name__}")
                 continue
             self._preferred = index
-            reply = orjson.loads(r.content) if r.content else {}
+            reply: dict[str, Any] = orjson.loads(r.content) if r.content else {}
             if r.status_code != 200 or "error" in reply:
                 raise EtcdError(f"etcd {path}: {r.status_code} {reply.get('error') or reply.get('message') or r.text[:200]}")
-            return reply  # type: ignore[no-any-return]
+            return reply
         raise EtcdUnavailable("no etcd endpoint answered (" + "; ".join(errors) + ")")
 
     # Leases ---------------------------------------------------------------------------

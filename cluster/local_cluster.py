@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -85,14 +86,14 @@ class LocalCluster:
         with open(self.root / f"{name}.log", "ab") as log:  # the child has its own descriptor
             self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[1])
 
-    def _wait(self, ready: object, what: str) -> None:
+    def _wait(self, ready: Callable[[], object], what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             proc = self.procs.get(what)
             if proc is not None and proc.poll() is not None:
                 raise SystemExit(f"{what} exited with {proc.returncode}; see {self.root / (what + '.log')}")
             try:
-                if ready():  # type: ignore[operator]
+                if ready():
                     return
             except (httpx.HTTPError, ValueError):
                 pass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ha.auth import MIN_SECRET_LENGTH
 from ha.tls import TLSFiles
@@ -161,7 +162,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> HASettings:
     """Settings from parsed options, falling back to TIDEMQ_* variables; ConfigInvalid when unusable."""
     environ = environ or {}
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for dest, env_name in ENV_NAMES.items():
         value = getattr(args, dest, None)
         if value is None:
@@ -173,4 +174,4 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
         if not text.isdigit():
             raise ConfigInvalid(f"ha port must be a port number, not {text!r}")
         values["ha_port"] = int(text)
-    return HASettings(**values).validate()  # type: ignore[arg-type]
+    return HASettings(**values).validate()  # check_fields in validate() checks what the options gave

@@ -118,7 +118,7 @@ def read_partition(settings: ReadSettings, part: InputPartition) -> Iterator[pa.
                     break
                 builder.add(data, pos)
                 if builder.full:
-                    yield builder.flush()  # type: ignore[misc]
+                    yield builder.flush()  # type: ignore[misc]  # flush() returns a batch when full (None only when empty)
     last = builder.flush()
     if last is not None:
         yield last

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import operator
 import os
 import threading
@@ -499,12 +500,12 @@ def _collect(
         into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
 
 
-def _last_store_timestamp(buf: object, start: int, end: int) -> int:
+def _last_store_timestamp(buf: bytearray | mmap.mmap, start: int, end: int) -> int:
     """STORETIMESTAMP of the last whole message in buf[start:end], 0 when there is none."""
     ts = 0
     pos = start
     while pos + POS_STORE_TIMESTAMP + 8 <= end:
-        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)  # type: ignore[arg-type]
+        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)
         if magic != MESSAGE_MAGIC_CODE or total < FIXED_PART_BYTES or pos + total > end:
             break
         ts = store_timestamp_at(buf, pos)

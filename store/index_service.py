@@ -84,7 +84,7 @@ class IndexService:
                 f.begin_phy_offset = min(f.begin_phy_offset, f.end_phy_offset)
                 f.write_header()
 
-    def put_hashed_keys_locked(self, keys: object, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
+    def put_hashed_keys_locked(self, keys: bytearray, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
         """Index the keys one dispatch_scan found in `n_records` messages (the last at `last_offset`,
         stored at `last_timestamp`), as build_index would message by message; the caller holds the
         dispatch lock. A message at or below the index's end offset is skipped (indexed before), so
@@ -110,7 +110,7 @@ class IndexService:
         if last_offset >= f.end_phy_offset:
             self.last_store_timestamp = last_timestamp
 
-    def _split_message_resume(self, f: IndexFile, keys: object, n_keys: int) -> tuple[int, int] | None:
+    def _split_message_resume(self, f: IndexFile, keys: bytearray, n_keys: int) -> tuple[int, int] | None:
         """(key position, record) to resume at when a crash dropped the file holding the rest of a
         message's keys.
 
@@ -123,7 +123,7 @@ class IndexService:
         split_at = self._split_resume_at
         if split_at is None or f.index_count != 1 or f.end_phy_offset != split_at:
             return None
-        positions = [i for i in range(n_keys) if native.KEY.unpack_from(keys, i * native.KEY.size)[2] == split_at]  # type: ignore[arg-type]
+        positions = [i for i in range(n_keys) if native.KEY.unpack_from(keys, i * native.KEY.size)[2] == split_at]
         if not positions:
             return None
         self._split_resume_at = None
@@ -133,7 +133,7 @@ class IndexService:
             written += here
             if here < kept.index_count - 1 or kept.begin_phy_offset != split_at:
                 break
-        record = native.KEY.unpack_from(keys, positions[0] * native.KEY.size)[1]  # type: ignore[arg-type]
+        record = native.KEY.unpack_from(keys, positions[0] * native.KEY.size)[1]
         return positions[0] + min(written, len(positions)), record
 
     def _writable_file(self) -> IndexFile:

@@ -92,7 +92,7 @@ class LazyMappedFile(MappedFile):
         self._map_lock = threading.Lock()  # leaf lock: two readers mapping the same file map it once
         super().__init__(path, file_size, None, map_now=False)
 
-    @property  # type: ignore[override]
+    @property  # type: ignore[override]  # MappedFile.mm is an attribute; here reading it maps the file on first use
     def mm(self) -> mmap.mmap:
         self.used = True
         mm = self._mm

@@ -18,6 +18,7 @@ and truncates the rest, so a torn tail after a crash is cut, never read.
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -170,19 +171,19 @@ class TimerLog:
         mfq.set_positions(end)
         return start, end
 
-    def _valid_length(self, buf: object) -> int:
+    def _valid_length(self, buf: mmap.mmap) -> int:
         at = 0
         while at + MIN_BLANK_LEN <= self.file_size:
-            size, _prev, magic = BLANK.unpack_from(buf, at)  # type: ignore[arg-type]
+            size, _prev, magic = BLANK.unpack_from(buf, at)
             if magic == BLANK_MAGIC_CODE or size != UNIT_SIZE or not is_magic_ok(magic) or at + UNIT_SIZE > self.file_size:
                 return at
             at += UNIT_SIZE
         return at
 
-    def _ends_in_blank(self, buf: object, at: int) -> bool:
+    def _ends_in_blank(self, buf: mmap.mmap, at: int) -> bool:
         if at + MIN_BLANK_LEN > self.file_size:
             return at == self.file_size
-        size, _prev, magic = BLANK.unpack_from(buf, at)  # type: ignore[arg-type]
+        size, _prev, magic = BLANK.unpack_from(buf, at)
         return magic == BLANK_MAGIC_CODE and size == self.file_size - at
 
     # Cleanup and shutdown ------------------------------------------------------------------

@@ -20,6 +20,7 @@ Then the progress (the first half still pending) is recorded, and the check coun
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -102,7 +103,7 @@ class TransactionCheckService(ServiceThread):
         stored = self.store.look_message_by_offset(half.commitlog_offset)
         if stored is None:
             return None
-        snapshot = PendingHalf(**{name: getattr(half, name) for name in PendingHalf.__slots__})  # type: ignore[attr-defined]
+        snapshot = dataclasses.replace(half)  # a copy: the table's entry may change while the check is under way
         return CheckRequest(check_url, snapshot, stored["body"], dict(stored["properties"]))
 
     def _apply(self, half: PendingHalf, answer: CheckAnswer) -> None:

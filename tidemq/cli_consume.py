@@ -122,13 +122,13 @@ async def consume(client: AsyncClient, args: argparse.Namespace) -> int:
 async def run_until_done(tasks: list[asyncio.Task[None]], printer: Printer) -> None:
     """Until every queue's task ended or enough messages were printed; a task's failure is raised."""
     stopper = asyncio.create_task(printer.done.wait())
-    pending: set[asyncio.Future[object]] = {*tasks, stopper}  # type: ignore[arg-type]
+    pending: set[asyncio.Future[object]] = {*tasks, stopper}  # type: ignore[arg-type]  # Task[None] and Task[bool] in one set to wait on
     try:
         while stopper in pending and pending - {stopper}:
             finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for t in finished:
                 if t is not stopper and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+                    raise t.exception()  # type: ignore[misc]  # checked not None on the line above
     finally:
         stopper.cancel()
 
