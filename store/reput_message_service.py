@@ -125,7 +125,7 @@ class ReputMessageService(ServiceThread):
             min_offset = cl.get_min_offset()
             if 0 <= self.reput_from_offset < min_offset:
                 log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)
-                self.reput_from_offset = min_offset
+                self._advance_locked(min_offset)
         count = 0
         try:
             count = self._dispatch_available_locked(cl)
@@ -154,7 +154,7 @@ class ReputMessageService(ServiceThread):
                 skip_to = cl.damaged_range_end(cursor)
                 if skip_to is not None:
                     log.warning("dispatch skips the damaged commitlog range [%d, %d)", cursor, skip_to)
-                    self.reput_from_offset = skip_to
+                    self._advance_locked(skip_to)
                     continue
                 damaged = cl.next_damaged_start(cursor)
             mf = mfq.find_mapped_file_by_offset(cursor)
@@ -170,10 +170,15 @@ class ReputMessageService(ServiceThread):
             finally:
                 mf.release()
             if stop == native.Stop.BLANK:
-                self.reput_from_offset = cl.roll_next_file(base)
+                self._advance_locked(cl.roll_next_file(base))
             elif stop != native.Stop.DONE:
                 break  # nothing whole past the cursor yet, or corrupt bytes (logged)
         return count
+
+    def _advance_locked(self, offset: int) -> None:
+        """Move the reput offset: it only grows while dispatching (recovery and truncation set it directly)."""
+        assert offset >= self.reput_from_offset, f"the reput offset would move back from {self.reput_from_offset} to {offset}"
+        self.reput_from_offset = offset
 
     def _dispatch_file_locked(self, buf: Any, pos: int, limit: int, base: int) -> tuple[int, int]:
         """Dispatch buf[pos:limit], readable bytes of the file starting at offset `base`, chunk by chunk."""
@@ -181,7 +186,7 @@ class ReputMessageService(ServiceThread):
         while True:
             stop, pos, n = self.bulk.apply_chunk_locked(buf, pos, limit)
             count += n
-            self.reput_from_offset = base + pos
+            self._advance_locked(base + pos)
             if n and self.on_progress is not None:
                 self.on_progress(self.reput_from_offset)
             if stop != native.Stop.OUT_FULL:
