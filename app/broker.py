@@ -42,8 +42,6 @@ log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
 # Seconds between two log lines of the store's loading progress.
 PROGRESS_LOG_INTERVAL_S = 5.0
-# Bound of the set of topic names already found valid.
-MAX_REMEMBERED_NAMES = 100_000
 
 
 class Broker:
@@ -75,7 +73,6 @@ class Broker:
         self.started_at = time.time()
         # Round-robin position per topic for messages with neither queue_id nor sharding_key.
         self._round_robin: dict[str, int] = {}
-        self._valid_names: set[str] = set()
         self._pending_reads = 0
         self.topics_created_total = 0
         self.pulls_abandoned_total = 0
@@ -179,12 +176,9 @@ class Broker:
     # Topics ------------------------------------------------------------------------
 
     def check_topic_name(self, topic: str, for_write: bool = False) -> None:
-        if topic not in self._valid_names:  # the naming regex runs once per name, not per request
-            problem = topic_problem(topic, self.config.max_topic_length_bytes)
-            if problem is not None:
-                raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
-            if len(self._valid_names) < MAX_REMEMBERED_NAMES:
-                self._valid_names.add(topic)
+        problem = topic_problem(topic, self.config.max_topic_length_bytes)  # the store's check, cached there
+        if problem is not None:
+            raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
         if for_write and topic in SYSTEM_TOPICS:
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import operator
@@ -49,6 +50,8 @@ TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
 TOPIC_PATTERN = re.compile(TOPIC_NAME_PATTERN)
 # Longest topic name, in bytes (RocketMQ's TopicValidator.TOPIC_MAX_LENGTH); the names are ASCII.
 TOPIC_MAX_BYTES = 127
+# Names whose verdict topic_problem keeps.
+TOPIC_CHECK_CACHE_SIZE = 100_000
 
 
 class MessageInner:
@@ -327,8 +330,12 @@ def new_uniq_keys(n: int) -> list[str]:
     return _DEFAULT_GENERATOR.next_batch(n)
 
 
+@functools.lru_cache(maxsize=TOPIC_CHECK_CACHE_SIZE)
 def topic_problem(topic: str, max_length_bytes: int = TOPIC_MAX_BYTES) -> str | None:
-    """Return why a topic name is invalid, or None when it is valid."""
+    """Return why a topic name is invalid, or None when it is valid.
+
+    The one check of a name, for the store and the front end alike; cached, so the pattern runs once
+    per name (the cache is bounded: a flood of new names only evicts the oldest)."""
     if not topic:
         return "topic must not be empty"
     if len(topic.encode("utf-8")) > max_length_bytes:

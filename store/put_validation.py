@@ -17,7 +17,6 @@ from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
 
-MAX_REMEMBERED_TOPICS = 100_000  # bound of the valid-topic cache
 
 
 class PutValidator:
@@ -32,7 +31,6 @@ class PutValidator:
         self.busy_timeout_ms = cfg.os_page_cache_busy_timeout_ms
         self.is_slave = cfg.broker_role is BrokerRole.SLAVE
         self.max_dispatch_lag = cfg.max_dispatch_lag_bytes
-        self._valid_topics: set[str] = set()
 
     def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
         refusal = self.check_state()
@@ -40,11 +38,11 @@ class PutValidator:
             return refusal
         if not 0 < len(msgs) <= self.max_batch:
             return self._check_count(len(msgs))
-        valid, max_queues, max_body, max_props = self._valid_topics, self.max_queues, self.max_body, self.max_props
+        max_topic, max_queues, max_body, max_props = self.max_topic, self.max_queues, self.max_body, self.max_props
         for msg in msgs:
             # One expression for the common case; the detailed checks run only when it fails.
             if not (
-                msg.topic in valid
+                topic_problem(msg.topic, max_topic) is None
                 and 0 <= msg.queue_id < max_queues
                 and len(msg.body) <= max_body
                 and len(msg.properties_bytes) <= max_props
@@ -95,12 +93,9 @@ class PutValidator:
         return f"dispatch is more than {self.max_dispatch_lag} bytes behind the commitlog; nothing was stored, retry shortly"
 
     def _check_target(self, topic: str, queue_id: int) -> PutMessageResult | None:
-        if topic not in self._valid_topics:
-            problem = topic_problem(topic, self.max_topic)
-            if problem:
-                return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.TOPIC_INVALID, problem)
-            if len(self._valid_topics) < MAX_REMEMBERED_TOPICS:
-                self._valid_topics.add(topic)
+        problem = topic_problem(topic, self.max_topic)
+        if problem:
+            return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.TOPIC_INVALID, problem)
         if not 0 <= queue_id < self.max_queues:
             return _refused(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.QUEUE_NOT_FOUND, f"queue id must be in 0..{self.max_queues - 1}")
         return None
