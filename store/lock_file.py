@@ -1,16 +1,32 @@
 """StoreLockFile: one process at a time uses a store directory.
 
-The lock is an exclusive, non-blocking flock on the directory's lock file, which then holds the
-owner's pid (for a person looking; the flock is what excludes). The kernel drops the flock when
-the process dies, so a crash never leaves the directory locked.
+Two locks on the store root's `lock` file, both exclusive and non-blocking, both taken before
+anything else is opened:
+- an flock, which excludes another tidemq store object even inside the same process (flock
+  belongs to the open file, so a second open of the file conflicts);
+- a POSIX record lock (fcntl F_SETLK, write lock) over the whole file, which is what RocketMQ's
+  DefaultMessageStore.start takes with `FileChannel.tryLock(0, 1, false)` on `<store root>/lock`
+  (the JVM implements it with fcntl on Linux). Our range covers RocketMQ's byte 0, so a RocketMQ
+  broker and tidemq can never open one store at once, whichever came first. A record lock
+  belongs to the process, not the file descriptor, and the process drops it when it closes any
+  descriptor of the file: this module is the only code that opens the lock file, and a second
+  store object of this process on a held file is refused before the file is opened (`_HELD`).
+The file then holds the owner's pid (for a person looking; the locks are what exclude). The
+kernel drops both locks when the process dies, so a crash never leaves the directory locked.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
 
 from store.errors import StoreLocked
+
+# (device, inode) of the lock files this process holds: opening one again and closing it would
+# drop the process's record lock, so a second acquire is refused without opening the file.
+_HELD: set[tuple[int, int]] = set()
+_HELD_LOCK = threading.Lock()  # leaf lock
 
 
 class StoreLockFile:
@@ -18,29 +34,60 @@ class StoreLockFile:
         self.root_dir = root_dir
         self.path = path
         self._fd: int | None = None
+        self._key: tuple[int, int] | None = None
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock (creating the directory); StoreLocked when another process holds it. No-op when held."""
+        """Take both locks (creating the directory); StoreLocked when another process or store
+        object holds either. No-op when held."""
         if self._fd is not None:
             return
         os.makedirs(self.root_dir, exist_ok=True)
+        with _HELD_LOCK:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                pass
+            else:
+                if (st.st_dev, st.st_ino) in _HELD:
+                    raise StoreLocked(f"{self.root_dir} is used by another process (lock file held)")
+            self._take_locked()
+
+    def _take_locked(self) -> None:
+        """Open the file and take both locks; the caller holds _HELD_LOCK."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
             raise StoreLocked(f"{self.root_dir} is used by another process (lock file held)") from exc
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # length 0: the whole file, byte 0 included
+        except OSError as exc:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise StoreLocked(
+                f"{self.root_dir} is used by another process (a record lock on {self.path}, as a RocketMQ broker takes)"
+            ) from exc
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
+        st = os.fstat(fd)
+        self._key = (st.st_dev, st.st_ino)
+        _HELD.add(self._key)
         self._fd = fd
 
     def release(self) -> None:
-        """Drop the lock; no-op when not held."""
-        if self._fd is not None:
+        """Drop both locks; no-op when not held."""
+        with _HELD_LOCK:
+            if self._fd is None:
+                return
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            if self._key is not None:
+                _HELD.discard(self._key)
+                self._key = None
