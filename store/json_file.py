@@ -3,6 +3,13 @@
 A reader therefore sees the old or the new content, never a torn one. A `.bak` copy
 of the previous content is kept, as RocketMQ's ConfigManager does, and read when the
 main file is missing or cannot be parsed.
+
+RocketMQ's metadata files are written by fastjson, which writes a map's integer keys without
+quotes (ConsumerOffsetManager's `{"offsetTable":{"T@G":{0:7}}}`, ScheduleMessageService's
+delayOffset.json `{"offsetTable":{1:5}}`): not JSON. `loads_metadata` reads that form too, by
+quoting exactly those keys (`quote_integer_keys`, a tokenizer that skips string contents, so a
+name holding braces or digits is never touched); everything else must be strict JSON. tidemq
+writes quoted keys, which fastjson reads back as integers.
 """
 
 from __future__ import annotations
@@ -43,6 +50,76 @@ def write_bytes_atomically(path: str, payload: bytes, mode: int = 0o644, keep_ba
         os.close(dir_fd)
 
 
+def quote_integer_keys(text: str) -> str:
+    """`text` with every unquoted integer object key (`{0:7}`, `, -1 :`) quoted; nothing else changes.
+
+    Walks the text once, skipping string literals (with their escapes), and keeps a stack of the
+    open containers, so only a member name position of an object is ever rewritten.
+    """
+    out: list[str] = []
+    stack: list[str] = []
+    expect_key = False
+    done = 0  # text[:done] is already in `out`
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            i = _string_end(text, i)
+            expect_key = False
+            continue
+        if c in " \t\r\n":
+            i += 1
+            continue
+        if expect_key and (c.isdigit() or c == "-"):
+            end = _integer_end(text, i)
+            after = end
+            while after < n and text[after] in " \t\r\n":
+                after += 1
+            if end > i + (c == "-") and after < n and text[after] == ":":
+                out += [text[done:i], '"', text[i:end], '"']
+                done = i = end
+                expect_key = False
+                continue
+        if c in "{[":
+            stack.append(c)
+        elif c in "}]" and stack:
+            stack.pop()
+        expect_key = c == "{" or (c == "," and bool(stack) and stack[-1] == "{")
+        i += 1
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _string_end(text: str, start: int) -> int:
+    """The index just past the string literal opening at `start` (the text's end when unterminated)."""
+    i = start + 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == '"':
+            return i + 1
+        else:
+            i += 1
+    return len(text)
+
+
+def _integer_end(text: str, start: int) -> int:
+    i = start + 1 if text[start] == "-" else start
+    while i < len(text) and text[i].isascii() and text[i].isdigit():
+        i += 1
+    return i
+
+
+def loads_metadata(raw: bytes) -> Any:
+    """Parse a metadata file: JSON, or fastjson's output with unquoted integer keys. ValueError otherwise."""
+    text = raw.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(quote_integer_keys(text))
+
+
 def read_json(path: str) -> Any | None:
     """The file's content, its .bak copy when the file is missing or torn, or None when neither exists."""
     for candidate in (path, path + ".bak"):
@@ -50,7 +127,7 @@ def read_json(path: str) -> Any | None:
             continue
         try:
             with open(candidate, "rb") as fh:
-                return json.loads(fh.read())
+                return loads_metadata(fh.read())
         except (ValueError, OSError) as exc:
             log.warning("cannot read %s: %s", candidate, exc)
             continue

@@ -1,11 +1,24 @@
-"""TopicConfigManager: each topic's queue counts and permission, persisted as config/topics.json."""
+"""TopicConfigManager: each topic's queue counts and permission, persisted as config/topics.json.
+
+The file has RocketMQ's shape (TopicConfigManager's TopicConfigSerializeWrapper, under
+`<store root>/config/topics.json` as StorePathConfigHelper.getTopicConfigPath names it): a
+`topicConfigTable` of TopicConfig objects and a `dataVersion` whose counter grows with every
+change (DataVersion.nextVersion), so a RocketMQ broker loads the topics tidemq made and the
+reverse. `perm` is RocketMQ's PermName bits (4 read, 2 write, 1 inherit, 8 priority); tidemq
+keeps its "rw"/"r"/"w"/"" form in memory and in the HTTP API, and keeps the bits it does not use
+(inherit, priority) and the fields it does not use (topicFilterType, topicSysFlag, order) as
+they were read. A file in tidemq's former shape (`{"topics": {...}}`, snake_case fields) is
+migrated when loaded, with one log line. docs/layouts.md has the shape.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import dataclass, replace
+from typing import Any
 
 from store.errors import MetadataCorrupt, TopicInvalid
 from store.json_file import read_json, write_json_atomically
@@ -16,6 +29,11 @@ log = logging.getLogger("tidemq.store")
 PERM_READ = "r"
 PERM_WRITE = "w"
 VALID_PERMS = frozenset({"r", "w", "rw", ""})
+# RocketMQ's PermName bits.
+PERM_BIT_READ = 4
+PERM_BIT_WRITE = 2
+PERM_BITS_KEPT = 0x8 | 0x1  # priority and inherit: tidemq ignores them but writes them back as read
+DEFAULT_TOPIC_FILTER_TYPE = "SINGLE_TAG"
 
 
 @dataclass(frozen=True)
@@ -24,12 +42,60 @@ class TopicConfig:
     read_queue_nums: int
     write_queue_nums: int
     perm: str = "rw"
+    # RocketMQ's fields tidemq does not use, written back as a RocketMQ file had them.
+    perm_extra_bits: int = 0
+    topic_filter_type: str = DEFAULT_TOPIC_FILTER_TYPE
+    topic_sys_flag: int = 0
+    order: bool = False
 
     def is_readable(self) -> bool:
         return PERM_READ in self.perm
 
     def is_writable(self) -> bool:
         return PERM_WRITE in self.perm
+
+    def perm_bits(self) -> int:
+        """The permission as RocketMQ's PermName bits."""
+        read = PERM_BIT_READ if self.is_readable() else 0
+        return read | (PERM_BIT_WRITE if self.is_writable() else 0) | self.perm_extra_bits
+
+    def to_rocketmq(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name, "readQueueNums": self.read_queue_nums, "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm_bits(), "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }  # fmt: skip
+
+    @classmethod
+    def from_rocketmq(cls, name: str, doc: Any) -> TopicConfig:
+        """A TopicConfig object of RocketMQ's topics.json; MetadataCorrupt when a field has the wrong type."""
+        if type(doc) is not dict:
+            raise MetadataCorrupt(f"topics.json: topic {name!r} is not an object")
+        read, write, perm = doc.get("readQueueNums", 0), doc.get("writeQueueNums", 0), doc.get("perm", PERM_BIT_READ | PERM_BIT_WRITE)
+        filter_type, sys_flag, order = (
+            doc.get("topicFilterType", DEFAULT_TOPIC_FILTER_TYPE),
+            doc.get("topicSysFlag", 0),
+            doc.get("order", False),
+        )
+        if (
+            not all(type(v) is int and v >= 0 for v in (read, write, perm, sys_flag))
+            or type(filter_type) is not str
+            or type(order) is not bool
+        ):
+            raise MetadataCorrupt(f"topics.json: topic {name!r} has a field of the wrong type")
+        letters = ("r" if perm & PERM_BIT_READ else "") + ("w" if perm & PERM_BIT_WRITE else "")
+        return cls(name, read, write, letters, perm & PERM_BITS_KEPT, filter_type, sys_flag, order)
+
+    @classmethod
+    def from_former_shape(cls, name: str, doc: Any) -> TopicConfig:
+        """An entry of tidemq's former topics.json (`{"topics": {name: {snake_case fields}}}`)."""
+        try:
+            tc = cls(**doc)
+        except TypeError as exc:
+            raise MetadataCorrupt(f"topics.json: topic {name!r}: {exc}") from exc
+        if tc.perm not in VALID_PERMS or type(tc.read_queue_nums) is not int or type(tc.write_queue_nums) is not int:
+            raise MetadataCorrupt(f"topics.json: topic {name!r} has a field of the wrong type")
+        return tc
 
 
 class TopicConfigManager:
@@ -38,6 +104,7 @@ class TopicConfigManager:
         self.max_queue_nums = max_queue_nums
         self._topics: dict[str, TopicConfig] = {}
         self.version = 0  # bumped on every change, so watchers (replication) compare one integer
+        self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
         self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
 
     def load(self) -> bool:
@@ -45,11 +112,21 @@ class TopicConfigManager:
         data = read_json(self.path)
         if data is None:
             return False
-        try:
-            topics = {name: TopicConfig(**value) for name, value in data.get("topics", {}).items()}
-        except (TypeError, AttributeError) as exc:
-            raise MetadataCorrupt(f"{self.path}: {exc}") from exc
-        self._topics = topics
+        if type(data) is not dict:
+            raise MetadataCorrupt(f"{self.path} is not an object")
+        table, former = data.get("topicConfigTable"), data.get("topics")
+        if type(table) is dict:
+            self._topics = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
+            version = data.get("dataVersion")
+            counter = version.get("counter") if type(version) is dict else None
+            self.data_version_counter = counter if type(counter) is int else 0
+        elif type(former) is dict:
+            self._topics = {name: TopicConfig.from_former_shape(name, doc) for name, doc in former.items()}
+            with self._lock:
+                self._persist_locked()
+            log.info("%s: migrated %d topic(s) from tidemq's former shape to RocketMQ's topicConfigTable", self.path, len(self._topics))
+        else:
+            raise MetadataCorrupt(f"{self.path} has no topicConfigTable object")
         return True
 
     def load_or_rebuild(self, queue_ids_on_disk: dict[str, list[int]]) -> None:
@@ -100,8 +177,14 @@ class TopicConfigManager:
             raise ValueError(f"queues must be in 1..{self.max_queue_nums}")
         if perm not in VALID_PERMS:
             raise ValueError("perm must be one of r, w, rw")
-        tc = TopicConfig(topic, queues, queues, perm)
         with self._lock:
+            current = self._topics.get(topic)
+            # The API has one queue count: it sets both; RocketMQ's fields tidemq does not use are kept.
+            tc = (
+                TopicConfig(topic, queues, queues, perm)
+                if current is None
+                else replace(current, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
+            )
             self._topics = {**self._topics, topic: tc}
             self.version += 1
             self._persist_locked()
@@ -119,5 +202,10 @@ class TopicConfigManager:
         return True
 
     def _persist_locked(self) -> None:
-        """Caller holds `_lock`."""
-        write_json_atomically(self.path, {"topics": {name: asdict(tc) for name, tc in self._topics.items()}})
+        """Caller holds `_lock`. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
+        self.data_version_counter += 1
+        doc = {
+            "topicConfigTable": {name: tc.to_rocketmq() for name, tc in self._topics.items()},
+            "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self.data_version_counter},
+        }
+        write_json_atomically(self.path, doc)

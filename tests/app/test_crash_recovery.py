@@ -53,7 +53,7 @@ def test_topics_rebuilt_from_consume_queues_when_topics_json_is_lost(make_broker
         if damage == "deleted":
             path.unlink(missing_ok=True)
         elif path.exists():
-            path.write_text('{"topics": {"x": ')
+            path.write_text('{"topicConfigTable": {"x": ')
 
     broker.start()
     c = broker.client
@@ -65,4 +65,4 @@ def test_topics_rebuilt_from_consume_queues_when_topics_json_is_lost(make_broker
         assert [x["body"] for x in r.json()["messages"]] == [f"body-{sent.index(m)}"]
     assert "rebuilt" in broker.log() and "WARNING" in broker.log()
     saved = json.loads((config_dir / "topics.json").read_text())
-    assert topic in saved["topics"]
+    assert topic in saved["topicConfigTable"]

@@ -56,7 +56,7 @@ def test_topic_config_and_offsets_persist_atomically(config) -> None:
     s.consumer_offset_manager.commit_offset("g1", "Orders", 3, 42)
     s.shutdown()
     with open(os.path.join(config.config_dir(), "topics.json")) as fh:
-        assert json.load(fh)["topics"]["Orders"]["read_queue_nums"] == 8
+        assert json.load(fh)["topicConfigTable"]["Orders"]["readQueueNums"] == 8
     s = open_store(config)
     try:
         assert s.topic_config_manager.get("Orders").write_queue_nums == 8  # type: ignore[union-attr]
@@ -73,7 +73,7 @@ def test_a_torn_metadata_file_falls_back_to_its_backup(config) -> None:
     s.shutdown()
     path = os.path.join(config.config_dir(), "topics.json")
     with open(path, "w") as fh:
-        fh.write('{"topics": {"A"')
+        fh.write('{"topicConfigTable": {"A"')
     s = open_store(config)
     try:
         assert s.topic_config_manager.get("A") is not None  # the .bak holds the state before the last write

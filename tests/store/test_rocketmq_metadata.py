@@ -1,0 +1,151 @@
+"""Metadata files in RocketMQ's shapes: topics.json (TopicConfigManager), consumerOffset.json
+(ConsumerOffsetManager) and delayOffset.json (ScheduleMessageService), as fastjson writes them
+(integer map keys unquoted) and as tidemq writes them (valid JSON)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+from store import MetadataCorrupt
+from store.delay_offset_table import DelayOffsetTable
+from store.json_file import loads_metadata, quote_integer_keys
+from tests.store.conftest import open_store
+
+# A RocketMQ 4.9 broker's files, byte for byte as fastjson writes them (pretty-printed by ConfigManager.persist).
+ROCKETMQ_TOPICS = """{
+\t"dataVersion":{
+\t\t"counter":7,
+\t\t"timestamp":1700000000000
+\t},
+\t"topicConfigTable":{
+\t\t"Orders":{
+\t\t\t"order":false,
+\t\t\t"perm":6,
+\t\t\t"readQueueNums":4,
+\t\t\t"topicFilterType":"SINGLE_TAG",
+\t\t\t"topicName":"Orders",
+\t\t\t"topicSysFlag":0,
+\t\t\t"writeQueueNums":2
+\t\t},
+\t\t"ReadOnly":{"order":true,"perm":5,"readQueueNums":1,"topicFilterType":"MULTI_TAG","topicName":"ReadOnly","topicSysFlag":3,"writeQueueNums":1}
+\t}
+}"""
+ROCKETMQ_OFFSETS = '{"offsetTable":{"Orders@g1":{0:7,1:3},"%RETRY%g1@g1":{0:0}}}'
+ROCKETMQ_DELAY_OFFSETS = '{"offsetTable":{1:5,2:0,18:12}}'
+
+
+def test_quote_integer_keys_touches_only_member_names() -> None:
+    assert quote_integer_keys('{"a":{0:7, -1 :3},"b":[1,2,{3:4}]}') == '{"a":{"0":7, "-1" :3},"b":[1,2,{"3":4}]}'
+    tricky = '{"x{0:1}\\"{2:": {5: "{6:7}"}}'  # braces and digits inside strings, an escaped quote
+    assert json.loads(quote_integer_keys(tricky)) == {'x{0:1}"{2:': {"5": "{6:7}"}}
+    assert quote_integer_keys("[0:1]") == "[0:1]"  # not an object: left for the parser to refuse
+
+
+@pytest.mark.parametrize("text", ["{a:1}", "{1.5:1}", "{0x1:1}", "{1 2:3}", "{-:1}", "{'1':1}", "{1:}"])
+def test_anything_but_unquoted_integer_keys_is_still_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        loads_metadata(text.encode())
+
+
+def test_rocketmq_topics_json_is_loaded_and_written_back_in_its_shape(config) -> None:
+    os.makedirs(config.config_dir())
+    path = os.path.join(config.config_dir(), "topics.json")
+    with open(path, "w") as fh:
+        fh.write(ROCKETMQ_TOPICS)
+    s = open_store(config)
+    try:
+        orders, read_only = s.topic_config_manager.get("Orders"), s.topic_config_manager.get("ReadOnly")
+        assert orders is not None and (orders.read_queue_nums, orders.write_queue_nums, orders.perm) == (4, 2, "rw")
+        assert read_only is not None and read_only.perm == "r"  # 5 = read | inherit
+        s.topic_config_manager.create_or_update("New", 3, "w")
+    finally:
+        s.shutdown()
+    with open(path) as fh:
+        doc = json.load(fh)
+    assert doc["dataVersion"]["counter"] == 8
+    table = doc["topicConfigTable"]
+    assert table["ReadOnly"] == {
+        "topicName": "ReadOnly", "readQueueNums": 1, "writeQueueNums": 1, "perm": 5,
+        "topicFilterType": "MULTI_TAG", "topicSysFlag": 3, "order": True,
+    }  # fmt: skip
+    assert table["Orders"]["perm"] == 6 and (table["Orders"]["readQueueNums"], table["Orders"]["writeQueueNums"]) == (4, 2)
+    assert table["New"] == {
+        "topicName": "New", "readQueueNums": 3, "writeQueueNums": 3, "perm": 2,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("perm", "bits"), [("rw", 6), ("r", 4), ("w", 2), ("", 0)])
+def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config, perm: str, bits: int) -> None:
+    s = open_store(config)
+    try:
+        s.topic_config_manager.create_or_update("T", 2, perm)
+        first = _topics_doc(config)
+        s.topic_config_manager.create_or_update("T", 3, perm)
+        second = _topics_doc(config)
+    finally:
+        s.shutdown()
+    assert first["topicConfigTable"]["T"]["perm"] == bits
+    assert second["dataVersion"]["counter"] == first["dataVersion"]["counter"] + 1
+    s = open_store(config)
+    try:
+        assert s.topic_config_manager.get("T").perm == perm  # type: ignore[union-attr]
+    finally:
+        s.shutdown()
+
+
+def test_the_former_topics_shape_is_migrated_on_load(config, caplog) -> None:
+    os.makedirs(config.config_dir())
+    former = {"topics": {"Old": {"topic_name": "Old", "read_queue_nums": 2, "write_queue_nums": 2, "perm": "r"}}}
+    with open(os.path.join(config.config_dir(), "topics.json"), "w") as fh:
+        json.dump(former, fh)
+    with caplog.at_level(logging.INFO, logger="tidemq.store"):
+        s = open_store(config)
+    try:
+        assert s.topic_config_manager.get("Old").perm == "r"  # type: ignore[union-attr]
+    finally:
+        s.shutdown()
+    assert [r for r in caplog.records if "migrated 1 topic" in r.getMessage()]
+    assert _topics_doc(config)["topicConfigTable"]["Old"]["perm"] == 4
+
+
+def test_a_topic_entry_of_the_wrong_type_is_refused(config) -> None:
+    os.makedirs(config.config_dir())
+    with open(os.path.join(config.config_dir(), "topics.json"), "w") as fh:
+        fh.write('{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":"4","perm":6}}}')
+    with pytest.raises(MetadataCorrupt):
+        open_store(config)
+
+
+def test_rocketmq_consumer_offsets_with_unquoted_keys_are_read_and_written_as_json(config) -> None:
+    os.makedirs(config.config_dir())
+    path = os.path.join(config.config_dir(), "consumerOffset.json")
+    with open(path, "w") as fh:
+        fh.write(ROCKETMQ_OFFSETS)
+    s = open_store(config)
+    try:
+        assert s.consumer_offset_manager.offsets_of("g1", "Orders") == {0: 7, 1: 3}
+        s.consumer_offset_manager.commit_offset("g1", "Orders", 1, 4)
+    finally:
+        s.shutdown()
+    with open(path) as fh:
+        assert json.load(fh)["offsetTable"] == {"Orders@g1": {"0": 7, "1": 4}, "%RETRY%g1@g1": {"0": 0}}
+
+
+def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path) -> None:
+    (tmp_path / "delayOffset.json").write_text(ROCKETMQ_DELAY_OFFSETS)
+    table = DelayOffsetTable(str(tmp_path))
+    table.load()
+    assert table.snapshot() == {1: 5, 2: 0, 18: 12}
+    table.set(2, 1)
+    assert table.persist()
+    assert json.loads((tmp_path / "delayOffset.json").read_text()) == {"offsetTable": {"1": 5, "2": 1, "18": 12}}
+
+
+def _topics_doc(config) -> dict:
+    with open(os.path.join(config.config_dir(), "topics.json")) as fh:
+        return json.load(fh)
