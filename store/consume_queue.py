@@ -8,6 +8,13 @@ Invariants:
 - only the holder of the dispatch lock writes (ReputMessageService); an entry is written
   once, at its own position (a duplicate from re-dispatch is skipped, a gap is logged and
   filled with zeros);
+- a queue whose first file begins before its first entry (it starts mid-file: its early
+  entries were deleted, or it was created at a non-zero offset) has filler entries
+  (0, 2^31 - 1, 0) in front of that entry, as RocketMQ's ConsumeQueue.fillPreBlank writes: its
+  recovery (ConsumeQueue.recover) ends a queue at the first entry whose size is not > 0, so
+  zeros there would make a RocketMQ broker drop the queue. Filler never counts as a message;
+  zeros there (stores of older tidemq versions) are read the same way and replaced by filler
+  at recovery;
 - `max_physic_offset` is the commitlog offset just past the last dispatched message;
 - `min_logic_offset` (bytes) is the first entry still pointing into the commitlog.
 """
@@ -28,6 +35,17 @@ log = logging.getLogger("tidemq.store")
 
 CQ_STORE_UNIT_SIZE = 20
 ENTRY = struct.Struct(">qiq")
+FILLER_SIZE = 2**31 - 1  # Integer.MAX_VALUE, the size field of RocketMQ's filler entries
+FILLER_ENTRY = ENTRY.pack(0, FILLER_SIZE, 0)
+
+
+def is_filler(offset: int, size: int) -> bool:
+    """True for a filler entry (ConsumeQueue.fillPreBlank's), which stands for no message."""
+    return size == FILLER_SIZE and offset == 0
+
+
+def filler(count: int) -> bytes:
+    return FILLER_ENTRY * count
 
 
 class ConsumeQueue:
@@ -51,19 +69,28 @@ class ConsumeQueue:
         return self.mapped_file_queue.load()
 
     def recover(self) -> None:
-        """Find the last valid entry in the last three files and cut the queue after it."""
+        """Find the last valid entry in the last three files and cut the queue after it.
+
+        The queue's first file may begin with filler (or, written by older versions, zeros, which
+        are replaced by filler here) before its first entry: both are passed over."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             return
+        head = self._leading_filler(files[0])  # also when the first file is not among the three
         start = max(0, len(files) - 3)
         end = files[start].file_from_offset
         max_phys = -1
         for mf in files[start:]:
-            pos = 0
+            pos = head if mf is files[0] else 0
+            if pos:
+                end = mf.file_from_offset + pos
             mm = mf.mm
             while pos + CQ_STORE_UNIT_SIZE <= self.mapped_file_size:
                 offset, size, _tags = ENTRY.unpack_from(mm, pos)
-                if offset >= 0 and size > 0:
+                if is_filler(offset, size):
+                    pos += CQ_STORE_UNIT_SIZE  # a copied RocketMQ store may hold filler beyond the first file's head
+                    end = mf.file_from_offset + pos
+                elif offset >= 0 and size > 0:
                     max_phys = offset + size
                     pos += CQ_STORE_UNIT_SIZE
                     end = mf.file_from_offset + pos
@@ -78,6 +105,29 @@ class ConsumeQueue:
         self.mapped_file_queue.truncate_dirty_files(end)
         self.mapped_file_queue.set_positions(end)
 
+    def _leading_filler(self, mf: MappedFile) -> int:
+        """Bytes of filler (or zeros, then rewritten as filler) before the first entry of the
+        queue's first file; 0 when the file begins with an entry or holds nothing at all."""
+        mm = mf.mm
+        unit = CQ_STORE_UNIT_SIZE
+        pos = 0
+        while pos + unit <= self.mapped_file_size and mm[pos : pos + unit] == FILLER_ENTRY:
+            pos += unit
+        if pos + unit > self.mapped_file_size or any(mm[pos : pos + unit]):
+            return pos
+        head = bytes(mm[pos : self.mapped_file_size])
+        first = len(head) - len(head.lstrip(b"\0"))
+        if first == len(head):
+            return 0 if pos == 0 else pos  # nothing written after the head
+        zeros_end = pos + first // unit * unit
+        if zeros_end > pos:
+            log.info(
+                "consume queue %s/%d: %d zero entries before its first entry rewritten as filler",
+                self.topic, self.queue_id, (zeros_end - pos) // unit,
+            )  # fmt: skip
+            mf.write_target[pos:zeros_end] = filler((zeros_end - pos) // unit)
+        return zeros_end
+
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
         """Drop entries that point at or past `phy_offset` (the commitlog was cut there)."""
         files = self.mapped_file_queue.mapped_files
@@ -87,7 +137,7 @@ class ConsumeQueue:
             mm = mf.mm
             while pos >= 0:
                 offset, size, _ = ENTRY.unpack_from(mm, pos)
-                if size > 0 and offset + size <= phy_offset:
+                if size > 0 and offset + size <= phy_offset and not is_filler(offset, size):
                     cut = mf.file_from_offset + pos + CQ_STORE_UNIT_SIZE
                     self.max_physic_offset = offset + size
                     break
@@ -159,7 +209,9 @@ class ConsumeQueue:
             if pos < current:
                 i += 1  # already written
                 continue
-            if pos > current:
+            if pos > current and current == 0 and mf is self.mapped_file_queue.mapped_files[0]:
+                mf.write_at(0, filler(pos // CQ_STORE_UNIT_SIZE))  # the queue starts mid-file (module docstring)
+            elif pos > current:
                 log.warning(
                     "consume queue %s/%d: gap, expected entry %d at %d but queue ends at %d",
                     self.topic, self.queue_id, queue_offset + i, pos, current,
@@ -240,7 +292,7 @@ class ConsumeQueue:
             try:
                 for pos in range(0, res.size - CQ_STORE_UNIT_SIZE + 1, CQ_STORE_UNIT_SIZE):
                     offset, size, _ = ENTRY.unpack_from(res.view, pos)
-                    if size > 0 and offset >= min_commit_log_offset:
+                    if size > 0 and offset >= min_commit_log_offset and not is_filler(offset, size):
                         self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + pos)
                         return
                 self.min_logic_offset = max(self.min_logic_offset, mf.file_from_offset + res.size)

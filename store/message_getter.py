@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING
 
 from store import native
-from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, is_filler
 from store.get_message_result import GetMessageResult, TagFilter
 from store.mapped_file import MappedFile
 from store.message_codec import message_length
@@ -268,7 +268,7 @@ class MessageGetter:
         if entry is None:
             return None
         phy, size, _ = entry
-        if size <= 0:
+        if size <= 0 or is_filler(phy, size):
             return None
         ts = self.store.commit_log.pickup_store_timestamp(phy, size)
         return None if ts < 0 else ts
