@@ -81,6 +81,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "TOO_MANY_WAITERS": ProblemKind(503, "Too many pulls are held; retry shortly"),
     "TOO_MANY_CONNECTIONS": ProblemKind(503, "Too many connections are open; retry shortly"),
     "STARTING": ProblemKind(503, "The broker is loading and recovering its store; retry shortly"),
+    "INDEX_REBUILDING": ProblemKind(503, "The index is being rebuilt from the commitlog; key queries may miss older messages"),
     "READS_BUSY": ProblemKind(503, "Too many reads are queued; retry shortly"),
     "SLAVE_NOT_AVAILABLE": ProblemKind(503, "Stored, but no slave is available to replicate it"),
     "STORE_WRITE_FAILED": ProblemKind(503, "The store could not write (mapped file creation failed)"),

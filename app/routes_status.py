@@ -2,6 +2,8 @@
 
 While the store loads, /readyz answers 503 STARTING with the recovery's progress (phase, bytes
 scanned of total) and /healthz 200; the other routes are held off by app.startup.StartupGate.
+While the index is rebuilt after start (store/index_rebuild_service.py), /readyz answers 503
+INDEX_REBUILDING with the rebuild's progress; the other routes are served.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from app.models import Health, StoreFiles, StoreStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs, problem_doc
 from app.startup import recovery_progress
+from store import INDEX_REBUILD_PHASE
 
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
@@ -51,12 +54,20 @@ def router(broker: Broker) -> APIRouter:
         READY_PATH,
         operation_id="ready",
         summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before and while degraded",
-        responses={**docs(Health, 200, example={"status": "ready"}), **problem_doc("SERVICE_NOT_AVAILABLE", "STARTING")},
+        responses={
+            **docs(Health, 200, example={"status": "ready"}),
+            **problem_doc("SERVICE_NOT_AVAILABLE", "STARTING", "INDEX_REBUILDING"),
+        },
     )
     async def ready() -> Response:
         if broker.loading:
             raise ProblemError("STARTING", "the store is being loaded and recovered", recovery_progress(store))
         if not broker.ready():
+            progress = recovery_progress(store)
+            if broker.started and progress.get("phase") == INDEX_REBUILD_PHASE:
+                raise ProblemError(
+                    "INDEX_REBUILDING", "the index is being rebuilt from the commitlog; key queries may miss older messages", progress
+                )
             raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is loading, catching up or shutting down")
         degraded = store.degraded_reasons()
         if degraded:

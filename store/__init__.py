@@ -11,6 +11,7 @@ from store.default_message_store import DefaultMessageStore
 from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TidemqError, TopicInvalid
 from store.get_message_result import GetMessageResult, TagFilter
 from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Popped, SubscriptionGroup
+from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
 from store.message import (
     DEFAULT_BORN_HOST,
     NAME_VALUE_SEPARATOR,
@@ -103,6 +104,7 @@ __all__ = [
     "HALF_TOPIC",
     "HEADER",
     "HEADER_BYTES",
+    "INDEX_REBUILD_PHASE",
     "MESSAGE_MAGIC_CODE",
     "NAME_VALUE_SEPARATOR",
     "OFFSET_MSG_ID_LENGTHS",

@@ -12,7 +12,9 @@ for a reason:
      (TimerDequeueService, which appends, then TimerEnqueueService, then TimerFlushService, whose
      final pass records their progress in timercheck), then the cleanup and schedule services —
      nothing may append or delete while the rest shuts down;
-  2. ReputMessageService — drains dispatch so the queues and index cover the whole log;
+  2. IndexRebuildService when one runs (it stops writing the index; the next start goes on
+     where it stopped), then ReputMessageService — drains dispatch so the queues and index
+     cover the whole log;
   3. CommitRealTimeService, then the commitlog flusher — the final flush of the log,
      after every append and before the checkpoint records it;
   4. FlushConsumeQueueService — the final flush of queues, index and checkpoint, after
@@ -78,6 +80,7 @@ from store.flush_real_time_service import FlushRealTimeService
 from store.get_message_result import GetMessageResult, TagFilter
 from store.group_commit_service import GroupCommitService
 from store.group_consumption import GroupConsumption
+from store.index_rebuild_service import IndexRebuildService
 from store.index_service import IndexService
 from store.key_query import query_message
 from store.lazy_mapped_file import MappingBudget
@@ -169,6 +172,8 @@ class DefaultMessageStore:
         self._shutdown_done = False
         self._lock_file = StoreLockFile(config.store_path_root_dir, config.lock_path())
         self._ready_offset = 0
+        self.index_rebuild_from: int | None = None  # set by recovery when the index must be rebuilt after start
+        self.index_rebuild_service: IndexRebuildService | None = None
         self._recovery_progress = RecoveryProgress()
         # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
@@ -265,6 +270,13 @@ class DefaultMessageStore:
         if self.commit_service is not None:
             self.commit_service.start()
         self.reput_service.start()
+        if self.index_rebuild_from is not None:
+            cfg = self.config
+            self.index_rebuild_service = IndexRebuildService(
+                self.commit_log, self.index_service, self.reput_service, self._recovery_progress,
+                self.index_rebuild_from, cfg.message_index_uniq_key_enable, self.bulk_dispatch.delay_levels_ms,
+            )  # fmt: skip
+            self.index_rebuild_service.start()
         assert self.flush_consume_queue_service is not None
         self.flush_consume_queue_service.start()
         self.stats.start()
@@ -282,6 +294,8 @@ class DefaultMessageStore:
         self._running = False
         for service in reversed(self.extra_services):
             service.shutdown()
+        if self.index_rebuild_service is not None:
+            self.index_rebuild_service.shutdown()
         self.reput_service.shutdown()
         if self.commit_service is not None:
             self.commit_service.shutdown()
@@ -325,7 +339,8 @@ class DefaultMessageStore:
         return self._running
 
     def is_ready(self) -> bool:
-        return self._running and self.reput_service.reput_from_offset >= self._ready_offset
+        caught_up = self.reput_service.reput_from_offset >= self._ready_offset
+        return self._running and caught_up and not self.index_service.rebuilding
 
     def now_ms(self) -> int:
         return self.clock.now_ms()

@@ -44,6 +44,9 @@ class IndexService:
         # After files were dropped: the offset of the last kept file's last message, whose keys a
         # roll may have split over a dropped file (re-dispatch writes only the rest); None otherwise.
         self._split_resume_at: int | None = None
+        # True while IndexRebuildService (store/index_rebuild_service.py) writes the index: dispatch
+        # then adds no keys, so the index is written in commitlog order by one writer.
+        self.rebuilding = False
 
     def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> bool:
         if not os.path.isdir(self.store_path):
@@ -89,7 +92,13 @@ class IndexService:
         stored at `last_timestamp`), as build_index would message by message; the caller holds the
         dispatch lock. A message at or below the index's end offset is skipped (indexed before), so
         applying the same scan again after a failure adds nothing twice. DispatchFailed when no
-        index file can be created."""
+        index file can be created. Nothing while the index is being rebuilt (the rebuild indexes
+        these messages when it reaches them)."""
+        if not self.rebuilding:
+            self.add_hashed_keys_locked(keys, n_keys, n_records, last_offset, last_timestamp)
+
+    def add_hashed_keys_locked(self, keys: object, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
+        """put_hashed_keys_locked's work, also while rebuilding; the caller is the index's one writer."""
         if n_records == 0:
             return
         files = self.index_files
@@ -144,6 +153,8 @@ class IndexService:
 
     def build_index(self, request: DispatchRequest) -> None:
         """Index one decoded message (the Python reference of put_hashed_keys_locked)."""
+        if self.rebuilding:
+            return
         f = self._retry_get_writable_file()
         if f is None:
             raise DispatchFailed(f"no writable index file for the message at {request.commitlog_offset}")

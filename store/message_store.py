@@ -90,11 +90,12 @@ class MessageStore(Protocol):
         ...
 
     def is_ready(self) -> bool:
-        """Started, and dispatch has reached the commitlog's end as it was at start."""
+        """Started, dispatch has reached the commitlog's end as it was at start, and no index rebuild runs."""
         ...
 
     def recovery_progress(self) -> dict[str, object]:
-        """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; callable while load() runs."""
+        """What load() is doing, then the index rebuild after start (phase INDEX_REBUILD_PHASE):
+        {"phase", "scanned_bytes", "total_bytes"}; callable while load() runs."""
         ...
 
     def now_ms(self) -> int:

@@ -8,6 +8,9 @@ before any service thread starts, in this order:
      shutdown, from the checkpoint after a crash) and the high-water marks lowered to its end;
   4. queue entries past the log's end are cut and each queue's min offset follows the log's first file;
   5. whatever the queues and the index lack is dispatched again (they may trail the log after a crash);
+     an index that ends far before the queues (a store copied without index/ or with an older
+     one) is instead left to the IndexRebuildService (store/index_rebuild_service.py), which
+     `plan_index_rebuild` sets up and the store starts with its services;
   6. the commitlog's next queue offset per queue is rebuilt from the queues.
 Its phases are reported through `RecoveryProgress` (what `recovery_progress()` returns).
 """
@@ -18,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
+from store.message_codec import DecodeOutcome
 
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
@@ -70,7 +74,11 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
     start = max([cq.max_physic_offset for cq in store.all_consume_queues()] + [min_offset])
     if rebuild_from is not None:
         start = min(start, max(rebuild_from, min_offset))
-    reput.reput_from_offset = first = min(start, end)
+    first = min(start, end)
+    store.index_rebuild_from = None
+    if store.config.message_index_enable:
+        first = plan_index_rebuild(store, first, min_offset)
+    reput.reput_from_offset = first
     progress.begin("dispatching", end - first)
     reput.on_progress = lambda offset: progress.advance(offset - first)
     try:
@@ -87,3 +95,41 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
             len(commit_log.damaged_ranges), commit_log.damaged_bytes(), list(commit_log.damaged_ranges),
         )  # fmt: skip
     return end
+
+
+def plan_index_rebuild(store: DefaultMessageStore, first: int, min_offset: int) -> int:
+    """Where dispatch starts, given that it would start at `first`: when the index ends before
+    `first`, either earlier (a gap below index_rebuild_background_min_bytes is dispatched again
+    now; the queues skip the entries they hold) or at `first` with the index left to the
+    background rebuild from its end (`store.index_rebuild_from`; dispatch adds no keys meanwhile).
+    An index end that is no message's start (IndexService.truncate_to lowered it below a cut)
+    plans nothing: dispatch after the cut indexes what follows."""
+    index_service = store.index_service
+    indexed_to = index_service.end_phy_offset()  # where the last message indexed starts
+    if indexed_to is None or indexed_to < min_offset:
+        index_from = min_offset
+    else:
+        end = _message_end(store, indexed_to)
+        if end is None:
+            return first
+        index_from = end
+    if index_from >= first:
+        return first
+    if first - index_from < store.config.index_rebuild_background_min_bytes:
+        log.info("the index ends at offset %d, before the queues' %d: dispatching from there again", index_from, first)
+        return index_from
+    index_service.rebuilding = True
+    store.index_rebuild_from = index_from
+    return first
+
+
+def _message_end(store: DefaultMessageStore, offset: int) -> int | None:
+    """The end of the message starting at `offset`; None when no whole message starts there."""
+    mf = store.commit_log.mapped_file_queue.find_mapped_file_by_offset(offset)
+    if mf is None or not mf.hold():
+        return None
+    try:
+        result = store.commit_log.check_at(mf, offset - mf.file_from_offset, decode=False)
+    finally:
+        mf.release()
+    return offset + result.size if result.outcome is DecodeOutcome.MESSAGE else None
