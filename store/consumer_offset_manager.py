@@ -6,7 +6,9 @@ kill) and, when the store is SYNC_FLUSH, fdatasync'd (survives a machine crash).
 `persist()` compacts: it snapshots the table into config/consumerOffset.json (written
 atomically) and empties the log; ConsumerOffsetFlushService calls it every
 `flush_consumer_offset_interval_ms` when something changed, and the store at shutdown.
-`load()` reads the snapshot and replays the log over it.
+`load()` reads the snapshot and replays the log over it. The snapshot has ConsumerOffsetManager's
+shape, `{"offsetTable": {"topic@group": {"<queue id>": offset}}}`; RocketMQ's own file, with the
+queue ids unquoted (fastjson), is read too (store.json_file).
 
 Lock order: _persist_lock -> the log's locks -> _lock. `_lock` guards the table and is
 never held across I/O; the log's write lock is held across one os.write so that the

@@ -1,8 +1,10 @@
 """DelayOffsetTable: how far the schedule service has delivered each delay level.
 
 `config/delayOffset.json` holds `{"offsetTable": {"<level>": <offset>}}` (RocketMQ's
-layout): for level L, the queue offset of SCHEDULE_TOPIC_XXXX queue L-1 of the first
-message not yet delivered. Every entry below it was put back to its real topic (or
+ScheduleMessageService layout, DelayOffsetSerializeWrapper): for level L, the queue offset of
+SCHEDULE_TOPIC_XXXX queue L-1 of the first message not yet delivered. RocketMQ's own file has
+the levels unquoted (`{1:5}`, fastjson); store.json_file reads that too, and tidemq writes them
+quoted, which fastjson reads back. Every entry below it was put back to its real topic (or
 skipped as undeliverable, with a log line).
 
 Invariants: an offset only moves forward, except when the queue's minimum moved past
