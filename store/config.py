@@ -110,7 +110,8 @@ class MessageStoreConfig:
     message_index_uniq_key_enable: bool = setting(True)
     # At start, an index that ends this far or more before where dispatch resumes (a store copied
     # without index/, or with an older one) is rebuilt in the background while the store serves
-    # (/readyz 503 meanwhile); a smaller gap is dispatched again with recovery. Not a RocketMQ setting.
+    # (/readyz 503 meanwhile); a smaller gap, or any after a crash, is dispatched again with recovery.
+    # Not a RocketMQ setting.
     index_rebuild_background_min_bytes: int = setting(64 * MIB, 0, 2**62)
     # Slave mode of RocketMQ: the reput offset follows the confirmed offset, not the max offset.
     duplication_enable: bool = setting(False)

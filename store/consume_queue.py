@@ -125,7 +125,7 @@ class ConsumeQueue:
                 "consume queue %s/%d: %d zero entries before its first entry rewritten as filler",
                 self.topic, self.queue_id, (zeros_end - pos) // unit,
             )  # fmt: skip
-            mf.write_target[pos:zeros_end] = filler((zeros_end - pos) // unit)
+            mf.write_at(pos, filler((zeros_end - pos) // unit))  # below the written end: positions stay
         return zeros_end
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:

@@ -6,7 +6,8 @@ consume queues' end: a store copied without `index/`, or with an index older tha
 answers key queries for new messages only. tidemq notices at load (store/store_recovery.py):
 the index ends (the newest IndexFile header's endPhyOffset) before where dispatch resumes. A gap
 below `index_rebuild_background_min_bytes` is dispatched again with recovery; a larger one is
-indexed by this thread, while the store serves:
+indexed by this thread, while the store serves (after a clean shutdown only: after a crash the
+timer and transaction checks read the index at once, so recovery dispatches the gap itself):
 
 - from `start` (the index's end, or the commitlog's minimum) it scans the commitlog file by file
   with the dispatch scan kernel, at most MAX_RECORDS messages per chunk into buffers of its own,

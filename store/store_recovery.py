@@ -99,8 +99,8 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
 
 def plan_index_rebuild(store: DefaultMessageStore, first: int, min_offset: int) -> int:
     """Where dispatch starts, given that it would start at `first`: when the index ends before
-    `first`, either earlier (a gap below index_rebuild_background_min_bytes is dispatched again
-    now; the queues skip the entries they hold) or at `first` with the index left to the
+    `first`, either earlier (after a crash, or for a gap below index_rebuild_background_min_bytes,
+    it is dispatched again now; the queues skip the entries they hold) or at `first` with the index left to the
     background rebuild from its end (`store.index_rebuild_from`; dispatch adds no keys meanwhile).
     An index end that is no message's start (IndexService.truncate_to lowered it below a cut)
     plans nothing: dispatch after the cut indexes what follows."""
@@ -115,7 +115,9 @@ def plan_index_rebuild(store: DefaultMessageStore, first: int, min_offset: int) 
         index_from = end
     if index_from >= first:
         return first
-    if first - index_from < store.config.index_rebuild_background_min_bytes:
+    # After a crash the timer's and the transactions' delivery checks read the index as soon as
+    # they start: it must be whole by then, so the gap is dispatched with recovery whatever its size.
+    if not store.last_exit_ok or first - index_from < store.config.index_rebuild_background_min_bytes:
         log.info("the index ends at offset %d, before the queues' %d: dispatching from there again", index_from, first)
         return index_from
     index_service.rebuilding = True

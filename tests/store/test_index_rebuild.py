@@ -138,3 +138,18 @@ def test_a_small_gap_is_dispatched_again_with_recovery(tmp_path) -> None:
         assert s.is_ready()
     finally:
         s.shutdown()
+
+
+def test_after_a_crash_the_gap_is_dispatched_with_recovery(tmp_path) -> None:
+    config = rebuild_config(str(tmp_path / "store"))  # would go to the background after a clean shutdown
+    write_keyed_messages(config)
+    shutil.rmtree(config.index_dir())
+    with open(config.abort_path(), "w"):
+        pass
+    s = DefaultMessageStore(config)
+    s.load()
+    try:
+        assert s.index_rebuild_from is None
+        assert missing_keys(s) == []  # the timer's and transactions' checks may read it at once
+    finally:
+        s.shutdown()
