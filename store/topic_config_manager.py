@@ -1,7 +1,7 @@
 """TopicConfigManager: each topic's queue counts and permission, persisted as config/topics.json.
 
 The file has RocketMQ's shape (TopicConfigManager's TopicConfigSerializeWrapper, under
-`<store root>/config/topics.json` as StorePathConfigHelper.getTopicConfigPath names it): a
+`<store root>/config/topics.json` as BrokerPathConfigHelper.getTopicConfigPath names it): a
 `topicConfigTable` of TopicConfig objects and a `dataVersion` whose counter grows with every
 change (DataVersion.nextVersion), so a RocketMQ broker loads the topics tidemq made and the
 reverse. `perm` is RocketMQ's PermName bits (4 read, 2 write, 1 inherit, 8 priority); tidemq
