@@ -140,7 +140,12 @@ def render(broker: Broker) -> str:
     render_http(lines, metric, broker.http_requests)
     for name, kind, help_text, value in process_samples():
         metric(name, kind, help_text, [("", value)])
-    metric("tidemq_ready", "gauge", "1 when the store is loaded, recovered and dispatch has caught up", [("", int(broker.ready()))])
+    metric(
+        "tidemq_ready",
+        "gauge",
+        "1 when the store is loaded, recovered, dispatch has caught up and no index rebuild runs",
+        [("", int(broker.ready()))],
+    )
     return "\n".join(lines) + "\n"
 
 

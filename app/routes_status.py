@@ -53,7 +53,7 @@ def router(broker: Broker) -> APIRouter:
     @api.get(
         READY_PATH,
         operation_id="ready",
-        summary="200 once the store is loaded, recovered and dispatch has caught up; 503 before and while degraded",
+        summary="200 once the store is loaded, recovered, dispatch has caught up and the index is whole; 503 before and while degraded",
         responses={
             **docs(Health, 200, example={"status": "ready"}),
             **problem_doc("SERVICE_NOT_AVAILABLE", "STARTING", "INDEX_REBUILDING"),

@@ -118,7 +118,7 @@ class ConsumeQueue:
         head = bytes(mm[pos : self.mapped_file_size])
         first = len(head) - len(head.lstrip(b"\0"))
         if first == len(head):
-            return 0 if pos == 0 else pos  # nothing written after the head
+            return pos  # nothing written after the head
         zeros_end = pos + first // unit * unit
         if zeros_end > pos:
             log.info(
