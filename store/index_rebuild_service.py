@@ -68,8 +68,12 @@ class IndexRebuildService(ServiceThread):
         self._records = bytearray(native.RECORD.size * MAX_RECORDS)
         self._keys = bytearray(native.KEY.size * MAX_KEYS)
 
-    def run(self) -> None:
+    def start(self) -> None:
+        # The phase is set before the thread runs: whoever sees the store not ready sees why.
         self.progress.begin(REBUILD_PHASE, max(0, self.reput.reput_from_offset - self.start_offset))
+        super().start()
+
+    def run(self) -> None:
         log.warning(
             "the index ends at commitlog offset %d, before dispatch's %d: rebuilding it in the background",
             self.start_offset, self.reput.reput_from_offset,
