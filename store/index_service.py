@@ -97,7 +97,7 @@ class IndexService:
         if not self.rebuilding:
             self.add_hashed_keys_locked(keys, n_keys, n_records, last_offset, last_timestamp)
 
-    def add_hashed_keys_locked(self, keys: object, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
+    def add_hashed_keys_locked(self, keys: bytearray, n_keys: int, n_records: int, last_offset: int, last_timestamp: int) -> None:
         """put_hashed_keys_locked's work, also while rebuilding; the caller is the index's one writer."""
         if n_records == 0:
             return
