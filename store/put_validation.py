@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
 
 
-
 class PutValidator:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
