@@ -8,7 +8,16 @@ only, never from its submodules; tests/store/test_public_api.py checks both.
 from store.compressed_body import COMPRESSED_FLAG, BodyStatus, inflate_body
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.default_message_store import DefaultMessageStore
-from store.errors import ConfigInvalid, MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TidemqError, TopicInvalid
+from store.errors import (
+    ConfigInvalid,
+    MetadataCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreNotRunning,
+    TidemqError,
+    TopicConfigInvalid,
+    TopicInvalid,
+)
 from store.get_message_result import GetMessageResult, TagFilter
 from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Popped, SubscriptionGroup
 from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
@@ -174,6 +183,7 @@ __all__ = [
     "TagFilter",
     "TidemqError",
     "TopicConfig",
+    "TopicConfigInvalid",
     "TopicInvalid",
     "TransactionAction",
     "TransactionState",

@@ -33,6 +33,10 @@ class MetadataCorrupt(StoreError):
     """Raised when a metadata file (topics, offsets, checkpoint) cannot be parsed."""
 
 
+class TopicConfigInvalid(StoreError):
+    """Raised when a topic's queue count or permission is out of range."""
+
+
 class TopicInvalid(StoreError):
     """Raised when a topic name breaks the naming rules (charset, length)."""
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from store.errors import MetadataCorrupt, TopicInvalid
+from store.errors import MetadataCorrupt, TopicConfigInvalid, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
 
@@ -174,9 +174,9 @@ class TopicConfigManager:
         if problem:
             raise TopicInvalid(problem)
         if not 1 <= queues <= self.max_queue_nums:
-            raise ValueError(f"queues must be in 1..{self.max_queue_nums}")
+            raise TopicConfigInvalid(f"queues must be in 1..{self.max_queue_nums}")
         if perm not in VALID_PERMS:
-            raise ValueError("perm must be one of r, w, rw")
+            raise TopicConfigInvalid("perm must be one of r, w, rw")
         with self._lock:
             current = self._topics.get(topic)
             # The API has one queue count: it sets both; RocketMQ's fields tidemq does not use are kept.
