@@ -206,7 +206,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
     produce_router, produce, produce_batch = routes_produce.router(broker)
     pull_router, pull, pull_batch = routes_pull.router(broker)
-    routers = [routes_status.router(broker), routes_topics.api, produce_router, pull_router]
+    routers = [routes_status.api, routes_topics.api, produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.api, receive_router, routes_queries.api, routes_admin.api]
     routers += [routes_transactions.api, routes_cluster.api]
