@@ -91,7 +91,7 @@ class CleanCommitLogService(PeriodicPassService):
         with self._pass_lock:
             now = self.clock.now_ms()
             self.next_pass_ms = now + self.interval_ms
-            ratio = self._check_disk()
+            ratio = self._check_disk_locked()
             time_up = self.clock.hour() in self.delete_hours
             space_full = ratio > self.max_used_ratio
             manual = self.manual_rounds > 0
@@ -112,7 +112,7 @@ class CleanCommitLogService(PeriodicPassService):
                     log.warning(
                         "disk usage %.1f%% is above %.0f%% but no commitlog file could be deleted", ratio * 100, self.max_used_ratio * 100
                     )
-            deleted += self._redelete_hanged_file(now)
+            deleted += self._redelete_hanged_file_locked(now)
             self.files_deleted += deleted
             self.passes += 1
             self.last_pass_ms = now
@@ -120,8 +120,9 @@ class CleanCommitLogService(PeriodicPassService):
             self.on_files_deleted()
         return CleanPass(ratio, time_up, space_full, manual, self.clean_immediately, deleted)
 
-    def _check_disk(self) -> float:
-        """Measure usage and set `store.disk_full` and `clean_immediately` (RocketMQ's isSpaceToDelete)."""
+    def _check_disk_locked(self) -> float:
+        """Measure usage and set `store.disk_full` and `clean_immediately` (RocketMQ's isSpaceToDelete);
+        the caller holds `_pass_lock`."""
         store = self.store
         ratio = max(self.probe(store.config.commit_log_dir()), self.probe(store.config.consume_queue_dir()))
         self.disk_ratio = ratio
@@ -155,8 +156,9 @@ class CleanCommitLogService(PeriodicPassService):
     def wait_ms(self) -> int:
         return min(self.interval_ms, SPACE_RECHECK_MS) if self.store.space_exhausted else self.interval_ms
 
-    def _redelete_hanged_file(self, now: int) -> int:
-        """Retry leading files shut down earlier but still held by readers (RocketMQ's redeleteHangedFile)."""
+    def _redelete_hanged_file_locked(self, now: int) -> int:
+        """Retry leading files shut down earlier but still held by readers (RocketMQ's redeleteHangedFile);
+        the caller holds `_pass_lock`."""
         mfq = self.store.commit_log.mapped_file_queue
         forcibly_ms = self.store.config.destroy_mapped_file_interval_forcibly_ms
         return mfq.delete_files_below(0, lambda mf: not mf.is_available(), forcibly_ms, now)

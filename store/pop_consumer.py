@@ -175,7 +175,7 @@ class PopConsumer:
         group = settings.name
         if settings.fifo and self.fifo.blocked(group, queue_topic, queue_id, pop_time):
             return []
-        offset = self._pop_offset(group, queue_topic, queue_id)
+        offset = self._pop_offset_locked(group, queue_topic, queue_id)
         result: GetMessageResult = self.store.get_message(group, queue_topic, queue_id, offset, want, tag_filter)
         if result.status is not GetMessageStatus.FOUND:
             if result.status in _SKIPPED and result.next_begin_offset > offset and not settings.fifo:
@@ -207,8 +207,9 @@ class PopConsumer:
         self.counters.add(group, topic, dead_lettered=len(dead))
         return [p for i, p in enumerate(popped) if i not in dead]
 
-    def _pop_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """Where the group takes next in a queue: its offset, or the queue's minimum for a group new to it."""
+    def _pop_offset_locked(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group takes next in a queue: its offset, or the queue's minimum for a group new to it.
+        The caller holds the queue's lock, so no other receive takes from this offset before it moves."""
         offset = self.store.query_offset(group, topic, queue_id)
         return offset if offset >= 0 else max(0, self.store.get_min_offset_in_queue(topic, queue_id))
 

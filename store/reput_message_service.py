@@ -192,7 +192,7 @@ class ReputMessageService(ServiceThread):
             if stop != native.Stop.OUT_FULL:
                 break
         if stop in native.CORRUPT or stop == native.Stop.PARTIAL:
-            self._report_corrupt(buf, pos, limit, base)
+            self._report_corrupt_locked(buf, pos, limit, base)
         return stop, count
 
     def _failed_locked(self, exc: Exception) -> None:
@@ -206,8 +206,8 @@ class ReputMessageService(ServiceThread):
             self.failure = f"{type(exc).__name__}: {exc}" if not isinstance(exc, OSError) else (exc.strerror or str(exc))
             log.error("dispatch failed at offset %d; retrying until it succeeds", self.reput_from_offset, exc_info=exc)
 
-    def _report_corrupt(self, buf: Any, pos: int, limit: int, base: int) -> None:
-        """Log (once per position) why dispatch cannot pass the bytes at pos."""
+    def _report_corrupt_locked(self, buf: Any, pos: int, limit: int, base: int) -> None:
+        """Log (once per position) why dispatch cannot pass the bytes at pos; the caller holds the dispatch lock."""
         if base + pos == self._reported_stop:
             return
         self._reported_stop = base + pos

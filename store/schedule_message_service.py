@@ -159,12 +159,13 @@ class ScheduleMessageService(ServiceThread):
                 return self.scan_interval_ms
             for index, level_ms in enumerate(self.levels_ms):
                 if now >= self._next_scan_ms[index]:
-                    self._next_scan_ms[index] = self._scan_level(index + 1, level_ms, now)
+                    self._next_scan_ms[index] = self._scan_level_locked(index + 1, level_ms, now)
             wait = min(self._next_scan_ms) - self.clock.now_ms()
             return max(IDLE_WAIT_MS_MIN, min(wait, self.scan_interval_ms))
 
-    def _scan_level(self, level: int, level_ms: int, now: int) -> int:
-        """Deliver the due messages of one level; returns the clock time of its next scan."""
+    def _scan_level_locked(self, level: int, level_ms: int, now: int) -> int:
+        """Deliver the due messages of one level; returns the clock time of its next scan. The caller
+        holds `_pass_lock`: a level's progress is moved by one scan at a time."""
         cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
         if cq is None:
             return now + self.scan_interval_ms
