@@ -10,9 +10,9 @@ atomically) and empties the log; ConsumerOffsetFlushService calls it every
 shape, `{"offsetTable": {"topic@group": {"<queue id>": offset}}}`; RocketMQ's own file, with the
 queue ids unquoted (fastjson), is read too (store.json_file).
 
-Lock order: _persist_lock -> the log's locks -> _lock. `_lock` guards the table and is
-never held across I/O; the log's write lock is held across one os.write so that the
-table and the log see commits in the same order.
+Lock order: docs/concurrency.md. `_lock` guards the table and is never held across I/O; the
+log's write lock is held across one os.write so that the table and the log see commits in the
+same order.
 """
 
 from __future__ import annotations

@@ -25,14 +25,7 @@ for a reason:
      file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
-Lock order (store-wide): CommitLog.put_lock -> MappedFileQueue._lock -> MappedFile._ref_lock
--> LazyMappedFile._map_lock. The dispatch lock (ReputMessageService._lock) is taken only with
-the put lock not held: dispatch lock -> _cq_lock -> MappedFileQueue._lock -> ... and
-dispatch lock -> IndexService._lock (store/reput_message_service.py). GroupCommitService._lock, TopicConfigManager._lock,
-ConsumerOffsetManager._lock and MappingBudget._lock are leaves: nothing else is taken while
-one is held. ConsumerOffsetManager._persist_lock -> ConsumerOffsetLog._sync_lock ->
-ConsumerOffsetLog._write_lock -> ConsumerOffsetManager._lock (store/consumer_offset_manager.py);
-none of them is held while a store lock is taken.
+Locks, their order and the threads: docs/concurrency.md.
 
 Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
 and wakes the cleanup service, whose next pass clears it when a commitlog file and a queue

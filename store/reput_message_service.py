@@ -15,10 +15,8 @@ holds it dispatches everything readable from the cursor up to the end it reads, 
 each queue in commitlog order whichever thread dispatches. A putter that finds the lock held
 does not wait: the holder reads the end again after releasing, and takes the lock again when
 something was appended meanwhile (at most INLINE_ROUNDS times; then it wakes this thread).
-Lock order: the dispatch lock is never taken while the put lock is held; under it come
-DefaultMessageStore._cq_lock, MappedFileQueue._lock, IndexService._lock, MappingBudget._lock,
-the mapped files' locks and what the arriving listeners take (HeldPulls._lock, a leaf).
-Listeners run under the dispatch lock: they must not block and must not put.
+Lock order: docs/concurrency.md. Listeners run under the dispatch lock: they must not block
+and must not put.
 
 Readable end: the commitlog's readable end (committed bytes with the transient store pool, the
 confirmed offset on a slave with duplication enabled), so dispatch never reads bytes that are

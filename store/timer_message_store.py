@@ -26,8 +26,7 @@ Invariants:
 - the wheel reaches `timer_roll_window_slots` ahead of the write time at most; a unit due
   later is a roll unit, whose message goes round the timer topic again.
 
-Lock order: wheel_lock -> the timer log's MappedFileQueue._lock. The wheel lock is never held
-while putting to the commitlog.
+Lock order: docs/concurrency.md. The wheel lock is never held while putting to the commitlog.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ writes the op record only. This needs the index (message_index_enable and
 message_index_uniq_key_enable, both on by default); without it a commit interrupted between
 the two puts may be delivered twice.
 
-Locks: `_prepare_lock` (half puts: append and registration are one step, so the progress never
-passes a half that is appended but not yet pending) -> the store's put lock; a stripe of
-`_stripes` (one transaction's resolution at a time, held across its puts) -> the put lock;
-`_state_lock` is a leaf.
+Locks (their order: docs/concurrency.md): `_prepare_lock` makes a half's append and its
+registration as pending one step, so the progress never passes a half that is appended but not
+yet pending; a stripe of `_stripes` serializes one transaction's resolutions and is held across
+its puts; `_state_lock` guards the state.
 """
 
 from __future__ import annotations
