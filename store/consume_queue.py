@@ -61,7 +61,7 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self.last_store_timestamp = 0
-        self._clean_lock = threading.Lock()  # serializes deletions of this queue's files (leaf lock)
+        self._clean_lock = threading.Lock()  # serializes deletions of this queue's files (order: docs/concurrency.md)
 
     # Loading and recovery ----------------------------------------------------------------
 
