@@ -209,3 +209,13 @@ def test_scenario_store_files(tmp_path: Path) -> None:
     units = (tmp_path / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "17" / "00000000000000000000").read_bytes()
     assert _long(units, 12) == sched.store_ms + 7_200_000  # the tags code of a delayed message is its due time
     assert not (tmp_path / "index").exists() or len(os.listdir(tmp_path / "index")) == 1
+
+
+def test_scenario_holds_every_kind_the_interop_tests_check(tmp_path: Path) -> None:
+    """A guard against a thinned fixture: both host forms each side, both compression flags, all transaction kinds."""
+    w = scenario.build(str(tmp_path), base_ms=1_700_000_000_000)
+    consumable = [m for m in w.messages if m.consumable and m.topic in scenario.USER_TOPICS]
+    assert {(m.born_host.v6, m.store_host.v6) for m in consumable} == {(False, False), (False, True), (True, False), (True, True)}
+    assert {m.sys_flag & 0x301 for m in consumable if m.compress} == {0x1, 0x301}
+    assert all(len(m.body) > 4096 for m in consumable if m.compress)
+    assert sorted(m.transaction for m in w.messages if m.transaction) == [0x4, 0x4, 0x8, 0xC]

@@ -1,0 +1,108 @@
+"""Fixtures of the interop tests: a RocketMQ-written store (tests/interop/scenario.py) served by a
+real `python -m app serve` process on loopback, configured with the store's file sizes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.app.conftest import SMALL_BROKER, BrokerProcess
+from tests.interop import scenario
+from tests.interop.rocketmq_store import RocketMQStoreWriter
+
+CONFIG = scenario.TIDEMQ_STORE_SETTINGS + SMALL_BROKER
+READY_TIMEOUT_S = 60.0  # an index rebuild at start may keep /readyz at 503 for a while
+
+
+@dataclass
+class Served:
+    """The store as RocketMQ left it (the writer holds every message) and the broker serving it."""
+
+    store: RocketMQStoreWriter
+    broker: BrokerProcess
+
+    @property
+    def client(self) -> httpx.Client:
+        assert self.broker.client is not None
+        return self.broker.client
+
+    @property
+    def root(self) -> Path:
+        return self.broker.store_dir
+
+
+def wait_ready(client: httpx.Client, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Poll /readyz until 200 (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = client.get("/readyz")
+        if r.status_code == 200:
+            return
+        assert time.monotonic() < deadline, f"not ready within {timeout_s}s: {r.status_code} {r.text}"
+        time.sleep(0.05)
+
+
+def serve(directory: Path, with_index: bool = True) -> Served:
+    """Write the scenario store under `directory`/store and start a broker on it (ready when returned)."""
+    store_dir = directory / "store"
+    writer = scenario.build(str(store_dir), with_index=with_index)
+    broker = BrokerProcess(store_dir, CONFIG)
+    try:
+        broker.start()
+        assert broker.client is not None
+        wait_ready(broker.client)
+    except BaseException:
+        broker.kill()
+        raise
+    return Served(writer, broker)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One broker per module over a fresh copy of the RocketMQ store, index/ included."""
+    s = serve(tmp_path_factory.mktemp("rocketmq"))
+    try:
+        yield s
+    finally:
+        s.broker.kill()
+
+
+@pytest.fixture(scope="module")
+def rocketmq_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RocketMQStoreWriter]:
+    """The RocketMQ store on disk, never served (for the offline readers)."""
+    root = tmp_path_factory.mktemp("rocketmq-offline") / "store"
+    return root, scenario.build(str(root))
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A local[2] SparkSession with tidemq's sources registered (as in tests/pipeline/conftest.py)."""
+    pytest.importorskip("pyspark")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from pipeline import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidemq-interop-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
