@@ -49,11 +49,11 @@ def wait_ready(client: httpx.Client, timeout_s: float = READY_TIMEOUT_S) -> None
         time.sleep(0.05)
 
 
-def serve(directory: Path, with_index: bool = True) -> Served:
+def serve(directory: Path, with_index: bool = True, config: str = CONFIG, index_upto: int | None = None) -> Served:
     """Write the scenario store under `directory`/store and start a broker on it (ready when returned)."""
     store_dir = directory / "store"
-    writer = scenario.build(str(store_dir), with_index=with_index)
-    broker = BrokerProcess(store_dir, CONFIG)
+    writer = scenario.build(str(store_dir), with_index=with_index, index_upto=index_upto)
+    broker = BrokerProcess(store_dir, config)
     try:
         broker.start()
         assert broker.client is not None

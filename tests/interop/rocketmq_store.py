@@ -324,10 +324,10 @@ class RocketMQStoreWriter:
     def queue_max(self, topic: str, queue_id: int) -> int:
         return self.queue_next.get((topic, queue_id), 0)
 
-    def index_keys(self) -> list[tuple[str, Message]]:
-        """(topic#key, message) in the order IndexService#buildIndex puts them."""
+    def index_keys(self, upto: int | None = None) -> list[tuple[str, Message]]:
+        """(topic#key, message) in the order IndexService#buildIndex puts them, for the first `upto` messages (all by default)."""
         out: list[tuple[str, Message]] = []
-        for m in self.messages:
+        for m in self.messages[:upto]:
             if not m.indexed:
                 continue
             if m.uniq is not None:
@@ -337,12 +337,14 @@ class RocketMQStoreWriter:
 
     # Writing --------------------------------------------------------------------------
 
-    def write(self, with_index: bool = True) -> None:
+    def write(self, with_index: bool = True, index_upto: int | None = None) -> None:
+        """Put the store on disk; `index_upto` writes an index/ that stops after that many messages
+        (a stale index, as in a copy whose index/ was taken before the last messages were put)."""
         os.makedirs(self.root, exist_ok=True)
         self._write_commitlog()
         self._write_consume_queues()
         if with_index:
-            self._write_index()
+            self._write_index(index_upto)
         self._write_checkpoint()
         self._write_config()
         with open(os.path.join(self.root, "lock"), "wb") as f:  # DefaultMessageStore#start writes "lock" into it
@@ -381,13 +383,13 @@ class RocketMQStoreWriter:
                 with open(os.path.join(directory, f"{start:020d}"), "wb") as f:
                     f.write(data)
 
-    def index_file(self) -> tuple[str, bytes]:
-        """One IndexFile holding every key (the layout's index_entries must be large enough)."""
+    def index_file(self, upto: int | None = None) -> tuple[str, bytes]:
+        """One IndexFile holding the keys of the first `upto` messages (all by default; index_entries must be large enough)."""
         slots, entries = self.layout.hash_slots, self.layout.index_entries
         data = bytearray(INDEX_HEADER_BYTES + 4 * slots + CQ_UNIT_BYTES * entries)
         begin_ts = end_ts = begin_phy = end_phy = 0
         slot_count, count = 0, 1
-        for key, m in self.index_keys():
+        for key, m in self.index_keys(upto):
             assert count < entries, "index_entries too small for the keys"
             h = index_key_hash(key)
             slot_pos = INDEX_HEADER_BYTES + (h % slots) * 4
@@ -409,10 +411,10 @@ class RocketMQStoreWriter:
         name = datetime.datetime.fromtimestamp(first.store_ms / 1000, tz=datetime.UTC).strftime("%Y%m%d%H%M%S%f")[:17]
         return name, bytes(data)
 
-    def _write_index(self) -> None:
+    def _write_index(self, upto: int | None) -> None:
         directory = os.path.join(self.root, "index")
         os.makedirs(directory, exist_ok=True)
-        name, data = self.index_file()
+        name, data = self.index_file(upto)
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
 

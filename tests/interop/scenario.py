@@ -99,8 +99,8 @@ def _text(label: str, size: int) -> bytes:
     return (line * (size // len(line) + 1))[:size]
 
 
-def build(root: str, with_index: bool = True, base_ms: int | None = None) -> RocketMQStoreWriter:
-    """Write the store under `root` and return its writer (the expectations)."""
+def build(root: str, with_index: bool = True, base_ms: int | None = None, index_upto: int | None = None) -> RocketMQStoreWriter:
+    """Write the store under `root` and return its writer (the expectations); `index_upto`: see RocketMQStoreWriter.write."""
     writer = RocketMQStoreWriter(root, LAYOUT, FIRST_COMMITLOG_OFFSET)
     writer.start_queue_at("orders", 1, 3)
     p = _Producer(writer, base_ms if base_ms is not None else int(time.time() * 1000) - 10 * 60_000)
@@ -139,7 +139,7 @@ def build(root: str, with_index: bool = True, base_ms: int | None = None) -> Roc
     writer.topics = TOPICS
     writer.consumer_offsets = CONSUMER_OFFSETS
     writer.delay_offsets = DELAY_OFFSETS
-    writer.write(with_index=with_index)
+    writer.write(with_index=with_index, index_upto=index_upto)
     return writer
 
 

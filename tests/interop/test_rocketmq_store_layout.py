@@ -178,6 +178,8 @@ def test_index_file_header_slots_and_entries(tmp_path: Path) -> None:
     assert struct.unpack_from(">iqii", data, entries + 60) == (index_key_hash("T#k1"), b.commitlog_offset, 4, 2)
     assert _int(data, 40 + (index_key_hash("T#k1") % 8) * 4) == 3
     assert data[entries : entries + 20] == bytes(20)  # entry 0 is never used
+    _, stale = w.index_file(upto=1)  # an index/ copied before b was indexed
+    assert struct.unpack_from(">qqqqii", stale, 0)[1:4:2] == (5_000, a.commitlog_offset) and _int(stale, 36) == 3
 
 
 def test_uniq_key_layout() -> None:
