@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+import tidemq
 from store import decode_message, iter_messages
 from tests.interop import scenario
 from tests.interop.conftest import Served
@@ -61,13 +62,6 @@ def _expected_json(m: Message) -> dict[str, Any]:
     }
 
 
-def _view(m: dict[str, Any]) -> dict[str, Any]:
-    out = {k: m[k] for k in _EXPECTED_FIELDS}
-    out["body"] = _body_text(m)
-    out["compressed"] = m.get("compressed", False)  # present (true) only for a body stored compressed
-    return out
-
-
 _EXPECTED_FIELDS = (
     "msg_id",
     "offset_msg_id",
@@ -82,6 +76,13 @@ _EXPECTED_FIELDS = (
     "store_timestamp",
     "reconsume_times",
 )
+
+
+def _view(m: dict[str, Any]) -> dict[str, Any]:
+    out = {k: m[k] for k in _EXPECTED_FIELDS}
+    out["body"] = _body_text(m)
+    out["compressed"] = m.get("compressed", False)  # present (true) only for a body stored compressed
+    return out
 
 
 def test_topics_listed_with_the_queue_counts_of_topics_json(served: Served) -> None:
@@ -139,6 +140,21 @@ def test_batch_pull_returns_the_stored_bytes_and_hosts(served: Served) -> None:
         assert [(d["born_host"], d["store_host"], d["sys_flag"]) for d in decoded] == [
             (_host_text(m.born_host.ip, m.born_host.port), _host_text(m.store_host.ip, m.store_host.port), m.sys_flag) for m in want
         ]
+
+
+def test_python_client_pulls_the_producers_bodies(served: Served) -> None:
+    """The SDK reads the stored-bytes format and inflates what the producer compressed."""
+    with tidemq.Client(served.broker.url) as client:
+        for topic, queue_id in USER_QUEUES:
+            want = served.store.queue(topic, queue_id)
+            pulled, offset = [], served.store.queue_min(topic, queue_id)
+            while offset < served.store.queue_max(topic, queue_id):  # the store's transfer limits may answer fewer
+                result = client.pull(topic, queue_id, offset, max_messages=256)
+                assert result.status == "FOUND" and result.next_offset > offset, result
+                pulled += result.messages
+                offset = result.next_offset
+            got = [(m.commitlog_offset, m.offset_msg_id, m.msg_id, m.body, m.compressed, m.properties) for m in pulled]
+            assert got == [(m.commitlog_offset, m.offset_msg_id, m.uniq, m.body, bool(m.compress), m.properties) for m in want], topic
 
 
 def _host_text(ip: str, port: int) -> str:
