@@ -3,8 +3,6 @@ real `python -m app serve` process on loopback, configured with the store's file
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,30 +77,3 @@ def rocketmq_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Rock
     """The RocketMQ store on disk, never served (for the offline readers)."""
     root = tmp_path_factory.mktemp("rocketmq-offline") / "store"
     return root, scenario.build(str(root))
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A local[2] SparkSession with tidemq's sources registered (as in tests/pipeline/conftest.py)."""
-    pytest.importorskip("pyspark")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from pipeline import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidemq-interop-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    try:
-        yield session
-    finally:
-        session.stop()
