@@ -34,3 +34,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, keep every Spark test on one worker so the run starts one JVM, not one per worker."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
