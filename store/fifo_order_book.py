@@ -5,6 +5,11 @@ from it are in flight: the queue yields nothing more to the group until every on
 acked, or their invisible time ends and the same messages are taken again (one more attempt).
 The group's offset only moves past acked messages, so nothing is lost and order holds.
 
+An ack is three steps, all under the queue's receive lock (PopConsumer), which keeps two acks
+of one queue, and a receive, from interleaving: `ack_target` says what offset to commit, the
+caller commits it (a file write, with SYNC_FLUSH an fdatasync) without this book's lock, and
+`acked` records the ack. So the book never shows an ack whose commit is not done.
+
 The book keeps one batch per (group, topic, queue) and the attempts of its messages, bounded by
 the number of queues FIFO groups consume. It is persisted as `config/consumerOrderInfo.json`
 (RocketMQ 5's file name) by the revive service every `flush_consumer_offset_interval_ms` when it
@@ -16,7 +21,6 @@ messages are delivered again at once (earlier than their invisible time, never l
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +45,7 @@ class Batch:
 class FifoOrderBook:
     def __init__(self) -> None:
         self._batches: dict[QueueKey, Batch] = {}
-        # Guards _batches; an ack's offset commit runs under it too, so the offsets a queue commits only grow.
+        # Guards _batches; never held across I/O (an ack's commit runs between ack_target and acked).
         self._lock = threading.Lock()
         self._changed = False  # since the last snapshot
 
@@ -61,30 +65,35 @@ class FifoOrderBook:
             self._changed = True
         return [attempts[o] - 1 for o in offsets]
 
-    def acked(
-        self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, now: int, commit: Callable[[str, str, int, int], None]
-    ) -> bool:
-        """Ack one message of the queue's batch; moves the group's offset past the acked prefix.
+    def ack_target(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, now: int) -> int | None:
+        """The offset the group commits in the queue once `offset` is acked (past the acked prefix);
+        nothing is recorded: the caller commits it, then calls `acked`.
 
-        False when the handle's batch is no longer the queue's (its invisible time ended and it
+        None when the handle's batch is no longer the queue's (its invisible time ended and it
         was taken again, or the broker restarted) or the time has passed: the message may be
         delivered again.
         """
+        with self._lock:
+            batch = self._batches.get((group, topic, queue_id))
+            if batch is None or batch.pop_time != pop_time or offset not in batch.attempts or now >= batch.invisible_until_ms:
+                return None
+            prefix = 0
+            while prefix < len(batch.offsets) and (batch.offsets[prefix] in batch.acked or batch.offsets[prefix] == offset):
+                prefix += 1
+            return batch.next_offset if prefix == len(batch.offsets) else batch.offsets[prefix]
+
+    def acked(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> None:
+        """Record the ack of `offset` once its commit (`ack_target`) is done; the batch goes when all
+        its messages are acked. A snapshot therefore never holds an ack whose commit may be lost."""
         key = (group, topic, queue_id)
         with self._lock:
             batch = self._batches.get(key)
-            if batch is None or batch.pop_time != pop_time or offset not in batch.attempts or now >= batch.invisible_until_ms:
-                return False
+            if batch is None or batch.pop_time != pop_time or offset not in batch.attempts:
+                return
             batch.acked.add(offset)
             self._changed = True
-            prefix = 0
-            while prefix < len(batch.offsets) and batch.offsets[prefix] in batch.acked:
-                prefix += 1
-            new_offset = batch.next_offset if prefix == len(batch.offsets) else batch.offsets[prefix]
             if batch.done():
                 del self._batches[key]
-            commit(group, topic, queue_id, new_offset)
-        return True
 
     def extend(self, group: str, topic: str, queue_id: int, pop_time: int, until: int, now: int) -> bool:
         """Change when the queue's batch becomes visible again; False when the handle's batch is gone or expired."""

@@ -13,6 +13,7 @@ Invariants:
 - A checkpoint is stored before the offset moves past its messages, so a crash between the two
   delivers them again (at least once), never loses them.
 - One receive at a time per (group, topic, queue) (striped locks): a queue busy with another receive is skipped.
+  A FIFO group's ack takes the same lock, waiting for it, so its commit and a receive never interleave.
 - An ack is answered OK only before the message's invisible time ends; the revive service waits
   `pop_ack_margin_ms` past that time before reviving, so an answered ack is always seen.
 """
@@ -203,7 +204,7 @@ class PopConsumer:
         if not self.store.put_messages([dead_letter(popped[i].data, group, times[i]) for i in dead]).ok:
             return []  # the batch expires and is taken again
         for i in dead:
-            self.fifo.acked(group, topic, queue_id, popped[i].queue_offset, ck.pop_time, ck.pop_time, self._commit_fifo)
+            self._ack_fifo_locked(group, topic, queue_id, popped[i].queue_offset, ck.pop_time, ck.pop_time)
         self.counters.add(group, topic, dead_lettered=len(dead))
         return [p for i, p in enumerate(popped) if i not in dead]
 
@@ -254,7 +255,7 @@ class PopConsumer:
                 continue
             if settings.fifo:
                 queue_topic = retry_topic(group, topic) if handle.retry else topic
-                if not self.fifo.acked(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now, self._commit_fifo):
+                if not self._ack_fifo(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now):
                     outcomes[-1] = AckOutcome.HANDLE_EXPIRED
                 continue
             key = (handle.retry, handle.queue_id, handle.start_offset, handle.pop_time, handle.revive_queue_id, handle.invisible_until_ms)
@@ -276,8 +277,27 @@ class PopConsumer:
         props = {PROPERTY_TAGS: tag, PROPERTY_TIMER_DELIVER_MS: str(until)}
         return MessageInner(self.revive_topic, body, revive_queue, props)
 
-    def _commit_fifo(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.store.commit_offset(group, topic, queue_id, offset)
+    def _ack_fifo(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, now: int) -> bool:
+        """Ack one message of a FIFO group's batch. Unlike a receive, an ack waits for the queue's lock:
+        it orders the commits of two acks of the queue, and keeps a receive from reading the offset
+        between the book's change and its commit."""
+        with self._queue_lock(group, topic, queue_id):
+            return self._ack_fifo_locked(group, topic, queue_id, offset, pop_time, now)
+
+    def _ack_fifo_locked(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int, now: int) -> bool:
+        """`_ack_fifo` for a caller holding the queue's lock; False when the handle's batch is gone or expired.
+
+        The commit runs without the order book's lock (every FIFO queue of every group uses that
+        one), and before the book records the ack: a crash in between leaves the book as it was,
+        so the message is delivered again, never skipped. An offset at or below the one committed
+        is not committed again (a commit that preceded a crash the persisted book does not show)."""
+        target = self.fifo.ack_target(group, topic, queue_id, offset, pop_time, now)
+        if target is None:
+            return False
+        if target > self.store.query_offset(group, topic, queue_id):
+            self.store.commit_offset(group, topic, queue_id, target)
+        self.fifo.acked(group, topic, queue_id, offset, pop_time)
+        return True
 
     def _check_handle(self, group: str, topic: str, text: str, now: int) -> tuple[AckOutcome, ReceiptHandle | None]:
         try:

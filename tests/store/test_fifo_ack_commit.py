@@ -1,0 +1,138 @@
+"""A FIFO group's ack commits its offset without the order book's lock, in order, and records the ack after it.
+
+Real store on real files. The offset commit is held up by taking the offset log's write lock in
+the test (the commit's os.write runs under it), so an ack stands in its commit for as long as the
+test wants; waits poll with a deadline and nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from store import DefaultMessageStore, build_message
+from store.group_consumption import AckOutcome, Popped
+from store.pop_consumer import PopConsumer
+from tests.store.conftest import open_store, small_config
+
+TOPIC = "ledger"
+INVISIBLE_MS = 60_000
+DEADLINE_S = 20.0
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[DefaultMessageStore]:
+    s = open_store(small_config(str(tmp_path / "store")))
+    try:
+        yield s
+    finally:
+        s.shutdown()
+
+
+def consumer(store: DefaultMessageStore) -> PopConsumer:
+    pop = store.group_consumption._loaded()
+    assert isinstance(pop, PopConsumer)
+    return pop
+
+
+def fifo_groups(store: DefaultMessageStore, names: list[str]) -> None:
+    for name in names:
+        store.group_consumption.put_group(name, max_reconsume_times=16, fifo=True)
+
+
+def produce(store: DefaultMessageStore, count: int) -> None:
+    store.create_or_update_topic(TOPIC, 1)
+    for i in range(count):
+        assert store.put_message(build_message(TOPIC, f"m{i}".encode(), 0)).ok
+
+
+def other_stripe_group(pop: PopConsumer, group: str) -> str:
+    """A group name whose queue lock is not `group`'s (stripes are chosen by a hash)."""
+    for i in range(100):
+        name = f"audit{i}"
+        if pop._queue_lock(name, TOPIC, 0) is not pop._queue_lock(group, TOPIC, 0):
+            return name
+    raise AssertionError("no group name on another stripe")
+
+
+def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    t.start()
+    return t, out
+
+
+def wait_in_offset_write(t: threading.Thread) -> None:
+    """Poll until thread `t` stands in the offset log's append (waiting for the write lock the test holds)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        frame = sys._current_frames().get(t.ident or -1)
+        while frame is not None and not (frame.f_code.co_name == "append" and frame.f_code.co_filename.endswith("consumer_offset_log.py")):
+            frame = frame.f_back
+        if frame is not None:
+            return
+        assert t.is_alive() and time.monotonic() < deadline, "the ack never reached its offset commit"
+        time.sleep(0.005)
+
+
+def test_another_group_s_fifo_receive_completes_while_an_ack_waits_in_its_commit(store: DefaultMessageStore) -> None:
+    pop = consumer(store)
+    other = other_stripe_group(pop, "billing")
+    fifo_groups(store, ["billing", other])
+    produce(store, 2)
+    (first,) = store.group_consumption.receive("billing", TOPIC, 1, INVISIBLE_MS)
+    write_lock = store.consumer_offset_manager.log._write_lock
+    with write_lock:  # the ack's commit cannot write until this block ends
+        acker, acked = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [first.handle]))
+        wait_in_offset_write(acker)
+        receiver, received = in_background(lambda: store.group_consumption.receive(other, TOPIC, 2, INVISIBLE_MS))
+        receiver.join(DEADLINE_S)
+        assert not receiver.is_alive(), "a FIFO receive of another group waited for an ack's offset commit"
+        assert [p.queue_offset for p in received[0]] == [0, 1]  # type: ignore[union-attr]
+        # The book does not show the ack before its commit is done (a crash now must not skip message 0).
+        assert pop.fifo.in_flight() == 3
+        assert store.query_offset("billing", TOPIC, 0) == -1
+    acker.join(DEADLINE_S)
+    assert acked == [[AckOutcome.OK]]
+    assert store.query_offset("billing", TOPIC, 0) == 1
+    assert pop.fifo.in_flight() == 2
+    (second,) = store.group_consumption.receive("billing", TOPIC, 1, INVISIBLE_MS)
+    assert second.queue_offset == 1 and second.reconsume_times == 0
+
+
+def test_two_acks_of_one_queue_commit_in_order_and_the_offset_never_goes_back(store: DefaultMessageStore) -> None:
+    fifo_groups(store, ["billing"])
+    produce(store, 4)
+    batch: list[Popped] = store.group_consumption.receive("billing", TOPIC, 4, INVISIBLE_MS)
+    assert [p.queue_offset for p in batch] == [0, 1, 2, 3]
+    write_lock = store.consumer_offset_manager.log._write_lock
+    with write_lock:
+        first, first_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[0].handle]))
+        wait_in_offset_write(first)  # its commit of offset 1 is decided and waits to be written
+        second, second_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[1].handle]))
+    first.join(DEADLINE_S)
+    second.join(DEADLINE_S)
+    assert first_out == second_out == [[AckOutcome.OK]]
+    assert store.query_offset("billing", TOPIC, 0) == 2
+    # An ack of a later message while an earlier one is unacked leaves the offset where it is.
+    assert store.group_consumption.ack("billing", TOPIC, [batch[3].handle]) == [AckOutcome.OK]
+    assert store.query_offset("billing", TOPIC, 0) == 2
+    assert store.group_consumption.ack("billing", TOPIC, [batch[2].handle]) == [AckOutcome.OK]
+    assert store.query_offset("billing", TOPIC, 0) == 4
+    assert store.group_consumption.receive("billing", TOPIC, 4, INVISIBLE_MS) == []
+
+
+def test_an_ack_never_commits_below_an_offset_already_committed(store: DefaultMessageStore) -> None:
+    """The state a crash can leave: the offset committed past a message the persisted book shows unacked."""
+    fifo_groups(store, ["billing"])
+    produce(store, 3)
+    batch = store.group_consumption.receive("billing", TOPIC, 3, INVISIBLE_MS)
+    store.commit_offsets("billing", [(TOPIC, 0, 2)])  # as an ack of messages 0 and 1 whose record the book lost
+    assert store.group_consumption.ack("billing", TOPIC, [batch[1].handle]) == [AckOutcome.OK]
+    assert store.query_offset("billing", TOPIC, 0) == 2  # the ack's own target (0) is below: not committed
+    assert store.group_consumption.ack("billing", TOPIC, [batch[0].handle, batch[2].handle]) == [AckOutcome.OK] * 2
+    assert store.query_offset("billing", TOPIC, 0) == 3
