@@ -13,6 +13,8 @@ released (store.native.prefault), so a put's first write to a page does not faul
 request is always served before the next chunk, so no writer waits for a prefault; a file handed
 out meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
 A file a writer asked for itself (the first one, or when the writer outran the service) is not.
+
+`order` asks for a commitlog file no writer waits for yet (the next one, at the store's start).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class AllocateMappedFileService(ServiceThread):
         # Files whose pages are still to be faulted in, and where the next chunk starts (service thread only).
         self._to_prefault: collections.deque[tuple[MappedFile, int]] = collections.deque()
         self.prefaulted_bytes = 0
+        self.ready_on_request = 0  # files a writer asked for that were already made (ordered ahead)
         self._requests: dict[str, AllocateRequest] = {}
         self._heap: list[tuple[str, AllocateRequest]] = []
         self._lock = threading.Lock()
@@ -75,6 +78,8 @@ class AllocateMappedFileService(ServiceThread):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             return self._create(path, file_size)
         request = self._enqueue(path, file_size, awaited=True)
+        if request.done.is_set() and request.mapped_file is not None:
+            self.ready_on_request += 1
         self._enqueue(next_path, file_size)
         self.wakeup()
         if not request.done.wait(self.timeout_ms / 1000.0):
@@ -87,6 +92,12 @@ class AllocateMappedFileService(ServiceThread):
         if request.mapped_file is None:
             log.error("allocation of %s failed: %s", path, request.error)
         return request.mapped_file
+
+    def order(self, path: str, file_size: int) -> None:
+        """Create file `path` ahead of need (a writer asks for it later); nothing when not running."""
+        if self.is_alive() and not self.is_stopped():
+            self._enqueue(path, file_size)
+            self.wakeup()
 
     def _enqueue(self, path: str, file_size: int, awaited: bool = False) -> AllocateRequest:
         with self._lock:

@@ -36,7 +36,7 @@ from store.clock import Clock
 from store.config import MessageStoreConfig
 from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
-from store.mapped_file import MappedFile, SelectMappedBufferResult
+from store.mapped_file import MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner, delay_requested
 from store.message_codec import (
@@ -328,6 +328,17 @@ class CommitLog:
             mf = None
         self._last_file = mf
         return mf
+
+    def order_next_file(self) -> None:
+        """Have the allocate service create the file after the last one now (the store's start), so the
+        first roll finds it ready instead of waiting under the put lock while it is created; each roll
+        then orders the one after it (RocketMQ orders only at a roll: MappedFileQueue.getLastMappedFile).
+        A log with no file yet gets its first one at its first put."""
+        mfq = self.mapped_file_queue
+        last = mfq.get_last_mapped_file()
+        if last is not None and mfq.allocate_service is not None:
+            next_offset = last.file_from_offset + self.file_size
+            mfq.allocate_service.order(os.path.join(mfq.store_path, offset_to_file_name(next_offset)), self.file_size)
 
     def _rewrite_for_delay(self, msg: MessageInner) -> None:
         """Send a delayed message to SCHEDULE_TOPIC_XXXX, queue level-1 (RocketMQ's putMessage)."""

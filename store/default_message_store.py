@@ -259,6 +259,7 @@ class DefaultMessageStore:
         with open(self.config.abort_path(), "w"):
             pass
         self.allocate_service.start()
+        self.commit_log.order_next_file()  # the first roll finds it made (docs/concurrency.md)
         self.flush_service.start()
         if self.commit_service is not None:
             self.commit_service.start()
