@@ -15,6 +15,9 @@ out meanwhile is still prefaulted ahead of its writer (no byte changes, so both 
 A file a writer asked for itself (the first one, or when the writer outran the service) is not.
 
 `order` asks for a commitlog file no writer waits for yet (the next one, at the store's start).
+`submit` runs a job on this thread after the pending requests: the consume queues and the index
+order their next files through it (store/file_ahead.py). At most MAX_PENDING_JOBS wait; past it
+an order is refused and that file is created by its writer when needed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import heapq
 import logging
 import os
 import threading
+from collections.abc import Callable
 
 from store.mapped_file import MappedFile
 from store.service_thread import ServiceThread
@@ -32,6 +36,8 @@ from store.transient_store_pool import TransientStorePool
 log = logging.getLogger("tidemq.store")
 
 MAX_PENDING_REQUESTS = 16  # more than the writer can ever have outstanding (it asks for two)
+# Jobs waiting at most (one per consume queue or index whose next file is ordered and not made yet).
+MAX_PENDING_JOBS = 4_096
 # Bytes prefaulted per step: small enough that a request waits at most one step, large enough that
 # the per-call cost does not matter.
 PREFAULT_CHUNK_BYTES = 8 * 1024 * 1024
@@ -69,6 +75,7 @@ class AllocateMappedFileService(ServiceThread):
         self.ready_on_request = 0  # files a writer asked for that were already made (ordered ahead)
         self._requests: dict[str, AllocateRequest] = {}
         self._heap: list[tuple[str, AllocateRequest]] = []
+        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._lock = threading.Lock()
 
     def put_request_and_return_mapped_file(self, path: str, next_path: str, file_size: int) -> MappedFile | None:
@@ -99,6 +106,16 @@ class AllocateMappedFileService(ServiceThread):
             self._enqueue(path, file_size)
             self.wakeup()
 
+    def submit(self, job: Callable[[], None]) -> bool:
+        """Run `job` on this thread after the pending requests; False when the service is not
+        running or MAX_PENDING_JOBS wait (the job is then never run)."""
+        with self._lock:
+            if not self.is_alive() or self.is_stopped() or len(self._jobs) >= MAX_PENDING_JOBS:
+                return False
+            self._jobs.append(job)
+        self.wakeup()
+        return True
+
     def _enqueue(self, path: str, file_size: int, awaited: bool = False) -> AllocateRequest:
         with self._lock:
             request = self._requests.get(path)
@@ -125,9 +142,11 @@ class AllocateMappedFileService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped():
-            if not self._serve_one() and not self._prefault_step():
+            if not self._serve_one() and not self._run_job() and not self._prefault_step():
                 self.wait_for_running(100)
         self._to_prefault.clear()
+        with self._lock:
+            self._jobs.clear()  # their files are created by their writers when needed
         # Files pre-created but never handed out are closed; they are reused by name on load.
         with self._lock:
             pending = list(self._requests.values())
@@ -158,6 +177,18 @@ class AllocateMappedFileService(ServiceThread):
             request.os_error = exc
             log.warning("could not create %s ahead of need (%s); retried when it is needed", request.path, exc)
         request.done.set()
+        return True
+
+    def _run_job(self) -> bool:
+        """Run the oldest job; False when none waits."""
+        with self._lock:
+            if not self._jobs:
+                return False
+            job = self._jobs.popleft()
+        try:
+            job()
+        except Exception:
+            log.exception("a file creation ahead of need failed")
         return True
 
     def _prefault_step(self) -> bool:

@@ -17,6 +17,15 @@ Invariants:
   at recovery;
 - `max_physic_offset` is the commitlog offset just past the last dispatched message;
 - `min_logic_offset` (bytes) is the first entry still pointing into the commitlog.
+
+Files ahead of need: once the last file is ORDER_NEXT_FILE_AT_PERCENT full, the queue orders
+the next one from the allocate service (store/file_ahead.py), so the roll takes a made file
+instead of creating one under the dispatch lock. The write path pays nothing per entry for it:
+its fast path stops at that mark (`_fast_end`), and the general path that takes over orders the
+file once. A queue's first file, and a next file the service has not made yet, are created by
+the roll itself. After a kill the made file may lie on disk with nothing in it: recovery removes
+it when the file before it is not full, and keeps it as the queue's empty last file otherwise,
+as after any roll (`recover`).
 """
 
 from __future__ import annotations
@@ -26,10 +35,15 @@ import logging
 import os
 import struct
 import threading
+from typing import TYPE_CHECKING
 
+from store.file_ahead import FileAhead
 from store.lazy_mapped_file import LazyMappedFile, MappingBudget
-from store.mapped_file import MappedFile
+from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from store.allocate_mapped_file_service import AllocateMappedFileService
 
 log = logging.getLogger("tidemq.store")
 
@@ -37,6 +51,9 @@ CQ_STORE_UNIT_SIZE = 20
 ENTRY = struct.Struct(">qiq")
 FILLER_SIZE = 2**31 - 1  # Integer.MAX_VALUE, the size field of RocketMQ's filler entries
 FILLER_ENTRY = ENTRY.pack(0, FILLER_SIZE, 0)
+# How full the last file is when the next one is ordered: early enough for the service to make it
+# before the roll, late enough that a queue written once in a while does not hold an empty file.
+ORDER_NEXT_FILE_AT_PERCENT = 50
 
 
 def is_filler(offset: int, size: int) -> bool:
@@ -49,7 +66,10 @@ def filler(count: int) -> bytes:
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, budget: MappingBudget | None = None) -> None:
+    def __init__(
+        self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, budget: MappingBudget | None = None,
+        allocate_service: AllocateMappedFileService | None = None,
+    ) -> None:  # fmt: skip
         assert mapped_file_size % CQ_STORE_UNIT_SIZE == 0
         self.topic = topic
         self.queue_id = queue_id
@@ -62,6 +82,12 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         self.last_store_timestamp = 0
         self._clean_lock = threading.Lock()  # serializes deletions of this queue's files (order: docs/concurrency.md)
+        self.ahead: FileAhead[MappedFile] = FileAhead(allocate_service, _remove_file)
+        units = mapped_file_size // CQ_STORE_UNIT_SIZE
+        self._order_at = max(1, units * ORDER_NEXT_FILE_AT_PERCENT // 100) * CQ_STORE_UNIT_SIZE
+        # Where the fast write path stops in the last file: the order mark until the next file is ordered.
+        self._fast_end = mapped_file_size
+        self.order_ahead_again()
 
     # Loading and recovery ----------------------------------------------------------------
 
@@ -179,7 +205,7 @@ class ConsumeQueue:
         if files and first_offset >= self.max_physic_offset:
             mf = files[-1]  # the common case: the run continues the queue where its last file ends
             pos = queue_offset * CQ_STORE_UNIT_SIZE - mf.file_from_offset
-            if pos == mf.wrote_position and pos + size <= self.mapped_file_size:
+            if pos == mf.wrote_position and pos + size <= self._fast_end:
                 mf.write_at(pos, entries)
                 self.max_physic_offset = end_offset
                 self.last_store_timestamp = store_ts
@@ -222,7 +248,36 @@ class ConsumeQueue:
             last, last_size, _code = ENTRY.unpack_from(entries, (i - 1) * CQ_STORE_UNIT_SIZE)
             self.max_physic_offset = last + last_size
             self.last_store_timestamp = store_ts
+        if self._fast_end < self.mapped_file_size:
+            self._order_next_file_locked()
         return True
+
+    def order_ahead_again(self) -> None:
+        """Order the next file at the mark again (the store's start: orders made while the allocate
+        service was not running yet, during recovery, were refused)."""
+        if self.ahead.service is not None:
+            self._fast_end = self._order_at
+
+    def _order_next_file_locked(self) -> None:
+        """Order the file after the last one once that is past the mark; the caller holds the dispatch lock."""
+        last = self.mapped_file_queue.get_last_mapped_file()
+        if last is None or last.wrote_position < self._order_at:
+            return
+        self._fast_end = self.mapped_file_size  # one order per file, taken or refused
+        offset = last.file_from_offset + self.mapped_file_size
+        path = os.path.join(self.queue_dir, offset_to_file_name(offset))
+        self.ahead.order(offset, functools.partial(self.mapped_file_queue.file_factory, path, self.mapped_file_size))
+
+    def _roll_locked(self, offset: int) -> MappedFile | None:
+        """Append the queue's file starting at `offset`: the one made ahead when it is ready, else a new one."""
+        mfq = self.mapped_file_queue
+        mf = self.ahead.take(offset)
+        if mf is not None:
+            mfq.append_file(mf)
+        else:
+            mf = mfq.get_last_mapped_file_or_create(offset)
+        self.order_ahead_again()
+        return mf
 
     def _file_for(self, expect: int) -> MappedFile | None:
         """The file holding byte `expect` of the queue, created (with the files before it) when absent."""
@@ -240,7 +295,7 @@ class ConsumeQueue:
             return mf
         while last is not None and last.file_from_offset + self.mapped_file_size <= expect:
             last.mark_written(self.mapped_file_size)
-            last = mfq.get_last_mapped_file_or_create(expect)
+            last = self._roll_locked(last.file_from_offset + self.mapped_file_size)
         return last
 
     def flush(self, least_pages: int) -> bool:
@@ -322,12 +377,18 @@ class ConsumeQueue:
         return deleted
 
     def destroy(self) -> None:
+        self.ahead.discard()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
         self.mapped_file_queue.destroy()
 
     def shutdown(self) -> None:
+        self.ahead.discard()  # a file made and not taken is removed: a clean shutdown leaves none
         self.mapped_file_queue.shutdown()
+
+
+def _remove_file(mf: MappedFile) -> None:
+    mf.destroy(0)
 
 
 def _is_zero_tail(buf, pos: int, end: int) -> bool:

@@ -125,7 +125,7 @@ class DefaultMessageStore:
         self.deleted_topics = DeletedTopicTable(config.config_dir())
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
-        self.index_service = IndexService(config)
+        self.index_service = IndexService(config, self.allocate_service)
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
         self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir(), sync=config.flush_disk_type is FlushDiskType.SYNC_FLUSH)
         self.consumer_offset_flush_service = ConsumerOffsetFlushService(
@@ -259,7 +259,11 @@ class DefaultMessageStore:
         with open(self.config.abort_path(), "w"):
             pass
         self.allocate_service.start()
-        self.commit_log.order_next_file()  # the first roll finds it made (docs/concurrency.md)
+        # Next files ahead of need (docs/concurrency.md): refused while the service was not running.
+        self.commit_log.order_next_file()
+        for cq in self.all_consume_queues():
+            cq.order_ahead_again()
+        self.index_service.order_ahead_again()
         self.flush_service.start()
         if self.commit_service is not None:
             self.commit_service.start()
@@ -455,8 +459,9 @@ class DefaultMessageStore:
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = ConsumeQueue(
-            topic, queue_id, self.config.consume_queue_dir(), self.config.mapped_file_size_consume_queue_bytes, self.mapping_budget
-        )
+            topic, queue_id, self.config.consume_queue_dir(), self.config.mapped_file_size_consume_queue_bytes, self.mapping_budget,
+            self.allocate_service,
+        )  # fmt: skip
         cq.mapped_file_queue.no_space_listener = self._on_no_space
         return cq
 

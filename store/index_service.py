@@ -7,22 +7,38 @@ After a crash, files whose entries are past the checkpoint are dropped and recov
 re-dispatches from the end offset of the last file kept (`end_phy_offset`).
 Queries walk files newest first; the store confirms each hit against the stored
 message, so a hash collision never returns a wrong message.
+
+Files ahead of need: once the last file holds ORDER_NEXT_FILE_AT_PERCENT of its entries, the next
+one is ordered from the allocate service (store/file_ahead.py, checked once per dispatched chunk,
+not per message); a roll takes it when it is ready, and its header is then set to begin where the
+last file ends, as a file created at the roll would. Otherwise the roll creates the file itself.
+A made file never taken is removed at shutdown; after a kill it lies on disk with no entry, and
+`load` removes trailing files without entries (their headers may begin before the last file ends).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from store import native
 from store.config import MessageStoreConfig
 from store.errors import DispatchFailed
+from store.file_ahead import FileAhead
 from store.index_file import IndexFile, index_file_size
 from store.message_codec import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
 
+if TYPE_CHECKING:
+    from store.allocate_mapped_file_service import AllocateMappedFileService
+
 log = logging.getLogger("tidemq.store")
+
+# How full the last file is (in entries) when the next one is ordered (see the module docstring).
+ORDER_NEXT_FILE_AT_PERCENT = 50
 
 
 def index_file_name(now_ms: int) -> str:
@@ -31,7 +47,7 @@ def index_file_name(now_ms: int) -> str:
 
 
 class IndexService:
-    def __init__(self, config: MessageStoreConfig) -> None:
+    def __init__(self, config: MessageStoreConfig, allocate_service: AllocateMappedFileService | None = None) -> None:
         self.config = config
         self.store_path = config.index_dir()
         self.slot_num = config.max_hash_slot_num
@@ -47,6 +63,9 @@ class IndexService:
         # True while IndexRebuildService (store/index_rebuild_service.py) writes the index: dispatch
         # then adds no keys, so the index is written in commitlog order by one writer.
         self.rebuilding = False
+        self.ahead: FileAhead[IndexFile] = FileAhead(allocate_service, _remove_file)
+        self._order_at = max(2, self.index_num * ORDER_NEXT_FILE_AT_PERCENT // 100)  # index_count of the last file
+        self._ordered_after: IndexFile | None = None  # the last file whose next one was ordered (or refused)
 
     def load(self, last_exit_ok: bool, checkpoint_index_ts: int) -> bool:
         if not os.path.isdir(self.store_path):
@@ -64,6 +83,10 @@ class IndexService:
                 self.dropped_files += 1
                 continue
             self.index_files.append(f)
+        while len(self.index_files) > 1 and self.index_files[-1].index_count <= 1:
+            empty = self.index_files.pop()  # made ahead, or rolled to, and never written
+            log.info("removing index file %s: it holds no entry", empty.path)
+            empty.destroy(0)
         if self.dropped_files and self.index_files:
             self._split_resume_at = self.index_files[-1].end_phy_offset
         return True
@@ -118,6 +141,30 @@ class IndexService:
             f = self._writable_file()  # build_index rolls at the next message, with keys or without
         if last_offset >= f.end_phy_offset:
             self.last_store_timestamp = last_timestamp
+        if f.index_count >= self._order_at and self._ordered_after is not f:
+            self._order_next_file(f)
+
+    def order_ahead_again(self) -> None:
+        """Order the next file again (the store's start: an order made during recovery was refused)."""
+        self._ordered_after = None
+
+    def _order_next_file(self, last: IndexFile) -> None:
+        """Order the file after `last` (one order per file, taken or refused); the caller is the writer."""
+        self._ordered_after = last
+        self.ahead.order(last.file_name, functools.partial(self._create_ahead, last.file_name))
+
+    def _create_ahead(self, after: str) -> IndexFile:
+        """A new empty file named after `after` (the allocate service's thread); its header is set when a roll takes it."""
+        name = self._next_name(after)
+        return IndexFile(os.path.join(self.store_path, name), self.slot_num, self.index_num)
+
+    @staticmethod
+    def _next_name(after: str | None) -> str:
+        """The current time's name, or one past `after` when that is not later (two files in one millisecond)."""
+        name = index_file_name(int(time.time() * 1000))
+        if after is not None and name <= after:
+            name = str(int(after) + 1)
+        return name
 
     def _split_message_resume(self, f: IndexFile, keys: bytearray, n_keys: int) -> tuple[int, int] | None:
         """(key position, record) to resume at when a crash dropped the file holding the rest of a
@@ -191,13 +238,25 @@ class IndexService:
         if files and not files[-1].is_write_full():
             return files[-1]
         last = files[-1] if files else None
-        now = int(time.time() * 1000)
-        name = index_file_name(now)
-        if last is not None and name <= last.file_name:
-            name = str(int(last.file_name) + 1)  # two files in one millisecond
+        f = self.ahead.take(last.file_name) if last is not None else None
+        if f is not None and last is not None:
+            f.begin_timestamp = f.end_timestamp = last.end_timestamp
+            f.begin_phy_offset = f.end_phy_offset = last.end_phy_offset
+            f.write_header()  # as the constructor writes it for a file made at the roll
+        else:
+            f = self._create_now(last)
+        with self._lock:
+            self.index_files = [*self.index_files, f]
+        if last is not None:
+            with self._lock:
+                self._rolled.append(last)  # flushed whole by the next flush(), on FlushConsumeQueueService's thread
+        return f
+
+    def _create_now(self, last: IndexFile | None) -> IndexFile:
+        name = self._next_name(last.file_name if last is not None else None)
         try:
             os.makedirs(self.store_path, exist_ok=True)
-            f = IndexFile(
+            return IndexFile(
                 os.path.join(self.store_path, name),
                 self.slot_num,
                 self.index_num,
@@ -206,12 +265,6 @@ class IndexService:
             )
         except OSError as exc:
             raise DispatchFailed(f"cannot create an index file: {exc}") from exc  # dispatch retries the message
-        with self._lock:
-            self.index_files = [*self.index_files, f]
-        if last is not None:
-            with self._lock:
-                self._rolled.append(last)  # flushed whole by the next flush(), on FlushConsumeQueueService's thread
-        return f
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Candidate commitlog offsets for `topic#key` in [begin, end], newest first.
@@ -259,11 +312,17 @@ class IndexService:
             files[-1].flush()
 
     def shutdown(self) -> None:
+        self.ahead.discard()  # a file made and not taken is removed: a clean shutdown leaves none
         for f in self.index_files:
             f.flush()
             f.close()
 
     def destroy(self) -> None:
+        self.ahead.discard()
         for f in self.index_files:
             f.destroy(0)
         self.index_files = []
+
+
+def _remove_file(f: IndexFile) -> None:
+    f.destroy(0)

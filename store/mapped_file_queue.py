@@ -116,6 +116,14 @@ class MappedFileQueue:
             self.mapped_files = [*self.mapped_files, mf]
         return mf
 
+    def append_file(self, mf: MappedFile) -> None:
+        """Append a file created elsewhere (ahead of need: store/file_ahead.py); it starts where the last one ends."""
+        last = self.get_last_mapped_file()
+        assert last is None or mf.file_from_offset == last.file_from_offset + self.mapped_file_size, mf.path
+        self.create_error = ""
+        with self._lock:
+            self.mapped_files = [*self.mapped_files, mf]
+
     def _creation_failed(self, path: str, exc: OSError) -> None:
         """Log the first failure of an episode (callers retry), and report a full disk."""
         reason = exc.strerror or str(exc)
