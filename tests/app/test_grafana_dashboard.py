@@ -67,6 +67,8 @@ def test_every_series_the_dashboard_queries_is_exported(make_broker) -> None:
     topic, group = "t-" + uuid.uuid4().hex[:8], "g-" + uuid.uuid4().hex[:8]
     serve_hot_routes(client, topic, group)
     assert client.put(f"/v1/groups/{group}-pull/offsets", json={"topic": topic, "queue_id": 0, "offset": 1}).status_code == 200
+    # One problem reply, so the problem counter has a sample whether or not a readiness poll saw a 503.
+    assert client.get("/v1/topics/bad%20name/queues/0/messages", params={"offset": 0}).status_code == 400
     exported = set(samples(client.get("/metrics").text))
     used = {name for expr in expressions(dashboard()) for name in NAME.findall(expr)}
     assert len(used) > 20
