@@ -23,6 +23,7 @@ from typing import cast
 
 from tidemq.errors import ConnectFailed, ConnectionClosed, ProtocolError, Timeout, TransportError
 from tidemq.http_wire import Request, Response, ResponseReader, WireError, encode_request
+from tidemq.pool_settings import PoolSettings
 
 # Streamed body bytes buffered before the connection stops reading (flow control).
 STREAM_HIGH_WATER_BYTES = 1024 * 1024
@@ -121,28 +122,12 @@ class _Connection(asyncio.Protocol):
         return reader.response()
 
 
-class AsyncPool:
+class AsyncPool(PoolSettings):
     """Keep-alive connections to one broker."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        ssl_context: ssl.SSLContext | None,
-        host_header: str,
-        max_connections: int,
-        connect_timeout_s: float,
-        idle_expiry_s: float,
-        headers: dict[str, str],
-    ) -> None:
-        self.host, self.port, self.ssl_context = host, port, ssl_context
-        self.host_header = host_header
-        self.connect_timeout_s = connect_timeout_s
-        self.idle_expiry_s = idle_expiry_s
-        self.headers = headers
+    def _start(self, max_connections: int) -> None:
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(max_connections)
-        self._closed = False
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()

@@ -149,8 +149,9 @@ def pull(
     group: str | None = None,
     stored_format: bool = True,
 ) -> Call[PullResult]:
-    """A pull (a long poll with `wait_ms`). `stored_format` asks for the stored bytes, decoded
-    here, instead of JSON: less work on both sides for the same messages."""
+    """A pull from `offset` (or the group's committed one); a long poll with `wait_ms`.
+    `stored_format` asks for the stored bytes, decoded here, instead of JSON: less work on both
+    sides for the same messages."""
     query: Query = {"offset": offset, "max": max_messages, "wait_ms": wait_ms or None, "tag": tag, "group": group}
     headers = {"accept": BATCH_MEDIA_TYPE} if stored_format else {}
     request = Request("GET", path("v1", "topics", topic, "queues", str(queue_id), "messages"), query, headers)
@@ -160,6 +161,7 @@ def pull(
 def receive(
     group: str, topic: str, *, max_messages: int = 32, invisible_ms: int = 30_000, wait_ms: int = 0, tag: str | None = None
 ) -> Call[list[Message]]:
+    """Group consumption: up to `max_messages`, invisible to the group for `invisible_ms` unless acked."""
     query: Query = {"max": max_messages, "invisible_ms": invisible_ms, "wait_ms": wait_ms or None, "tag": tag}
     request = Request("POST", path("v1", "groups", group, "topics", topic, "receive"), query)
     return Call(request, (200,), lambda r: [Message.from_json(m) for m in _json(r)["messages"]], wait_ms / 1000.0)
@@ -236,7 +238,7 @@ def query(
     end_ms: int | None = None,
     max_messages: int = 32,
 ) -> Call[list[Message]]:
-    """Messages by key or by client message id, from the broker's index."""
+    """Messages by key or by client message id, stored in [begin_ms, end_ms], from the broker's index."""
     q: Query = {"key": key, "msg_id": msg_id, "begin_ms": begin_ms, "end_ms": end_ms, "max": max_messages}
     request = Request("GET", path("v1", "topics", topic, "messages"), q)
     return Call(request, (200,), lambda r: [Message.from_json(m) for m in _json(r)["messages"]])
@@ -248,3 +250,11 @@ def message(offset_msg_id: str) -> Call[Message]:
 
 def store_status() -> Call[dict[str, Any]]:
     return Call(Request("GET", "/v1/store"), (200,), _json)
+
+
+def stream_message(data: str) -> Message:
+    """One `message` event of a stream (`stream_request`)."""
+    try:
+        return Message.from_json(orjson.loads(data))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ProtocolError(f"unreadable stream event: {e}") from e

@@ -11,58 +11,23 @@ their arguments are those of `tidemq.AsyncClient`, and both run the same `tidemq
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
-
-import orjson
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 from tidemq import calls
-from tidemq.batch_codec import BatchMessage
-from tidemq.calls import Call, OutgoingMessage, error_of
-from tidemq.errors import ProtocolError
-from tidemq.models import AckResult, BinaryBatchResult, Message, PullResult, QueueLag, SendResult, TopicInfo
-from tidemq.options import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_IDLE_EXPIRY_S,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_STREAM_IDLE_S,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_URL,
-    base_headers,
-    check_limits,
-    parse_url,
-)
+from tidemq.calls import Call, error_of, stream_message
+from tidemq.client_base import ClientBase
+from tidemq.models import Message
+from tidemq.options import DEFAULT_STREAM_IDLE_S
 from tidemq.sse import EventParser
 from tidemq.sync_transport import SyncPool
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Client:
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        *,
-        token: str | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        verify: bool | str = True,
-    ) -> None:
-        check_limits(timeout_s, max_connections)
-        endpoint = parse_url(url, verify)
-        self.url = url
-        self.timeout_s = timeout_s
-        self._pool = SyncPool(
-            endpoint.host,
-            endpoint.port,
-            endpoint.ssl_context,
-            endpoint.host_header,
-            max_connections,
-            connect_timeout_s,
-            DEFAULT_IDLE_EXPIRY_S,
-            base_headers(token),
-        )
+class Client(ClientBase[SyncPool]):
+    _pool_type = SyncPool
 
     def __enter__(self) -> Client:
         return self
@@ -73,79 +38,12 @@ class Client:
     def close(self) -> None:
         self._pool.close()
 
-    def _run(self, call: Call[T]) -> T:
-        return call.result(self._pool.request(call.request, self.timeout_s + call.wait_s))
+    def _bind(self, build: Callable[P, Call[T]]) -> Callable[P, T]:
+        def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            call = build(*args, **kwargs)
+            return call.result(self._pool.request(call.request, self.timeout_s + call.wait_s))
 
-    # Produce.
-    def produce(
-        self,
-        topic: str,
-        body: bytes | str,
-        *,
-        tags: str | None = None,
-        keys: Sequence[str] = (),
-        msg_id: str | None = None,
-        queue_id: int | None = None,
-        sharding_key: str | None = None,
-        delay_level: int | None = None,
-        delay_ms: int | None = None,
-        deliver_at_ms: int | None = None,
-        properties: dict[str, str] | None = None,
-    ) -> SendResult:
-        """One message (see `tidemq.calls.produce`)."""
-        return self._run(
-            calls.produce(
-                topic, body, tags=tags, keys=keys, msg_id=msg_id, queue_id=queue_id, sharding_key=sharding_key,
-                delay_level=delay_level, delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, properties=properties,
-            )
-        )  # fmt: skip
-
-    def produce_batch(
-        self, topic: str, messages: Sequence[OutgoingMessage], queue_id: int | None = None, delay_ms: int | None = None
-    ) -> list[SendResult]:
-        return self._run(calls.produce_batch(topic, messages, queue_id, delay_ms))
-
-    def produce_binary(
-        self,
-        topic: str,
-        messages: Sequence[BatchMessage | bytes],
-        queue_id: int | None = None,
-        with_crc: bool = False,
-        delay_ms: int | None = None,
-    ) -> BinaryBatchResult:
-        return self._run(calls.produce_binary(topic, messages, queue_id, with_crc, delay_ms))
-
-    # Consume.
-    def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int | None = None,
-        *,
-        max_messages: int = 32,
-        wait_ms: int = 0,
-        tag: str | None = None,
-        group: str | None = None,
-        stored_format: bool = True,
-    ) -> PullResult:
-        """A pull from `offset` (or the group's committed one); a long poll with `wait_ms`."""
-        return self._run(
-            calls.pull(
-                topic, queue_id, offset, max_messages=max_messages, wait_ms=wait_ms, tag=tag, group=group, stored_format=stored_format
-            )
-        )
-
-    def receive(
-        self, group: str, topic: str, *, max_messages: int = 32, invisible_ms: int = 30_000, wait_ms: int = 0, tag: str | None = None
-    ) -> list[Message]:
-        """Group consumption: up to `max_messages`, invisible to the group for `invisible_ms` unless acked."""
-        return self._run(calls.receive(group, topic, max_messages=max_messages, invisible_ms=invisible_ms, wait_ms=wait_ms, tag=tag))
-
-    def ack(self, group: str, topic: str, receipt_handles: Sequence[str]) -> list[AckResult]:
-        return self._run(calls.ack(group, topic, receipt_handles))
-
-    def change_invisible(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> tuple[str, int]:
-        return self._run(calls.change_invisible(group, topic, receipt_handle, invisible_ms))
+        return run
 
     def stream(
         self,
@@ -168,58 +66,4 @@ class Client:
             for piece in pieces:
                 for name, data in parser.feed(piece):
                     if name == "message":
-                        yield _received(data)
-
-    # Administration and queries.
-    def topics(self) -> list[TopicInfo]:
-        return self._run(calls.topics())
-
-    def topic(self, name: str) -> TopicInfo:
-        return self._run(calls.topic(name))
-
-    def create_topic(self, name: str, queues: int | None = None, perm: str = "rw") -> TopicInfo:
-        return self._run(calls.create_topic(name, queues, perm))
-
-    def delete_topic(self, name: str) -> None:
-        self._run(calls.delete_topic(name))
-
-    def groups(self) -> list[dict[str, Any]]:
-        return self._run(calls.groups())
-
-    def configure_group(self, group: str, max_reconsume_times: int = 16, fifo: bool = False) -> dict[str, Any]:
-        return self._run(calls.configure_group(group, max_reconsume_times, fifo))
-
-    def offsets(self, group: str, topic: str) -> list[QueueLag]:
-        return self._run(calls.offsets(group, topic))
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._run(calls.commit_offset(group, topic, queue_id, offset))
-
-    def offset_at(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        return self._run(calls.offset_at(topic, queue_id, timestamp_ms))
-
-    def query(
-        self,
-        topic: str,
-        *,
-        key: str | None = None,
-        msg_id: str | None = None,
-        begin_ms: int | None = None,
-        end_ms: int | None = None,
-        max_messages: int = 32,
-    ) -> list[Message]:
-        """Messages by key or by client message id, stored in [begin_ms, end_ms]."""
-        return self._run(calls.query(topic, key=key, msg_id=msg_id, begin_ms=begin_ms, end_ms=end_ms, max_messages=max_messages))
-
-    def message(self, offset_msg_id: str) -> Message:
-        return self._run(calls.message(offset_msg_id))
-
-    def store_status(self) -> dict[str, Any]:
-        return self._run(calls.store_status())
-
-
-def _received(data: str) -> Message:
-    try:
-        return Message.from_json(orjson.loads(data))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ProtocolError(f"unreadable stream event: {e}") from e
+                        yield stream_message(data)

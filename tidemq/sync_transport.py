@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 from tidemq.errors import ConnectFailed, ConnectionClosed, ProtocolError, Timeout
 from tidemq.http_wire import Request, Response, ResponseReader, WireError, encode_request
+from tidemq.pool_settings import PoolSettings
 
 # Bytes asked of the socket per read.
 READ_BYTES = 256 * 1024
@@ -83,29 +84,13 @@ class _Connection:
         return reader.response(), reader.keep_alive()
 
 
-class SyncPool:
+class SyncPool(PoolSettings):
     """Keep-alive sockets to one broker, shared by threads."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        ssl_context: ssl.SSLContext | None,
-        host_header: str,
-        max_connections: int,
-        connect_timeout_s: float,
-        idle_expiry_s: float,
-        headers: dict[str, str],
-    ) -> None:
-        self.host, self.port, self.ssl_context = host, port, ssl_context
-        self.host_header = host_header
-        self.connect_timeout_s = connect_timeout_s
-        self.idle_expiry_s = idle_expiry_s
-        self.headers = headers
+    def _start(self, max_connections: int) -> None:
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_connections)
-        self._closed = False
 
     def _connect(self) -> _Connection:
         try:
