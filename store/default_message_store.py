@@ -403,7 +403,7 @@ class DefaultMessageStore:
         if not items:
             self.stats.put_failures += 1
             if self.space_exhausted:
-                return self.refuse(PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored", SNA), None
+                return PutMessageResult(SNA, PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored"), None
             return result, None
         size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items)
         self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
@@ -632,7 +632,11 @@ class DefaultMessageStore:
         if self.timer is not None:
             return self.timer.prepare_put(msgs)
         if any(is_timer_request(m.properties) for m in msgs):
-            return self.refuse(PutRefusal.TIMER_NOT_ENABLED, "timer messages are off (timer_wheel_enable); nothing was stored")
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                PutRefusal.TIMER_NOT_ENABLED,
+                "timer messages are off (timer_wheel_enable); nothing was stored",
+            )
         return None
 
     def put_batch_at_future(
@@ -652,6 +656,3 @@ class DefaultMessageStore:
     def delay_level_for_ms(self, delay_ms: int) -> int | None:
         """The smallest delay level not shorter than `delay_ms` (0 for none); None when every level is shorter."""
         return self.schedule_service.level_for_delay_ms(delay_ms)
-
-    def refuse(self, refusal: PutRefusal, detail: str, status: PutMessageStatus = PutMessageStatus.MESSAGE_ILLEGAL) -> PutMessageResult:
-        return PutMessageResult(status, refusal, detail)

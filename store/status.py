@@ -45,11 +45,7 @@ class PutRefusal(enum.Enum):
 
 
 class AppendMessageStatus(enum.Enum):
-    PUT_OK = "PUT_OK"
-    END_OF_FILE = "END_OF_FILE"
-    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    PUT_OK = "PUT_OK"  # each appended message; a put that appends nothing answers with PutMessageStatus
 
 
 class GetMessageStatus(enum.Enum):
