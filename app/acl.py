@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.toml_file import read_toml
 from store import ConfigInvalid, topic_problem
 
 PUB = 1
@@ -192,13 +192,7 @@ def parse_acl(data: dict[str, Any]) -> Acl:
 
 def load_acl(path: str) -> Acl:
     """Read and check an ACL file; AclInvalid when it cannot be used."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise AclInvalid(f"cannot read ACL file {path}: {e.strerror}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise AclInvalid(f"ACL file {path} is not valid TOML: {e}") from e
+    data = read_toml(path, "ACL file", AclInvalid)
     try:
         return parse_acl(data)
     except AclInvalid as e:

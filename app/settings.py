@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from app.logs import LOG_FORMATS
+from app.toml_file import read_toml
 from cluster.settings import ClusterSettings
 from ha import HASettings
 from ha.tls import TLSFiles
@@ -195,13 +195,7 @@ TABLES = ("broker", "store", "ha", "cluster")
 
 def load_toml(path: str) -> dict[str, Any]:
     """Read a TOML settings file; ConfigInvalid when it cannot be read or has unknown tables."""
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as e:
-        raise ConfigInvalid(f"cannot read config file {path}: {e.strerror}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigInvalid(f"config file {path} is not valid TOML: {e}") from e
+    data = read_toml(path, "config file")
     unknown = set(data) - set(TABLES)
     if unknown:
         raise ConfigInvalid(f"unknown table(s) in {path}: {', '.join(sorted(unknown))} (expected [broker], [store], [ha] and [cluster])")
