@@ -231,6 +231,12 @@ class Broker:
         """Where producers should send (a slave's master, learned in the handshake or configured)."""
         return self.ha.master_http_address() if self.ha is not None else None
 
+    def check_running(self, *, while_stopping: bool = False) -> None:
+        """SERVICE_NOT_AVAILABLE (503) before the store has started or after it stopped; while it
+        stops too, unless `while_stopping` (the status routes still describe a stopping store)."""
+        if not self.started or (self.stopping and not while_stopping):
+            raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
+
     def check_master(self) -> None:
         """NOT_MASTER (403, naming the master's HTTP address) on a slave; nothing on a master."""
         if self.config.broker_role is BrokerRole.SLAVE:

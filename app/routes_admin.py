@@ -10,17 +10,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.broker import Broker, BrokerDep
+from app.broker import BrokerDep
 from app.models import CleanupStarted, ScheduleStatus, TimerStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
 
 api = APIRouter(tags=["operations"])
-
-
-def running(broker: Broker) -> None:
-    if not broker.started or broker.stopping:
-        raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
 
 
 @api.get(
@@ -31,7 +26,7 @@ def running(broker: Broker) -> None:
 )
 async def schedule_status(broker: BrokerDep) -> Response:
     store = broker.store
-    running(broker)
+    broker.check_running()
     return JsonResponse(await broker.run(store.schedule_status))
 
 
@@ -43,7 +38,7 @@ async def schedule_status(broker: BrokerDep) -> Response:
 )
 async def timer_status(broker: BrokerDep) -> Response:
     store = broker.store
-    running(broker)
+    broker.check_running()
     status = await broker.run(store.timer_status)
     if not status:
         raise ProblemError("TIMER_NOT_ENABLED", "timer messages are off on this broker (timer_wheel_enable)")
@@ -59,7 +54,7 @@ async def timer_status(broker: BrokerDep) -> Response:
 )
 async def cleanup(broker: BrokerDep) -> Response:
     store = broker.store
-    running(broker)
+    broker.check_running()
     now_ms = store.now_ms()
     store.execute_delete_files_manually()
     # Not the store's reply: it reads the rounds back after waking the cleanup thread, which may

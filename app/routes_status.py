@@ -99,8 +99,7 @@ async def prometheus(broker: BrokerDep) -> Response:
 )
 async def store_status(broker: BrokerDep) -> Response:
     store = broker.store
-    if not broker.started:
-        raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
+    broker.check_running(while_stopping=True)
     config = broker.config
     return JsonResponse(
         {
@@ -124,6 +123,5 @@ async def store_status(broker: BrokerDep) -> Response:
 )
 async def store_files(broker: BrokerDep) -> Response:
     store = broker.store
-    if not broker.started:
-        raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
+    broker.check_running(while_stopping=True)
     return JsonResponse(await broker.run(store.store_files))
