@@ -69,3 +69,8 @@ def docs(model: type | None, status: int = 200, *codes: str, example: Any = None
         ok["content"] = {"application/json": {"example": example}}
     out[status] = ok
     return out
+
+
+def docs_create_or_update(model: type, *codes: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a PUT that creates (201) or updates (200) what it names, both answered with `model`."""
+    return {**docs(model, 200, *codes), 201: {"description": "Created", "model": model}}

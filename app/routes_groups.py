@@ -20,7 +20,7 @@ from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.receive_models import GroupInfo, GroupList, GroupSettings
-from app.responses import JsonResponse, docs
+from app.responses import JsonResponse, docs, docs_create_or_update
 from app.strict_json import StrictJsonRoute
 from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, retry_topic, topic_problem
 
@@ -130,10 +130,7 @@ def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, A
     "/v1/groups/{group}",
     operation_id="putGroup",
     summary="Create or update a consumer group's settings for group consumption",
-    responses={
-        **docs(GroupInfo, 200, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
-        201: {"description": "Created", "model": GroupInfo},
-    },
+    responses=docs_create_or_update(GroupInfo, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
 )
 async def put_group(broker: BrokerDep, group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
     store = broker.store

@@ -339,13 +339,14 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     """The routes, and the handlers app.hot_routes serves the hot paths with (produce, produceBinaryBatch)."""
     api = APIRouter(tags=["produce"])
     producer = Producer(broker)
+    problems = {k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}  # each route has its own 201
 
     @api.post(
         "/v1/topics/{topic}/messages",
         operation_id="produce",
         summary='Send one message, a batch ({"messages": [...]}) or a raw body (a binary batch: see produceBinaryBatch)',
         status_code=201,
-        responses={201: PRODUCE_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
+        responses={201: PRODUCE_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_OPENAPI,
     )
     async def produce(topic: TopicPath, request: Request) -> Response:
@@ -356,7 +357,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="produceBinaryBatch",
         summary="Send a binary batch (RocketMQ's batch encoding) to one queue",
         status_code=201,
-        responses={201: BINARY_BATCH_REPLY_DOC, **{k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}},
+        responses={201: BINARY_BATCH_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_BATCH_OPENAPI,
     )
     async def produce_binary_batch(topic: TopicPath, request: Request) -> Response:

@@ -15,7 +15,7 @@ from app.broker import Broker, BrokerDep
 from app.models import TopicInfo, TopicList, TopicSpec
 from app.params import TopicPath
 from app.problems import ProblemError
-from app.responses import JsonResponse, docs
+from app.responses import JsonResponse, docs, docs_create_or_update
 from app.strict_json import StrictJsonRoute
 
 
@@ -47,10 +47,9 @@ def queue_offsets(broker: Broker, topic: str, queues: int) -> list[dict[str, int
     operation_id="putTopic",
     summary="Create a topic or update its queue count and permissions",
     status_code=200,
-    responses={
-        **docs(TopicInfo, 200, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"),
-        201: {"description": "Created", "model": TopicInfo},
-    },
+    responses=docs_create_or_update(
+        TopicInfo, "TOPIC_INVALID", "TOPIC_RESERVED", "NOT_MASTER", "QUEUE_COUNT_INVALID", "BODY_INVALID", "BODY_TOO_LARGE"
+    ),
 )
 async def put_topic(broker: BrokerDep, topic: TopicPath, spec: Annotated[TopicSpec | None, Body()] = None) -> Response:
     broker.check_topic_name(topic, for_write=True)

@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from app.broker import BrokerDep
 from app.problems import ProblemError, put_problem
-from app.responses import JsonResponse, docs
+from app.responses import JsonResponse, docs, docs_create_or_update
 from app.strict_json import StrictJsonRoute
 from app.transaction_models import (
     PendingTransactions,
@@ -106,10 +106,7 @@ def group_info(store: MessageStore, name: str) -> dict[str, Any]:
     "/v1/producer-groups/{producer_group}",
     operation_id="putProducerGroup",
     summary="Create or update a producer group: the URL the broker checks its unresolved transactions with",
-    responses={
-        **docs(ProducerGroupInfo, 200, "PRODUCER_GROUP_INVALID", "CHECK_URL_INVALID", "BODY_INVALID", "STORE_WRITE_FAILED"),
-        201: {"description": "Created", "model": ProducerGroupInfo},
-    },
+    responses=docs_create_or_update(ProducerGroupInfo, "PRODUCER_GROUP_INVALID", "CHECK_URL_INVALID", "BODY_INVALID", "STORE_WRITE_FAILED"),
 )
 async def put_group(broker: BrokerDep, producer_group: ProducerGroupPath, body: Annotated[ProducerGroupSettings, Body()]) -> Response:
     store = broker.store
