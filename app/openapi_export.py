@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from app.generated_file import write_generated
 from app.server import create_app
 from app.settings import BrokerSettings
 
@@ -27,14 +28,5 @@ def spec_bytes() -> bytes:
     return orjson.dumps(spec(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m app.openapi_export PATH", file=sys.stderr)
-        return 2
-    with open(argv[0], "wb") as f:
-        f.write(spec_bytes())
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(write_generated(sys.argv[1:], "app.openapi_export", spec_bytes))

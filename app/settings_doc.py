@@ -13,6 +13,7 @@ import inspect
 import sys
 from typing import Any
 
+from app.generated_file import write_generated
 from app.settings import BrokerSettings
 from cluster.settings import ClusterSettings
 from ha import HASettings
@@ -83,14 +84,5 @@ def render() -> str:
     return "".join(parts)
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m app.settings_doc FILE", file=sys.stderr)
-        return 2
-    with open(argv[0], "w") as f:
-        f.write(render())
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(write_generated(sys.argv[1:], "app.settings_doc", lambda: render().encode()))
