@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from pipeline.commitlog_reader import CommitLogFile, FileWalk, list_commitlog_files
 from pipeline.errors import OptionInvalid
-from pipeline.message_rows import SCHEMA_DDL, RowBatchBuilder, topic_at
+from pipeline.message_rows import RowBatchBuilder, topic_at
+from pipeline.message_source import MessageSource
 from pipeline.options import bool_option, get_option
 
 SOURCE_NAME = "tidemq-store"
@@ -36,13 +37,8 @@ class FilePartition(InputPartition):
         self.file = file
 
 
-class TidemqStoreDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return SCHEMA_DDL
+class TidemqStoreDataSource(MessageSource):
+    format_name = SOURCE_NAME
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return StoreReader(dict(self.options))

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
@@ -35,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from pipeline.errors import OptionInvalid
 from pipeline.http_client import BrokerClient, ClientSettings, TopicMeta, check_url
-from pipeline.message_rows import SCHEMA_DDL
+from pipeline.message_source import MessageSource
 from pipeline.offsets import (
     EARLIEST,
     LATEST,
@@ -74,13 +73,8 @@ def fetch_topic(settings: ReadSettings) -> TopicMeta:
         return client.topic(settings.topic)
 
 
-class TidemqDataSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return SCHEMA_DDL
+class TidemqDataSource(MessageSource):
+    format_name = SOURCE_NAME
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return TidemqBatchReader(dict(self.options))
