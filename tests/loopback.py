@@ -48,3 +48,14 @@ def raw_get(base_url: str, path: str) -> tuple[int, bytes]:
         return response.status, response.read()
     finally:
         connection.close()
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes the connection; a reset ends it as a close does."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data

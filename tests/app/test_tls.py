@@ -16,6 +16,7 @@ import pytest
 from app.settings import build_settings
 from store import ConfigInvalid
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.loopback import read_until_closed
 from tests.tls_certs import Certs, make_certs
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")]
@@ -66,12 +67,7 @@ def test_plain_http_to_the_tls_port_fails_cleanly_and_the_server_keeps_serving(t
         httpx.get(f"http://127.0.0.1:{broker.port}/healthz", timeout=5)
     with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        reply = b""
-        try:
-            while chunk := sock.recv(4096):
-                reply += chunk
-        except ConnectionResetError:
-            pass
+        reply = read_until_closed(sock)
         assert b"HTTP/1.1 200" not in reply, "plain HTTP must not be served on the TLS port"
     assert broker.client.get("/healthz").status_code == 200
 

@@ -17,7 +17,8 @@ from ha.auth import CHALLENGE, CHALLENGE_MAGIC, MASTER_CONTEXT, NONCE_BYTES, OFF
 from ha.errors import ProtocolViolation
 from ha.protocol import FRAME_HEADER, HELLO, Hello, Reply, Verdict, read_reply
 from store import ConfigInvalid, DefaultMessageStore, build_message
-from tests.ha.test_handshake import FILE_SIZE, hello_for, recv_exact, store_config
+from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, hello_for, recv_exact, store_config
+from tests.loopback import read_until_closed
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "correct horse battery staple"
@@ -54,38 +55,13 @@ def open_master(tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
         store.shutdown()
 
 
-def connect(node: HANode) -> socket.socket:
-    assert node.service is not None
-    host, port = node.service.listen_address.split(":")
-    sock = socket.create_connection((host, int(port)), timeout=5)
-    sock.settimeout(5)
-    return sock
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except ConnectionResetError:
-        pass
-    return data
-
-
-def wait_until(predicate, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "never came true"
-        time.sleep(0.01)
-
-
 def assert_dropped_after_challenge(node: HANode, sock: socket.socket, refused_before: int, words: str) -> None:
     """The peer got the master's challenge and nothing else: no REPLY, no offsets, no log byte; it was counted."""
     received = read_until_closed(sock)
     assert len(received) == CHALLENGE.size and received.startswith(CHALLENGE_MAGIC), received[:80]
     assert b"secret-body" not in received
     assert node.service is not None
-    wait_until(lambda: node.service.auth_refused_total == refused_before + 1)  # type: ignore[union-attr]
+    assert_eventually(lambda: node.service.auth_refused_total == refused_before + 1)  # type: ignore[union-attr]
     assert words in node.status()["last_auth_refusal"]["reason"]
     assert node.status()["refused_total"] == 0, "an unproven peer is never judged"
     metric_rows = {name: value for name, _, _, value in node.metrics()}
@@ -112,7 +88,7 @@ def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(mas
         sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + forged + hello)
         rest = read_until_closed(sock)
         assert rest == b"", "nothing after the challenge: no reply, no frames"
-    wait_until(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
 
 
@@ -155,7 +131,7 @@ def test_a_slave_without_a_secret_is_told_the_master_requires_one(master):
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="requires ha_secret"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, None, hello_for(store, 0))
-    wait_until(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
 
 
 def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(open_master):
@@ -163,7 +139,7 @@ def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(op
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="does not authenticate"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, SECRET.encode(), hello_for(store, 0))
-    wait_until(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
     assert "this master has none" in node.status()["last_auth_refusal"]["reason"]
 
 

@@ -10,6 +10,7 @@ import ssl
 import pytest
 
 from tests.ha.cluster import wait_for
+from tests.loopback import read_until_closed
 from tests.tls_certs import Certs, make_certs
 
 pytestmark = [
@@ -59,12 +60,7 @@ def test_mutual_tls_and_the_secret_replicate_and_refuse_strangers(cluster, certs
     # A plain TCP peer on the TLS HA port: dropped during the TLS handshake, counted, nothing leaks.
     with socket.create_connection(("127.0.0.1", master.ha_port), timeout=5) as sock:
         sock.sendall(b"TMQS" + b"\x00" * 34)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
+        received = read_until_closed(sock)
         assert b"tls-" not in received and b"TMQ" not in received
     # A TLS peer without a client certificate: refused by mutual TLS.
     no_cert = ssl.create_default_context(cafile=str(certs.ca))
