@@ -17,7 +17,7 @@ import pytest
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutMessageStatus, PutRefusal, build_message
 from store.clock import FakeClock
 from store.disk_usage import disk_used_ratio
-from store.mapped_file import SelectMappedBufferResult
+from store.mapped_file import MappedFile, SelectMappedBufferResult
 from tests.store.conftest import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(60)
@@ -276,12 +276,16 @@ def first_message(env: Env) -> SelectMappedBufferResult:
     return held
 
 
-def test_a_held_file_goes_when_its_reader_lets_go(env: Env) -> None:
+def hold_first_expired_file(env: Env) -> tuple[SelectMappedBufferResult, MappedFile]:
+    """Three expired files at the delete hour, a reader holding the first: (the held bytes, that file)."""
     env.fill(3)
     env.age_files(3, 100)
     env.clock.pin_hour(4)
-    held = first_message(env)
-    first = env.store.commit_log.mapped_file_queue.mapped_files[0]
+    return first_message(env), env.store.commit_log.mapped_file_queue.mapped_files[0]
+
+
+def test_a_held_file_goes_when_its_reader_lets_go(env: Env) -> None:
+    held, first = hold_first_expired_file(env)
     try:
         assert env.clean() == 0
         assert os.path.exists(first.path), "kept while read"
@@ -310,11 +314,7 @@ def test_a_pull_result_holds_no_file_and_keeps_its_bytes(env: Env) -> None:
 
 
 def test_a_held_file_goes_forcibly_after_the_interval(env: Env) -> None:
-    env.fill(3)
-    env.age_files(3, 100)
-    env.clock.pin_hour(4)
-    held = first_message(env)
-    first = env.store.commit_log.mapped_file_queue.mapped_files[0]
+    held, first = hold_first_expired_file(env)
     try:
         assert env.clean() == 0
         env.clock.advance_ms(119_000)
