@@ -221,11 +221,17 @@ def check_server() -> Iterator[CheckServer]:
         server.server.server_close()
 
 
-def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str, check_server: CheckServer) -> None:
+def checked_broker(make_broker, topic: str, group: str, check_server: CheckServer):  # type: ignore[no-untyped-def]
+    """A broker checking back quickly, with `topic` and producer `group` checked back at `check_server`."""
     broker = make_broker(CHECK_STORE + CHECK_BROKER)
+    create(broker.client, topic)
+    assert broker.client.put(f"/v1/producer-groups/{group}", json={"check_url": check_server.url}).status_code == 201
+    return broker
+
+
+def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str, check_server: CheckServer) -> None:
+    broker = checked_broker(make_broker, topic, "pg-check", check_server)
     c = broker.client
-    create(c, topic)
-    assert c.put("/v1/producer-groups/pg-check", json={"check_url": check_server.url}).status_code == 201
     commit = half(c, topic, "commit-1", group="pg-check")
     rollback = half(c, topic, "rollback-1", group="pg-check")
     unknown = half(c, topic, "unknown-1", group="pg-check")
@@ -246,10 +252,8 @@ def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str,
 
 
 def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(make_broker, topic: str, check_server: CheckServer) -> None:
-    broker = make_broker(CHECK_STORE + CHECK_BROKER)
+    broker = checked_broker(make_broker, topic, "pg-bad", check_server)
     c = broker.client
-    create(c, topic)
-    assert c.put("/v1/producer-groups/pg-bad", json={"check_url": check_server.url}).status_code == 201
     slow = half(c, topic, "slow-1", group="pg-bad")
     fail = half(c, topic, "fail-1", group="pg-bad")
     wait_for(lambda: check_server.checks_of(fail["transaction_id"]) >= 1 and check_server.checks_of(slow["transaction_id"]) >= 1)
