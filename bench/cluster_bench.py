@@ -30,19 +30,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cluster.local_cluster import LocalCluster
+from cluster.local_cluster import FAST_FAILOVER, LocalCluster
 
 # Sent when a request must be served by the broker it is addressed to (cluster/forwarding.py).
 DIRECT = {"tidemq-forwarded-by": "bench"}
-# Short leases so a failover takes seconds (the defaults are 5 s).
-CONFIG = """
-[cluster]
-lease_ttl_s = 2
-lease_renew_interval_ms = 300
-fence_margin_ms = 500
-refresh_interval_ms = 100
-etcd_request_timeout_ms = 500
-"""
 BASE_PORT = 18_500
 
 
@@ -111,7 +102,7 @@ class Load:
 
 def throughput(groups: int, args: argparse.Namespace, spanning: bool = False) -> float:
     with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
-        cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, CONFIG)
+        cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, FAST_FAILOVER)
         try:
             cluster.start()
             found = masters(cluster)
@@ -171,7 +162,7 @@ def failover_windows(args: argparse.Namespace) -> tuple[list[float], list[float]
     """
     elected, acked = [], []
     with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
-        cluster = LocalCluster(Path(root), 1, 2, BASE_PORT, CONFIG)
+        cluster = LocalCluster(Path(root), 1, 2, BASE_PORT, FAST_FAILOVER)
         try:
             cluster.start()
             masters(cluster)

@@ -8,20 +8,11 @@ from typing import Any
 
 import pytest
 
+from cluster.local_cluster import FAST_FAILOVER
 from tests.cluster.etcd import ETCD, EtcdServer
-from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node
+from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node, Nodes
 from tests.ha.conftest import proxies  # noqa: F401  (the fault-injecting TCP proxy fixture)
 from tests.loopback import free_port
-
-# Short leases so failovers in tests take seconds: renewals every 300 ms, fenced 500 ms before the TTL.
-FAST_CLUSTER = """
-[cluster]
-lease_ttl_s = 2
-lease_renew_interval_ms = 300
-fence_margin_ms = 500
-refresh_interval_ms = 100
-etcd_request_timeout_ms = 500
-"""
 
 
 @pytest.fixture
@@ -38,40 +29,34 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
     """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines."""
-    nodes: list[Node] = []
+    with Nodes() as nodes:
 
-    def make(
-        name: str,
-        group: str,
-        *,
-        replication: str = "sync",
-        ha_port: int = 0,
-        extra_cluster: str = "",
-        start: bool = True,
-        extra_args: tuple[str, ...] = (),
-        client_options: dict[str, Any] | None = None,
-    ) -> Node:
-        ha_port = ha_port or free_port()
-        node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_CLUSTER + extra_cluster, client_options)
-        node.args = [
-            "--cluster-etcd",
-            etcd.url,
-            "--cluster-name",
-            "test",
-            "--broker-name",
-            group,
-            "--ha-port",
-            str(ha_port),
-            "--replication",
-            replication,
-            *extra_args,
-        ]  # fmt: skip; the advertised HTTP address is derived from the port the first start binds
-        node.ha_port = ha_port  # type: ignore[attr-defined]
-        nodes.append(node)
-        return node.start() if start else node
+        def make(
+            name: str,
+            group: str,
+            *,
+            replication: str = "sync",
+            ha_port: int = 0,
+            extra_cluster: str = "",
+            start: bool = True,
+            extra_args: tuple[str, ...] = (),
+            client_options: dict[str, Any] | None = None,
+        ) -> Node:
+            ha_port = ha_port or free_port()
+            node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_FAILOVER + extra_cluster, client_options)
+            node.args = [
+                "--cluster-etcd",
+                etcd.url,
+                "--cluster-name",
+                "test",
+                "--broker-name",
+                group,
+                "--ha-port",
+                str(ha_port),
+                "--replication",
+                replication,
+                *extra_args,
+            ]  # fmt: skip; the advertised HTTP address is derived from the port the first start binds
+            return nodes.add(node, ha_port, start)
 
-    try:
         yield make
-    finally:
-        for node in nodes:
-            node.close()

@@ -157,6 +157,25 @@ class Node:
         return bodies
 
 
+class Nodes:
+    """The nodes a fixture made (`ha_port` set on each), all closed when its `with` ends."""
+
+    def __init__(self) -> None:
+        self.made: list[Node] = []
+
+    def add(self, node: Node, ha_port: int, start: bool) -> Node:
+        node.ha_port = ha_port  # type: ignore[attr-defined]
+        self.made.append(node)
+        return node.start() if start else node
+
+    def __enter__(self) -> Nodes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for node in self.made:
+            node.close()
+
+
 class FaultProxy:
     """A loopback TCP proxy (slave -> proxy -> master) that can pause traffic or cut a connection mid-frame."""
 

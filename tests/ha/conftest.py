@@ -8,43 +8,37 @@ from typing import Any
 
 import pytest
 
-from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, FaultProxy, Node, free_port
+from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, FaultProxy, Node, Nodes, free_port
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     """make(name, role, ...) -> a started Node; `ha_port` and `master` pick the replication endpoints."""
-    nodes: list[Node] = []
+    with Nodes() as nodes:
 
-    def make(
-        name: str,
-        role: str,
-        *,
-        ha_port: int | None = None,
-        master_ha: str | None = None,
-        replication: str = "async",
-        start: bool = True,
-        extra_args: list[str] | None = None,
-        extra_config: str = "",
-        client_options: dict[str, Any] | None = None,
-    ) -> Node:
-        args = ["--role", role]
-        if role == "master":
-            args += ["--ha-port", str(ha_port or free_port()), "--replication", replication]
-        elif role == "slave":
-            assert master_ha is not None
-            args += ["--master-ha-address", master_ha]
-        args += extra_args or []
-        node = Node(tmp_path, name, args, SMALL_STORE + SMALL_BROKER + extra_config, client_options)
-        node.ha_port = int(args[args.index("--ha-port") + 1]) if role == "master" else 0  # type: ignore[attr-defined]
-        nodes.append(node)
-        return node.start() if start else node
+        def make(
+            name: str,
+            role: str,
+            *,
+            ha_port: int | None = None,
+            master_ha: str | None = None,
+            replication: str = "async",
+            start: bool = True,
+            extra_args: list[str] | None = None,
+            extra_config: str = "",
+            client_options: dict[str, Any] | None = None,
+        ) -> Node:
+            args = ["--role", role]
+            if role == "master":
+                args += ["--ha-port", str(ha_port or free_port()), "--replication", replication]
+            elif role == "slave":
+                assert master_ha is not None
+                args += ["--master-ha-address", master_ha]
+            args += extra_args or []
+            node = Node(tmp_path, name, args, SMALL_STORE + SMALL_BROKER + extra_config, client_options)
+            return nodes.add(node, int(args[args.index("--ha-port") + 1]) if role == "master" else 0, start)
 
-    try:
         yield make
-    finally:
-        for node in nodes:
-            node.close()
 
 
 @pytest.fixture
