@@ -3,25 +3,15 @@ to a real broker and gets a row in the table. It asserts nothing about speed."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick_run import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_quick_run_measures_every_installed_client() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "http_clients_bench.py"), "--quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = run_bench("http_clients_bench.py", "--quick", timeout_s=180)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| client")]
     measured = {row.split("|")[1].strip() for row in rows if "skipped" not in row}

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick_run import processes_with, run_bench
 
 pytest.importorskip("redis", reason="the bench extra is not installed (pip install -e '.[test,bench]')")
 if shutil.which("redis-server") is None:
@@ -34,14 +31,7 @@ ROWS = (
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_quick_run_prints_every_row_and_acks_each_message_once() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "pop_bench.py"), "--quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
+    done = run_bench("pop_bench.py", "--quick")
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     table = {
@@ -62,6 +52,5 @@ def test_quick_run_prints_every_row_and_acks_each_message_once() -> None:
     assert "SQS" in log and "XAUTOCLAIM" in log
     ports = re.findall(r"--port (\d+)", log)
     assert ports, log[-2000:]
-    processes = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout.splitlines()
-    leftovers = [line for line in processes if any(f"--port {port}" in line for port in ports) or "tidemq-pop-bench-" in line]
+    leftovers = processes_with([*(f"--port {port}" for port in ports), "tidemq-pop-bench-"])
     assert leftovers == [], leftovers

@@ -7,25 +7,16 @@ It asserts nothing about speed, only that each request kind was measured each wa
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick_run import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_quick_run_prints_every_row() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "request_metrics_bench.py"), "--quick"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-    )
+    done = run_bench("request_metrics_bench.py", "--quick")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for request in ("GET /healthz", "produce, single (JSON)"):
         for way in ("bare", "counted", "counted + access log"):

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.quick_run import processes_with, run_bench
 
 pytest.importorskip("redis", reason="the bench extra is not installed (pip install -e '.[test,bench]')")
 for _binary in ("redis-server", "redis-benchmark", "wrk"):
@@ -27,14 +24,7 @@ for _binary in ("redis-server", "redis-benchmark", "wrk"):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_quick_batch_run_prints_every_row_and_stops_its_servers() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "versus_redis.py"), "--only", "batch", "--quick", "--py-clients", "2"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
+    done = run_bench("versus_redis.py", "--only", "batch", "--quick", "--py-clients", "2")
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     assert "ASYNC_FLUSH" in log and "appendonly no" in log
@@ -47,6 +37,5 @@ def test_quick_batch_run_prints_every_row_and_stops_its_servers() -> None:
         assert float(ratio) > 0 and re.match(r">= [13]\.0: (met|NOT met)", target), row
     ports = re.findall(r"redis-benchmark -p (\d+)", log) + re.findall(r"http://127\.0\.0\.1:(\d+)", log)
     assert len(ports) == 2, log[-3000:]
-    processes = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True, check=True).stdout.splitlines()
-    leftovers = [line for line in processes if any(f"--port {port}" in line for port in ports)]
+    leftovers = processes_with(f"--port {port}" for port in ports)
     assert leftovers == [], leftovers

@@ -52,10 +52,7 @@ def test_anything_but_unquoted_integer_keys_is_still_refused(text: str) -> None:
 
 
 def test_rocketmq_topics_json_is_loaded_and_written_back_in_its_shape(config) -> None:
-    os.makedirs(config.config_dir())
-    path = os.path.join(config.config_dir(), "topics.json")
-    with open(path, "w") as fh:
-        fh.write(ROCKETMQ_TOPICS)
+    path = _write_config_file(config, "topics.json", ROCKETMQ_TOPICS)
     s = open_store(config)
     try:
         orders, read_only = s.topic_config_manager.get("Orders"), s.topic_config_manager.get("ReadOnly")
@@ -99,10 +96,8 @@ def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config, per
 
 
 def test_the_former_topics_shape_is_migrated_on_load(config, caplog) -> None:
-    os.makedirs(config.config_dir())
     former = {"topics": {"Old": {"topic_name": "Old", "read_queue_nums": 2, "write_queue_nums": 2, "perm": "r"}}}
-    with open(os.path.join(config.config_dir(), "topics.json"), "w") as fh:
-        json.dump(former, fh)
+    _write_config_file(config, "topics.json", json.dumps(former))
     with caplog.at_level(logging.INFO, logger="tidemq.store"):
         s = open_store(config)
     try:
@@ -114,18 +109,13 @@ def test_the_former_topics_shape_is_migrated_on_load(config, caplog) -> None:
 
 
 def test_a_topic_entry_of_the_wrong_type_is_refused(config) -> None:
-    os.makedirs(config.config_dir())
-    with open(os.path.join(config.config_dir(), "topics.json"), "w") as fh:
-        fh.write('{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":"4","perm":6}}}')
+    _write_config_file(config, "topics.json", '{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":"4","perm":6}}}')
     with pytest.raises(MetadataCorrupt):
         open_store(config)
 
 
 def test_rocketmq_consumer_offsets_with_unquoted_keys_are_read_and_written_as_json(config) -> None:
-    os.makedirs(config.config_dir())
-    path = os.path.join(config.config_dir(), "consumerOffset.json")
-    with open(path, "w") as fh:
-        fh.write(ROCKETMQ_OFFSETS)
+    path = _write_config_file(config, "consumerOffset.json", ROCKETMQ_OFFSETS)
     s = open_store(config)
     try:
         assert s.consumer_offset_manager.offsets_of("g1", "Orders") == {0: 7, 1: 3}
@@ -144,6 +134,15 @@ def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path) -> None:
     table.set(2, 1)
     assert table.persist()
     assert json.loads((tmp_path / "delayOffset.json").read_text()) == {"offsetTable": {"1": 5, "2": 1, "18": 12}}
+
+
+def _write_config_file(config, name: str, text: str) -> str:
+    """`text` as the metadata file `name` of a store not yet opened; its path."""
+    os.makedirs(config.config_dir(), exist_ok=True)
+    path = os.path.join(config.config_dir(), name)
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
 
 
 def _topics_doc(config) -> dict:
