@@ -160,6 +160,15 @@ class Peer:
             raise Unavailable(f"{self.label} exited with status {code} before it was ready: {tail}")
         raise Unavailable(f"{self.label} did not become ready within {START_TIMEOUT_S} s: {tail}")
 
+    def start_or_reason(self, workdir: Path) -> str | None:
+        """Find (or apt-install) the binary and start: None, or why the peer cannot run."""
+        try:
+            self.ensure_available(True, [])
+            self.start(workdir)
+        except Unavailable as exc:
+            return str(exc)
+        return None
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:

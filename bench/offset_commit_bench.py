@@ -16,11 +16,11 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.threaded_rate import calls_per_second
 from store.consumer_offset_log import encode_record
 from store.consumer_offset_manager import ConsumerOffsetManager
 
@@ -45,28 +45,10 @@ def raw_writes(directory: str, seconds: float, sync: bool) -> float:
 def commits(directory: str, seconds: float, sync: bool, threads: int) -> float:
     manager = ConsumerOffsetManager(directory, sync=sync)
     manager.load()
-    counts = [0] * threads
-    stop = threading.Event()
-
-    def run(k: int) -> None:
-        i = 0
-        while not stop.is_set():
-            manager.commit_offset("bench-group", "BenchTopic", k, i)
-            i += 1
-        counts[k] = i
-
-    workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - start
+    rate = calls_per_second(lambda k, i: manager.commit_offset("bench-group", "BenchTopic", k, i), threads, seconds)
     manager.persist()
     manager.close()
-    return sum(counts) / elapsed
+    return rate
 
 
 def main() -> None:

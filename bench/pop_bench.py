@@ -51,7 +51,7 @@ import orjson
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.compare_peers import RedisPeer, Unavailable
+from bench.compare_peers import RedisPeer
 from bench.http_bench import ROOT, STORE_CONFIG, Broker
 
 BODY_BYTES = 1024
@@ -400,11 +400,9 @@ def redis_phase(root: str, consumers: int, ids: list[str], args: argparse.Namesp
     except ImportError:
         return None, "redis-py is not installed (pip install -e '.[bench]')"
     peer = RedisStreamsPeer()
-    try:
-        peer.ensure_available(True, [])
-        peer.start(Path(root))
-    except Unavailable as exc:
-        return None, str(exc)
+    reason = peer.start_or_reason(Path(root))
+    if reason is not None:
+        return None, reason
     try:
         assert peer.proc is not None
         phase = redis_rounds(peer.port, peer.proc.pid, consumers, ids, args)

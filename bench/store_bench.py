@@ -35,12 +35,12 @@ import platform
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.threaded_rate import calls_per_second
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.message import MessageInner
@@ -365,31 +365,17 @@ def bench_sync_flush(root: str, threads: int, seconds: float, file_bytes: int) -
     d = tempfile.mkdtemp(dir=root)
     store = make_store(d, FlushDiskType.SYNC_FLUSH, file_bytes)
     body = os.urandom(1024)
-    counts = [0] * threads
-    stop = threading.Event()
 
-    def producer(n: int) -> None:
-        msg_count = 0
-        while not stop.is_set():
-            r = store.put_message(MessageInner(TOPIC, body, n % QUEUES))
-            assert r.ok, r.status
-            msg_count += 1
-        counts[n] = msg_count
+    def put(n: int, _i: int) -> None:
+        r = store.put_message(MessageInner(TOPIC, body, n % QUEUES))
+        assert r.ok, r.status
 
-    workers = [threading.Thread(target=producer, args=(n,)) for n in range(threads)]
-    t0 = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
-    elapsed = time.perf_counter() - t0
+    rate = calls_per_second(put, threads, seconds)
     service = store.flush_service
     GROUP_SIZES[threads] = getattr(service, "requests_served", 0) / max(1, getattr(service, "group_commits", 0))
     store.shutdown()
     shutil.rmtree(d, ignore_errors=True)
-    return sum(counts) / elapsed
+    return rate
 
 
 def run(quick: bool) -> list[Row]:

@@ -203,6 +203,12 @@ def redis_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
             pipe.xadd("batch", {"f": value})
         return len(pipe.execute())
 
+    timed_sends(send, seconds, start, out)
+
+
+def timed_sends(send: Callable[[], int], seconds: float, start: Any, out: Any) -> None:
+    """A client process's run: one `send` to warm up, then, from `start`, sends for `seconds`;
+    (messages sent, CPU seconds used) go to `out`."""
     send()
     start.wait()
     sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
@@ -225,12 +231,7 @@ def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
                 raise RuntimeError(f"produce answered {reply.status_code}: {reply.text[:200]}")
             return int(reply.json()["count"])
 
-        send()
-        start.wait()
-        sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
-        while time.perf_counter() < stop_at:
-            sent += send()
-        out.put((sent, time.process_time() - used))
+        timed_sends(send, seconds, start, out)
 
 
 @dataclass
@@ -313,12 +314,8 @@ def tidemq_wrk(broker: Broker, binary: str, args: argparse.Namespace, figures: B
 
 def start_redis(root: str) -> tuple[RedisInMemory | None, str]:
     peer = RedisInMemory()
-    try:
-        peer.ensure_available(True, [])
-        peer.start(Path(root))
-    except Unavailable as exc:
-        return None, str(exc)
-    return peer, ""
+    reason = peer.start_or_reason(Path(root))
+    return (None, reason) if reason is not None else (peer, "")
 
 
 def batch_pairs(peer: RedisInMemory | None, broker: Broker, args: argparse.Namespace) -> tuple[BatchFigures, BatchFigures]:
@@ -491,11 +488,9 @@ def run_redis(root: str, args: argparse.Namespace, sections: set[str]) -> tuple[
         if section not in sections:
             continue
         peer = RedisPeer(mode)
-        try:
-            peer.ensure_available(True, [])
-            peer.start(Path(root))
-        except Unavailable as exc:
-            return nan, nan, 0, nan, nan, str(exc)
+        reason = peer.start_or_reason(Path(root))
+        if reason is not None:
+            return nan, nan, 0, nan, nan, reason
         try:
             if mode == "everysec":
                 results["p50"], results["p99"], results["n"] = redis_delivery(peer.port, args.rate, args.seconds)
