@@ -10,12 +10,12 @@ config allows with ASYNC_FLUSH alone (as RocketMQ does).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
 from store.service_thread import ServiceThread
+from store.thorough_interval import ThoroughInterval
 
 log = logging.getLogger("tidemq.store")
 
@@ -28,17 +28,13 @@ class CommitRealTimeService(ServiceThread):
         self.commit_log = commit_log
         self.config = config
         self.flush_service = flush_service
-        self._last_thorough_ms = 0
+        self._thorough = ThoroughInterval()
         self.on_committed: Callable[[], None] | None = None  # bytes became readable (the store wakes dispatch)
 
     def run(self) -> None:
         cfg = self.config
         while not self.is_stopped():
-            least_pages = cfg.commit_commit_log_least_pages
-            now = int(time.monotonic() * 1000)
-            if now >= self._last_thorough_ms + cfg.commit_commit_log_thorough_interval_ms:
-                self._last_thorough_ms = now
-                least_pages = 0
+            least_pages = self._thorough.least_pages(cfg.commit_commit_log_least_pages, cfg.commit_commit_log_thorough_interval_ms)
             try:
                 if not self.commit_log.commit(least_pages):
                     self.flush_service.wakeup()
@@ -47,6 +43,4 @@ class CommitRealTimeService(ServiceThread):
             except Exception:
                 log.exception("commit of the write buffer failed")
             self.wait_for_running(cfg.commit_interval_commit_log_ms)
-        for _ in range(SHUTDOWN_COMMIT_ROUNDS):
-            if self.commit_log.commit(0):
-                break
+        self.repeat_until_done(lambda: self.commit_log.commit(0), SHUTDOWN_COMMIT_ROUNDS)

@@ -9,7 +9,6 @@ flushes the checkpoint. At shutdown it flushes everything, up to 3 rounds.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 from store.config import MessageStoreConfig
@@ -17,6 +16,7 @@ from store.consume_queue import ConsumeQueue
 from store.index_service import IndexService
 from store.service_thread import ServiceThread
 from store.store_checkpoint import StoreCheckpoint
+from store.thorough_interval import ThoroughInterval
 
 log = logging.getLogger("tidemq.store")
 
@@ -38,15 +38,12 @@ class FlushConsumeQueueService(ServiceThread):
         self.index_service = index_service
         self.checkpoint = checkpoint
         self._last_dispatched_timestamp = last_dispatched_timestamp
-        self._last_thorough_ms = 0
+        self._thorough = ThoroughInterval()
 
     def do_flush(self, retry_times: int) -> None:
-        least_pages = self.config.flush_consume_queue_least_pages
+        cfg = self.config
+        least_pages = self._thorough.least_pages(cfg.flush_consume_queue_least_pages, cfg.flush_consume_queue_thorough_interval_ms)
         if retry_times == SHUTDOWN_FLUSH_ROUNDS:
-            least_pages = 0
-        now = int(time.monotonic() * 1000)
-        if now >= self._last_thorough_ms + self.config.flush_consume_queue_thorough_interval_ms:
-            self._last_thorough_ms = now
             least_pages = 0
         # Read the timestamp before flushing: everything dispatched before it is then on disk.
         logics_ts = self._last_dispatched_timestamp()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
 from store.service_thread import ServiceThread
+from store.thorough_interval import ThoroughInterval
 
 log = logging.getLogger("tidemq.store")
 
@@ -26,16 +27,12 @@ class FlushRealTimeService(ServiceThread):
         self.commit_log = commit_log
         self.config = config
         self._on_flushed = on_flushed
-        self._last_thorough_ms = 0
+        self._thorough = ThoroughInterval()
 
     def run(self) -> None:
         cfg = self.config
         while not self.is_stopped():
-            least_pages = cfg.flush_commit_log_least_pages
-            now = int(time.monotonic() * 1000)
-            if now >= self._last_thorough_ms + cfg.flush_commit_log_thorough_interval_ms:
-                self._last_thorough_ms = now
-                least_pages = 0
+            least_pages = self._thorough.least_pages(cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval_ms)
             if cfg.flush_commit_log_timed:
                 time.sleep(cfg.flush_interval_commit_log_ms / 1000.0)
             else:
@@ -47,6 +44,4 @@ class FlushRealTimeService(ServiceThread):
                     self._on_flushed(ts)
             except Exception:
                 log.exception("periodic flush failed")
-        for _ in range(SHUTDOWN_FLUSH_ROUNDS):
-            if self.commit_log.flush(0):
-                break
+        self.repeat_until_done(lambda: self.commit_log.flush(0), SHUTDOWN_FLUSH_ROUNDS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 log = logging.getLogger("tidemq.store")
 
@@ -83,6 +84,14 @@ class ServiceThread:
 
     def run(self) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def repeat_until_done(write_all: Callable[[], bool], rounds: int) -> None:
+        """A final flush (or commit) after the loop: `write_all()` until it reports nothing left
+        (True), at most `rounds` times, so a shutdown is bounded."""
+        for _ in range(rounds):
+            if write_all():
+                break
 
     def _run_guarded(self) -> None:
         log.info("%s started", self.name)
