@@ -4,9 +4,9 @@
         await c.produce("orders", b"order 1", tags="created", keys=["order-1"])
         result = await c.pull("orders", 0, offset=0, wait_ms=5000)
 
-Every method is one HTTP request on a pooled keep-alive connection (`tidemq.async_transport`); a
-problem reply raises a `tidemq.errors.ProblemError` subclass carrying its `code`. The methods and
-their arguments are those of `tidemq.Client`, and both run the same `tidemq.calls`.
+Each method returns a coroutine of one HTTP request on a pooled keep-alive asyncio connection
+(`tidemq.async_transport`). Methods, arguments and problem exceptions are `Client`'s (both take
+them from `tidemq.client_base.ClientBase`); `stream` is an async generator.
 """
 
 from __future__ import annotations

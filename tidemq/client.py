@@ -4,9 +4,10 @@
         c.produce("orders", b"order 1", tags="created", keys=["order-1"])
         result = c.pull("orders", 0, offset=0, wait_ms=5000)
 
-Every method is one HTTP request on a pooled keep-alive connection (`tidemq.sync_transport`); a
-problem reply raises a `tidemq.errors.ProblemError` subclass carrying its `code`. The methods and
-their arguments are those of `tidemq.AsyncClient`, and both run the same `tidemq.calls`.
+Every method is one HTTP request on a pooled keep-alive socket (`tidemq.sync_transport`) and
+returns the reply's value; a problem reply raises a `tidemq.errors.ProblemError` subclass carrying
+its `code`. The request-reply methods are `tidemq.client_base.ClientBase`'s, as on `AsyncClient`;
+only `stream` is written here, as a generator.
 """
 
 from __future__ import annotations
