@@ -16,10 +16,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.raw_append import raw_append_rate
 from bench.threaded_rate import calls_per_second
 from store.consumer_offset_log import encode_record
 from store.consumer_offset_manager import ConsumerOffsetManager
@@ -27,19 +27,7 @@ from store.consumer_offset_manager import ConsumerOffsetManager
 
 def raw_writes(directory: str, seconds: float, sync: bool) -> float:
     record = encode_record({"c": [["BenchTopic@bench-group", 3, 123456]]})
-    fd = os.open(os.path.join(directory, "raw.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    n = 0
-    deadline = time.perf_counter() + seconds
-    start = time.perf_counter()
-    try:
-        while time.perf_counter() < deadline:
-            os.write(fd, record)
-            if sync:
-                os.fdatasync(fd)
-            n += 1
-    finally:
-        os.close(fd)
-    return n / (time.perf_counter() - start)
+    return raw_append_rate(os.path.join(directory, "raw.log"), record, seconds, sync)
 
 
 def commits(directory: str, seconds: float, sync: bool, threads: int) -> float:

@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.raw_append import raw_append_rate
 from bench.threaded_rate import calls_per_second
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
 from store.mapped_file import MappedFile, offset_to_file_name
@@ -163,20 +164,7 @@ def raw_read_rate(root: str, images: list[bytes]) -> float:
 
 
 def raw_fsync_rate(root: str, image: bytes, seconds: float) -> float:
-    path = os.path.join(root, "raw-fsync")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    count = 0
-    deadline = time.perf_counter() + seconds
-    t0 = time.perf_counter()
-    try:
-        while time.perf_counter() < deadline:
-            os.write(fd, image)
-            os.fdatasync(fd)
-            count += 1
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return count / (time.perf_counter() - t0)
+    return raw_append_rate(os.path.join(root, "raw-fsync"), image, seconds, sync=True)
 
 
 def bench_puts(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:

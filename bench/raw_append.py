@@ -1,0 +1,25 @@
+"""The raw-disk baseline of the store benches: records appended to a plain file with os.write."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def raw_append_rate(path: str, record: bytes, seconds: float, sync: bool) -> float:
+    """Appends of `record` to a new file at `path` for `seconds`, each followed by fdatasync when
+    `sync`; appends per second. The file is removed afterwards."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    count = 0
+    deadline = time.perf_counter() + seconds
+    start = time.perf_counter()
+    try:
+        while time.perf_counter() < deadline:
+            os.write(fd, record)
+            if sync:
+                os.fdatasync(fd)
+            count += 1
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return count / (time.perf_counter() - start)
