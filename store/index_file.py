@@ -43,6 +43,17 @@ def index_file_size(slot_num: int, index_num: int) -> int:
 
 
 class IndexFile:
+    def _set_header(self, header: tuple[int, int, int, int, int, int]) -> None:
+        """The header's six fields (the layout's order) from a file or from native.index_put."""
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = header
+
     def __init__(self, path: str, slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0) -> None:
         self.path = path
         self.slot_num = slot_num
@@ -54,23 +65,11 @@ class IndexFile:
         self.mm = self.mapped_file.mm
         self._entries_pos = HEADER_BYTES + slot_num * SLOT_BYTES
         if existed:
-            (
-                self.begin_timestamp,
-                self.end_timestamp,
-                self.begin_phy_offset,
-                self.end_phy_offset,
-                self.hash_slot_count,
-                self.index_count,
-            ) = _HEADER.unpack_from(self.mm, 0)
+            self._set_header(_HEADER.unpack_from(self.mm, 0))
             if self.index_count < 1:
                 self.index_count = 1
         else:
-            self.begin_timestamp = end_timestamp
-            self.end_timestamp = end_timestamp
-            self.begin_phy_offset = end_phy_offset
-            self.end_phy_offset = end_phy_offset
-            self.hash_slot_count = 0
-            self.index_count = 1
+            self._set_header((end_timestamp, end_timestamp, end_phy_offset, end_phy_offset, 0, 1))
             self.write_header()
 
     @property
@@ -124,14 +123,7 @@ class IndexFile:
         stop, pos, current, last_put, header = _index_put(
             self.mm, self.slot_num, self.index_num, header, keys, key_from, key_to, current_record
         )
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = header
+        self._set_header(header)
         return stop, pos, current, last_put
 
     def trailing_entries_at(self, phy_offset: int) -> int:
