@@ -5,12 +5,21 @@ from __future__ import annotations
 import os
 import time
 
+import httpx
 import pytest
 
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.scrape import samples, value
 
 pytestmark = pytest.mark.timeout(90)
+
+
+def wait_counted(c: httpx.Client, topic: str, count: int) -> None:
+    """Until /metrics counts `count` dispatched messages of `topic` (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while value(samples(c.get("/metrics").text), "tidemq_topic_messages_total", topic=topic) < count:
+        assert time.monotonic() < deadline, f"the {count} messages of {topic} were never dispatched"
+        time.sleep(0.01)
 
 
 def test_per_topic_series_are_bounded_by_metrics_max_topics(make_broker) -> None:
@@ -20,10 +29,7 @@ def test_per_topic_series_are_bounded_by_metrics_max_topics(make_broker) -> None
         assert c.put(f"/v1/topics/{name}", json={"queues": 2}).status_code == 201
     for i in range(3):
         assert c.post("/v1/topics/a-topic/messages", json={"body": f"m{i}", "queue_id": i % 2}).status_code == 201
-    deadline = time.monotonic() + 10
-    while value(samples(c.get("/metrics").text), "tidemq_topic_messages_total", topic="a-topic") < 3:
-        assert time.monotonic() < deadline, "the three messages were never dispatched"
-        time.sleep(0.01)
+    wait_counted(c, "a-topic", 3)
     pulled = c.get("/v1/topics/a-topic/queues/0/messages", params={"offset": 0}).json()
     scrape = samples(c.get("/metrics").text)
     exported = {labels["topic"] for labels, _ in scrape["tidemq_topic_messages_total"]}
@@ -71,10 +77,7 @@ def test_per_group_series_cover_offset_committing_groups_within_metrics_max_grou
     assert c.put("/v1/topics/orders", json={"queues": 2}).status_code == 201
     for i in range(5):
         assert c.post("/v1/topics/orders/messages", json={"body": f"m{i}", "queue_id": i % 2}).status_code == 201
-    deadline = time.monotonic() + 10
-    while value(samples(c.get("/metrics").text), "tidemq_topic_messages_total", topic="orders") < 5:
-        assert time.monotonic() < deadline, "the five messages were never dispatched"
-        time.sleep(0.01)
+    wait_counted(c, "orders", 5)
     for group, offsets in (("a-billing", (2, 1)), ("b-audit", (0, 0)), ("c-late", (1, 0))):
         commits = [{"topic": "orders", "queue_id": q, "offset": o} for q, o in enumerate(offsets)]
         assert c.put(f"/v1/groups/{group}/offsets", json=commits).status_code == 200
