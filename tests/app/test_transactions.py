@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
@@ -221,7 +222,7 @@ def check_server() -> Iterator[CheckServer]:
         server.server.server_close()
 
 
-def checked_broker(make_broker, topic: str, group: str, check_server: CheckServer):  # type: ignore[no-untyped-def]
+def checked_broker(make_broker: Any, topic: str, group: str, check_server: CheckServer) -> Any:
     """A broker checking back quickly, with `topic` and producer `group` checked back at `check_server`."""
     broker = make_broker(CHECK_STORE + CHECK_BROKER)
     create(broker.client, topic)

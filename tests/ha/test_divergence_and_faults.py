@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from tests.ha.cluster import wait_for
+from tests.ha.cluster import Node, wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
@@ -16,20 +18,31 @@ def caught_up(master, slave) -> bool:
     return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
 
 
+def stopped_copy_of(cluster: Callable[..., Node], master: Node) -> Node:
+    """A slave that copied all of `master` and was stopped."""
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: caught_up(master, slave), what="the slave to copy the first master")
+    slave.stop()
+    return slave
+
+
+def restart_against(slave: Node, master: Node) -> dict[str, Any]:
+    """Start the stopped `slave` again pointed at `master`; its HA status once it reports divergence."""
+    slave.args[slave.args.index("--master-ha-address") + 1] = f"127.0.0.1:{master.ha_port}"
+    slave.start()
+    return wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
+
+
 def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster):
     long_master = cluster("long", "master")
     for i in range(40):
         assert long_master.produce("ev", f"long{i}").status_code == 201
-    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{long_master.ha_port}")
-    wait_for(lambda: caught_up(long_master, slave), what="the slave to copy the long master")
-    slave.stop()
+    slave = stopped_copy_of(cluster, long_master)
     short_master = cluster("short", "master")
     for i in range(5):
         assert short_master.produce("ev", f"short{i}").status_code == 201
     held = long_master.max_offset()
-    slave.args[slave.args.index("--master-ha-address") + 1] = f"127.0.0.1:{short_master.ha_port}"
-    slave.start()
-    ha = wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
+    ha = restart_against(slave, short_master)
     assert ha["connection_state"] == "diverged" and "beyond the master's end" in ha["diverged_reason"]
     assert slave.max_offset() == held, "the slave's log is untouched"
     assert slave.pull_all("ev", 0, 40) == [f"long{i}" for i in range(40)]
@@ -41,17 +54,13 @@ def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster
 def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster):
     other = cluster("other", "master")
     assert other.produce("ev", "other-history").status_code == 201
-    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{other.ha_port}")
-    wait_for(lambda: caught_up(other, slave), what="the slave to copy the first master")
-    slave.stop()
+    slave = stopped_copy_of(cluster, other)
     master = cluster("master", "master")
     for i in range(30):
         assert master.produce("ev", f"real{i}").status_code == 201
     held = slave_offset = other.max_offset()
     assert master.max_offset() > slave_offset
-    slave.args[slave.args.index("--master-ha-address") + 1] = f"127.0.0.1:{master.ha_port}"
-    slave.start()
-    ha = wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
+    ha = restart_against(slave, master)
     assert "differ from the master's" in ha["diverged_reason"] or "inside one of the master's messages" in ha["diverged_reason"]
     time.sleep(0.5)
     assert slave.max_offset() == held
