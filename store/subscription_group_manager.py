@@ -8,10 +8,10 @@ RocketMQ's field names, and a `dataVersion`), so a RocketMQ broker reads the gro
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from store.data_version import data_version_counter, versioned_document
 from store.errors import ConfigInvalid
 from store.json_file import read_json, write_json_atomically
 
@@ -63,8 +63,7 @@ class SubscriptionGroupManager:
         if type(table) is not dict:
             raise ConfigInvalid(f"{self.path}: no subscriptionGroupTable object")
         self._groups = {name: SubscriptionGroup.from_rocketmq(name, doc) for name, doc in table.items()}
-        version = data.get("dataVersion")
-        self._counter = version.get("counter", 0) if type(version) is dict and type(version.get("counter")) is int else 0
+        self._counter = data_version_counter(data)
 
     def get(self, name: str) -> SubscriptionGroup | None:
         return self._groups.get(name)
@@ -90,8 +89,5 @@ class SubscriptionGroupManager:
 
     def _persist_locked(self) -> None:
         self._counter += 1
-        doc = {
-            "subscriptionGroupTable": {name: g.to_rocketmq() for name, g in self._groups.items()},
-            "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self._counter},
-        }
-        write_json_atomically(self.path, doc)
+        table = {name: g.to_rocketmq() for name, g in self._groups.items()}
+        write_json_atomically(self.path, versioned_document("subscriptionGroupTable", table, self._counter))

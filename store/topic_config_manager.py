@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt, TopicConfigInvalid, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
@@ -117,9 +117,7 @@ class TopicConfigManager:
         table, former = data.get("topicConfigTable"), data.get("topics")
         if type(table) is dict:
             self._topics = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
-            version = data.get("dataVersion")
-            counter = version.get("counter") if type(version) is dict else None
-            self.data_version_counter = counter if type(counter) is int else 0
+            self.data_version_counter = data_version_counter(data)
         elif type(former) is dict:
             self._topics = {name: TopicConfig.from_former_shape(name, doc) for name, doc in former.items()}
             with self._lock:
@@ -204,8 +202,5 @@ class TopicConfigManager:
     def _persist_locked(self) -> None:
         """Caller holds `_lock`. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
         self.data_version_counter += 1
-        doc = {
-            "topicConfigTable": {name: tc.to_rocketmq() for name, tc in self._topics.items()},
-            "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self.data_version_counter},
-        }
-        write_json_atomically(self.path, doc)
+        table = {name: tc.to_rocketmq() for name, tc in self._topics.items()}
+        write_json_atomically(self.path, versioned_document("topicConfigTable", table, self.data_version_counter))
