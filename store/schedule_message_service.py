@@ -128,8 +128,7 @@ class ScheduleMessageService(ServiceThread):
                     self._verify_below[level] = cq.get_max_offset_in_queue()
 
     def run(self) -> None:
-        while not self.is_stopped() and not self.store.is_running():
-            self.wait_for_running(self.scan_interval_ms)  # puts are refused until the store runs
+        self.wait_until(self.store.is_running, self.scan_interval_ms)  # puts are refused until the store runs
         last_persist = time.monotonic()
         while not self.is_stopped():
             try:

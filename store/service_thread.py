@@ -77,6 +77,11 @@ class ServiceThread:
         self._has_notified = False
         self.on_wait_end()
 
+    def wait_until(self, ready: Callable[[], bool], interval_ms: float) -> None:
+        """Wait, `interval_ms` at a time, until `ready()` (e.g. the store runs) or shutdown."""
+        while not self.is_stopped() and not ready():
+            self.wait_for_running(interval_ms)
+
     def on_wait_end(self) -> None:
         """Hook run each time a wait ends."""
 

@@ -63,8 +63,7 @@ class TimerDequeueService(ServiceThread):
 
     def run(self) -> None:
         store = self.timer.store
-        while not self.is_stopped() and not store.is_running():
-            self.wait_for_running(IDLE_WAIT_MS_MAX)
+        self.wait_until(store.is_running, IDLE_WAIT_MS_MAX)
         while not self.is_stopped():
             try:
                 wait_ms = self.dequeue_pass()

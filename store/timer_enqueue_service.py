@@ -39,8 +39,7 @@ class TimerEnqueueService(ServiceThread):
 
     def run(self) -> None:
         store = self.timer.store
-        while not self.is_stopped() and not store.is_running():
-            self.wait_for_running(ENQUEUE_IDLE_WAIT_MS)
+        self.wait_until(store.is_running, ENQUEUE_IDLE_WAIT_MS)
         while not self.is_stopped():
             try:
                 done = self.enqueue_pass()

@@ -44,8 +44,7 @@ class TransactionCheckService(ServiceThread):
 
     def run(self) -> None:
         txn = self.transactions
-        while not self.is_stopped() and not self.store.is_running():
-            self.wait_for_running(100)
+        self.wait_until(self.store.is_running, 100)
         while not self.is_stopped():
             try:
                 self.check_pass()
