@@ -24,7 +24,7 @@ from app.long_poll import Waiter
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.receive_models import received_json
-from app.receiver import FIFO_RECHECK_MS, MAX_RECEIVE_MESSAGES, Receiver, ReceiveSpec
+from app.receiver import FIFO_RECHECK_MS, INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, TAG_PARAM, Receiver, ReceiveSpec
 from app.stream_registry import StreamState
 from store import Popped, decode_message, retry_topic
 
@@ -53,8 +53,8 @@ STREAM_OPENAPI: dict[str, Any] = {
         {"name": "max_in_flight", "in": "query", "required": False, "description": "Most unacked messages of the stream at once",
          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_IN_FLIGHT_LIMIT, "default": DEFAULT_MAX_IN_FLIGHT}},
         {"name": "invisible_ms", "in": "query", "required": False, "description": "How long each message stays invisible to the group",
-         "schema": {"type": "integer", "minimum": 1000, "maximum": 43_200_000, "default": 30_000}},
-        {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}},
+         "schema": INVISIBLE_MS_SCHEMA},
+        TAG_PARAM,
     ]
 }  # fmt: skip
 

@@ -68,15 +68,18 @@ def _int_param(params: Any, name: str, default: int, low: int, high: int, code: 
     return int(text)
 
 
+# Query parameters the receive and the stream (app.receive_stream) both take, as OpenAPI documents them.
+INVISIBLE_MS_SCHEMA = {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}
+TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}}
 RECEIVE_OPENAPI: dict[str, Any] = {
     "parameters": [
         {"name": "max", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE_MESSAGES,
                                                                        "default": MAX_RECEIVE_MESSAGES}},
         {"name": "invisible_ms", "in": "query", "required": False, "description": "How long received messages stay invisible to the group",
-         "schema": {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}},
+         "schema": INVISIBLE_MS_SCHEMA},
         {"name": "wait_ms", "in": "query", "required": False, "description": "Hold the receive this long when nothing is visible",
          "schema": {"type": "integer", "minimum": 0, "default": 0}},
-        {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}},
+        TAG_PARAM,
     ]
 }  # fmt: skip
 
