@@ -11,7 +11,7 @@ and `detail`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -73,30 +73,28 @@ class BrokerTimeout(ProblemError):
 
 
 class TransportError(TidemqClientError):
-    """No usable reply arrived."""
+    """No usable reply arrived; raised as one of the subclasses below, each naming its `code`."""
 
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(code, None, detail)
+    CODE: ClassVar[str]
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(self.CODE, None, detail)
 
 
 class ConnectFailed(TransportError):
-    def __init__(self, detail: str) -> None:
-        super().__init__("CONNECT_FAILED", detail)
+    CODE = "CONNECT_FAILED"
 
 
 class ConnectionClosed(TransportError):
-    def __init__(self, detail: str) -> None:
-        super().__init__("CONNECTION_CLOSED", detail)
+    CODE = "CONNECTION_CLOSED"
 
 
 class Timeout(TransportError):
-    def __init__(self, detail: str) -> None:
-        super().__init__("TIMEOUT", detail)
+    CODE = "TIMEOUT"
 
 
 class ProtocolError(TransportError):
-    def __init__(self, detail: str) -> None:
-        super().__init__("PROTOCOL_ERROR", detail)
+    CODE = "PROTOCOL_ERROR"
 
 
 BY_STATUS: dict[int, type[ProblemError]] = {
