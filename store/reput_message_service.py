@@ -27,7 +27,9 @@ fails (no descriptor left, a full disk) the cursor stays at the chunk's start an
 applied again later; applying is idempotent (bulk_dispatch.py), so dispatch resumes exactly at
 the first message not fully dispatched. Only this thread retries, with a growing pause (up to
 DISPATCH_RETRY_MAX_MS); an episode is logged when it starts and when it ends; `failure` names
-the error while it lasts (the store reports it as degraded, and puts are refused meanwhile).
+the error while it lasts (the store reports it as degraded, and puts are refused meanwhile). It
+is cleared as soon as a chunk applies, before the cursor moves past that chunk, so whoever sees
+the cursor caught up also sees the failure over.
 """
 
 from __future__ import annotations
@@ -131,12 +133,7 @@ class ReputMessageService(ServiceThread):
             self._failed_locked(exc)
         else:
             if self.failure:
-                log.warning(
-                    "dispatch works again at offset %d after %d failed attempts (%s)",
-                    self.reput_from_offset, self.failures_total, self.failure,
-                )  # fmt: skip
-                self.failure = ""
-                self._retry_ms = 0
+                self._recovered_locked()  # nothing was left to apply
         self.dispatched_messages += count
         return count
 
@@ -183,6 +180,10 @@ class ReputMessageService(ServiceThread):
         count = 0
         while True:
             stop, pos, n = self.bulk.apply_chunk_locked(buf, pos, limit)
+            if self.failure:
+                # Ended before the cursor passes the chunk: a thread that sees the cursor past it
+                # (a put's lag check, wait for dispatch) never sees the failure still named.
+                self._recovered_locked()
             count += n
             self._advance_locked(base + pos)
             if n and self.on_progress is not None:
@@ -192,6 +193,15 @@ class ReputMessageService(ServiceThread):
         if stop in native.CORRUPT or stop == native.Stop.PARTIAL:
             self._report_corrupt_locked(buf, pos, limit, base)
         return stop, count
+
+    def _recovered_locked(self) -> None:
+        """End the failure episode: logged, and puts are taken again."""
+        log.warning(
+            "dispatch works again at offset %d after %d failed attempts (%s)",
+            self.reput_from_offset, self.failures_total, self.failure,
+        )  # fmt: skip
+        self.failure = ""
+        self._retry_ms = 0
 
     def _failed_locked(self, exc: Exception) -> None:
         """Record a failed attempt; the first of an episode is logged with its traceback."""

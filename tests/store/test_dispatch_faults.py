@@ -87,8 +87,12 @@ def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhil
         assert any(r.startswith("dispatch failing") for r in store.degraded_reasons())
         refused = store.put_message(build_message("T", b"refused", 0))
         assert (refused.refusal, refused.items) == (PutRefusal.DISPATCH_BEHIND, [])
+        # Whoever sees the cursor move past the failed chunk sees the failure over (puts taken again).
+        moves: list[tuple[int, str]] = []
+        store.reput_service.on_progress = lambda offset: moves.append((offset, store.reput_service.failure))
         queue_dir.unlink()  # the fault goes away: the same message is dispatched, nothing was skipped
         wait_dispatched(store)
+        assert moves == [(first.end_offset, "")]
         assert store.reput_service.failure == "" and store.degraded_reasons() == []
         assert bodies(store, "T") == [b"acknowledged"]
         assert store.put_message(build_message("T", b"accepted again", 0)).ok
