@@ -83,14 +83,17 @@ class Env:
             i += 1
         assert len(self.commit_log_files()) == files
         wait_dispatched(self.store)
+        # A flusher holds a file while it syncs it, and a pass stops at a held file. The background
+        # flushers sync one file of a queue per round, so after a fill they go on walking older
+        # files for seconds under load: they are stopped, and the test flushes everything itself.
+        self.store.flush_service.shutdown()
+        self.store.flush_consume_queue_service.shutdown()
         for mf in self.store.commit_log.mapped_file_queue.mapped_files:
             mf.mm.flush()  # no write-back may touch an mtime the test sets afterwards
-        # A flusher holds a file while it syncs it, and a held file is not deleted: flush everything
-        # now, so the background flushers find nothing to do while the test runs its passes.
-        for _ in range(len(self.commit_log_files()) + 1):
-            self.store.commit_log.flush(0)
-        assert self.store.commit_log.flushed_where() == self.store.commit_log.get_max_offset()
-        self.store.flush_consume_queue_service.do_flush(3)
+        for part in [self.store.commit_log, *self.store.all_consume_queues()]:
+            for _ in range(len(part.mapped_file_queue.mapped_files) + 1):
+                part.flush(0)
+            assert part.mapped_file_queue.flushed_where == part.mapped_file_queue.get_max_offset()
 
     def commit_log_files(self) -> list[str]:
         """Names of the log's files (not the one the allocation service may have made in advance)."""
