@@ -1,12 +1,14 @@
-"""Timer messages on a real store over real files: precision, past times, DELAY_TOO_LONG, delay
+"""Timer messages on a real store over real files: precision (on a FakeClock), past times, DELAY_TOO_LONG, delay
 levels unchanged, rolls beyond a small wheel, properties kept, restarts, a torn timer log tail."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from store import DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
+from store.clock import FakeClock
 from store.timer_log import UNIT_SIZE
 from tests.store.conftest import open_store, small_config
 
@@ -40,23 +42,44 @@ def wait_delivered(store: DefaultMessageStore, topic: str, n: int, timeout_s: fl
     return out
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
 def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> None:
-    store = open_store(timer_config(str(tmp_path / "s")))
+    """On a FakeClock, so that the timing is the store's decision, not the scheduler's: the slot is
+    left while the clock is before its end and delivered once the clock reaches it."""
+    clock = FakeClock()
+    store = DefaultMessageStore(timer_config(str(tmp_path / "s")), clock=clock)
+    store.load()
+    store.start()
     try:
-        due = int(time.time() * 1000) + 1500
+        due = clock.now_ms() + 1500
         msg = deliver_at(build_message("T", b"soon", 0, properties={"user": "kept"}), due)
         result = store.put_message(msg)
         assert result.ok and msg.topic == "rmq_sys_wheel_timer"
+        slot = due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
+        slot_end = slot + PRECISION_MS
+        assert due <= slot_end < due + PRECISION_MS
+        clock.set_ms(slot_end - 1)
+        wait_until(lambda: store.timer_status()["pending_in_wheel"] == 1, "the message never reached the wheel")
+        wait_until(lambda: store.timer_status()["read_time_ms"] == slot, "the dequeue service never reached the slot")
+        assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
+        clock.set_ms(slot_end)
         [got] = wait_delivered(store, "T", 1)
-        assert due <= got["store_timestamp"] <= due + 2 * PRECISION_MS + 100
         props = got["properties"]
         assert props["user"] == "kept" and props["TIMER_DELIVER_MS"] == str(due) and props["UNIQ_KEY"] == msg.properties["UNIQ_KEY"]
-        assert int(props["TIMER_OUT_MS"]) == due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
+        assert int(props["TIMER_OUT_MS"]) == slot and int(props["TIMER_DEQUEUE_MS"]) == slot_end
         # Kept, as RocketMQ 5's TimerMessageStore.convertMessage stores the delivered copy.
         assert (props["REAL_TOPIC"], props["REAL_QID"]) == ("T", "0")
         assert {"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS"} <= set(props)
+        # The copy is readable before the dequeue service counts it: the counters follow.
+        wait_until(lambda: store.timer_status()["delivered"] == 1, "the delivery was never counted")
         status = store.timer_status()
-        assert status["delivered"] == 1 and status["pending"] == 0 and status["lateness"]["count"] == 1
+        assert status["pending"] == 0 and status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
         # The delivered copy went to its topic as it was: not to the timer topic again.
         assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 1 and store.get_max_offset_in_queue("T", 0) == 1
     finally:
