@@ -43,13 +43,15 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     for batch in range(12):
         messages = [{"body": "a" * 400, "keys": [f"aged-{batch * 50 + i}"], "queue_id": 0} for i in range(50)]
         assert c.post("/v1/topics/Aged/messages", json={"messages": messages}).status_code == 201
-    # A file's age is its mtime, which a flush moves: let the periodic flush get past every file but
-    # the last, so that they are all older than the pass (a reserved time of zero).
-    deadline = time.monotonic() + 10
+    # The flusher holds the file it syncs and a pass stops at a held file; only one pass runs here, so
+    # the periodic flush (one file every 500 ms, each an msync that a busy disk can make take seconds)
+    # must be past every full file first. Once it is, it holds at most the last full file (its pages
+    # are dropped after the move), and the pass still deletes the files before it.
+    deadline = time.monotonic() + 60
     while (runtime := c.get("/v1/store").json()["runtime"])["commitlog_flushed_offset"] < runtime["commitlog_max_offset"] // 65536 * 65536:
         assert time.monotonic() < deadline, runtime
         time.sleep(0.05)
-    time.sleep(0.1)
+    assert runtime["commitlog_max_offset"] // 65536 >= 4, "the pass must find at least four full files"
     cleanup = runtime["cleanup"]
     assert cleanup["commitlog_files_deleted"] == 0 and cleanup["manual_rounds_left"] == 0
     assert cleanup["next_pass_ms"] > time.time() * 1000 + 60_000, "no periodic pass may run during the test"
