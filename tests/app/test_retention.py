@@ -36,6 +36,13 @@ PERIODIC_RETENTION_CONFIG = EXPIRING_STORE + f'delete_when = "{EVERY_HOUR}"\ncle
 LEVELS = 'message_delay_level = "1s 2s 5s 1h"\n'
 
 
+def deleted_at_least(runtime: dict, files: int) -> bool:
+    """Whether `files` commitlog files are deleted, by the count and by the minimum offset. The report
+    reads them at different moments: during a pass the minimum already moved past the file shut down
+    first while the files after it are still being deleted, and the count grows at the pass's end."""
+    return runtime["cleanup"]["commitlog_files_deleted"] >= files and runtime["commitlog_min_offset"] >= files * 65536
+
+
 def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(make_broker) -> None:
     broker: BrokerProcess = make_broker(RETENTION_CONFIG + SMALL_BROKER)
     c = broker.client
@@ -67,7 +74,7 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     while True:
         runtime = c.get("/v1/store").json()["runtime"]
         min_offset = c.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
-        if runtime["cleanup"]["commitlog_files_deleted"] >= 3 and min_offset > 0:
+        if deleted_at_least(runtime, 3) and min_offset > 0:
             break
         assert time.monotonic() < deadline, runtime
         time.sleep(0.05)
@@ -75,7 +82,6 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     assert cleanup["passes"] >= 1 and cleanup["manual_rounds_left"] < 20
     assert cleanup["next_pass_ms"] > cleanup["last_pass_ms"] >= before_ms
     assert cleanup["disk_ratio"] is not None and cleanup["disk_warning_ratio"] == 0.9
-    assert runtime["commitlog_min_offset"] >= 3 * 65536
 
     stale = c.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
     assert stale["status"] == "OFFSET_TOO_SMALL" and stale["messages"] == []
@@ -149,11 +155,10 @@ def test_consumers_see_the_new_minimum_and_lose_deleted_keys_over_http(tmp_path:
         while True:  # every file but the last is expired at once; the periodic pass deletes them
             runtime = client.get("/v1/store").json()["runtime"]
             new_min = client.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
-            if runtime["cleanup"]["commitlog_files_deleted"] >= 3 and new_min > 0:
+            if deleted_at_least(runtime, 3) and new_min > 0:
                 break
             assert time.monotonic() < deadline, runtime
             time.sleep(0.05)
-        assert runtime["commitlog_min_offset"] >= 3 * 65536
 
         stale = client.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
         assert stale["status"] == "OFFSET_TOO_SMALL"
