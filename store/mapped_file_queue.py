@@ -168,12 +168,14 @@ class MappedFileQueue:
 
     def flush(self, flush_least_pages: int) -> bool:
         """Flush the file holding flushed_where; True when nothing moved (RocketMQ's result)."""
+        before = self.flushed_where
+        self.flushed_where = self._past_deleted(before)
         mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
         if mf is None:
             return True
         store_ts = mf.store_timestamp
         where = mf.file_from_offset + mf.flush(flush_least_pages)
-        unchanged = where == self.flushed_where
+        unchanged = where == before
         self.flushed_where = where
         if not unchanged and where == mf.file_from_offset + self.mapped_file_size:
             mf.drop_resident()  # full and on disk: its pages need not count in the process's memory
@@ -182,13 +184,23 @@ class MappedFileQueue:
         return unchanged
 
     def commit(self, commit_least_pages: int) -> bool:
+        before = self.committed_where
+        self.committed_where = self._past_deleted(before)
         mf = self.find_mapped_file_by_offset(self.committed_where, self.committed_where == 0)
         if mf is None:
             return True
         where = mf.file_from_offset + mf.commit(commit_least_pages)
-        unchanged = where == self.committed_where
+        unchanged = where == before
         self.committed_where = where
         return unchanged
+
+    def _past_deleted(self, offset: int) -> int:
+        """`offset`, or the first file's start when cleanup deleted the files holding it before they were
+        flushed (or committed): nothing is left below to write, and no file holds the offset, so the
+        lookup would find none and the position would never move again. RocketMQ's MappedFileQueue.flush
+        looks up findMappedFileByOffset(flushedWhere, flushedWhere == 0) and stays there in that case."""
+        first = self.get_first_mapped_file()
+        return first.file_from_offset if first is not None and 0 < offset < first.file_from_offset else offset
 
     # Truncation and deletion --------------------------------------------------------------
 

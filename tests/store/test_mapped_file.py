@@ -246,3 +246,31 @@ def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) ->
     assert resident_kib(second.path) > 0  # the file being written stays resident
     assert bytes(first.select_mapped_buffer(0, size).view) == payload  # and the bytes read back from the page cache
     q.shutdown()
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(tmp_path, pooled: bool) -> None:
+    """A lagging flusher (one file per call) and a cleanup that deletes leading files at once:
+    the positions skip the deleted files instead of staying below the first file for good."""
+    pool = TransientStorePool(6, SIZE) if pooled else None
+    if pool is not None:
+        pool.init()
+    q = MappedFileQueue(str(tmp_path), SIZE, file_factory=lambda path, size: MappedFile(path, size, pool))
+    for _ in range(4):
+        mf = q.get_last_mapped_file_or_create(0)
+        assert mf is not None and mf.append_bytes(b"m" * SIZE)
+    tail = q.get_last_mapped_file_or_create(0)
+    assert tail is not None and tail.append_bytes(b"t" * 100)
+    if pooled:
+        assert not q.commit(0) and q.committed_where == SIZE
+    assert not q.flush(0) and q.flushed_where == SIZE  # one file per call: the next flush starts in the second
+    assert q.delete_expired_files_by_time(0, 0, 0, True, 3, 0) == 3
+    assert q.get_min_offset() == 3 * SIZE
+    for _ in range(4):
+        q.commit(0)
+        q.flush(0)
+    end = 4 * SIZE + 100
+    assert (q.committed_where if pooled else end, q.flushed_where, q.get_max_offset()) == (end, end, end)
+    with open(tail.path, "rb") as fh:
+        assert fh.read(100) == b"t" * 100
+    q.shutdown()
