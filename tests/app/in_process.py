@@ -135,10 +135,12 @@ class InProcessBroker:
         return 0
 
     def kill(self) -> None:
-        """Stop if running (a thread cannot be killed: it stops as on SIGTERM); for fixtures' clean-up."""
+        """Stop at once if running, for fixtures' clean-up: a thread cannot be killed, so the server stops
+        as on a second SIGINT (connections a test left open are not waited for) and the store shuts down."""
         if self.thread is not None and self.thread.is_alive():
             assert self.started is not None
             self.started.stop()
+            self.started.server.force_exit = True
             self.thread.join(20.0)
         self._detach_log()
         if self.client is not None:
