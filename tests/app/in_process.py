@@ -7,7 +7,8 @@ process limits, set environment variables for it or run the CLI itself use Broke
 
 - The options are the command line's (`serve --port 0 --store ... --config ...` and `args`), read
   by the CLI's own `settings_from`, so both kinds of broker are configured alike.
-- The process's logging is left alone (the server applies no log config); records of the
+- The process's logging is left alone (the server applies no log config; the one logger uvicorn
+  itself detaches, its access logger, is put back at the stop); records of the
   `tidemq` and `uvicorn` loggers at WARNING and above (the level the test process logs at) go to
   `log_path` while the broker runs, for `log()`. Two brokers running at once both see each other's.
 - `stop` stops as SIGTERM does and joins the thread; the store's shutdown releases its lock file,
@@ -34,6 +35,8 @@ from ha import HAStartFailed
 
 # Loggers whose records the broker's log file gets.
 BROKER_LOGGERS = ("tidemq", "uvicorn")
+# uvicorn's per-request logger, which the server turns off (app.http_requests logs requests instead).
+UVICORN_ACCESS_LOGGER = "uvicorn.access"
 # Signals a running server stops on; anything else (SIGKILL, say) needs a BrokerProcess.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -56,6 +59,7 @@ class InProcessBroker:
         self.thread: threading.Thread | None = None
         self.failure: BaseException | None = None  # what the last serve raised
         self._log_handler: logging.Handler | None = None
+        self._access_logger_state: tuple[bool, list[logging.Handler]] = (True, [])
 
     @property
     def url(self) -> str:
@@ -105,6 +109,8 @@ class InProcessBroker:
         for name in BROKER_LOGGERS:
             logging.getLogger(name).addHandler(handler)
         self._log_handler = handler
+        access = logging.getLogger(UVICORN_ACCESS_LOGGER)
+        self._access_logger_state = (access.propagate, list(access.handlers))
 
     def _detach_log(self) -> None:
         handler, self._log_handler = self._log_handler, None
@@ -112,6 +118,9 @@ class InProcessBroker:
             for name in BROKER_LOGGERS:
                 logging.getLogger(name).removeHandler(handler)
             handler.close()
+            # The server's access_log=False (as in the process) detached uvicorn's access logger; put it back.
+            access = logging.getLogger(UVICORN_ACCESS_LOGGER)
+            access.propagate, access.handlers = self._access_logger_state[0], list(self._access_logger_state[1])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
