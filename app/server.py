@@ -288,38 +288,54 @@ class RestartRequested(TidemqError):
     """Raised when the cluster asked for a restart of this process (cluster/node.py); the server stopped cleanly first."""
 
 
-def run(settings: BrokerSettings) -> None:
-    """Serve until SIGTERM/SIGINT; StartRefused (one line) when the port, the store or its load refuse the start.
+class BrokerStart:
+    """One start of the broker: the port bound, the app built, the store locked, the server made.
 
     Order: the port is bound, then the app is built (a master binds its HA port: HAStartFailed), then
-    the store's lock is taken, then the server serves while the store loads in the background.
+    the store's lock is taken; `serve` then serves while the store loads in the background.
+    `own_logging` False leaves the process's logging as it is (uvicorn applies no log config): for
+    a process that hosts the server beside other work, whose logging belongs to that work.
     """
-    sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
-    fit_descriptors(settings)
-    check_exposure(settings)
-    listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
-    if settings.port == 0:
-        settings.bound_to(listener.getsockname()[1])
-    # The bound address (the port a `--port 0` start got), logged whatever the level (app/logs.py).
-    logging.getLogger(LISTEN_LOGGER).info("listening on %s", settings.http_url())
-    try:
+
+    def __init__(self, settings: BrokerSettings, own_logging: bool = True) -> None:
+        self.settings = settings
+        sys.setswitchinterval(settings.gil_switch_interval_us / 1_000_000)
+        fit_descriptors(settings)
+        check_exposure(settings)
+        self.listener = bind_listener(settings.host, settings.port, LISTEN_BACKLOG)
         try:
-            app = create_app(settings)
-        except AclInvalid as e:
-            raise StartRefused(str(e)) from None
-        broker: Broker = app.state.broker
-        try:
-            broker.store.lock()
-        except StoreLocked as e:
-            raise StartRefused(str(e)) from None
-        config = uvicorn.Config(
-            app.state.entry,
+            if settings.port == 0:
+                settings.bound_to(self.listener.getsockname()[1])
+            # The bound address (the port a `--port 0` start got), logged whatever the level (app/logs.py).
+            logging.getLogger(LISTEN_LOGGER).info("listening on %s", settings.http_url())
+            try:
+                self.app = create_app(settings)
+            except AclInvalid as e:
+                raise StartRefused(str(e)) from None
+            self.broker: Broker = self.app.state.broker
+            try:
+                self.broker.store.lock()
+            except StoreLocked as e:
+                raise StartRefused(str(e)) from None
+            self.server = BrokerServer(self._uvicorn_config(own_logging), self.broker)
+        except BaseException:
+            self.listener.close()
+            raise
+        self.app.state.on_start_failed = self._on_start_failed
+        if self.broker.cluster is not None:
+            # A deposed master (or a diverged slave) restarts to cut its log back: a clean stop first.
+            self.broker.cluster.on_restart = lambda reason: self.stop()
+
+    def _uvicorn_config(self, own_logging: bool) -> uvicorn.Config:
+        settings = self.settings
+        return uvicorn.Config(
+            self.app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings, app.state.problem),
+            http=bounded_protocol(settings, self.app.state.problem),
             lifespan="on",
-            log_level=settings.log_level,
-            log_config=log_config(settings.log_level, settings.log_format),
+            log_level=settings.log_level if own_logging else None,
+            log_config=log_config(settings.log_level, settings.log_format) if own_logging else None,
             access_log=False,  # app.http_requests logs requests (--access-log) in the broker's own format
             server_header=False,
             timeout_graceful_shutdown=settings.graceful_shutdown_s,
@@ -327,22 +343,31 @@ def run(settings: BrokerSettings) -> None:
             backlog=LISTEN_BACKLOG,
             **tls_options(settings),
         )
-        server = BrokerServer(config, broker)
 
-        def on_start_failed(reason: str) -> None:
-            server.should_exit = True
+    def _on_start_failed(self, reason: str) -> None:
+        self.server.should_exit = True
 
-        app.state.on_start_failed = on_start_failed
-        if broker.cluster is not None:
-            # A deposed master (or a diverged slave) restarts to cut its log back: a clean stop first.
-            broker.cluster.on_restart = lambda reason: server.handle_exit(signal.SIGTERM, None)
-        warn_if_open(settings)
-        server.run(sockets=[listener])
-    finally:
-        listener.close()
-    if broker.cluster is not None and broker.cluster.restart_reason is not None:
-        raise RestartRequested(broker.cluster.restart_reason)
-    if broker.start_failure is not None:
-        raise StartRefused(broker.start_failure)
-    if not server.started:
-        raise StartRefused("the server did not start (see the log)")
+    def stop(self) -> None:
+        """Stop as SIGTERM does (held pulls released, requests drained, the store shut down); from any thread."""
+        self.server.handle_exit(signal.SIGTERM, None)
+
+    def serve(self) -> None:
+        """Serve until stopped; StartRefused (one line) when the store's load or the server's start failed,
+        RestartRequested when the cluster asked for a restart."""
+        warn_if_open(self.settings)
+        try:
+            self.server.run(sockets=[self.listener])
+        finally:
+            self.listener.close()
+        broker = self.broker
+        if broker.cluster is not None and broker.cluster.restart_reason is not None:
+            raise RestartRequested(broker.cluster.restart_reason)
+        if broker.start_failure is not None:
+            raise StartRefused(broker.start_failure)
+        if not self.server.started:
+            raise StartRefused("the server did not start (see the log)")
+
+
+def run(settings: BrokerSettings) -> None:
+    """Serve until SIGTERM/SIGINT; StartRefused (one line) when the port, the store or its load refuse the start."""
+    BrokerStart(settings).serve()

@@ -46,11 +46,16 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def start_with_acl(
-    make_broker: Callable[..., BrokerProcess], tmp_path: Path, text: str = ACL_TEXT, config: str = "", name: str = "store"
+    make_broker: Callable[..., BrokerProcess],
+    tmp_path: Path,
+    text: str = ACL_TEXT,
+    config: str = "",
+    name: str = "store",
+    process: bool = False,
 ) -> tuple[BrokerProcess, Path]:
     acl = tmp_path / f"{name}-acl.toml"
     acl.write_text(text)
-    broker = make_broker(SMALL_STORE + SMALL_BROKER + config, args=["--acl", str(acl)], name=name)
+    broker = make_broker(SMALL_STORE + SMALL_BROKER + config, args=["--acl", str(acl)], name=name, process=process)
     return broker, acl
 
 

@@ -1,5 +1,6 @@
-"""Fixtures: real broker processes (`python -m app serve`) on free loopback ports, each over a
-temporary store with small files, always stopped at the end."""
+"""Fixtures: real brokers on free loopback ports, each over a temporary store with small files,
+always stopped at the end — served from a thread of the test process (tests/app/in_process.py) or,
+for a test that needs the process boundary, as a `python -m app serve` process (BrokerProcess)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.app.in_process import InProcessBroker
 from tests.loopback import bound_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,8 +152,9 @@ class BrokerProcess:
 
 @pytest.fixture
 def make_broker(tmp_path: Path) -> Iterator:
-    """Factory of broker processes, all stopped at the end of the test."""
-    started: list[BrokerProcess] = []
+    """Factory of brokers, all stopped at the end of the test: in this process, or a process with
+    `process=True` (also whenever `env` or a descriptor limit is given: those need a process of their own)."""
+    started: list[BrokerProcess | InProcessBroker] = []
 
     def make(
         config_text: str = SMALL_STORE + SMALL_BROKER,
@@ -160,8 +163,13 @@ def make_broker(tmp_path: Path) -> Iterator:
         name: str = "store",
         nofile_soft: int | None = None,
         nofile_hard: int | None = None,
-    ) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
+        process: bool = False,
+    ) -> BrokerProcess | InProcessBroker:
+        broker: BrokerProcess | InProcessBroker
+        if process or env or nofile_soft is not None or nofile_hard is not None:
+            broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
+        else:
+            broker = InProcessBroker(tmp_path / name, config_text, args)
         started.append(broker)
         return broker.start()
 
@@ -172,9 +180,13 @@ def make_broker(tmp_path: Path) -> Iterator:
             broker.kill()
 
 
-def running_broker(factory: pytest.TempPathFactory, name: str, config_text: str) -> Iterator[BrokerProcess]:
-    """A broker for a module's or the session's tests (a fixture yields from it), killed at the end."""
-    broker = BrokerProcess(factory.mktemp(name) / "store", config_text)
+def running_broker(
+    factory: pytest.TempPathFactory, name: str, config_text: str, process: bool = False
+) -> Iterator[BrokerProcess | InProcessBroker]:
+    """A broker for a module's or the session's tests (a fixture yields from it), stopped at the end;
+    in this process unless `process`."""
+    store_dir = factory.mktemp(name) / "store"
+    broker = BrokerProcess(store_dir, config_text) if process else InProcessBroker(store_dir, config_text)
     try:
         yield broker.start()
     finally:
@@ -182,13 +194,13 @@ def running_broker(factory: pytest.TempPathFactory, name: str, config_text: str)
 
 
 @pytest.fixture(scope="session")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     """One broker for the tests that only need a running server (they use topics of their own)."""
     yield from running_broker(tmp_path_factory, "shared", SMALL_STORE + SMALL_BROKER)
 
 
 @pytest.fixture
-def client(shared_broker: BrokerProcess) -> httpx.Client:
+def client(shared_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert shared_broker.client is not None
     return shared_broker.client
 

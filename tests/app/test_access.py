@@ -81,7 +81,7 @@ def test_message_by_id_needs_sub_on_its_topic(make_broker, tmp_path) -> None:
 
 
 def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker, tmp_path) -> None:
-    broker, acl = start_with_acl(make_broker, tmp_path)
+    broker, acl = start_with_acl(make_broker, tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.get("/v1/topics/billing-a", headers=bearer(BILLING)).status_code == 404  # allowed: no such topic
@@ -119,7 +119,7 @@ def test_rate_limit_answers_429_with_retry_after(make_broker, tmp_path) -> None:
 
 
 def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.put("/v1/topics/audited", json={}, headers=bearer(OPS)).status_code in (200, 201)
@@ -155,7 +155,7 @@ def test_an_open_broker_refuses_a_non_loopback_address(tmp_path) -> None:
 
 
 def test_an_open_broker_warns(make_broker) -> None:
-    broker = make_broker(SMALL_STORE + SMALL_BROKER, args=["--host", "0.0.0.0", "--insecure-open"])
+    broker = make_broker(SMALL_STORE + SMALL_BROKER, args=["--host", "0.0.0.0", "--insecure-open"], process=True)  # its log
     assert broker.client is not None and broker.client.get("/v1/topics").status_code == 200
     assert "WARNING tidemq.app: no ACL (--acl)" in broker.log()
 

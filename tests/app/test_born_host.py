@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from store import decode_message, iter_messages, pack_batch
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import wait_visible
+from tests.app.in_process import InProcessBroker
 
 BORNHOST_V6_FLAG = 0x10
 
@@ -28,7 +29,7 @@ def ipv6_loopback_bindable() -> bool:
         return False
 
 
-def post(broker: BrokerProcess, path: str, body: bytes, content_type: str) -> tuple[dict, tuple[str, int]]:
+def post(broker: InProcessBroker, path: str, body: bytes, content_type: str) -> tuple[dict, tuple[str, int]]:
     """POST on a connection of its own: (the JSON reply, the client's own address and port)."""
     connection = http.client.HTTPConnection(broker.host, broker.port, timeout=15)
     try:
@@ -43,7 +44,7 @@ def post(broker: BrokerProcess, path: str, body: bytes, content_type: str) -> tu
         connection.close()
 
 
-def produce_every_way(broker: BrokerProcess, topic: str) -> dict[int, tuple[str, int]]:
+def produce_every_way(broker: InProcessBroker, topic: str) -> dict[int, tuple[str, int]]:
     """One message (or batch) per produce path; commitlog offset -> the sender's address."""
     sent: dict[int, tuple[str, int]] = {}
     path = f"/v1/topics/{topic}/messages"
@@ -61,7 +62,7 @@ def produce_every_way(broker: BrokerProcess, topic: str) -> dict[int, tuple[str,
     return sent
 
 
-def pulled(broker: BrokerProcess, topic: str) -> list[dict]:
+def pulled(broker: InProcessBroker, topic: str) -> list[dict]:
     assert broker.client is not None
     out = []
     for queue_id in (0, 1):
@@ -74,7 +75,7 @@ def pulled(broker: BrokerProcess, topic: str) -> list[dict]:
     return out
 
 
-def assert_born_hosts(broker: BrokerProcess, want_text: str, v6: bool) -> None:
+def assert_born_hosts(broker: InProcessBroker, want_text: str, v6: bool) -> None:
     assert broker.client is not None
     topic = f"born-{uuid.uuid4().hex[:8]}"
     assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 2}).status_code in (200, 201)
@@ -93,10 +94,10 @@ def assert_born_hosts(broker: BrokerProcess, want_text: str, v6: bool) -> None:
 
 @pytest.fixture
 def broker_on(tmp_path: Path) -> Iterator:
-    started: list[BrokerProcess] = []
+    started: list[InProcessBroker] = []
 
-    def start(host: str) -> BrokerProcess:
-        broker = BrokerProcess(tmp_path / f"store-{len(started)}", SMALL_STORE + SMALL_BROKER, ["--host", host])
+    def start(host: str) -> InProcessBroker:
+        broker = InProcessBroker(tmp_path / f"store-{len(started)}", SMALL_STORE + SMALL_BROKER, ["--host", host])
         broker.host = host
         started.append(broker)
         return broker.start()

@@ -13,16 +13,17 @@ import httpx
 import pytest
 
 import tidemq
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.in_process import InProcessBroker
 from tests.compressed_store import CASES, TOPIC, Case, write_compressed_store
 
 
 @pytest.fixture(scope="module")
-def zipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def zipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
     store_dir = tmp_path_factory.mktemp("zipped") / "store"
     write_compressed_store(str(store_dir))
     # A short ack margin and revive interval: an unacked message comes back about a second after its invisible time.
-    broker = BrokerProcess(store_dir, SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n" + SMALL_BROKER)
+    broker = InProcessBroker(store_dir, SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n" + SMALL_BROKER)
     try:
         yield broker.start()
     finally:
@@ -30,7 +31,7 @@ def zipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 @pytest.fixture
-def c(zipped: BrokerProcess) -> httpx.Client:
+def c(zipped: InProcessBroker) -> httpx.Client:
     assert zipped.client is not None
     return zipped.client
 
@@ -67,7 +68,7 @@ def test_the_batch_format_keeps_the_stored_bytes_and_says_so(c: httpx.Client) ->
 
 
 @pytest.mark.parametrize("stored_format", [True, False])
-def test_the_python_client_decodes_bodies_as_produced(zipped: BrokerProcess, stored_format: bool) -> None:
+def test_the_python_client_decodes_bodies_as_produced(zipped: InProcessBroker, stored_format: bool) -> None:
     with tidemq.Client(zipped.url) as client:
         result = client.pull(TOPIC, 0, 0, max_messages=32, stored_format=stored_format)
     assert [m.keys for m in result.messages] == [[case.key] for case in CASES]
@@ -122,7 +123,7 @@ def test_a_redelivered_message_is_still_shown_as_produced(c: httpx.Client) -> No
         assert_view(m, next(case for case in CASES if case.key == m["keys"][0]))
 
 
-def test_a_receive_stream_shows_bodies_as_produced(zipped: BrokerProcess) -> None:
+def test_a_receive_stream_shows_bodies_as_produced(zipped: InProcessBroker) -> None:
     url = f"/v1/groups/zipped-stream/topics/{TOPIC}/stream"
     got: list[dict] = []
     with httpx.Client(base_url=zipped.url, timeout=10) as own, own.stream("GET", url, params={"max_in_flight": 32}) as r:

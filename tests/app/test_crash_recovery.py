@@ -14,7 +14,7 @@ from tests.app.helpers import send
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) -> None:
     config = SMALL_STORE + f'flush_disk_type = "{flush}"\n' + SMALL_BROKER
-    broker = make_broker(config)
+    broker = make_broker(config, process=True)  # killed
     c = broker.client
     assert c.put(f"/v1/topics/{topic}", json={"queues": 3}).status_code == 201
     for i in range(9):
@@ -42,7 +42,7 @@ def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) 
 
 @pytest.mark.parametrize("damage", ["deleted", "corrupt"])
 def test_topics_rebuilt_from_consume_queues_when_topics_json_is_lost(make_broker, topic: str, damage: str) -> None:
-    broker = make_broker()
+    broker = make_broker(process=True)  # its exit status and log
     c = broker.client
     assert c.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
     sent = [send(c, topic, f"body-{i}", queue_id=i % 3) for i in range(6)]  # queue 3 stays empty: no directory

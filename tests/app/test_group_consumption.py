@@ -227,7 +227,7 @@ def test_groups_are_listed_with_topics_lag_and_counts(c: httpx.Client, topic: st
 
 
 def test_sigkill_during_receives_and_acks_loses_nothing_and_redelivers_no_acked_message(make_broker, topic: str) -> None:
-    broker = make_broker(POP_STORE + SMALL_BROKER)
+    broker = make_broker(POP_STORE + SMALL_BROKER, process=True)  # killed
     c = broker.client
     create(c, topic, queues=2)
     bodies = [f"m{i}" for i in range(20)]

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
+from tests.app.in_process import InProcessBroker
 from tests.store.rocketmq_records import BORN_V6, STORE_V6, Record, write_commit_log
 from tidemq import decode_stored
 
 
 def test_offset_ids_of_both_store_host_forms_are_looked_up(tmp_path: Path) -> None:
     records = [Record("hosts", f"m{i}".encode(), {"TAGS": "t"}, 0, i, flag) for i, flag in enumerate([0, STORE_V6, BORN_V6 | STORE_V6])]
-    broker = BrokerProcess(tmp_path / "store", SMALL_STORE + SMALL_BROKER)
+    broker = InProcessBroker(tmp_path / "store", SMALL_STORE + SMALL_BROKER)
     starts = write_commit_log(str(broker.store_dir / "commitlog"), 262_144, records)
     broker.start()
     try:

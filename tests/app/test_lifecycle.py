@@ -52,7 +52,7 @@ def test_restart_keeps_messages_offsets_and_topics(make_broker) -> None:
 
 
 def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
-    broker: BrokerProcess = make_broker()
+    broker: BrokerProcess = make_broker(process=True)  # signalled; its exit status and log
     assert broker.client.put("/v1/topics/t", json={"queues": 1}).status_code == 201
     replies: list[httpx.Response] = []
 
@@ -123,9 +123,9 @@ def test_auto_create_off_and_held_pull_bound(make_broker) -> None:
 
 
 def test_second_broker_on_the_same_store_fails_to_start(make_broker) -> None:
-    make_broker()
+    make_broker(process=True)  # two processes: the lock file excludes another process
     with pytest.raises(RuntimeError, match="broker exited with 3"):
-        make_broker()
+        make_broker(process=True)
 
 
 def test_cli_refuses_a_bad_config(tmp_path) -> None:

@@ -25,7 +25,7 @@ ROUTES = {
 
 
 def run_and_stop(make_broker, **options) -> list[str]:
-    broker = make_broker(**options)
+    broker = make_broker(**options, process=True)  # the log the process writes
     serve_hot_routes(broker.client, "t-" + uuid.uuid4().hex[:8], "g-" + uuid.uuid4().hex[:8])
     assert broker.stop() == 0
     return [line for line in broker.log_path.read_text().splitlines() if line]

@@ -56,7 +56,7 @@ def proc_status(pid: int, field: str) -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="process metrics read /proc, which this system lacks")
 def test_process_metrics_describe_the_broker_process(make_broker) -> None:
-    broker = make_broker()
+    broker = make_broker(process=True)  # the metrics describe the process
     scrape = samples(broker.client.get("/metrics").text)
     pid = broker.proc.pid
     open_fds = value(scrape, "tidemq_process_open_fds")

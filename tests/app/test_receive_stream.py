@@ -105,7 +105,7 @@ def test_bad_stream_parameters_are_refused(sse_broker: BrokerProcess, topic: str
 
 
 def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker, topic: str) -> None:
-    broker = make_broker(SMALL_STORE + STREAM_BROKER)
+    broker = make_broker(SMALL_STORE + STREAM_BROKER, process=True)  # SIGTERM and its exit status
     c = broker.client
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     ended = threading.Event()

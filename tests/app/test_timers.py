@@ -117,7 +117,7 @@ def _delivered_keys(c: httpx.Client, topic: str, want: int, timeout_s: float = 1
 
 
 def test_sigkill_with_timers_pending_delivers_each_once(make_broker, topic: str) -> None:
-    broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER)
+    broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER, process=True)  # killed
     c = broker.client
     create(c, topic, queues=2)
     sent = _send_timers(c, topic, 40, int(time.time() * 1000) + 2_000)
@@ -129,7 +129,7 @@ def test_sigkill_with_timers_pending_delivers_each_once(make_broker, topic: str)
 
 def test_sigkill_while_timers_are_delivered_delivers_each_once(make_broker, topic: str) -> None:
     # The checkpoint is written rarely: after the kill the wheel is read again from an old read time.
-    broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER)
+    broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER, process=True)  # killed
     c = broker.client
     create(c, topic, queues=2)
     sent = _send_timers(c, topic, 200, int(time.time() * 1000) + 1_500, spread_ms=15)

@@ -15,7 +15,8 @@ import pytest
 
 from app.settings import build_settings
 from store import ConfigInvalid
-from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
+from tests.app.in_process import InProcessBroker
 from tests.loopback import read_until_closed
 from tests.tls_certs import Certs, make_certs
 
@@ -28,14 +29,14 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 @pytest.fixture
-def tls_broker(tmp_path: Path, certs: Certs) -> Iterator[Callable[..., BrokerProcess]]:
-    started: list[BrokerProcess] = []
+def tls_broker(tmp_path: Path, certs: Certs) -> Iterator[Callable[..., InProcessBroker]]:
+    started: list[InProcessBroker] = []
 
-    def make(mutual: bool = False, client_cert: tuple[Path, Path] | None = None) -> BrokerProcess:
+    def make(mutual: bool = False, client_cert: tuple[Path, Path] | None = None) -> InProcessBroker:
         args = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
         if mutual:
             args += ["--tls-client-ca", str(certs.client_ca)]
-        broker = BrokerProcess(tmp_path / f"store{len(started)}", SMALL_STORE + SMALL_BROKER, args)
+        broker = InProcessBroker(tmp_path / f"store{len(started)}", SMALL_STORE + SMALL_BROKER, args)
         broker.scheme = "https"
         broker.client_options = {"verify": ssl.create_default_context(cafile=str(certs.ca))}
         if client_cert is not None:

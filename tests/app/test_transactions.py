@@ -223,8 +223,9 @@ def check_server() -> Iterator[CheckServer]:
 
 
 def checked_broker(make_broker: Any, topic: str, group: str, check_server: CheckServer) -> Any:
-    """A broker checking back quickly, with `topic` and producer `group` checked back at `check_server`."""
-    broker = make_broker(CHECK_STORE + CHECK_BROKER)
+    """A broker checking back quickly, with `topic` and producer `group` checked back at `check_server`
+    (a process: the tests read its log)."""
+    broker = make_broker(CHECK_STORE + CHECK_BROKER, process=True)
     create(broker.client, topic)
     assert broker.client.put(f"/v1/producer-groups/{group}", json={"check_url": check_server.url}).status_code == 201
     return broker
@@ -284,7 +285,7 @@ def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_brok
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_sigkill_keeps_committed_once_rolled_back_never_pending_pending(make_broker, topic: str, flush: str) -> None:
     config = SMALL_STORE + f'flush_disk_type = "{flush}"\ntransaction_check_interval_ms = 60000\n' + SMALL_BROKER
-    broker = make_broker(config)
+    broker = make_broker(config, process=True)  # killed
     c = broker.client
     create(c, topic)
     committed = [half(c, topic, f"c{i}", group="pg-kill") for i in range(3)]

@@ -24,7 +24,7 @@ for _binary in ("redis-server", "redis-benchmark", "wrk"):
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_quick_batch_run_prints_every_row_and_stops_its_servers() -> None:
-    done = run_bench("versus_redis.py", "--only", "batch", "--quick", "--py-clients", "2")
+    done = run_bench("versus_redis.py", "--only", "batch", "--quick", "--py-clients", "2", "--seconds", "1")
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     assert "ASYNC_FLUSH" in log and "appendonly no" in log

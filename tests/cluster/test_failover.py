@@ -24,6 +24,9 @@ from tests.loopback import free_port
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 LEASE_TTL_S = 2.0  # tests/cluster/conftest.py's lease_ttl_s
 TOPIC = "orders"
+# A refused or failed put is retried this much later: retrying at once spins the test process and the
+# brokers on two cores through every election (thousands of 503s a second), slowing the brokers it measures.
+RETRY_AFTER_REFUSAL_S = 0.01
 
 
 @dataclass
@@ -69,11 +72,13 @@ class Producer:
                         f"/v1/topics/{TOPIC}/messages", json={"body": body, "queue_id": 0}, headers=DIRECT if self.direct else None
                     )
                 except httpx.TransportError:
+                    self._stop.wait(RETRY_AFTER_REFUSAL_S)
                     continue
                 if r.status_code == 201:
                     self.acks.append(Ack(body, url, sent, time.monotonic()))
                 else:
                     self.refused[r.status_code] = self.refused.get(r.status_code, 0) + 1
+                    self._stop.wait(RETRY_AFTER_REFUSAL_S)
         finally:
             for c in clients.values():
                 c.close()

@@ -43,6 +43,8 @@ def pull_config(root: str, **overrides: object) -> MessageStoreConfig:
         "disk_max_used_space_ratio_percent": 100,
         "disk_clean_forcibly_ratio_percent": 100,
         "disk_warning_ratio_percent": 100,
+        # No timer wheel: pulls never read it, and loading a week of slots is most of a store's open.
+        "timer_wheel_enable": False,
     }
     values.update(overrides)
     return small_config(root, **values)
