@@ -9,7 +9,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from tests.app.in_process import InProcessBroker
+from tests.app.readiness import wait_until_serving
 from tests.loopback import bound_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,20 +101,15 @@ class BrokerProcess:
             self.kill()
             raise
         self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                r = self.client.get("/readyz")
-                # Started: ready, or loaded and degraded by what the test set up (a full disk, say).
-                if r.status_code == 200 or (r.status_code == 503 and "degraded_reasons" in r.json()):
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"broker not ready within {START_TIMEOUT_S}s:\n{self.log()}")
+        proc = self.proc
+        try:
+            wait_until_serving(
+                self.client, lambda: None if proc.poll() is None else f"broker exited with {proc.returncode}", START_TIMEOUT_S, 0.05
+            )
+        except RuntimeError as e:
+            self.kill()
+            raise RuntimeError(f"{e}:\n{self.log()}") from None
+        return self
 
     def _child_setup(self) -> None:
         self._limit_descriptors()

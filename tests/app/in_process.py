@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from app.logs import TextFormatter
 from app.problems import StartRefused
 from app.server import BrokerStart
 from ha import HAStartFailed
+from tests.app.readiness import wait_until_serving
 
 # Loggers whose records the broker's log file gets.
 BROKER_LOGGERS = ("tidemq", "uvicorn")
@@ -80,21 +80,13 @@ class InProcessBroker:
         self.thread = threading.Thread(target=self._serve, name=f"broker-{self.store_dir.name}", daemon=True)
         self.thread.start()
         self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.thread.is_alive():
-                self._detach_log()
-                raise RuntimeError(f"broker stopped: {self.failure!r}\n{self.log()}")
-            try:
-                r = self.client.get("/readyz")
-                # Started: ready, or loaded and degraded by what the test set up (a full disk, say).
-                if r.status_code == 200 or (r.status_code == 503 and "degraded_reasons" in r.json()):
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"broker not ready within {timeout_s}s:\n{self.log()}")
+        thread = self.thread
+        try:
+            wait_until_serving(self.client, lambda: None if thread.is_alive() else f"broker stopped: {self.failure!r}", timeout_s, 0.02)
+        except RuntimeError as e:
+            self.kill()
+            raise RuntimeError(f"{e}\n{self.log()}") from None
+        return self
 
     def _serve(self) -> None:
         assert self.started is not None
