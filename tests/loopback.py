@@ -7,8 +7,11 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import httpx
 
 # The broker's "listening on URL" log line, in the text or the JSON log format.
 LISTENING = re.compile(rb"listening on (https?://[^\s\"]+):(\d+)")
@@ -59,3 +62,24 @@ def read_until_closed(sock: socket.socket) -> bytes:
     except ConnectionResetError:
         pass
     return data
+
+
+def wait_until_serving(
+    client: httpx.Client, ended: Callable[[], str | None], timeout_s: float, poll_s: float, degraded_ok: bool = True
+) -> None:
+    """Poll /readyz until the broker serves: ready, or (`degraded_ok`) loaded and degraded by what the test
+    set up (a full disk, say). Raises RuntimeError with `ended()`'s reason when the broker stopped
+    meanwhile, or at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reason = ended()
+        if reason is not None:
+            raise RuntimeError(reason)
+        try:
+            r = client.get("/readyz")
+            if r.status_code == 200 or (degraded_ok and r.status_code == 503 and "degraded_reasons" in r.json()):
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(poll_s)
+    raise RuntimeError(f"broker not ready within {timeout_s}s")

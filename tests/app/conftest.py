@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from tests.app.in_process import InProcessBroker
-from tests.app.readiness import wait_until_serving
-from tests.loopback import bound_port
+from tests.loopback import bound_port, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small files so tests cross commitlog and consume queue file boundaries.

@@ -31,7 +31,7 @@ from app.logs import TextFormatter
 from app.problems import StartRefused
 from app.server import BrokerStart
 from ha import HAStartFailed
-from tests.app.readiness import wait_until_serving
+from tests.loopback import wait_until_serving
 
 # Loggers whose records the broker's log file gets.
 BROKER_LOGGERS = ("tidemq", "uvicorn")

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
-from tests.loopback import bound_port, free_port
+from tests.loopback import bound_port, free_port, wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
@@ -96,19 +96,17 @@ class Node:
         return self
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        assert self.proc is not None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"node exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if self.client.get("/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"node not ready within {START_TIMEOUT_S}s:\n{self.log()}")
+        proc = self.proc
+        assert proc is not None
+
+        def ended() -> str | None:
+            return None if proc.poll() is None else f"node exited with {proc.returncode}"
+
+        try:
+            wait_until_serving(self.client, ended, START_TIMEOUT_S, 0.05, degraded_ok=False)
+        except RuntimeError as e:
+            self.kill()
+            raise RuntimeError(f"{e}:\n{self.log()}") from None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-8000:] if self.log_path.exists() else ""

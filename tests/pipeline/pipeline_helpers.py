@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import httpx
 
 from store.message import encode_properties
 from store.message_codec import END_FILE_MIN_BLANK_LENGTH, encode_message, write_blank_into
-from tests.loopback import bound_port
+from tests.loopback import bound_port, wait_until_serving
 
 SERVER_START_TIMEOUT_S = 60.0  # the server imports FastAPI and loads the store before /readyz answers 200
 SERVER_STOP_TIMEOUT_S = 15.0
@@ -98,18 +97,17 @@ def start_server(tmp: Path, broker_lines: tuple[str, ...] = ()) -> Server:
         raise
     url = f"http://127.0.0.1:{port}"
     server = Server(url, store_dir, process)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"tidemq server exited with {process.returncode}: {(tmp / 'server.log').read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/readyz", timeout=1.0).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    stop_server(server)
-    raise RuntimeError(f"tidemq server not ready within {SERVER_START_TIMEOUT_S} s: {(tmp / 'server.log').read_text()[-2000:]}")
+
+    def ended() -> str | None:
+        return None if process.poll() is None else f"tidemq server exited with {process.returncode}"
+
+    try:
+        with httpx.Client(base_url=url, timeout=1.0) as client:
+            wait_until_serving(client, ended, SERVER_START_TIMEOUT_S, 0.1, degraded_ok=False)
+    except RuntimeError as e:
+        stop_server(server)
+        raise RuntimeError(f"{e}: {(tmp / 'server.log').read_text()[-2000:]}") from None
+    return server
 
 
 def stop_server(server: Server) -> None:
