@@ -81,12 +81,14 @@ export async function render(target) {
   const listBox = h("div", {});
   const status = h("div", {});
   let shown = new Map(); // topic -> row: redrawn in place so a pending confirmation survives a refresh
+  let deletions = 0; // topics deleted so far: a refresh that listed before a delete draws nothing
   const onDelete = async (name) => {
     try {
       await call("DELETE", `/v1/topics/${enc(name)}`);
+      deletions += 1;
       rates.delete(name);
+      await refresh(); // the table no longer shows the topic when the message says it is deleted
       status.replaceChildren(h("span", { class: "ok" }, `Topic ${name} deleted`));
-      await refresh();
     } catch (err) {
       status.replaceChildren(problemBox(err));
     }
@@ -111,8 +113,10 @@ export async function render(target) {
     );
   };
   const refresh = async () => {
+    const seen = deletions;
     try {
       const [{ topics, more }, pulled, received] = await Promise.all([topicsWithCounts(), pulledByTopic(), receivedByTopic()]);
+      if (seen !== deletions) return; // listed before a delete: it would show the deleted topic again
       const t = Date.now();
       for (const topic of topics) {
         ratesOf(topic.topic).put.count(t, topic.written);
@@ -121,6 +125,7 @@ export async function render(target) {
       }
       draw(topics, more);
     } catch (err) {
+      if (seen !== deletions) return;
       shown = new Map();
       listBox.replaceChildren(problemBox(err));
     }
