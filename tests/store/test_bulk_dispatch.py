@@ -162,7 +162,10 @@ def test_a_queue_failing_in_the_middle_of_a_batch_resumes_at_the_first_message_n
         blocker.parent.mkdir(parents=True, exist_ok=True)
         blocker.write_text("in the way")
         batch = [build_message(t, b"x" * i, 0, keys=[f"k{i}"]) for i, t in enumerate("ABABA")]
-        assert store.put_messages(batch).ok
+        # A mixed batch is appended run by run (CommitLog.put_messages), so a dispatch between two runs
+        # would take its first messages as a chunk of their own. Held, dispatch finds the batch whole.
+        with store.reput_service.dispatch_lock:
+            assert store.put_messages(batch).ok
         wait_for_failure(store)
         assert store.get_max_offset_in_queue("A", 0) == 3 and store.index_service.index_files == []
         assert arrivals == []  # notices follow the whole chunk
