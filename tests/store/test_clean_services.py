@@ -2,7 +2,9 @@
 
 Every pass is run directly (`run_once()`) with a FakeClock (file age, hour of day) and a
 probe whose disk ratio the test sets; the services' own threads wait an hour between
-passes, so they never interfere. File ages come from mtimes, set with os.utime.
+passes. One exception: a commitlog pass that deleted files wakes the consume queue service,
+whose thread then runs a pass at once (passes never overlap: a test's own pass waits for it).
+File ages come from mtimes, set with os.utime.
 """
 
 from __future__ import annotations
@@ -382,9 +384,14 @@ def test_consume_queue_pass_is_idle_until_the_log_minimum_moves(env: Env) -> Non
     assert service.passes == 0
     env.age_files(3, 100)
     env.clock.pin_hour(4)
-    env.store.clean_commit_log_service.run_once()
-    assert service.run_once() > 0
-    assert service.passes == 1
+    assert env.store.clean_commit_log_service.run_once().files_deleted == 2
+    # Having deleted files, the commitlog pass wakes this service: its thread runs the pass.
+    deadline = time.monotonic() + 10
+    while service.passes == 0:
+        assert time.monotonic() < deadline, "the woken consume queue pass never ran"
+        time.sleep(0.01)
+    assert service.passes == 1 and service.consume_queue_files_deleted + service.index_files_deleted > 0
+    assert service.last_physical_min_offset == env.store.commit_log.get_min_offset() == 2 * COMMIT_LOG_FILE_BYTES
     assert service.run_once() == 0 and service.passes == 1
 
 
