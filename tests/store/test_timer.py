@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
-from store import DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
+from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
 from store.clock import FakeClock
 from store.timer_log import UNIT_SIZE
 from tests.store.conftest import open_store, small_config
@@ -49,19 +49,29 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15.0
         time.sleep(0.01)
 
 
+def started_on(clock: FakeClock, root: str) -> DefaultMessageStore:
+    store = DefaultMessageStore(timer_config(root), clock=clock)
+    store.load()
+    store.start()
+    return store
+
+
+def slot_of(due: int) -> int:
+    """The wheel slot a delivery time falls in: its end is the first multiple of the precision at or after it."""
+    return due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
+
+
 def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> None:
     """On a FakeClock, so that the timing is the store's decision, not the scheduler's: the slot is
     left while the clock is before its end and delivered once the clock reaches it."""
     clock = FakeClock()
-    store = DefaultMessageStore(timer_config(str(tmp_path / "s")), clock=clock)
-    store.load()
-    store.start()
+    store = started_on(clock, str(tmp_path / "s"))
     try:
         due = clock.now_ms() + 1500
         msg = deliver_at(build_message("T", b"soon", 0, properties={"user": "kept"}), due)
         result = store.put_message(msg)
         assert result.ok and msg.topic == "rmq_sys_wheel_timer"
-        slot = due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
+        slot = slot_of(due)
         slot_end = slot + PRECISION_MS
         assert due <= slot_end < due + PRECISION_MS
         clock.set_ms(slot_end - 1)
@@ -102,26 +112,65 @@ def test_past_times_deliver_at_once_and_too_long_is_refused(tmp_path) -> None:
 
 
 def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> None:
-    store = open_store(timer_config(str(tmp_path / "s")))
+    """On a FakeClock (the schedule service's time; store times stay the wall clock's): a level-1 message
+    asking for a 60 s timer as well is a level-1 delay, due 1 s after its store time, and not a timer."""
+    clock = FakeClock()
+    store = started_on(clock, str(tmp_path / "s"))
     try:
         msg = build_message("T", b"lvl", 0, delay_level=1, properties={"TIMER_DELAY_MS": "60000"})
-        t0 = int(time.time() * 1000)
-        assert store.put_message(msg).ok and msg.topic == "SCHEDULE_TOPIC_XXXX"
-        [got] = wait_delivered(store, "T", 1, timeout_s=5)
-        assert got["store_timestamp"] - t0 < 3_000 and "TIMER_DELAY_MS" not in got["properties"]
+        assert store.put_message(msg).ok and msg.topic == SCHEDULE_TOPIC
+        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0 and store.timer_status()["pending"] == 0
+        wait_until(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1, "the delayed message was never dispatched")
+        cq = store.find_consume_queue(SCHEDULE_TOPIC, 0)
+        entry = cq.read_entry(0) if cq is not None else None
+        stored = store.look_message_by_offset(entry[0]) if entry is not None else None
+        assert entry is not None and stored is not None
+        due = entry[2]  # the entry's tags code: the level's due time
+        assert due == stored["store_timestamp"] + 1_000 and due < clock.now_ms() + 60_000
+        clock.set_ms(due - 1)
+        store.schedule_service.scan_once()  # a scan 1 ms before the due time: it waits
+        assert store.get_max_offset_in_queue("T", 0) == 0 and store.schedule_status()["delivered"] == 0
+        clock.set_ms(due)
+        store.schedule_service.scan_once()
+        [got] = wait_delivered(store, "T", 1)
+        assert got["body"] == b"lvl" and "TIMER_DELAY_MS" not in got["properties"]
+        assert store.schedule_status()["delivered"] == 1
+        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0 and store.timer_status()["pending"] == 0
     finally:
         store.shutdown()
 
 
 def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path) -> None:
-    store = open_store(timer_config(str(tmp_path / "s")))
+    """On a FakeClock: a delivery 5 s ahead, past the 3 s roll window, rolls once at the window's end
+    (its unit goes round the timer topic again) and is delivered at its slot's end, not 1 ms before."""
+    clock = FakeClock()
+    store = started_on(clock, str(tmp_path / "s"))
     try:
-        due = int(time.time() * 1000) + 5_000  # past the 3 s roll window: rolls once
-        store.put_message(deliver_at(build_message("T", b"far", 0), due))
-        [got] = wait_delivered(store, "T", 1, timeout_s=12)
-        assert due <= got["store_timestamp"] <= due + 2 * PRECISION_MS + 200
-        assert got["properties"]["TIMER_ROLL_TIMES"] == "1"
-        assert store.timer_status()["rolled"] == 1
+        now = clock.now_ms()
+        due = now + 5_000
+        assert store.put_message(deliver_at(build_message("T", b"far", 0), due)).ok
+        wait_until(lambda: store.timer_status()["pending_in_wheel"] == 1, "the message never reached the wheel")
+        # 2 s or more past the window: the roll unit goes to the window's end (timer_message_store.enqueue).
+        roll_slot = now - now % PRECISION_MS + 30 * PRECISION_MS
+        assert store.timer_status()["next_due_ms"] == roll_slot + PRECISION_MS
+        clock.set_ms(roll_slot + PRECISION_MS - 1)
+        wait_until(lambda: store.timer_status()["read_time_ms"] == roll_slot, "the dequeue service never reached the roll slot")
+        assert store.timer_status()["rolled"] == 0
+        clock.set_ms(roll_slot + PRECISION_MS)
+        wait_until(lambda: (s := store.timer_status())["rolled"] == 1 and s["pending_in_wheel"] == 1, "the roll never came back")
+        slot = slot_of(due)
+        slot_end = slot + PRECISION_MS
+        clock.set_ms(slot_end - 1)
+        wait_until(lambda: store.timer_status()["read_time_ms"] == slot, "the dequeue service never reached the slot")
+        assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
+        clock.set_ms(slot_end)
+        [got] = wait_delivered(store, "T", 1)
+        props = got["properties"]
+        assert props["TIMER_ROLL_TIMES"] == "1" and int(props["TIMER_OUT_MS"]) == slot and int(props["TIMER_DEQUEUE_MS"]) == slot_end
+        wait_until(lambda: store.timer_status()["delivered"] == 1, "the delivery was never counted")
+        status = store.timer_status()
+        assert status["rolled"] == 1 and status["pending"] == 0
+        assert status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
     finally:
         store.shutdown()
 
