@@ -199,6 +199,22 @@ def client(shared_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     return shared_broker.client
 
 
+@pytest.fixture(scope="session")
+def quiet_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
+    """A broker nothing writes to in the background, for the tests that check a refused request
+    stored nothing by the commitlog's end (tests/app/helpers.py commitlog_max). On `shared_broker`
+    other tests leave writes that land later (delayed and timer messages delivered, receives revived,
+    transactions checked back), so its end may move during any test. Only tests that leave no such
+    write behind may use this one."""
+    yield from running_broker(tmp_path_factory, "quiet", SMALL_STORE + SMALL_BROKER)
+
+
+@pytest.fixture
+def quiet_client(quiet_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
+    assert quiet_broker.client is not None
+    return quiet_broker.client
+
+
 @pytest.fixture
 def topic() -> str:
     """A fresh topic name per test."""

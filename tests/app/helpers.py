@@ -39,5 +39,6 @@ def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, 
 
 
 def commitlog_max(client: httpx.Client) -> int:
-    """The commitlog's max offset: unchanged when a refused request stored nothing."""
+    """The commitlog's max offset: unchanged when a refused request stored nothing, on a broker
+    nothing else writes to meanwhile (the `quiet_client` fixture's)."""
     return client.get("/v1/store").json()["runtime"]["commitlog_max_offset"]

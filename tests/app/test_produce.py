@@ -173,12 +173,12 @@ BAD_JSON = [
 
 
 @pytest.mark.parametrize(("data", "code"), BAD_JSON)
-def test_bad_json_is_refused_and_nothing_is_stored(client: httpx.Client, topic: str, data: bytes, code: str) -> None:
-    create(client, topic, queues=1)
-    before = commitlog_max(client)
-    r = client.post(f"/v1/topics/{topic}/messages", content=data, headers={"content-type": "application/json"})
+def test_bad_json_is_refused_and_nothing_is_stored(quiet_client: httpx.Client, topic: str, data: bytes, code: str) -> None:
+    create(quiet_client, topic, queues=1)
+    before = commitlog_max(quiet_client)
+    r = quiet_client.post(f"/v1/topics/{topic}/messages", content=data, headers={"content-type": "application/json"})
     problem(r, 400, code)
-    assert commitlog_max(client) == before
+    assert commitlog_max(quiet_client) == before
 
 
 def test_bad_json_creates_no_topic(client: httpx.Client, topic: str) -> None:
@@ -186,29 +186,29 @@ def test_bad_json_creates_no_topic(client: httpx.Client, topic: str) -> None:
     problem(client.get(f"/v1/topics/{topic}"), 404, "TOPIC_NOT_FOUND")
 
 
-def test_a_bad_message_in_a_batch_stores_none_of_it(client: httpx.Client, topic: str) -> None:
-    create(client, topic, queues=1)
-    before = commitlog_max(client)
-    r = client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"body": "ok"}, {"body": "x", "encoding": "base64"}]})
+def test_a_bad_message_in_a_batch_stores_none_of_it(quiet_client: httpx.Client, topic: str) -> None:
+    create(quiet_client, topic, queues=1)
+    before = commitlog_max(quiet_client)
+    r = quiet_client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"body": "ok"}, {"body": "x", "encoding": "base64"}]})
     body = problem(r, 400, "BASE64_INVALID")
     assert "messages[1]" in body["detail"]
-    assert commitlog_max(client) == before
+    assert commitlog_max(quiet_client) == before
 
 
-def test_sizes(client: httpx.Client, topic: str) -> None:
-    create(client, topic, queues=1)
-    before = commitlog_max(client)
+def test_sizes(quiet_client: httpx.Client, topic: str) -> None:
+    create(quiet_client, topic, queues=1)
+    before = commitlog_max(quiet_client)
     # The test broker accepts bodies of 64 KiB (store) in requests of 128 KiB (raw) / 1 MiB (JSON).
-    problem(client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_537}), 413, "MESSAGE_TOO_LARGE")
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_537}), 413, "MESSAGE_TOO_LARGE")
     raw = {"content-type": "application/octet-stream"}
-    problem(client.post(f"/v1/topics/{topic}/messages", content=b"x" * 65_537, headers=raw), 413, "MESSAGE_TOO_LARGE")
-    problem(client.post(f"/v1/topics/{topic}/messages", content=b"x" * 200_000, headers=raw), 413, "BODY_TOO_LARGE")
-    problem(client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"body": "x"}] * 1001}), 413, "BATCH_TOO_LARGE")
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", content=b"x" * 65_537, headers=raw), 413, "MESSAGE_TOO_LARGE")
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", content=b"x" * 200_000, headers=raw), 413, "BODY_TOO_LARGE")
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"body": "x"}] * 1001}), 413, "BATCH_TOO_LARGE")
     big_props = {f"p{i}": "v" * 100 for i in range(400)}
-    problem(client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "properties": big_props}), 413, "PROPERTIES_TOO_LARGE")
-    problem(client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 1_100_000}), 413, "BODY_TOO_LARGE")
-    assert commitlog_max(client) == before
-    assert client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_536}).status_code == 201
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "properties": big_props}), 413, "PROPERTIES_TOO_LARGE")
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 1_100_000}), 413, "BODY_TOO_LARGE")
+    assert commitlog_max(quiet_client) == before
+    assert quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_536}).status_code == 201
 
 
 def test_chunked_body_over_the_limit_is_refused(client: httpx.Client, topic: str) -> None:
@@ -257,29 +257,29 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(url, content=b"x"), 415, "UNSUPPORTED_MEDIA_TYPE")
 
 
-def test_queue_and_topic_errors(client: httpx.Client, topic: str) -> None:
-    create(client, topic, queues=2)
-    before = commitlog_max(client)
-    problem(client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 2}), 404, "QUEUE_NOT_FOUND")
-    problem(client.post("/v1/topics/bad.name/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
-    problem(client.post(f"/v1/topics/{'a' * 128}/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
-    r = client.post("/v1/topics/..%2Fetc/messages", json={"body": "x"})
+def test_queue_and_topic_errors(quiet_client: httpx.Client, topic: str) -> None:
+    create(quiet_client, topic, queues=2)
+    before = commitlog_max(quiet_client)
+    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 2}), 404, "QUEUE_NOT_FOUND")
+    problem(quiet_client.post("/v1/topics/bad.name/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
+    problem(quiet_client.post(f"/v1/topics/{'a' * 128}/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
+    r = quiet_client.post("/v1/topics/..%2Fetc/messages", json={"body": "x"})
     assert 400 <= r.status_code < 500 and r.headers["content-type"].startswith("application/problem+json")
-    create(client, topic + "-ro", queues=1, perm="r")
-    problem(client.post(f"/v1/topics/{topic}-ro/messages", json={"body": "x"}), 403, "TOPIC_NOT_WRITABLE")
-    assert commitlog_max(client) == before
+    create(quiet_client, topic + "-ro", queues=1, perm="r")
+    problem(quiet_client.post(f"/v1/topics/{topic}-ro/messages", json={"body": "x"}), 403, "TOPIC_NOT_WRITABLE")
+    assert commitlog_max(quiet_client) == before
 
 
 @pytest.mark.parametrize("reserved", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"])
-def test_system_topics_are_reserved(client: httpx.Client, reserved: str) -> None:
-    before = commitlog_max(client)
-    body = problem(client.post(f"/v1/topics/{reserved}/messages", json={"body": "x"}), 403, "TOPIC_RESERVED")
+def test_system_topics_are_reserved(quiet_client: httpx.Client, reserved: str) -> None:
+    before = commitlog_max(quiet_client)
+    body = problem(quiet_client.post(f"/v1/topics/{reserved}/messages", json={"body": "x"}), 403, "TOPIC_RESERVED")
     assert reserved in body["detail"]
     raw = {"content-type": "application/octet-stream"}
-    problem(client.post(f"/v1/topics/{reserved}/messages", content=b"x", headers=raw), 403, "TOPIC_RESERVED")
-    problem(client.put(f"/v1/topics/{reserved}", json={"queues": 1}), 403, "TOPIC_RESERVED")
-    problem(client.delete(f"/v1/topics/{reserved}"), 403, "TOPIC_RESERVED")
-    assert commitlog_max(client) == before
+    problem(quiet_client.post(f"/v1/topics/{reserved}/messages", content=b"x", headers=raw), 403, "TOPIC_RESERVED")
+    problem(quiet_client.put(f"/v1/topics/{reserved}", json={"queues": 1}), 403, "TOPIC_RESERVED")
+    problem(quiet_client.delete(f"/v1/topics/{reserved}"), 403, "TOPIC_RESERVED")
+    assert commitlog_max(quiet_client) == before
 
 
 def test_delayed_message_reply_names_its_level_not_a_schedule_offset(client: httpx.Client, topic: str) -> None:

@@ -137,12 +137,12 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
         "body-too-large", "properties-too-large",
     ],
 )  # fmt: skip
-def test_a_malformed_batch_is_refused_whole_and_stores_nothing(client: httpx.Client, topic: str, body, status, code, index) -> None:
-    before = commitlog_max(client)
-    reply = problem(post(client, topic, body), status, code)
+def test_a_malformed_batch_is_refused_whole_and_stores_nothing(quiet_client: httpx.Client, topic: str, body, status, code, index) -> None:
+    before = commitlog_max(quiet_client)
+    reply = problem(post(quiet_client, topic, body), status, code)
     assert reply["index"] == index and reply["batch_error"] and f"message {index}" in reply["detail"]
-    assert commitlog_max(client) == before
-    assert client.get(f"/v1/topics/{topic}").status_code == 404, "a refused batch creates no topic"
+    assert commitlog_max(quiet_client) == before
+    assert quiet_client.get(f"/v1/topics/{topic}").status_code == 404, "a refused batch creates no topic"
 
 
 @pytest.mark.parametrize(
@@ -154,16 +154,16 @@ def test_a_malformed_batch_is_refused_whole_and_stores_nothing(client: httpx.Cli
         (GOOD, {"queue_id": "4"}, 404, "QUEUE_NOT_FOUND"),
     ],
 )
-def test_bad_requests_store_nothing(client: httpx.Client, topic: str, body: bytes, params: dict, status: int, code: str) -> None:
-    create(client, topic, queues=4)
-    before = commitlog_max(client)
-    problem(post(client, topic, body, **params), status, code)
-    assert commitlog_max(client) == before
+def test_bad_requests_store_nothing(quiet_client: httpx.Client, topic: str, body: bytes, params: dict, status: int, code: str) -> None:
+    create(quiet_client, topic, queues=4)
+    before = commitlog_max(quiet_client)
+    problem(post(quiet_client, topic, body, **params), status, code)
+    assert commitlog_max(quiet_client) == before
 
 
-def test_body_over_the_batch_cap_and_reserved_topics_are_refused(client: httpx.Client) -> None:
-    before = commitlog_max(client)
-    problem(post(client, "big", b"\x00" * (1_048_576 + 1)), 413, "BODY_TOO_LARGE")
-    problem(post(client, "SCHEDULE_TOPIC_XXXX", GOOD), 403, "TOPIC_RESERVED")
-    problem(post(client, "bad.topic", GOOD), 400, "TOPIC_INVALID")
-    assert commitlog_max(client) == before
+def test_body_over_the_batch_cap_and_reserved_topics_are_refused(quiet_client: httpx.Client) -> None:
+    before = commitlog_max(quiet_client)
+    problem(post(quiet_client, "big", b"\x00" * (1_048_576 + 1)), 413, "BODY_TOO_LARGE")
+    problem(post(quiet_client, "SCHEDULE_TOPIC_XXXX", GOOD), 403, "TOPIC_RESERVED")
+    problem(post(quiet_client, "bad.topic", GOOD), 400, "TOPIC_INVALID")
+    assert commitlog_max(quiet_client) == before
