@@ -65,7 +65,7 @@ test-console: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy app store ha pipeline tidemq cluster
-	$(PY) -m ruff format --check store app ha pipeline tidemq cluster bench tests
+	$(PY) -m ruff format --check store app ha pipeline tidemq cluster bench tests setup.py
 
 openapi: $(STAMP)
 	$(PY) -m app.openapi_export openapi/openapi.json

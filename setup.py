@@ -14,7 +14,15 @@ setup(
     ext_modules=[
         Extension(
             "store._kernels",
-            sources=[f"{NATIVE}/kernels.c", f"{NATIVE}/encode.c", f"{NATIVE}/scan.c", f"{NATIVE}/gather.c", f"{NATIVE}/apply.c", f"{NATIVE}/prefault.c", f"{NATIVE}/crc32.c"],
+            sources=[
+                f"{NATIVE}/kernels.c",
+                f"{NATIVE}/encode.c",
+                f"{NATIVE}/scan.c",
+                f"{NATIVE}/gather.c",
+                f"{NATIVE}/apply.c",
+                f"{NATIVE}/prefault.c",
+                f"{NATIVE}/crc32.c",
+            ],
             depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/bytes.h", f"{NATIVE}/gather_binding.h", f"{NATIVE}/apply_binding.h"],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
