@@ -48,15 +48,15 @@ test-native-asan: $(STAMP)
 run: $(STAMP) native
 	$(VENV)/bin/tidemq serve --store $(STORE)
 
-# Lint first (ruff, ruff format, mypy), then the suite on two workers; Spark tests share one worker
+# Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker
 # (one xdist group, so one JVM).
 test: $(SPARK_STAMP) native
 	$(MAKE) --no-print-directory lint
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -n 2 --dist loadgroup
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -n 3 --dist loadgroup
 
 test-fast: $(STAMP) native
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not spark"
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not spark"
 
 # The web console in headless Chromium (Debian's /usr/bin/chromium; skipped without it). Screenshots: tests/artifacts/console/.
 test-console: $(STAMP)

@@ -37,10 +37,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, keep every Spark test on one worker so the run starts one JVM, not one per
-    worker, and run them first: together they are the longest chain of the run, so starting it last
-    would leave the other worker idle at the end."""
+    """Groups for pytest-xdist's `--dist loadgroup`. Every Spark test is in one group, so the run starts
+    one JVM, not one per worker, and that group runs first: it is the longest chain of the run, and
+    starting it last would leave the other workers idle at the end. Every other test is grouped with
+    its module, so a module-scoped fixture (a broker, a benchmark run) is set up once, not once per worker."""
     spark = [item for item in items if item.get_closest_marker("spark") is not None]
+    others = [item for item in items if item.get_closest_marker("spark") is None]
     for item in spark:
         item.add_marker(pytest.mark.xdist_group("spark"))
-    items[:] = spark + [item for item in items if item.get_closest_marker("spark") is None]
+    for item in others:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items[:] = spark + others
