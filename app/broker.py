@@ -36,7 +36,17 @@ from app.startup import recovery_progress
 from app.transaction_check import HttpCheckTransport
 from cluster import ClusterNode, EtcdError
 from ha import HANode, attach
-from store import SYSTEM_TOPICS, BrokerRole, DefaultMessageStore, MessageStore, StoreError, TopicConfig, topic_problem
+from store import (
+    INTERNAL_TOPICS,
+    SYSTEM_TOPICS,
+    BrokerRole,
+    DefaultMessageStore,
+    MessageStore,
+    StateWriteFailed,
+    StoreError,
+    TopicConfig,
+    topic_problem,
+)
 
 log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
@@ -181,6 +191,8 @@ class Broker:
             raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
         if for_write and topic in SYSTEM_TOPICS:
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
+        if topic in INTERNAL_TOPICS:
+            raise ProblemError("TOPIC_RESERVED", f"{topic} holds the broker's own state and is not served")
 
     def may_create_topic(self, topic: str, explicit: bool) -> bool:
         """Whether a write may create the topic: a valid name, not a system topic; a PUT, or auto-creation on."""
@@ -220,10 +232,19 @@ class Broker:
         return config
 
     def _create_if_absent(self, topic: str) -> TopicConfig:
-        """Create a topic with the default queue count unless it appeared meanwhile (runs in the pool)."""
+        """Create a topic with the default queue count unless it appeared meanwhile (runs in the pool).
+
+        A creation stored but not confirmed durable (a flush or slave wait timed out) has made the
+        topic: the produce goes on, and its own reply says how durable the message is."""
         config = self.store.topic_config(topic)
         if config is None:
-            config = self.store.create_or_update_topic(topic, self.config.default_topic_queue_nums, "rw")
+            try:
+                config = self.store.create_or_update_topic(topic, self.config.default_topic_queue_nums, "rw")
+            except StateWriteFailed as exc:
+                created = self.store.topic_config(topic)
+                if not exc.result.stored or created is None:
+                    raise
+                config = created
             self.topics_created_total += 1
         return config
 

@@ -59,12 +59,12 @@ from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceB
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_security import add_bearer_security
-from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response
+from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
 from cluster.forwarding import Forwarder
-from store import StoreLocked, TidemqError
+from store import StateWriteFailed, StoreLocked, TidemqError
 
 log = logging.getLogger("tidemq.app")
 DESCRIPTION = (
@@ -137,6 +137,9 @@ class ErrorMapping:
     async def __call__(self, request: Request, exc: Exception) -> Response:
         if isinstance(exc, ProblemError):
             return self.counted(exc.code, exc.detail, request, extra=exc.extra)
+        if isinstance(exc, StateWriteFailed):  # an offset commit, group or topic change the store did not confirm
+            problem = put_problem(exc.result)
+            return self.counted(problem.code, problem.detail, request, extra=problem.extra)
         if isinstance(exc, RequestValidationError):
             code, detail = _validation_code(list(exc.errors()))
             return self.counted(code, detail, request)

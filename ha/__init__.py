@@ -142,6 +142,7 @@ def attach(store: MessageStore, settings: HASettings) -> HANode | None:
     assert store.config.broker_role is settings.broker_role(), "apply the HA settings to the store config before building the store"
     if settings.role == "standalone":
         return None
+    store.set_replicated(True)
     node = _build(store, settings)
     for service in node.services():
         store.register_service(service)
@@ -157,6 +158,7 @@ def start_node(store: MessageStore, settings: HASettings) -> HANode:
     settings.validate()
     assert settings.role != "standalone", "a node is a master or a slave"
     store.set_broker_role(settings.broker_role())
+    store.set_replicated(True)
     node = _build(store, settings)
     for service in node.services():
         service.start()

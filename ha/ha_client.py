@@ -26,7 +26,6 @@ from ha.auth import slave_handshake
 from ha.errors import ConnectionLost, HandshakeRefused, ProtocolViolation
 from ha.protocol import FRAME_HEADER, MESSAGE_OVERHEAD_BYTES, REPORT, VERSION, Channel, Hello, Reply, Verdict, log_crc
 from ha.settings import HASettings, parse_address
-from ha.topic_sync import KIND_TOPICS, apply_topics
 from store import MessageStore, ServiceThread
 
 log = logging.getLogger("tidemq.ha")
@@ -199,12 +198,9 @@ class HAClient(ServiceThread):
             payload = json.loads(channel.recv_exact(length))
         except ValueError as exc:
             raise ProtocolViolation(f"control frame is not JSON: {exc}") from exc
-        if isinstance(payload, dict) and payload.get("kind") == KIND_TOPICS:
-            changed = apply_topics(self.store, payload)
-            if changed:
-                log.info("topic table mirrored from the master: %d change(s)", changed)
-        else:
-            log.warning("ignoring an unknown control frame from the master")
+        # An older master sends its topic table this way; the table now arrives as state records in the log.
+        kind = payload.get("kind") if isinstance(payload, dict) else None
+        log.debug("ignoring a control frame (%s) from the master", kind)
 
     def _report(self, channel: Channel) -> None:
         offset = self.store.commit_log_max_offset()

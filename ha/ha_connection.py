@@ -5,7 +5,7 @@ takes the slave's HELLO, has the HAService judge it, answers, and on ACCEPT
 starts the writer; it then reads the slave's 8-byte reports (its acknowledged offset). The
 writer sends frames of whole messages from the start offset the handshake agreed, at most
 `ha_transfer_batch_size_bytes` each (one larger message goes whole), a heartbeat frame when
-idle for `ha_send_heartbeat_interval_ms`, and the topic table when it changed.
+idle for `ha_send_heartbeat_interval_ms`.
 
 Invariants: frames leave in log order without gaps (`sent_offset` only grows); acknowledged
 offsets only grow and never pass the master's max offset (a slave claiming more is cut
@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING
 
 from ha.auth import master_handshake
 from ha.errors import AuthRefused, ConnectionLost, ProtocolViolation, TLSFailed
-from ha.protocol import FRAME_HEADER, REPORT, Channel, Verdict, control_frame, whole_messages_length
-from ha.topic_sync import topic_snapshot, topics_payload
+from ha.protocol import FRAME_HEADER, REPORT, Channel, Verdict, whole_messages_length
 from store import ServiceThread
 
 if TYPE_CHECKING:
@@ -157,7 +156,7 @@ class _ReadSocketService(ServiceThread):
 
 
 class _WriteSocketService(ServiceThread):
-    """Commitlog frames, heartbeats and the topic table, in that priority."""
+    """Commitlog frames, and heartbeats when idle (the topic table and every other state travel in the log)."""
 
     def __init__(self, conn: HAConnection) -> None:
         super().__init__(f"HAWriteSocketService-{conn.address}")
@@ -179,25 +178,9 @@ class _WriteSocketService(ServiceThread):
         store = service.store
         cfg = store.config
         heartbeat_s = cfg.ha_send_heartbeat_interval_ms / 1000.0
-        topic_interval_s = service.settings.topic_sync_interval_ms / 1000.0
         poll_ms = service.settings.write_poll_ms
-        topics_sent: list | None = None
-        version_sent = -1
-        next_topic_check = 0.0
         last_send = time.monotonic()
         while not self.is_stopped() and not conn.is_closed():
-            now = time.monotonic()
-            # A topic created since the last check (auto-create before a put) is sent before its data;
-            # the manager's version tells without building the table on every pass.
-            version = store.topic_table_version()
-            if version != version_sent or now >= next_topic_check:
-                topics = topic_snapshot(store)
-                if topics != topics_sent:
-                    conn.channel.send(control_frame(topics_payload(topics)))
-                    topics_sent = topics
-                    last_send = now
-                version_sent = version
-                next_topic_check = now + topic_interval_s
             if self._send_available(cfg.ha_transfer_batch_size_bytes):
                 last_send = time.monotonic()
                 continue

@@ -71,9 +71,7 @@ class HASettings:
     write_poll_ms: int = setting(10, 1, 60_000)
     # Bytes at the end of the slave's log whose CRC the handshake compares with the master's.
     handshake_check_bytes: int = setting(4_096, 1, 64 * 1024 * 1024)
-    # Master: how often the topic table is compared with what was last sent to slaves.
-    topic_sync_interval_ms: int = setting(1_000, 1, 3_600_000)
-    # Largest control frame (topic table) either side accepts.
+    # Largest control frame either side accepts (an older master's topic table; ignored now: topics travel in the log).
     max_control_frame_bytes: int = setting(4 * 1024 * 1024, 1024, 256 * 1024 * 1024)
     # Shared secret both ends prove by HMAC before any log byte flows (>= 16 characters; unset on both: no proof).
     ha_secret: str | None = setting(None)

@@ -23,6 +23,7 @@ from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Pop
 from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
 from store.message import (
     DEFAULT_BORN_HOST,
+    INTERNAL_TOPICS,
     NAME_VALUE_SEPARATOR,
     OFFSET_MSG_ID_LENGTHS,
     PROPERTY_DELAY,
@@ -77,6 +78,7 @@ from store.producer_group_manager import ProducerGroup, check_url_problem
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
+from store.state_log import StateWriteFailed
 from store.status import AppendMessageResult, EncodedItems, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer_message import (
     PROPERTY_TIMER_DELAY_MS,
@@ -114,6 +116,7 @@ __all__ = [
     "HEADER",
     "HEADER_BYTES",
     "INDEX_REBUILD_PHASE",
+    "INTERNAL_TOPICS",
     "MESSAGE_MAGIC_CODE",
     "NAME_VALUE_SEPARATOR",
     "OFFSET_MSG_ID_LENGTHS",
@@ -176,6 +179,7 @@ __all__ = [
     "Resolution",
     "ResolveStatus",
     "ServiceThread",
+    "StateWriteFailed",
     "StoreError",
     "StoreLocked",
     "StoreNotRunning",

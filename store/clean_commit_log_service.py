@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.clock import SYSTEM_CLOCK, Clock
 from store.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
+from store.mapped_file import MappedFile
 from store.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class CleanCommitLogService(PeriodicPassService):
                     self.store.config.delete_files_batch_max,
                     now,
                     self.pause,
+                    self._state_allows_deleting,
                 )
                 if deleted == 0 and space_full:
                     log.warning(
@@ -119,6 +121,27 @@ class CleanCommitLogService(PeriodicPassService):
         if deleted and self.on_files_deleted is not None:
             self.on_files_deleted()
         return CleanPass(ratio, time_up, space_full, manual, self.clean_immediately, deleted)
+
+    def _state_allows_deleting(self, mf: MappedFile) -> bool:
+        """Whether deleting `mf` leaves every state table a base in the log (StateLog.needs_log_below).
+        A master first writes a snapshot of each table that needs the file; a slave waits for its
+        master's. On a disk full past the force-clean ratio the file goes regardless, with an error."""
+        state_log = self.store.state_log
+        end = mf.file_from_offset + mf.file_size
+        tables = state_log.needs_log_below(end)
+        if tables and not self.store.validator.is_slave:
+            for table in tables:
+                state_log.write_snapshot(table)
+            tables = state_log.needs_log_below(end)
+        if not tables:
+            return True
+        if self.clean_immediately:
+            log.error(
+                "deleting commitlog file %s although state %s still needs it (the disk is full): a new slave may miss that state",
+                mf.path, ", ".join(t.kind.name for t in tables),
+            )  # fmt: skip
+            return True
+        return False
 
     def _check_disk_locked(self) -> float:
         """Measure usage and set `store.disk_full` and `clean_immediately` (RocketMQ's isSpaceToDelete);

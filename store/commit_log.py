@@ -53,7 +53,7 @@ from store.message_codec import (
     write_blank_into,
 )
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
-from store.status import AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
+from store.status import AppendedHook, AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
 
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
@@ -171,8 +171,14 @@ class CommitLog:
         """Append one message (the caller has validated it). Never raises for I/O trouble."""
         return self.put_messages((msg,))
 
-    def put_messages(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> PutMessageResult:
+    def put_messages(
+        self, msgs: tuple[MessageInner, ...] | list[MessageInner], on_appended_locked: AppendedHook | None = None
+    ) -> PutMessageResult:
         """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix.
+
+        `on_appended_locked(items)`, when given, runs under the put lock right after the append with
+        the items of the messages appended (every one, or the prefix), so what it records follows
+        the log's order (store.state_log applies state changes this way).
 
         The messages' batch encoding is built before the lock (`_pack`); under the lock the
         encode kernel writes each run of messages sharing topic, queue and header fields straight
@@ -180,7 +186,7 @@ class CommitLog:
         items are RunItems: the kernel's offsets and sizes, an AppendMessageResult built when asked.
         """
         if len(msgs) == 1:
-            return self._put_one(msgs[0])
+            return self._put_one(msgs[0], on_appended_locked)
         batch, runs = self._pack(msgs)
         offsets = bytearray()
         starts: list[int] = []
@@ -201,12 +207,14 @@ class CommitLog:
                     if pos < 0:
                         status = _FAILED[pos]
                         break
+                items = RunItems(bytes(offsets), (starts, queue_offsets, queue_ids), now, self.store_host)
+                if on_appended_locked is not None and len(items):
+                    on_appended_locked(items)
             finally:
                 self.begin_time_in_lock_ms = 0
-        items = RunItems(bytes(offsets), (starts, queue_offsets, queue_ids), now, self.store_host)
         return PutMessageResult(status, items=items)
 
-    def _put_one(self, msg: MessageInner) -> PutMessageResult:
+    def _put_one(self, msg: MessageInner, on_appended_locked: AppendedHook | None = None) -> PutMessageResult:
         """put_messages for one message, without the runs."""
         # The membership test first keeps the call off the put of a message without DELAY.
         if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
@@ -218,6 +226,8 @@ class CommitLog:
             self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
             try:
                 pos = self._encode_locked(batch, 0, 1, msg, wall if self.clock is None else self.clock.now_ms(), items)
+                if on_appended_locked is not None and items:
+                    on_appended_locked(items)
             finally:
                 self.begin_time_in_lock_ms = 0
         if pos < 0:

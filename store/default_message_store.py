@@ -19,8 +19,8 @@ for a reason:
      after every append and before the checkpoint records it;
   4. FlushConsumeQueueService — the final flush of queues, index and checkpoint, after
      dispatch finished;
-  5. AllocateMappedFileService, StoreStatsService, ConsumerOffsetFlushService — nothing
-     needs them any more (the offsets are compacted once more in step 6);
+  5. AllocateMappedFileService, StoreStatsService, StateSnapshotService — nothing
+     needs them any more (the state tables' files are written once more in step 6);
   6. metadata persisted, files closed (the timer's files after its final checkpoint), abort
      file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
@@ -63,7 +63,6 @@ from store.commit_log_recovery import RecoveryProgress
 from store.commit_real_time_service import CommitRealTimeService
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
-from store.consumer_offset_flush_service import ConsumerOffsetFlushService
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.deleted_topic_table import DeletedTopicTable
 from store.disk_usage import DiskUsageProbe, disk_used_ratio
@@ -87,7 +86,10 @@ from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
-from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
+from store.state_log import STATE_TOPIC, StateLog, StateStore
+from store.state_snapshot_service import StateSnapshotService
+from store.state_table import StateTable
+from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
 from store.store_files import list_store_files
 from store.store_recovery import recover_store
@@ -96,7 +98,7 @@ from store.store_stats_service import StoreStatsService
 from store.timer_message import is_timer_request, timer_batch_messages
 from store.timer_message_store import TimerMessageStore
 from store.topic_config_manager import TopicConfig, TopicConfigManager
-from store.topic_deletion import DELETED_DIR_PREFIX, delete_topic
+from store.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
 from store.transaction_check_service import TransactionCheckService
 from store.transaction_store import Transactions
 from store.transient_store_pool import TransientStorePool
@@ -106,6 +108,22 @@ log = logging.getLogger("tidemq.store")
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
 # Longest a slave becoming master waits for its dispatch to reach the end of what it replicated.
 TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
+
+
+class _StateStoreView:
+    """The store as the state log uses it (store.state_log.StateStore)."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self._store = store
+
+    def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult:
+        return self._store.append_with_hook(msgs, hook, state_records)
+
+    def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        return self._store.find_consume_queue(topic, queue_id, create)
+
+    def read_stored(self, offset: int, size: int) -> bytes | None:
+        return self._store.read_stored(offset, size)
 
 
 class DefaultMessageStore:
@@ -127,10 +145,8 @@ class DefaultMessageStore:
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config, self.allocate_service)
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
-        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir(), sync=config.flush_disk_type is FlushDiskType.SYNC_FLUSH)
-        self.consumer_offset_flush_service = ConsumerOffsetFlushService(
-            self.consumer_offset_manager, config.flush_consumer_offset_interval_ms
-        )
+        self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
+        self.topic_removals = TopicRemovals()  # queues of deleted topics, removed once the deletion is applied
         self.stats = StoreStatsService()
         self.bulk_dispatch = BulkDispatch(
             self._queue_for_dispatch,
@@ -161,6 +177,7 @@ class DefaultMessageStore:
         self.last_exit_ok = True
         self.loaded = False
         self.recovery_limit: int | None = None  # set_recovery_limit(): where recovery cuts the commitlog at most
+        self._horizon_probe: tuple[int, int] | None = None  # (timer read time, log end after it): _revive_horizon
         self._running = False
         self._shutdown_done = False
         self._lock_file = StoreLockFile(config.store_path_root_dir, config.lock_path())
@@ -185,6 +202,22 @@ class DefaultMessageStore:
         # --- end of delay levels and retention
         self.transactions = Transactions(self)  # its check service is registered at load (store/transaction_store.py)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
+        # State in the log (store/state_log.py): every table a consumer or a scheduler depends on.
+        tables: list[StateTable] = [
+            self.consumer_offset_manager, self.topic_config_manager, self.schedule_service.offsets,
+            *self.group_consumption.state_tables(), self.transactions.producer_groups,
+        ]  # fmt: skip
+        if self.timer is not None:
+            tables.append(self.timer.progress)
+        self.state_log = StateLog(self._state_store(), tables, config.max_message_size_bytes, config.max_batch_messages)
+        for table in tables:
+            table.state_log = self.state_log
+        self.topic_config_manager.on_deleted_locked = self._topic_deleted_locked
+        self.state_log.after_apply = lambda: self.topic_removals.finish(self.deleted_topics)
+        self.bulk_dispatch.listeners.append(self.state_log.on_dispatched)
+        self.state_snapshot_service = StateSnapshotService(
+            self.state_log, config.flush_consumer_offset_interval_ms, lambda: not self.validator.is_slave
+        )
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -203,12 +236,16 @@ class DefaultMessageStore:
                 raise StoreNotRunning("the store files could not be loaded (see the log)")
             self._load_topic_configs()
             self.deleted_topics.load()  # before recovery: re-dispatch must drop deleted topics' messages
-            self.consumer_offset_manager.load()
+            self._load_state_files()
             self._ready_offset = recover_store(self, self._recovery_progress)
+            self.state_log.load()  # after recovery: the records past each local file, from the dispatched state queues
+            self.topic_config_manager.settle()
+            self.topic_removals.finish(self.deleted_topics)
             self.schedule_service.load()  # after recovery: it reads the delay queues' ends
             if self.timer is not None:
                 self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
-            self.extra_services.append(self.group_consumption.load())  # after the offsets: it reads the revive group's
+            # After the state records: the revive service reads the revive group's offsets.
+            self.extra_services.append(self.group_consumption.load(self._revive_horizon))
             self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
             self.extra_services.append(self.transaction_check_service)
         except BaseException:
@@ -219,6 +256,13 @@ class DefaultMessageStore:
         )
         self.loaded = True
         return True
+
+    def _load_state_files(self) -> None:
+        """The state tables' local files (before recovery; the records after them are applied after it)."""
+        self.consumer_offset_manager.load()
+        self.schedule_service.offsets.load()
+        self.group_consumption.load_files()
+        self.transactions.producer_groups.load()
 
     def _load_topic_configs(self) -> None:
         queue_ids = {topic: list(queues) for topic, queues in self.consume_queue_table.items() if topic not in SYSTEM_TOPICS}
@@ -278,7 +322,9 @@ class DefaultMessageStore:
         assert self.flush_consume_queue_service is not None
         self.flush_consume_queue_service.start()
         self.stats.start()
-        self.consumer_offset_flush_service.start()
+        self.state_log.writable = True
+        self.state_log.following = self.validator.is_slave
+        self.state_snapshot_service.start()
         for service in self.extra_services:
             service.start()
         self._running = True
@@ -303,7 +349,7 @@ class DefaultMessageStore:
         self.allocate_service.shutdown()
         self.allocate_service.close_unclaimed()
         self.stats.shutdown()
-        self.consumer_offset_flush_service.shutdown()
+        self.state_snapshot_service.shutdown()
         if self.loaded:
             self._close_files(clean=was_running)
         self._lock_file.release()
@@ -316,8 +362,7 @@ class DefaultMessageStore:
         self.index_service.flush()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
-        self.consumer_offset_manager.persist()
-        self.consumer_offset_manager.close()
+        self.state_snapshot_service.persist_all()
         if self.timer is not None:
             self.timer.close()
         self.commit_log.shutdown()
@@ -388,16 +433,39 @@ class DefaultMessageStore:
         return self._after_put(self.commit_log.put_batch(batch, head), t0)
 
     def _append(
-        self, msgs: list[MessageInner] | tuple[MessageInner, ...]
+        self, msgs: list[MessageInner] | tuple[MessageInner, ...], on_appended_locked: AppendedHook | None = None, state_records: int = 0
     ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
         refusal = self._prepare_timer_messages(msgs) or self.validator.check(msgs)
         if refusal is not None:
             self.stats.put_failures += 1
             return refusal, None
         t0 = time.perf_counter_ns()
-        return self._after_put(self.commit_log.put_messages(msgs), t0)
+        return self._after_put(self.commit_log.put_messages(msgs, on_appended_locked), t0, state_records)
 
-    def _after_put(self, result: PutMessageResult, t0: int) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
+    # The state log's view of the store (store/state_log.py) ---------------------------------
+
+    def _state_store(self) -> StateStore:
+        return _StateStoreView(self)
+
+    def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult:
+        """Put `msgs` (the last `state_records` of them the broker's own state, not counted as messages
+        stored) with `hook` run under the put lock after the append, then wait for durability."""
+        result, waiter = self._append(msgs, hook, state_records)
+        return self.durability.wait(result, waiter)
+
+    def read_stored(self, offset: int, size: int) -> bytes | None:
+        """The stored bytes of the message at commitlog `offset`; None when they are gone."""
+        res = self.commit_log.get_message(offset, size)
+        if res is None:
+            return None
+        try:
+            return bytes(res.view[:size])
+        finally:
+            res.release()
+
+    def _after_put(
+        self, result: PutMessageResult, t0: int, state_records: int = 0
+    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
         """Stats, the dispatch wake-up and the durability wait of a put the commit log answered."""
         items = result.items
         if not items:
@@ -405,8 +473,10 @@ class DefaultMessageStore:
             if self.space_exhausted:
                 return PutMessageResult(SNA, PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored"), None
             return result, None
-        size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items)
-        self.stats.record_put(len(items), size, (time.perf_counter_ns() - t0) // 1000)
+        messages = len(items) - min(state_records, len(items))
+        if messages:
+            size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items[:messages] if state_records else items)
+            self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
         waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
         self.reput_service.dispatch_now()
@@ -504,7 +574,27 @@ class DefaultMessageStore:
 
     def delete_topic(self, topic: str) -> bool:
         """Drop a topic's consume queues, its config and its consumer offsets (its log bytes age out)."""
-        return delete_topic(self, topic)
+        return delete_topic(
+            self.state_log, self.topic_config_manager, self.consumer_offset_manager, self.topic_removals, self.deleted_topics, topic,
+            topic in self.consume_queue_table,
+        )  # fmt: skip
+
+    def _topic_deleted_locked(self, topic: str, cutoff: int) -> None:
+        """A deletion record applied (under the put lock on a master, in dispatch on a slave): drop the
+        topic's queues from the table and remember the cutoff; the files go in `topic_removals.finish`.
+        A deletion whose cutoff the table already holds was applied before (a record read again after a
+        restart): the queues hold a later incarnation now, and stay."""
+        if self.deleted_topics.cutoff(topic) >= cutoff:
+            return
+        with self._cq_lock:
+            self.deleted_topics.record_locked(topic, cutoff, max(0, self.commit_log.get_min_offset()))
+            queues = self.consume_queue_table.get(topic, {})
+            table = dict(self.consume_queue_table)
+            table.pop(topic, None)
+            self.consume_queue_table = table
+            for key in [k for k in self.commit_log.topic_queue_table if k[0] == topic]:
+                del self.commit_log.topic_queue_table[key]
+            self.topic_removals.add_locked(self.config.consume_queue_dir(), topic, list(queues.values()))
 
     # Topics and consumer offsets ----------------------------------------------------
 
@@ -519,9 +609,6 @@ class DefaultMessageStore:
 
     def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
         return self.topic_config_manager.create_or_update(topic, queues, perm)
-
-    def delete_topic_config(self, topic: str) -> bool:
-        return self.topic_config_manager.delete(topic)
 
     def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None:
         self.consumer_offset_manager.commit_offsets(group, commits)
@@ -545,21 +632,45 @@ class DefaultMessageStore:
     def look_message_by_offset(self, commitlog_offset: int) -> dict[str, Any] | None:
         if commitlog_offset < max(0, self.commit_log.get_min_offset()) or commitlog_offset >= self.commit_log.get_max_offset():
             return None
-        return self.commit_log.look_message_by_offset(commitlog_offset)
+        found = self.commit_log.look_message_by_offset(commitlog_offset)
+        return None if found is None or found["topic"] == STATE_TOPIC else found  # the broker's own state is never served
 
     # Replication hooks ---------------------------------------------------------------
+
+    def set_replicated(self, replicated: bool) -> None:
+        """Whether this store may have slaves (ha/ says so): a master then writes every state table whole
+        into the log, so a slave holds all of it, not only the changes since it joined."""
+        self.state_log.replicated = replicated
+        if replicated:
+            self.state_snapshot_service.wakeup()
 
     def set_replication_waiter(self, waiter: ReplicationWaiter | None) -> None:
         self.durability.replication_waiter = waiter
 
     def set_broker_role(self, role: BrokerRole) -> None:
         slave = role is BrokerRole.SLAVE
-        if self.validator.is_slave and not slave and self._running:
+        taking_over = self.validator.is_slave and not slave and self._running
+        if taking_over:
             self._take_over_queue_offsets()
+            self.state_log.catch_up_all()  # everything the old master recorded, before a put of this one
+            self.topic_removals.finish(self.deleted_topics)
         self.config.broker_role = role
         self.validator.is_slave = slave
+        self.state_log.following = slave
         if self.group_consumption.revive_service is not None:
             self.group_consumption.revive_service.is_slave = slave
+        if taking_over:
+            self._take_over_services()
+
+    def _take_over_services(self) -> None:
+        """A slave became master: the services that deliver start from the progress its old master recorded."""
+        self.schedule_service.take_over()
+        if self.timer is not None:
+            self.timer.take_over()
+        self.group_consumption.take_over()
+        self.transactions.take_over()
+        self.state_log.replicated = True  # a group's master: its tables with no snapshot in this log get one
+        self.state_snapshot_service.wakeup()
 
     def _take_over_queue_offsets(self) -> None:
         """A slave becoming master: its next queue offsets come from what it replicated, not from puts it made.
@@ -576,6 +687,25 @@ class DefaultMessageStore:
         with self.commit_log.put_lock:
             queues = self.all_consume_queues()
             self.commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in queues}
+
+    def _revive_horizon(self) -> int | None:
+        """A time before which every timer unit is delivered and its delivery dispatched (PopReviveService).
+
+        Probed in two steps, one revive pass apart: the timer's read time is noted, then the log's end;
+        once dispatch has passed that end, every delivery of a slot before the noted read time (appended
+        before the read time moved past its slot, so below the end) is in the revive queues. None until
+        the first probe is confirmed."""
+        now = self.now_ms()
+        if self.timer is None:
+            return now
+        confirmed = None
+        probe = self._horizon_probe
+        if probe is not None and self.reput_service.reput_from_offset >= probe[1]:
+            confirmed = probe[0]
+        if probe is None or confirmed is not None:
+            read_time = min(now, self.timer.read_time_ms)  # first the read time, then the end it is checked against
+            self._horizon_probe = (read_time, self.commit_log.get_max_offset())
+        return confirmed
 
     def set_recovery_limit(self, offset: int | None) -> None:
         if self.loaded:

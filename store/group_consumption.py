@@ -1,24 +1,29 @@
 """GroupConsumption: the store's group (POP) consumption, as one object the store builds and other packages call.
 
-It owns the groups' settings (config/subscriptionGroup.json), the receipt-handle secret
-(config/popSecret), the PopConsumer that serves receives, acks and invisible-time changes, and
-the PopReviveService that redelivers what was not acked. The store calls `load()` after its
-consumer offsets are loaded and registers the revive service with its other services
+It owns the groups' settings (config/subscriptionGroup.json), the FIFO order book, the
+receipt-handle secret (config/popSecret) — three state tables the log carries to slaves — the
+PopConsumer that serves receives, acks and invisible-time changes, and the PopReviveService that
+redelivers what was not acked. The store calls `load_files()` before recovery, `load()` after
+the state records are applied, and registers the revive service with its other services
 (docs/store-api.md, "Group consumption").
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from store.config import BrokerRole
+from store.errors import StoreError
+from store.fifo_order_book import FifoOrderBook
 from store.message import MessageInner
 from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
 from store.pop_counters import PopCounts
 from store.pop_records import REVIVE_GROUP, dlq_topic, retry_topic
-from store.pop_revive_service import OrderBookFile, PopReviveService
-from store.receipt_handle import ReceiptHandles
+from store.pop_revive_service import PopReviveService
+from store.receipt_handle import PopSecret, ReceiptHandles
+from store.state_table import StateTable
 from store.status import PutMessageResult
 from store.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
 
@@ -53,6 +58,15 @@ class _PopStoreAdapter:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self._store.commit_offsets(group, [(topic, queue_id, offset)])
 
+    def put_and_commit(self, msgs: list[MessageInner], group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """Put `msgs` and commit the group's offset in one put (StateLog.write); False when not confirmed."""
+        offsets = self._store.consumer_offset_manager
+        try:
+            self._store.state_log.write(offsets, offsets.commit_payload(group, [(topic, queue_id, offset)]), msgs)
+        except StoreError:
+            return False
+        return True
+
     def ensure_topic(self, topic: str, queues: int) -> None:
         if self._store.topic_config(topic) is None:
             self._store.create_or_update_topic(topic, queues)
@@ -63,24 +77,38 @@ class GroupConsumption:
         cfg = store.config
         self._store = store
         self.groups = SubscriptionGroupManager(cfg.config_dir())
+        self.fifo = FifoOrderBook(cfg.config_dir())
+        self.secret = PopSecret(cfg.config_dir())
         self.settings = PopSettings(cfg.broker_cluster_name, cfg.pop_revive_queue_num, cfg.pop_ack_margin_ms)
         self._adapter = _PopStoreAdapter(store)
         self.consumer: PopConsumer | None = None
         self.revive_service: PopReviveService | None = None
 
-    def load(self) -> PopReviveService:
-        """Read the groups and the handle secret; returns the revive service for the store to start."""
-        cfg = self._store.config
+    def state_tables(self) -> list[StateTable]:
+        """The tables of group consumption kept in the state log (store/state_log.py)."""
+        return [self.groups, self.fifo, self.secret]
+
+    def load_files(self) -> None:
+        """Read the local files of the groups, the FIFO order book and the handle secret (before recovery)."""
         self.groups.load()
-        handles = ReceiptHandles.load_or_create(cfg.config_dir())
-        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms)
+        self.fifo.load()
+        self.secret.load()
+
+    def load(self, horizon: Callable[[], int | None]) -> PopReviveService:
+        """After the state records are applied: returns the revive service for the store to start."""
+        cfg = self._store.config
+        handles = ReceiptHandles(self.secret)
+        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo)
         self.revive_service = PopReviveService(
-            self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms
+            self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms, horizon
         )
         self.revive_service.is_slave = cfg.broker_role is BrokerRole.SLAVE
-        self.revive_service.order_book_file = OrderBookFile(cfg.config_dir(), self.consumer.fifo, cfg.flush_consumer_offset_interval_ms)
-        self.revive_service.order_book_file.load()
         return self.revive_service
+
+    def take_over(self) -> None:
+        """A slave becomes master: the revive service reads its queues again from the replicated offsets."""
+        if self.revive_service is not None:
+            self.revive_service.take_over()
 
     def _loaded(self) -> PopConsumer:
         assert self.consumer is not None, "the store is not loaded"

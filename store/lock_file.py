@@ -12,7 +12,9 @@ anything else is opened:
   descriptor of the file: this module is the only code that opens the lock file, and a second
   store object of this process on a held file is refused before the file is opened (`_HELD`).
 The file then holds the owner's pid (for a person looking; the locks are what exclude). The
-kernel drops both locks when the process dies, so a crash never leaves the directory locked.
+kernel drops both locks when the process dies, so a crash never leaves the directory locked; it
+may drop them a moment after the dead process was reaped, so a lock whose recorded owner is no
+longer alive is tried again for up to DEAD_OWNER_WAIT_MS (a broker restarted right after a kill).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 
 from store.errors import StoreLocked
 
@@ -27,6 +30,9 @@ from store.errors import StoreLocked
 # drop the process's record lock, so a second acquire is refused without opening the file.
 _HELD: set[tuple[int, int]] = set()
 _HELD_LOCK = threading.Lock()  # leaf lock
+# How long a lock whose recorded owner is dead is tried again before StoreLocked.
+DEAD_OWNER_WAIT_MS = 2_000
+DEAD_OWNER_RETRY_MS = 20
 
 
 class StoreLockFile:
@@ -59,11 +65,17 @@ class StoreLockFile:
     def _take_locked(self) -> None:
         """Open the file and take both locks; the caller holds _HELD_LOCK."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreLocked(f"{self.root_dir} is used by another process (lock file held)") from exc
+        deadline = time.monotonic() + DEAD_OWNER_WAIT_MS / 1000.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if time.monotonic() < deadline and not _owner_alive(fd):
+                    time.sleep(DEAD_OWNER_RETRY_MS / 1000.0)  # its owner is dead: the kernel is about to drop the lock
+                    continue
+                os.close(fd)
+                raise StoreLocked(f"{self.root_dir} is used by another process (lock file held)") from exc
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # length 0: the whole file, byte 0 included
         except OSError as exc:
@@ -91,3 +103,20 @@ class StoreLockFile:
             if self._key is not None:
                 _HELD.discard(self._key)
                 self._key = None
+
+
+def _owner_alive(fd: int) -> bool:
+    """Whether the pid the lock file records names a live process (True when it cannot be told)."""
+    try:
+        pid = int(os.pread(fd, 32, 0).strip() or b"0")
+    except (OSError, ValueError):
+        return True
+    if pid <= 0 or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -236,11 +236,13 @@ class MappedFileQueue:
         max_files: int,
         now_ms: int,
         sleep: Callable[[float], None] = time.sleep,
+        may_delete: Callable[[MappedFile], bool] = lambda mf: True,
     ) -> int:
         """Delete files last modified more than `expired_ms` ago (all but the last file).
 
         With `clean_immediately` the age is ignored. Stops at the first file still held by
-        readers (it is retried on the next pass, forcibly after the interval).
+        readers (it is retried on the next pass, forcibly after the interval), and at the first
+        file `may_delete` keeps (the state log still needs it).
         """
         files = self.mapped_files[:-1]
         deleted: list[MappedFile] = []
@@ -249,6 +251,8 @@ class MappedFileQueue:
                 break
             last_modified_ms = int(os.path.getmtime(mf.path) * 1000)
             if not clean_immediately and now_ms < last_modified_ms + expired_ms:
+                break
+            if not may_delete(mf):
                 break
             if not mf.destroy(interval_forcibly_ms, now_ms):
                 break

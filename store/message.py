@@ -42,8 +42,10 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPI
 # (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's BORNHOST_V6_FLAG from its length.
 DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 SYSTEM_TOPICS = frozenset(
-    {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT"}
-)  # the transaction topics are store.transaction_message's HALF_TOPIC and OP_TOPIC
+    {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT", "rmq_sys_TIDEMQ_STATE"}
+)  # the transaction topics are store.transaction_message's HALF_TOPIC and OP_TOPIC; the last is store.state_log's STATE_TOPIC
+# Topics no client reads: the broker's own state (offsets, secrets, progress marks; store.state_log).
+INTERNAL_TOPICS = frozenset({"rmq_sys_TIDEMQ_STATE"})
 
 # The topic naming rule (RocketMQ's TopicValidator: letters, digits, %, |, _ and -), used for group names too.
 TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"

@@ -216,6 +216,10 @@ class MessageStore(Protocol):
 
     # Replication hooks -------------------------------------------------------------------
 
+    def set_replicated(self, replicated: bool) -> None:
+        """Tell the store it may have slaves (a master's replication is on): its state tables are then written whole into the log."""
+        ...
+
     def set_replication_waiter(self, waiter: ReplicationWaiter | None) -> None:
         """On a SYNC_MASTER, make every put appended from now on also wait for `waiter(end_offset)` (None: no wait)."""
         ...
@@ -269,10 +273,6 @@ class MessageStore(Protocol):
 
     def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
         """Configure a topic (blocking: persisted before it returns); TopicInvalid or ValueError for a bad name, count or perm."""
-        ...
-
-    def delete_topic_config(self, topic: str) -> bool:
-        """Drop only the topic's configuration (a slave mirroring its master); False when there was none."""
         ...
 
     def delete_topic(self, topic: str) -> bool:

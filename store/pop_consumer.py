@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from store.compressed_body import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
+from store.errors import StoreError
 from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
@@ -78,6 +79,7 @@ class PopStore(Protocol):
     def queue_ids_of(self, topic: str) -> list[int]: ...
     def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+    def put_and_commit(self, msgs: list[MessageInner], group: str, topic: str, queue_id: int, offset: int) -> bool: ...
     def ensure_topic(self, topic: str, queues: int) -> None: ...
 
 
@@ -105,15 +107,16 @@ class PopConsumer:
     """Receives, acks and invisible-time changes of every group; safe to call from many threads."""
 
     def __init__(
-        self, store: PopStore, groups: SubscriptionGroupManager, handles: ReceiptHandles, settings: PopSettings, clock: Callable[[], int]
-    ) -> None:
+        self, store: PopStore, groups: SubscriptionGroupManager, handles: ReceiptHandles, settings: PopSettings, clock: Callable[[], int],
+        fifo: FifoOrderBook,
+    ) -> None:  # fmt: skip
         self.store = store
         self.groups = groups
         self.handles = handles
         self.settings = settings
         self.clock = clock
         self.revive_topic = revive_topic(settings.cluster)
-        self.fifo = FifoOrderBook()
+        self.fifo = fifo
         self.counters = PopCounters()
         self._queue_locks = [threading.Lock() for _ in range(QUEUE_LOCK_STRIPES)]
         self._rotation: dict[tuple[str, str], int] = {}
@@ -185,9 +188,11 @@ class PopConsumer:
         ck = self._checkpoint(group, queue_topic, queue_id, result.queue_offsets, pop_time, invisible_ms)
         if settings.fifo:
             return self._take_fifo_locked(settings, result, ck, topic)
-        if not self._put_records([ck_message(self.revive_topic, self.revive_queue_of(group, queue_topic), ck)]):
+        self.store.ensure_topic(self.revive_topic, self.settings.revive_queues)
+        # The checkpoint and the offset past its messages in one put: both are in the log, or neither is.
+        ck_msg = ck_message(self.revive_topic, self.revive_queue_of(group, queue_topic), ck)
+        if not self.store.put_and_commit([ck_msg], group, queue_topic, queue_id, result.next_begin_offset):
             return []  # nothing taken: the offset stays, the messages stay visible
-        self.store.commit_offset(group, queue_topic, queue_id, result.next_begin_offset)
         return self._popped(result, ck, queue_topic, topic)
 
     def _take_fifo_locked(self, settings: SubscriptionGroup, result: GetMessageResult, ck: PopCheckPoint, topic: str) -> list[Popped]:
@@ -195,7 +200,10 @@ class PopConsumer:
         a message taken more than `max_reconsume_times` + 1 times goes to the dead-letter topic instead."""
         group, queue_id = settings.name, ck.queue_id
         offsets = result.queue_offsets
-        times = self.fifo.taken(group, topic, queue_id, offsets, ck.revive_time, result.next_begin_offset, ck.pop_time)
+        try:
+            times = self.fifo.taken(group, topic, queue_id, offsets, ck.revive_time, result.next_begin_offset, ck.pop_time)
+        except StoreError:
+            return []  # not recorded: nothing is given out, the queue is not blocked
         popped = self._popped(result, ck, topic, topic, times)
         dead = [i for i, t in enumerate(times) if t > settings.max_reconsume_times]
         if not dead:
@@ -255,8 +263,11 @@ class PopConsumer:
                 continue
             if settings.fifo:
                 queue_topic = retry_topic(group, topic) if handle.retry else topic
-                if not self._ack_fifo(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now):
-                    outcomes[-1] = AckOutcome.HANDLE_EXPIRED
+                try:
+                    if not self._ack_fifo(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now):
+                        outcomes[-1] = AckOutcome.HANDLE_EXPIRED
+                except StoreError:
+                    outcomes[-1] = AckOutcome.NOT_STORED
                 continue
             key = (handle.retry, handle.queue_id, handle.start_offset, handle.pop_time, handle.revive_queue_id, handle.invisible_until_ms)
             by_checkpoint.setdefault(key, []).append(handle.offset)
@@ -318,7 +329,12 @@ class PopConsumer:
             return outcome, None, 0
         queue_topic = retry_topic(group, topic) if handle.retry else topic
         if self.group(group).fifo:
-            if not self.fifo.extend(group, queue_topic, handle.queue_id, handle.pop_time, now + invisible_ms, now):
+            try:
+                with self._queue_lock(group, queue_topic, handle.queue_id):  # the book's changes of a queue in one order
+                    extended = self.fifo.extend(group, queue_topic, handle.queue_id, handle.pop_time, now + invisible_ms, now)
+            except StoreError:
+                return AckOutcome.NOT_STORED, None, 0
+            if not extended:
                 return AckOutcome.HANDLE_EXPIRED, None, 0
             # The pop time names the queue's batch in the order book, so it stays; the invisible time grows.
             moved = ReceiptHandle(handle.start_offset, handle.pop_time, now + invisible_ms - handle.pop_time, handle.revive_queue_id,

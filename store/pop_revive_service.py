@@ -2,31 +2,35 @@
 
 It consumes each revive queue in order as the group CID_RMQ_SYS_REVIVE_GROUP. Checkpoints and
 acks are timer messages due when their messages become visible again, so they reach a revive
-queue at that time and a checkpoint waits here only `pop_ack_margin_ms` for its acks: the
-memory this service holds is bounded by what comes due in that margin (and by
-`pop_revive_max_pending`), not by what is in flight. A checkpoint whose time plus the margin
-has passed gets its unacked messages re-put into the group's retry topic with reconsume times
-+ 1, or into its dead-letter topic once that passes the group's `max_reconsume_times`.
+queue at that time, a checkpoint before the acks of its messages (both are due at the same time,
+and the timer delivers a slot's units in the order they were put). A checkpoint waits here for
+its acks until the *horizon* has passed its time by `pop_ack_margin_ms`: the horizon is a time
+before which every timer unit has been delivered and dispatched (`horizon()`: the timer's read
+time, taken only while nothing put before it still waits for enqueue or dispatch). Waiting on the
+horizon rather than on the wall clock is what keeps an answered ack from losing the race with its
+checkpoint when the timer is late (after a restart, under load): as RocketMQ 5's revive service
+waits on the delivery times it has read, not on the clock. The memory held is bounded by what
+comes due in the margin (and by `pop_revive_max_pending`), not by what is in flight. A checkpoint
+whose time plus the margin the horizon passed gets its unacked messages re-put into the group's
+retry topic with reconsume times + 1, or into its dead-letter topic once that passes the group's
+`max_reconsume_times`. An ack whose checkpoint is not held is dropped (its checkpoint was matched
+already, or revived before a restart with the ack not yet due), as RocketMQ does by default.
 
-Its progress in each revive queue is the revive group's offset: the lowest revive-queue offset
-of a record it still holds. After a crash it reads again from there, so a checkpoint revived
-just before the crash may be revived twice (its messages delivered one more time); an acked
-message is never revived, because its ack lies after its checkpoint and is read again too.
+Its progress in each revive queue is the revive group's offset (a state record: replicated and
+recovered with the log): the lowest revive-queue offset of a checkpoint it still holds. A
+checkpoint's redeliveries and the offset past it are one put, so after a crash or a failover no
+checkpoint is revived twice; the service reads again from the offset, the checkpoints and their
+acks together, so an acked message is never revived.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.errors import MetadataCorrupt
-from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
-from store.json_file import read_json, write_json_atomically
 from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import decode_message
 from store.pop_consumer import PopConsumer, PopStore, requeued
@@ -50,10 +54,7 @@ log = logging.getLogger("tidemq.store")
 # Revive-queue messages read per get; a pass reads at most READS_PER_PASS of those per queue.
 READ_BATCH = 32
 READS_PER_PASS = 64
-ORDER_INFO_FILE = "consumerOrderInfo.json"  # RocketMQ 5's name for the FIFO order book
 MergeKey = tuple[str, str, int, int, int]  # topic, group, queue id, start offset, pop time
-# The longest invisible time a receive may ask for (12 h); an ack older than that can match nothing more.
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
 
 
 @dataclass(slots=True)
@@ -69,7 +70,6 @@ class ReviveQueue:
     read_offset: int
     committed: int
     pending: dict[MergeKey, Pending] = field(default_factory=dict)
-    early_acks: dict[MergeKey, list[tuple[int, int]]] = field(default_factory=dict)  # key -> [(ack offset, revive offset)]
 
 
 @dataclass(slots=True)
@@ -77,20 +77,25 @@ class ReviveStats:
     revived: int = 0  # messages re-put into a retry topic
     dead_lettered: int = 0  # messages put into a dead-letter topic
     lost: int = 0  # unacked messages whose stored bytes were already removed by retention
+    acks_dropped: int = 0  # ack records read with no checkpoint held for them
 
 
 class PopReviveService(ServiceThread):
-    def __init__(self, store: PopStore, consumer: PopConsumer, interval_ms: int, max_pending: int, clock: Callable[[], int]) -> None:
+    def __init__(
+        self, store: PopStore, consumer: PopConsumer, interval_ms: int, max_pending: int, clock: Callable[[], int],
+        horizon: Callable[[], int | None],
+    ) -> None:  # fmt: skip
         super().__init__("PopReviveService")
         self.store = store
         self.consumer = consumer
         self.interval_ms = interval_ms
         self.max_pending = max_pending
         self.clock = clock
+        self.horizon = horizon  # the time before which every timer unit is delivered and dispatched; None: unknown now
         self.topic = consumer.revive_topic
         self.stats = ReviveStats()
         self.is_slave = False  # set by the store: a slave replicates its master's redeliveries and puts none
-        self.order_book_file: OrderBookFile | None = None  # set by the store: where the FIFO order book is kept
+        self._horizon_ms = 0  # the last horizon observed
         self._queues: dict[int, ReviveQueue] = {}
 
     def run(self) -> None:
@@ -98,17 +103,21 @@ class PopReviveService(ServiceThread):
             self.wait_for_running(self.interval_ms)
             try:
                 self.revive_pass()
-                if self.order_book_file is not None:
-                    self.order_book_file.persist_if_due()
             except Exception:  # retried next pass; nothing is lost, records are re-read from the committed offset
                 log.exception("revive pass failed")
-        if self.order_book_file is not None:
-            self.order_book_file.persist()  # at shutdown: a FIFO batch still invisible stays so after the restart
+
+    def take_over(self) -> None:
+        """A slave becomes master: read every revive queue again from the replicated offsets."""
+        self._queues = {}
+        self._horizon_ms = 0
 
     def revive_pass(self) -> int:
         """One pass over every revive queue; returns the messages re-put (none on a slave: its master revives)."""
         if self.is_slave:
             return 0
+        horizon = self.horizon()  # observed before reading: every record due before it is in the queues now
+        if horizon is not None:
+            self._horizon_ms = max(self._horizon_ms, horizon)
         moved = 0
         for queue_id in range(self.consumer.settings.revive_queues):
             state = self._queues.get(queue_id)
@@ -116,12 +125,12 @@ class PopReviveService(ServiceThread):
                 offset = max(0, self.store.query_offset(REVIVE_GROUP, self.topic, queue_id))
                 state = self._queues[queue_id] = ReviveQueue(offset, offset)
             self._read(queue_id, state)
-            moved += self._revive_due(state)
+            moved += self._revive_due(queue_id, state)
             self._commit(queue_id, state)
         return moved
 
     def in_memory(self) -> int:
-        return sum(len(q.pending) + len(q.early_acks) for q in self._queues.values())
+        return sum(len(q.pending) for q in self._queues.values())
 
     def _read(self, queue_id: int, state: ReviveQueue) -> None:
         for _ in range(READS_PER_PASS):
@@ -144,36 +153,41 @@ class PopReviveService(ServiceThread):
             if tag == CK_TAG:
                 ck = PopCheckPoint.from_json(m["body"])
                 key = ck.merge_key()
-                state.pending[key] = Pending(ck, offset)
-                for ack_offset, _ in state.early_acks.pop(key, []):
-                    _set_acked(ck, ack_offset)
+                held = state.pending.get(key)
+                if held is not None:  # the same checkpoint delivered again (a timer slot re-read after a crash)
+                    ck.bit_map |= held.ck.bit_map
+                state.pending[key] = Pending(ck, offset if held is None else held.revive_offset)
             elif tag == ACK_TAG or tag == BATCH_ACK_TAG:
                 ack = AckMsg.from_json(m["body"]) if tag == ACK_TAG else BatchAckMsg.from_json(m["body"])
                 acked = (ack.ack_offset,) if isinstance(ack, AckMsg) else ack.ack_offsets
                 pending = state.pending.get(ack.merge_key())
+                if pending is None:
+                    self.stats.acks_dropped += 1  # its checkpoint is matched or revived already (see the docstring)
+                    return
                 for ack_offset in acked:
-                    if pending is not None:
-                        _set_acked(pending.ck, ack_offset)
-                    else:  # read before its checkpoint: kept (and its offset not committed past) until the checkpoint comes
-                        state.early_acks.setdefault(ack.merge_key(), []).append((ack_offset, offset))
+                    _set_acked(pending.ck, ack_offset)
         except RecordInvalid as e:
             log.error("revive queue record at %d skipped: %s", offset, e)
 
-    def _revive_due(self, state: ReviveQueue) -> int:
-        now = self.clock()
+    def _revive_due(self, queue_id: int, state: ReviveQueue) -> int:
+        horizon = self._horizon_ms
         margin = self.consumer.settings.ack_margin_ms
         moved = 0
         for key, pending in list(state.pending.items()):
-            if now < pending.ck.revive_time + margin:
+            if horizon < pending.ck.revive_time + margin:
                 continue
-            if not self._revive(pending.ck):
+            # The revive queue's offset once this checkpoint is done goes in the same put as its
+            # redeliveries: a crash can never leave the copies stored and the checkpoint to be read again.
+            low = min([state.read_offset, *(p.revive_offset for k, p in state.pending.items() if k != key)])
+            if not self._revive(pending.ck, queue_id, low):
                 break  # retried next pass; the offset stays below it
+            state.committed = max(state.committed, low)
             moved += pending.ck.num - bin(pending.ck.bit_map).count("1")
             del state.pending[key]
         return moved
 
-    def _revive(self, ck: PopCheckPoint) -> bool:
-        """Re-put the checkpoint's unacked messages; False when the put failed."""
+    def _revive(self, ck: PopCheckPoint, queue_id: int, offset_after: int) -> bool:
+        """Re-put the checkpoint's unacked messages with the revive queue's offset after it; False when the put failed."""
         settings = self.consumer.group(ck.cid)
         retry = retry_topic(ck.cid, _origin(ck))
         msgs: list[MessageInner] = []
@@ -195,7 +209,7 @@ class PopReviveService(ServiceThread):
             return True
         for topic in {m.topic for m in msgs}:
             self.store.ensure_topic(topic, 1)
-        if not self.store.put_messages(msgs).ok:
+        if not self.store.put_and_commit(msgs, REVIVE_GROUP, self.topic, queue_id, offset_after):
             return False
         self.stats.dead_lettered += dead
         self.stats.revived += len(msgs) - dead
@@ -210,15 +224,9 @@ class PopReviveService(ServiceThread):
         return bytes(memoryview(result.data)[pos : pos + size])
 
     def _commit(self, queue_id: int, state: ReviveQueue) -> None:
-        oldest = self.clock() - MAX_INVISIBLE_MS - 2 * self.consumer.settings.ack_margin_ms
-        for key in [k for k in state.early_acks if k[4] < oldest]:
-            del state.early_acks[key]  # its checkpoint was revived before this run read it: the ack is moot
         low = state.read_offset
         for pending in state.pending.values():
             low = min(low, pending.revive_offset)
-        for acks in state.early_acks.values():
-            for _, revive_offset in acks:
-                low = min(low, revive_offset)
         if low != state.committed:
             self.store.commit_offset(REVIVE_GROUP, self.topic, queue_id, low)
             state.committed = low
@@ -234,32 +242,3 @@ def _origin(ck: PopCheckPoint) -> str:
     """The topic a checkpoint's group consumes: its own topic, or the one its retry topic names."""
     prefix = retry_topic(ck.cid, "")
     return ck.topic[len(prefix) :] if ck.topic.startswith(prefix) else ck.topic
-
-
-class OrderBookFile:
-    """`config/consumerOrderInfo.json`: the FIFO order book, written when it changed, at most every interval."""
-
-    def __init__(self, config_dir: str, book: FifoOrderBook, interval_ms: int) -> None:
-        self.path = os.path.join(config_dir, ORDER_INFO_FILE)
-        self.book = book
-        self.interval_s = interval_ms / 1000.0
-        self._next = time.monotonic() + self.interval_s
-
-    def load(self) -> None:
-        try:
-            doc = read_json(self.path)
-        except MetadataCorrupt as e:  # the offsets are the truth: start with an empty book
-            log.error("%s; FIFO batches in flight are taken again at once", e)
-            return
-        if isinstance(doc, dict) and isinstance(doc.get("batches"), list):
-            self.book.restore(doc["batches"])
-
-    def persist_if_due(self) -> None:
-        if time.monotonic() >= self._next:
-            self._next = time.monotonic() + self.interval_s
-            self.persist()
-
-    def persist(self) -> None:
-        rows = self.book.snapshot_if_changed()
-        if rows is not None:
-            write_json_atomically(self.path, {"batches": rows})

@@ -2,18 +2,18 @@
 
 RocketMQ keeps no producer group on disk (it checks back over the producer's own connection);
 tidemq's producers are HTTP clients, so a group may name a URL the broker POSTs a check to.
-The file is written atomically (store.json_file) on every change; changes are rare.
+Each change is a state record (store/state_log.py); the file is the local snapshot.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from store.errors import ConfigInvalid
 from store.json_file import read_json, write_json_atomically
+from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
 
 FILE_NAME = "producerGroup.json"
 MAX_CHECK_URL_CHARS = 2_048  # longest check URL a group may name
@@ -43,24 +43,29 @@ def check_url_problem(url: str) -> str | None:
     return None
 
 
-class ProducerGroupManager:
+class ProducerGroupManager(StateTable):
+    """The groups; each change is a state record (store/state_log.py), so a new master checks back the
+    transactions its old master would have; producerGroup.json is the local snapshot."""
+
+    kind = StateKind.PRODUCER_GROUPS
+
     def __init__(self, config_dir: str) -> None:
+        super().__init__()
         self.path = f"{config_dir}/{FILE_NAME}"
         self._groups: dict[str, ProducerGroup] = {}
-        self._lock = threading.Lock()  # serializes changes and their persistence; a leaf lock
 
     def load(self) -> None:
         data = read_json(self.path)
-        groups: dict[str, ProducerGroup] = {}
         table = data.get("producerGroupTable") if isinstance(data, dict) else None
         if data is not None and not isinstance(table, dict):
             raise ConfigInvalid(f"{self.path}: producerGroupTable must be an object")
+        groups: dict[str, ProducerGroup] = {}
         for name, doc in (table or {}).items():
-            url = doc.get("checkUrl") if isinstance(doc, dict) else None
-            if url is not None and (not isinstance(url, str) or check_url_problem(url)):
-                raise ConfigInvalid(f"{self.path}: the check URL of producer group {name!r} is invalid")
-            groups[name] = ProducerGroup(name, url)
+            groups[name] = _group_of(name, doc, self.path)
         self._groups = groups
+        if data is not None:
+            covered = data.get(STATE_OFFSET_FIELD, 0)
+            self.loaded(covered if type(covered) is int else 0)
 
     def get(self, name: str) -> ProducerGroup | None:
         return self._groups.get(name)
@@ -69,11 +74,50 @@ class ProducerGroupManager:
         return sorted(self._groups.values(), key=lambda g: g.name)
 
     def put(self, group: ProducerGroup) -> bool:
-        """Create or replace a group (blocking: persisted before it returns); True when created."""
+        """Create or replace a group (blocking: recorded durably before it returns); True when created."""
+        created = group.name not in self._groups
+        self.record({"put": _doc_of(group)})
+        return created
+
+    # StateTable --------------------------------------------------------------------------------
+
+    def apply_locked(self, payload: dict[str, Any], log_offset: int = -1) -> None:
+        doc = payload.get("put")
+        if isinstance(doc, dict):
+            group = _group_of(str(doc.get("groupName")), doc, "a state record")
+            self._groups = {**self._groups, group.name: group}  # copy-on-write: readers never take the lock
+
+    def rows_locked(self) -> list[Any]:
+        return [_doc_of(g) for g in self._groups.values()]
+
+    def row_count_locked(self) -> int:
+        return len(self._groups)
+
+    def restore_locked(self, rows: list[Any]) -> None:
+        self._groups = {}
+        for doc in rows:
+            self.apply_locked({"put": doc})
+
+    def persist(self) -> None:
         with self._lock:
-            created = group.name not in self._groups
-            groups = {**self._groups, group.name: group}
-            doc: dict[str, Any] = {"producerGroupTable": {g.name: {"groupName": g.name, "checkUrl": g.check_url} for g in groups.values()}}
+            doc: dict[str, Any] = {
+                "producerGroupTable": {g.name: _doc_of(g) for g in self._groups.values()},
+                STATE_OFFSET_FIELD: self.covered,
+            }
+            self.dirty = False
+        try:
             write_json_atomically(self.path, doc)
-            self._groups = groups  # copy-on-write: readers never take the lock
-            return created
+        except OSError:
+            self.dirty = True
+            raise
+
+
+def _doc_of(group: ProducerGroup) -> dict[str, Any]:
+    return {"groupName": group.name, "checkUrl": group.check_url}
+
+
+def _group_of(name: str, doc: Any, where: str) -> ProducerGroup:
+    url = doc.get("checkUrl") if isinstance(doc, dict) else None
+    if url is not None and (not isinstance(url, str) or check_url_problem(url)):
+        raise ConfigInvalid(f"{where}: the check URL of producer group {name!r} is invalid")
+    return ProducerGroup(name, url)

@@ -3,8 +3,8 @@
 A handle names the checkpoint the message belongs to and the message's place in its queue, as
 RocketMQ 5's ExtraInfo does (start offset, pop time, invisible time, revive queue, queue id,
 offset, and whether the message came from the group's retry topic), and is authenticated with
-an HMAC-SHA256 under a secret kept in the store (`config/popSecret`) over the group, the topic
-and those fields: a forged or altered handle, or one used for another group or topic, fails
+an HMAC-SHA256 under a secret kept in the store (`config/popSecret`, and in the log for the
+store's slaves: PopSecret) over the group, the topic and those fields: a forged or altered handle, or one used for another group or topic, fails
 `ReceiptHandles.decode` and can never ack another message.
 """
 
@@ -16,9 +16,11 @@ import hashlib
 import hmac
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from store.errors import StoreError
 from store.json_file import write_bytes_atomically
+from store.state_table import RecordTag, StateKind, StateTable
 
 SECRET_FILE = "popSecret"
 SECRET_BYTES = 32
@@ -52,25 +54,82 @@ class ReceiptHandle:
         )
 
 
+class PopSecret(StateTable):
+    """The handle secret, shared by a master and its slaves: a state record carries it, so a handle a
+    consumer got from the old master still acks on the new one after a failover.
+
+    A store makes its own on first use (`config/popSecret`, durable before any handle is given out); a
+    master writes it into the log as a snapshot (the state snapshot service does it for a table with
+    none in the log), and a slave that applies it takes its master's secret, file included.
+    """
+
+    kind = StateKind.POP_SECRET
+
+    def __init__(self, config_dir: str) -> None:
+        super().__init__()
+        self.path = os.path.join(config_dir, SECRET_FILE)
+        self.secret = b""
+
+    def load(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                secret = fh.read()
+        except FileNotFoundError:
+            secret = b""
+        if len(secret) != SECRET_BYTES:  # none yet, or a torn create: no handle was made with it, so a new one is safe
+            secret = _create_secret(self.path)
+        self.secret = secret
+        self.based = True
+
+    def apply_locked(self, payload: dict[str, Any], log_offset: int = -1) -> None:
+        value = payload.get("secret")
+        if type(value) is str and len(value) == 2 * SECRET_BYTES:
+            secret = bytes.fromhex(value)
+            if secret != self.secret:
+                self.secret = secret
+                self.dirty = True
+
+    def rows_locked(self) -> list[Any]:
+        return [self.secret.hex()] if self.secret else []
+
+    def restore_locked(self, rows: list[Any]) -> None:
+        if rows:
+            self.apply_locked({"secret": rows[0]})
+
+    def _snapshot_chunk_locked(self, tag: RecordTag, payload: dict[str, Any]) -> None:
+        super()._snapshot_chunk_locked(tag, payload)
+        rows = payload.get("rows")
+        if type(rows) is list and rows:  # one row: the secret itself, taken whichever node applies it
+            self.restore_locked(rows)
+
+    def persist(self) -> None:
+        with self._lock:
+            secret, self.dirty = self.secret, False
+        if secret:
+            write_bytes_atomically(self.path, secret, mode=0o600)
+
+
 class ReceiptHandles:
     """Makes and checks receipt handles with the store's secret."""
 
-    def __init__(self, secret: bytes) -> None:
-        assert len(secret) == SECRET_BYTES
-        self._secret = secret
+    def __init__(self, secret: bytes | PopSecret) -> None:
+        if isinstance(secret, bytes):
+            assert len(secret) == SECRET_BYTES
+            table = PopSecret("")
+            table.secret = secret
+            secret = table
+        self._table = secret
+
+    @property
+    def _secret(self) -> bytes:
+        return self._table.secret
 
     @classmethod
     def load_or_create(cls, config_dir: str) -> ReceiptHandles:
         """The store's handles; the secret is made on first use, durable before any handle is given out."""
-        path = os.path.join(config_dir, SECRET_FILE)
-        try:
-            with open(path, "rb") as fh:
-                secret = fh.read()
-        except FileNotFoundError:
-            secret = _create_secret(path)
-        if len(secret) != SECRET_BYTES:  # a torn create: no handle was made with it, so a new one is safe
-            secret = _create_secret(path)
-        return cls(secret)
+        table = PopSecret(config_dir)
+        table.load()
+        return cls(table)
 
     def encode(self, group: str, topic: str, handle: ReceiptHandle) -> str:
         payload = handle.fields().encode("ascii")

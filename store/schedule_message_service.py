@@ -17,10 +17,11 @@ Invariants:
   or the entry is undeliverable for good (logged and counted); a put refused for a
   passing reason (disk full, shutting down) is retried after PUT_RETRY_DELAY_MS, for as
   long as the reason lasts, without moving past it;
-- the offsets are persisted every `flush_delay_offset_interval_ms` and at shutdown, so a
-  clean restart neither loses nor re-delivers; after a crash, entries below the queue's
-  end at load are checked against the index (UNIQ_KEY in the real topic) before being
-  delivered again, so an entry delivered after the last persist is not delivered twice;
+- the offsets are recorded in the log (for slaves) and persisted every
+  `flush_delay_offset_interval_ms` and at shutdown, so a clean restart neither loses nor
+  re-delivers; after a crash, and on a slave that becomes master, entries below the queue's
+  end are checked against the index (UNIQ_KEY in the real topic) before being delivered
+  again, so an entry delivered after the last record is not delivered twice;
 - a due time more than its level's delay plus CLOCK_STEP_BACK_TOLERANCE_MS ahead of now
   means the clock stepped back after the put (as RocketMQ's correctDeliverTimestamp, with a
   tolerance so that small skews delay rather than hasten a delivery): it is delivered now;
@@ -39,6 +40,7 @@ from store.clock import SYSTEM_CLOCK, Clock
 from store.config import BrokerRole
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.delay_offset_table import DelayOffsetTable
+from store.errors import StoreError
 from store.message import (
     PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
@@ -119,13 +121,23 @@ class ScheduleMessageService(ServiceThread):
     # Lifecycle ---------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read the persisted offsets; after a crash remember which entries may already be delivered."""
-        self.offsets.load()
+        """After recovery and the state records (the offsets table is loaded by then): after a crash,
+        remember which entries may already be delivered."""
         if not self.store.last_exit_ok:
-            for level in range(1, len(self.levels_ms) + 1):
-                cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
-                if cq is not None and cq.get_max_offset_in_queue() > self.offsets.get(level):
-                    self._verify_below[level] = cq.get_max_offset_in_queue()
+            self._verify_past_progress()
+
+    def take_over(self) -> None:
+        """A slave becomes master: its offsets are its old master's last recorded progress, so every
+        entry past them is checked against the index before it is delivered (as after a crash)."""
+        with self._pass_lock:
+            self._verify_past_progress()
+            self._next_scan_ms = [0] * len(self.levels_ms)
+
+    def _verify_past_progress(self) -> None:
+        for level in range(1, len(self.levels_ms) + 1):
+            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
+            if cq is not None and cq.get_max_offset_in_queue() > self.offsets.get(level):
+                self._verify_below[level] = cq.get_max_offset_in_queue()
 
     def run(self) -> None:
         self.wait_until(self.store.is_running, self.scan_interval_ms)  # puts are refused until the store runs
@@ -143,6 +155,12 @@ class ScheduleMessageService(ServiceThread):
         self._persist()
 
     def _persist(self) -> None:
+        """Record the progress in the log (a master's, for its slaves), then in delayOffset.json."""
+        if self.store.config.broker_role is not BrokerRole.SLAVE and self.store.is_running():
+            try:
+                self.offsets.record_progress()
+            except StoreError as exc:
+                log.warning("delay progress not recorded in the log (%s); recorded at the next period", exc)
         try:
             self.offsets.persist()
         except OSError as exc:

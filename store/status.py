@@ -6,7 +6,7 @@ import bisect
 import enum
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import overload
 
 
@@ -89,6 +89,10 @@ class AppendMessageResult:
 
     def __repr__(self) -> str:
         return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
+
+
+# Called under the commitlog's put lock with the items of the messages just appended (store.commit_log).
+AppendedHook = Callable[[Sequence[AppendMessageResult]], None]
 
 
 class LazyItems(Sequence[AppendMessageResult]):

@@ -1,19 +1,20 @@
 """Consumer groups' settings for group (POP) consumption, kept in `config/subscriptionGroup.json`.
 
-The file has RocketMQ's shape (`subscriptionGroupTable` of SubscriptionGroupConfig objects with
+Each change is a state record (store/state_log.py), replicated and recovered with the log; the
+file is the table's local snapshot. The file has RocketMQ's shape (`subscriptionGroupTable` of SubscriptionGroupConfig objects with
 RocketMQ's field names, and a `dataVersion`), so a RocketMQ broker reads the groups tidemq made.
 `retryMaxTimes` is the group's max reconsume times; `consumeMessageOrderly` makes it a FIFO group.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from store.data_version import data_version_counter, versioned_document
 from store.errors import ConfigInvalid
 from store.json_file import read_json, write_json_atomically
+from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
 
 FILE_NAME = "subscriptionGroup.json"
 # RocketMQ's SubscriptionGroupConfig.retryMaxTimes default, and the bound a group may set.
@@ -46,14 +47,17 @@ class SubscriptionGroup:
         return cls(name, times, orderly)
 
 
-class SubscriptionGroupManager:
-    """The groups; changes are rare and persisted at once (atomic file replace)."""
+class SubscriptionGroupManager(StateTable):
+    """The groups; each change is a state record (store/state_log.py), so slaves and a new master hold
+    them too; subscriptionGroup.json is the local snapshot (with `stateLogOffset`)."""
+
+    kind = StateKind.SUBSCRIPTION_GROUPS
 
     def __init__(self, config_dir: str) -> None:
+        super().__init__()
         self.path = f"{config_dir}/{FILE_NAME}"
         self._groups: dict[str, SubscriptionGroup] = {}
         self._counter = 0
-        self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
 
     def load(self) -> None:
         data = read_json(self.path)
@@ -64,6 +68,8 @@ class SubscriptionGroupManager:
             raise ConfigInvalid(f"{self.path}: no subscriptionGroupTable object")
         self._groups = {name: SubscriptionGroup.from_rocketmq(name, doc) for name, doc in table.items()}
         self._counter = data_version_counter(data)
+        covered = data.get(STATE_OFFSET_FIELD, 0)
+        self.loaded(covered if type(covered) is int else 0)
 
     def get(self, name: str) -> SubscriptionGroup | None:
         return self._groups.get(name)
@@ -72,22 +78,53 @@ class SubscriptionGroupManager:
         return sorted(self._groups.values(), key=lambda g: g.name)
 
     def put(self, group: SubscriptionGroup) -> bool:
-        """Create or update a group; True when it was created."""
+        """Create or update a group (blocking: recorded durably); True when it was created."""
         assert 0 <= group.max_reconsume_times <= MAX_RECONSUME_TIMES_LIMIT
-        with self._lock:
-            created = group.name not in self._groups
-            self._groups[group.name] = group
-            self._persist_locked()
+        created = group.name not in self._groups
+        self.record({"put": group.to_rocketmq()})
         return created
 
     def delete(self, name: str) -> bool:
-        with self._lock:
-            if self._groups.pop(name, None) is None:
-                return False
-            self._persist_locked()
+        if name not in self._groups:
+            return False
+        self.record({"del": name})
         return True
 
-    def _persist_locked(self) -> None:
-        self._counter += 1
-        table = {name: g.to_rocketmq() for name, g in self._groups.items()}
-        write_json_atomically(self.path, versioned_document("subscriptionGroupTable", table, self._counter))
+    # StateTable --------------------------------------------------------------------------------
+
+    def apply_locked(self, payload: dict[str, Any], log_offset: int = -1) -> None:
+        doc = payload.get("put")
+        if type(doc) is dict:
+            group = SubscriptionGroup.from_rocketmq(str(doc.get("groupName")), doc)
+            self._groups = {**self._groups, group.name: group}
+        name = payload.get("del")
+        if type(name) is str and name in self._groups:
+            groups = dict(self._groups)
+            del groups[name]
+            self._groups = groups
+
+    def rows_locked(self) -> list[Any]:
+        return [g.to_rocketmq() for g in self._groups.values()]
+
+    def row_count_locked(self) -> int:
+        return len(self._groups)
+
+    def restore_locked(self, rows: list[Any]) -> None:
+        self._groups = {}
+        for doc in rows:
+            self.apply_locked({"put": doc})
+
+    def persist(self) -> None:
+        """Write subscriptionGroup.json from the table (a new dataVersion each time, as RocketMQ's ConfigManager)."""
+        with self._lock:
+            self._counter += 1
+            table = {name: g.to_rocketmq() for name, g in self._groups.items()}
+            covered, counter = self.covered, self._counter
+            self.dirty = False
+        document = versioned_document("subscriptionGroupTable", table, counter)
+        document[STATE_OFFSET_FIELD] = covered
+        try:
+            write_json_atomically(self.path, document)
+        except OSError:
+            self.dirty = True
+            raise

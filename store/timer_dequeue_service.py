@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 DELIVERY_BATCH = 256  # messages put back by one put call
+ENQUEUE_WAIT_MS = 10  # wait for the enqueue to catch up with a slot that is due
 IDLE_WAIT_MS_MAX = 200  # longest sleep when nothing is due soon (enqueues of near slots do not wake the service)
 _PERMANENT_REFUSALS = frozenset(
     {PutRefusal.TOPIC_INVALID, PutRefusal.QUEUE_NOT_FOUND, PutRefusal.MESSAGE_TOO_LARGE, PutRefusal.PROPERTIES_TOO_LARGE}
@@ -81,10 +82,11 @@ class TimerDequeueService(ServiceThread):
             if timer.store.config.broker_role is BrokerRole.SLAVE or not timer.store.is_running():
                 return IDLE_WAIT_MS_MAX
             now = timer.clock.now_ms()
+            limit = min(now, timer.write_time_ms)  # a slot is delivered once every message put before its end is in the wheel
             read = timer.read_time_ms
-            if read + p > now:
-                return min(read + p - now, IDLE_WAIT_MS_MAX)
-            if not self._skip_empty(read, timer.floor(now)):
+            if read + p > limit:
+                return min(read + p - now, IDLE_WAIT_MS_MAX) if read + p > now else ENQUEUE_WAIT_MS
+            if not self._skip_empty(read, timer.floor(limit)):
                 continue
             if not self._deliver_slot(read, now):
                 return PUT_RETRY_DELAY_MS

@@ -5,7 +5,9 @@ message's TIMER_OUT_MS and writes its timer log unit (TimerMessageStore.enqueue)
 the put path, as in RocketMQ: a timer put costs what a normal put costs. An idle service looks
 again every ENQUEUE_IDLE_WAIT_MS (RocketMQ: 100 x precision / 1000 ms), a small part of the
 precision, so a message due in a few precisions reaches the wheel in time; it polls rather than
-listening to dispatch, which would cost every put's dispatch a notice.
+listening to dispatch, which would cost every put's dispatch a notice. It runs on a slave too
+(RocketMQ 5's slaves build their timer log the same way), so a slave that becomes master already
+holds the wheel of every pending timer message.
 
 Invariants: entries are enqueued in queue order and the queue offset moves past an entry only
 after its unit is written (or it is unreadable for good, logged and counted); a unit that cannot
@@ -17,7 +19,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from store.config import BrokerRole
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.service_thread import ServiceThread
 from store.timer_message import TIMER_TOPIC
@@ -52,13 +53,18 @@ class TimerEnqueueService(ServiceThread):
                 self.wait_for_running(ENQUEUE_RETRY_WAIT_MS)
 
     def enqueue_pass(self) -> int:
-        """Enqueue what the timer topic's queue holds past the timer's offset; entries handled, -1 to back off."""
+        """Enqueue what the timer topic's queue holds past the timer's offset; entries handled, -1 to back off.
+
+        A pass that reaches the queue's end after dispatch passed the log's end seen at its start moves
+        the timer's write time to the pass's start: every timer message stored before then is in the
+        wheel, so the dequeue may deliver the slots before it (TimerMessageStore.write_time_ms)."""
         timer = self.timer
         store = timer.store
-        if store.config.broker_role is BrokerRole.SLAVE:
-            return 0
+        started_ms, log_end = timer.clock.now_ms(), store.commit_log.get_max_offset()
         cq = store.find_consume_queue(TIMER_TOPIC, 0)
         if cq is None:
+            if store.reput_service.reput_from_offset >= log_end:
+                timer.advance_write_time(started_ms)
             return 0
         offset = timer.queue_offset
         low = cq.get_min_offset_in_queue()
@@ -82,6 +88,8 @@ class TimerEnqueueService(ServiceThread):
                 offset += 1
                 handled += 1
                 timer.queue_offset = offset
+        if store.reput_service.reput_from_offset >= log_end and offset >= cq.get_max_offset_in_queue():
+            timer.advance_write_time(started_ms)
         return handled
 
     def _enqueue_one(self, offset: int, phy: int, size: int, now: int) -> bool:

@@ -4,7 +4,8 @@ Every `timer_flush_interval_ms` it writes the checkpoint (TimerMessageStore.writ
 the progress is read first, the files flushed, then the progress recorded, so the checkpoint
 never claims more than the files hold); every CLEAN_EVERY_PASSES passes it deletes leading
 timer log files whose last unit points below the commitlog's first offset (RocketMQ's rule for
-the timer log). Its final pass at shutdown, after the dequeue and enqueue services stopped,
+the timer log). A master's pass also records its read time in the log for its slaves when it is
+due (store/timer_progress.py). Its final pass at shutdown, after the dequeue and enqueue services stopped,
 records their final progress.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from store.errors import StoreError
 from store.service_thread import ServiceThread
 
 if TYPE_CHECKING:
@@ -41,6 +43,10 @@ class TimerFlushService(ServiceThread):
             self.timer.write_checkpoint()
         except OSError as exc:
             log.error("timer: cannot write the checkpoint: %s", exc)
+        try:
+            self.timer.record_progress()
+        except StoreError as exc:
+            log.warning("timer: progress not recorded in the log (%s); recorded at the next pass", exc)
         self.passes += 1
         if self.passes % CLEAN_EVERY_PASSES == 0:
             self.clean_timer_log()

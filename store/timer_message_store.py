@@ -36,7 +36,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from store.config import TIMER_BLANK_SLOTS
+from store.config import TIMER_BLANK_SLOTS, BrokerRole
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.errors import StoreNotRunning
 from store.message import PROPERTY_REAL_TOPIC, decode_properties, java_string_hash
@@ -50,6 +50,7 @@ from store.timer_flush_service import TimerFlushService
 from store.timer_log import MAGIC_DEFAULT, MAGIC_ROLL, TimerLog
 from store.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TimerTransform, is_timer_request, transform
 from store.timer_metrics import TimerMetrics
+from store.timer_progress import TimerProgress
 from store.timer_wheel import TimerWheel
 
 if TYPE_CHECKING:
@@ -87,8 +88,13 @@ class TimerMessageStore:
         self.read_time_ms = 0  # the next slot to deliver; every earlier one is delivered
         self.queue_offset = 0  # the next timer topic queue entry to enqueue
         self.verify_below_ms = 0  # after a crash: units of slots before this are checked before delivery
+        # Every timer message stored before this time is in the wheel (the enqueue's write time): the
+        # dequeue delivers no slot at or past it, so a message put for a slot is never late for it.
+        self.write_time_ms = 0
         self.dequeued = 0  # units delivered, rolled or skipped since the start
         self._pending_at_load = 0
+        self.progress = TimerProgress()  # the master's read time in the log (store/timer_progress.py)
+        self.progress.on_read_time = self._follow_read_time
         self.enqueue_service = TimerEnqueueService(self)
         self.dequeue_service = TimerDequeueService(self)
         self.flush_service = TimerFlushService(self, cfg.timer_flush_interval_ms)
@@ -139,6 +145,8 @@ class TimerMessageStore:
             log.error("timer: the read time %d is older than the wheel holds; slots before %d are lost", read, oldest)
             read = oldest
         self.read_time_ms = self.floor(read)
+        if self.store.config.broker_role is BrokerRole.SLAVE and self.progress.read_time_ms > self.read_time_ms:
+            self.read_time_ms = self.floor(self.progress.read_time_ms)  # the master delivered up to there
         self._revise_wheel(start, end, damaged=end < size_before)
         self.queue_offset = self._revise_queue_offset()
         if not last_exit_ok:
@@ -220,6 +228,11 @@ class TimerMessageStore:
         finally:
             res.release()
 
+    def advance_write_time(self, time_ms: int) -> None:
+        """The enqueue has every timer message stored before `time_ms` (TimerEnqueueService)."""
+        if time_ms > self.write_time_ms:
+            self.write_time_ms = time_ms
+
     def enqueue(self, offset_py: int, size_py: int, fields: TimerFields, now_ms: int) -> bool:
         """Write the unit of one timer message and link it into its slot; False when the log could not grow."""
         wheel = self.wheel
@@ -275,6 +288,28 @@ class TimerMessageStore:
             **self.metrics.counters(),
             "lateness": self.metrics.lateness(),
         }
+
+    # Replication -------------------------------------------------------------------------------
+
+    def _follow_read_time(self, read_time_ms: int) -> None:
+        """A record of the master's read time applied here (the caller holds the progress table's lock)."""
+        if self.store.config.broker_role is BrokerRole.SLAVE:
+            with self.wheel_lock:
+                self.read_time_ms = max(self.read_time_ms, self.floor(read_time_ms))
+
+    def record_progress(self) -> None:
+        """On a master: the read time into the log when it is due (TimerProgress.record_if_due)."""
+        if self.store.config.broker_role is BrokerRole.SLAVE or not self.store.is_running():
+            return
+        self.progress.record_if_due(self.read_time_ms, self.dequeued, self.clock.now_ms())
+
+    def take_over(self) -> None:
+        """A slave becomes master: deliver from the recorded read time on, checking every unit of a slot
+        before now against the index first (its old master may have delivered it after its last record)."""
+        now = self.floor(self.clock.now_ms())
+        with self.wheel_lock:
+            self.verify_below_ms = max(self.verify_below_ms, now + self.precision_ms)
+        log.info("timer taken over at read time %d; units before %d are checked before delivery", self.read_time_ms, now)
 
     # Shutdown ----------------------------------------------------------------------------------
 

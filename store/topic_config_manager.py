@@ -1,4 +1,10 @@
-"""TopicConfigManager: each topic's queue counts and permission, persisted as config/topics.json.
+"""TopicConfigManager: each topic's queue counts and permission: state records in the log, and config/topics.json.
+
+Every change is a record of the state topic (store/state_log.py), applied in log order on the master
+and on its slaves; topics.json is the table's local snapshot, written in the background with
+`stateLogOffset` (the first record it lacks), so creating a topic costs one record whatever the
+number of topics. A deletion's record also tells the store to drop the topic's queues and to
+remember where the log stood (store.deleted_topic_table), on every node that applies it.
 
 The file has RocketMQ's shape (TopicConfigManager's TopicConfigSerializeWrapper, under
 `<store root>/config/topics.json` as BrokerPathConfigHelper.getTopicConfigPath names it): a
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +29,7 @@ from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt, TopicConfigInvalid, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
+from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
 
 log = logging.getLogger("tidemq.store")
 
@@ -98,14 +105,24 @@ class TopicConfig:
         return tc
 
 
-class TopicConfigManager:
+class TopicConfigManager(StateTable):
+    """The topics; each change is a state record (store/state_log.py) applied in log order, so a slave
+    and a new master hold the same table. topics.json is the local snapshot, written in the
+    background (StateSnapshotService), so a change costs one record, not a rewrite of the file."""
+
+    kind = StateKind.TOPICS
+
     def __init__(self, config_dir: str, max_queue_nums: int) -> None:
+        super().__init__()
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
         self._topics: dict[str, TopicConfig] = {}
-        self.version = 0  # bumped on every change, so watchers (replication) compare one integer
+        self.version = 0  # bumped on every change, so watchers (the cluster registration) compare one integer
         self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
-        self._lock = threading.Lock()  # serializes changes and their persistence (rare, off the hot path)
+        # Set by the store: a deletion was applied (topic, the record's commitlog offset); runs where the record is applied.
+        self.on_deleted_locked: Callable[[str, int], None] = lambda topic, cutoff: None
+        # (queue counts on disk, why topics.json was not read, its error): load_or_rebuild's case for settle().
+        self._unsettled: tuple[dict[str, int], str, MetadataCorrupt | None] | None = None
 
     def load(self) -> bool:
         """Read topics.json (or its .bak); False when neither exists. MetadataCorrupt when unreadable."""
@@ -118,29 +135,45 @@ class TopicConfigManager:
         if type(table) is dict:
             self._topics = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
             self.data_version_counter = data_version_counter(data)
+            covered = data.get(STATE_OFFSET_FIELD, 0)
+            self.loaded(covered if type(covered) is int else 0)
         elif type(former) is dict:
             self._topics = {name: TopicConfig.from_former_shape(name, doc) for name, doc in former.items()}
-            with self._lock:
-                self._persist_locked()
+            self.loaded(0)
+            self.snapshot_covers = -1  # not in the log yet
+            self.persist()
             log.info("%s: migrated %d topic(s) from tidemq's former shape to RocketMQ's topicConfigTable", self.path, len(self._topics))
         else:
             raise MetadataCorrupt(f"{self.path} has no topicConfigTable object")
         return True
 
     def load_or_rebuild(self, queue_ids_on_disk: dict[str, list[int]]) -> None:
-        """Load; when topics.json (and its .bak) is missing or unreadable while consume queues hold
-        data, rebuild it from them (queue count = highest queue id + 1, permission rw) and say so at
-        WARNING. Unreadable with nothing to rebuild from raises MetadataCorrupt: never start empty."""
+        """Load topics.json; when it (and its .bak) is missing or unreadable, what to do is decided by
+        `settle()` once the state records are read: the log's topic records, else the consume queues."""
         counts = {topic: max(ids) + 1 for topic, ids in queue_ids_on_disk.items() if ids}
         try:
             if self.load():
                 return
-            reason = "is missing"
+            self._unsettled = (counts, "is missing", None)
         except MetadataCorrupt as exc:
-            if not counts:
-                raise
-            reason = f"cannot be read ({exc})"
+            self._unsettled = (counts, f"cannot be read ({exc})", exc)
+
+    def settle(self) -> None:
+        """After the state records were applied (StateLog.load): a table with no local file takes its
+        base from the log's topic records; without any, it is rebuilt from the consume queues on disk
+        (queue count = highest queue id + 1, permission rw), with a WARNING. Unreadable with nothing to
+        rebuild from raises MetadataCorrupt: never start empty."""
+        if self._unsettled is None:
+            return
+        counts, reason, error = self._unsettled
+        self._unsettled = None
+        if self.base_from_log:
+            log.warning("%s %s; its %d topic(s) were rebuilt from the state records in the log", self.path, reason, self.count())
+            self.persist()
+            return
         if not counts:
+            if error is not None:
+                raise error
             return  # a new store
         rebuilt = self.rebuild(counts)
         log.warning(
@@ -149,17 +182,17 @@ class TopicConfigManager:
         )  # fmt: skip
 
     def rebuild(self, queue_counts: dict[str, int]) -> list[TopicConfig]:
-        """Replace the table by read-write topics with these queue counts (capped) and persist it."""
-        topics = {
-            name: TopicConfig(name, min(count, self.max_queue_nums), min(count, self.max_queue_nums))
+        """Replace the table by read-write topics with these queue counts (capped) and persist it (load time)."""
+        topics = [
+            TopicConfig(name, min(count, self.max_queue_nums), min(count, self.max_queue_nums))
             for name, count in queue_counts.items()
             if topic_problem(name) is None and count > 0
-        }
+        ]
         with self._lock:
-            self._topics = topics
-            self.version += 1
-            self._persist_locked()
-        return sorted(topics.values(), key=lambda t: t.topic_name)
+            self.restore_locked([t.to_rocketmq() for t in topics])
+            self.snapshot_covers = -1  # not in the log: the next snapshot carries it
+        self.persist()
+        return sorted(topics, key=lambda t: t.topic_name)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
@@ -167,7 +200,11 @@ class TopicConfigManager:
     def all(self) -> list[TopicConfig]:
         return sorted(self._topics.values(), key=lambda t: t.topic_name)
 
+    def count(self) -> int:
+        return len(self._topics)
+
     def create_or_update(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
+        """Create or change a topic (blocking: recorded durably); TopicInvalid, TopicConfigInvalid, StateWriteFailed."""
         problem = topic_problem(topic)
         if problem:
             raise TopicInvalid(problem)
@@ -175,32 +212,63 @@ class TopicConfigManager:
             raise TopicConfigInvalid(f"queues must be in 1..{self.max_queue_nums}")
         if perm not in VALID_PERMS:
             raise TopicConfigInvalid("perm must be one of r, w, rw")
-        with self._lock:
-            current = self._topics.get(topic)
-            # The API has one queue count: it sets both; RocketMQ's fields tidemq does not use are kept.
-            tc = (
-                TopicConfig(topic, queues, queues, perm)
-                if current is None
-                else replace(current, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
-            )
-            self._topics = {**self._topics, topic: tc}
-            self.version += 1
-            self._persist_locked()
+        current = self._topics.get(topic)
+        # The API has one queue count: it sets both; RocketMQ's fields tidemq does not use are kept.
+        tc = (
+            TopicConfig(topic, queues, queues, perm)
+            if current is None
+            else replace(current, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
+        )
+        self.record({"put": tc.to_rocketmq()})
         return tc
 
-    def delete(self, topic: str) -> bool:
-        with self._lock:
-            if topic not in self._topics:
-                return False
-            topics = dict(self._topics)
-            del topics[topic]
-            self._topics = topics
-            self.version += 1
-            self._persist_locked()
-        return True
+    def deletion(self, topic: str) -> dict[str, Any]:
+        """The record of a topic's deletion (its apply drops the config and calls `on_deleted_locked`)."""
+        return {"del": topic}
 
-    def _persist_locked(self) -> None:
-        """Caller holds `_lock`. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
-        self.data_version_counter += 1
-        table = {name: tc.to_rocketmq() for name, tc in self._topics.items()}
-        write_json_atomically(self.path, versioned_document("topicConfigTable", table, self.data_version_counter))
+    # StateTable --------------------------------------------------------------------------------
+
+    def apply_locked(self, payload: dict[str, Any], log_offset: int = -1) -> None:
+        doc = payload.get("put")
+        if type(doc) is dict:
+            tc = TopicConfig.from_rocketmq(str(doc.get("topicName")), doc)
+            self._topics = {**self._topics, tc.topic_name: tc}
+            self.version += 1
+        name = payload.get("del")
+        if type(name) is str:
+            if name in self._topics:
+                topics = dict(self._topics)
+                del topics[name]
+                self._topics = topics
+                self.version += 1
+            if log_offset >= 0:
+                self.on_deleted_locked(name, log_offset)
+
+    def rows_locked(self) -> list[Any]:
+        return [tc.to_rocketmq() for tc in self._topics.values()]
+
+    def row_count_locked(self) -> int:
+        return len(self._topics)
+
+    def restore_locked(self, rows: list[Any]) -> None:
+        topics = {}
+        for doc in rows:
+            tc = TopicConfig.from_rocketmq(str(doc.get("topicName")), doc)
+            topics[tc.topic_name] = tc
+        self._topics = topics
+        self.version += 1
+
+    def persist(self) -> None:
+        """Write topics.json from the table. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
+        with self._lock:
+            self.data_version_counter += 1
+            table = {name: tc.to_rocketmq() for name, tc in self._topics.items()}
+            covered, counter = self.covered, self.data_version_counter
+            self.dirty = False
+        document = versioned_document("topicConfigTable", table, counter)
+        document[STATE_OFFSET_FIELD] = covered
+        try:
+            write_json_atomically(self.path, document)
+        except OSError:
+            self.dirty = True
+            raise

@@ -1,9 +1,13 @@
 """Deleting a topic: its consume queues, configuration and consumer offsets (its log bytes age out).
 
-The commitlog end at that moment is recorded first (`deleted_topics`, under the put lock, so
-every message of the deleted topic lies below it, and persisted before the answer); dispatch,
-crash re-dispatch and key queries drop messages of that topic below the cutoff, so neither a
-lagging dispatch nor a recovery brings them back into a re-created topic.
+A deletion is two state records in one put (store/state_log.py): the topic table's `{"del": topic}`
+and the consumer offsets' `{"rt": topic}`. Applying the first — under the put lock on the master,
+in dispatch on a slave, at load after a crash — drops the topic from the table, drops its queues
+from the store's queue table, moves their directory aside and records the record's own commitlog
+offset as the topic's cutoff (store.deleted_topic_table): every message of the deleted incarnation
+lies below it, so neither a lagging dispatch, nor a recovery, nor a key query brings them back
+into a topic of the same name created later. The files are removed and the cutoffs written
+(`TopicRemovals.finish`) right after, outside the put lock.
 """
 
 from __future__ import annotations
@@ -11,42 +15,63 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 from typing import TYPE_CHECKING
 
+from store.consume_queue import ConsumeQueue
+from store.deleted_topic_table import DeletedTopicTable
 from store.message import topic_problem
+from store.state_log import StateChange, StateLog
 
 if TYPE_CHECKING:
-    from store.default_message_store import DefaultMessageStore
+    from store.consumer_offset_manager import ConsumerOffsetManager
+    from store.topic_config_manager import TopicConfigManager
 
 log = logging.getLogger("tidemq.store")
 # Queue directories of a deleted topic are renamed to this prefix (no topic name starts with a dot) before removal.
 DELETED_DIR_PREFIX = ".deleted."
 
 
-def delete_topic(store: DefaultMessageStore, topic: str) -> bool:
-    """Drop a topic's consume queues, its config and its consumer offsets; False when it had none."""
-    commit_log = store.commit_log
-    with commit_log.put_lock, store._cq_lock:
-        # Every message of the topic lies below the log's end now (puts hold the put lock).
-        store.deleted_topics.record_locked(topic, commit_log.get_max_offset(), max(0, commit_log.get_min_offset()))
-        queues = store.consume_queue_table.get(topic, {})
-        table = dict(store.consume_queue_table)
-        table.pop(topic, None)
-        store.consume_queue_table = table
-        for key in [k for k in commit_log.topic_queue_table if k[0] == topic]:
-            del commit_log.topic_queue_table[key]
-        # Moved aside under the locks, so a queue of a re-created topic never lands in a directory being removed.
-        doomed = _move_topic_dir_aside_locked(store.config.consume_queue_dir(), topic) if queues else None
-    # Durable before the answer: a crash after it must not let recovery re-dispatch the old messages.
-    store.deleted_topics.persist()
-    for cq in queues.values():
-        cq.destroy()
-    if doomed is not None:
-        shutil.rmtree(doomed, ignore_errors=True)
-    existed = store.topic_config_manager.delete(topic)
-    store.consumer_offset_manager.remove_topic(topic)
-    return existed or bool(queues)
+class TopicRemovals:
+    """Queues of deleted topics waiting to be destroyed outside the put lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a leaf lock: guards `_doomed`
+        self._doomed: list[tuple[list[ConsumeQueue], str | None]] = []
+        self._changed = False
+
+    def add_locked(self, root: str, topic: str, queues: list[ConsumeQueue]) -> None:
+        """Called with the store's queue-table lock held: move the directory aside now, remove it later."""
+        doomed = _move_topic_dir_aside_locked(root, topic) if queues else None
+        with self._lock:
+            self._doomed.append((queues, doomed))
+            self._changed = True
+
+    def finish(self, deleted_topics: DeletedTopicTable) -> None:
+        """Write the cutoffs (durable before a deletion is answered), then destroy the queues and their files."""
+        with self._lock:
+            doomed, self._doomed = self._doomed, []
+            changed, self._changed = self._changed, False
+        if changed:
+            deleted_topics.persist()
+        for queues, path in doomed:
+            for cq in queues:
+                cq.destroy()
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def delete_topic(
+    state_log: StateLog, topics: TopicConfigManager, offsets: ConsumerOffsetManager, removals: TopicRemovals,
+    deleted_topics: DeletedTopicTable, topic: str, has_queues: bool,
+) -> bool:  # fmt: skip
+    """Drop a topic's consume queues, its config and its consumer offsets; False when it had none.
+    StateWriteFailed when the deletion could not be recorded."""
+    existed = topics.get(topic) is not None
+    state_log.write_all([StateChange(topics, topics.deletion(topic)), StateChange(offsets, {"rt": topic})])
+    removals.finish(deleted_topics)
+    return existed or has_queues
 
 
 def _move_topic_dir_aside_locked(root: str, topic: str) -> str | None:

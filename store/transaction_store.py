@@ -191,8 +191,8 @@ class Transactions:
     # Loading -----------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild the state from the queues (after the store's recovery and its consumer offsets)."""
-        self.producer_groups.load()
+        """Rebuild the state from the queues (after the store's recovery and its consumer offsets;
+        the producer groups' file is read before, with the other state tables)."""
         half_min, half_max = self._queue_range(HALF_TOPIC)
         op_min, op_max = self._queue_range(OP_TOPIC)
         self.progress = min(max(self._store.query_offset(CHECK_GROUP, HALF_TOPIC, 0), half_min), half_max)
@@ -213,6 +213,12 @@ class Transactions:
             self.pending[queue_offset] = half
         self._registered_end = half_max
         log.info("transactions loaded: %d pending from half queue offset %d", len(self.pending), self.progress)
+
+    def take_over(self) -> None:
+        """A slave becomes master: rebuild what is pending from the replicated queues and check progress."""
+        with self._state_lock:
+            self.pending, self.resolved = {}, {}
+        self.load()
 
     def _queue_range(self, topic: str) -> tuple[int, int]:
         cq = self._store.find_consume_queue(topic, 0)

@@ -259,13 +259,13 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
 
 def test_queue_and_topic_errors(quiet_client: httpx.Client, topic: str) -> None:
     create(quiet_client, topic, queues=2)
+    create(quiet_client, topic + "-ro", queues=1, perm="r")
     before = commitlog_max(quiet_client)
     problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "queue_id": 2}), 404, "QUEUE_NOT_FOUND")
     problem(quiet_client.post("/v1/topics/bad.name/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
     problem(quiet_client.post(f"/v1/topics/{'a' * 128}/messages", json={"body": "x"}), 400, "TOPIC_INVALID")
     r = quiet_client.post("/v1/topics/..%2Fetc/messages", json={"body": "x"})
     assert 400 <= r.status_code < 500 and r.headers["content-type"].startswith("application/problem+json")
-    create(quiet_client, topic + "-ro", queues=1, perm="r")
     problem(quiet_client.post(f"/v1/topics/{topic}-ro/messages", json={"body": "x"}), 403, "TOPIC_NOT_WRITABLE")
     assert commitlog_max(quiet_client) == before
 

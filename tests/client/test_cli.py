@@ -64,9 +64,10 @@ def test_produce_files_one_message_each_or_one_per_line(url: str, topic: str, tm
 
 
 def test_delay_ms_holds_the_message_back(url: str, topic: str) -> None:
-    assert tidemq(url, "produce", topic, "--queue", "0", "--delay-ms", "4000", stdin=b"later\n").returncode == 0
+    # 8 s: two CLI starts must fit before it (a loaded machine takes seconds to start one).
+    assert tidemq(url, "produce", topic, "--queue", "0", "--delay-ms", "8000", stdin=b"later\n").returncode == 0
     assert tidemq(url, "consume", topic, "--from-beginning").stdout == b""  # not delivered yet
-    follow = tidemq(url, "consume", topic, "--from-beginning", "--follow", "--wait-ms", "4000", "--max-messages", "1", "--format", "json")
+    follow = tidemq(url, "consume", topic, "--from-beginning", "--follow", "--wait-ms", "5000", "--max-messages", "1", "--format", "json")
     assert follow.returncode == 0
     (message,) = as_json(follow)
     assert message["body"] == "later" and "TIMER_OUT_MS" in message["properties"]

@@ -108,6 +108,8 @@ def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(cluster, proxi
     proxy = proxies(master.ha_port)
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")
     wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
+    assert master.client.put("/v1/topics/ev", json={"queues": 1}).status_code == 201  # its record acknowledged before the pause
+    timeouts_before = master.ha()["sync_timeouts_total"]
     proxy.paused.set()
     r = master.produce("ev", "m0")  # the slave is still connected but acknowledges nothing for 1.5 s
     assert r.status_code == 504 and r.json()["code"] == "FLUSH_SLAVE_TIMEOUT", r.text
@@ -120,4 +122,6 @@ def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(cluster, proxi
     assert slave.ha()["sessions_total"] >= 2
     assert master.produce("ev", "m2").status_code == 201
     assert slave.pull_all("ev", 0, 3) == ["m0", "m1", "m2"]
-    assert master.ha()["sync_timeouts_total"] == 1
+    # m0 timed out; m1 did not wait (503 at once). The broker's own state records (timer progress,
+    # snapshots) wait for the slave like any put and may have timed out during the pause too.
+    assert master.ha()["sync_timeouts_total"] > timeouts_before

@@ -1,12 +1,14 @@
 """A FIFO group's ack commits its offset without the order book's lock, in order, and records the ack after it.
 
-Real store on real files. The offset commit is held up by taking the offset log's write lock in
-the test (the commit's os.write runs under it), so an ack stands in its commit for as long as the
-test wants; waits poll with a deadline and nothing asserts a duration.
+Real store on real files, a SYNC_MASTER whose slave is the test (`HeldSlave`, installed as the
+store's replication wait, what ha/ installs on a master): while it holds, a put stands in its
+durability wait, so an ack stands in its offset commit for as long as the test wants. Waits poll
+with a deadline and nothing asserts a duration.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import sys
 import threading
 import time
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from store import DefaultMessageStore, build_message
+from store import BrokerRole, DefaultMessageStore, PutMessageStatus, build_message
 from store.group_consumption import AckOutcome, Popped
 from store.pop_consumer import PopConsumer
 from tests.store.conftest import open_store, small_config
@@ -26,11 +28,39 @@ DEADLINE_S = 20.0
 
 @pytest.fixture
 def store(tmp_path) -> Iterator[DefaultMessageStore]:
-    s = open_store(small_config(str(tmp_path / "store")))
+    s = open_store(small_config(str(tmp_path / "store"), broker_role=BrokerRole.SYNC_MASTER))
     try:
         yield s
     finally:
         s.shutdown()
+
+
+class HeldSlave:
+    """The store's replication wait (MessageStore.set_replication_waiter): while holding, every put
+    waits for it; `pass_through()` lets later puts go at once; `release()` answers the held ones."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.holding = False
+        self.held: list[concurrent.futures.Future[PutMessageStatus]] = []
+        store.set_replication_waiter(self.waiter)
+
+    def waiter(self, end_offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
+        if not self.holding:
+            return None
+        future: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
+        self.held.append(future)
+        return future
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def pass_through(self) -> None:
+        self.holding = False
+
+    def release(self) -> None:
+        self.holding = False
+        for future in self.held:
+            future.set_result(PutMessageStatus.PUT_OK)
 
 
 def consumer(store: DefaultMessageStore) -> PopConsumer:
@@ -66,14 +96,16 @@ def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[ob
     return t, out
 
 
-def wait_in_offset_write(t: threading.Thread) -> None:
-    """Poll until thread `t` stands in the offset log's append (waiting for the write lock the test holds)."""
+def wait_in_offset_commit(t: threading.Thread) -> None:
+    """Poll until thread `t` stands in an offset commit's durability wait (the slave the test holds)."""
     deadline = time.monotonic() + DEADLINE_S
     while True:
         frame = sys._current_frames().get(t.ident or -1)
-        while frame is not None and not (frame.f_code.co_name == "append" and frame.f_code.co_filename.endswith("consumer_offset_log.py")):
+        names = set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
             frame = frame.f_back
-        if frame is not None:
+        if {"commit_offsets", "wait"} <= names:
             return
         assert t.is_alive() and time.monotonic() < deadline, "the ack never reached its offset commit"
         time.sleep(0.005)
@@ -85,17 +117,18 @@ def test_another_group_s_fifo_receive_completes_while_an_ack_waits_in_its_commit
     fifo_groups(store, ["billing", other])
     produce(store, 2)
     (first,) = store.group_consumption.receive("billing", TOPIC, 1, INVISIBLE_MS)
-    write_lock = store.consumer_offset_manager.log._write_lock
-    with write_lock:  # the ack's commit cannot write until this block ends
-        acker, acked = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [first.handle]))
-        wait_in_offset_write(acker)
-        receiver, received = in_background(lambda: store.group_consumption.receive(other, TOPIC, 2, INVISIBLE_MS))
-        receiver.join(DEADLINE_S)
-        assert not receiver.is_alive(), "a FIFO receive of another group waited for an ack's offset commit"
-        assert [p.queue_offset for p in received[0]] == [0, 1]  # type: ignore[union-attr]
-        # The book does not show the ack before its commit is done (a crash now must not skip message 0).
-        assert pop.fifo.in_flight() == 3
-        assert store.query_offset("billing", TOPIC, 0) == -1
+    slave = HeldSlave(store)
+    slave.hold()  # the ack's commit waits for the slave until release()
+    acker, acked = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [first.handle]))
+    wait_in_offset_commit(acker)
+    slave.pass_through()
+    receiver, received = in_background(lambda: store.group_consumption.receive(other, TOPIC, 2, INVISIBLE_MS))
+    receiver.join(DEADLINE_S)
+    assert not receiver.is_alive(), "a FIFO receive of another group waited for an ack's offset commit"
+    assert [p.queue_offset for p in received[0]] == [0, 1]  # type: ignore[union-attr]
+    # The book does not show the ack before its commit is confirmed (a crash now must not skip message 0).
+    assert pop.fifo.in_flight() == 3
+    slave.release()
     acker.join(DEADLINE_S)
     assert acked == [[AckOutcome.OK]]
     assert store.query_offset("billing", TOPIC, 0) == 1
@@ -109,11 +142,12 @@ def test_two_acks_of_one_queue_commit_in_order_and_the_offset_never_goes_back(st
     produce(store, 4)
     batch: list[Popped] = store.group_consumption.receive("billing", TOPIC, 4, INVISIBLE_MS)
     assert [p.queue_offset for p in batch] == [0, 1, 2, 3]
-    write_lock = store.consumer_offset_manager.log._write_lock
-    with write_lock:
-        first, first_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[0].handle]))
-        wait_in_offset_write(first)  # its commit of offset 1 is decided and waits to be written
-        second, second_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[1].handle]))
+    slave = HeldSlave(store)
+    slave.hold()
+    first, first_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[0].handle]))
+    wait_in_offset_commit(first)  # its commit of offset 1 is written and waits for the slave
+    second, second_out = in_background(lambda: store.group_consumption.ack("billing", TOPIC, [batch[1].handle]))
+    slave.release()
     first.join(DEADLINE_S)
     second.join(DEADLINE_S)
     assert first_out == second_out == [[AckOutcome.OK]]

@@ -66,9 +66,10 @@ def test_topic_config_and_offsets_persist_atomically(config) -> None:
         s.shutdown()
 
 
-def test_a_torn_metadata_file_falls_back_to_its_backup(config) -> None:
+def test_a_torn_metadata_file_falls_back_to_its_backup_then_to_the_log(config) -> None:
     s = open_store(config)
     s.topic_config_manager.create_or_update("A", 2)
+    s.state_snapshot_service.persist_all()
     s.topic_config_manager.create_or_update("B", 2)
     s.shutdown()
     path = os.path.join(config.config_dir(), "topics.json")
@@ -76,14 +77,29 @@ def test_a_torn_metadata_file_falls_back_to_its_backup(config) -> None:
         fh.write('{"topicConfigTable": {"A"')
     s = open_store(config)
     try:
-        assert s.topic_config_manager.get("A") is not None  # the .bak holds the state before the last write
+        # The .bak holds A only (the write before the last); B comes from the state records after it.
+        assert s.topic_config_manager.get("A") is not None and s.topic_config_manager.get("B") is not None
     finally:
         s.shutdown()
     with open(path, "w") as fh:
         fh.write("garbage")
     with open(path + ".bak", "w") as fh:
         fh.write("garbage")
-    with pytest.raises(MetadataCorrupt):
+    s = open_store(config)
+    try:  # neither file: the topics are rebuilt from the state records in the log
+        assert [t.topic_name for t in s.topic_configs()] == ["A", "B"]
+        assert s.topic_config_manager.get("B").read_queue_nums == 2  # type: ignore[union-attr]
+    finally:
+        s.shutdown()
+
+
+def test_an_unreadable_topics_file_with_nothing_to_rebuild_from_refuses_the_start(config) -> None:
+    os.makedirs(config.config_dir(), exist_ok=True)
+    path = os.path.join(config.config_dir(), "topics.json")
+    for name in (path, path + ".bak"):
+        with open(name, "w") as fh:
+            fh.write("garbage")
+    with pytest.raises(MetadataCorrupt):  # no state records and no consume queues: never start empty
         DefaultMessageStore(config).load()
 
 
