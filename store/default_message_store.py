@@ -604,9 +604,6 @@ class DefaultMessageStore:
     def topic_configs(self) -> list[TopicConfig]:
         return self.topic_config_manager.all()
 
-    def topic_table_version(self) -> int:
-        return self.topic_config_manager.version
-
     def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
         return self.topic_config_manager.create_or_update(topic, queues, perm)
 

@@ -267,10 +267,6 @@ class MessageStore(Protocol):
         """Every configured topic, sorted by name."""
         ...
 
-    def topic_table_version(self) -> int:
-        """A number that changes whenever the topic table changes (compare it instead of the table)."""
-        ...
-
     def create_or_update_topic(self, topic: str, queues: int, perm: str = "rw") -> TopicConfig:
         """Configure a topic (blocking: persisted before it returns); TopicInvalid or ValueError for a bad name, count or perm."""
         ...

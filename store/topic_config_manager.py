@@ -117,7 +117,6 @@ class TopicConfigManager(StateTable):
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
         self._topics: dict[str, TopicConfig] = {}
-        self.version = 0  # bumped on every change, so watchers (the cluster registration) compare one integer
         self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
         # Set by the store: a deletion was applied (topic, the record's commitlog offset); runs where the record is applied.
         self.on_deleted_locked: Callable[[str, int], None] = lambda topic, cutoff: None
@@ -233,14 +232,12 @@ class TopicConfigManager(StateTable):
         if type(doc) is dict:
             tc = TopicConfig.from_rocketmq(str(doc.get("topicName")), doc)
             self._topics = {**self._topics, tc.topic_name: tc}
-            self.version += 1
         name = payload.get("del")
         if type(name) is str:
             if name in self._topics:
                 topics = dict(self._topics)
                 del topics[name]
                 self._topics = topics
-                self.version += 1
             if log_offset >= 0:
                 self.on_deleted_locked(name, log_offset)
 
@@ -256,7 +253,6 @@ class TopicConfigManager(StateTable):
             tc = TopicConfig.from_rocketmq(str(doc.get("topicName")), doc)
             topics[tc.topic_name] = tc
         self._topics = topics
-        self.version += 1
 
     def persist(self) -> None:
         """Write topics.json from the table. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
