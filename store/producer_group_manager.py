@@ -71,7 +71,9 @@ class ProducerGroupManager(StateTable):
         return self._groups.get(name)
 
     def all(self) -> list[ProducerGroup]:
-        return sorted(self._groups.values(), key=lambda g: g.name)
+        with self._lock:  # changed in place under it
+            groups = list(self._groups.values())
+        return sorted(groups, key=lambda g: g.name)
 
     def put(self, group: ProducerGroup) -> bool:
         """Create or replace a group (blocking: recorded durably before it returns); True when created."""
@@ -85,7 +87,7 @@ class ProducerGroupManager(StateTable):
         doc = payload.get("put")
         if isinstance(doc, dict):
             group = _group_of(str(doc.get("groupName")), doc, "a state record")
-            self._groups = {**self._groups, group.name: group}  # copy-on-write: readers never take the lock
+            self._groups[group.name] = group
 
     def rows_locked(self) -> list[Any]:
         return [_doc_of(g) for g in self._groups.values()]

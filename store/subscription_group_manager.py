@@ -75,7 +75,9 @@ class SubscriptionGroupManager(StateTable):
         return self._groups.get(name)
 
     def all(self) -> list[SubscriptionGroup]:
-        return sorted(self._groups.values(), key=lambda g: g.name)
+        with self._lock:  # changed in place under it
+            groups = list(self._groups.values())
+        return sorted(groups, key=lambda g: g.name)
 
     def put(self, group: SubscriptionGroup) -> bool:
         """Create or update a group (blocking: recorded durably); True when it was created."""
@@ -96,12 +98,10 @@ class SubscriptionGroupManager(StateTable):
         doc = payload.get("put")
         if type(doc) is dict:
             group = SubscriptionGroup.from_rocketmq(str(doc.get("groupName")), doc)
-            self._groups = {**self._groups, group.name: group}
+            self._groups[group.name] = group
         name = payload.get("del")
-        if type(name) is str and name in self._groups:
-            groups = dict(self._groups)
-            del groups[name]
-            self._groups = groups
+        if type(name) is str:
+            self._groups.pop(name, None)
 
     def rows_locked(self) -> list[Any]:
         return [g.to_rocketmq() for g in self._groups.values()]

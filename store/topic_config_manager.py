@@ -116,6 +116,7 @@ class TopicConfigManager(StateTable):
         super().__init__()
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
+        # Changed in place under `_lock` (one change costs O(1)); `get` reads without it, every walk under it.
         self._topics: dict[str, TopicConfig] = {}
         self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
         # Set by the store: a deletion was applied (topic, the record's commitlog offset); runs where the record is applied.
@@ -197,7 +198,9 @@ class TopicConfigManager(StateTable):
         return self._topics.get(topic)
 
     def all(self) -> list[TopicConfig]:
-        return sorted(self._topics.values(), key=lambda t: t.topic_name)
+        with self._lock:  # changed in place under it: a copy per change would cost O(topics)
+            topics = list(self._topics.values())
+        return sorted(topics, key=lambda t: t.topic_name)
 
     def count(self) -> int:
         return len(self._topics)
@@ -231,13 +234,10 @@ class TopicConfigManager(StateTable):
         doc = payload.get("put")
         if type(doc) is dict:
             tc = TopicConfig.from_rocketmq(str(doc.get("topicName")), doc)
-            self._topics = {**self._topics, tc.topic_name: tc}
+            self._topics[tc.topic_name] = tc
         name = payload.get("del")
         if type(name) is str:
-            if name in self._topics:
-                topics = dict(self._topics)
-                del topics[name]
-                self._topics = topics
+            self._topics.pop(name, None)
             if log_offset >= 0:
                 self.on_deleted_locked(name, log_offset)
 
