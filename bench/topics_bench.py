@@ -67,16 +67,22 @@ def main() -> None:
             window = names[w * per_window : (w + 1) * per_window]
             done: list[float] = []
             cpu0, t0 = cpu_seconds(broker.proc.pid), time.perf_counter()
-            threads = [threading.Thread(target=create_range, args=(broker.port, window[k :: args.clients], done)) for k in range(args.clients)]
+            threads = [
+                threading.Thread(target=create_range, args=(broker.port, window[k :: args.clients], done)) for k in range(args.clients)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             wall, cpu = time.perf_counter() - t0, cpu_seconds(broker.proc.pid) - cpu0
             rows.append((len(window) / wall, cpu * 1e6 / len(window)))
-            print(f"  topics {w * per_window:>7,} .. {(w + 1) * per_window:>7,}: {rows[-1][0]:>8,.0f} creates/s  {rows[-1][1]:>7.0f} µs broker CPU each")
+            print(
+                f"  topics {w * per_window:>7,} .. {(w + 1) * per_window:>7,}: {rows[-1][0]:>8,.0f} creates/s  {rows[-1][1]:>7.0f} µs broker CPU each"
+            )
         first, last = rows[0], rows[-1]
-        print(f"last tenth against the first: rate {last[0] / first[0]:.2f}x, CPU per create {last[1] / first[1]:.2f}x (target: rate >= 0.5x)")
+        print(
+            f"last tenth against the first: rate {last[0] / first[0]:.2f}x, CPU per create {last[1] / first[1]:.2f}x (target: rate >= 0.5x)"
+        )
         t0 = time.perf_counter()
         status, body = broker.request("GET", "/v1/topics")
         print(f"listing {args.topics:,} topics: {status}, {len(body) / 1e6:.1f} MB in {time.perf_counter() - t0:.2f} s")
