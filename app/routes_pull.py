@@ -34,7 +34,7 @@ from app.problems import ProblemError
 from app.produce_parse import has_control
 from app.query import strict_query
 from app.responses import BATCH_MEDIA_TYPE, docs
-from store import GetMessageStatus, TagFilter, topic_problem
+from store import GetMessageStatus, TagFilter, group_problem
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -222,8 +222,8 @@ class Puller:
             raise ProblemError("WAIT_TOO_LONG", f"wait_ms is at most {self.settings.max_wait_ms}")
         if not 1 <= max_count <= self.settings.max_pull_messages:
             raise ProblemError("MAX_INVALID", f"max is 1..{self.settings.max_pull_messages}")
-        if group is not None and topic_problem(group) is not None:
-            raise ProblemError("GROUP_INVALID", f"group: {topic_problem(group)}")
+        if group is not None and group_problem(group) is not None:
+            raise ProblemError("GROUP_INVALID", f"{group_problem(group)}: {group[:200]!r}")
         tag_filter, codes = parse_tag_filter(params.get("tag"))
         if offset is None:
             if group is None:
