@@ -23,6 +23,7 @@ from app.access_check import ACCOUNT_KEY
 from app.access_rules import Need, need_of
 from app.acl import Account, Acl, AclInvalid, load_acl
 from app.problems import ProblemReply
+from app.query import query_of
 
 log = logging.getLogger("tidemq.app")
 audit = logging.getLogger("tidemq.audit")
@@ -111,11 +112,11 @@ class AccessGate:
         # (method, path, query) -> Need: a producer or consumer repeats the same few requests.
         self.needs: dict[tuple[str, str, bytes], Need] = {}
 
-    def need(self, method: str, path: str, query_string: bytes) -> Need:
-        key = (method, path, query_string)
+    def need(self, scope: Scope) -> Need:
+        key = (scope["method"], scope["path"], scope["query_string"])
         need = self.needs.get(key)
         if need is None:
-            need = need_of(method, path, query_string)
+            need = need_of(scope["method"], scope["path"], query_of(scope))
             if len(self.needs) >= NEED_MEMO_LIMIT:
                 self.needs.clear()  # bounded: a scan of random paths cannot grow it
             self.needs[key] = need
@@ -125,7 +126,7 @@ class AccessGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        need = self.need(scope["method"], scope["path"], scope["query_string"])
+        need = self.need(scope)
         if need.open or (need.metrics and self.metrics_public):
             await self.app(scope, receive, send)
             return
@@ -171,7 +172,7 @@ class AccessGate:
 
 def need_audit(scope: Scope) -> bool:
     """Refusals of admin actions are audited too (who tried is as telling as who did)."""
-    return need_of(scope["method"], scope["path"], scope["query_string"]).admin
+    return need_of(scope["method"], scope["path"], query_of(scope)).admin
 
 
 def _allowed(account: Account, need: Need) -> bool:

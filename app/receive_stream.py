@@ -23,6 +23,7 @@ from starlette.responses import StreamingResponse
 from app.long_poll import Waiter
 from app.message_view import message_json
 from app.problems import ProblemError
+from app.query import query_of
 from app.receive_models import received_json
 from app.receiver import FIFO_RECHECK_MS, INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, TAG_PARAM, Receiver, ReceiveSpec
 from app.stream_registry import StreamState
@@ -34,7 +35,7 @@ EVENT_STREAM = "text/event-stream"
 
 
 def parse_max_in_flight(request: Request) -> int:
-    text = request.query_params.get("max_in_flight")
+    text = query_of(request.scope).get("max_in_flight")
     if text is None:
         return DEFAULT_MAX_IN_FLIGHT
     if not (text.isascii() and text.isdigit()) or len(text) > 6 or not 1 <= int(text) <= MAX_IN_FLIGHT_LIMIT:

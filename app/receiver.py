@@ -24,7 +24,7 @@ from starlette.responses import Response
 from app.broker import Broker
 from app.message_view import message_json
 from app.problems import ProblemError
-from app.query import strict_query
+from app.query import query_of
 from app.receive_models import (
     MAX_ACK_HANDLES,
     MAX_INVISIBLE_MS,
@@ -113,7 +113,7 @@ class Receiver:
         config = self.broker.topic_config(topic)
         if "r" not in config.perm:
             raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
-        params = strict_query(request.scope["query_string"])
+        params = query_of(request.scope)
         unknown = sorted(set(params) - RECEIVE_PARAMS - set(extra))
         if unknown:
             raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(unknown)[:200]}")

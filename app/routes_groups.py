@@ -21,7 +21,7 @@ from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.receive_models import GroupInfo, GroupList, GroupSettings
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, group_problem, retry_topic
 
 # Most commits one request may carry.
@@ -45,7 +45,7 @@ def group_lag(store: MessageStore, group: str, topic: str) -> int:
     return lag
 
 
-api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["groups"], route_class=StrictRoute)
 
 
 @api.put(

@@ -32,8 +32,9 @@ from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.produce_parse import has_control
-from app.query import strict_query
+from app.query import query_of
 from app.responses import BATCH_MEDIA_TYPE, docs
+from app.strict_route import StrictRoute
 from store import GetMessageStatus, TagFilter, group_problem
 
 PULL_STATUS = {
@@ -212,7 +213,7 @@ class Puller:
         topic = request.path_params["topic"]
         queue_id = parse_queue_id(request.path_params["queue_id"])
         self.broker.readable_queue(topic, queue_id)
-        params = strict_query(request.scope["query_string"])
+        params = query_of(request.scope)
         offset = _count(params, "offset", "OFFSET_INVALID", None)
         max_count = _count(params, "max", "MAX_INVALID", DEFAULT_MAX)
         wait_ms = _count(params, "wait_ms", "REQUEST_INVALID", 0)
@@ -356,7 +357,7 @@ class Puller:
 
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     """The routes, and the handlers app.hot_routes serves the hot paths with (pull, pullBatch)."""
-    api = APIRouter(tags=["consume"])
+    api = APIRouter(tags=["consume"], route_class=StrictRoute)
     puller = Puller(broker)
 
     @api.get(

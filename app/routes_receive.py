@@ -16,7 +16,7 @@ from app.receive_models import AckRequest, AckResult, InvisibleRequest, Invisibl
 from app.receive_stream import STREAM_OPENAPI, ReceiveStream, parse_max_in_flight
 from app.receiver import RECEIVE_OPENAPI, Receiver
 from app.responses import docs
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 
 # The ack body is parsed by the handler (the hot path serves it too); the spec still declares its model.
 ACK_OPENAPI: dict[str, Any] = {
@@ -29,7 +29,7 @@ ACK_OPENAPI: dict[str, Any] = {
 
 
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
-    api = APIRouter(tags=["group consumption"], route_class=StrictJsonRoute)
+    api = APIRouter(tags=["group consumption"], route_class=StrictRoute)
     receiver = Receiver(broker)
     stream = ReceiveStream(receiver)
     topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_MASTER")

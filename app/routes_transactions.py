@@ -21,7 +21,7 @@ from app.broker import BrokerDep
 from app.params import PRODUCER_GROUP_SCHEMA
 from app.problems import ProblemError, put_problem
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 from app.transaction_models import (
     PendingTransactions,
     ProducerGroupInfo,
@@ -51,7 +51,7 @@ def check_producer_group(name: str) -> None:
         raise ProblemError("PRODUCER_GROUP_INVALID", f"{problem}: {name[:200]!r}")
 
 
-api = APIRouter(tags=["transactions"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["transactions"], route_class=StrictRoute)
 
 
 @api.post(

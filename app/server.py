@@ -60,6 +60,7 @@ from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response
+from app.query import ParsedQuery
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -239,6 +240,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     if acl_source is not None:
         # In front of the hot routes: tokens and permissions are checked before they see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, mapping.problem)
+    # In front of the gate: the query is parsed once (a repeated name is 400), and everyone behind reads that parse.
+    app.state.entry = ParsedQuery(app.state.entry, mapping.problem)
     # Outermost: every request is counted (and logged), the ones the gates refuse included.
     app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
 
