@@ -305,11 +305,14 @@ class Puller:
         return await self.broker.run(self.read, spec, offset)
 
     async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
-        """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
+        """Wait for a matching message (or the deadline, a disconnect, the stop, an ACL reload that revokes
+        the request's access: 401/403) and re-read."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
         held = self.held
         watcher: asyncio.Future[None] | None = None
+        access = self.broker.revocations.watch(request.scope)
+        revoked = () if access is None else (access.future,)
         try:
             while r.status in HOLDABLE and not held.closed:
                 offset = r.next_offset
@@ -326,10 +329,14 @@ class Puller:
                     if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) <= offset:
                         if watcher is None:
                             watcher = asyncio.ensure_future(_disconnected(request))
-                        done, _ = await asyncio.wait((waiter.future, watcher), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                        done, _ = await asyncio.wait(
+                            (waiter.future, watcher, *revoked), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                        )
                         if watcher in done:
                             self.broker.pulls_abandoned_total += 1
                             return Response(status_code=204)
+                        if access is not None and access.future.done():
+                            raise ProblemError(*access.future.result())
                         if not done:
                             break
                 finally:
@@ -339,6 +346,7 @@ class Puller:
                 # tags, one scan window a read) it reads in the pool, so the loop serves others meanwhile.
                 r = await self.read_at(spec, offset)
         finally:
+            self.broker.revocations.release(access)
             if watcher is not None:
                 watcher.cancel()
         # The deadline (or the stop) may win against a wake-up already on its way: the reput thread

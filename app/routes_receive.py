@@ -88,7 +88,14 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
             **{
                 k: v
                 for k, v in docs(
-                    None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID", "TAG_INVALID"
+                    None,
+                    200,
+                    *topic_problems,
+                    "TOPIC_NOT_READABLE",
+                    "MAX_INVALID",
+                    "INVISIBLE_TIME_INVALID",
+                    "TAG_INVALID",
+                    "TOO_MANY_STREAMS",
                 ).items()
                 if k != 200
             },
@@ -98,6 +105,6 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     async def receive_stream(group: GroupPath, topic: TopicPath, request: Request) -> Response:
         max_in_flight = parse_max_in_flight(request)
         spec = receiver.parse(request, extra=("max_in_flight",))
-        return stream.response(spec, max_in_flight)
+        return stream.response(request, spec, max_in_flight)
 
     return api, receiver.receive, receiver.ack

@@ -94,4 +94,5 @@ async def delete_topic(broker: BrokerDep, topic: TopicPath) -> Response:
     broker.topic_config(topic)
     await broker.run(broker.store.delete_topic, topic)
     broker.forget_topic(topic)
+    broker.streams.end_topic(topic, "TOPIC_NOT_FOUND", f"topic {topic} was deleted")
     return Response(status_code=204)

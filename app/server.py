@@ -238,6 +238,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.state.entry = forwarder
         app.state.forwarder = forwarder
     if acl_source is not None:
+        # Held requests and streams are re-judged when the ACL is reloaded (app.access_revocation).
+        acl_source.listeners.append(broker.revocations.reloaded)
+        broker.revocations.attach(acl_source.current)
         # In front of the hot routes: tokens and permissions are checked before they see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, mapping.problem)
     # In front of the gate: the query is parsed once (a repeated name is 400), and everyone behind reads that parse.
@@ -335,7 +338,7 @@ class BrokerStart:
             self.app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings, self.app.state.problem),
+            http=bounded_protocol(settings, self.app.state.problem, self.broker.count_send_stall),
             lifespan="on",
             log_level=settings.log_level if own_logging else None,
             log_config=log_config(settings.log_level, settings.log_format) if own_logging else None,
