@@ -133,6 +133,9 @@ class ReceiveStream:
         while stream.ending is None:
             next_expiry = registry.expire(stream, int(time.time() * 1000))
             room = stream.max_in_flight - len(stream.unacked)
+            if room > 0 and stream.pool.missed:  # an arrival found no stream of the pool waiting: this one reads
+                stream.pool.missed = False
+                stream.look = True
             busy = False
             if room > 0 and stream.look:
                 stream.look = False
@@ -144,11 +147,9 @@ class ReceiveStream:
                     registry.delivered(stream, popped, full=len(popped) == spec.max_count)
                     yield b"".join(event(spec, p, prefix, body_limit) for p in popped)
                     continue
+                if popped is not None and stream.pool.missed:
+                    continue  # an arrival during the read: read again
                 busy = popped is None
-                if not busy and stream.pool.missed:  # an arrival found no stream waiting: read again
-                    stream.pool.missed = False
-                    stream.look = True
-                    continue
             timeout = next_beat - loop.time()
             if next_expiry is not None:
                 timeout = min(timeout, next_expiry / 1000.0 - time.time())
