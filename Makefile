@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -103,6 +103,10 @@ bench-spark: $(SPARK_STAMP)
 
 bench-held-polls: $(BENCH_STAMP)
 	$(PY) bench/held_polls_bench.py
+
+# Event streams beside produces, long polls and /metrics, and a never-acking stream's memory (QUICK=1: 1-minute runs).
+bench-streams: $(BENCH_STAMP)
+	$(PY) bench/stream_bench.py $(if $(QUICK),--quick)
 
 # Single produce with 8 in flight through httpx, aiohttp, urllib3, requests, http.client and tidemq.client
 # (QUICK=1: a smoke test).

@@ -9,6 +9,8 @@ from app.acl import Account
 from app.problems import ProblemError
 
 ACCOUNT_KEY = "tidemq.account"
+# The scope key of what the gate judged the request to need (app.access_rules.Need).
+NEED_KEY = "tidemq.need"
 
 
 def request_account(request: Request) -> Account | None:

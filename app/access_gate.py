@@ -8,6 +8,8 @@ Invariants:
 - The ACL is an immutable snapshot swapped whole by `AclSource` (no thread: the file's mtime and
   size are looked at on a request at most once per `acl_reload_interval_ms`).
 - Every request that needs admin leaves one `tidemq.audit` line: method, path, account, status.
+- A request let through carries its account and its `Need` in the scope (ACCOUNT_KEY, NEED_KEY):
+  held requests and streams register them with app.access_revocation, which a reload re-judges.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.access_check import ACCOUNT_KEY
+from app.access_check import ACCOUNT_KEY, NEED_KEY
+from app.access_revocation import allowed
 from app.access_rules import Need, need_of
 from app.acl import Account, Acl, AclInvalid, load_acl
 from app.problems import ProblemReply
+from app.query import query_of
 
 log = logging.getLogger("tidemq.app")
 audit = logging.getLogger("tidemq.audit")
@@ -40,6 +45,8 @@ class AclSource:
         self.stamp = self._stamp()
         self.acl = acl if acl is not None else load_acl(path)  # a bad file at start refuses the start
         self.next_check = time.monotonic() + self.interval_s
+        # Called with each new ACL once it is in force (app.access_revocation re-judges what is held).
+        self.listeners: list[Callable[[Acl], None]] = []
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
@@ -66,6 +73,8 @@ class AclSource:
             return
         self.acl = acl  # one reference swap: a request sees the old snapshot or the new one
         log.info("ACL reloaded from %s: %d account(s)", self.path, len(acl.accounts))
+        for listener in self.listeners:
+            listener(acl)
 
 
 class RateLimiter:
@@ -111,11 +120,11 @@ class AccessGate:
         # (method, path, query) -> Need: a producer or consumer repeats the same few requests.
         self.needs: dict[tuple[str, str, bytes], Need] = {}
 
-    def need(self, method: str, path: str, query_string: bytes) -> Need:
-        key = (method, path, query_string)
+    def need(self, scope: Scope) -> Need:
+        key = (scope["method"], scope["path"], scope["query_string"])
         need = self.needs.get(key)
         if need is None:
-            need = need_of(method, path, query_string)
+            need = need_of(scope["method"], scope["path"], query_of(scope))
             if len(self.needs) >= NEED_MEMO_LIMIT:
                 self.needs.clear()  # bounded: a scan of random paths cannot grow it
             self.needs[key] = need
@@ -125,7 +134,7 @@ class AccessGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        need = self.need(scope["method"], scope["path"], scope["query_string"])
+        need = self.need(scope)
         if need.open or (need.metrics and self.metrics_public):
             await self.app(scope, receive, send)
             return
@@ -135,7 +144,7 @@ class AccessGate:
             detail = "a bearer token is required" if token is None else "the bearer token is not known"
             await self._refuse(scope, receive, send, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
             return
-        if not _allowed(account, need):
+        if not allowed(account, need):
             await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None)
             return
         wait_s = self.limiter.retry_after(account)
@@ -144,6 +153,7 @@ class AccessGate:
             await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)})
             return
         scope[ACCOUNT_KEY] = account
+        scope[NEED_KEY] = need
         if need.admin:
             await self._audited(scope, receive, send, account)
         else:
@@ -171,15 +181,7 @@ class AccessGate:
 
 def need_audit(scope: Scope) -> bool:
     """Refusals of admin actions are audited too (who tried is as telling as who did)."""
-    return need_of(scope["method"], scope["path"], scope["query_string"]).admin
-
-
-def _allowed(account: Account, need: Need) -> bool:
-    if need.admin:
-        return account.admin
-    if need.topic is None and need.group is None:
-        return True  # any known account
-    return account.may(need.bits, need.topic, need.group)
+    return need_of(scope["method"], scope["path"], query_of(scope)).admin
 
 
 def _forbidden_detail(account: Account, need: Need, scope: Scope) -> str:

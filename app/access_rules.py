@@ -1,5 +1,6 @@
 """What a request needs, decided from its method, its path's segments and (for two routes) one
-query parameter, without FastAPI: the access gate runs in front of the hot routes.
+query parameter, without FastAPI: the access gate runs in front of the hot routes. The query is the
+one parse every route reads too (app.query), so the gate judges the values the route serves.
 
 Invariants:
 - Every route of the API has a rule here; a path that matches none needs a token (any account),
@@ -12,8 +13,8 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl
 
 from app.acl import PUB, SUB
 
@@ -49,14 +50,7 @@ ADMIN_PATHS = {
 GROUP_ACTIONS = {"receive", "ack", "invisible", "stream"}
 
 
-def _query(query_string: bytes, name: str) -> str | None:
-    for key, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
-        if key == name:
-            return value
-    return None
-
-
-def need_of(method: str, path: str, query_string: bytes) -> Need:
+def need_of(method: str, path: str, query: Mapping[str, str]) -> Need:
     """The requirement of one request (see the module's invariants)."""
     if method == "HEAD":
         method = "GET"
@@ -67,15 +61,15 @@ def need_of(method: str, path: str, query_string: bytes) -> Need:
     if (method, path) in ADMIN_PATHS or path.startswith(("/v1/admin/", "/v1/producer-groups/")) or path == "/v1/admin":
         return ADMIN
     if path.startswith("/v1/topics/"):
-        return _topic_need(method, path.split("/"), query_string)
+        return _topic_need(method, path.split("/"), query)
     if path.startswith("/v1/groups/"):
-        return _group_need(method, path.split("/"), query_string)
+        return _group_need(method, path.split("/"), query)
     if path.startswith("/v1/transactions/"):
         return ADMIN  # resolving a transaction: admin (see docs/security.md)
     return ANY_ACCOUNT  # /v1/messages/{id} (checked by the route), /docs, /openapi.json, unknown paths
 
 
-def _topic_need(method: str, parts: list[str], query_string: bytes) -> Need:
+def _topic_need(method: str, parts: list[str], query: Mapping[str, str]) -> Need:
     # "", "v1", "topics", topic, ...
     topic = parts[3]
     if not topic:
@@ -91,12 +85,12 @@ def _topic_need(method: str, parts: list[str], query_string: bytes) -> Need:
     if len(parts) == 6 and parts[4] == "messages" and parts[5] == "batch":  # produceBinaryBatch
         return Need(bits=PUB, topic=topic)
     if parts[4] == "queues" and (len(parts) == 7 or (len(parts) == 8 and parts[6:] == ["messages", "batch"])):
-        group = _query(query_string, "group") if parts[6] == "messages" else None
+        group = query.get("group") if parts[6] == "messages" else None
         return Need(bits=SUB, topic=topic, group=group or None)
     return ANY_ACCOUNT
 
 
-def _group_need(method: str, parts: list[str], query_string: bytes) -> Need:
+def _group_need(method: str, parts: list[str], query: Mapping[str, str]) -> Need:
     # "", "v1", "groups", group, ...
     group = parts[3]
     if not group:
@@ -105,7 +99,7 @@ def _group_need(method: str, parts: list[str], query_string: bytes) -> Need:
         return ADMIN if method != "GET" else Need(bits=SUB, group=group)
     if len(parts) == 5 and parts[4] == "offsets":
         # GET names the topic in the query; PUT in the body, which the route checks.
-        topic = _query(query_string, "topic") if method == "GET" else None
+        topic = query.get("topic") if method == "GET" else None
         return Need(bits=SUB, topic=topic or None, group=group)
     if len(parts) == 7 and parts[4] == "topics" and parts[6] in GROUP_ACTIONS and parts[5]:
         return Need(bits=SUB, topic=parts[5], group=group)

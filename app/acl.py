@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.toml_file import read_toml
-from store import ConfigInvalid, topic_problem
+from store import GROUP_MAX_BYTES, TOPIC_MAX_BYTES, ConfigInvalid, topic_problem
 
 PUB = 1
 SUB = 2
@@ -111,7 +111,7 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _patterns(table: Any, where: str) -> Patterns:
+def _patterns(table: Any, where: str, kind: str) -> Patterns:
     if not isinstance(table, dict):
         raise AclInvalid(f"{where} must be a table of pattern = permission")
     exact: dict[str, int] = {}
@@ -121,7 +121,7 @@ def _patterns(table: Any, where: str) -> Patterns:
             raise AclInvalid(f"{where}.{pattern!r} must be one of {', '.join(PERMISSIONS)}, not {word!r}")
         stem = pattern[:-1] if pattern.endswith("*") else pattern
         # A bare "*" (every name) is allowed; otherwise the stem must itself be a valid name.
-        problem = topic_problem(stem) if stem else None
+        problem = topic_problem(stem, GROUP_MAX_BYTES if kind == "group" else TOPIC_MAX_BYTES, kind) if stem else None
         if problem is not None:
             raise AclInvalid(f"{where}: pattern {pattern!r} is invalid: {problem} (a trailing * is allowed)")
         if pattern.endswith("*"):
@@ -164,8 +164,8 @@ def _account(entry: Any, index: int) -> Account:
     if not isinstance(admin, bool):
         raise AclInvalid(f"{where}: admin must be true or false")
     rate, burst = _rate(entry, where)
-    topics = _patterns(entry.get("topics", {}), f"{where} topics")
-    groups = _patterns(entry.get("groups", {}), f"{where} groups")
+    topics = _patterns(entry.get("topics", {}), f"{where} topics", "topic")
+    groups = _patterns(entry.get("groups", {}), f"{where} groups", "group")
     return Account(name, bytes.fromhex(token), admin, topics, groups, rate, burst)
 
 

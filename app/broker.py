@@ -28,11 +28,13 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
+from app.access_revocation import Revocations
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
+from app.stream_registry import StreamRegistry
 from app.transaction_check import HttpCheckTransport
 from cluster import ClusterNode, EtcdError
 from ha import HANode, attach
@@ -52,6 +54,9 @@ log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
 # Seconds between two log lines of the store's loading progress.
 PROGRESS_LOG_INTERVAL_S = 5.0
+# How often a FIFO group's held receives and event streams look again without an arrival (an ack or an
+# invisible time ending frees a FIFO queue, and nothing announces it).
+FIFO_RECHECK_MS = 100
 
 
 class Broker:
@@ -71,6 +76,15 @@ class Broker:
                 raise StartRefused(f"the cluster's etcd cannot be read: {e}") from None
             self.cluster.on_node_change = self._set_ha
         self.held = HeldPulls(settings.max_held_pulls)
+        self.streams = StreamRegistry(
+            self.held,
+            settings.max_streams,
+            settings.max_streams_per_account,
+            min(settings.max_stream_reads, settings.read_threads),
+            self._recheck_ms,
+        )
+        # Held requests and streams by the access the gate granted them (re-judged on an ACL reload).
+        self.revocations = Revocations()
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
         self.store.transactions.set_check_transport(self.checker)
@@ -86,6 +100,7 @@ class Broker:
         self._pending_reads = 0
         self.topics_created_total = 0
         self.pulls_abandoned_total = 0
+        self.send_stalls_total = 0  # connections cut because their client took nothing for send_stall_timeout_ms
         self.http_problems_total: dict[str, int] = {}
         self.http_requests = RequestStats()
         # Messages pulls returned, per topic (counted on the event loop; /metrics drops deleted topics).
@@ -151,9 +166,19 @@ class Broker:
         self.ha = node
 
     def release_held(self) -> None:
-        """Answer every held pull now (NO_NEW_MSG) and hold no more; safe to call twice."""
+        """Answer every held pull now (NO_NEW_MSG), end every event stream, and hold no more; safe to call twice."""
         self.stopping = True
         self.held.close()
+        self.streams.end_all("SHUTTING_DOWN", "the broker is stopping")
+
+    def count_send_stall(self) -> None:
+        self.send_stalls_total += 1
+
+    def _recheck_ms(self, group: str) -> int:
+        """How often a pool of event streams of `group` reads unprompted: a FIFO group's queues free up unannounced."""
+        if self.started and self.store.group_consumption.group(group).fifo:
+            return FIFO_RECHECK_MS
+        return self.settings.stream_heartbeat_ms
 
     async def stop(self) -> None:
         self.release_held()

@@ -17,6 +17,11 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
+- A reply whose client takes nothing for `send_stall_timeout_ms` while the connection's buffers
+  are full (the transport paused writing: the kernel's buffers and the transport's high-water
+  mark are full) is cut: the connection is aborted, which the app sees as a disconnect. So an
+  event stream to a client that stopped reading (a stopped process keeps its connection open)
+  ends, and its messages come back to the group after their invisible time.
 
 `app.open_files.fit_descriptors` makes those bounds the ones that answer (descriptors).
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -66,13 +72,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     header_read_timeout_s = 10.0
     body_read_timeout_s = 30.0
+    send_stall_timeout_s = 30.0
     max_connections = 1
     problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
+    on_send_stall: Callable[[], None]  # set by bounded_protocol: counts a connection cut for not reading
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timer: asyncio.TimerHandle | None = None
         self.body_timer: asyncio.TimerHandle | None = None
+        self.stall_timer: asyncio.TimerHandle | None = None
         # True between the first byte of a request and its complete headers.
         self.reading_headers = False
 
@@ -110,7 +119,30 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
         self._disarm_body_timer()
+        self._disarm_stall_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.stall_timer is None:
+            self.stall_timer = self.loop.call_later(self.send_stall_timeout_s, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        self._disarm_stall_timer()
+        super().resume_writing()
+
+    def _disarm_stall_timer(self) -> None:
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
+
+    def _send_stalled(self) -> None:
+        self.stall_timer = None
+        if self.transport.is_closing():
+            return
+        log.info("closing a connection from %s: its client took nothing for %g s", self.client, self.send_stall_timeout_s)
+        self.on_send_stall()
+        self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -158,14 +190,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def bounded_protocol(settings: BrokerSettings, problem: ProblemReply) -> type[BoundedHttpProtocol]:
-    """The protocol class uvicorn builds per connection, with this broker's limits and its counted problem replies."""
+def bounded_protocol(settings: BrokerSettings, problem: ProblemReply, on_send_stall: Callable[[], None]) -> type[BoundedHttpProtocol]:
+    """The protocol class uvicorn builds per connection, with this broker's limits, its counted problem replies
+    and the count of connections cut for not reading."""
     return type(
         "TidemqHttpProtocol",
         (BoundedHttpProtocol,),
         {
             "header_read_timeout_s": settings.header_read_timeout_ms / 1000.0,
             "body_read_timeout_s": settings.body_read_timeout_ms / 1000.0,
+            "send_stall_timeout_s": settings.send_stall_timeout_ms / 1000.0,
+            "on_send_stall": staticmethod(on_send_stall),
             "max_connections": settings.max_connections,
             "problem": staticmethod(problem),
         },

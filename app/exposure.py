@@ -1,28 +1,24 @@
-"""An open broker (no ACL) stays on loopback unless `insecure_open` says otherwise."""
+"""An open broker (no ACL) stays on loopback unless `insecure_open` says otherwise; a replication port
+without `ha_secret` stays on loopback, always (ha.HASettings.exposure_problem)."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 
 from app.problems import StartRefused
 from app.settings import BrokerSettings
+from ha import is_loopback
 
 log = logging.getLogger("tidemq.app")
-LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name that resolves elsewhere (or anywhere): not provably loopback
 
 
 def check_exposure(settings: BrokerSettings) -> None:
-    """StartRefused when an open broker would listen beyond loopback."""
+    """StartRefused when an open broker would listen beyond loopback, or a master's (or a cluster member's,
+    which listens once elected) replication port would without ha_secret."""
+    if settings.ha.role == "master" or settings.cluster.enabled:
+        refusal = settings.ha.exposure_problem()
+        if refusal is not None:
+            raise StartRefused(refusal)
     if not settings.acl_file and not is_loopback(settings.host) and not settings.insecure_open:
         raise StartRefused(
             f"refusing to listen on {settings.host} without an ACL: anyone who reaches it could produce, consume and "

@@ -1,4 +1,5 @@
-"""The registry of held pulls (long polling) and its bridge from the store's dispatching threads.
+"""The registry of held pulls (long polling), the topics event streams watch, and their bridge from
+the store's dispatching threads.
 
 Invariants:
 - A held pull is one asyncio future in `_waiters[(topic, queue_id)]`; no thread per pull.
@@ -13,12 +14,16 @@ Invariants:
   every waiter of the queue is woken too.
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
+- Event streams do not hold pulls: they watch whole topics (`watch`, counted per topic, never in
+  `max_held`), and an arrival in a watched topic calls `on_topic_arrival(topic, codes)` on the
+  loop, coalesced per topic as the queues' wake-ups are (app.stream_registry decides whom to wake).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 # Distinct tags codes remembered per queue between two wake-ups before waking everyone.
 MAX_PENDING_CODES = 64
@@ -47,6 +52,12 @@ class HeldPulls:
         self._closed = False
         self.woken_total = 0
         self.refused_total = 0
+        # Topics event streams watch -> their watches; read without the lock by the dispatching threads.
+        self._watched: dict[str, int] = {}
+        # Watched topics with an arrival scheduled on the loop -> tags codes seen (None = any).
+        self._pending_topics: dict[str, set[int] | None] = {}
+        # Told on the loop of arrivals in watched topics (set by app.stream_registry).
+        self.on_topic_arrival: Callable[[str, set[int] | None], None] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -84,6 +95,19 @@ class HeldPulls:
                 if not waiters:
                     del self._waiters[waiter.key]
 
+    def watch(self, topic: str) -> None:
+        """Report arrivals in `topic` to `on_topic_arrival` (until as many `unwatch` calls)."""
+        with self._lock:
+            self._watched[topic] = self._watched.get(topic, 0) + 1
+
+    def unwatch(self, topic: str) -> None:
+        with self._lock:
+            left = self._watched.get(topic, 0) - 1
+            if left > 0:
+                self._watched[topic] = left
+            else:
+                self._watched.pop(topic, None)
+
     def close(self) -> None:
         """Wake every held pull and hold no more (shutdown)."""
         self._closed = True
@@ -104,11 +128,20 @@ class HeldPulls:
                 waiter.future.set_result(None)
                 self.woken_total += 1
 
+    def _arrived_in_topic(self, topic: str) -> None:
+        with self._lock:
+            codes = self._pending_topics.pop(topic, None)
+        listener = self.on_topic_arrival
+        if listener is not None and not self._closed:
+            listener(topic, codes)
+
     # Dispatching-thread side -------------------------------------------------------------
 
     def on_message_arriving(self, topic: str, queue_id: int, logic_offset_after: int, tags_codes: tuple[int, ...] | None) -> None:
         """The store's arriving listener: runs on the dispatching thread, never blocks."""
         key = (topic, queue_id)
+        if topic in self._watched:  # an event stream reads the topic
+            self._note_topic(topic, tags_codes)
         if key not in self._waiters:  # the common case with no held pull: no lock taken
             return
         loop = self._loop
@@ -134,3 +167,25 @@ class HeldPulls:
         except RuntimeError:  # the loop is closed: shutting down, nobody left to wake
             with self._lock:
                 self._pending.pop(key, None)
+
+    def _note_topic(self, topic: str, tags_codes: tuple[int, ...] | None) -> None:
+        """Schedule `_arrived_in_topic` on the loop once per topic until it runs, collecting the codes seen."""
+        loop = self._loop
+        if loop is None:
+            return
+        with self._lock:
+            if topic in self._pending_topics:
+                codes = self._pending_topics[topic]
+                if codes is not None:
+                    if tags_codes is None or len(codes) + len(tags_codes) > MAX_PENDING_CODES:
+                        self._pending_topics[topic] = None
+                    else:
+                        codes.update(tags_codes)
+                return
+            many = tags_codes is None or len(tags_codes) > MAX_PENDING_CODES
+            self._pending_topics[topic] = None if many else set(tags_codes or ())
+        try:
+            loop.call_soon_threadsafe(self._arrived_in_topic, topic)
+        except RuntimeError:  # the loop is closed: shutting down, nobody left to wake
+            with self._lock:
+                self._pending_topics.pop(topic, None)

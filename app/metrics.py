@@ -131,6 +131,23 @@ def render(broker: Broker) -> str:
         "tidemq_held_pulls_refused_total", "counter", "Pulls refused a hold (bound reached or stopping)", [("", broker.held.refused_total)]
     )
     metric("tidemq_pulls_abandoned_total", "counter", "Held pulls whose client disconnected", [("", broker.pulls_abandoned_total)])
+    streams = broker.streams
+    metric("tidemq_streams_open", "gauge", "Event streams open", [("", streams.open_count)])
+    metric("tidemq_streams_max", "gauge", "Bound on open event streams (max_streams)", [("", streams.max_streams)])
+    metric("tidemq_streams_refused_total", "counter", "Event streams refused TOO_MANY_STREAMS", [("", streams.refused_total)])
+    metric("tidemq_stream_unacked_messages", "gauge", "Messages event streams delivered and hold unacked", [("", streams.handles)])
+    metric(
+        "tidemq_access_revoked_total",
+        "counter",
+        "Held requests and streams ended by an ACL reload",
+        [("", broker.revocations.revoked_total)],
+    )
+    metric(
+        "tidemq_http_send_stalls_total",
+        "counter",
+        "Connections closed because their client took nothing for send_stall_timeout_ms",
+        [("", broker.send_stalls_total)],
+    )
     metric("tidemq_topics_auto_created_total", "counter", "Topics created by a produce", [("", broker.topics_created_total)])
     problems = sorted(broker.http_problems_total.items())
     metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])

@@ -6,8 +6,8 @@ distribution's default (often 1024) is reached long before the hard limit.
 `fit_descriptors` makes the connection bounds the ones that answer: a process out of
 descriptors cannot accept, so clients past the limit got resets instead of a 503 (issue:
 `max_held_pulls` was never reached). When even the hard limit cannot hold `max_connections`
-plus `reserved_fds`, the connection and held-pull bounds are lowered to what fits and the
-start logs it at WARNING.
+plus `reserved_fds`, the connection, held-pull and event-stream bounds are lowered to what fits
+and the start logs it at WARNING.
 """
 
 from __future__ import annotations
@@ -43,15 +43,18 @@ def fit_descriptors(settings: BrokerSettings) -> None:
         return
     connections = max(1, soft - settings.reserved_fds) if soft > 2 * settings.reserved_fds else max(1, soft // 2)
     held = min(settings.max_held_pulls, max(0, connections - max(1, connections // 10)))
+    streams = min(settings.max_streams, max(0, connections - max(1, connections // 10)))
     log.warning(
         "descriptor limit %d (hard %s) cannot hold max_connections %d plus reserved_fds %d: "
-        "serving at most %d connections and %d held pulls",
+        "serving at most %d connections, %d held pulls and %d event streams",
         soft,
         hard,
         settings.max_connections,
         settings.reserved_fds,
         connections,
         held,
+        streams,
     )
     settings.max_connections = connections
     settings.max_held_pulls = held
+    settings.max_streams = streams

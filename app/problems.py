@@ -79,6 +79,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "PAGECACHE_BUSY": ProblemKind(503, "The store is busy; retry shortly"),
     "SHUTTING_DOWN": ProblemKind(503, "The broker is shutting down"),
     "TOO_MANY_WAITERS": ProblemKind(503, "Too many pulls are held; retry shortly"),
+    "TOO_MANY_STREAMS": ProblemKind(503, "Too many event streams are open, on the broker or for this account; retry later"),
     "TOO_MANY_CONNECTIONS": ProblemKind(503, "Too many connections are open; retry shortly"),
     "STARTING": ProblemKind(503, "The broker is loading and recovering its store; retry shortly"),
     "INDEX_REBUILDING": ProblemKind(503, "The index is being rebuilt from the commitlog; key queries may miss older messages"),

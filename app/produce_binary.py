@@ -29,7 +29,7 @@ from starlette.responses import Response
 from app.born_host import born_host_of
 from app.problems import ProblemError, put_problem
 from app.produce_parse import TRANSACTION_HEADER, check_producer_group, parse_batch_query
-from app.query import strict_query
+from app.query import query_of
 from app.responses import JsonResponse
 from store import BatchError, BatchErrorCode, EncodedItems
 
@@ -113,7 +113,7 @@ def transaction_reply_of(queue_id: int, items: Any, store_host: bytes) -> dict[s
 async def serve_binary(producer: Producer, request: Request) -> Response:
     """Check and store a binary batch (the caller matched the media type)."""
     topic = request.path_params["topic"]
-    queue_id, deliver_at_ms = parse_batch_query(strict_query(request.scope["query_string"]), producer.limits)
+    queue_id, deliver_at_ms = parse_batch_query(query_of(request.scope), producer.limits)
     store = producer.store
     try:
         checked = store.check_batch(await request.body())

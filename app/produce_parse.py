@@ -233,7 +233,7 @@ def _set_transaction(draft: Draft, value: Any, limits: Limits) -> None:
 def check_producer_group(name: str) -> str:
     problem = producer_group_problem(name)
     if problem is not None:
-        raise ProblemError("PRODUCER_GROUP_INVALID", f"producer group: {problem}")
+        raise ProblemError("PRODUCER_GROUP_INVALID", f"{problem}: {name[:200]!r}")
     return name
 
 

@@ -1,21 +1,30 @@
-"""Strict query strings for the produce and pull handlers: UTF-8 only, each name at most once.
+"""The one parser of query strings: every parameter is read once, for the access gate and the routes alike.
 
-Starlette decodes a bad percent-escape to U+FFFD and keeps the last of repeated names, so
-`keys=%ff` would be stored as "\ufffd" and `queue_id=0&queue_id=1` would silently pick one.
-Both are refused with 400 REQUEST_INVALID before anything is stored. The hot routes and the
-FastAPI routes call the same handlers, so both ways in answer the same.
+Starlette decodes a bad percent-escape to U+FFFD and keeps the last of repeated names, while a
+reader that takes the first would see another value: with `topic=a&topic=b` a gate could judge
+`a` and a route serve `b`. So the query is parsed once, strictly, by `ParsedQuery` (outside the
+access gate, in front of every route): invalid UTF-8 or a name given twice is 400 REQUEST_INVALID
+on every path, before anything is judged or stored. The result sits in the scope under
+`QUERY_KEY`; the gate, the hot routes' handlers and the FastAPI routes (through
+`app.strict_route.StrictRequest`, whose `query_params` is this mapping) all read it from there.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from urllib.parse import parse_qsl
 
-from app.problems import ProblemError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.problems import ProblemError, ProblemReply
+
+# The scope key holding the request's parsed query (a dict of name -> value, each name once).
+QUERY_KEY = "tidemq.query"
 
 
-def strict_query(query_string: bytes) -> dict[str, str]:
-    """The query's parameters; REQUEST_INVALID for invalid UTF-8 or a name given twice."""
+def parse_query(query_string: bytes) -> dict[str, str]:
+    """The query's parameters; ProblemError REQUEST_INVALID for invalid UTF-8 or a name given twice."""
     if not query_string:
         return {}
     try:
@@ -27,3 +36,28 @@ def strict_query(query_string: bytes) -> dict[str, str]:
         twice = sorted(name for name, count in Counter(name for name, _ in pairs).items() if count > 1)
         raise ProblemError("REQUEST_INVALID", f"query parameter(s) given more than once: {', '.join(twice)[:200]}")
     return params
+
+
+def query_of(scope: Scope) -> Mapping[str, str]:
+    """The request's parsed query: `ParsedQuery` put it in the scope (parsed here, once, for an app served without it)."""
+    params: Mapping[str, str] | None = scope.get(QUERY_KEY)
+    if params is None:
+        params = scope[QUERY_KEY] = parse_query(scope["query_string"])
+    return params
+
+
+class ParsedQuery:
+    """ASGI middleware: parse every HTTP request's query once (`QUERY_KEY`), or answer 400 REQUEST_INVALID."""
+
+    def __init__(self, app: ASGIApp, problem: ProblemReply) -> None:
+        self.app = app
+        self.problem = problem
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                scope[QUERY_KEY] = parse_query(scope["query_string"])
+            except ProblemError as e:
+                await self.problem(e.code, e.detail, scope["path"][:200], None)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

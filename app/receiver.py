@@ -21,10 +21,10 @@ import orjson
 from fastapi import Request
 from starlette.responses import Response
 
-from app.broker import Broker
+from app.broker import FIFO_RECHECK_MS, Broker
 from app.message_view import message_json
 from app.problems import ProblemError
-from app.query import strict_query
+from app.query import query_of
 from app.receive_models import (
     MAX_ACK_HANDLES,
     MAX_INVISIBLE_MS,
@@ -35,15 +35,12 @@ from app.receive_models import (
 from app.responses import JsonResponse
 from app.routes_groups import check_group
 from app.routes_pull import parse_tag_filter
-from app.stream_registry import StreamRegistry
 from app.strict_json import duplicate_name
 from store import AckOutcome, Popped, decode_message, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
 MAX_RECEIVE_MESSAGES = 32
 DEFAULT_INVISIBLE_MS = 30_000
-# How often a held receive of a FIFO group looks again without an arrival.
-FIFO_RECHECK_MS = 100
 MAX_DIGITS = 18
 RECEIVE_PARAMS = frozenset({"max", "invisible_ms", "wait_ms", "tag"})
 
@@ -91,7 +88,7 @@ class Receiver:
         self.broker = broker
         self.store = broker.store
         self.held = broker.held
-        self.streams = StreamRegistry()  # the open event streams, told of acks
+        self.streams = broker.streams  # the open event streams, told of acks
         # In a cluster, handles name their group ("{broker_name}:{handle}") so that any broker routes
         # an ack to it (cluster/spanning.py); the store's handles never contain ":".
         self.handle_prefix = f"{broker.cluster.group_name}:" if broker.cluster is not None else ""
@@ -113,7 +110,7 @@ class Receiver:
         config = self.broker.topic_config(topic)
         if "r" not in config.perm:
             raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
-        params = strict_query(request.scope["query_string"])
+        params = query_of(request.scope)
         unknown = sorted(set(params) - RECEIVE_PARAMS - set(extra))
         if unknown:
             raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(unknown)[:200]}")
@@ -150,13 +147,16 @@ class Receiver:
         return self.render(spec, popped)
 
     async def hold(self, request: Request, spec: ReceiveSpec) -> list[Popped]:
-        """Wait for an arrival in any queue the receive reads (or the deadline, a disconnect, the stop) and take again."""
+        """Wait for an arrival in any queue the receive reads (or the deadline, a disconnect, the stop, an ACL
+        reload that revokes the request's access: 401/403) and take again."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
         queues = [(spec.topic, q) for q in range(self.broker.topic_config(spec.topic).read_queue_nums)]
         queues.append((retry_topic(spec.group, spec.topic), 0))
         fifo = self.store.group_consumption.group(spec.group).fifo
         watcher = asyncio.ensure_future(_disconnected(request))
+        access = self.broker.revocations.watch(request.scope)
+        revoked = () if access is None else (access.future,)
         try:
             while not self.held.closed:
                 remaining = deadline - loop.time()
@@ -173,15 +173,18 @@ class Receiver:
                         return popped
                     timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
                     futures = [w.future for w in waiters if w is not None]
-                    done, _ = await asyncio.wait((*futures, watcher), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait((*futures, watcher, *revoked), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                     if watcher in done:
                         return []  # the client went away; whatever a take would get stays visible
+                    if access is not None and access.future.done():
+                        raise ProblemError(*access.future.result())
                 finally:
                     for w in waiters:
                         if w is not None:
                             self.held.unregister(w)
             return []
         finally:
+            self.broker.revocations.release(access)
             watcher.cancel()
 
     async def ack(self, request: Request) -> Response:

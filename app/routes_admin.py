@@ -14,8 +14,9 @@ from app.broker import BrokerDep
 from app.models import CleanupStarted, ScheduleStatus, TimerStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from app.strict_route import StrictRoute
 
-api = APIRouter(tags=["operations"])
+api = APIRouter(tags=["operations"], route_class=StrictRoute)
 
 
 @api.get(

@@ -10,7 +10,7 @@ from app.broker import BrokerDep
 from app.params import TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 from cluster.routing import route_of
 
 
@@ -37,7 +37,7 @@ class TopicRoute(BaseModel):
     groups: list[GroupRoute]
 
 
-api = APIRouter(tags=["cluster"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["cluster"], route_class=StrictRoute)
 
 
 @api.get(

@@ -21,17 +21,17 @@ from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
 from app.receive_models import GroupInfo, GroupList, GroupSettings
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.strict_json import StrictJsonRoute
-from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, retry_topic, topic_problem
+from app.strict_route import StrictRoute
+from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, group_problem, retry_topic
 
 # Most commits one request may carry.
 MAX_COMMITS_PER_REQUEST = 10_000
 
 
 def check_group(group: str) -> None:
-    problem = topic_problem(group)
+    problem = group_problem(group)
     if problem is not None:
-        raise ProblemError("GROUP_INVALID", f"group: {problem}")
+        raise ProblemError("GROUP_INVALID", f"{problem}: {group[:200]!r}")
 
 
 def group_lag(store: MessageStore, group: str, topic: str) -> int:
@@ -45,7 +45,7 @@ def group_lag(store: MessageStore, group: str, topic: str) -> int:
     return lag
 
 
-api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["groups"], route_class=StrictRoute)
 
 
 @api.put(

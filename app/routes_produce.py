@@ -35,8 +35,9 @@ from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_packed import packable, serve_packed
 from app.produce_parse import TRANSACTION_HEADER, Draft, Limits, check_producer_group, check_transactional, parse_json, parse_raw
-from app.query import strict_query
+from app.query import query_of
 from app.responses import JsonResponse, docs
+from app.strict_route import StrictRoute
 from store import HALF_TOPIC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
 
 # produceBinaryBatch's path: a binary batch's own operation (application/octet-stream is taken as one there).
@@ -241,7 +242,7 @@ class Producer:
                 raise ProblemError("REQUEST_INVALID", "query parameters apply to raw (application/octet-stream) bodies only")
             return parse_json(await request.body(), self.limits)
         if media == "application/octet-stream":
-            return [parse_raw(await request.body(), strict_query(request.scope["query_string"]), self.limits)], False
+            return [parse_raw(await request.body(), query_of(request.scope), self.limits)], False
         content_type = request.headers.get("content-type", "")
         detail = f"Content-Type must be application/json, application/octet-stream or {BATCH_MEDIA_TYPE}, not {content_type[:80]!r}"
         raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
@@ -337,7 +338,7 @@ class Producer:
 
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     """The routes, and the handlers app.hot_routes serves the hot paths with (produce, produceBinaryBatch)."""
-    api = APIRouter(tags=["produce"])
+    api = APIRouter(tags=["produce"], route_class=StrictRoute)
     producer = Producer(broker)
     problems = {k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}  # each route has its own 201
 

@@ -32,9 +32,10 @@ from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.produce_parse import has_control
-from app.query import strict_query
+from app.query import query_of
 from app.responses import BATCH_MEDIA_TYPE, docs
-from store import GetMessageStatus, TagFilter, topic_problem
+from app.strict_route import StrictRoute
+from store import GetMessageStatus, TagFilter, group_problem
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -212,7 +213,7 @@ class Puller:
         topic = request.path_params["topic"]
         queue_id = parse_queue_id(request.path_params["queue_id"])
         self.broker.readable_queue(topic, queue_id)
-        params = strict_query(request.scope["query_string"])
+        params = query_of(request.scope)
         offset = _count(params, "offset", "OFFSET_INVALID", None)
         max_count = _count(params, "max", "MAX_INVALID", DEFAULT_MAX)
         wait_ms = _count(params, "wait_ms", "REQUEST_INVALID", 0)
@@ -222,8 +223,8 @@ class Puller:
             raise ProblemError("WAIT_TOO_LONG", f"wait_ms is at most {self.settings.max_wait_ms}")
         if not 1 <= max_count <= self.settings.max_pull_messages:
             raise ProblemError("MAX_INVALID", f"max is 1..{self.settings.max_pull_messages}")
-        if group is not None and topic_problem(group) is not None:
-            raise ProblemError("GROUP_INVALID", f"group: {topic_problem(group)}")
+        if group is not None and group_problem(group) is not None:
+            raise ProblemError("GROUP_INVALID", f"{group_problem(group)}: {group[:200]!r}")
         tag_filter, codes = parse_tag_filter(params.get("tag"))
         if offset is None:
             if group is None:
@@ -304,11 +305,14 @@ class Puller:
         return await self.broker.run(self.read, spec, offset)
 
     async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
-        """Wait for a matching message (or the deadline, a disconnect, the stop) and re-read."""
+        """Wait for a matching message (or the deadline, a disconnect, the stop, an ACL reload that revokes
+        the request's access: 401/403) and re-read."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
         held = self.held
         watcher: asyncio.Future[None] | None = None
+        access = self.broker.revocations.watch(request.scope)
+        revoked = () if access is None else (access.future,)
         try:
             while r.status in HOLDABLE and not held.closed:
                 offset = r.next_offset
@@ -325,10 +329,14 @@ class Puller:
                     if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) <= offset:
                         if watcher is None:
                             watcher = asyncio.ensure_future(_disconnected(request))
-                        done, _ = await asyncio.wait((waiter.future, watcher), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                        done, _ = await asyncio.wait(
+                            (waiter.future, watcher, *revoked), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                        )
                         if watcher in done:
                             self.broker.pulls_abandoned_total += 1
                             return Response(status_code=204)
+                        if access is not None and access.future.done():
+                            raise ProblemError(*access.future.result())
                         if not done:
                             break
                 finally:
@@ -338,6 +346,7 @@ class Puller:
                 # tags, one scan window a read) it reads in the pool, so the loop serves others meanwhile.
                 r = await self.read_at(spec, offset)
         finally:
+            self.broker.revocations.release(access)
             if watcher is not None:
                 watcher.cancel()
         # The deadline (or the stop) may win against a wake-up already on its way: the reput thread
@@ -356,7 +365,7 @@ class Puller:
 
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     """The routes, and the handlers app.hot_routes serves the hot paths with (pull, pullBatch)."""
-    api = APIRouter(tags=["consume"])
+    api = APIRouter(tags=["consume"], route_class=StrictRoute)
     puller = Puller(broker)
 
     @api.get(

@@ -20,6 +20,7 @@ from app.models import Message, QueryResult, QueueOffset
 from app.params import OffsetMsgIdPath, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
+from app.strict_route import StrictRoute
 from store import OFFSET_MSG_ID_LENGTHS, decode_offset_msg_id
 
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
@@ -27,7 +28,7 @@ HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 MAX_TIMESTAMP_MS = 2**63 - 1
 
 
-api = APIRouter(tags=["query"])
+api = APIRouter(tags=["query"], route_class=StrictRoute)
 
 
 @api.get(

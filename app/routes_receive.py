@@ -16,7 +16,7 @@ from app.receive_models import AckRequest, AckResult, InvisibleRequest, Invisibl
 from app.receive_stream import STREAM_OPENAPI, ReceiveStream, parse_max_in_flight
 from app.receiver import RECEIVE_OPENAPI, Receiver
 from app.responses import docs
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 
 # The ack body is parsed by the handler (the hot path serves it too); the spec still declares its model.
 ACK_OPENAPI: dict[str, Any] = {
@@ -29,7 +29,7 @@ ACK_OPENAPI: dict[str, Any] = {
 
 
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
-    api = APIRouter(tags=["group consumption"], route_class=StrictJsonRoute)
+    api = APIRouter(tags=["group consumption"], route_class=StrictRoute)
     receiver = Receiver(broker)
     stream = ReceiveStream(receiver)
     topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_MASTER")
@@ -88,7 +88,14 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
             **{
                 k: v
                 for k, v in docs(
-                    None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID", "TAG_INVALID"
+                    None,
+                    200,
+                    *topic_problems,
+                    "TOPIC_NOT_READABLE",
+                    "MAX_INVALID",
+                    "INVISIBLE_TIME_INVALID",
+                    "TAG_INVALID",
+                    "TOO_MANY_STREAMS",
                 ).items()
                 if k != 200
             },
@@ -98,6 +105,6 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     async def receive_stream(group: GroupPath, topic: TopicPath, request: Request) -> Response:
         max_in_flight = parse_max_in_flight(request)
         spec = receiver.parse(request, extra=("max_in_flight",))
-        return stream.response(spec, max_in_flight)
+        return stream.response(request, spec, max_in_flight)
 
     return api, receiver.receive, receiver.ack

@@ -17,13 +17,14 @@ from app.models import Health, StoreFiles, StoreStatus
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs, problem_doc
 from app.startup import recovery_progress
+from app.strict_route import StrictRoute
 from store import INDEX_REBUILD_PHASE
 
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 
 
-api = APIRouter(tags=["operations"])
+api = APIRouter(tags=["operations"], route_class=StrictRoute)
 
 
 @api.get(

@@ -16,7 +16,7 @@ from app.models import TopicInfo, TopicList, TopicSpec
 from app.params import TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 
 
 def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def topic_json(config: Any, queues: list[dict[str, int]] | None = None) -> dict[
     return out
 
 
-api = APIRouter(tags=["topics"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["topics"], route_class=StrictRoute)
 
 
 def queue_offsets(broker: Broker, topic: str, queues: int) -> list[dict[str, int]]:
@@ -94,4 +94,5 @@ async def delete_topic(broker: BrokerDep, topic: TopicPath) -> Response:
     broker.topic_config(topic)
     await broker.run(broker.store.delete_topic, topic)
     broker.forget_topic(topic)
+    broker.streams.end_topic(topic, "TOPIC_NOT_FOUND", f"topic {topic} was deleted")
     return Response(status_code=204)

@@ -18,9 +18,10 @@ from fastapi import APIRouter, Body, Path, Query
 from starlette.responses import Response
 
 from app.broker import BrokerDep
+from app.params import PRODUCER_GROUP_SCHEMA
 from app.problems import ProblemError, put_problem
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.strict_json import StrictJsonRoute
+from app.strict_route import StrictRoute
 from app.transaction_models import (
     PendingTransactions,
     ProducerGroupInfo,
@@ -30,9 +31,7 @@ from app.transaction_models import (
 )
 from store import MessageStore, ResolveStatus, StoreNotRunning, TransactionAction, check_url_problem, producer_group_problem
 
-ProducerGroupPath = Annotated[
-    str, Path(description="Producer group name", json_schema_extra={"pattern": "^[%|a-zA-Z0-9_-]+$", "maxLength": 255, "minLength": 1})
-]
+ProducerGroupPath = Annotated[str, Path(description="Producer group name", json_schema_extra=PRODUCER_GROUP_SCHEMA)]
 TransactionIdPath = Annotated[
     str,
     Path(description="Transaction id: the half message's offset message id (32 hex characters)", json_schema_extra={"maxLength": 64}),
@@ -49,10 +48,10 @@ StateQuery = Annotated[
 def check_producer_group(name: str) -> None:
     problem = producer_group_problem(name)
     if problem is not None:
-        raise ProblemError("PRODUCER_GROUP_INVALID", f"producer group: {problem}")
+        raise ProblemError("PRODUCER_GROUP_INVALID", f"{problem}: {name[:200]!r}")
 
 
-api = APIRouter(tags=["transactions"], route_class=StrictJsonRoute)
+api = APIRouter(tags=["transactions"], route_class=StrictRoute)
 
 
 @api.post(

@@ -60,6 +60,7 @@ from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
+from app.query import ParsedQuery
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -240,8 +241,13 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app.state.entry = forwarder
         app.state.forwarder = forwarder
     if acl_source is not None:
+        # Held requests and streams are re-judged when the ACL is reloaded (app.access_revocation).
+        acl_source.listeners.append(broker.revocations.reloaded)
+        broker.revocations.attach(acl_source.current)
         # In front of the hot routes: tokens and permissions are checked before they see a request.
         app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, mapping.problem)
+    # In front of the gate: the query is parsed once (a repeated name is 400), and everyone behind reads that parse.
+    app.state.entry = ParsedQuery(app.state.entry, mapping.problem)
     # Outermost: every request is counted (and logged), the ones the gates refuse included.
     app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
 
@@ -335,7 +341,7 @@ class BrokerStart:
             self.app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings, self.app.state.problem),
+            http=bounded_protocol(settings, self.app.state.problem, self.broker.count_send_stall),
             lifespan="on",
             log_level=settings.log_level if own_logging else None,
             log_config=log_config(settings.log_level, settings.log_format) if own_logging else None,

@@ -61,6 +61,13 @@ class BrokerSettings:
     max_held_pulls: int = setting(10_000, 0, 1_000_000)
     # Period of the comment line an event stream (group consumption's /stream) sends to show it is alive.
     stream_heartbeat_ms: int = setting(15_000, 100, 300_000)
+    # Event streams open at once; past it a stream is answered 503 TOO_MANY_STREAMS before its 200 (never counted in max_held_pulls).
+    max_streams: int = setting(1_000, 0, 1_000_000)
+    # Event streams one ACL account may have open at once; past it 503 TOO_MANY_STREAMS (without an ACL only max_streams bounds them).
+    max_streams_per_account: int = setting(100, 0, 1_000_000)
+    # Event streams' reads (receives) running at once (at most read_threads); the other streams wait their turn,
+    # so they leave read threads to other requests.
+    max_stream_reads: int = setting(2, 1, 256)
     # Threads that run store reads (which may page-fault) and metadata writes off the event loop.
     read_threads: int = setting(4, 1, 256)
     # Serve produce and pull without FastAPI's router and parameter solver (same answers; off to compare).
@@ -79,6 +86,9 @@ class BrokerSettings:
     header_read_timeout_ms: int = setting(10_000, 100, 600_000)
     # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
     body_read_timeout_ms: int = setting(30_000, 100, 3_600_000)
+    # Longest a reply may wait for its client to take what was sent (the connection's buffers full); past it the
+    # connection is closed: an event stream whose client stopped reading ends.
+    send_stall_timeout_ms: int = setting(30_000, 100, 3_600_000)
     # Seconds an idle keep-alive connection is kept open between requests (uvicorn's timeout_keep_alive).
     keep_alive_timeout_s: int = setting(5, 1, 3_600)
     # Open HTTP connections; a connection past it is answered 503 TOO_MANY_CONNECTIONS (health checks still served).

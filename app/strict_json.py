@@ -3,7 +3,8 @@
 RFC 8259 leaves duplicate names to the parser; orjson and json keep the last, so
 `{"body": "a", "body": "b"}` would store "b" without a word. Every JSON body is refused with
 400 BODY_INVALID when an object repeats a name: produce bodies through `duplicate_name`
-(after orjson's parse), the FastAPI routes' bodies through `StrictJsonRoute`.
+(after orjson's parse), the FastAPI routes' bodies through `reject_duplicates`
+(app.strict_route).
 
 The produce check is cheap for the usual body, without a second parse: when the text holds no
 backslash, every `"` delimits a string, so each `:` outside strings follows exactly one name
@@ -17,12 +18,7 @@ sees every object's name list.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
 from typing import Any
-
-from fastapi.routing import APIRoute
-from starlette.requests import Request
-from starlette.responses import Response
 
 
 class DuplicateName(ValueError):
@@ -33,7 +29,7 @@ class DuplicateName(ValueError):
         self.name = name
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
@@ -64,34 +60,9 @@ def duplicate_name(data: bytes, doc: Any) -> str | None:
     if b"\\" not in data and data.count(b":") == members(doc):
         return None
     try:
-        json.loads(data, object_pairs_hook=_reject_duplicates)
+        json.loads(data, object_pairs_hook=reject_duplicates)
     except DuplicateName as e:
         return e.name
     except ValueError:  # parsed by orjson, refused by json (e.g. a number json reads differently): no verdict
         return None
     return None
-
-
-class StrictJsonRequest(Request):
-    """A request whose JSON body is refused (as a JSON decode error: 400 BODY_INVALID) when a name repeats."""
-
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            body = await self.body()
-            try:
-                self._json = json.loads(body, object_pairs_hook=_reject_duplicates)
-            except DuplicateName as e:
-                raise json.JSONDecodeError(str(e), body.decode("utf-8", "replace"), 0) from None
-        return self._json
-
-
-class StrictJsonRoute(APIRoute):
-    """An APIRoute whose handler parses JSON bodies with StrictJsonRequest."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def strict_handler(request: Request) -> Response:
-            return await handler(StrictJsonRequest(request.scope, request.receive))
-
-        return strict_handler

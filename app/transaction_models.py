@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from store import PRODUCER_GROUP_MAX_BYTES, TOPIC_NAME_PATTERN
+
 TRANSACTION_ID_EXAMPLE = "7F00000100002A9F0000000000001F40"
 
 
@@ -17,7 +19,9 @@ class TransactionRef(BaseModel):
     """The JSON produce's `transaction` field: store the message as a half message of this producer group."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"producer_group": "pg-orders"}})
-    producer_group: str = Field(min_length=1, max_length=255, pattern="^[%|a-zA-Z0-9_-]+$", description="The producer group")
+    producer_group: str = Field(
+        min_length=1, max_length=PRODUCER_GROUP_MAX_BYTES, pattern=TOPIC_NAME_PATTERN, description="The producer group"
+    )
 
 
 class TransactionResolve(BaseModel):

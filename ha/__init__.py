@@ -13,7 +13,7 @@ from ha.errors import HAError, HAStartFailed
 from ha.group_transfer_service import GroupTransferService
 from ha.ha_client import HAClient
 from ha.ha_service import HAService
-from ha.settings import HASettings, add_cli_arguments, from_args
+from ha.settings import HASettings, add_cli_arguments, from_args, is_loopback
 from store import BrokerRole, MessageStore, ServiceThread
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "add_cli_arguments",
     "attach",
     "from_args",
+    "is_loopback",
     "start_node",
     "stop_node",
 ]

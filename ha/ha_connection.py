@@ -8,9 +8,12 @@ writer sends frames of whole messages from the start offset the handshake agreed
 idle for `ha_send_heartbeat_interval_ms`.
 
 Invariants: frames leave in log order without gaps (`sent_offset` only grows); acknowledged
-offsets only grow and never pass the master's max offset (a slave claiming more is cut
-off); the first failure of either thread closes the connection and both threads end within
-`io_poll_ms`. A slave silent for `ha_housekeeping_interval_ms` is disconnected.
+offsets only grow and never pass what this connection handed the slave (`sent_offset`, the end
+of the bytes given to the socket, set before the send, so a report of them is never early): a
+slave claiming more is cut off, so its acks count only bytes it was sent (or, at the handshake,
+the end its HELLO's check proved). The first failure of either thread closes the connection and
+both threads end within `io_poll_ms`. A slave silent for `ha_housekeeping_interval_ms` is
+disconnected.
 """
 
 from __future__ import annotations
@@ -146,9 +149,10 @@ class _ReadSocketService(ServiceThread):
             conn.channel.recv_into(view)
             (offset,) = REPORT.unpack(buf)
             conn.last_report_at = time.monotonic()
-            if offset < conn.acked_offset or offset > store.commit_log_max_offset():
+            if offset < conn.acked_offset or offset > conn.sent_offset:
                 raise ProtocolViolation(
-                    f"slave reported offset {offset} (previous {conn.acked_offset}, master end {store.commit_log_max_offset()})"
+                    f"slave reported offset {offset} (previous {conn.acked_offset}, sent to it up to {conn.sent_offset}, "
+                    f"master end {store.commit_log_max_offset()})"
                 )
             if offset != conn.acked_offset:
                 conn.acked_offset = offset
@@ -209,11 +213,12 @@ class _WriteSocketService(ServiceThread):
                     raise ConnectionLost(f"corrupt commitlog at {offset}")
                 body = res.view[:length]
                 try:
+                    # Before the send: the slave may report these bytes as soon as they arrive.
+                    conn.sent_offset = offset + length
                     conn.channel.send(FRAME_HEADER.pack(offset, length), body)
                 finally:
                     body.release()
             finally:
                 res.release()
-            conn.sent_offset = offset + length
             sent_any = True
         return sent_any

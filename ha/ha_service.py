@@ -8,6 +8,10 @@ each gets an HAConnection. `judge()` decides where a slave resumes, or that it m
 - a slave log whose last `handshake_check_bytes` differ from the master's at the same offsets
   (CRC32), or that ends inside one of the master's messages: DIVERGED;
 - a non-empty slave log ending below the master's first offset (files deleted): INCOMPATIBLE;
+- a non-empty slave log whose check does not cover its last bytes (it must end at the slave's
+  end and span `handshake_check_bytes`, or the whole last file when that is shorter) or covers
+  bytes the master no longer holds: INCOMPATIBLE. A zero-length check proves nothing, and a
+  slave's claimed end becomes its first acknowledged offset, which SYNC_MASTER puts count;
 - an empty slave log: ACCEPT from the master's first offset;
 - otherwise ACCEPT from the slave's end.
 
@@ -62,7 +66,11 @@ class HAService(ServiceThread):
     # Lifecycle -------------------------------------------------------------------------
 
     def bind(self) -> None:
-        """Listen on the HA port now, so a port in use fails the start-up, not a thread later."""
+        """Listen on the HA port now, so a port in use (or a non-loopback address without ha_secret) fails
+        the start-up, not a thread later."""
+        refusal = self.settings.exposure_problem()
+        if refusal is not None:
+            raise HAStartFailed(refusal)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -165,16 +173,33 @@ class HAService(ServiceThread):
             return Verdict.ACCEPT, master_min, "empty slave: starting at the master's first offset"
         if slave_max < master_min:
             return Verdict.INCOMPATIBLE, -1, f"the slave's log ends at {slave_max}; the master's now begins at {master_min} (files deleted)"
-        if hello.check_length > 0 and hello.check_start >= master_min:
-            ours = self.store.get_commit_log_data(hello.check_start, hello.check_length)
-            if len(ours) != hello.check_length or log_crc(ours) != hello.check_crc:
-                end = hello.check_start + hello.check_length
-                return Verdict.DIVERGED, -1, f"the slave's bytes [{hello.check_start}, {end}) differ from the master's"
         if slave_max < master_max:
             head = self.store.get_commit_log_data(slave_max, 8)
             if len(head) < 8 or _MAGIC_AT.unpack(head)[1] not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
                 return Verdict.DIVERGED, -1, f"the slave's log ends at {slave_max}, inside one of the master's messages"
+        problem = self._check_problem(hello, master_min, file_size)
+        if problem is not None:
+            return Verdict.INCOMPATIBLE, -1, problem
+        ours = self.store.get_commit_log_data(hello.check_start, hello.check_length)
+        if len(ours) != hello.check_length or log_crc(ours) != hello.check_crc:
+            return Verdict.DIVERGED, -1, f"the slave's bytes [{hello.check_start}, {slave_max}) differ from the master's"
         return Verdict.ACCEPT, slave_max, ""
+
+    def _check_problem(self, hello: Hello, master_min: int, file_size: int) -> str | None:
+        """Why a non-empty slave's check cannot vouch for its claimed end (None: it can, once its CRC matches)."""
+        slave_max = hello.max_offset
+        last_file_start = (slave_max - 1) - ((slave_max - 1) % file_size)
+        needed = min(self.settings.handshake_check_bytes, slave_max - last_file_start)
+        covered = hello.check_start + hello.check_length == slave_max and hello.check_start >= last_file_start
+        if hello.check_length < needed or not covered:
+            end = hello.check_start + hello.check_length
+            return (
+                f"the slave's check covers [{hello.check_start}, {end}); it must cover its last {needed} bytes "
+                f"(handshake_check_bytes, within its last file), up to {slave_max}"
+            )
+        if hello.check_start < master_min:
+            return f"the slave's check begins at {hello.check_start}, below the master's first offset {master_min} (files deleted)"
+        return None
 
     # Status ----------------------------------------------------------------------------
 

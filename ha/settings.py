@@ -14,6 +14,7 @@ passed before `attach()` uses the settings.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from ha.tls import TLSFiles
 from store import BrokerRole, ConfigInvalid, MessageStoreConfig, check_fields, setting
 
 ROLES = ("standalone", "master", "slave")
+# Host names that always mean this machine (any other name is not provably loopback).
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 REPLICATION_MODES = ("async", "sync")
 DEFAULT_HA_PORT = 10912
 # option dest -> environment variable.
@@ -69,7 +72,8 @@ class HASettings:
     io_poll_ms: int = setting(100, 1, 60_000)
     # Master: longest pause of a connection's writer between two checks for new commitlog bytes.
     write_poll_ms: int = setting(10, 1, 60_000)
-    # Bytes at the end of the slave's log whose CRC the handshake compares with the master's.
+    # Bytes at the end of the slave's log whose CRC the handshake compares with the master's (its whole last
+    # file when that holds fewer); a master requires a HELLO's check to cover as much before it counts the slave.
     handshake_check_bytes: int = setting(4_096, 1, 64 * 1024 * 1024)
     # Largest control frame either side accepts (an older master's topic table; ignored now: topics travel in the log).
     max_control_frame_bytes: int = setting(4 * 1024 * 1024, 1024, 256 * 1024 * 1024)
@@ -101,6 +105,17 @@ class HASettings:
             raise ConfigInvalid("reconnect_backoff_max_ms must be >= reconnect_backoff_min_ms")
         return self
 
+    def exposure_problem(self) -> str | None:
+        """Why a master may not listen on `ha_host`: a non-loopback address without `ha_secret`, where anyone who
+        reaches the port could read the whole log and acknowledge SYNC_MASTER puts (None: it may)."""
+        if self.ha_secret is not None or is_loopback(self.ha_host):
+            return None
+        return (
+            f"refusing to listen for slaves on {self.ha_host}:{self.ha_port} without ha_secret: anyone who reaches it "
+            "could copy the whole log and acknowledge puts no replica holds; set ha_secret (TIDEMQ_HA_SECRET or "
+            "[ha] ha_secret, docs/ha.md) or listen on a loopback address"
+        )
+
     def secret_bytes(self) -> bytes | None:
         return self.ha_secret.encode() if self.ha_secret is not None else None
 
@@ -116,6 +131,16 @@ class HASettings:
         """Set the store's role; call before the store is constructed."""
         config.broker_role = self.broker_role()
         return config
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` surely names this machine: a loopback address, or one of LOOPBACK_NAMES."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name that resolves elsewhere (or anywhere): not provably loopback
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -23,6 +23,7 @@ from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Pop
 from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
 from store.message import (
     DEFAULT_BORN_HOST,
+    GROUP_MAX_BYTES,
     INTERNAL_TOPICS,
     NAME_VALUE_SEPARATOR,
     OFFSET_MSG_ID_LENGTHS,
@@ -42,6 +43,7 @@ from store.message import (
     build_message,
     decode_offset_msg_id,
     decode_properties,
+    group_problem,
     new_uniq_key,
     new_uniq_keys,
     offset_msg_id,
@@ -91,6 +93,7 @@ from store.topic_config_manager import TopicConfig
 from store.transaction_message import (
     HALF_TOPIC,
     OP_TOPIC,
+    PRODUCER_GROUP_MAX_BYTES,
     TRANSACTION_PROPERTIES,
     TransactionAction,
     TransactionState,
@@ -140,6 +143,8 @@ __all__ = [
     "TIMER_PROPERTIES",
     "TIMER_TOPIC",
     "TOPIC_MAX_BYTES",
+    "GROUP_MAX_BYTES",
+    "PRODUCER_GROUP_MAX_BYTES",
     "TOPIC_NAME_PATTERN",
     "TRANSACTION_PROPERTIES",
     "V6_EXTRA_BYTES",
@@ -213,6 +218,7 @@ __all__ = [
     "offset_msg_id",
     "pack_batch",
     "producer_group_problem",
+    "group_problem",
     "properties_are_encodable",
     "read_int",
     "read_long",

@@ -52,6 +52,8 @@ TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
 TOPIC_PATTERN = re.compile(TOPIC_NAME_PATTERN)
 # Longest topic name, in bytes (RocketMQ's TopicValidator.TOPIC_MAX_LENGTH); the names are ASCII.
 TOPIC_MAX_BYTES = 127
+# Longest consumer group name, in bytes: a topic's, because a group names topics of its own (%DLQ%, %RETRY%).
+GROUP_MAX_BYTES = TOPIC_MAX_BYTES
 # Names whose verdict topic_problem keeps.
 TOPIC_CHECK_CACHE_SIZE = 100_000
 
@@ -333,15 +335,21 @@ def new_uniq_keys(n: int) -> list[str]:
 
 
 @functools.lru_cache(maxsize=TOPIC_CHECK_CACHE_SIZE)
-def topic_problem(topic: str, max_length_bytes: int = TOPIC_MAX_BYTES) -> str | None:
+def topic_problem(topic: str, max_length_bytes: int = TOPIC_MAX_BYTES, kind: str = "topic") -> str | None:
     """Return why a topic name is invalid, or None when it is valid.
 
-    The one check of a name, for the store and the front end alike; cached, so the pattern runs once
-    per name (the cache is bounded: a flood of new names only evicts the oldest)."""
+    The one check of a name, for the store and the front end alike, topics and the names that follow
+    a topic's rule (consumer and producer groups: `kind` names which in the verdict); cached, so the
+    pattern runs once per name (the cache is bounded: a flood of new names only evicts the oldest)."""
     if not topic:
-        return "topic must not be empty"
+        return f"{kind} must not be empty"
     if len(topic.encode("utf-8")) > max_length_bytes:
-        return f"topic is longer than {max_length_bytes} bytes"
+        return f"{kind} is longer than {max_length_bytes} bytes"
     if not TOPIC_PATTERN.match(topic):
-        return f"topic must match {TOPIC_NAME_PATTERN}"
+        return f"{kind} must match {TOPIC_NAME_PATTERN}"
     return None
+
+
+def group_problem(group: str) -> str | None:
+    """Why `group` cannot be a consumer group name (a topic's rule, at most GROUP_MAX_BYTES); None when it can."""
+    return topic_problem(group, GROUP_MAX_BYTES, "group")

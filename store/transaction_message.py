@@ -56,7 +56,9 @@ TRANSACTION_PROPERTIES = frozenset(
     {PROPERTY_TRANSACTION_PREPARED, PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_CHECK_TIMES, PROPERTY_TRANSACTION_ACTION}
 )
 
-MAX_PRODUCER_GROUP_CHARS = 255  # RocketMQ's group name limit (Validators.CHARACTER_MAX_LENGTH)
+# Longest producer group name, in bytes (RocketMQ's Validators.CHARACTER_MAX_LENGTH; the names are ASCII):
+# the one limit the check, the spec and the error name.
+PRODUCER_GROUP_MAX_BYTES = 255
 
 
 class TransactionState(enum.Enum):
@@ -85,8 +87,10 @@ def reset_transaction_type(sys_flag: int, kind: int) -> int:
 
 
 def producer_group_problem(name: str) -> str | None:
-    """Why `name` cannot be a producer group (a topic's character rules); None when it can."""
-    return topic_problem(name) if len(name) <= MAX_PRODUCER_GROUP_CHARS else f"is longer than {MAX_PRODUCER_GROUP_CHARS} characters"
+    """Why `name` cannot be a producer group (a topic's characters, at most PRODUCER_GROUP_MAX_BYTES); None when it can."""
+    if len(name) > PRODUCER_GROUP_MAX_BYTES:  # before the cached check: a long name is never kept in its cache
+        return f"producer group is longer than {PRODUCER_GROUP_MAX_BYTES} bytes"
+    return topic_problem(name, PRODUCER_GROUP_MAX_BYTES, "producer group")
 
 
 def is_delayed(properties: dict[str, str]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from tidemq import calls
 from tidemq.async_transport import AsyncPool
-from tidemq.calls import Call, error_of, stream_message
+from tidemq.calls import Call, error_of, stream_end, stream_message
 from tidemq.client_base import ClientBase
 from tidemq.models import Message
 from tidemq.options import DEFAULT_STREAM_IDLE_S
@@ -56,7 +56,9 @@ class AsyncClient(ClientBase[AsyncPool]):
         idle_timeout_s: float = DEFAULT_STREAM_IDLE_S,
     ) -> AsyncIterator[Message]:
         """Received messages as the broker pushes them, at most `max_in_flight` unacked; ack each.
-        The generator ends when the broker ends the stream; closing it closes the connection."""
+        The generator ends when the broker ends the stream: quietly when it stops, else by raising the
+        error its last event names (TOPIC_NOT_FOUND for a deleted topic, Unauthenticated or Forbidden
+        when an ACL reload revoked the access, ...). Closing it closes the connection."""
         request = calls.stream_request(group, topic, max_in_flight=max_in_flight, invisible_ms=invisible_ms, tag=tag)
         async with self._pool.stream(request, idle_timeout_s) as (head, pieces):
             if head.status != 200:
@@ -67,3 +69,8 @@ class AsyncClient(ClientBase[AsyncPool]):
                 for name, data in parser.feed(piece):
                     if name == "message":
                         yield stream_message(data)
+                    elif name == "end":
+                        error = stream_end(data)
+                        if error is not None:
+                            raise error
+                        return

@@ -252,6 +252,18 @@ def store_status() -> Call[dict[str, Any]]:
     return Call(Request("GET", "/v1/store"), (200,), _json)
 
 
+def stream_end(data: str) -> ProblemError | None:
+    """The error an `end` event of a stream stands for (the topic was deleted, the access revoked, ...);
+    None when the broker is stopping, which ends a stream as a plain end of its body does."""
+    body = data.encode("utf-8")
+    try:
+        status = orjson.loads(body).get("status")
+    except (orjson.JSONDecodeError, AttributeError) as e:
+        raise ProtocolError(f"unreadable stream end event: {e}") from e
+    error = problem_error(status if isinstance(status, int) else 0, "application/problem+json", body)
+    return None if error.code == "SHUTTING_DOWN" else error
+
+
 def stream_message(data: str) -> Message:
     """One `message` event of a stream (`stream_request`)."""
     try:

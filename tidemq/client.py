@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from tidemq import calls
-from tidemq.calls import Call, error_of, stream_message
+from tidemq.calls import Call, error_of, stream_end, stream_message
 from tidemq.client_base import ClientBase
 from tidemq.models import Message
 from tidemq.options import DEFAULT_STREAM_IDLE_S
@@ -57,7 +57,9 @@ class Client(ClientBase[SyncPool]):
         idle_timeout_s: float = DEFAULT_STREAM_IDLE_S,
     ) -> Iterator[Message]:
         """Received messages as the broker pushes them, at most `max_in_flight` unacked; ack each.
-        The generator ends when the broker ends the stream; closing it closes the connection."""
+        The generator ends when the broker ends the stream: quietly when it stops, else by raising the
+        error its last event names (TOPIC_NOT_FOUND for a deleted topic, Unauthenticated or Forbidden
+        when an ACL reload revoked the access, ...). Closing it closes the connection."""
         request = calls.stream_request(group, topic, max_in_flight=max_in_flight, invisible_ms=invisible_ms, tag=tag)
         with self._pool.stream(request, idle_timeout_s) as (head, pieces):
             if head.status != 200:
@@ -68,3 +70,8 @@ class Client(ClientBase[SyncPool]):
                 for name, data in parser.feed(piece):
                     if name == "message":
                         yield stream_message(data)
+                    elif name == "end":
+                        error = stream_end(data)
+                        if error is not None:
+                            raise error
+                        return

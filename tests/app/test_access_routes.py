@@ -97,12 +97,20 @@ def fill(text: str, topic: str, group: str) -> str:
 
 
 def call(
-    client: httpx.Client, method: str, path: str, op: str, topic: str, group: str, token: str | None
+    client: httpx.Client,
+    method: str,
+    path: str,
+    op: str,
+    topic: str,
+    group: str,
+    token: str | None,
+    query: list[tuple[str, str]] | None = None,
 ) -> tuple[int, str | None, httpx.Headers]:
-    """The status, problem code and headers of one request (a stream is closed after its head)."""
+    """The status, problem code and headers of one request (a stream is closed after its head);
+    `query` replaces the operation's usual query parameters."""
     body = BODIES.get(op)
     content = json.dumps(body).replace("{topic}", topic).encode() if body is not None and not isinstance(body, bytes) else body
-    params = {k: fill(v, topic, group) for k, v in QUERIES.get(op, {}).items()}
+    params: list[tuple[str, str]] = query if query is not None else [(k, fill(v, topic, group)) for k, v in QUERIES.get(op, {}).items()]
     media = "application/octet-stream" if isinstance(body, bytes) else "application/json"  # a binary batch, or JSON
     headers = {"Content-Type": media, **(bearer(token) if token else {})}
     with client.stream(method, fill(path, topic, group), params=params, content=content, headers=headers) as r:
@@ -210,3 +218,52 @@ def test_paths_outside_the_spec(acl_broker) -> None:
     problem(client.get("/v1/topics/billing-a/messages", headers={"Authorization": f"Basic {BILLING}"}), 401, "UNAUTHENTICATED")
     # HEAD is judged as GET.
     assert client.head("/v1/topics", headers=bearer(BILLING)).status_code == 403
+
+
+def test_a_repeated_query_parameter_is_refused_on_every_route_that_names_a_topic_or_group(acl_broker) -> None:
+    """The gate and the route read one parse: a name given twice is 400 before either reads it, so a
+    gate can never judge one value while the route serves another. Every operation of the app's own
+    spec that names a topic or a group (in its path or its query) is probed, with every query
+    parameter it takes and with topic and group, by an account that may and one that may not."""
+    broker, admin = acl_broker
+    client = broker.client
+    assert client is not None
+    spec = client.get("/openapi.json", headers=bearer(OPS)).json()  # the routes the app serves
+    before = snapshot(admin)
+    values = {"topic": ("billing-a", "billing-secret"), "group": ("billing", "other")}
+    probed = set()
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            names = {p["name"] for p in op.get("parameters", ()) if p["in"] == "query"}
+            if not ({"topic", "group"} & names or "{topic}" in path or "{group}" in path):
+                continue
+            for name in sorted(names | {"topic", "group"}):
+                first, second = values.get(name, ("0", "1"))
+                query = [(k, fill(v, "billing-a", "billing")) for k, v in QUERIES.get(op["operationId"], {}).items() if k != name]
+                query += [(name, first), (name, second)]
+                for token in (OPS, BILLING, None):
+                    status, code, _ = call(client, method.upper(), path, op["operationId"], "billing-a", "billing", token, query)
+                    assert (status, code) == (400, "REQUEST_INVALID"), (method, path, name, token, status, code)
+            probed.add(op["operationId"])
+    assert {"getOffsets", "pull", "pullBatch", "receive", "receiveStream", "produce", "commitOffsets", "getTopic"} <= probed
+    assert len(probed) >= 15
+    assert snapshot(admin) == before, "a refused request changed the broker's state"
+
+
+def test_the_gate_judges_the_topic_the_route_serves(acl_broker) -> None:
+    broker, _ = acl_broker
+    client = broker.client
+    assert client is not None
+    url = "/v1/groups/billing/offsets"
+    assert client.get(url, params={"topic": "billing-a"}, headers=bearer(BILLING)).status_code == 200
+    problem(client.get(url, params={"topic": "billing-secret"}, headers=bearer(BILLING)), 403, "FORBIDDEN")
+    for pair in (("billing-a", "billing-secret"), ("billing-secret", "billing-a")):
+        reply = client.get(url, params=[("topic", pair[0]), ("topic", pair[1])], headers=bearer(BILLING))
+        assert "topic" in problem(reply, 400, "REQUEST_INVALID")["detail"]
+    pull = "/v1/topics/billing-a/queues/0/messages"
+    problem(
+        client.get(pull, params=[("offset", "0"), ("group", "billing"), ("group", "other")], headers=bearer(BILLING)),
+        400,
+        "REQUEST_INVALID",
+    )
+    problem(client.get(pull, params={"offset": "0", "group": "other"}, headers=bearer(BILLING)), 403, "FORBIDDEN")

@@ -9,10 +9,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
+from tests.app.acl_fixtures import ACL_TEXT, BILLING, as_admin, bearer, start_with_acl
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
 
@@ -126,3 +128,84 @@ def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker, topic: str) ->
     assert broker.stop(signal.SIGTERM) == 0
     reader.join(20)
     assert errors == [] and ended.is_set()
+
+
+def end_of(lines: Iterator[str]) -> tuple[list[dict], dict]:
+    """The message events, then the end event's problem document; the body must end right after it."""
+    got: list[dict] = []
+    kind = None
+    for raw in lines:
+        line = raw.rstrip("\n")
+        if line.startswith("event: "):
+            kind = line[len("event: ") :]
+        elif line.startswith("data: "):
+            doc = json.loads(line[len("data: ") :])
+            if kind == "end":
+                rest = list(lines)  # the chunked body closes cleanly after the end event
+                assert all(not r.strip() for r in rest), rest
+                return got, doc
+            got.append(doc)
+    raise AssertionError(f"the stream ended without an end event after {got}")
+
+
+def test_a_topic_deleted_under_a_stream_ends_it_with_an_event_saying_so(make_broker, topic: str) -> None:
+    broker = make_broker(SMALL_STORE + STREAM_BROKER)
+    c = broker.client
+    assert c.put(f"/v1/topics/{topic}", json={"queues": 2}).status_code == 201
+    send(c, topic, "before")
+    with (
+        httpx.Client(base_url=broker.url, timeout=10) as own,
+        own.stream("GET", f"/v1/groups/del-g/topics/{topic}/stream") as r,
+    ):
+        lines = r.iter_lines()
+        first, _ = events(lines, 1)
+        assert [m["body"] for m in first] == ["before"]
+        assert c.delete(f"/v1/topics/{topic}").status_code == 204
+        got, end = end_of(lines)
+        assert got == [] and end["code"] == "TOPIC_NOT_FOUND" and end["status"] == 404 and topic in end["detail"]
+    time.sleep(0.5)  # past a heartbeat, which once found the topic gone with a traceback
+    assert "Traceback" not in broker.log() and " ERROR " not in broker.log(), broker.log()
+
+
+def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(make_broker, tmp_path) -> None:
+    """The billing account loses SUB on its topic: its stream ends (FORBIDDEN) without another request
+    arriving, its held pull and receive are answered 403, and nothing produced afterwards reaches it.
+    Then the account is removed altogether: a new stream of its token ends UNAUTHENTICATED."""
+    config = "acl_reload_interval_ms = 10\nstream_heartbeat_ms = 200\n"
+    broker, acl = start_with_acl(make_broker, tmp_path, config=config)
+    with as_admin(broker) as admin, httpx.Client(base_url=broker.url, timeout=10, headers=bearer(BILLING)) as billing:
+        assert admin.put("/v1/topics/billing-a", json={"queues": 1}).status_code == 201
+        pool = ThreadPoolExecutor(2)
+        pull = pool.submit(billing.get, "/v1/topics/billing-a/queues/0/messages", params={"offset": 0, "wait_ms": 5000})
+        receive = pool.submit(billing.post, "/v1/groups/billing/topics/billing-a/receive", params={"wait_ms": 5000})
+        with billing.stream("GET", "/v1/groups/billing/topics/billing-a/stream") as r:
+            lines = r.iter_lines()
+            assert next(lines) == ": stream open"
+            wait_held(admin, 1 + 2)
+            acl.write_text(ACL_TEXT.replace('"billing-*" = "PUB|SUB"', '"billing-*" = "PUB"'))
+            got, end = end_of(lines)
+            assert got == [] and end["code"] == "FORBIDDEN", end
+        problem(pull.result(10), 403, "FORBIDDEN")
+        problem(receive.result(10), 403, "FORBIDDEN")
+        pool.shutdown()
+        for i in range(2):
+            assert admin.post("/v1/topics/billing-a/messages", json={"body": f"after-{i}"}).status_code == 201
+        received = admin.post("/v1/groups/billing/topics/billing-a/receive", params={"max": 4, "wait_ms": 2000}).json()
+        assert sorted(m["body"] for m in received["messages"]) == ["after-0", "after-1"], "nothing went to the revoked stream"
+        acl.write_text(ACL_TEXT.replace('"billing-*" = "PUB"', '"billing-*" = "PUB|SUB"'))
+        time.sleep(0.05)
+        with billing.stream("GET", "/v1/groups/billing/topics/billing-a/stream") as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            assert next(lines) == ": stream open"
+            acl.write_text(ACL_TEXT.split('[[accounts]]\nname = "billing"')[0])
+            got, end = end_of(lines)
+            assert end["code"] == "UNAUTHENTICATED", end
+        assert admin.get("/metrics").text.count("tidemq_access_revoked_total 4") == 1
+
+
+def wait_held(admin: httpx.Client, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while "tidemq_held_pulls " + str(count) not in admin.get("/metrics").text:
+        assert time.monotonic() < deadline, "the requests were never held"
+        time.sleep(0.02)

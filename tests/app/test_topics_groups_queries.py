@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from store import GROUP_MAX_BYTES
 from tests.app.helpers import problem, send
 
 pytestmark = pytest.mark.timeout(60)
@@ -100,6 +101,12 @@ def test_group_errors(client: httpx.Client, topic: str) -> None:
     problem(client.put("/v1/groups/bad.group/offsets", json={"topic": topic, "queue_id": 0, "offset": 0}), 400, "GROUP_INVALID")
     problem(client.get("/v1/groups/bad.group/offsets", params={"topic": topic}), 400, "GROUP_INVALID")
     problem(client.get("/v1/groups/g/offsets"), 400, "REQUEST_INVALID")
+    # A consumer group's limit is GROUP_MAX_BYTES, and its error speaks of a group, not a topic.
+    assert client.get(f"/v1/groups/{'g' * GROUP_MAX_BYTES}/offsets", params={"topic": topic}).status_code == 200
+    detail = problem(client.get(f"/v1/groups/{'g' * (GROUP_MAX_BYTES + 1)}/offsets", params={"topic": topic}), 400, "GROUP_INVALID")[
+        "detail"
+    ]
+    assert detail.startswith(f"group is longer than {GROUP_MAX_BYTES} bytes") and "topic" not in detail
     problem(client.get("/v1/groups/g/offsets", params={"topic": "no-such-topic-x"}), 404, "TOPIC_NOT_FOUND")
     # A list with one bad entry commits nothing.
     r = client.put(url, json=[{"topic": topic, "queue_id": 0, "offset": 1}, {"topic": topic, "queue_id": 0, "offset": 9}])

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from store import pack_batch
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from store import PRODUCER_GROUP_MAX_BYTES, pack_batch
+from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
 
 BATCH = "application/x-tidemq-batch"
@@ -146,6 +146,32 @@ def test_producer_group_check_url_is_validated_and_kept(client: httpx.Client) ->
     assert r.status_code == 201 and r.json() == {"producer_group": "pg-v", "check_url": "http://127.0.0.1:9/check", "pending": 0}
     assert client.put("/v1/producer-groups/pg-v", json={"check_url": None}).status_code == 200
     assert client.get("/v1/producer-groups/pg-v").json()["check_url"] is None
+
+
+def test_a_producer_group_name_has_one_limit_that_the_spec_and_the_error_state(client: httpx.Client, topic: str) -> None:
+    """PRODUCER_GROUP_MAX_BYTES (255) is what the path, the produce body and the check allow; the error says "producer group"."""
+    spec = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    path_schema = next(p["schema"] for p in spec["paths"]["/v1/producer-groups/{producer_group}"]["put"]["parameters"])
+    assert path_schema["maxLength"] == PRODUCER_GROUP_MAX_BYTES
+    assert spec["components"]["schemas"]["TransactionRef"]["properties"]["producer_group"]["maxLength"] == PRODUCER_GROUP_MAX_BYTES
+    longest = "p" * PRODUCER_GROUP_MAX_BYTES
+    assert client.put(f"/v1/producer-groups/{longest}", json={}).status_code == 201
+    create(client, topic)
+    sent = client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "transaction": {"producer_group": longest}})
+    assert sent.status_code == 201, sent.text
+    assert [t["transaction_id"] for t in pending(client, longest)] == [sent.json()["transaction_id"]]
+    too_long = longest + "p"
+    for reply in (
+        client.put(f"/v1/producer-groups/{too_long}", json={}),
+        client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "transaction": {"producer_group": too_long}}),
+        client.post(
+            f"/v1/topics/{topic}/messages",
+            content=b"x",
+            headers={"X-Tidemq-Transaction": too_long, "content-type": "application/octet-stream"},
+        ),
+    ):
+        detail = problem(reply, 400, "PRODUCER_GROUP_INVALID")["detail"]
+        assert f"producer group is longer than {PRODUCER_GROUP_MAX_BYTES} bytes" in detail and "topic" not in detail
 
 
 def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: str) -> None:

@@ -110,6 +110,17 @@ def test_stream_yields_received_messages(tq: Client, topic: str) -> None:
     assert seen == [b"s1", b"s2"]
 
 
+def test_a_stream_the_broker_ends_raises_the_error_its_end_event_names(tq: Client, topic: str) -> None:
+    tq.create_topic(topic, 1)
+    tq.produce(topic, b"d1", queue_id=0)
+    stream = tq.stream("s-del-" + uuid.uuid4().hex[:8], topic)
+    with pytest.raises(NotFound) as ended:
+        for m in stream:
+            assert m.body == b"d1"
+            tq.delete_topic(topic)
+    assert ended.value.code == "TOPIC_NOT_FOUND" and ended.value.status == 404 and topic in ended.value.detail
+
+
 def test_problem_replies_are_typed_exceptions_with_their_code(tq: Client, topic: str) -> None:
     tq.create_topic(topic, 1)
     with pytest.raises(NotFound) as missing:

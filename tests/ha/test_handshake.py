@@ -114,8 +114,13 @@ def assert_eventually(predicate, timeout_s: float = 5.0, what=None) -> None:
         (lambda h, m: (setattr(h, "max_offset", h.max_offset - 3), setattr(h, "check_length", 0)), Verdict.DIVERGED, "inside one of"),
         (lambda h, m: setattr(h, "file_size", FILE_SIZE * 2), Verdict.INCOMPATIBLE, "file size"),
         (lambda h, m: setattr(h, "version", VERSION + 1), Verdict.INCOMPATIBLE, "protocol version"),
+        # A claim its check does not cover proves nothing: no check, a short one, one that stops before the end.
+        (lambda h, m: (setattr(h, "check_length", 0), setattr(h, "check_start", h.max_offset)), Verdict.INCOMPATIBLE, "must cover"),
+        (lambda h, m: (setattr(h, "check_start", h.check_start + 1), setattr(h, "check_length", h.check_length - 1)),
+         Verdict.INCOMPATIBLE, "must cover"),
+        (lambda h, m: setattr(h, "check_length", h.check_length - 1), Verdict.INCOMPATIBLE, "must cover"),
     ],
-)
+)  # fmt: skip
 def test_refused_handshakes_say_why_and_store_nothing(master, mutate, verdict, words):
     store, node = master
     master_end = store.commit_log.get_max_offset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,30 @@ def test_master_whose_port_is_taken_fails_at_attach(tmp_path):
         store = DefaultMessageStore(settings.apply_to(MessageStoreConfig(store_path_root_dir=str(tmp_path))))
         with pytest.raises(HAStartFailed, match="cannot listen"):
             attach(store, settings)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.1", "mq-1.internal"])
+def test_a_master_beyond_loopback_without_ha_secret_refuses_to_start(tmp_path, host):
+    from ha import HAStartFailed
+
+    settings = HASettings(role="master", ha_port=0, ha_host=host)
+    store = DefaultMessageStore(settings.apply_to(MessageStoreConfig(store_path_root_dir=str(tmp_path))))
+    with pytest.raises(HAStartFailed, match="without ha_secret"):
+        attach(store, settings)
+    assert HASettings(role="master", ha_host=host, ha_secret="s" * 16).exposure_problem() is None
+    assert HASettings(role="master", ha_host="127.0.0.1").exposure_problem() is None
+    assert HASettings(role="master", ha_host="localhost").exposure_problem() is None
+
+
+def test_serve_refuses_a_master_beyond_loopback_without_ha_secret(tmp_path):
+    """As the HTTP port without an ACL: a one-line refusal and exit status 3, before anything listens."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(tmp_path / "s"), "--role", "master", "--ha-host", "0.0.0.0"]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=root, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("tidemq: refusing to listen for slaves on 0.0.0.0"), done.stderr
+    assert "without ha_secret" in done.stderr
+    assert not (tmp_path / "s").exists(), "refused before the store was touched"
