@@ -216,7 +216,7 @@ class DefaultMessageStore:
         self.state_log.after_apply = lambda: self.topic_removals.finish(self.deleted_topics)
         self.bulk_dispatch.listeners.append(self.state_log.on_dispatched)
         self.state_snapshot_service = StateSnapshotService(
-            self.state_log, config.flush_consumer_offset_interval_ms, lambda: not self.validator.is_slave
+            self.state_log, config.flush_consumer_offset_interval_ms, lambda: not self.validator.is_slave, self.is_running
         )
 
     # Lifecycle -----------------------------------------------------------------------

@@ -21,11 +21,12 @@ log = logging.getLogger("tidemq.store")
 
 
 class StateSnapshotService(ServiceThread):
-    def __init__(self, state_log: StateLog, interval_ms: int, is_master: Callable[[], bool]) -> None:
+    def __init__(self, state_log: StateLog, interval_ms: int, is_master: Callable[[], bool], is_running: Callable[[], bool]) -> None:
         super().__init__("StateSnapshotService")
         self.state_log = state_log
         self.interval_ms = interval_ms
         self.is_master = is_master
+        self.is_running = is_running  # the store takes puts: snapshots in the log wait for it
         self.snapshots_written = 0
 
     def run(self) -> None:
@@ -37,7 +38,7 @@ class StateSnapshotService(ServiceThread):
 
     def snapshot_pass(self) -> None:
         self.persist_all()
-        if not self.is_master():
+        if not self.is_master() or not self.is_running():
             return
         for table in self.state_log.tables.values():
             if self.state_log.snapshot_due(table) and self.state_log.write_snapshot(table):

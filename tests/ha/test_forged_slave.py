@@ -37,8 +37,8 @@ def start_sync_master(
     store.load()
     node = attach(store, settings)
     assert node is not None
+    store.topic_config_manager.create_or_update("T", 1)  # before the start: no slave to confirm its record
     store.start()
-    store.topic_config_manager.create_or_update("T", 1)
     return store, node
 
 
