@@ -41,6 +41,7 @@ from store.file_ahead import FileAhead
 from store.lazy_mapped_file import LazyMappedFile, MappingBudget
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
@@ -68,7 +69,7 @@ def filler(count: int) -> bytes:
 class ConsumeQueue:
     def __init__(
         self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, budget: MappingBudget | None = None,
-        allocate_service: AllocateMappedFileService | None = None,
+        allocate_service: AllocateMappedFileService | None = None, reservation: SpaceReservation = DEFAULT_RESERVATION,
     ) -> None:  # fmt: skip
         assert mapped_file_size % CQ_STORE_UNIT_SIZE == 0
         self.topic = topic
@@ -76,7 +77,11 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.queue_dir = os.path.join(store_path, topic, str(queue_id))
         # With a budget the queue's files are mapped only while used (store/lazy_mapped_file.py).
-        factory = functools.partial(LazyMappedFile, budget=budget) if budget is not None else MappedFile
+        factory = (
+            functools.partial(LazyMappedFile, budget=budget, reservation=reservation)
+            if budget is not None
+            else functools.partial(MappedFile, reservation=reservation)
+        )
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, file_factory=factory)
         self.max_physic_offset = -1
         self.min_logic_offset = 0

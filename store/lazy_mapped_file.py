@@ -1,8 +1,8 @@
 """LazyMappedFile and MappingBudget: consume-queue files mapped on demand, a bounded number at once.
 
-Every mapping holds a file descriptor (CPython's mmap keeps a duplicate of the one it was
-made from), so a broker with many queues would hold one descriptor per consume-queue file
-and run out of them. A LazyMappedFile is created and reserved on disk like any MappedFile
+A mapping holds no file descriptor (store._kernels.Mapping), but each one is a region of the
+process's address space (bounded by vm.max_map_count) whose touched pages count in its resident
+set, so a broker with many queues keeps only the files in use mapped. A LazyMappedFile is created and reserved on disk like any MappedFile
 but mapped only when its bytes are first touched; the store's MappingBudget unmaps the
 coldest ones when more than `max_mapped_consume_queue_files` are mapped.
 
@@ -23,11 +23,12 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 
-from store.mapped_file import MappedFile
+from store._kernels import Mapping
+from store.mapped_file import MappedFile, map_file
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 log = logging.getLogger("tidemq.store")
 
@@ -85,27 +86,27 @@ class MappingBudget:
 class LazyMappedFile(MappedFile):
     """A MappedFile whose mapping exists only while it is used (see the module docstring)."""
 
-    def __init__(self, path: str, file_size: int, budget: MappingBudget) -> None:
+    def __init__(self, path: str, file_size: int, budget: MappingBudget, reservation: SpaceReservation = DEFAULT_RESERVATION) -> None:
         self._budget = budget
-        self._mm: mmap.mmap | None = None
+        self._mm: Mapping | None = None
         self.used = False
         self._map_lock = threading.Lock()  # leaf lock: two readers mapping the same file map it once
-        super().__init__(path, file_size, None, map_now=False)
+        super().__init__(path, file_size, None, map_now=False, reservation=reservation)
 
     @property  # type: ignore[override]  # MappedFile.mm is an attribute; here reading it maps the file on first use
-    def mm(self) -> mmap.mmap:
+    def mm(self) -> Mapping:
         self.used = True
         mm = self._mm
         return mm if mm is not None else self._map()
 
     @mm.setter
-    def mm(self, value: mmap.mmap) -> None:
+    def mm(self, value: Mapping) -> None:
         self._mm = value
 
     def is_mapped(self) -> bool:
         return self._mm is not None
 
-    def _map(self) -> mmap.mmap:
+    def _map(self) -> Mapping:
         if len(self._budget) >= self._budget.max_mapped:
             self._budget.trim()  # make room before taking another descriptor
         with self._map_lock:
@@ -114,7 +115,7 @@ class LazyMappedFile(MappedFile):
             self._budget.added(self)
         return mm
 
-    def _map_locked(self) -> tuple[mmap.mmap, bool]:
+    def _map_locked(self) -> tuple[Mapping, bool]:
         """The mapping, made now if there is none; (mapping, whether it was made now)."""
         mm = self._mm
         if mm is not None:
@@ -123,10 +124,9 @@ class LazyMappedFile(MappedFile):
             raise ValueError(f"{self.path} is closed")
         fd = os.open(self.path, os.O_RDWR)
         try:
-            mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = map_file(fd, self.file_size)
         finally:
             os.close(fd)
-        self._address = None
         self._mm = mm
         return mm, True
 
@@ -173,7 +173,6 @@ class LazyMappedFile(MappedFile):
                 except BufferError:
                     return False  # a view outlived its reference; try another time
                 self._mm = None
-                self._address = None
         self._budget.removed(self)
         return True
 

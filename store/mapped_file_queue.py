@@ -10,6 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -17,7 +18,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from store.mapped_file import MappedFile, SelectMappedBufferResult, is_no_space, offset_to_file_name
+from store import _kernels
+from store.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
+from store.space_reservation import is_no_space
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
@@ -295,13 +298,27 @@ class MappedFileQueue:
 
 
 def _zero_tail(mf: MappedFile, pos: int) -> None:
-    """Zero the bytes past `pos` so a later scan never mistakes old bytes for messages."""
-    size = mf.file_size - pos
-    chunk = 1 << 20
-    zeros = bytes(min(size, chunk))
-    p = pos
-    while p < mf.file_size:
-        n = min(chunk, mf.file_size - p)
-        mf.mm[p : p + n] = zeros[:n]
-        p += n
-    mf.mm.flush()
+    """Zero the bytes past `pos` so a later scan never mistakes old bytes for messages.
+
+    The range is deallocated (a hole reads as zeros), not written: writing zeros through the
+    mapping would store to pages that may have no blocks (past `reserved_to`). The file's
+    reservation then ends at `pos`'s page. Where holes cannot be punched, zeros are written
+    with pwrite, which answers a full disk with ENOSPC instead of a signal.
+    """
+    if pos >= mf.file_size:
+        return
+    fd = os.open(mf.path, os.O_RDWR)
+    try:
+        try:
+            _kernels.punch_hole(fd, pos, mf.file_size - pos)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            zeros = bytes(1 << 20)
+            for p in range(pos, mf.file_size, len(zeros)):
+                os.pwrite(fd, zeros[: min(len(zeros), mf.file_size - p)], p)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    mf.reserved_to = min(mf.reserved_to, pos - pos % OS_PAGE_SIZE)
+    mf.dropped_to = min(mf.dropped_to, pos - pos % OS_PAGE_SIZE)

@@ -43,9 +43,9 @@ from store import native
 from store.bulk_dispatch import BulkDispatch
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
-from store.mapped_file import is_no_space
 from store.message_codec import DecodeOutcome, check_message
 from store.service_thread import ServiceThread
+from store.space_reservation import is_no_space
 
 log = logging.getLogger("tidemq.store")
 

@@ -17,14 +17,16 @@ and truncates the rest, so a torn tail after a crash is cut, never read.
 
 from __future__ import annotations
 
+import functools
 import logging
-import mmap
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from store._kernels import Mapping
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 log = logging.getLogger("tidemq.store")
 
@@ -56,9 +58,9 @@ class TimerRecord(NamedTuple):
 
 
 class TimerLog:
-    def __init__(self, store_path: str, file_size: int) -> None:
+    def __init__(self, store_path: str, file_size: int, reservation: SpaceReservation = DEFAULT_RESERVATION) -> None:
         self.file_size = file_size
-        self.mapped_file_queue = MappedFileQueue(store_path, file_size)
+        self.mapped_file_queue = MappedFileQueue(store_path, file_size, file_factory=functools.partial(MappedFile, reservation=reservation))
 
     def load(self) -> bool:
         return self.mapped_file_queue.load()
@@ -171,7 +173,7 @@ class TimerLog:
         mfq.set_positions(end)
         return start, end
 
-    def _valid_length(self, buf: mmap.mmap) -> int:
+    def _valid_length(self, buf: Mapping) -> int:
         at = 0
         while at + MIN_BLANK_LEN <= self.file_size:
             size, _prev, magic = BLANK.unpack_from(buf, at)
@@ -180,7 +182,7 @@ class TimerLog:
             at += UNIT_SIZE
         return at
 
-    def _ends_in_blank(self, buf: mmap.mmap, at: int) -> bool:
+    def _ends_in_blank(self, buf: Mapping, at: int) -> bool:
         if at + MIN_BLANK_LEN > self.file_size:
             return at == self.file_size
         size, _prev, magic = BLANK.unpack_from(buf, at)

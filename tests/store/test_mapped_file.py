@@ -10,6 +10,7 @@ import pytest
 from store.allocate_mapped_file_service import AllocateMappedFileService
 from store.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import SpaceReservation
 from store.transient_store_pool import TransientStorePool
 
 SIZE = 16 * 4096
@@ -149,7 +150,9 @@ def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fa
 
     size = 8 * 1024 * 1024 + 3 * OS_PAGE_SIZE  # a prefault chunk and a part of one
     pages = size // OS_PAGE_SIZE
-    service = AllocateMappedFileService(timeout_ms=5_000, prefault=prefault)
+    # Whole files reserved: this test writes every page through the mapping (reserve-ahead's prefault
+    # of each step is test_prefault_follows_the_reserved_steps).
+    service = AllocateMappedFileService(timeout_ms=5_000, prefault=prefault, reservation=SpaceReservation(0))
     service.start()
     try:
         q = MappedFileQueue(str(tmp_path / "cl"), size, service)
