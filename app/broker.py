@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -127,10 +126,6 @@ class Broker:
                 log.info("loading the store: %s", progress["phase"])
 
     def _load_and_start(self) -> None:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # raised at start by open_files.fit_descriptors
-        budget = self.config.max_mapped_consume_queue_files
-        if budget * 2 > soft:
-            log.warning("max_mapped_consume_queue_files=%d may exhaust the open-file limit %d", budget, soft)
         self.store.load()
         self.store.add_message_arriving_listener(self.held.on_message_arriving)
         self.store.start()

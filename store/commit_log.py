@@ -307,7 +307,7 @@ class CommitLog:
             need = start + len(batch) - pos + n * (len(head.topic_bytes) + _STORED_EXTRA_BYTES) + BLANK_MARKER_BYTES
             if need > mf.reserved_to and mf.write_buffer is None:
                 reserved_before = mf.reserved_to
-                if not mf.try_reserve(min(need, file_size)):
+                if not mf.try_reserve(min(need, file_size), strict=True):
                     return NO_FILE
                 self._reserved_ahead(mf, max(reserved_before, need))
             stop, count, pos, end = _encode(
@@ -447,7 +447,7 @@ class CommitLog:
             mf.release()
 
     def check_at(self, mf: MappedFile, pos: int, decode: bool = True, check_crc: bool = True) -> CheckResult:
-        return check_message(mf.mm, pos, mf.get_read_position(), check_crc, decode, self.delay_levels_ms)
+        return check_message(mf.mm, pos, min(mf.get_read_position(), mf.data_end), check_crc, decode, self.delay_levels_ms)
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         """STORETIMESTAMP of the message at `offset`, or -1 when it is gone."""

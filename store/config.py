@@ -205,7 +205,8 @@ class MessageStoreConfig:
     store_host: str = setting("127.0.0.1")
     # Port half of STOREHOST.
     store_port: int = setting(10911, 0, 65_535)
-    # Consume-queue files mapped at once at most; colder ones are unmapped (each mapping holds a file descriptor).
+    # Consume-queue files mapped at once at most; colder ones are unmapped. Lowered to half the soft
+    # descriptor limit at start (store/lazy_mapped_file.py budget_for_descriptors).
     max_mapped_consume_queue_files: int = setting(1_024, 1, 10_000_000)
     # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
     max_dispatch_lag_bytes: int = setting(256 * MIB, MIB, 2**62)

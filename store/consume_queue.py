@@ -116,7 +116,8 @@ class ConsumeQueue:
             if pos:
                 end = mf.file_from_offset + pos
             mm = mf.mm
-            while pos + CQ_STORE_UNIT_SIZE <= self.mapped_file_size:
+            scan_end = min(self.mapped_file_size, mf.data_end)  # past data_end: no blocks, zeros
+            while pos + CQ_STORE_UNIT_SIZE <= scan_end:
                 offset, size, _tags = ENTRY.unpack_from(mm, pos)
                 if is_filler(offset, size):
                     pos += CQ_STORE_UNIT_SIZE  # a copied RocketMQ store may hold filler beyond the first file's head
@@ -125,7 +126,7 @@ class ConsumeQueue:
                     max_phys = offset + size
                     pos += CQ_STORE_UNIT_SIZE
                     end = mf.file_from_offset + pos
-                elif offset == 0 and size == 0 and _is_zero_tail(mm, pos, self.mapped_file_size):
+                elif offset == 0 and size == 0 and _is_zero_tail(mm, pos, scan_end):
                     break
                 else:
                     # A zero entry inside the queue is a gap filled earlier; keep scanning past it.
@@ -141,12 +142,13 @@ class ConsumeQueue:
         queue's first file; 0 when the file begins with an entry or holds nothing at all."""
         mm = mf.mm
         unit = CQ_STORE_UNIT_SIZE
+        end = min(self.mapped_file_size, mf.data_end)  # past data_end: no blocks, zeros
         pos = 0
-        while pos + unit <= self.mapped_file_size and mm[pos : pos + unit] == FILLER_ENTRY:
+        while pos + unit <= end and mm[pos : pos + unit] == FILLER_ENTRY:
             pos += unit
-        if pos + unit > self.mapped_file_size or any(mm[pos : pos + unit]):
+        if pos + unit > end or any(mm[pos : pos + unit]):
             return pos
-        head = bytes(mm[pos : self.mapped_file_size])
+        head = bytes(mm[pos:end])
         first = len(head) - len(head.lstrip(b"\0"))
         if first == len(head):
             return pos  # nothing written after the head

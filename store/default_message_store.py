@@ -76,7 +76,7 @@ from store.group_consumption import GroupConsumption
 from store.index_rebuild_service import IndexRebuildService
 from store.index_service import IndexService
 from store.key_query import query_message
-from store.lazy_mapped_file import MappingBudget
+from store.lazy_mapped_file import MappingBudget, budget_for_descriptors
 from store.lock_file import StoreLockFile
 from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
 from store.message_getter import MessageGetter
@@ -87,6 +87,7 @@ from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
+from store.space_check import check_space
 from store.space_reservation import SpaceReservation, file_kind
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 from store.store_checkpoint import StoreCheckpoint
@@ -125,7 +126,7 @@ class DefaultMessageStore:
         )  # fmt: skip
         self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool, reservation=self.reservation)
         self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
-        self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
+        self.mapping_budget = MappingBudget(budget_for_descriptors(config.max_mapped_consume_queue_files))
         self.space_exhausted = False  # a file's space could not be reserved; cleared by a cleanup pass
         self.deleted_topics = DeletedTopicTable(config.config_dir())
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
@@ -147,6 +148,7 @@ class DefaultMessageStore:
         )
         self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
         self.reput_service.trim = self.trim_mappings
+        self.reput_service.release_mappings = self.mapping_budget.release_all
         self.reput_service.on_no_space = self._on_no_space
         self.flush_service: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -195,6 +197,7 @@ class DefaultMessageStore:
 
     def load(self) -> bool:
         cfg = self.config
+        check_space(cfg)  # a file size no volume can hold refuses the start (store/space_check.py)
         self.lock()
         try:
             self._recovery_progress.begin("loading files", 0)

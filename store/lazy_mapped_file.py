@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import threading
 
 from store._kernels import Mapping
@@ -31,6 +32,25 @@ from store.mapped_file import MappedFile, map_file
 from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 log = logging.getLogger("tidemq.store")
+
+
+def budget_for_descriptors(configured: int) -> int:
+    """`configured`, lowered to half the soft descriptor limit (at least MIN_BUDGET).
+
+    A mapping holds no descriptor, but mapping a file, reserving its next step and flushing an
+    unmapped one each open one for a moment, and the mappings' memory grows with the budget: a
+    process allowed few descriptors is a small one, so its budget follows its limit. With the
+    limit at 256 and 2,000 queues, at most 128 queue files are mapped at once.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    fitted = max(MIN_BUDGET, soft // 2)
+    log.info("max_mapped_consume_queue_files %d lowered to %d for the descriptor limit %d", configured, fitted, soft)
+    return min(configured, fitted)
+
+
+MIN_BUDGET = 16  # mapped queue files allowed at least, whatever the descriptor limit
 
 
 class MappingBudget:
@@ -56,6 +76,14 @@ class MappingBudget:
     def removed(self, mf: LazyMappedFile) -> None:
         with self._lock:
             self._files.pop(id(mf), None)
+
+    def release_all(self) -> int:
+        """Unmap every file no reader holds now; returns how many (a shortage of descriptors or memory)."""
+        with self._lock:
+            candidates = list(self._files.values())
+        released = sum(1 for mf in candidates if mf.try_unmap())
+        self.unmapped_total += released
+        return released
 
     def trim(self) -> int:
         """Unmap cold files until at most `max_mapped` are mapped; returns how many. Called by dispatch

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from store import _kernels
 from store._kernels import Mapping
-from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation, is_no_space
 
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
@@ -100,6 +100,9 @@ class MappedFile:
         self.reservation = reservation
         self.reserved_to = 0  # bytes [0, reserved_to) have their blocks allocated (store/space_reservation.py)
         self.reserve_base = 0  # bytes below it are reserved whole (index slots) and do not make steps grow
+        # Bytes [0, data_end) had blocks when the file was loaded; recovery scans no further (past it the
+        # file reads as zeros, and on tmpfs reading a hole of a full volume through a mapping is a SIGBUS).
+        self.data_end = file_size
         self.dropped_to = 0  # pages below this were taken out of the resident set (drop_resident_below)
         self._map_on_open = map_now  # False for LazyMappedFile, which maps on first use
         self._open(transient_store_pool is not None)
@@ -126,6 +129,9 @@ class MappedFile:
                 os.ftruncate(fd, self.file_size)
             if not existed:
                 self.reserved_to = self.reservation.reserve(fd, path, 0, 1, self.file_size)
+            else:
+                self.data_end = data_end(fd, self.file_size)
+                self.reserved_to = self.data_end - self.data_end % OS_PAGE_SIZE
             if self._map_on_open:
                 self.mm = map_file(fd, self.file_size)
         except OSError:
@@ -140,27 +146,33 @@ class MappedFile:
         if not existed:
             log.debug("created mapped file %s", path)
 
-    def ensure_reserved(self, end: int) -> None:
+    def ensure_reserved(self, end: int, strict: bool = False) -> None:
         """Make sure bytes [0, end) of the file are backed by disk blocks before they are written.
 
-        Reserves one step ahead (store/space_reservation.py). Raises the OSError of a reservation
-        that failed (ENOSPC: the disk is full, already reported to the store); nothing may then be
-        written past `reserved_to`.
+        Reserves one step ahead (store/space_reservation.py; `strict`: the whole step or nothing).
+        Raises the OSError of a reservation that failed (ENOSPC: the disk is full, already reported
+        to the store); nothing may then be written past `reserved_to`.
         """
         if end > self.reserved_to:
             assert end <= self.file_size, f"{self.path}: reservation past the file ({end} > {self.file_size})"
             if self._fd >= 0:
-                self.reserved_to = self.reservation.reserve(self._fd, self.path, self.reserved_to, end, self.file_size, self.reserve_base)
+                self.reserved_to = self.reservation.reserve(
+                    self._fd, self.path, self.reserved_to, end, self.file_size, self.reserve_base, strict
+                )
             else:
-                self.reserved_to = self.reservation.reserve_path(self.path, self.reserved_to, end, self.file_size, self.reserve_base)
+                self.reserved_to = self.reservation.reserve_path(
+                    self.path, self.reserved_to, end, self.file_size, self.reserve_base, strict
+                )
 
-    def try_reserve(self, end: int) -> bool:
+    def try_reserve(self, end: int, strict: bool = False) -> bool:
         """ensure_reserved that answers False instead of raising (the failure is logged and reported)."""
         try:
-            self.ensure_reserved(end)
+            self.ensure_reserved(end, strict)
             return True
         except OSError as exc:
-            log.error("cannot reserve the space of %s up to %d: %s", self.path, end, exc)
+            # A full disk was reported to the store (once per episode in its log); anything else is logged here.
+            if not is_no_space(exc):
+                log.error("cannot reserve the space of %s up to %d: %s", self.path, end, exc)
             return False
 
     # Writing -------------------------------------------------------------------------
@@ -431,6 +443,17 @@ class MappedFile:
         except OSError as exc:
             log.info("madvise refused for %s: %s", self.path, exc)
         _mlock(mm, self.file_size, self.path)
+
+
+def data_end(fd: int, size: int) -> int:
+    """Where the file's first hole starts (SEEK_HOLE): its blocks before it are allocated; `size`
+    when the filesystem cannot tell. Reserved blocks never written may count as a hole (ext4's
+    unwritten extents), so this is a lower bound of what is reserved and an upper bound of what
+    holds data (writes and reservations go in order from the file's start)."""
+    try:
+        return min(size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:
+        return size
 
 
 def map_file(fd: int, size: int) -> Mapping:

@@ -18,9 +18,12 @@ and unwritten per file. `ahead_bytes == 0` reserves each file whole at its creat
 behaviour, kept for comparison in bench/reserve_bench.py).
 
 A reservation that fails for space is reported to `on_short(kind, path, free_bytes)` (the store
-refuses puts with DISK_FULL) whether or not the write that asked for it can still go ahead:
-a step that does not fit is retried for the bytes the write needs alone, and only when those do
-not fit either is the OSError raised to the writer, which then writes nothing.
+refuses puts with DISK_FULL) whether or not the write that asked for it can still go ahead.
+The commitlog's puts reserve `strict`ly: a step that does not fit refuses the put, which stores
+nothing, so puts stop while a step of room is left for what follows them (dispatch to the
+queues and the index of what was stored). Those other writers are lenient: a step that does
+not fit is retried for the bytes the write needs alone, and only when those do not fit either
+is the OSError raised to the writer, which then writes nothing (dispatch retries it).
 """
 
 from __future__ import annotations
@@ -85,10 +88,10 @@ class SpaceReservation:
         step = max(MIN_STEP_BYTES, min(self.ahead_bytes, reserved_to - base))
         return min(file_size, page_up(end + step))
 
-    def reserve(self, fd: int, path: str, reserved_to: int, end: int, file_size: int, base: int = 0) -> int:
+    def reserve(self, fd: int, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False) -> int:
         """Reserve [reserved_to, target) of the open file `fd` so that [0, end) is backed; returns the new
-        reserved end. A step that does not fit shrinks to `end` (and is reported); OSError when even
-        that fails (reported too, when for space)."""
+        reserved end. A step that does not fit is reported, then shrinks to `end` unless `strict`;
+        OSError when even that fails (or at once when `strict`)."""
         target = self.target(file_size, reserved_to, end, base)
         if self.unsupported or target <= reserved_to:
             return max(reserved_to, target) if not self.unsupported else file_size
@@ -102,6 +105,9 @@ class SpaceReservation:
                 return file_size
             if not is_no_space(exc):
                 raise
+            if strict:
+                self.short(path)
+                raise
             need = min(file_size, page_up(end))
             try:
                 if need > reserved_to:
@@ -110,11 +116,11 @@ class SpaceReservation:
             finally:
                 self.short(path)
 
-    def reserve_path(self, path: str, reserved_to: int, end: int, file_size: int, base: int = 0) -> int:
+    def reserve_path(self, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False) -> int:
         """`reserve` through a descriptor opened for the call (mapped files keep none)."""
         fd = os.open(path, os.O_RDWR)
         try:
-            return self.reserve(fd, path, reserved_to, end, file_size, base)
+            return self.reserve(fd, path, reserved_to, end, file_size, base, strict)
         finally:
             os.close(fd)
 
