@@ -149,12 +149,18 @@ class CleanCommitLogService(PeriodicPassService):
         return ratio
 
     def _space_for_new_files(self) -> bool:
-        """True when a full reservation step of the commitlog and of a consume queue fit on their partitions
-        (whole files when reserve_ahead_bytes is 0): the next reservations then succeed, and puts do not
-        flap between accepted and refused."""
+        """True when the commitlog's next reservation step and a consume queue's first one fit on their
+        partitions (whole files when reserve_ahead_bytes is 0): the next put then reserves what it
+        needs, and puts do not flap between accepted and refused."""
         cfg = self.store.config
-        ahead = cfg.reserve_ahead_bytes
-        need = sum(min(size, ahead or size) for size in (cfg.mapped_file_size_commit_log_bytes, cfg.mapped_file_size_consume_queue_bytes))
+        reservation = self.store.reservation
+        cl_size, cq_size = cfg.mapped_file_size_commit_log_bytes, cfg.mapped_file_size_consume_queue_bytes
+        last = self.store.commit_log.mapped_file_queue.get_last_mapped_file()
+        if last is not None and not last.is_full():
+            cl_need = reservation.target(cl_size, last.reserved_to, last.wrote_position + 1) - last.reserved_to
+        else:
+            cl_need = reservation.target(cl_size, 0, 1)
+        need = cl_need + reservation.target(cq_size, 0, 1)
         free = min(disk_free_bytes(cfg.commit_log_dir()), disk_free_bytes(cfg.consume_queue_dir()))
         return free >= need
 
