@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
@@ -16,6 +17,12 @@ $(PY):
 
 $(STAMP): pyproject.toml setup.py | $(PY)
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
+	touch $@
+
+# What the broker needs to run, without the test extra; the editable install builds store._kernels in
+# place (default editable mode: no deprecated compat mode), again when the C sources change.
+$(RUN_STAMP): pyproject.toml setup.py $(wildcard store/_native/*) | $(PY)
+	$(PIP) install -q -e .
 	touch $@
 
 $(SPARK_STAMP): pyproject.toml $(STAMP)
@@ -45,7 +52,7 @@ test-native-asan: $(STAMP)
 		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
-run: $(STAMP) native
+run: $(RUN_STAMP)
 	$(VENV)/bin/tidemq serve --store $(STORE)
 
 # Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker
