@@ -61,7 +61,9 @@ class Broker:
             self.cluster.on_node_change = self._set_ha
         self.held = HeldPulls(settings.max_held_pulls)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
-        self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
+        self.checker = HttpCheckTransport(
+            settings.transaction_check_timeout_ms, settings.transaction_check_concurrency, settings.transaction_check_group_concurrency
+        )
         self.store.transactions.set_check_transport(self.checker)
         self.started = False
         self.stopping = False
@@ -142,6 +144,7 @@ class Broker:
 
     async def stop(self) -> None:
         self.release_held()
+        self.checker.close()  # first: check-backs under way are cut, so nothing below waits on a producer
         await asyncio.sleep(0)  # let the released pulls write their replies
         if self._loading is not None and not self._loading.done():
             log.info("waiting for the store's load to finish before shutting it down")
@@ -152,7 +155,6 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             self.started = False
         self.executor.shutdown(wait=True, cancel_futures=True)
-        self.checker.close()
         log.info("store shut down")
 
     def ready(self) -> bool:

@@ -86,10 +86,12 @@ class BrokerSettings:
     # File descriptors kept for the store's files, logs and replication beyond max_connections, when the
     # soft RLIMIT_NOFILE is raised at start to fit both.
     reserved_fds: int = setting(1_024, 0, 1_000_000)
-    # Transactions: longest wait for a producer's check URL, per connect and per read.
+    # Transactions: longest a check-back to a producer's check URL takes in all (connect, request, whole reply).
     transaction_check_timeout_ms: int = setting(3_000, 100, 60_000)
     # Transactions: check-backs under way at once at most (each holds one thread of the check pool).
     transaction_check_concurrency: int = setting(8, 1, 256)
+    # Transactions: check-backs under way at once for one producer group (within transaction_check_concurrency).
+    transaction_check_group_concurrency: int = setting(2, 1, 256)
     # PEM certificate (chain) served over HTTPS and on the HA link; none: plain HTTP and TCP.
     tls_cert_file: str | None = setting(None)
     # PEM private key of tls_cert_file.

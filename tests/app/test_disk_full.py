@@ -112,7 +112,9 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
     status = broker.client.get("/v1/store").json()["runtime"]
     assert status["disk_full"] is True
     # /readyz and the status name the kind of file whose space could not be reserved, and the free space.
-    assert re.fullmatch(r"disk full: no space to reserve a (commitlog|consume queue|index) file \(\d+ bytes free\)", status["degraded_reasons"][0])
+    assert re.fullmatch(
+        r"disk full: no space to reserve a (commitlog|consume queue|index) file \(\d+ bytes free\)", status["degraded_reasons"][0]
+    )
     problem(broker.client.get("/readyz"), 503, "SERVICE_NOT_AVAILABLE")
     assert_all_readable(broker.client, stored)
 
