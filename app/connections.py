@@ -14,6 +14,11 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A request's body must arrive whole within `body_read_timeout_ms` of its headers: the timer is
   armed only when a read leaves the body incomplete, and on expiry it marks the request for
   app.body_limit, whose receive() then raises the 408 REQUEST_TIMEOUT problem.
+- A request's line and headers hold at most `max_header_bytes` (431 HEADERS_TOO_LARGE and the
+  connection closed past it), and the incomplete headers of all connections at most
+  `max_header_bytes_total` (a read that would pass it is answered 503 HEADERS_BUSY and its
+  connection closed): the bytes are counted before the parser keeps them, so connections that
+  send endless headers cost at most the total. Bytes of a body are not counted.
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
@@ -61,12 +66,23 @@ def refusing_app(app: ASGIApp, max_connections: int, problem: ProblemReply) -> A
     return refuse
 
 
+class HeaderBytes:
+    """The bytes of incomplete request headers held over all of a server's connections (event loop only)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refusals = 0
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body read deadlines and a bound on open connections."""
 
     header_read_timeout_s = 10.0
     body_read_timeout_s = 30.0
     max_connections = 1
+    max_header_bytes = 65_536
+    header_bytes_total: HeaderBytes  # set by bounded_protocol: shared by the server's connections
     problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -75,8 +91,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.body_timer: asyncio.TimerHandle | None = None
         # True between the first byte of a request and its complete headers.
         self.reading_headers = False
+        self.header_bytes = 0  # bytes received towards the current request's line and headers
 
     def data_received(self, data: bytes) -> None:
+        if not self._count_header_bytes(len(data)):
+            return
         super().data_received(data)
         if self.reading_headers and self.header_timer is None:
             self._arm_header_timer()  # headers begun but not complete: they have a deadline from now
@@ -84,6 +103,31 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # Only a body still incomplete after this read is timed: one that came with its headers costs no timer.
         if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
             self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
+
+    def _count_header_bytes(self, n: int) -> bool:
+        """Count a read towards the request's headers unless a body is being read; False (and the
+        connection answered and closed) when it passes the per-request or the total bound."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not self.reading_headers:
+            return True  # a body, or bytes pipelined behind a request under way
+        total = self.header_bytes_total
+        if self.header_bytes + n > self.max_header_bytes:
+            self._release_header_bytes()
+            self._write_problem_and_close("HEADERS_TOO_LARGE", f"the request's line and headers pass {self.max_header_bytes} bytes")
+            return False
+        if total.held + n > total.limit:
+            total.refusals += 1
+            self._release_header_bytes()
+            detail = f"{total.held} bytes of request headers are being received on other connections"
+            self._write_problem_and_close("HEADERS_BUSY", detail)
+            return False
+        self.header_bytes += n
+        total.held += n
+        return True
+
+    def _release_header_bytes(self) -> None:
+        self.header_bytes_total.held -= self.header_bytes
+        self.header_bytes = 0
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -108,6 +152,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release_header_bytes()
         self._disarm_header_timer()
         self._disarm_body_timer()
         super().connection_lost(exc)
@@ -118,6 +163,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.reading_headers = False
+        self._release_header_bytes()  # the rest of this read, and what follows, is the body
         self._disarm_header_timer()
         super().on_headers_complete()
 
@@ -167,6 +213,8 @@ def bounded_protocol(settings: BrokerSettings, problem: ProblemReply) -> type[Bo
             "header_read_timeout_s": settings.header_read_timeout_ms / 1000.0,
             "body_read_timeout_s": settings.body_read_timeout_ms / 1000.0,
             "max_connections": settings.max_connections,
+            "max_header_bytes": settings.max_header_bytes,
+            "header_bytes_total": HeaderBytes(settings.max_header_bytes_total),
             "problem": staticmethod(problem),
         },
     )

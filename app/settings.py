@@ -77,6 +77,11 @@ class BrokerSettings:
     # A request's headers must be complete this long after their first byte (a new connection's first
     # request: after it opened); past it the connection is closed (408 when part of a request arrived).
     header_read_timeout_ms: int = setting(10_000, 100, 600_000)
+    # Bytes of one request's line and headers at most; past it 431 HEADERS_TOO_LARGE, connection closed.
+    max_header_bytes: int = setting(65_536, 1_024, 16 * 1024 * 1024)
+    # Bytes of incomplete request headers held over all connections at most; a connection that would
+    # pass it is answered 503 HEADERS_BUSY and closed (the bytes are never kept).
+    max_header_bytes_total: int = setting(16 * 1024 * 1024, 65_536, 1024 * 1024 * 1024)
     # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
     body_read_timeout_ms: int = setting(30_000, 100, 3_600_000)
     # Seconds an idle keep-alive connection is kept open between requests (uvicorn's timeout_keep_alive).
