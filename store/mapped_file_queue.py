@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.store")
 
+# Flushed bytes behind a file's flush position that stay in the process's resident set (see flush).
+RESIDENT_TAIL_BYTES = 4 * 1024 * 1024
+
 
 class MappedFileQueue:
     def __init__(
@@ -182,6 +185,11 @@ class MappedFileQueue:
         self.flushed_where = where
         if not unchanged and where == mf.file_from_offset + self.mapped_file_size:
             mf.drop_resident()  # full and on disk: its pages need not count in the process's memory
+        elif not unchanged and where - mf.file_from_offset - mf.dropped_to >= 2 * RESIDENT_TAIL_BYTES:
+            # Flushed pages well behind the write position leave the resident set too; the last
+            # RESIDENT_TAIL_BYTES stay mapped for the readers of recent entries (a read of an older
+            # one faults its page back from the page cache).
+            mf.drop_resident_below(where - mf.file_from_offset - RESIDENT_TAIL_BYTES)
         if flush_least_pages == 0 or not unchanged:
             self.store_timestamp = max(self.store_timestamp, store_ts)
         return unchanged
