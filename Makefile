@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,10 @@ settings-doc: $(STAMP)
 
 bench-store: $(STAMP) native
 	$(PY) bench/store_bench.py
+
+# Put throughput and CPU per put with blocks reserved ahead against whole files reserved at creation (QUICK=1: a smoke test).
+bench-reserve: $(STAMP) native
+	$(PY) bench/reserve_bench.py $(if $(QUICK),--quick)
 
 bench-kernels: $(STAMP) native
 	$(PY) bench/kernel_bench.py
