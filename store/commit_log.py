@@ -305,7 +305,7 @@ class CommitLog:
             # Blocks for what these items can take at most (each item's stored form is at most its batch
             # form plus the topic and the fixed fields) and the end marker: the kernel writes no further.
             need = start + len(batch) - pos + n * (len(head.topic_bytes) + _STORED_EXTRA_BYTES) + BLANK_MARKER_BYTES
-            if need > mf.reserved_to and mf.write_buffer is None:
+            if need > mf.reserved_to:  # also when pooled: the commit's pwrite then never meets a full disk
                 reserved_before = mf.reserved_to
                 if not mf.try_reserve(min(need, file_size), strict=True):
                     return NO_FILE

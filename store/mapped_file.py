@@ -194,7 +194,7 @@ class MappedFile:
         n = len(data)
         if pos + n > self.file_size:
             return False
-        if pos + n > self.reserved_to and self.write_buffer is None:
+        if pos + n > self.reserved_to:  # also when pooled: the commit's pwrite then never meets a full disk
             self.ensure_reserved(pos + n)
         self.write_target[pos : pos + n] = data
         self.wrote_position = pos + n
@@ -206,7 +206,7 @@ class MappedFile:
         """Write at an explicit position (consume queue gaps, replication); moves wrote_position forward."""
         n = len(data)
         assert 0 <= pos and pos + n <= self.file_size, "write outside the file"
-        if pos + n > self.reserved_to and self.write_buffer is None:
+        if pos + n > self.reserved_to:
             self.ensure_reserved(pos + n)
         self.write_target[pos : pos + n] = data
         if pos + n > self.wrote_position:

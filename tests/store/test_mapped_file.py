@@ -251,6 +251,27 @@ def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) ->
     q.shutdown()
 
 
+def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_path) -> None:
+    """Only the last RESIDENT_TAIL_BYTES flushed of a file being written stay resident."""
+    from store.mapped_file_queue import RESIDENT_TAIL_BYTES
+
+    size = 4 * RESIDENT_TAIL_BYTES
+    q = MappedFileQueue(str(tmp_path), size)
+    mf = q.get_last_mapped_file_or_create(0)
+    assert mf is not None
+    payload = bytes(range(256)) * (OS_PAGE_SIZE // 256)
+    for _ in range(3 * RESIDENT_TAIL_BYTES // OS_PAGE_SIZE):
+        mf.append_bytes(payload)
+    assert resident_kib(mf.path) >= 3 * RESIDENT_TAIL_BYTES // 1024
+    q.flush(0)
+    assert mf.dropped_to == 2 * RESIDENT_TAIL_BYTES
+    assert RESIDENT_TAIL_BYTES // 1024 <= resident_kib(mf.path) <= RESIDENT_TAIL_BYTES // 1024 + 64
+    view = mf.select_mapped_buffer(5 * OS_PAGE_SIZE, OS_PAGE_SIZE)
+    assert view is not None and bytes(view.view) == payload  # a dropped page reads back from the page cache
+    view.release()
+    q.shutdown()
+
+
 @pytest.mark.parametrize("pooled", [False, True])
 def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(tmp_path, pooled: bool) -> None:
     """A lagging flusher (one file per call) and a cleanup that deletes leading files at once:
