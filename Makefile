@@ -15,7 +15,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# setup.py is also run by the venv's own setuptools (make native, the package-data test): at least
+# 77, which reads the SPDX license string of pyproject.toml.
 $(STAMP): pyproject.toml setup.py | $(PY)
+	$(PIP) install -q --upgrade 'setuptools>=77'
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
