@@ -223,10 +223,10 @@ class LazyMappedFile(MappedFile):
         assert self.positions_ordered(start), self.positions()
         return self.flushed_position
 
-    def drop_resident(self) -> None:
-        """As MappedFile.drop_resident; an unmapped file has nothing resident (and is not mapped for it)."""
+    def drop_resident_below(self, end: int) -> None:
+        """As MappedFile.drop_resident_below; an unmapped file has nothing resident (and is not mapped for it)."""
         if self._mm is not None:
-            super().drop_resident()
+            super().drop_resident_below(end)
 
     def _close_mapping(self) -> None:
         with self._map_lock:
