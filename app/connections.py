@@ -92,9 +92,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # True between the first byte of a request and its complete headers.
         self.reading_headers = False
         self.header_bytes = 0  # bytes received towards the current request's line and headers
+        self.header_tail = b""  # the last 3 header bytes received, to find a blank line split over two reads
+        self.in_body = False  # between a request's complete headers and its complete message
 
     def data_received(self, data: bytes) -> None:
-        if not self._count_header_bytes(len(data)):
+        if not self._count_header_bytes(data):
             return
         super().data_received(data)
         if self.reading_headers and self.header_timer is None:
@@ -104,12 +106,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
             self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
 
-    def _count_header_bytes(self, n: int) -> bool:
-        """Count a read towards the request's headers unless a body is being read; False (and the
-        connection answered and closed) when it passes the per-request or the total bound."""
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not self.reading_headers:
-            return True  # a body, or bytes pipelined behind a request under way
+    def _count_header_bytes(self, data: bytes) -> bool:
+        """Count a read's bytes up to the blank line ending the headers (all of them when it has none)
+        unless a body is being read; False (and the connection answered and closed) when they pass the
+        per-request or the total bound."""
+        if self.in_body:
+            return True  # the parser is in a request's body (also after an early answer, e.g. 413)
+        n = _header_part(self.header_tail, data)  # what follows the blank line is a body
+        self.header_tail = (self.header_tail + data[-3:])[-3:] if n == len(data) else b""
         total = self.header_bytes_total
         if self.header_bytes + n > self.max_header_bytes:
             self._release_header_bytes()
@@ -128,8 +132,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def _release_header_bytes(self) -> None:
         self.header_bytes_total.held -= self.header_bytes
         self.header_bytes = 0
+        self.header_tail = b""
 
     def on_message_complete(self) -> None:
+        self.in_body = False
         super().on_message_complete()
         self._disarm_body_timer()
 
@@ -163,6 +169,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.reading_headers = False
+        self.in_body = True
         self._release_header_bytes()  # the rest of this read, and what follows, is the body
         self._disarm_header_timer()
         super().on_headers_complete()
@@ -202,6 +209,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers if name != b"connection"]
         self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
         self.transport.close()
+
+
+def _header_part(tail: bytes, data: bytes) -> int:
+    """Bytes of `data` up to and with the blank line ending a request's headers (all of `data` when
+    it has none); `tail`: the last bytes of the headers before it (a blank line split over two reads)."""
+    if tail:
+        split = (tail + data[:3]).find(b"\r\n\r\n")
+        if split >= 0:
+            return split + 4 - len(tail)
+    end = data.find(b"\r\n\r\n")
+    return len(data) if end < 0 else end + 4
 
 
 def bounded_protocol(settings: BrokerSettings, problem: ProblemReply) -> type[BoundedHttpProtocol]:
