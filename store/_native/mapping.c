@@ -131,7 +131,9 @@ static PyObject *mapping_find(Mapping *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*|nn", &sub, &start, &end)) return NULL;
     PyObject *result = NULL;
     if (check_open(self) == 0) {
-        if (start < 0) start = 0;
+        /* As a slice's bounds (mmap.mmap.find's): negative ones count from the end. */
+        if (start < 0) start = start + self->size < 0 ? 0 : start + self->size;
+        if (end < 0) end = end + self->size < 0 ? 0 : end + self->size;
         if (end > self->size) end = self->size;
         Py_ssize_t found = -1;
         if (end - start >= sub.len) {
