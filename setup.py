@@ -22,8 +22,15 @@ setup(
                 f"{NATIVE}/apply.c",
                 f"{NATIVE}/prefault.c",
                 f"{NATIVE}/crc32.c",
+                f"{NATIVE}/mapping.c",
             ],
-            depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/bytes.h", f"{NATIVE}/gather_binding.h", f"{NATIVE}/apply_binding.h"],
+            depends=[
+                f"{NATIVE}/kernels.h",
+                f"{NATIVE}/bytes.h",
+                f"{NATIVE}/gather_binding.h",
+                f"{NATIVE}/apply_binding.h",
+                f"{NATIVE}/mapping_binding.h",
+            ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +85,9 @@ class Broker:
         # Held requests and streams by the access the gate granted them (re-judged on an ACL reload).
         self.revocations = Revocations()
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
-        self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
+        self.checker = HttpCheckTransport(
+            settings.transaction_check_timeout_ms, settings.transaction_check_concurrency, settings.transaction_check_group_concurrency
+        )
         self.store.transactions.set_check_transport(self.checker)
         self.started = False
         self.stopping = False
@@ -152,10 +153,6 @@ class Broker:
                 log.info("loading the store: %s", progress["phase"])
 
     def _load_and_start(self) -> None:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)  # raised at start by open_files.fit_descriptors
-        budget = self.config.max_mapped_consume_queue_files
-        if budget * 2 > soft:
-            log.warning("max_mapped_consume_queue_files=%d may exhaust the open-file limit %d", budget, soft)
         self.store.load()
         self.store.add_message_arriving_listener(self.held.on_message_arriving)
         self.store.start()
@@ -182,6 +179,7 @@ class Broker:
 
     async def stop(self) -> None:
         self.release_held()
+        self.checker.close()  # first: check-backs under way are cut, so nothing below waits on a producer
         await asyncio.sleep(0)  # let the released pulls write their replies
         if self._loading is not None and not self._loading.done():
             log.info("waiting for the store's load to finish before shutting it down")
@@ -192,7 +190,6 @@ class Broker:
             await asyncio.get_running_loop().run_in_executor(None, self.store.shutdown)
             self.started = False
         self.executor.shutdown(wait=True, cancel_futures=True)
-        self.checker.close()
         log.info("store shut down")
 
     def ready(self) -> bool:

@@ -14,6 +14,11 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A request's body must arrive whole within `body_read_timeout_ms` of its headers: the timer is
   armed only when a read leaves the body incomplete, and on expiry it marks the request for
   app.body_limit, whose receive() then raises the 408 REQUEST_TIMEOUT problem.
+- A request's line and headers hold at most `max_header_bytes` (431 HEADERS_TOO_LARGE and the
+  connection closed past it), and the incomplete headers of all connections at most
+  `max_header_bytes_total` (a read that would pass it is answered 503 HEADERS_BUSY and its
+  connection closed): the bytes are counted before the parser keeps them, so connections that
+  send endless headers cost at most the total. Bytes of a body are not counted.
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
@@ -67,6 +72,15 @@ def refusing_app(app: ASGIApp, max_connections: int, problem: ProblemReply) -> A
     return refuse
 
 
+class HeaderBytes:
+    """The bytes of incomplete request headers held over all of a server's connections (event loop only)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refusals = 0
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body read deadlines and a bound on open connections."""
 
@@ -74,6 +88,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     body_read_timeout_s = 30.0
     send_stall_timeout_s = 30.0
     max_connections = 1
+    max_header_bytes = 65_536
+    header_bytes_total: HeaderBytes  # set by bounded_protocol: shared by the server's connections
     problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
     on_send_stall: Callable[[], None]  # set by bounded_protocol: counts a connection cut for not reading
 
@@ -84,8 +100,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.stall_timer: asyncio.TimerHandle | None = None
         # True between the first byte of a request and its complete headers.
         self.reading_headers = False
+        self.header_bytes = 0  # bytes received towards the current request's line and headers
+        self.header_tail = b""  # the last 3 header bytes received, to find a blank line split over two reads
+        self.in_body = False  # between a request's complete headers and its complete message
 
     def data_received(self, data: bytes) -> None:
+        if not self._count_header_bytes(data):
+            return
         super().data_received(data)
         if self.reading_headers and self.header_timer is None:
             self._arm_header_timer()  # headers begun but not complete: they have a deadline from now
@@ -94,7 +115,36 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
             self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
 
+    def _count_header_bytes(self, data: bytes) -> bool:
+        """Count a read's bytes up to the blank line ending the headers (all of them when it has none)
+        unless a body is being read; False (and the connection answered and closed) when they pass the
+        per-request or the total bound."""
+        if self.in_body:
+            return True  # the parser is in a request's body (also after an early answer, e.g. 413)
+        n = _header_part(self.header_tail, data)  # what follows the blank line is a body
+        self.header_tail = (self.header_tail + data[-3:])[-3:] if n == len(data) else b""
+        total = self.header_bytes_total
+        if self.header_bytes + n > self.max_header_bytes:
+            self._release_header_bytes()
+            self._write_problem_and_close("HEADERS_TOO_LARGE", f"the request's line and headers pass {self.max_header_bytes} bytes")
+            return False
+        if total.held + n > total.limit:
+            total.refusals += 1
+            self._release_header_bytes()
+            detail = f"{total.held} bytes of request headers are being received on other connections"
+            self._write_problem_and_close("HEADERS_BUSY", detail)
+            return False
+        self.header_bytes += n
+        total.held += n
+        return True
+
+    def _release_header_bytes(self) -> None:
+        self.header_bytes_total.held -= self.header_bytes
+        self.header_bytes = 0
+        self.header_tail = b""
+
     def on_message_complete(self) -> None:
+        self.in_body = False
         super().on_message_complete()
         self._disarm_body_timer()
 
@@ -117,6 +167,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release_header_bytes()
         self._disarm_header_timer()
         self._disarm_body_timer()
         self._disarm_stall_timer()
@@ -150,6 +201,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.reading_headers = False
+        self.in_body = True
+        self._release_header_bytes()  # the rest of this read, and what follows, is the body
         self._disarm_header_timer()
         super().on_headers_complete()
 
@@ -190,6 +243,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+def _header_part(tail: bytes, data: bytes) -> int:
+    """Bytes of `data` up to and with the blank line ending a request's headers (all of `data` when
+    it has none); `tail`: the last bytes of the headers before it (a blank line split over two reads)."""
+    if tail:
+        split = (tail + data[:3]).find(b"\r\n\r\n")
+        if split >= 0:
+            return split + 4 - len(tail)
+    end = data.find(b"\r\n\r\n")
+    return len(data) if end < 0 else end + 4
+
+
 def bounded_protocol(settings: BrokerSettings, problem: ProblemReply, on_send_stall: Callable[[], None]) -> type[BoundedHttpProtocol]:
     """The protocol class uvicorn builds per connection, with this broker's limits, its counted problem replies
     and the count of connections cut for not reading."""
@@ -202,6 +266,8 @@ def bounded_protocol(settings: BrokerSettings, problem: ProblemReply, on_send_st
             "send_stall_timeout_s": settings.send_stall_timeout_ms / 1000.0,
             "on_send_stall": staticmethod(on_send_stall),
             "max_connections": settings.max_connections,
+            "max_header_bytes": settings.max_header_bytes,
+            "header_bytes_total": HeaderBytes(settings.max_header_bytes_total),
             "problem": staticmethod(problem),
         },
     )

@@ -84,6 +84,11 @@ class BrokerSettings:
     # A request's headers must be complete this long after their first byte (a new connection's first
     # request: after it opened); past it the connection is closed (408 when part of a request arrived).
     header_read_timeout_ms: int = setting(10_000, 100, 600_000)
+    # Bytes of one request's line and headers at most; past it 431 HEADERS_TOO_LARGE, connection closed.
+    max_header_bytes: int = setting(65_536, 1_024, 16 * 1024 * 1024)
+    # Bytes of incomplete request headers held over all connections at most; a connection that would
+    # pass it is answered 503 HEADERS_BUSY and closed (the bytes are never kept).
+    max_header_bytes_total: int = setting(16 * 1024 * 1024, 65_536, 1024 * 1024 * 1024)
     # A request's body must arrive whole this long after its headers; past it 408 REQUEST_TIMEOUT, connection closed.
     body_read_timeout_ms: int = setting(30_000, 100, 3_600_000)
     # Longest a reply may wait for its client to take what was sent (the connection's buffers full); past it the
@@ -96,10 +101,12 @@ class BrokerSettings:
     # File descriptors kept for the store's files, logs and replication beyond max_connections, when the
     # soft RLIMIT_NOFILE is raised at start to fit both.
     reserved_fds: int = setting(1_024, 0, 1_000_000)
-    # Transactions: longest wait for a producer's check URL, per connect and per read.
+    # Transactions: longest a check-back to a producer's check URL takes in all (connect, request, whole reply).
     transaction_check_timeout_ms: int = setting(3_000, 100, 60_000)
     # Transactions: check-backs under way at once at most (each holds one thread of the check pool).
     transaction_check_concurrency: int = setting(8, 1, 256)
+    # Transactions: check-backs under way at once for one producer group (within transaction_check_concurrency).
+    transaction_check_group_concurrency: int = setting(2, 1, 256)
     # PEM certificate (chain) served over HTTPS and on the HA link; none: plain HTTP and TCP.
     tls_cert_file: str | None = setting(None)
     # PEM private key of tls_cert_file.

@@ -7,8 +7,8 @@ A failed creation (a full disk: the file's space could not be reserved) is logge
 raised to the writer waiting for it as the OSError it was; a failed pre-order is logged
 and forgotten, so the writer's own request for that file later tries again.
 
-With `prefault`, every file it created ahead of need (a pre-order, its space reserved by then)
-has its pages faulted in for writing afterwards, PREFAULT_CHUNK_BYTES at a time with the GIL
+With `prefault`, every file it created ahead of need (a pre-order) has its reserved pages faulted
+in for writing afterwards, and so has each further step a writer reserves (`prefault_reserved`), PREFAULT_CHUNK_BYTES at a time with the GIL
 released (store.native.prefault), so a put's first write to a page does not fault. A pending
 request is always served before the next chunk, so no writer waits for a prefault; a file handed
 out meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from store.mapped_file import MappedFile
 from store.service_thread import ServiceThread
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 from store.transient_store_pool import TransientStorePool
 
 log = logging.getLogger("tidemq.store")
@@ -63,8 +64,10 @@ class AllocateMappedFileService(ServiceThread):
         warm_up: bool = False,
         transient_store_pool: TransientStorePool | None = None,
         prefault: bool = False,
+        reservation: SpaceReservation = DEFAULT_RESERVATION,
     ) -> None:
         super().__init__("AllocateMappedFileService")
+        self.reservation = reservation
         self.timeout_ms = timeout_ms
         self.warm_up = warm_up
         self.transient_store_pool = transient_store_pool
@@ -179,6 +182,13 @@ class AllocateMappedFileService(ServiceThread):
         request.done.set()
         return True
 
+    def prefault_reserved(self, mf: MappedFile, start: int) -> None:
+        """Prefault the bytes of `mf` reserved from `start` on (its writer reserved another step ahead of
+        itself); nothing when prefaulting is off or the service is not running. Any thread."""
+        if self.prefault and not self.warm_up and mf.write_buffer is None and self.is_alive() and not self.is_stopped():
+            self._to_prefault.append((mf, start))  # deque.append is atomic; the service pops from the left
+            self.wakeup()
+
     def _run_job(self) -> bool:
         """Run the oldest job; False when none waits."""
         with self._lock:
@@ -196,7 +206,9 @@ class AllocateMappedFileService(ServiceThread):
         if not self._to_prefault:
             return False
         mf, pos = self._to_prefault.popleft()
-        n = min(PREFAULT_CHUNK_BYTES, mf.file_size - pos)
+        n = min(PREFAULT_CHUNK_BYTES, mf.reserved_to - pos)  # never past the blocks reserved (no SIGBUS)
+        if n <= 0:
+            return True
         try:
             if not mf.prefault(pos, n):
                 return True  # closed meanwhile (shutdown, deleted): nothing more to do for it
@@ -204,12 +216,12 @@ class AllocateMappedFileService(ServiceThread):
             log.warning("cannot prefault %s (%s); its pages fault in as it is written", mf.path, exc)
             return True
         self.prefaulted_bytes += n
-        if pos + n < mf.file_size:
+        if pos + n < mf.reserved_to:
             self._to_prefault.appendleft((mf, pos + n))
         return True
 
     def _create(self, path: str, file_size: int) -> MappedFile:
-        mf = MappedFile(path, file_size, self.transient_store_pool)
+        mf = MappedFile(path, file_size, self.transient_store_pool, reservation=self.reservation)
         if self.warm_up:
             mf.warm_up()
         return mf

@@ -8,8 +8,9 @@ Every `clean_resource_interval_ms` one pass:
    - at or below it: `store.disk_full` cleared (between the two ratios the flag keeps its
      value, so it does not flap around the warning ratio);
    - an unknown usage (negative ratio) changes nothing;
-   - `store.space_exhausted` (set at once when a file's space could not be reserved, which
-     also wakes this service) is cleared when a commitlog file and a queue file fit again;
+   - `store.space_exhausted` (set at once when a reservation of any file failed for space, which
+     also wakes this service) is cleared when a reservation step of the commitlog and of a queue
+     fit again;
      while it is set, passes run at least every SPACE_RECHECK_MS;
 2. deletes when the hour is in `delete_when`, or usage is above `disk_max_used_space_ratio_percent`,
    or a manual round is pending: leading files (never the last) last modified more than
@@ -167,12 +168,22 @@ class CleanCommitLogService(PeriodicPassService):
         if store.space_exhausted and self._space_for_new_files():
             log.info("the disk has room for new files again: accepting puts")
             store.space_exhausted = False
+            store.space_shortage = ""
         return ratio
 
     def _space_for_new_files(self) -> bool:
-        """True when a commitlog file and a consume-queue file fit on their partitions."""
+        """True when the commitlog's next reservation step and a consume queue's first one fit on their
+        partitions (whole files when reserve_ahead_bytes is 0): the next put then reserves what it
+        needs, and puts do not flap between accepted and refused."""
         cfg = self.store.config
-        need = cfg.mapped_file_size_commit_log_bytes + cfg.mapped_file_size_consume_queue_bytes
+        reservation = self.store.reservation
+        cl_size, cq_size = cfg.mapped_file_size_commit_log_bytes, cfg.mapped_file_size_consume_queue_bytes
+        last = self.store.commit_log.mapped_file_queue.get_last_mapped_file()
+        if last is not None and not last.is_full():
+            cl_need = reservation.target(cl_size, last.reserved_to, last.wrote_position + 1) - last.reserved_to
+        else:
+            cl_need = reservation.target(cl_size, 0, 1)
+        need = cl_need + reservation.target(cq_size, 0, 1)
         free = min(disk_free_bytes(cfg.commit_log_dir()), disk_free_bytes(cfg.consume_queue_dir()))
         return free >= need
 

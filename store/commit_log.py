@@ -21,8 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
-import mmap
 import operator
 import os
 import threading
@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from store import _kernels
+from store._kernels import Mapping
 from store.allocate_mapped_file_service import AllocateMappedFileService
 from store.clock import Clock
 from store.config import MessageStoreConfig
 from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
-from store.mapped_file import MappedFile, SelectMappedBufferResult, offset_to_file_name
+from store.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner, delay_requested
 from store.message_codec import (
@@ -45,6 +46,7 @@ from store.message_codec import (
     POS_STORE_TIMESTAMP,
     TOTAL_AND_MAGIC,
     TRANSACTION_PREPARED_TYPE,
+    V6_EXTRA_BYTES,
     CheckResult,
     check_message,
     decode_message,
@@ -53,6 +55,7 @@ from store.message_codec import (
     write_blank_into,
 )
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 from store.status import AppendedHook, AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
 
 if TYPE_CHECKING:
@@ -65,6 +68,9 @@ _FILE_FULL = int(Stop.FILE_FULL)
 # _encode_locked's failures (negative, so a batch position is never mistaken for one).
 NO_FILE = -1
 TOO_LARGE = -2
+# What a message's stored form adds at most to its batch item: the fixed fields with two IPv6 hosts.
+_STORED_EXTRA_BYTES = FIXED_PART_BYTES + 2 * V6_EXTRA_BYTES
+BLANK_MARKER_BYTES = 8  # TOTALSIZE and the blank magic code at a file's end
 _FAILED = {NO_FILE: PutMessageStatus.CREATE_MAPPED_FILE_FAILED, TOO_LARGE: PutMessageStatus.MESSAGE_ILLEGAL}
 
 
@@ -75,12 +81,15 @@ class CommitLog:
         allocate_service: AllocateMappedFileService | None = None,
         transient_store_pool: TransientStorePool | None = None,
         clock: Clock | None = None,
+        reservation: SpaceReservation = DEFAULT_RESERVATION,
     ) -> None:
         self.config = config
         # Store timestamps come from the wall clock, or from `clock` when one is given (tests pin it).
         self.clock = clock
         self.file_size = config.mapped_file_size_commit_log_bytes
-        self.mapped_file_queue = MappedFileQueue(config.commit_log_dir(), self.file_size, allocate_service)
+        self.mapped_file_queue = MappedFileQueue(
+            config.commit_log_dir(), self.file_size, allocate_service, functools.partial(MappedFile, reservation=reservation)
+        )
         self.transient_store_pool = transient_store_pool
         self.put_lock = threading.Lock()
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -286,7 +295,8 @@ class CommitLog:
 
         Each result goes `into` a list (AppendMessageResult) or a bytearray (the kernel's offset
         and size pairs); `crcs` are the items' BODYCRCs when a check computed them (CheckedBatch).
-        Returns the batch position after the items; NO_FILE when no file could be created,
+        Returns the batch position after the items; NO_FILE when no file could be created or its
+        space not reserved (the store then answers DISK_FULL: store/space_reservation.py),
         TOO_LARGE when an item does not fit an empty file (validation keeps such out).
         """
         key = (head.topic, head.queue_id)
@@ -302,6 +312,14 @@ class CommitLog:
                 if mf is None:
                     return NO_FILE
             start = mf.wrote_position
+            # Blocks for what these items can take at most (each item's stored form is at most its batch
+            # form plus the topic and the fixed fields) and the end marker: the kernel writes no further.
+            need = start + len(batch) - pos + n * (len(head.topic_bytes) + _STORED_EXTRA_BYTES) + BLANK_MARKER_BYTES
+            if need > mf.reserved_to:  # also when pooled: the commit's pwrite then never meets a full disk
+                reserved_before = mf.reserved_to
+                if not mf.try_reserve(min(need, file_size), strict=True):
+                    return NO_FILE
+                self._reserved_ahead(mf, max(reserved_before, need))
             stop, count, pos, end = _encode(
                 mf.write_target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
                 head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
@@ -327,15 +345,16 @@ class CommitLog:
                     return NO_FILE
         return pos
 
+    def _reserved_ahead(self, mf: MappedFile, start: int) -> None:
+        """Have the allocate service prefault what `mf` reserved past `start` (ahead of this put)."""
+        service = self.mapped_file_queue.allocate_service
+        if service is not None and mf.reserved_to > start:
+            service.prefault_reserved(mf, start - start % OS_PAGE_SIZE)
+
     def _roll_locked(self) -> MappedFile | None:
         """The next file to append to; the caller holds `put_lock`."""
         mfq = self.mapped_file_queue
         mf = mfq.get_last_mapped_file_or_create(0)
-        if mf is not None and not mf.reserved and not mf.reserve():
-            # A file loaded without its space (made sparse by an older version) is not written on a full disk.
-            if mfq.no_space_listener is not None:
-                mfq.no_space_listener(mf.path)
-            mf = None
         self._last_file = mf
         return mf
 
@@ -388,7 +407,11 @@ class CommitLog:
                 self._last_file = mf
                 chunk = view[: mf.remaining()]
                 pos = mf.wrote_position
-                mf.append_bytes(chunk)
+                try:
+                    mf.append_bytes(chunk)
+                except OSError as exc:
+                    log.error("cannot append replicated bytes at %d: %s", start_offset, exc)
+                    return False
                 ts = _last_store_timestamp(mf.write_target, pos, pos + len(chunk))
                 if ts:
                     mf.store_timestamp = ts
@@ -434,7 +457,7 @@ class CommitLog:
             mf.release()
 
     def check_at(self, mf: MappedFile, pos: int, decode: bool = True, check_crc: bool = True) -> CheckResult:
-        return check_message(mf.mm, pos, mf.get_read_position(), check_crc, decode, self.delay_levels_ms)
+        return check_message(mf.mm, pos, min(mf.get_read_position(), mf.data_end), check_crc, decode, self.delay_levels_ms)
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         """STORETIMESTAMP of the message at `offset`, or -1 when it is gone."""
@@ -521,7 +544,7 @@ def _collect(
         into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
 
 
-def _last_store_timestamp(buf: bytearray | mmap.mmap, start: int, end: int) -> int:
+def _last_store_timestamp(buf: bytearray | Mapping, start: int, end: int) -> int:
     """STORETIMESTAMP of the last whole message in buf[start:end], 0 when there is none."""
     ts = 0
     pos = start

@@ -135,7 +135,7 @@ def _scan(commit_log: CommitLog, start_index: int, progress: RecoveryProgress) -
             log.warning("commitlog file %s does not follow %s; the log ends there", mf.file_name, files[index - 1].file_name)
             break
         pos = 0
-        while pos < mf.file_size:
+        while pos < mf.data_end:  # past it the file has no blocks: zeros (store/mapped_file.py)
             check = commit_log.check_at(mf, pos, decode=False, check_crc=True)
             if check.outcome is DecodeOutcome.MESSAGE:
                 offset = mf.file_from_offset + pos
@@ -169,7 +169,7 @@ def _scan(commit_log: CommitLog, start_index: int, progress: RecoveryProgress) -
 
 def _next_candidate(mf: MappedFile, from_pos: int) -> int:
     """Position of the next possible message start in `mf` at or after `from_pos` (file size when none)."""
-    found = mf.mm.find(_MAGIC_BYTES, from_pos + 4, mf.file_size)
+    found = mf.mm.find(_MAGIC_BYTES, from_pos + 4, mf.data_end)
     return mf.file_size if found < 0 else found - 4
 
 

@@ -97,6 +97,9 @@ class MessageStoreConfig:
     transient_store_pool_enable: bool = setting(False)
     # Buffers in the transient store pool.
     transient_store_pool_size: int = setting(5, 1, 1_024)
+    # Disk blocks reserved ahead of a file's write position at most, in steps that double from 64 KiB
+    # (store/space_reservation.py); 0 reserves every file whole at its creation. Not a RocketMQ setting.
+    reserve_ahead_bytes: int = setting(64 * MIB, 0, GIB)
     # Touch every page of a new file and lock it in memory.
     warm_mapped_file_enable: bool = setting(False)
     # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
@@ -202,7 +205,8 @@ class MessageStoreConfig:
     store_host: str = setting("127.0.0.1")
     # Port half of STOREHOST.
     store_port: int = setting(10911, 0, 65_535)
-    # Consume-queue files mapped at once at most; colder ones are unmapped (each mapping holds a file descriptor).
+    # Consume-queue files mapped at once at most; colder ones are unmapped. Lowered to half the soft
+    # descriptor limit at start (store/lazy_mapped_file.py budget_for_descriptors).
     max_mapped_consume_queue_files: int = setting(1_024, 1, 10_000_000)
     # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
     max_dispatch_lag_bytes: int = setting(256 * MIB, MIB, 2**62)
@@ -231,6 +235,10 @@ class MessageStoreConfig:
             (
                 self.mapped_file_size_consume_queue_bytes % CQ_UNIT_SIZE_BYTES == 0,
                 "mapped_file_size_consume_queue_bytes must be a multiple of 20",
+            ),
+            (
+                self.reserve_ahead_bytes == 0 or self.reserve_ahead_bytes >= 64 * 1024,
+                "reserve_ahead_bytes must be 0 (whole files) or at least 65536",
             ),
             (index_file_bytes <= 2**31 - 1, "max_hash_slot_num and max_index_num make an index file past 2 GiB"),
             (

@@ -41,6 +41,7 @@ from store.file_ahead import FileAhead
 from store.lazy_mapped_file import LazyMappedFile, MappingBudget
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
@@ -68,7 +69,7 @@ def filler(count: int) -> bytes:
 class ConsumeQueue:
     def __init__(
         self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, budget: MappingBudget | None = None,
-        allocate_service: AllocateMappedFileService | None = None,
+        allocate_service: AllocateMappedFileService | None = None, reservation: SpaceReservation = DEFAULT_RESERVATION,
     ) -> None:  # fmt: skip
         assert mapped_file_size % CQ_STORE_UNIT_SIZE == 0
         self.topic = topic
@@ -76,7 +77,11 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.queue_dir = os.path.join(store_path, topic, str(queue_id))
         # With a budget the queue's files are mapped only while used (store/lazy_mapped_file.py).
-        factory = functools.partial(LazyMappedFile, budget=budget) if budget is not None else MappedFile
+        factory = (
+            functools.partial(LazyMappedFile, budget=budget, reservation=reservation)
+            if budget is not None
+            else functools.partial(MappedFile, reservation=reservation)
+        )
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, file_factory=factory)
         self.max_physic_offset = -1
         self.min_logic_offset = 0
@@ -111,7 +116,8 @@ class ConsumeQueue:
             if pos:
                 end = mf.file_from_offset + pos
             mm = mf.mm
-            while pos + CQ_STORE_UNIT_SIZE <= self.mapped_file_size:
+            scan_end = min(self.mapped_file_size, mf.data_end)  # past data_end: no blocks, zeros
+            while pos + CQ_STORE_UNIT_SIZE <= scan_end:
                 offset, size, _tags = ENTRY.unpack_from(mm, pos)
                 if is_filler(offset, size):
                     pos += CQ_STORE_UNIT_SIZE  # a copied RocketMQ store may hold filler beyond the first file's head
@@ -120,7 +126,7 @@ class ConsumeQueue:
                     max_phys = offset + size
                     pos += CQ_STORE_UNIT_SIZE
                     end = mf.file_from_offset + pos
-                elif offset == 0 and size == 0 and _is_zero_tail(mm, pos, self.mapped_file_size):
+                elif offset == 0 and size == 0 and _is_zero_tail(mm, pos, scan_end):
                     break
                 else:
                     # A zero entry inside the queue is a gap filled earlier; keep scanning past it.
@@ -136,12 +142,13 @@ class ConsumeQueue:
         queue's first file; 0 when the file begins with an entry or holds nothing at all."""
         mm = mf.mm
         unit = CQ_STORE_UNIT_SIZE
+        end = min(self.mapped_file_size, mf.data_end)  # past data_end: no blocks, zeros
         pos = 0
-        while pos + unit <= self.mapped_file_size and mm[pos : pos + unit] == FILLER_ENTRY:
+        while pos + unit <= end and mm[pos : pos + unit] == FILLER_ENTRY:
             pos += unit
-        if pos + unit > self.mapped_file_size or any(mm[pos : pos + unit]):
+        if pos + unit > end or any(mm[pos : pos + unit]):
             return pos
-        head = bytes(mm[pos : self.mapped_file_size])
+        head = bytes(mm[pos:end])
         first = len(head) - len(head.lstrip(b"\0"))
         if first == len(head):
             return pos  # nothing written after the head

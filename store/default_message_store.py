@@ -65,7 +65,7 @@ from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.consume_queue import ConsumeQueue
 from store.consumer_offset_manager import ConsumerOffsetManager
 from store.deleted_topic_table import DeletedTopicTable
-from store.disk_usage import DiskUsageProbe, disk_used_ratio
+from store.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.errors import StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
@@ -75,7 +75,7 @@ from store.group_consumption import GroupConsumption
 from store.index_rebuild_service import IndexRebuildService
 from store.index_service import IndexService
 from store.key_query import query_message
-from store.lazy_mapped_file import MappingBudget
+from store.lazy_mapped_file import MappingBudget, budget_for_descriptors
 from store.lock_file import StoreLockFile
 from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
 from store.message_getter import MessageGetter
@@ -86,6 +86,8 @@ from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
+from store.space_check import check_space
+from store.space_reservation import SpaceReservation, file_kind
 from store.state_log import STATE_TOPIC, StateLog, StateStore
 from store.state_snapshot_service import StateSnapshotService
 from store.state_table import StateTable
@@ -129,21 +131,25 @@ class _StateStoreView:
 class DefaultMessageStore:
     def __init__(self, config: MessageStoreConfig, clock: Clock | None = None, disk_usage_probe: DiskUsageProbe | None = None) -> None:
         self.config = config.validate()
+        # Disk blocks are reserved in steps ahead of each file's writes; a step that finds no space
+        # refuses puts with DISK_FULL (store/space_reservation.py, `_on_short`).
+        self.reservation = SpaceReservation(config.reserve_ahead_bytes, self._on_short)
+        self.space_shortage = ""  # what could not be reserved, for /readyz; "" while space_exhausted is False
         self.transient_store_pool: TransientStorePool | None = None
         if config.transient_store_pool_enable and config.broker_role is not BrokerRole.SLAVE:
             self.transient_store_pool = TransientStorePool(config.transient_store_pool_size, config.mapped_file_size_commit_log_bytes)
         self.allocate_service = AllocateMappedFileService(
             config.allocate_mapped_file_timeout_ms, config.warm_mapped_file_enable, self.transient_store_pool,
-            config.prefault_mapped_file_enable,
+            config.prefault_mapped_file_enable, self.reservation,
         )  # fmt: skip
-        self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool)
+        self.commit_log = CommitLog(config, self.allocate_service, self.transient_store_pool, reservation=self.reservation)
         self.commit_log.mapped_file_queue.no_space_listener = self._on_no_space
-        self.mapping_budget = MappingBudget(config.max_mapped_consume_queue_files)
+        self.mapping_budget = MappingBudget(budget_for_descriptors(config.max_mapped_consume_queue_files))
         self.space_exhausted = False  # a file's space could not be reserved; cleared by a cleanup pass
         self.deleted_topics = DeletedTopicTable(config.config_dir())
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
-        self.index_service = IndexService(config, self.allocate_service)
+        self.index_service = IndexService(config, self.allocate_service, self.reservation)
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
         self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
         self.topic_removals = TopicRemovals()  # queues of deleted topics, removed once the deletion is applied
@@ -158,6 +164,7 @@ class DefaultMessageStore:
         )
         self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
         self.reput_service.trim = self.trim_mappings
+        self.reput_service.release_mappings = self.mapping_budget.release_all
         self.reput_service.on_no_space = self._on_no_space
         self.flush_service: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -223,6 +230,7 @@ class DefaultMessageStore:
 
     def load(self) -> bool:
         cfg = self.config
+        check_space(cfg)  # a file size no volume can hold refuses the start (store/space_check.py)
         self.lock()
         try:
             self._recovery_progress.begin("loading files", 0)
@@ -511,9 +519,15 @@ class DefaultMessageStore:
 
     def _on_no_space(self, path: str) -> None:
         """A file's space could not be reserved: refuse puts now and let cleanup check the disk at once."""
+        self._on_short(file_kind(path), path, disk_free_bytes(path))
+
+    def _on_short(self, kind: str, path: str, free_bytes: int) -> None:
+        """A reservation of `path` (a `kind` file) failed for space: refuse puts (DISK_FULL) now, name
+        the file kind and the free space for /readyz, and let cleanup check the disk at once."""
+        self.space_shortage = f"no space to reserve a {kind} file ({free_bytes} bytes free)"
         if not self.space_exhausted:
             self.space_exhausted = True
-            log.error("no disk space for %s: refusing puts (DISK_FULL) until space is freed", path)
+            log.error("no disk space for %s (%d bytes free): refusing puts (DISK_FULL) until space is freed", path, free_bytes)
         self.clean_commit_log_service.wakeup()
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
@@ -530,7 +544,7 @@ class DefaultMessageStore:
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = ConsumeQueue(
             topic, queue_id, self.config.consume_queue_dir(), self.config.mapped_file_size_consume_queue_bytes, self.mapping_budget,
-            self.allocate_service,
+            self.allocate_service, self.reservation,
         )  # fmt: skip
         cq.mapped_file_queue.no_space_listener = self._on_no_space
         return cq

@@ -21,6 +21,7 @@ import struct
 from store import _kernels
 from store.mapped_file import MappedFile
 from store.message import java_string_hash
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 HEADER_BYTES = 40
 SLOT_BYTES = 4
@@ -54,16 +55,31 @@ class IndexFile:
             self.index_count,
         ) = header
 
-    def __init__(self, path: str, slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0) -> None:
+    def __init__(
+        self, path: str, slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0,
+        reservation: SpaceReservation = DEFAULT_RESERVATION,
+    ) -> None:  # fmt: skip
         self.path = path
         self.slot_num = slot_num
         self.index_num = index_num
         self.file_size = index_file_size(slot_num, index_num)
         existed = os.path.exists(path) and os.path.getsize(path) == self.file_size
         # Index files are named by time, not offset: wrap the mapping without MappedFile's name rule.
-        self.mapped_file = _NamedMappedFile(path, self.file_size)
+        self.mapped_file = _NamedMappedFile(path, self.file_size, reservation)
         self.mm = self.mapped_file.mm
         self._entries_pos = HEADER_BYTES + slot_num * SLOT_BYTES
+        # Slots are written anywhere (a key's hash picks one), so they are reserved whole with the
+        # header (a reservation is always a prefix of the file); entries are written in order and
+        # reserved in steps ahead of index_count (store/space_reservation.py). A loaded file is
+        # reserved at its first write.
+        self.mapped_file.reserve_base = self._entries_pos
+        if not existed:
+            try:
+                self.mapped_file.ensure_reserved(self._entries_pos + ENTRY_BYTES)
+            except OSError:
+                self.mapped_file.close()
+                _unlink_quietly(path)
+                raise
         if existed:
             self._set_header(_HEADER.unpack_from(self.mm, 0))
             if self.index_count < 1:
@@ -88,6 +104,7 @@ class IndexFile:
         count = self.index_count
         if count >= self.index_num:
             return False
+        self.mapped_file.ensure_reserved(self._entries_pos + (count + 1) * ENTRY_BYTES)
         mm = self.mm
         h = key_hash(key)
         slot_pos = HEADER_BYTES + (h % self.slot_num) * SLOT_BYTES
@@ -120,6 +137,8 @@ class IndexFile:
         header = (
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count, self.index_count
         )  # fmt: skip
+        last_entry = min(self.index_num, self.index_count + key_to - key_from)
+        self.mapped_file.ensure_reserved(self._entries_pos + last_entry * ENTRY_BYTES)
         stop, pos, current, last_put, header = _index_put(
             self.mm, self.slot_num, self.index_num, header, keys, key_from, key_to, current_record
         )
@@ -137,6 +156,8 @@ class IndexFile:
         return n
 
     def write_header(self) -> None:
+        if self.mapped_file.reserved_to < HEADER_BYTES:
+            self.mapped_file.ensure_reserved(HEADER_BYTES)  # a loaded file: reserved at its first write
         _HEADER.pack_into(
             self.mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
             self.hash_slot_count, self.index_count,
@@ -188,9 +209,16 @@ class IndexFile:
 class _NamedMappedFile(MappedFile):
     """A MappedFile whose name is a timestamp, not a start offset."""
 
-    def __init__(self, path: str, file_size: int) -> None:
+    def __init__(self, path: str, file_size: int, reservation: SpaceReservation) -> None:
         base = os.path.basename(path)
         tmp_name_ok = base.isdigit()
         assert tmp_name_ok, "index files are named by digits (yyyyMMddHHmmssSSS)"
-        super().__init__(path, file_size)
+        super().__init__(path, file_size, reservation=reservation)
         self.file_from_offset = 0
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -31,6 +31,7 @@ from store.errors import DispatchFailed
 from store.file_ahead import FileAhead
 from store.index_file import IndexFile, index_file_size
 from store.message_codec import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, DispatchRequest
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
@@ -47,8 +48,12 @@ def index_file_name(now_ms: int) -> str:
 
 
 class IndexService:
-    def __init__(self, config: MessageStoreConfig, allocate_service: AllocateMappedFileService | None = None) -> None:
+    def __init__(
+        self, config: MessageStoreConfig, allocate_service: AllocateMappedFileService | None = None,
+        reservation: SpaceReservation = DEFAULT_RESERVATION,
+    ) -> None:  # fmt: skip
         self.config = config
+        self.reservation = reservation
         self.store_path = config.index_dir()
         self.slot_num = config.max_hash_slot_num
         self.index_num = config.max_index_num
@@ -76,7 +81,7 @@ class IndexService:
             if not name.isdigit() or os.path.getsize(path) != expected:
                 log.warning("ignoring index file %s (unexpected name or size)", path)
                 continue
-            f = IndexFile(path, self.slot_num, self.index_num)
+            f = IndexFile(path, self.slot_num, self.index_num, reservation=self.reservation)
             if not last_exit_ok and f.end_timestamp > checkpoint_index_ts:
                 # Entries past the checkpoint may be torn; recovery re-dispatches from end_phy_offset().
                 f.destroy(0)
@@ -156,7 +161,7 @@ class IndexService:
     def _create_ahead(self, after: str) -> IndexFile:
         """A new empty file named after `after` (the allocate service's thread); its header is set when a roll takes it."""
         name = self._next_name(after)
-        return IndexFile(os.path.join(self.store_path, name), self.slot_num, self.index_num)
+        return IndexFile(os.path.join(self.store_path, name), self.slot_num, self.index_num, reservation=self.reservation)
 
     @staticmethod
     def _next_name(after: str | None) -> str:
@@ -262,6 +267,7 @@ class IndexService:
                 self.index_num,
                 last.end_phy_offset if last else 0,
                 last.end_timestamp if last else 0,
+                self.reservation,
             )
         except OSError as exc:
             raise DispatchFailed(f"cannot create an index file: {exc}") from exc  # dispatch retries the message

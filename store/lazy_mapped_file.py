@@ -1,8 +1,8 @@
 """LazyMappedFile and MappingBudget: consume-queue files mapped on demand, a bounded number at once.
 
-Every mapping holds a file descriptor (CPython's mmap keeps a duplicate of the one it was
-made from), so a broker with many queues would hold one descriptor per consume-queue file
-and run out of them. A LazyMappedFile is created and reserved on disk like any MappedFile
+A mapping holds no file descriptor (store._kernels.Mapping), but each one is a region of the
+process's address space (bounded by vm.max_map_count) whose touched pages count in its resident
+set, so a broker with many queues keeps only the files in use mapped. A LazyMappedFile is created and reserved on disk like any MappedFile
 but mapped only when its bytes are first touched; the store's MappingBudget unmaps the
 coldest ones when more than `max_mapped_consume_queue_files` are mapped.
 
@@ -23,13 +23,34 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import mmap
 import os
+import resource
 import threading
 
-from store.mapped_file import MappedFile
+from store._kernels import Mapping
+from store.mapped_file import MappedFile, map_file
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 log = logging.getLogger("tidemq.store")
+
+
+def budget_for_descriptors(configured: int) -> int:
+    """`configured`, lowered to half the soft descriptor limit (at least MIN_BUDGET).
+
+    A mapping holds no descriptor, but mapping a file, reserving its next step and flushing an
+    unmapped one each open one for a moment, and the mappings' memory grows with the budget: a
+    process allowed few descriptors is a small one, so its budget follows its limit. With the
+    limit at 256 and 2,000 queues, at most 128 queue files are mapped at once.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or configured <= soft // 2:
+        return configured
+    fitted = max(MIN_BUDGET, soft // 2)
+    log.info("max_mapped_consume_queue_files %d lowered to %d for the descriptor limit %d", configured, fitted, soft)
+    return min(configured, fitted)
+
+
+MIN_BUDGET = 16  # mapped queue files allowed at least, whatever the descriptor limit
 
 
 class MappingBudget:
@@ -55,6 +76,14 @@ class MappingBudget:
     def removed(self, mf: LazyMappedFile) -> None:
         with self._lock:
             self._files.pop(id(mf), None)
+
+    def release_all(self) -> int:
+        """Unmap every file no reader holds now; returns how many (a shortage of descriptors or memory)."""
+        with self._lock:
+            candidates = list(self._files.values())
+        released = sum(1 for mf in candidates if mf.try_unmap())
+        self.unmapped_total += released
+        return released
 
     def trim(self) -> int:
         """Unmap cold files until at most `max_mapped` are mapped; returns how many. Called by dispatch
@@ -85,27 +114,27 @@ class MappingBudget:
 class LazyMappedFile(MappedFile):
     """A MappedFile whose mapping exists only while it is used (see the module docstring)."""
 
-    def __init__(self, path: str, file_size: int, budget: MappingBudget) -> None:
+    def __init__(self, path: str, file_size: int, budget: MappingBudget, reservation: SpaceReservation = DEFAULT_RESERVATION) -> None:
         self._budget = budget
-        self._mm: mmap.mmap | None = None
+        self._mm: Mapping | None = None
         self.used = False
         self._map_lock = threading.Lock()  # leaf lock: two readers mapping the same file map it once
-        super().__init__(path, file_size, None, map_now=False)
+        super().__init__(path, file_size, None, map_now=False, reservation=reservation)
 
     @property  # type: ignore[override]  # MappedFile.mm is an attribute; here reading it maps the file on first use
-    def mm(self) -> mmap.mmap:
+    def mm(self) -> Mapping:
         self.used = True
         mm = self._mm
         return mm if mm is not None else self._map()
 
     @mm.setter
-    def mm(self, value: mmap.mmap) -> None:
+    def mm(self, value: Mapping) -> None:
         self._mm = value
 
     def is_mapped(self) -> bool:
         return self._mm is not None
 
-    def _map(self) -> mmap.mmap:
+    def _map(self) -> Mapping:
         if len(self._budget) >= self._budget.max_mapped:
             self._budget.trim()  # make room before taking another descriptor
         with self._map_lock:
@@ -114,7 +143,7 @@ class LazyMappedFile(MappedFile):
             self._budget.added(self)
         return mm
 
-    def _map_locked(self) -> tuple[mmap.mmap, bool]:
+    def _map_locked(self) -> tuple[Mapping, bool]:
         """The mapping, made now if there is none; (mapping, whether it was made now)."""
         mm = self._mm
         if mm is not None:
@@ -123,10 +152,9 @@ class LazyMappedFile(MappedFile):
             raise ValueError(f"{self.path} is closed")
         fd = os.open(self.path, os.O_RDWR)
         try:
-            mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = map_file(fd, self.file_size)
         finally:
             os.close(fd)
-        self._address = None
         self._mm = mm
         return mm, True
 
@@ -173,7 +201,6 @@ class LazyMappedFile(MappedFile):
                 except BufferError:
                     return False  # a view outlived its reference; try another time
                 self._mm = None
-                self._address = None
         self._budget.removed(self)
         return True
 
@@ -196,10 +223,10 @@ class LazyMappedFile(MappedFile):
         assert self.positions_ordered(start), self.positions()
         return self.flushed_position
 
-    def drop_resident(self) -> None:
-        """As MappedFile.drop_resident; an unmapped file has nothing resident (and is not mapped for it)."""
+    def drop_resident_below(self, end: int) -> None:
+        """As MappedFile.drop_resident_below; an unmapped file has nothing resident (and is not mapped for it)."""
         if self._mm is not None:
-            super().drop_resident()
+            super().drop_resident_below(end)
 
     def _close_mapping(self) -> None:
         with self._map_lock:

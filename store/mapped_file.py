@@ -13,6 +13,11 @@ mapping is closed only when the reference count drops to zero, or forcibly after
 `interval_forcibly_ms` (then the file is unlinked and the mapping left to the
 readers still holding views; on Linux an unlinked mapping stays valid).
 
+Mappings are store._kernels.Mapping: they hold no file descriptor (a pooled file keeps one for
+pwrite). Disk blocks are reserved ahead of the write position, never written past
+(`reserved_to`, store/space_reservation.py): a page without blocks is never stored to, so a
+full disk is an OSError at a reservation, never a SIGBUS.
+
 Positions are written by one writer under the owner's lock and read without locks.
 """
 
@@ -20,16 +25,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import logging
 import mmap
 import os
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from store import _kernels
+from store._kernels import Mapping
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation, is_no_space
 
 if TYPE_CHECKING:
     from store.transient_store_pool import TransientStorePool
@@ -73,7 +78,14 @@ class SelectMappedBufferResult:
 
 
 class MappedFile:
-    def __init__(self, path: str, file_size: int, transient_store_pool: TransientStorePool | None = None, map_now: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        file_size: int,
+        transient_store_pool: TransientStorePool | None = None,
+        map_now: bool = True,
+        reservation: SpaceReservation = DEFAULT_RESERVATION,
+    ) -> None:
         self.path = path
         self.file_name = os.path.basename(path)
         self.file_size = file_size
@@ -84,9 +96,14 @@ class MappedFile:
         self.store_timestamp = 0  # store time of the last message written (commitlog only)
         self._pool = transient_store_pool
         self.write_buffer: bytearray | None = None
-        self._address: int | None = None  # the mapping's address, taken at the first flush
-        self._fd = -1  # kept open only for a pooled file (pwrite, fdatasync); the mapping holds its own
-        self.reserved = False  # True once the file's blocks are allocated (see reserve_space)
+        self._fd = -1  # kept open only for a pooled file (pwrite, fdatasync); a mapping holds no descriptor
+        self.reservation = reservation
+        self.reserved_to = 0  # bytes [0, reserved_to) have their blocks allocated (store/space_reservation.py)
+        self.reserve_base = 0  # bytes below it are reserved whole (index slots) and do not make steps grow
+        # Bytes [0, data_end) had blocks when the file was loaded; recovery scans no further (past it the
+        # file reads as zeros, and on tmpfs reading a hole of a full volume through a mapping is a SIGBUS).
+        self.data_end = file_size
+        self.dropped_to = 0  # pages below this were taken out of the resident set (drop_resident_below)
         self._map_on_open = map_now  # False for LazyMappedFile, which maps on first use
         self._open(transient_store_pool is not None)
         if transient_store_pool is not None:
@@ -98,12 +115,11 @@ class MappedFile:
         self._first_shutdown_ms = 0
 
     def _open(self, keep_fd: bool) -> None:
-        """Create or open the file, size it, reserve its blocks and (unless lazy) map it.
+        """Create or open the file, size it (sparse), reserve a new file's first step and (unless lazy) map it.
 
-        A new file whose space cannot be reserved is removed again and the OSError raised
-        (ENOSPC on a full disk), so no file is ever written through an unbacked mapping.
-        An existing file is reserved on a best-effort basis (it may come from a version
-        that made sparse files); `reserved` says whether that worked.
+        A new file whose first step cannot be reserved is removed again and the OSError raised
+        (ENOSPC on a full disk). An existing file starts with nothing counted as reserved: its
+        writer reserves from its write position on (fallocate of blocks already there costs nothing).
         """
         path = self.path
         existed = os.path.exists(path)
@@ -111,9 +127,13 @@ class MappedFile:
         try:
             if os.fstat(fd).st_size != self.file_size:
                 os.ftruncate(fd, self.file_size)
-            self.reserved = reserve_space(fd, self.file_size, path, required=not existed)
+            if not existed:
+                self.reserved_to = self.reservation.reserve(fd, path, 0, 1, self.file_size)
+            else:
+                self.data_end = data_end(fd, self.file_size)
+                self.reserved_to = self.data_end - self.data_end % OS_PAGE_SIZE
             if self._map_on_open:
-                self.mm = mmap.mmap(fd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                self.mm = map_file(fd, self.file_size)
         except OSError:
             os.close(fd)
             if not existed:
@@ -122,27 +142,43 @@ class MappedFile:
         if keep_fd:
             self._fd = fd
         else:
-            os.close(fd)  # mmap keeps a duplicate; one descriptor per mapped file is enough
+            os.close(fd)  # the mapping needs no descriptor (store._kernels.Mapping)
         if not existed:
             log.debug("created mapped file %s", path)
 
-    def reserve(self) -> bool:
-        """Try again to reserve the blocks of a file loaded unreserved; True when they are."""
-        if not self.reserved:
-            try:
-                fd = os.open(self.path, os.O_RDWR)
-            except OSError:
-                return False
-            try:
-                self.reserved = reserve_space(fd, self.file_size, self.path, required=False)
-            finally:
-                os.close(fd)
-        return self.reserved
+    def ensure_reserved(self, end: int, strict: bool = False) -> None:
+        """Make sure bytes [0, end) of the file are backed by disk blocks before they are written.
+
+        Reserves one step ahead (store/space_reservation.py; `strict`: the whole step or nothing).
+        Raises the OSError of a reservation that failed (ENOSPC: the disk is full, already reported
+        to the store); nothing may then be written past `reserved_to`.
+        """
+        if end > self.reserved_to:
+            assert end <= self.file_size, f"{self.path}: reservation past the file ({end} > {self.file_size})"
+            if self._fd >= 0:
+                self.reserved_to = self.reservation.reserve(
+                    self._fd, self.path, self.reserved_to, end, self.file_size, self.reserve_base, strict
+                )
+            else:
+                self.reserved_to = self.reservation.reserve_path(
+                    self.path, self.reserved_to, end, self.file_size, self.reserve_base, strict
+                )
+
+    def try_reserve(self, end: int, strict: bool = False) -> bool:
+        """ensure_reserved that answers False instead of raising (the failure is logged and reported)."""
+        try:
+            self.ensure_reserved(end, strict)
+            return True
+        except OSError as exc:
+            # A full disk was reported to the store (once per episode in its log); anything else is logged here.
+            if not is_no_space(exc):
+                log.error("cannot reserve the space of %s up to %d: %s", self.path, end, exc)
+            return False
 
     # Writing -------------------------------------------------------------------------
 
     @property
-    def write_target(self) -> bytearray | mmap.mmap:
+    def write_target(self) -> bytearray | Mapping:
         """Where appends go: the write buffer when pooled, else the mapping."""
         return self.write_buffer if self.write_buffer is not None else self.mm
 
@@ -158,6 +194,8 @@ class MappedFile:
         n = len(data)
         if pos + n > self.file_size:
             return False
+        if pos + n > self.reserved_to:  # also when pooled: the commit's pwrite then never meets a full disk
+            self.ensure_reserved(pos + n)
         self.write_target[pos : pos + n] = data
         self.wrote_position = pos + n
         if self.write_buffer is None:
@@ -168,6 +206,8 @@ class MappedFile:
         """Write at an explicit position (consume queue gaps, replication); moves wrote_position forward."""
         n = len(data)
         assert 0 <= pos and pos + n <= self.file_size, "write outside the file"
+        if pos + n > self.reserved_to:
+            self.ensure_reserved(pos + n)
         self.write_target[pos : pos + n] = data
         if pos + n > self.wrote_position:
             self.wrote_position = pos + n
@@ -175,7 +215,8 @@ class MappedFile:
                 self.committed_position = self.wrote_position
 
     def mark_written(self, new_wrote_position: int) -> None:
-        """Record bytes the owner wrote into `write_target` directly."""
+        """Record bytes the owner wrote into `write_target` directly (after ensure_reserved covered them),
+        or mark the file full (a blank end that is not written)."""
         assert self.wrote_position <= new_wrote_position <= self.file_size, "the wrote position only grows, within the file"
         self.wrote_position = new_wrote_position
         if self.write_buffer is None:
@@ -234,36 +275,36 @@ class MappedFile:
         return f"{self.file_name}: flushed {self.flushed_position} committed {self.committed_position} wrote {self.wrote_position}"
 
     def drop_resident(self) -> None:
-        """Take this file's pages out of the process's resident set once it is full and flushed.
+        """Take this file's pages out of the process's resident set once it is full and flushed."""
+        self.drop_resident_below(self.file_size)
+
+    def drop_resident_below(self, end: int) -> None:
+        """Take the flushed pages below `end` out of the process's resident set (from where the last call stopped).
 
         MADV_DONTNEED on a shared file mapping only unmaps the pages: their bytes are on disk and
         in the page cache, and a later read faults them back from there. Without it every byte the
-        store ever wrote stays counted in its RSS while the file is mapped. Refusals (pages locked
-        by warm-up's mlock) are logged and harmless.
+        store ever wrote stays counted in its RSS while the file is mapped. Only flushed bytes are
+        dropped (`end` is capped at the flushed position): the kernel keeps dirty pages anyway, but
+        a dropped page written again costs a fault. Refusals (pages locked by warm-up's mlock) are
+        logged and harmless.
         """
-        if not hasattr(mmap, "MADV_DONTNEED") or not self.hold():
+        end = min(end, self.flushed_position)
+        end -= end % OS_PAGE_SIZE if end < self.file_size else 0
+        start = self.dropped_to
+        if end <= start or not self.hold():
             return
         try:
-            self.mm.madvise(mmap.MADV_DONTNEED)
+            self.mm.madvise(_kernels.MADV_DONTNEED, start, end - start)
+            self.dropped_to = end
         except (OSError, ValueError) as exc:
             log.debug("madvise(DONTNEED) refused for %s: %s", self.path, exc)
         finally:
             self.release()
 
     def _msync(self, offset: int, length: int) -> None:
-        """msync(MS_SYNC) of [offset, offset+length) with the GIL released.
-
-        CPython's mmap.flush() holds the GIL through the whole msync, which would stop every
-        producer thread while a group commit waits for the disk; ctypes releases it. The
-        caller holds a reference, so the mapping cannot be closed meanwhile.
-        """
-        if self._address is None:
-            self._address = mapping_address(self.mm)
-        libc = _libc()
-        if self._address and libc is not None and sys.platform.startswith("linux"):
-            if libc.msync(ctypes.c_void_p(self._address + offset), ctypes.c_size_t(length), _MS_SYNC) == 0:
-                return
-            log.warning("msync failed for %s (errno %d); flushing through mmap.flush", self.path, ctypes.get_errno())
+        """msync(MS_SYNC) of [offset, offset+length), the GIL released (store._kernels.Mapping.flush): a group
+        commit waiting for the disk does not stop the producer threads. The caller holds a reference,
+        so the mapping cannot be closed meanwhile."""
         self.mm.flush(offset, length)
 
     def _is_able_to(self, current: int, done: int, least_pages: int) -> bool:
@@ -385,53 +426,39 @@ class MappedFile:
         if not self.hold():
             return False
         try:
+            assert pos + length <= self.reserved_to or self.reservation.unsupported, "prefault past the reserved bytes"
             _kernels.prefault(self.mm, pos, length)
             return True
         finally:
             self.release()
 
     def warm_up(self) -> None:
-        """Touch every page, advise the kernel and lock the pages; refusals are logged."""
+        """Reserve the whole file, touch every page, advise the kernel and lock the pages; refusals are logged."""
+        self.ensure_reserved(self.file_size)
         mm = self.mm
         for pos in range(0, self.file_size, OS_PAGE_SIZE):
             mm[pos] = 0
-        madvise = getattr(mm, "madvise", None)
-        if madvise is not None and hasattr(mmap, "MADV_WILLNEED"):
-            try:
-                madvise(mmap.MADV_WILLNEED)
-            except OSError as exc:
-                log.info("madvise refused for %s: %s", self.path, exc)
+        try:
+            mm.madvise(_kernels.MADV_WILLNEED)
+        except OSError as exc:
+            log.info("madvise refused for %s: %s", self.path, exc)
         _mlock(mm, self.file_size, self.path)
 
 
-def reserve_space(fd: int, size: int, path: str, required: bool) -> bool:
-    """Allocate the blocks of [0, size) so that writing through a mapping never meets a full disk.
-
-    A store to a mapped page the filesystem cannot back raises SIGBUS and kills the process;
-    after posix_fallocate succeeded it cannot happen, and a full disk is an OSError (ENOSPC)
-    here, at the file's creation. With `required` that error is raised; otherwise it is
-    logged and False returned. A filesystem without fallocate support is logged once and
-    treated as reserved (nothing better can be done there).
-    """
-    global _FALLOCATE_UNSUPPORTED_LOGGED
+def data_end(fd: int, size: int) -> int:
+    """Where the file's first hole starts (SEEK_HOLE): its blocks before it are allocated; `size`
+    when the filesystem cannot tell. Reserved blocks never written may count as a hole (ext4's
+    unwritten extents), so this is a lower bound of what is reserved and an upper bound of what
+    holds data (writes and reservations go in order from the file's start)."""
     try:
-        os.posix_fallocate(fd, 0, size)
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            if not _FALLOCATE_UNSUPPORTED_LOGGED:
-                _FALLOCATE_UNSUPPORTED_LOGGED = True
-                log.warning("the filesystem of %s cannot reserve space (%s); a full disk may stop the broker with SIGBUS", path, exc)
-            return True
-        if required:
-            raise
-        log.error("cannot reserve the space of %s (%s); it is not written until space is available", path, exc)
-        return False
+        return min(size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:
+        return size
 
 
-def is_no_space(exc: OSError) -> bool:
-    """True when an OSError says the disk (or the user's quota) is full."""
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+def map_file(fd: int, size: int) -> Mapping:
+    """A shared read-write mapping of the file's first `size` bytes that keeps no descriptor."""
+    return _kernels.Mapping(fd, size)
 
 
 def _unlink_quietly(path: str) -> None:
@@ -441,8 +468,6 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-_FALLOCATE_UNSUPPORTED_LOGGED = False
-_MS_SYNC = 4  # Linux's value of MS_SYNC (not exported by Python's mmap module)
 _LIBC: ctypes.CDLL | None = None
 _LIBC_FAILED = False
 
@@ -459,20 +484,9 @@ def _libc() -> ctypes.CDLL | None:
     return _LIBC
 
 
-def mapping_address(mm: mmap.mmap) -> int:
-    """The address of a mapping, or 0 when it cannot be taken."""
-    try:
-        anchor = ctypes.c_char.from_buffer(mm)
-    except (TypeError, ValueError):
-        return 0
-    address = ctypes.addressof(anchor)
-    del anchor  # the export must not outlive this call, or the mapping cannot close
-    return address
-
-
-def _mlock(mm: mmap.mmap, size: int, path: str) -> None:
+def _mlock(mm: Mapping, size: int, path: str) -> None:
     libc = _libc()
-    address = mapping_address(mm)
+    address = mm.address
     if libc is None or not address:
         log.info("mlock unavailable for %s", path)
         return

@@ -10,6 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -17,12 +18,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from store.mapped_file import MappedFile, SelectMappedBufferResult, is_no_space, offset_to_file_name
+from store import _kernels
+from store.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
+from store.space_reservation import is_no_space
 
 if TYPE_CHECKING:
     from store.allocate_mapped_file_service import AllocateMappedFileService
 
 log = logging.getLogger("tidemq.store")
+
+# Flushed bytes behind a file's flush position that stay in the process's resident set (see flush).
+RESIDENT_TAIL_BYTES = 4 * 1024 * 1024
 
 
 class MappedFileQueue:
@@ -179,6 +185,11 @@ class MappedFileQueue:
         self.flushed_where = where
         if not unchanged and where == mf.file_from_offset + self.mapped_file_size:
             mf.drop_resident()  # full and on disk: its pages need not count in the process's memory
+        elif not unchanged and where - mf.file_from_offset - mf.dropped_to >= 2 * RESIDENT_TAIL_BYTES:
+            # Flushed pages well behind the write position leave the resident set too; the last
+            # RESIDENT_TAIL_BYTES stay mapped for the readers of recent entries (a read of an older
+            # one faults its page back from the page cache).
+            mf.drop_resident_below(where - mf.file_from_offset - RESIDENT_TAIL_BYTES)
         if flush_least_pages == 0 or not unchanged:
             self.store_timestamp = max(self.store_timestamp, store_ts)
         return unchanged
@@ -299,13 +310,27 @@ class MappedFileQueue:
 
 
 def _zero_tail(mf: MappedFile, pos: int) -> None:
-    """Zero the bytes past `pos` so a later scan never mistakes old bytes for messages."""
-    size = mf.file_size - pos
-    chunk = 1 << 20
-    zeros = bytes(min(size, chunk))
-    p = pos
-    while p < mf.file_size:
-        n = min(chunk, mf.file_size - p)
-        mf.mm[p : p + n] = zeros[:n]
-        p += n
-    mf.mm.flush()
+    """Zero the bytes past `pos` so a later scan never mistakes old bytes for messages.
+
+    The range is deallocated (a hole reads as zeros), not written: writing zeros through the
+    mapping would store to pages that may have no blocks (past `reserved_to`). The file's
+    reservation then ends at `pos`'s page. Where holes cannot be punched, zeros are written
+    with pwrite, which answers a full disk with ENOSPC instead of a signal.
+    """
+    if pos >= mf.file_size:
+        return
+    fd = os.open(mf.path, os.O_RDWR)
+    try:
+        try:
+            _kernels.punch_hole(fd, pos, mf.file_size - pos)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            zeros = bytes(1 << 20)
+            for p in range(pos, mf.file_size, len(zeros)):
+                os.pwrite(fd, zeros[: min(len(zeros), mf.file_size - p)], p)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    mf.reserved_to = min(mf.reserved_to, pos - pos % OS_PAGE_SIZE)
+    mf.dropped_to = min(mf.dropped_to, pos - pos % OS_PAGE_SIZE)

@@ -34,6 +34,7 @@ the cursor caught up also sees the failure over.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -43,9 +44,9 @@ from store import native
 from store.bulk_dispatch import BulkDispatch
 from store.commit_log import CommitLog
 from store.config import MessageStoreConfig
-from store.mapped_file import is_no_space
 from store.message_codec import DecodeOutcome, check_message
 from store.service_thread import ServiceThread
+from store.space_reservation import is_no_space
 
 log = logging.getLogger("tidemq.store")
 
@@ -72,6 +73,8 @@ class ReputMessageService(ServiceThread):
         self._lock = threading.Lock()  # the dispatch lock (module docstring)
         self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
+        self.release_mappings: Callable[[], object] | None = None  # unmap every idle queue file (out of descriptors)
+        self.descriptor_shortages = 0  # failed attempts that met EMFILE or ENFILE
         self.trim: Callable[[], object] | None = None  # this thread's check of the store's mapping budget, once per pass
         self.on_progress: Callable[[int], None] | None = None  # told the cursor after each chunk (recovery)
 
@@ -208,6 +211,13 @@ class ReputMessageService(ServiceThread):
         self.failures_total += 1
         self._retry_ms = min(DISPATCH_RETRY_MAX_MS, max(DISPATCH_RETRY_MIN_MS, self._retry_ms * 2))
         cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+            # Out of descriptors (connections took them): give back what mappings hold and retry at
+            # once rather than back off; the next attempt opens its file again.
+            self.descriptor_shortages += 1
+            if self.release_mappings is not None:
+                self.release_mappings()
+            self._retry_ms = DISPATCH_RETRY_MIN_MS
         if isinstance(cause, OSError) and is_no_space(cause) and self.on_no_space is not None:
             self.on_no_space(str(cause.filename or "a store file"))
         if not self.failure:

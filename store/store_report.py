@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 def degraded_reasons(store: DefaultMessageStore) -> list[str]:
     """What keeps the store from serving normally now; empty when healthy."""
     reasons: list[str] = []
-    if store.disk_full or store.space_exhausted:
-        reasons.append("disk full")
+    if store.space_exhausted:
+        reasons.append(f"disk full: {store.space_shortage or 'no space for a new file'}")
+    elif store.disk_full:
+        reasons.append(f"disk full: usage past disk_warning_ratio_percent ({store.config.disk_warning_ratio_percent} %)")
     failure = store.reput_service.failure
     if failure:
         reasons.append(f"dispatch failing: {failure}")

@@ -17,14 +17,16 @@ and truncates the rest, so a torn tail after a crash is cut, never read.
 
 from __future__ import annotations
 
+import functools
 import logging
-import mmap
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from store._kernels import Mapping
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 
 log = logging.getLogger("tidemq.store")
 
@@ -56,9 +58,9 @@ class TimerRecord(NamedTuple):
 
 
 class TimerLog:
-    def __init__(self, store_path: str, file_size: int) -> None:
+    def __init__(self, store_path: str, file_size: int, reservation: SpaceReservation = DEFAULT_RESERVATION) -> None:
         self.file_size = file_size
-        self.mapped_file_queue = MappedFileQueue(store_path, file_size)
+        self.mapped_file_queue = MappedFileQueue(store_path, file_size, file_factory=functools.partial(MappedFile, reservation=reservation))
 
     def load(self) -> bool:
         return self.mapped_file_queue.load()
@@ -160,9 +162,11 @@ class TimerLog:
                 continue
             # Files were loaded as full; find how far this one really holds units.
             mf.wrote_position = mf.committed_position = mf.flushed_position = self.file_size
-            file_end = mf.file_from_offset + self._valid_length(mf.mm)
+            file_end = mf.file_from_offset + self._valid_length(mf.mm, mf.data_end)
             end = file_end
-            if file_end < mf.file_from_offset + self.file_size and not self._ends_in_blank(mf.mm, file_end - mf.file_from_offset):
+            if file_end < mf.file_from_offset + self.file_size and not self._ends_in_blank(
+                mf.mm, file_end - mf.file_from_offset, mf.data_end
+            ):
                 break
             end = mf.file_from_offset + self.file_size
         if end < mfq.get_max_offset():
@@ -171,17 +175,18 @@ class TimerLog:
         mfq.set_positions(end)
         return start, end
 
-    def _valid_length(self, buf: mmap.mmap) -> int:
+    def _valid_length(self, buf: Mapping, data_end: int) -> int:
+        """Bytes of whole units from the file's start; none past `data_end` (no blocks there: zeros)."""
         at = 0
-        while at + MIN_BLANK_LEN <= self.file_size:
+        while at + MIN_BLANK_LEN <= min(self.file_size, data_end):
             size, _prev, magic = BLANK.unpack_from(buf, at)
             if magic == BLANK_MAGIC_CODE or size != UNIT_SIZE or not is_magic_ok(magic) or at + UNIT_SIZE > self.file_size:
                 return at
             at += UNIT_SIZE
         return at
 
-    def _ends_in_blank(self, buf: mmap.mmap, at: int) -> bool:
-        if at + MIN_BLANK_LEN > self.file_size:
+    def _ends_in_blank(self, buf: Mapping, at: int, data_end: int) -> bool:
+        if at + MIN_BLANK_LEN > min(self.file_size, data_end):
             return at == self.file_size
         size, _prev, magic = BLANK.unpack_from(buf, at)
         return magic == BLANK_MAGIC_CODE and size == self.file_size - at

@@ -80,7 +80,7 @@ class TimerMessageStore:
         self.max_delay_ms = cfg.timer_max_delay_ms
         self.slots_total = cfg.timer_wheel_slots
         self.roll_window_ms = cfg.timer_roll_window_slots * cfg.timer_precision_ms
-        self.log = TimerLog(os.path.join(cfg.store_path_root_dir, "timerlog"), cfg.mapped_file_size_timer_log_bytes)
+        self.log = TimerLog(os.path.join(cfg.store_path_root_dir, "timerlog"), cfg.mapped_file_size_timer_log_bytes, store.reservation)
         self.wheel: TimerWheel | None = None
         self.checkpoint: TimerCheckpoint | None = None
         self.metrics = TimerMetrics()

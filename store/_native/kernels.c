@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "kernels.h"
+#include "mapping_binding.h"
 
 static PyObject *BatchError;
 
@@ -385,7 +386,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
                               : NULL;
     Py_XDECREF(base);
     if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
-        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0) {
+        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0 || add_mapping(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ mapped_file_size_consume_queue_bytes = 20000
 max_message_size_bytes = 65536
 max_hash_slot_num = 1000
 max_index_num = 4000
+mapped_file_size_timer_log_bytes = 1048576
 disk_max_used_space_ratio_percent = 100
 disk_clean_forcibly_ratio_percent = 100
 disk_warning_ratio_percent = 100
@@ -108,7 +110,11 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
     assert broker.proc is not None and broker.proc.poll() is None, broker.log()
     assert broker.client.get("/healthz").status_code == 200
     status = broker.client.get("/v1/store").json()["runtime"]
-    assert status["disk_full"] is True and "disk full" in status["degraded_reasons"]
+    assert status["disk_full"] is True
+    # /readyz and the status name the kind of file whose space could not be reserved, and the free space.
+    assert re.fullmatch(
+        r"disk full: no space to reserve a (commitlog|consume queue|index) file \(\d+ bytes free\)", status["degraded_reasons"][0]
+    )
     problem(broker.client.get("/readyz"), 503, "SERVICE_NOT_AVAILABLE")
     assert_all_readable(broker.client, stored)
 

@@ -210,6 +210,19 @@ class CheckServer:
                 doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(doc)
                 body = base64.b64decode(doc["body"]).decode()
+                if body.startswith("drip"):
+                    # A reply that never ends in time: one byte a second, each within the check timeout.
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    try:
+                        for _ in range(100):
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(1.0)
+                    except OSError:
+                        pass  # the broker cut the check
+                    return
                 if body.startswith("slow"):
                     time.sleep(1.0)  # past transaction_check_timeout_ms
                 if body.startswith("fail"):
@@ -293,6 +306,34 @@ def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(make_broker
     assert bodies(c, topic) == []
     assert 'tidemq_transaction_check_answers_total{answer="failed"}' in c.get("/metrics").text
     assert "check-back of transaction" in broker.log()
+
+
+def test_a_dripping_check_url_holds_only_its_groups_share_and_never_delays_shutdown(
+    make_broker, topic: str, check_server: CheckServer
+) -> None:
+    """8 transactions of a group whose check URL drips its reply (one byte a second, each read within
+    the 3 s check timeout) do not hold the 8 check slots: another group's 5 transactions are checked
+    and committed at once, each drip is cut at the check's total deadline, and SIGTERM stops the broker
+    promptly although drips are under way."""
+    broker = make_broker(CHECK_STORE + SMALL_BROKER + "transaction_check_timeout_ms = 3000\n", process=True)
+    c = broker.client
+    create(c, topic)
+    for group in ("pg-drip", "pg-ok"):
+        assert c.put(f"/v1/producer-groups/{group}", json={"check_url": check_server.url}).status_code == 201
+    for i in range(8):
+        half(c, topic, f"drip-{i}", group="pg-drip")
+    wait_for(lambda: sum(1 for r in check_server.requests if r["producer_group"] == "pg-drip") >= 2)
+    ok = [half(c, topic, f"commit-{i}", group="pg-ok")["transaction_id"] for i in range(5)]
+    started = time.monotonic()
+    wait_for(lambda: pending(c, "pg-ok") == [], timeout_s=5.0)
+    assert time.monotonic() - started < 3.0, "the other group's checks waited for the dripping ones"
+    assert sorted(bodies(c, topic)) == sorted(f"commit-{i}" for i in range(5))
+    assert {r["transaction_id"] for r in check_server.requests if r["producer_group"] == "pg-ok"} == set(ok)
+    # A drip is cut at its deadline (3 s in all), not after its 100 bytes: the group is checked again.
+    wait_for(lambda: sum(1 for r in check_server.requests if r["producer_group"] == "pg-drip") >= 4, timeout_s=10.0)
+    stopping = time.monotonic()
+    assert broker.stop(timeout_s=10.0) == 0, broker.log()
+    assert time.monotonic() - stopping < 5.0
 
 
 def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_broker, topic: str) -> None:

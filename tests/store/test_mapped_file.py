@@ -10,6 +10,7 @@ import pytest
 from store.allocate_mapped_file_service import AllocateMappedFileService
 from store.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.space_reservation import SpaceReservation
 from store.transient_store_pool import TransientStorePool
 
 SIZE = 16 * 4096
@@ -149,7 +150,9 @@ def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fa
 
     size = 8 * 1024 * 1024 + 3 * OS_PAGE_SIZE  # a prefault chunk and a part of one
     pages = size // OS_PAGE_SIZE
-    service = AllocateMappedFileService(timeout_ms=5_000, prefault=prefault)
+    # Whole files reserved: this test writes every page through the mapping (reserve-ahead's prefault
+    # of each step is test_prefault_follows_the_reserved_steps).
+    service = AllocateMappedFileService(timeout_ms=5_000, prefault=prefault, reservation=SpaceReservation(0))
     service.start()
     try:
         q = MappedFileQueue(str(tmp_path / "cl"), size, service)
@@ -245,6 +248,27 @@ def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) ->
     q.flush(0)
     assert resident_kib(second.path) > 0  # the file being written stays resident
     assert bytes(first.select_mapped_buffer(0, size).view) == payload  # and the bytes read back from the page cache
+    q.shutdown()
+
+
+def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_path) -> None:
+    """Only the last RESIDENT_TAIL_BYTES flushed of a file being written stay resident."""
+    from store.mapped_file_queue import RESIDENT_TAIL_BYTES
+
+    size = 4 * RESIDENT_TAIL_BYTES
+    q = MappedFileQueue(str(tmp_path), size)
+    mf = q.get_last_mapped_file_or_create(0)
+    assert mf is not None
+    payload = bytes(range(256)) * (OS_PAGE_SIZE // 256)
+    for _ in range(3 * RESIDENT_TAIL_BYTES // OS_PAGE_SIZE):
+        mf.append_bytes(payload)
+    assert resident_kib(mf.path) >= 3 * RESIDENT_TAIL_BYTES // 1024
+    q.flush(0)
+    assert mf.dropped_to == 2 * RESIDENT_TAIL_BYTES
+    assert RESIDENT_TAIL_BYTES // 1024 <= resident_kib(mf.path) <= RESIDENT_TAIL_BYTES // 1024 + 64
+    view = mf.select_mapped_buffer(5 * OS_PAGE_SIZE, OS_PAGE_SIZE)
+    assert view is not None and bytes(view.view) == payload  # a dropped page reads back from the page cache
+    view.release()
     q.shutdown()
 
 
