@@ -34,6 +34,7 @@ class TimerCheckpoint:
         try:
             if os.fstat(fd).st_size < OS_PAGE_SIZE:
                 os.ftruncate(fd, OS_PAGE_SIZE)
+            os.posix_fallocate(fd, 0, OS_PAGE_SIZE)  # its page is written through the mapping: never a hole
             self.mm = mmap.mmap(fd, OS_PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)

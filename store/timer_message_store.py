@@ -234,7 +234,7 @@ class TimerMessageStore:
             self.write_time_ms = time_ms
 
     def enqueue(self, offset_py: int, size_py: int, fields: TimerFields, now_ms: int) -> bool:
-        """Write the unit of one timer message and link it into its slot; False when the log could not grow."""
+        """Write the unit of one timer message and link it into its slot; False when the log or the wheel could not grow."""
         wheel = self.wheel
         assert wheel is not None
         write_ms = self.floor(now_ms)
@@ -247,6 +247,8 @@ class TimerMessageStore:
             due = write_ms + window // 2 if due - write_ms - window < window // 3 else write_ms + window
         with self.wheel_lock:
             slot_ms = self.floor(max(due, self.read_time_ms))
+            if not wheel.reserve(slot_ms):
+                return False  # the disk is full: retried, and nothing was written
             slot = wheel.get_slot(slot_ms)
             pos = self.log.append(slot.last_pos, magic, write_ms, slot_ms, offset_py, size_py, fields.topic_hash)
             if pos < 0:

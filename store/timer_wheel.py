@@ -18,6 +18,7 @@ and around moving the read time, so no unit appended to a slot being delivered i
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -29,6 +30,7 @@ from store.errors import ConfigInvalid
 SLOT = struct.Struct(">qqqii")
 SLOT_SIZE = SLOT.size
 assert SLOT_SIZE == 32
+RESERVE_CHUNK_BYTES = 64 * 1024  # blocks reserved at a time, the first time a slot of the chunk is written
 _SCAN_CHUNK_SLOTS = 4096  # slots unpacked per chunk when counting or searching
 # A chunk of never-written slots (a sparse file reads as zeros) holds no live slot: TIME 0 is no tick
 # of a real time, so such a chunk is skipped with one comparison instead of unpacked slot by slot.
@@ -63,10 +65,14 @@ class TimerWheel:
                     "the wheel size cannot change while timers are pending"
                 )
             if size == 0:
-                os.ftruncate(fd, self.length)  # sparse: pages become resident only where slots are used
+                os.ftruncate(fd, self.length)  # sparse: blocks are reserved chunk by chunk as slots are written
             self.mm = mmap.mmap(fd, self.length, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._fd = os.dup(fd)  # for the reservations of chunks written later
         finally:
             os.close(fd)
+        # Chunks whose blocks are reserved (posix_fallocate) since the open: a slot is written only into
+        # one, so no write through the mapping meets a full disk (SIGBUS).
+        self._reserved = bytearray((self.length + RESERVE_CHUNK_BYTES - 1) // RESERVE_CHUNK_BYTES)
 
     def index_of(self, time_ms: int) -> int:
         return (time_ms // self.precision_ms) % self.ring
@@ -78,7 +84,23 @@ class TimerWheel:
             return EMPTY_SLOT
         return Slot(t * self.precision_ms, first, last, num, magic)
 
+    def reserve(self, time_ms: int) -> bool:
+        """Reserve the blocks of the chunk holding the slot of `time_ms` (once per chunk); False when the disk is full."""
+        chunk = self.index_of(time_ms) * SLOT_SIZE // RESERVE_CHUNK_BYTES
+        if self._reserved[chunk]:
+            return True
+        start = chunk * RESERVE_CHUNK_BYTES
+        try:
+            os.posix_fallocate(self._fd, start, min(RESERVE_CHUNK_BYTES, self.length - start))
+        except OSError:
+            return False
+        self._reserved[chunk] = 1
+        return True
+
     def put_slot(self, time_ms: int, first_pos: int, last_pos: int, num: int, magic: int = 0) -> None:
+        """Write a slot; OSError (ENOSPC) when its chunk's blocks cannot be reserved (nothing written)."""
+        if not self.reserve(time_ms):
+            raise OSError(errno.ENOSPC, f"no disk space for the timer wheel's slot of {time_ms}", self.path)
         SLOT.pack_into(self.mm, self.index_of(time_ms) * SLOT_SIZE, time_ms // self.precision_ms, first_pos, last_pos, num, magic)
 
     def live_slots(self, from_ms: int, to_ms: int) -> Iterator[Slot]:
@@ -114,3 +136,4 @@ class TimerWheel:
     def shutdown(self) -> None:
         self.mm.flush()
         self.mm.close()
+        os.close(self._fd)

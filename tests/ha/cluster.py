@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
 from tests.loopback import bound_port, free_port, wait_until_serving
 
@@ -136,6 +138,23 @@ class Node:
 
     def max_offset(self) -> int:
         return int(self.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"])
+
+    def max_offset_on_disk(self) -> int:
+        """Where the stopped node's commitlog ends: past its last whole message (read from the files)."""
+        assert self.proc is None or self.proc.poll() is not None, "the node must be stopped"
+        directory = self.store_dir / "commitlog"
+        end = 0
+        for path in sorted(directory.iterdir()):
+            data = path.read_bytes()
+            base, pos = int(path.name), 0
+            while pos + 8 <= len(data):
+                size, magic = struct.unpack_from(">iI", data, pos)
+                if size <= 0 or pos + size > len(data) or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
+                    break
+                pos += size
+                if magic == MESSAGE_MAGIC_CODE:
+                    end = base + pos
+        return end
 
     def produce(self, topic: str, body: str, queue_id: int = 0) -> httpx.Response:
         return self.client.post(f"/v1/topics/{topic}/messages", json={"body": body, "queue_id": queue_id})
