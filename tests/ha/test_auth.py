@@ -15,7 +15,7 @@ import pytest
 from ha import HANode, HASettings, attach
 from ha.auth import CHALLENGE, CHALLENGE_MAGIC, MASTER_CONTEXT, NONCE_BYTES, OFFER, OFFER_MAGIC, SLAVE_CONTEXT, slave_handshake
 from ha.errors import ProtocolViolation
-from ha.protocol import FRAME_HEADER, HELLO, Hello, Reply, Verdict, read_reply
+from ha.protocol import FRAME_HEADER, VERSION, Hello, Reply, Verdict, read_hello, read_reply
 from store import ConfigInvalid, DefaultMessageStore, build_message
 from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, hello_for, recv_exact, store_config
 from tests.loopback import read_until_closed
@@ -164,7 +164,7 @@ def fake_master(proof_secret: bytes) -> tuple[socket.socket, threading.Thread]:
             master_end.sendall(CHALLENGE.pack(CHALLENGE_MAGIC, master_nonce))
             _, slave_nonce = OFFER.unpack(recv_exact(master_end, OFFER.size))
             recv_exact(master_end, 32)
-            hello = recv_exact(master_end, HELLO.size)
+            _, hello = read_hello(lambda n: recv_exact(master_end, n))
             reply = Reply(Verdict.ACCEPT, 0, 0, 0, None, "").pack()
             proof = hmac.new(proof_secret, MASTER_CONTEXT + master_nonce + slave_nonce + hello + reply, hashlib.sha256).digest()
             master_end.sendall(reply + proof)
@@ -175,7 +175,7 @@ def fake_master(proof_secret: bytes) -> tuple[socket.socket, threading.Thread]:
 
 
 def test_a_fake_master_without_the_secret_is_not_believed():
-    hello = Hello(1, FILE_SIZE, 0, 0, 0, 0)
+    hello = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:1")
     sock, thread = fake_master(b"a guess at the secret")
     with sock, pytest.raises(ProtocolViolation, match="did not prove"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, SECRET.encode(), hello)
