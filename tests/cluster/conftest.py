@@ -20,6 +20,12 @@ CLUSTER_STORE = SMALL_STORE.replace("sync_flush_timeout_ms = 1500", "sync_flush_
 assert CLUSTER_STORE != SMALL_STORE
 
 
+def overridden(table: str, extra: str) -> str:
+    """`table` without the lines whose keys `extra` sets again (TOML refuses a key twice)."""
+    keys = {line.split("=", 1)[0].strip() for line in extra.splitlines() if "=" in line}
+    return "".join(line for line in table.splitlines(keepends=True) if line.split("=", 1)[0].strip() not in keys)
+
+
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     if ETCD is None:
@@ -50,7 +56,7 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             client_options: dict[str, Any] | None = None,
         ) -> Node:
             ha_port = ha_port or free_port()
-            config = CLUSTER_STORE + extra_store + SMALL_BROKER + FAST_FAILOVER + extra_cluster
+            config = CLUSTER_STORE + extra_store + SMALL_BROKER + overridden(FAST_FAILOVER, extra_cluster) + extra_cluster
             node = Node(tmp_path, name, [], config, client_options)
             node.args = [
                 "--cluster-etcd",
