@@ -92,6 +92,24 @@ def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(mas
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
 
 
+def test_the_proof_covers_the_broker_id_a_slave_claims(master):
+    """A MAC made for one broker id does not carry another: a peer cannot acknowledge in another broker's name."""
+    store, node = master
+    sock = connect(node)
+    with sock:
+        _, master_nonce = CHALLENGE.unpack(recv_exact(sock, CHALLENGE.size))
+        slave_nonce = b"\x02" * NONCE_BYTES
+        proven = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8001").pack()
+        proof = hmac.new(SECRET.encode(), SLAVE_CONTEXT + master_nonce + slave_nonce + proven, hashlib.sha256).digest()
+        claimed = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8002").pack()
+        sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + proof + claimed)
+        assert read_until_closed(sock) == b"", "nothing after the challenge: no reply, no frames"
+    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
+    assert node.service is not None and node.service.member_acks() == {}
+    assert all(row["broker_id"] is None for row in node.status()["slaves"]), "the claim was never taken"
+
+
 def test_garbage_after_the_challenge_is_dropped_and_counted(master):
     _, node = master
     sock = connect(node)
