@@ -49,7 +49,9 @@ class AsyncClient(ClientBase[AsyncPool]):
             while True:
                 try:
                     pool = self._pool_for(attempt.target)
-                    return call.result(await pool.request(call.request, self.timeout_s + call.wait_s))
+                    result = call.result(await pool.request(call.request, self.timeout_s + call.wait_s))
+                    attempt.succeeded()
+                    return result
                 except TidemqClientError as error:
                     pause = attempt.pause_before_retry(error)
                     if pause is None:

@@ -49,7 +49,9 @@ class Client(ClientBase[SyncPool]):
             attempt = self._attempt(call)
             while True:
                 try:
-                    return call.result(self._pool_for(attempt.target).request(call.request, self.timeout_s + call.wait_s))
+                    result = call.result(self._pool_for(attempt.target).request(call.request, self.timeout_s + call.wait_s))
+                    attempt.succeeded()
+                    return result
                 except TidemqClientError as error:
                     pause = attempt.pause_before_retry(error)
                     if pause is None:

@@ -127,3 +127,8 @@ class Attempt:
         assert self.topic is not None
         self.routes.learn(self.topic, response)
         self.target = self.routes.target(self.topic)
+
+    def succeeded(self) -> None:
+        """The call was answered: a retried call's topic keeps going where it was answered (a broker the route named)."""
+        if self.tries > 1 and self.topic is not None and self.target != self.routes.base_url:
+            self.routes.masters[self.topic] = self.target

@@ -40,7 +40,7 @@ QUEUES = 2
 RETRY_PAUSE_S = 0.01
 # A worker's longest wait for one reply; a broker that gave none (or refused the connection) is avoided this long,
 # as a client that knows the other brokers of the route would (a paused broker would hold every worker otherwise).
-REQUEST_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 1.0
 AVOID_S = 5.0
 
 
@@ -149,7 +149,7 @@ def read_once(history: History, worker: str, client: httpx.Client, node: str, qu
 class Workload:
     """Producer and reader threads, each sending to a broker chosen at random per request (any broker takes any)."""
 
-    def __init__(self, history: History, nodes: Callable[[], list[str]], producers: int = 2, readers: int = 1) -> None:
+    def __init__(self, history: History, nodes: Callable[[], list[str]], producers: int = 3, readers: int = 1) -> None:
         self.history = history
         self.nodes = nodes
         self.stopping = threading.Event()
