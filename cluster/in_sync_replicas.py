@@ -45,7 +45,9 @@ class InSyncReplicas:
         self.lag_max_s = lag_max_ms / 1000.0
         self.transfer = transfer  # None under ASYNC replication: nothing waits for the slaves
         self.published: frozenset[str] = frozenset()  # the slaves etcd names (the set less this master)
-        self.joining: dict[str, int] = {}  # broker id -> the offset it must acknowledge before it is published
+        # broker id -> the offset it must acknowledge before it is published. `published` and `joining` are replaced
+        # whole, never changed in place: status() reads them from the HTTP threads.
+        self.joining: dict[str, int] = {}
         self.caught_up_at: dict[str, float] = {}
         self._samples: collections.deque[tuple[float, int]] = collections.deque()  # (time, log end), ends never fall
         self.shrinks_total = 0
@@ -72,7 +74,7 @@ class InSyncReplicas:
             if self.caught_up_at.get(broker_id, -1.0) >= previous:
                 self._join(broker_id)
         for broker_id in [b for b in self.joining if self._lags(b, now)]:
-            del self.joining[broker_id]
+            self.joining = {b: j for b, j in self.joining.items() if b != broker_id}
             if self.transfer is not None:
                 self.transfer.release({broker_id})
             log.info("%s fell behind while joining the in-sync set", broker_id)
@@ -82,8 +84,7 @@ class InSyncReplicas:
         if wanted == self.published or not publish(sorted(wanted)):
             return
         self.published = frozenset(wanted)
-        for broker_id in ready:
-            del self.joining[broker_id]
+        self.joining = {b: j for b, j in self.joining.items() if b not in ready}
         if dropped and self.transfer is not None:
             self.transfer.release(dropped)  # only now: etcd no longer names them
         self.shrinks_total += bool(dropped)
@@ -92,14 +93,11 @@ class InSyncReplicas:
 
     def _join(self, broker_id: str) -> None:
         if self.transfer is None:
-            self.joining[broker_id] = -1  # ASYNC: nothing is acknowledged by slaves, ready at once
+            self.joining = {**self.joining, broker_id: -1}  # ASYNC: nothing is acknowledged by slaves, ready at once
             return
-        self.joining[broker_id] = self.transfer.require(broker_id)
-        log.info(
-            "%s caught up: puts wait for it from now on; it joins the in-sync set once it holds offset %d",
-            broker_id,
-            self.joining[broker_id],
-        )
+        target = self.transfer.require(broker_id)
+        self.joining = {**self.joining, broker_id: target}
+        log.info("%s caught up: puts wait for it from now on; it joins the in-sync set once it holds offset %d", broker_id, target)
 
     def _sample(self, now: float, end: int) -> float:
         """Record (now, end); returns the time of the previous sample (now when there is none)."""
@@ -123,7 +121,7 @@ class InSyncReplicas:
     def status(self) -> dict[str, object]:
         return {
             "in_sync": sorted(self.published),
-            "joining": sorted(self.joining),
+            "joining": sorted(self.joining.copy()),
             "in_sync_shrinks_total": self.shrinks_total,
             "in_sync_expansions_total": self.expansions_total,
         }
