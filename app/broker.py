@@ -281,15 +281,16 @@ class Broker:
             raise ProblemError("SERVICE_NOT_AVAILABLE", "the store is not running")
 
     def check_master(self) -> None:
-        """NOT_MASTER (403, naming the master's HTTP address) on a slave; nothing on a master."""
+        """NOT_MASTER (403, naming the master's HTTP address) on a slave; in a cluster, 503 NO_MASTER or
+        NOT_ENOUGH_REPLICAS when this master may not take writes now (ClusterNode.write_refusal); nothing otherwise."""
         if self.config.broker_role is BrokerRole.SLAVE:
             address = self.master_http_address()
             where = f"send to the master at {address}" if address else "the master's address is not known yet"
             raise ProblemError("NOT_MASTER", f"this broker is a slave and accepts no writes; {where}", {"master_http_address": address})
-        if self.cluster is not None and not self.cluster.may_accept_puts():
-            raise ProblemError(
-                "NO_MASTER", "this master's election lease may have expired; it accepts no writes until its group has a master"
-            )
+        if self.cluster is not None:
+            refusal = self.cluster.write_refusal()  # NO_MASTER (fenced) or NOT_ENOUGH_REPLICAS, before anything is stored
+            if refusal is not None:
+                raise ProblemError(*refusal)
 
     def next_round_robin(self, topic: str, queues: int) -> int:
         position = self._round_robin.get(topic, -1) + 1

@@ -94,6 +94,9 @@ PROBLEMS: dict[str, ProblemKind] = {
     "DISPATCH_BEHIND": ProblemKind(503, "Dispatch to the consume queues is behind or failing; retry shortly"),
     "RESOURCES_EXHAUSTED": ProblemKind(503, "The broker is out of file descriptors or memory for this request; retry shortly"),
     "NO_MASTER": ProblemKind(503, "The broker group has no master accepting writes now (election or fencing); retry shortly"),
+    "NOT_ENOUGH_REPLICAS": ProblemKind(
+        503, "The broker group's in-sync set is below min_in_sync_replicas; nothing was stored, retry shortly"
+    ),
     "FORWARD_FAILED": ProblemKind(503, "The broker that owns this request did not answer when it was forwarded; retry shortly"),
     "CLUSTER_UNAVAILABLE": ProblemKind(503, "etcd did not answer, so no broker group could be chosen for a new topic; retry shortly"),
 }

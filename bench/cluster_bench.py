@@ -3,10 +3,13 @@
 Every run starts its own etcd and broker processes on loopback (cluster/local_cluster.py) over
 temporary stores, groups of two brokers under SYNC_MASTER (a put is answered once the slave has it):
 1. throughput: `--producers` threads put `--body-bytes` messages for `--seconds` to the masters
-   directly, one topic per group, first with one group, then with two; then with two groups and
-   one topic spanning both, sent to every broker of the cluster (one address per producer, as a
-   client that knows no route: each broker spreads the produces over the groups, forwarding what
-   it does not serve itself);
+   directly, one topic per group: one group with `min_in_sync_replicas` 1 (the baseline every
+   other rate is a ratio to), one group with `min_in_sync_replicas` 2 (the same work: both brokers
+   hold every acknowledged put either way, 2 only refuses writes when one is left), two groups;
+   then two groups and one topic spanning both, sent to every broker of the cluster (one address
+   per producer, as a client that knows no route: each broker spreads the produces over the
+   groups, forwarding what it does not serve itself). Beside each rate: the CPU time of the broker
+   processes per acknowledged message (from /proc, over the measured interval);
 2. failover: one group under the same load, through both of its brokers; its master is SIGKILLed
    `--rounds` times and restarted at once (back in sync before the next round). Two windows, as
    p50 and max: from the kill until the slave is a master accepting puts, and the producers'
@@ -19,6 +22,7 @@ two groups measure the scaling that is left, not the one of separate machines.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -100,9 +104,22 @@ class Load:
             t.join(10)
 
 
-def throughput(groups: int, args: argparse.Namespace, spanning: bool = False) -> float:
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU time of the processes, from /proc/{pid}/stat."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
+    return total / ticks
+
+
+def throughput(groups: int, args: argparse.Namespace, spanning: bool = False, min_in_sync: int = 1) -> tuple[float, float]:
+    """(acknowledged messages per second, broker CPU seconds per message)."""
     with tempfile.TemporaryDirectory(prefix="tidemq-cluster-bench-") as root:
-        cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, FAST_FAILOVER)
+        config = FAST_FAILOVER + f"min_in_sync_replicas = {min_in_sync}\n"
+        cluster = LocalCluster(Path(root), groups, 2, BASE_PORT, config)
         try:
             cluster.start()
             found = masters(cluster)
@@ -117,11 +134,13 @@ def throughput(groups: int, args: argparse.Namespace, spanning: bool = False) ->
                 r.raise_for_status()
             if spanning:
                 wait(lambda: spans(cluster.urls(), "wide", groups), 30, "every broker to route the topic to every group")
+            pids = [p.pid for name, p in cluster.procs.items() if name != "etcd"]
             with Load(targets, args.producers, "x" * args.body_bytes) as load:
                 time.sleep(args.seconds / 4)  # warm-up
-                before, started = load.acked, time.monotonic()
+                before, started, cpu_before = load.acked, time.monotonic(), cpu_seconds(pids)
                 time.sleep(args.seconds)
-                return (load.acked - before) / (time.monotonic() - started)
+                acked, elapsed, cpu = load.acked - before, time.monotonic() - started, cpu_seconds(pids) - cpu_before
+                return acked / elapsed, cpu / max(acked, 1)
         finally:
             cluster.stop()
 
@@ -188,12 +207,18 @@ def main() -> int:
     if args.quick:
         args.seconds, args.rounds = 2.0, 2
     one = throughput(1, args)
+    one_min2 = throughput(1, args, min_in_sync=2)
     two = throughput(2, args)
     wide = throughput(2, args, spanning=True)
-    print(f"produce, SYNC_MASTER groups of 2, {args.producers} producers, {args.body_bytes} B bodies:")
-    print(f"  1 group : {one:10,.0f} msg/s")
-    print(f"  2 groups: {two:10,.0f} msg/s  ({two / one:.2f}x)")
-    print(f"  2 groups, one spanning topic, via every broker: {wide:10,.0f} msg/s  ({wide / one:.2f}x)")
+    print(f"produce, SYNC_MASTER groups of 2, {args.producers} producers, {args.body_bytes} B bodies (CPU: the brokers'):")
+    rows = [
+        ("1 group, min_in_sync_replicas 1 (baseline)", one),
+        ("1 group, min_in_sync_replicas 2", one_min2),
+        ("2 groups", two),
+        ("2 groups, one spanning topic, via every broker", wide),
+    ]
+    for label, (rate, cpu) in rows:
+        print(f"  {label:48}: {rate:8,.0f} msg/s ({rate / one[0]:.2f}x), {cpu * 1e6:7.0f} us CPU/msg ({cpu / one[1]:.2f}x)")
     elected, acked = failover_windows(args)
     print(f"failover, SIGKILL of the master ({len(elected)} rounds, lease_ttl_s 2, the killed broker restarted at once):")
     print(f"  until a new master accepts puts : p50 {statistics.median(elected):.2f} s, max {max(elected):.2f} s")

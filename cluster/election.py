@@ -15,7 +15,10 @@
   it was read; it writes the leader key (under a new lease), epoch E+1, the epoch's start offset
   (the candidate's log end) and a fresh sync state naming the new master.
 - Eligibility: a group with no sync state yet (new) elects anyone; otherwise only the last master
-  or a member of its in-sync set (`eligible`).
+  or a member of its in-sync set (`eligible`). Every eligible broker holds every acknowledged put
+  (cluster/in_sync_replicas.py); among the eligible live ones, the one whose log goes furthest
+  (ties: the smallest broker id) campaigns and the others defer to it (`rival`), so the new master
+  also keeps the most of what was stored but not yet acknowledged.
 """
 
 from __future__ import annotations
@@ -39,6 +42,23 @@ def eligible(group: GroupView, broker_id: str) -> bool:
     return broker_id == state.get("master") or broker_id in state.get("in_sync", [])
 
 
+# Registration roles of brokers that may campaign: a master's or a deposed master's record outlives its process.
+CANDIDATE_ROLES = frozenset({"starting", "slave", "candidate"})
+
+
+def rival(group: GroupView, broker_id: str, own_offset: int) -> str | None:
+    """An eligible live broker that should be elected before `broker_id`, whose log ends at `own_offset`; None: none."""
+    best: tuple[int, str] | None = None
+    for other, record in group.records.items():
+        if other == broker_id or record.get("role") not in CANDIDATE_ROLES or not eligible(group, other):
+            continue
+        offset = int(record.get("confirmed_offset", -1))
+        if offset > own_offset or (offset == own_offset and other < broker_id):
+            if best is None or (-offset, other) < (-best[0], best[1]):
+                best = (offset, other)
+    return best[1] if best is not None else None
+
+
 class Election:
     def __init__(self, etcd: EtcdClient, keys: Keys, settings: ClusterSettings, broker_id: str, sync: bool) -> None:
         self.etcd = etcd
@@ -53,7 +73,6 @@ class Election:
         self.deadline = 0.0  # monotonic: the master accepts puts until then
         self.etcd_lost = False  # a renewal found no etcd while the lease was valid
         self.next_renewal = 0.0
-        self.in_sync: list[str] = []
 
     @property
     def is_leader(self) -> bool:
@@ -86,7 +105,6 @@ class Election:
         self.deadline = sent + (self.settings.lease_ttl_s * 1000 - self.settings.fence_margin_ms) / 1000.0
         self.next_renewal = sent + self.settings.lease_renew_interval_ms / 1000.0
         self.etcd_lost = False
-        self.in_sync = []
         log.info("elected master of %s at epoch %d (log starts the epoch at %d)", self.group, epoch, start_offset)
         return True
 
@@ -113,16 +131,14 @@ class Election:
         self.deadline = now + (self.settings.lease_ttl_s * 1000 - self.settings.fence_margin_ms) / 1000.0
         return True
 
-    def publish_in_sync(self, in_sync: list[str]) -> None:
-        """Write the set of slaves that may succeed this master, when it changed (guarded: only while our leader key stands)."""
-        if self.lease == 0 or sorted(in_sync) == self.in_sync:
-            return
+    def publish_in_sync(self, in_sync: list[str]) -> bool:
+        """Write the slaves that may succeed this master, guarded by our leader key's revision: True once written,
+        False when the key is gone or another's (EtcdError when etcd does not answer)."""
+        if self.lease == 0:
+            return False
         value = {"epoch": self.epoch, "master": self.broker_id, "in_sync": sorted(in_sync)}
-        if self.etcd.put_if(
-            [(self.keys.leader(self.group), "create", self.leader_revision)], [(self.keys.sync_state(self.group), value, 0)]
-        ):
-            self.in_sync = sorted(in_sync)
-            log.info("in-sync replicas of %s at epoch %d: %s", self.group, self.epoch, self.in_sync or "none")
+        guard = [(self.keys.leader(self.group), "create", self.leader_revision)]
+        return bool(self.etcd.put_if(guard, [(self.keys.sync_state(self.group), value, 0)]))
 
     def resign(self) -> None:
         """Drop the lease (and with it the leader key) so the group elects at once; best effort."""

@@ -31,7 +31,8 @@ LOCAL_STORE = """
 mapped_file_size_commit_log_bytes = 67108864
 """
 # Short leases so a failover takes seconds (the defaults are 5 s): renewals every 300 ms, fenced
-# 500 ms before the TTL. For the cluster tests and bench/cluster_bench.py (its config_text).
+# 500 ms before the TTL; a slave 1.5 s behind leaves the in-sync set. For the cluster tests and
+# bench/cluster_bench.py (its config_text).
 FAST_FAILOVER = """
 [cluster]
 lease_ttl_s = 2
@@ -39,6 +40,7 @@ lease_renew_interval_ms = 300
 fence_margin_ms = 500
 refresh_interval_ms = 100
 etcd_request_timeout_ms = 500
+in_sync_lag_max_ms = 1500
 """
 STOP_TIMEOUT_S = 20.0
 CLUSTER_NAME = "local"

@@ -3,10 +3,13 @@
 Each round (every `refresh_interval_ms`, and every `lease_renew_interval_ms` on a master):
 1. a master renews its election lease (cluster/election.py); etcd saying the lease is gone deposes it;
 2. one range read of the cluster's keys gives the new ClusterView (routes and forwarding read it);
-3. a master checks it still leads and publishes its in-sync slaves; a slave follows its group's
-   master (its HAClient re-pointed when the master or epoch changes), records the master's epoch in
-   the epoch file once it streams from it, or campaigns when the group has no master and it is
-   eligible;
+3. a master checks it still leads and updates its in-sync set (cluster/in_sync_replicas.py: a
+   shrink is written to etcd before any put is acknowledged without the slave dropped); a slave
+   follows its group's master (its HAClient re-pointed when the master or epoch changes), records
+   the master's epoch in the epoch file once it streams from it, or, when the group has no master
+   and it is eligible, campaigns from its second leaderless round on (the first one publishes its
+   log's end), unless an eligible live broker's log goes further (it defers to it, at most
+   `lease_ttl_s`);
 4. the registration record is rewritten.
 When etcd does not answer, the round stops at the failing call: roles stay as they are and no
 campaign happens (there is no election without etcd).
@@ -26,11 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 
-from cluster.election import Election, eligible
+from cluster.election import Election, eligible, rival
 from cluster.epoch_file import EpochFile, truncation_offset
 from cluster.etcd_client import EtcdClient, EtcdError
+from cluster.in_sync_replicas import InSyncReplicas
 from cluster.registration import Registration
 from cluster.registry import ClusterView, GroupView, Keys, parse_view
 from cluster.settings import ClusterSettings
@@ -38,6 +43,7 @@ from ha import HANode, HASettings, HAStartFailed, start_node, stop_node
 from store import BrokerRole, MessageStore, ServiceThread
 
 log = logging.getLogger("tidemq.cluster")
+NO_MASTER_DETAIL = "this master's election lease may have expired; it accepts no writes until its group has a master"
 # httpx logs every request at INFO: several etcd requests a second would drown the broker's own lines.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -53,7 +59,8 @@ class ClusterNode(ServiceThread):
         self.ha_address = settings.advertised_ha_address or f"{ha.ha_host}:{ha.ha_port}"
         self.etcd = EtcdClient(settings.endpoints(), settings.etcd_request_timeout_ms)
         self.keys = Keys(settings.cluster_name)
-        self.election = Election(self.etcd, self.keys, settings, self.broker_id, sync=ha.replication == "sync")
+        self.sync = ha.replication == "sync"
+        self.election = Election(self.etcd, self.keys, settings, self.broker_id, sync=self.sync)
         self.registration = Registration(self.etcd, self.keys, settings, self.broker_id, self.ha_address)
         self.epochs = EpochFile(store_dir)
         self.view = ClusterView({})
@@ -62,7 +69,17 @@ class ClusterNode(ServiceThread):
         self.following: tuple[str, int] | None = None  # (master id, epoch) the HAClient streams from
         self.etcd_error: str | None = None  # the last round's etcd failure, None while etcd answers
         self.restart_reason: str | None = None
-        self._previous_end = 0  # the log's end one round ago: a slave past it is in sync
+        self.in_sync = InSyncReplicas(self.broker_id, settings.in_sync_lag_max_ms, None)  # replaced at each election won
+        self._leaderless_since: float | None = None  # monotonic: when this broker first saw its group without a master
+        self._deferred_to: str | None = None
+        lag_bound = settings.in_sync_lag_max_ms + settings.etcd_request_timeout_ms
+        if self.sync and lag_bound >= store.config.sync_flush_timeout_ms:
+            log.warning(
+                "in_sync_lag_max_ms + etcd_request_timeout_ms (%d ms) is not below sync_flush_timeout_ms (%d ms): "
+                "puts waiting on a dead slave time out (504) before the in-sync set shrinks",
+                lag_bound,
+                store.config.sync_flush_timeout_ms,
+            )
         self.elections_won_total = 0
         self.forwarded_total = 0  # counted by cluster/forwarding.py
         self.forward_failed_total = 0
@@ -98,7 +115,22 @@ class ClusterNode(ServiceThread):
         self.etcd.close()
 
     def may_accept_puts(self) -> bool:
-        return self.election.may_accept_puts()
+        return self.write_refusal() is None
+
+    def write_refusal(self) -> tuple[str, str] | None:
+        """(problem code, detail) when this broker, as master, must refuse a write now; None when it may take it.
+
+        Checked before anything is stored: the lease fence (NO_MASTER), then, under SYNC replication,
+        the in-sync set's size, this master included, against `min_in_sync_replicas` (NOT_ENOUGH_REPLICAS)."""
+        if not self.election.may_accept_puts():
+            return "NO_MASTER", NO_MASTER_DETAIL
+        size, needed = self.in_sync.size(), self.settings.min_in_sync_replicas
+        if self.sync and size < needed:
+            return "NOT_ENOUGH_REPLICAS", (
+                f"the in-sync set of {self.group_name} has {size} broker(s), min_in_sync_replicas is {needed}; "
+                "nothing was stored, retry once a slave has caught up"
+            )
+        return None
 
     # The loop ----------------------------------------------------------------------------
 
@@ -129,7 +161,7 @@ class ClusterNode(ServiceThread):
             if group.leader is None or group.leader.create_revision != self.election.leader_revision:
                 self._deposed("another broker leads the group")
                 return
-            self.election.publish_in_sync(self._in_sync(group))
+            self._update_in_sync(group)
         else:
             self._follow_or_campaign(group)
         self.registration.refresh(self.registration.record(self.store, self.role, self._epoch()))
@@ -148,9 +180,10 @@ class ClusterNode(ServiceThread):
     def _follow_or_campaign(self, group: GroupView) -> None:
         leader = group.leader
         if leader is None:
-            if eligible(group, self.broker_id):
+            if self._may_campaign(group):
                 self._campaign(group)
             return
+        self._leaderless_since, self._deferred_to = None, None
         master_id, epoch = str(leader.value["broker"]), int(leader.value["epoch"])
         if master_id == self.broker_id:
             return  # this broker's previous process's key, revoked by prepare(): it disappears shortly
@@ -165,6 +198,24 @@ class ClusterNode(ServiceThread):
         elif client.state == "STREAMING" and client.master_epoch == epoch:
             starts = {e.epoch: e.start_offset for e in group.epochs}
             self.epochs.append(epoch, starts.get(epoch, 0))
+
+    def _may_campaign(self, group: GroupView) -> bool:
+        """Eligible, past its first leaderless round, and no eligible live broker's log goes further (for a `lease_ttl_s`)."""
+        now = time.monotonic()
+        if self._leaderless_since is None:
+            self._leaderless_since = now  # this round's registration publishes this log's end for the others to compare
+            return False
+        if not eligible(group, self.broker_id):
+            return False
+        ahead = rival(group, self.broker_id, self.store.commit_log_max_offset())
+        if ahead is not None and now - self._leaderless_since < self.settings.lease_ttl_s:
+            if ahead != self._deferred_to:
+                log.info("deferring to %s, whose log goes further, in the election of %s", ahead, self.group_name)
+                self._deferred_to = ahead
+            return False
+        if ahead is not None:
+            log.warning("%s did not campaign within lease_ttl_s: campaigning although its log goes further", ahead)
+        return True
 
     def _follow(self, leader: dict[str, object]) -> None:
         self._stop_node()
@@ -187,6 +238,7 @@ class ClusterNode(ServiceThread):
         self.epochs.append(self.election.epoch, start)
         self.elections_won_total += 1
         settings = dataclasses.replace(self.ha_base, role="master", advertised_http_address=self.broker_id)
+        settings.in_sync_min_acks = self.settings.min_in_sync_replicas - 1 if self.sync else None
         try:
             self._start_node(settings, self.election.epoch)
         except HAStartFailed as exc:
@@ -194,25 +246,17 @@ class ClusterNode(ServiceThread):
             self.election.resign()
             self.store.set_broker_role(BrokerRole.SLAVE)
             return
-        self._previous_end = start
+        assert self.node is not None
+        self.in_sync = InSyncReplicas(self.broker_id, self.settings.in_sync_lag_max_ms, self.node.transfer)
         self.role = "master"
 
     # Master side -------------------------------------------------------------------------
 
-    def _in_sync(self, group: GroupView) -> list[str]:
-        """Slaves streaming at this epoch that reached this log's end of one round ago (or were in sync and still stream)."""
+    def _update_in_sync(self, group: GroupView) -> None:
         service = self.node.service if self.node is not None else None
-        end, previous = self.store.commit_log_max_offset(), self._previous_end
-        self._previous_end = end
-        if service is None or not service.streaming():
-            return []
-        out = []
-        for broker_id, record in group.records.items():
-            if broker_id == self.broker_id or record.get("role") != "slave" or record.get("epoch") != self.election.epoch:
-                continue
-            if broker_id in self.election.in_sync or int(record.get("confirmed_offset", -1)) >= previous:
-                out.append(broker_id)
-        return out
+        acks = service.member_acks() if service is not None else {}
+        end = self.store.commit_log_max_offset()
+        self.in_sync.update(time.monotonic(), end, acks, set(group.records), self.election.publish_in_sync)
 
     def _deposed(self, reason: str) -> None:
         self.store.set_broker_role(BrokerRole.SLAVE)  # first: no put is accepted from here on
@@ -272,8 +316,11 @@ class ClusterNode(ServiceThread):
             "role": self.role,
             "epoch": self._epoch(),
             "master": group.master_id,
-            "in_sync": list(self.election.in_sync) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),
+            "in_sync": sorted(self.in_sync.published) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),
+            "joining": sorted(self.in_sync.joining) if self.role == "master" else [],
+            "min_in_sync_replicas": self.settings.min_in_sync_replicas,
             "accepting_puts": self.role == "master" and self.may_accept_puts(),
+            "write_refusal": refusal[0] if self.role == "master" and (refusal := self.write_refusal()) is not None else None,
             "etcd_error": self.etcd_error,
             "restart_reason": self.restart_reason,
         }

@@ -43,6 +43,12 @@ class ClusterSettings:
     etcd_request_timeout_ms: int = setting(1_000, 50, 60_000)
     # How often a broker refreshes its registration record and reads the cluster's records and leaders.
     refresh_interval_ms: int = setting(200, 20, 60_000)
+    # SYNC groups: brokers of the in-sync set, the master included, a master needs to accept writes (else 503 NOT_ENOUGH_REPLICAS).
+    min_in_sync_replicas: int = setting(1, 1, 64)
+    # A slave of the in-sync set that has not caught up with the master's log for this long is dropped from it
+    # (RocketMQ 5's haMaxTimeSlaveNotCatchup): below sync_flush_timeout_ms less etcd_request_timeout_ms, so a put
+    # waiting on a dead slave is answered after the shrink rather than timing out.
+    in_sync_lag_max_ms: int = setting(3_000, 50, 600_000)
     # TTL of a broker's registration record (renewed every third of it; a dead broker's record goes with it).
     registration_ttl_s: int = setting(10, 2, 3_600)
     # Longest a forwarded request may take at its owner (a forwarded long-poll's wait_ms is added).

@@ -180,7 +180,11 @@ def _build(store: MessageStore, settings: HASettings) -> HANode:
     service = HAService(store, settings)
     if store.config.broker_role is BrokerRole.SYNC_MASTER:
         transfer = GroupTransferService(
-            store.config.sync_flush_timeout_ms, settings.max_pending_transfers, service.slave_ok, service.wakeup_writers
+            store.config.sync_flush_timeout_ms,
+            settings.max_pending_transfers,
+            service.slave_ok,
+            service.wakeup_writers,
+            min_acks=settings.in_sync_min_acks,
         )
         service.transfer = transfer
         store.set_replication_waiter(transfer.waiter)

@@ -5,6 +5,7 @@ With a secret on both sides the connection opens with (see docs/ha.md for the by
     slave  -> master  OFFER     = magic "TMQA" | slave nonce (32 bytes)
     master -> slave   CHALLENGE = magic "TMQN" | master nonce (32 bytes)     (sent at accept)
     slave  -> master  PROOF     = HMAC-SHA256(secret, SLAVE_CONTEXT | master nonce | slave nonce | HELLO) | HELLO
+                                  (the HELLO with the slave's broker id: the MAC covers what it claims)
     master -> slave   REPLY | HMAC-SHA256(secret, MASTER_CONTEXT | master nonce | slave nonce | HELLO | REPLY)
 
 The master checks the slave's MAC (hmac.compare_digest) before it judges the HELLO, so a peer
@@ -29,7 +30,7 @@ import struct
 from collections.abc import Callable
 
 from ha.errors import AuthRefused, ProtocolViolation
-from ha.protocol import HELLO, HELLO_MAGIC, REPLY_MAGIC, Hello, Reply, Verdict, read_reply
+from ha.protocol import HELLO_MAGIC, REPLY_MAGIC, Hello, Reply, Verdict, read_hello, read_reply
 
 NONCE_BYTES = 32
 MAC_BYTES = hashlib.sha256().digest_size
@@ -59,7 +60,7 @@ def master_handshake(recv_exact: RecvExact, send: Send, secret: bytes | None, ju
     if head == HELLO_MAGIC:
         if secret is not None:
             raise AuthRefused("the peer sent a HELLO without proving it knows ha_secret (it has none set?)")
-        hello = Hello.unpack(head + recv_exact(HELLO.size - 4))
+        hello, _ = read_hello(recv_exact, head)
         reply = judge(hello)
         send(reply.pack())
         return hello, reply
@@ -73,10 +74,14 @@ def master_handshake(recv_exact: RecvExact, send: Send, secret: bytes | None, ju
         send(Reply(Verdict.INCOMPATIBLE, -1, -1, -1, None, reason).pack())
         raise AuthRefused(reason)
     proof = recv_exact(MAC_BYTES)
-    hello_bytes = recv_exact(HELLO.size)
+    try:
+        # Read before the MAC is checked: its size is bounded (MAX_BROKER_ID_BYTES), and the MAC
+        # covers every byte of it, the broker id the slave claims included.
+        hello, hello_bytes = read_hello(recv_exact)
+    except ProtocolViolation as exc:
+        raise AuthRefused(f"an unproven peer sent a malformed HELLO: {exc}") from exc
     if not hmac.compare_digest(proof, mac(secret, SLAVE_CONTEXT, master_nonce, slave_nonce, hello_bytes)):
         raise AuthRefused("wrong HMAC: the peer does not know ha_secret")
-    hello = Hello.unpack(hello_bytes)
     reply = judge(hello)
     reply_bytes = reply.pack()
     send(reply_bytes + mac(secret, MASTER_CONTEXT, master_nonce, slave_nonce, hello_bytes, reply_bytes))

@@ -1,20 +1,31 @@
-"""GroupTransferService: holds SYNC_MASTER puts until a slave has acknowledged their bytes.
+"""GroupTransferService: holds SYNC_MASTER puts until their bytes are acknowledged.
+
+Two ways of counting acknowledgements:
+- any slave (RocketMQ 4, a hand-configured master): a put is acknowledged once one slave
+  acknowledged past its end;
+- every in-sync member (a cluster's master, RocketMQ 5's allAckInSyncStateSet): a put is
+  acknowledged once every broker of `required` (the in-sync set less the master, and the slaves
+  joining it) acknowledged past its end, and only while `required` has at least `min_acks`
+  members; with nobody required (and `min_acks` 0) a put is acknowledged as it is stored. The
+  cluster node changes `required` (`require`, `release`): cluster/in_sync_replicas.py.
 
 The store calls `waiter(end_offset)` for each stored put (MessageStore.set_replication_waiter). The
 answer is, in this order:
-- None (answer now) when a slave already acknowledged past `end_offset`;
-- a done future SLAVE_NOT_AVAILABLE when no slave is streaming or the best slave is more
-  than `ha_slave_fall_behind_max_bytes` behind the master's log;
+- None (answer now) when the put is already acknowledged (above);
+- any-slave counting only: a done future SLAVE_NOT_AVAILABLE when no slave is streaming or the
+  best slave is more than `ha_slave_fall_behind_max_bytes` behind the master's log;
 - a done future FLUSH_SLAVE_TIMEOUT when `max_pending_transfers` puts already wait;
-- otherwise a future completed PUT_OK by `notify_acked` once an acknowledgement reaches
-  `end_offset`, or FLUSH_SLAVE_TIMEOUT by this thread after `sync_flush_timeout_ms`.
+- otherwise a future completed PUT_OK once acknowledged (`notify_acked`, `release`), or
+  FLUSH_SLAVE_TIMEOUT by this thread after `sync_flush_timeout_ms`.
 
-Invariants: `acked` only grows; a request is completed exactly once (the first of the ack
-path and the deadline path wins, the other sees a done future); no future is completed
-while `_lock` is held, so callbacks (which reach the event loop) never run under it. Requests
-are kept in arrival order: deadlines are then in order too, and an acknowledgement
-completes the prefix it covers (a request queued behind a larger offset waits at most until
-that offset is acknowledged, which is when the slave moves on anyway).
+Invariants: `acked` (the highest end offset acknowledged) only grows; a request is completed
+exactly once (the first of the ack path and the deadline path wins, the other sees a done future);
+no future is completed while `_lock` is held, so callbacks (which reach the event loop) never run
+under it. Requests are kept in arrival order: deadlines are then in order too, and an
+acknowledgement completes the prefix it covers (a request queued behind a larger offset waits at
+most until that offset is acknowledged, which is when the slave moves on anyway). A broker added to
+`required` is counted for every put not acknowledged yet: `require` returns `acked` at that moment,
+and once the broker acknowledged it too, it holds every acknowledged put.
 """
 
 from __future__ import annotations
@@ -66,6 +77,7 @@ class GroupTransferService(ServiceThread):
         slave_ok: Callable[[int], bool],
         on_request: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
+        min_acks: int | None = None,
     ) -> None:
         super().__init__("GroupTransferService")
         self.timeout_ms = timeout_ms
@@ -74,6 +86,11 @@ class GroupTransferService(ServiceThread):
         self.on_request = on_request  # wakes the connection writers: new bytes wait to be sent
         self.clock = clock
         self.acked = -1
+        # Every-in-sync-member counting (`min_acks` None: any slave): the brokers whose acknowledgement each
+        # put needs, at least `min_acks` of them, and the offset each acknowledged on its latest connection.
+        self.required: frozenset[str] | None = frozenset() if min_acks is not None else None
+        self.min_acks = min_acks or 0
+        self._acks: dict[str, int] = {}
         self._pending: collections.deque[_Request] = collections.deque()
         self._lock = threading.Lock()
         self.timeouts_total = 0
@@ -87,7 +104,11 @@ class GroupTransferService(ServiceThread):
         with self._lock:
             if end_offset <= self.acked:
                 return None
-            if not self.slave_ok(end_offset):
+            if self.required is not None:
+                if not self.required and self.min_acks == 0:
+                    self.acked = end_offset  # nobody else is in sync: stored here is acknowledged
+                    return None
+            elif not self.slave_ok(end_offset):
                 self.not_available_total += 1
                 return _done(PutMessageStatus.SLAVE_NOT_AVAILABLE)
             if len(self._pending) >= self.max_pending or self.is_stopped():
@@ -100,16 +121,64 @@ class GroupTransferService(ServiceThread):
 
     # Called by connection readers ------------------------------------------------------
 
-    def notify_acked(self, offset: int) -> None:
-        """A slave acknowledged everything below `offset`: answer the puts it covers."""
-        ready: list[_Request] = []
+    def notify_acked(self, offset: int, member: str = "") -> None:
+        """Slave `member` acknowledged everything below `offset`: answer the puts that are now acknowledged."""
         with self._lock:
-            if offset <= self.acked:
-                return
-            self.acked = offset
-            pending = self._pending
-            while pending and pending[0].end_offset <= offset:
-                ready.append(pending.popleft())
+            if self.required is not None:
+                self._acks[member] = offset
+                if member not in self.required:
+                    return
+                offset = self._covered_locked()
+            ready = self._advance_locked(offset)
+        self._answer(ready)
+
+    def connected(self, member: str, offset: int) -> None:
+        """A new connection of `member` whose log ends at `offset`: its acknowledgements start there (even lower)."""
+        with self._lock:
+            if self.required is not None:
+                self._acks[member] = offset
+
+    def require(self, member: str) -> int:
+        """Count `member` for every put not acknowledged yet; returns the highest offset acknowledged without it."""
+        with self._lock:
+            assert self.required is not None, "every-in-sync-member counting only"
+            self.required = self.required | {member}
+            return self.acked
+
+    def release(self, members: set[str]) -> None:
+        """Stop counting `members` (the in-sync set shrank, or a joining broker fell behind)."""
+        with self._lock:
+            assert self.required is not None, "every-in-sync-member counting only"
+            self.required = self.required - members
+            if not self.required and self.min_acks == 0:
+                ready = list(self._pending)
+                self._pending.clear()
+                if ready:
+                    self.acked = max(self.acked, max(r.end_offset for r in ready))
+            else:
+                ready = self._advance_locked(self._covered_locked())
+        self._answer(ready)
+
+    def _covered_locked(self) -> int:
+        """The highest offset every required member acknowledged; -1 while fewer than `min_acks` are required."""
+        required = self.required
+        assert required is not None
+        if not required or len(required) < self.min_acks:
+            return -1
+        return min(self._acks.get(m, -1) for m in required)
+
+    def _advance_locked(self, offset: int) -> list[_Request]:
+        """Everything up to `offset` is acknowledged: the waiting puts it covers, taken off the queue."""
+        if offset <= self.acked:
+            return []
+        self.acked = offset
+        ready: list[_Request] = []
+        pending = self._pending
+        while pending and pending[0].end_offset <= offset:
+            ready.append(pending.popleft())
+        return ready
+
+    def _answer(self, ready: list[_Request]) -> None:
         for request in ready:
             _complete(request, PutMessageStatus.PUT_OK)
         self.acked_total += len(ready)

@@ -154,12 +154,13 @@ class HAClient(ServiceThread):
     def _hello(self) -> Hello:
         end = self.store.commit_log_max_offset()
         file_size = self.store.config.mapped_file_size_commit_log_bytes
+        broker_id = self.settings.advertised_http_address or ""  # a cluster's master counts acknowledgements by it
         if end == 0:
-            return Hello(VERSION, file_size, 0, 0, 0, 0)
+            return Hello(VERSION, file_size, 0, 0, 0, 0, broker_id)
         last_file_start = (end - 1) - ((end - 1) % file_size)
         start = max(end - self.settings.handshake_check_bytes, last_file_start)
         data = self.store.get_commit_log_data(start, end - start)
-        return Hello(VERSION, file_size, end, start, len(data), log_crc(data))
+        return Hello(VERSION, file_size, end, start, len(data), log_crc(data), broker_id)
 
     # Streaming -------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class HAConnection:
         cfg = service.store.config
         self.channel = Channel(sock, service.settings.io_poll_ms, cfg.ha_housekeeping_interval_ms, self.is_closed)
         self.state = "HANDSHAKING"
+        self.broker_id = ""  # the slave's broker id, from its HELLO
         self.start_offset = -1
         self.sent_offset = -1
         self.acked_offset = -1
@@ -83,6 +84,7 @@ class HAConnection:
         master_max = self.service.store.commit_log_max_offset()
         return {
             "address": self.address,
+            "broker_id": self.broker_id or None,
             "state": self.state.lower(),
             "acknowledged_offset": self.acked_offset,
             "sent_offset": self.sent_offset,
@@ -134,6 +136,7 @@ class _ReadSocketService(ServiceThread):
             return False
         conn.start_offset = conn.sent_offset = reply.start_offset
         conn.acked_offset = hello.max_offset
+        conn.broker_id = hello.broker_id
         conn.state = "STREAMING"
         conn.service.on_accepted(conn)
         conn.writer.start()
@@ -156,7 +159,7 @@ class _ReadSocketService(ServiceThread):
                 )
             if offset != conn.acked_offset:
                 conn.acked_offset = offset
-                conn.service.on_ack(offset)
+                conn.service.on_ack(conn, offset)
 
 
 class _WriteSocketService(ServiceThread):

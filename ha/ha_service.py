@@ -19,6 +19,10 @@ The connection list is copy-on-write: readers (status, SYNC waits, writers' wake
 it without a lock; the acceptor's add and each connection's remove replace it under
 `_connections_lock`, a leaf lock, so neither update can overwrite the other.
 
+Each connection names its slave's broker id (the HELLO's, proven with the secret when one is set);
+a broker's acknowledgements count from its latest connection only (`member_acks()`), so a
+connection it left behind cannot speak for it.
+
 Invariant: the best acknowledged offset (`acked_offset()`) only grows while the service runs;
 SYNC_MASTER waits are answered from it.
 """
@@ -51,6 +55,8 @@ class HAService(ServiceThread):
         self.settings = settings
         self.transfer = transfer
         self.connections: list[HAConnection] = []  # replaced under _connections_lock, never mutated in place
+        # broker id -> its latest accepted connection (replaced whole under _connections_lock).
+        self.latest: dict[str, HAConnection] = {}
         self._connections_lock = threading.Lock()  # leaf: serialises the replacements of `connections`
         self.listen_address = ""
         self.accepted_total = 0
@@ -126,20 +132,26 @@ class HAService(ServiceThread):
     def remove(self, conn: HAConnection) -> None:
         with self._connections_lock:
             self.connections = [c for c in self.connections if c is not conn]
+            if self.latest.get(conn.broker_id) is conn:
+                self.latest = {k: c for k, c in self.latest.items() if c is not conn}
 
     def on_accepted(self, conn: HAConnection) -> None:
         self.accepted_total += 1
         self._last_accept_time = time.time()
-        self.on_ack(conn.acked_offset)
+        with self._connections_lock:
+            self.latest = {**self.latest, conn.broker_id: conn}
+        if self.transfer is not None:
+            self.transfer.connected(conn.broker_id, conn.acked_offset)
+        self.on_ack(conn, conn.acked_offset)
 
     def on_auth_refused(self, address: str, reason: str) -> None:
         self.auth_refused_total += 1
         self.last_auth_refusal = {"address": address, "reason": reason, "at_ms": int(time.time() * 1000)}
         log.warning("HA peer %s dropped before authenticating: %s", address, reason)
 
-    def on_ack(self, offset: int) -> None:
-        if self.transfer is not None:
-            self.transfer.notify_acked(offset)
+    def on_ack(self, conn: HAConnection, offset: int) -> None:
+        if self.transfer is not None and (self.transfer.required is None or self.latest.get(conn.broker_id) is conn):
+            self.transfer.notify_acked(offset, conn.broker_id)
 
     def wakeup_writers(self) -> None:
         for conn in self.connections:
@@ -205,6 +217,10 @@ class HAService(ServiceThread):
 
     def streaming(self) -> list[HAConnection]:
         return [c for c in self.connections if c.state == "STREAMING"]
+
+    def member_acks(self) -> dict[str, int]:
+        """broker id -> the offset its latest connection acknowledged, for the slaves streaming now."""
+        return {broker_id: c.acked_offset for broker_id, c in self.latest.items() if c.state == "STREAMING" and broker_id}
 
     def acked_offset(self) -> int:
         """The best offset a connected slave acknowledged (-1 with none)."""

@@ -5,7 +5,8 @@ REPLY (docs/ha.md has the byte table); with TLS, everything below runs inside th
 
 Slave -> master, once:   HELLO  = magic "TMQS" | version u16 | commitlog file size i64 |
                                   slave max offset i64 | check start i64 | check length i32 |
-                                  check CRC32 u32
+                                  check CRC32 u32 | broker id length u16 | broker id (UTF-8)
+                                  (version 1 ended after the CRC: it had no broker id)
 Master -> slave, once:   REPLY  = magic "TMQM" | verdict u8 | master min offset i64 |
                                   master max offset i64 | start offset i64 | info length u16 |
                                   info (UTF-8 JSON: http_address, reason, epoch)
@@ -36,8 +37,12 @@ from typing import Any
 from ha.errors import ConnectionLost, ProtocolViolation, TLSFailed
 from store import BLANK_MAGIC_CODE, FIXED_PART_BYTES, MESSAGE_MAGIC_CODE, V6_EXTRA_BYTES
 
-VERSION = 1
-HELLO = struct.Struct(">4sHqqqiI")
+# 2: the HELLO names the slave's broker id (a cluster's master counts acknowledgements per broker).
+VERSION = 2
+HELLO = struct.Struct(">4sHqqqiI")  # the fixed part; from version 2 the broker id follows
+BROKER_ID_LENGTH = struct.Struct(">H")
+# Longest broker id a HELLO carries (an advertised HTTP URL); a master reads no more than this.
+MAX_BROKER_ID_BYTES = 1_024
 HELLO_MAGIC = b"TMQS"
 REPLY = struct.Struct(">4sBqqqH")
 REPLY_MAGIC = b"TMQM"
@@ -65,16 +70,38 @@ class Hello:
     check_start: int
     check_length: int
     check_crc: int
+    broker_id: str = ""  # the slave's broker id (its advertised HTTP address; "" when it has none)
 
     def pack(self) -> bytes:
-        return HELLO.pack(HELLO_MAGIC, self.version, self.file_size, self.max_offset, self.check_start, self.check_length, self.check_crc)
+        fixed = HELLO.pack(HELLO_MAGIC, self.version, self.file_size, self.max_offset, self.check_start, self.check_length, self.check_crc)
+        if self.version < 2:
+            return fixed
+        broker_id = self.broker_id.encode()
+        assert len(broker_id) <= MAX_BROKER_ID_BYTES, "HASettings.validate() bounds the advertised HTTP address"
+        return fixed + BROKER_ID_LENGTH.pack(len(broker_id)) + broker_id
 
-    @classmethod
-    def unpack(cls, data: bytes) -> Hello:
-        magic, version, file_size, max_offset, check_start, check_length, check_crc = HELLO.unpack(data)
-        if magic != HELLO_MAGIC:
-            raise ProtocolViolation(f"not a tidemq slave (magic {magic!r})")
-        return cls(version, file_size, max_offset, check_start, check_length, check_crc)
+
+def read_hello(recv_exact: Callable[[int], bytes], head: bytes = b"") -> tuple[Hello, bytes]:
+    """Read a HELLO (`head`: its first bytes, already read); the Hello and its bytes as sent (a MAC covers them).
+
+    A version other than this one's is read up to the fixed part only: its verdict is INCOMPATIBLE anyway."""
+    fixed = head + recv_exact(HELLO.size - len(head))
+    magic, version, file_size, max_offset, check_start, check_length, check_crc = HELLO.unpack(fixed)
+    if magic != HELLO_MAGIC:
+        raise ProtocolViolation(f"not a tidemq slave (magic {magic!r})")
+    hello = Hello(version, file_size, max_offset, check_start, check_length, check_crc)
+    if version != VERSION:
+        return hello, fixed
+    length_bytes = recv_exact(BROKER_ID_LENGTH.size)
+    (length,) = BROKER_ID_LENGTH.unpack(length_bytes)
+    if length > MAX_BROKER_ID_BYTES:
+        raise ProtocolViolation(f"a broker id of {length} bytes, more than {MAX_BROKER_ID_BYTES}")
+    raw_id = recv_exact(length)
+    try:
+        hello.broker_id = raw_id.decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation(f"the broker id is not UTF-8: {exc}") from exc
+    return hello, fixed + length_bytes + raw_id
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ha.auth import MIN_SECRET_LENGTH
+from ha.protocol import MAX_BROKER_ID_BYTES
 from ha.tls import TLSFiles
 from store import BrokerRole, ConfigInvalid, MessageStoreConfig, check_fields, setting
 
@@ -91,6 +92,9 @@ class HASettings:
         # Not a setting either: a cluster's election epoch (docs/cluster.md). A master names it in the
         # handshake; a slave refuses a master whose epoch is older. 0 outside a cluster.
         self.epoch = 0
+        # Not a setting either: a cluster's SYNC master counts acknowledgements of every in-sync member and
+        # needs at least this many of them (min_in_sync_replicas - 1); None: any one slave (RocketMQ 4).
+        self.in_sync_min_acks: int | None = None
 
     def validate(self) -> HASettings:
         """Check every setting's type and range, then the relations; ConfigInvalid names the first broken one."""
@@ -101,6 +105,9 @@ class HASettings:
             parse_address(self.master_ha_address)
         if self.ha_secret is not None and len(self.ha_secret) < MIN_SECRET_LENGTH:
             raise ConfigInvalid(f"ha_secret must be at least {MIN_SECRET_LENGTH} characters (it has {len(self.ha_secret)})")
+        if self.advertised_http_address is not None and len(self.advertised_http_address.encode()) > MAX_BROKER_ID_BYTES:
+            # A slave names itself by it in the HA handshake (its broker id in a cluster).
+            raise ConfigInvalid(f"advertised_http_address must be at most {MAX_BROKER_ID_BYTES} bytes")
         if self.reconnect_backoff_max_ms < self.reconnect_backoff_min_ms:
             raise ConfigInvalid("reconnect_backoff_max_ms must be >= reconnect_backoff_min_ms")
         return self

@@ -11,6 +11,7 @@ them from `tidemq.client_base.ClientBase`); `stream` is an async generator.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
@@ -18,6 +19,8 @@ from tidemq import calls
 from tidemq.async_transport import AsyncPool
 from tidemq.calls import Call, error_of, stream_end, stream_message
 from tidemq.client_base import ClientBase
+from tidemq.errors import TidemqClientError, TransportError
+from tidemq.failover import Attempt
 from tidemq.models import Message
 from tidemq.options import DEFAULT_STREAM_IDLE_S
 from tidemq.sse import EventParser
@@ -36,14 +39,40 @@ class AsyncClient(ClientBase[AsyncPool]):
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        for pool in self._pools.values():
+            await pool.aclose()
 
     def _bind(self, build: Callable[P, Call[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
         async def run(*args: P.args, **kwargs: P.kwargs) -> T:
             call = build(*args, **kwargs)
-            return call.result(await self._pool.request(call.request, self.timeout_s + call.wait_s))
+            attempt = self._attempt(call)
+            while True:
+                try:
+                    pool = self._pool_for(attempt.target)
+                    result = call.result(await pool.request(call.request, self.timeout_s + call.wait_s))
+                    attempt.succeeded()
+                    return result
+                except TidemqClientError as error:
+                    pause = attempt.pause_before_retry(error)
+                    if pause is None:
+                        raise
+                await asyncio.sleep(pause)
+                await self._read_route(attempt)
 
         return run
+
+    async def _read_route(self, attempt: Attempt) -> None:
+        """Re-read the route of the call's topic (tidemq.failover) from the first broker that answers."""
+        request = attempt.route_request()
+        if request is None:
+            return
+        for url in attempt.route_sources():
+            try:
+                response = await self._pool_for(url).request(request, self.timeout_s)
+            except TransportError:
+                continue
+            attempt.learn(response)
+            return
 
     async def stream(
         self,

@@ -2,7 +2,8 @@
 
 `app.cli` registers these next to `tidemq serve`; they use only `tidemq.AsyncClient`.
 `--url` (env TIDEMQ_URL, default http://127.0.0.1:8080) and `--token` (env TIDEMQ_TOKEN) name
-the broker and the bearer token.
+the broker and the bearer token; `--retry-total-s` bounds the retries that follow a cluster's
+failover (tidemq.failover).
 
 Exit statuses: 0 done; 1 the broker refused a request (its problem printed as one line on
 stderr: `tidemq: <status> <CODE>: <detail>`); 2 bad usage (also a bad --url); 4 no usable answer
@@ -26,7 +27,7 @@ from tidemq.cli_consume import add_consume_command
 from tidemq.cli_output import UsageError
 from tidemq.cli_produce import add_produce_command
 from tidemq.errors import ProblemError, TidemqClientError
-from tidemq.options import DEFAULT_URL
+from tidemq.options import DEFAULT_RETRY_TOTAL_S, DEFAULT_URL
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -42,6 +43,14 @@ def common_options() -> argparse.ArgumentParser:
     group.add_argument("--url", help=f"the broker's URL (env TIDEMQ_URL; default {DEFAULT_URL})")
     group.add_argument("--token", help="bearer token of an ACL account (env TIDEMQ_TOKEN)")
     group.add_argument("--timeout-s", dest="timeout_s", type=float, default=30.0, help="longest wait for one reply (default 30)")
+    group.add_argument(
+        "--retry-total-s",
+        dest="retry_total_s",
+        type=float,
+        default=DEFAULT_RETRY_TOTAL_S,
+        help=f"longest a request retries NO_MASTER, FORWARD_FAILED and NOT_ENOUGH_REPLICAS, following a cluster's failover "
+        f"(default {DEFAULT_RETRY_TOTAL_S:g}; 0: no retry)",
+    )
     return common
 
 
@@ -73,7 +82,7 @@ def run_client_command(args: argparse.Namespace, environ: Mapping[str, str] | No
     try:
         if args.timeout_s <= 0:
             raise UsageError("--timeout-s must be > 0")
-        client = AsyncClient(url, token=token, timeout_s=args.timeout_s)
+        client = AsyncClient(url, token=token, timeout_s=args.timeout_s, retry_total_s=args.retry_total_s)
     except (ValueError, UsageError) as e:
         return _fail(str(e), EXIT_USAGE)
     try:

@@ -12,12 +12,15 @@ only `stream` is written here, as a generator.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from tidemq import calls
 from tidemq.calls import Call, error_of, stream_end, stream_message
 from tidemq.client_base import ClientBase
+from tidemq.errors import TidemqClientError, TransportError
+from tidemq.failover import Attempt
 from tidemq.models import Message
 from tidemq.options import DEFAULT_STREAM_IDLE_S
 from tidemq.sse import EventParser
@@ -37,14 +40,39 @@ class Client(ClientBase[SyncPool]):
         self.close()
 
     def close(self) -> None:
-        self._pool.close()
+        for pool in self._pools.values():
+            pool.close()
 
     def _bind(self, build: Callable[P, Call[T]]) -> Callable[P, T]:
         def run(*args: P.args, **kwargs: P.kwargs) -> T:
             call = build(*args, **kwargs)
-            return call.result(self._pool.request(call.request, self.timeout_s + call.wait_s))
+            attempt = self._attempt(call)
+            while True:
+                try:
+                    result = call.result(self._pool_for(attempt.target).request(call.request, self.timeout_s + call.wait_s))
+                    attempt.succeeded()
+                    return result
+                except TidemqClientError as error:
+                    pause = attempt.pause_before_retry(error)
+                    if pause is None:
+                        raise
+                time.sleep(pause)
+                self._read_route(attempt)
 
         return run
+
+    def _read_route(self, attempt: Attempt) -> None:
+        """Re-read the route of the call's topic (tidemq.failover) from the first broker that answers."""
+        request = attempt.route_request()
+        if request is None:
+            return
+        for url in attempt.route_sources():
+            try:
+                response = self._pool_for(url).request(request, self.timeout_s)
+            except TransportError:
+                continue
+            attempt.learn(response)
+            return
 
     def stream(
         self,

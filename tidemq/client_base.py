@@ -4,15 +4,20 @@ clients take the same arguments and document them in one place."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from tidemq import calls
 from tidemq.calls import Call
+from tidemq.failover import Attempt, RetryPolicy, Routes
 from tidemq.options import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_IDLE_EXPIRY_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_RETRY_BACKOFF_MAX_S,
+    DEFAULT_RETRY_BACKOFF_MIN_S,
+    DEFAULT_RETRY_TOTAL_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
     base_headers,
@@ -63,12 +68,26 @@ class ClientBase(Generic[PoolT]):
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         verify: bool | str = True,
+        retry_backoff_min_s: float = DEFAULT_RETRY_BACKOFF_MIN_S,
+        retry_backoff_max_s: float = DEFAULT_RETRY_BACKOFF_MAX_S,
+        retry_total_s: float = DEFAULT_RETRY_TOTAL_S,
     ) -> None:
         check_limits(timeout_s, max_connections)
-        endpoint = parse_url(url, verify)
+        self.retry = RetryPolicy(retry_backoff_min_s, retry_backoff_max_s, retry_total_s).check()
         self.url = url
         self.timeout_s = timeout_s
-        self._pool = self._pool_type(
+        self._verify = verify
+        self._limits = (max_connections, connect_timeout_s, base_headers(token))
+        self._pool = self._make_pool(url)
+        # Other brokers of a cluster, learned from routes (tidemq.failover), each with its own pool.
+        self._pools: dict[str, PoolT] = {url: self._pool}
+        self.routes = Routes(url)
+        self._rng = random.Random()
+
+    def _make_pool(self, url: str) -> PoolT:
+        endpoint = parse_url(url, self._verify)
+        max_connections, connect_timeout_s, headers = self._limits
+        return self._pool_type(
             endpoint.host,
             endpoint.port,
             endpoint.ssl_context,
@@ -76,8 +95,17 @@ class ClientBase(Generic[PoolT]):
             max_connections,
             connect_timeout_s,
             DEFAULT_IDLE_EXPIRY_S,
-            base_headers(token),
+            headers,
         )
+
+    def _pool_for(self, url: str) -> PoolT:
+        pool = self._pools.get(url)
+        if pool is None:
+            pool = self._pools[url] = self._make_pool(url)  # a URL from a route (bounded: failover.MAX_KNOWN_BROKERS)
+        return pool
+
+    def _attempt(self, call: Call[Any]) -> Attempt:
+        return Attempt(call.request, self.routes, self.retry, self._rng)
 
     def _bind(self, build: Callable[P, Call[T]]) -> Callable[P, Any]:
         """`build`'s arguments in, the client's way of running the call out."""

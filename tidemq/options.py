@@ -16,6 +16,11 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 16
 # Idle connections older than this are not reused: below the broker's keep_alive_timeout_s (5 s).
 DEFAULT_IDLE_EXPIRY_S = 4.0
+# Retries of NO_MASTER, FORWARD_FAILED and NOT_ENOUGH_REPLICAS (tidemq.failover): the first pause, the longest,
+# and the longest a call may go on retrying (a failover takes a lease TTL, 5 s by default, and an election).
+DEFAULT_RETRY_BACKOFF_MIN_S = 0.05
+DEFAULT_RETRY_BACKOFF_MAX_S = 1.0
+DEFAULT_RETRY_TOTAL_S = 15.0
 # How long a stream may be silent (the broker sends a heartbeat every stream_heartbeat_ms, 15 s).
 DEFAULT_STREAM_IDLE_S = 60.0
 

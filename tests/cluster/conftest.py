@@ -14,6 +14,17 @@ from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node, Nodes
 from tests.ha.conftest import proxies  # noqa: F401  (the fault-injecting TCP proxy fixture)
 from tests.loopback import free_port
 
+# A put waiting on a dead slave is answered once the in-sync set shrank (in_sync_lag_max_ms 1.5 s, then an
+# etcd write of at most 0.5 s), before it times out: 3 s rather than the HA tests' 1.5 s.
+CLUSTER_STORE = SMALL_STORE.replace("sync_flush_timeout_ms = 1500", "sync_flush_timeout_ms = 3000")
+assert CLUSTER_STORE != SMALL_STORE
+
+
+def overridden(table: str, extra: str) -> str:
+    """`table` without the lines whose keys `extra` sets again (TOML refuses a key twice)."""
+    keys = {line.split("=", 1)[0].strip() for line in extra.splitlines() if "=" in line}
+    return "".join(line for line in table.splitlines(keepends=True) if line.split("=", 1)[0].strip() not in keys)
+
 
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
@@ -28,7 +39,8 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
-    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines."""
+    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_store` and `extra_cluster` add
+    [store] and [cluster] lines."""
     with Nodes() as nodes:
 
         def make(
@@ -38,12 +50,14 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             replication: str = "sync",
             ha_port: int = 0,
             extra_cluster: str = "",
+            extra_store: str = "",
             start: bool = True,
             extra_args: tuple[str, ...] = (),
             client_options: dict[str, Any] | None = None,
         ) -> Node:
             ha_port = ha_port or free_port()
-            node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_FAILOVER + extra_cluster, client_options)
+            config = CLUSTER_STORE + extra_store + SMALL_BROKER + overridden(FAST_FAILOVER, extra_cluster) + extra_cluster
+            node = Node(tmp_path, name, [], config, client_options)
             node.args = [
                 "--cluster-etcd",
                 etcd.url,

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from cluster.etcd_client import EtcdClient
 from tests.ha.cluster import Node, wait_for
 
 # Sent on requests a test addresses to one broker: it serves them itself, never forwards (cluster/forwarding.py).
@@ -33,3 +34,17 @@ def wait_master(nodes: list[Node], timeout_s: float = 15.0) -> Node:
 def in_sync(master: Node, slave: Node) -> bool:
     status = cluster_status(master)
     return bool(status and slave.url in status["in_sync"])
+
+
+def sync_state(etcd_url: str, group: str) -> dict[str, Any] | None:
+    """The group's `sync_state` key as etcd holds it now (cluster name "test", as tests/cluster/conftest.py starts brokers)."""
+    client = EtcdClient([etcd_url], 2_000)
+    try:
+        kv = client.get(f"/tidemq/test/groups/{group}/sync_state")
+    finally:
+        client.close()
+    return kv.value if kv is not None else None
+
+
+def wait_in_sync(master: Node, *slaves: Node, timeout_s: float = 20.0) -> None:
+    wait_for(lambda: all(in_sync(master, s) for s in slaves), timeout_s, f"{len(slaves)} slave(s) to be in sync")

@@ -200,6 +200,8 @@ class FaultProxy:
         self.target_port = target_port
         self.port = free_port()
         self.paused = threading.Event()
+        # Upstream local ports (the master's view of a slave's address) of the connections held back one by one.
+        self.paused_ports: set[int] = set()
         self.cut_after_bytes: int | None = None  # master->slave bytes after which the next connection is cut
         self.cuts = 0
         self.connections = 0
@@ -234,15 +236,25 @@ class FaultProxy:
                 s.settimeout(0.1)
             with self._lock:
                 self._socks += [client, upstream]
-            pair = {"done": False}
+            pair: dict[str, Any] = {"done": False, "port": upstream.getsockname()[1]}
             self._spawn(self._pump, client, upstream, pair, False)
             self._spawn(self._pump, upstream, client, pair, True)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, pair: dict[str, bool], downstream: bool) -> None:
+    def pause_peer(self, upstream_port: int) -> None:
+        """Hold back both directions of the one connection whose upstream socket has this local port."""
+        self.paused_ports.add(upstream_port)
+
+    def resume_peers(self) -> None:
+        self.paused_ports.clear()
+
+    def _held(self, pair: dict[str, Any]) -> bool:
+        return self.paused.is_set() or pair["port"] in self.paused_ports
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: dict[str, Any], downstream: bool) -> None:
         forwarded = 0
         try:
             while not self._stop.is_set() and not pair["done"]:
-                if self.paused.is_set():
+                if self._held(pair):
                     time.sleep(0.01)
                     continue
                 try:
@@ -251,7 +263,7 @@ class FaultProxy:
                     continue
                 if not data:
                     break
-                while self.paused.is_set() and not self._stop.is_set():
+                while self._held(pair) and not self._stop.is_set():
                     time.sleep(0.01)  # bytes read just before the pause are held until it ends
                 limit = self.cut_after_bytes
                 if downstream and limit is not None and forwarded + len(data) >= limit:

@@ -15,7 +15,7 @@ import pytest
 from ha import HANode, HASettings, attach
 from ha.auth import CHALLENGE, CHALLENGE_MAGIC, MASTER_CONTEXT, NONCE_BYTES, OFFER, OFFER_MAGIC, SLAVE_CONTEXT, slave_handshake
 from ha.errors import ProtocolViolation
-from ha.protocol import FRAME_HEADER, HELLO, Hello, Reply, Verdict, read_reply
+from ha.protocol import FRAME_HEADER, VERSION, Hello, Reply, Verdict, read_hello, read_reply
 from store import ConfigInvalid, DefaultMessageStore, build_message
 from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, hello_for, recv_exact, store_config
 from tests.loopback import read_until_closed
@@ -92,6 +92,24 @@ def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(mas
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
 
 
+def test_the_proof_covers_the_broker_id_a_slave_claims(master):
+    """A MAC made for one broker id does not carry another: a peer cannot acknowledge in another broker's name."""
+    store, node = master
+    sock = connect(node)
+    with sock:
+        _, master_nonce = CHALLENGE.unpack(recv_exact(sock, CHALLENGE.size))
+        slave_nonce = b"\x02" * NONCE_BYTES
+        proven = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8001").pack()
+        proof = hmac.new(SECRET.encode(), SLAVE_CONTEXT + master_nonce + slave_nonce + proven, hashlib.sha256).digest()
+        claimed = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8002").pack()
+        sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + proof + claimed)
+        assert read_until_closed(sock) == b"", "nothing after the challenge: no reply, no frames"
+    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
+    assert node.service is not None and node.service.member_acks() == {}
+    assert all(row["broker_id"] is None for row in node.status()["slaves"]), "the claim was never taken"
+
+
 def test_garbage_after_the_challenge_is_dropped_and_counted(master):
     _, node = master
     sock = connect(node)
@@ -164,7 +182,7 @@ def fake_master(proof_secret: bytes) -> tuple[socket.socket, threading.Thread]:
             master_end.sendall(CHALLENGE.pack(CHALLENGE_MAGIC, master_nonce))
             _, slave_nonce = OFFER.unpack(recv_exact(master_end, OFFER.size))
             recv_exact(master_end, 32)
-            hello = recv_exact(master_end, HELLO.size)
+            _, hello = read_hello(lambda n: recv_exact(master_end, n))
             reply = Reply(Verdict.ACCEPT, 0, 0, 0, None, "").pack()
             proof = hmac.new(proof_secret, MASTER_CONTEXT + master_nonce + slave_nonce + hello + reply, hashlib.sha256).digest()
             master_end.sendall(reply + proof)
@@ -175,7 +193,7 @@ def fake_master(proof_secret: bytes) -> tuple[socket.socket, threading.Thread]:
 
 
 def test_a_fake_master_without_the_secret_is_not_believed():
-    hello = Hello(1, FILE_SIZE, 0, 0, 0, 0)
+    hello = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:1")
     sock, thread = fake_master(b"a guess at the secret")
     with sock, pytest.raises(ProtocolViolation, match="did not prove"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, SECRET.encode(), hello)

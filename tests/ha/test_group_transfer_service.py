@@ -86,3 +86,58 @@ def test_shutdown_answers_every_waiting_put():
     assert f.result(1) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     late = gts.waiter(200)
     assert late is not None and late.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+
+def in_sync_service(min_acks: int = 0) -> GroupTransferService:
+    return GroupTransferService(1_000, 10, lambda end: False, lambda: None, Clock(), min_acks=min_acks)
+
+
+def test_every_required_member_must_acknowledge_and_nobody_required_acknowledges_at_once():
+    gts = in_sync_service()
+    assert gts.waiter(100) is None, "a master alone in its set acknowledges what it stored"
+    assert gts.require("b") == 100 and gts.require("c") == 100
+    gts.connected("b", 100)
+    gts.connected("c", 100)
+    f = gts.waiter(300)
+    assert f is not None and not f.done(), "no SLAVE_NOT_AVAILABLE: it waits for the set"
+    gts.notify_acked(300, "b")
+    gts.notify_acked(300, "stranger")  # not in the set: counts for nothing
+    assert not f.done()
+    gts.notify_acked(300, "c")
+    assert f.result(0) is PutMessageStatus.PUT_OK and gts.acked == 300
+
+
+def test_releasing_a_member_answers_the_puts_only_it_lacked():
+    gts = in_sync_service()
+    gts.require("b")
+    gts.require("c")
+    gts.notify_acked(500, "b")
+    a, b = gts.waiter(400), gts.waiter(600)
+    gts.release({"c"})
+    assert a.result(0) is PutMessageStatus.PUT_OK and not b.done()
+    gts.release({"b"})
+    assert b.result(0) is PutMessageStatus.PUT_OK, "nobody left to wait for"
+
+
+def test_below_min_acks_nothing_is_acknowledged_by_a_shrink():
+    gts = in_sync_service(min_acks=1)
+    gts.require("b")
+    f = gts.waiter(100)
+    gts.release({"b"})
+    assert not f.done(), "min_in_sync_replicas 2 with the master alone: the put is not acknowledged"
+    late = gts.waiter(200)
+    assert late is not None and not late.done()
+
+
+def test_a_new_connection_restarts_a_members_count_lower():
+    gts = in_sync_service()
+    gts.require("b")
+    gts.require("c")
+    gts.notify_acked(200, "b")
+    gts.notify_acked(100, "c")
+    f = gts.waiter(150)
+    gts.connected("b", 120)  # b reconnected with a log that ends lower: its old count no longer holds
+    gts.notify_acked(150, "c")
+    assert f is not None and not f.done()
+    gts.notify_acked(150, "b")
+    assert f.result(0) is PutMessageStatus.PUT_OK

@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from ha import HANode, HASettings, attach
-from ha.protocol import FRAME_HEADER, HELLO, REPORT, VERSION, Hello, Verdict, log_crc, read_reply, whole_messages_length
+from ha.protocol import (
+    FRAME_HEADER,
+    HELLO,
+    MAX_BROKER_ID_BYTES,
+    REPORT,
+    VERSION,
+    Hello,
+    Verdict,
+    log_crc,
+    read_reply,
+    whole_messages_length,
+)
 from store import DefaultMessageStore, MessageStoreConfig, build_message
 
 pytestmark = pytest.mark.timeout(60)
@@ -162,6 +173,37 @@ def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(master, 
     sock, reply = handshake(node, hello_for(store, end))
     with sock:
         assert reply.verdict is Verdict.ACCEPT
+
+
+def test_the_master_knows_each_slave_by_the_broker_id_its_hello_names(master):
+    store, node = master
+    end = store.commit_log.get_max_offset()
+    hello = hello_for(store, end)
+    hello.broker_id = "http://127.0.0.1:8123"
+    sock, reply = handshake(node, hello)
+    with sock:
+        assert reply.verdict is Verdict.ACCEPT
+        assert_eventually(lambda: [r["broker_id"] for r in node.status()["slaves"]] == ["http://127.0.0.1:8123"])
+        assert node.service is not None and node.service.member_acks() == {"http://127.0.0.1:8123": end}
+
+
+def test_a_version_1_hello_without_a_broker_id_is_answered_incompatible(master):
+    store, node = master
+    hello = hello_for(store, store.commit_log.get_max_offset())
+    hello.version = 1
+    assert len(hello.pack()) == HELLO.size, "version 1 ended after the CRC"
+    sock, reply = handshake(node, hello)
+    with sock:
+        assert reply.verdict is Verdict.INCOMPATIBLE and "protocol version 1" in reply.reason
+
+
+def test_a_broker_id_over_the_bound_is_a_protocol_violation(master):
+    _, node = master
+    sock = connect(node)
+    with sock:
+        sock.sendall(Hello(VERSION, FILE_SIZE, 0, 0, 0, 0).pack()[:-2] + struct.pack(">H", MAX_BROKER_ID_BYTES + 1))
+        assert sock.recv(1) == b"", "dropped without a reply"
+    assert node.status()["slaves"] == []
 
 
 def test_a_slave_reporting_more_than_the_master_has_is_cut_off(master):

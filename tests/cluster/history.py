@@ -1,0 +1,341 @@
+"""A history checker for a broker group under faults: clients record every operation, checks run afterwards.
+
+`History` is an operation log: each `Op` has a kind, the worker and broker that ran it, when it was
+invoked and completed, its HTTP status (None: no reply) and kind-specific values. Workers (`Workload`)
+append to it while a test injects faults (`History.faults`: SIGKILLs and SIGSTOPs of masters) and a
+`Monitor` samples each broker's `/v1/store` cluster status. Afterwards `check()` runs one function
+per operation kind (`CHECKS`) and the cross-cutting ones against the `Final` state (the surviving log
+and the group's epoch history in etcd), and returns every problem found.
+
+To add an operation kind (offset commits, receives, acks, once they are replicated): record `Op`s of
+the new kind from a worker (a function like `produce_once`), add what the final state needs to `Final`
+(read in `read_final`), and add `CHECKS["kind"] = check_kind`.
+
+Checks:
+- produce: every acknowledged (2xx) produce is in the surviving log exactly once, at the commitlog
+  and queue offsets its reply named; it was accepted by the master of the epoch its offset lies in
+  (the epoch history in etcd), so no broker but an epoch's master accepted a put of that epoch;
+- read: every message read was produced (a read returns no invented or torn message); a queue offset
+  read twice with different messages never held an acknowledged one the first time;
+- epochs (the monitor): never two brokers accepting writes in one epoch;
+- failover window: after each fault of a master, a put is accepted by another broker within `window_s`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from cluster.etcd_client import EtcdClient
+
+TOPIC = "history"
+QUEUES = 2
+# A refused or failed request is retried this much later (not at once: two cores serve the brokers too).
+RETRY_PAUSE_S = 0.01
+# A worker's longest wait for one reply; a broker that gave none (or refused the connection) is avoided this long,
+# as a client that knows the other brokers of the route would (a paused broker would hold every worker otherwise).
+REQUEST_TIMEOUT_S = 1.0
+AVOID_S = 5.0
+
+
+@dataclass
+class Op:
+    kind: str
+    worker: str
+    node: str
+    invoked: float
+    completed: float = 0.0
+    status: int | None = None
+    value: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+@dataclass
+class Fault:
+    kind: str  # "kill" or "stop"
+    node: str
+    at: float
+
+
+@dataclass
+class Sample:
+    node: str
+    at: float
+    role: str
+    epoch: int
+    accepting: bool
+
+
+class History:
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.faults: list[Fault] = []
+        self.samples: list[Sample] = []
+        self._lock = threading.Lock()
+
+    def record(self, op: Op) -> None:
+        with self._lock:
+            self.ops.append(op)
+
+    def of(self, kind: str) -> list[Op]:
+        with self._lock:
+            return [op for op in self.ops if op.kind == kind]
+
+    def acked_produces(self) -> list[Op]:
+        return [op for op in self.of("produce") if op.ok]
+
+
+@dataclass
+class Final:
+    """What the group holds once every broker is back: each queue's messages (queue offset -> (id, commitlog offset)),
+    and the epoch history: [(epoch, master broker id, start offset)] in epoch order."""
+
+    queues: dict[int, dict[int, tuple[str, int]]]
+    epochs: list[tuple[int, str, int]]
+
+
+# Workers --------------------------------------------------------------------------------------------
+
+
+def broker_of(offset_msg_id: str) -> str:
+    """The HTTP URL of the broker that stored a message: its offset message id names the store's IPv4 host and port."""
+    host = ".".join(str(int(offset_msg_id[i : i + 2], 16)) for i in range(0, 8, 2))
+    return f"http://{host}:{int(offset_msg_id[8:16], 16)}"
+
+
+def produce_once(history: History, worker: str, client: httpx.Client, node: str, message_id: str, queue: int) -> Op:
+    op = Op("produce", worker, node, time.monotonic(), value={"id": message_id, "queue": queue})
+    try:
+        r = client.post(f"{node}/v1/topics/{TOPIC}/messages", json={"body": message_id, "queue_id": queue})
+        op.status = r.status_code
+        if r.status_code == 201:
+            reply = r.json()
+            op.value.update(broker=broker_of(reply["offset_msg_id"]), commitlog_offset=reply["commitlog_offset"])
+            op.value["queue_offset"] = reply["queue_offset"]
+        else:
+            op.value["code"] = r.json().get("code") if r.headers.get("content-type", "").endswith("json") else None
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op
+
+
+def read_once(history: History, worker: str, client: httpx.Client, node: str, queue: int, offset: int) -> Op:
+    op = Op("read", worker, node, time.monotonic(), value={"queue": queue, "offset": offset, "messages": []})
+    try:
+        r = client.get(f"{node}/v1/topics/{TOPIC}/queues/{queue}/messages", params={"offset": offset, "max": 64})
+        op.status = r.status_code
+        if r.status_code == 200:
+            reply = r.json()
+            op.value["messages"] = [(m["queue_offset"], m["body"], m["commitlog_offset"]) for m in reply["messages"]]
+            op.value["next_offset"] = reply["next_offset"]
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op
+
+
+class Workload:
+    """Producer and reader threads, each sending to a broker chosen at random per request (any broker takes any)."""
+
+    def __init__(self, history: History, nodes: Callable[[], list[str]], producers: int = 3, readers: int = 1) -> None:
+        self.history = history
+        self.nodes = nodes
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._produce, args=(f"p{i}",), daemon=True) for i in range(producers)]
+        self.threads += [threading.Thread(target=self._read, args=(f"r{i}",), daemon=True) for i in range(readers)]
+
+    def __enter__(self) -> Workload:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for t in self.threads:
+            t.join(30)
+
+    def _choose(self, rng: random.Random, avoided: dict[str, float]) -> str:
+        now = time.monotonic()
+        nodes = self.nodes()
+        return rng.choice([n for n in nodes if avoided.get(n, 0.0) <= now] or nodes)
+
+    def _produce(self, worker: str) -> None:
+        rng = random.Random(worker)
+        avoided: dict[str, float] = {}
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            n = 0
+            while not self.stopping.is_set():
+                op = produce_once(self.history, worker, client, self._choose(rng, avoided), f"{worker}-{n}", n % QUEUES)
+                n += 1
+                if op.status is None:
+                    avoided[op.node] = time.monotonic() + AVOID_S
+                if not op.ok:
+                    self.stopping.wait(RETRY_PAUSE_S)
+
+    def _read(self, worker: str) -> None:
+        rng = random.Random(worker)
+        avoided: dict[str, float] = {}
+        cursors = [0] * QUEUES
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            while not self.stopping.is_set():
+                queue = rng.randrange(QUEUES)
+                op = read_once(self.history, worker, client, self._choose(rng, avoided), queue, cursors[queue])
+                if op.status is None:
+                    avoided[op.node] = time.monotonic() + AVOID_S
+                if op.ok and op.value["messages"]:
+                    cursors[queue] = op.value["next_offset"]
+                else:
+                    self.stopping.wait(0.05)
+
+
+class Monitor:
+    """One thread per broker sampling its `/v1/store` cluster status (role, epoch, accepting writes)."""
+
+    def __init__(self, history: History, nodes: list[str], interval_s: float = 0.05) -> None:
+        self.history, self.nodes, self.interval_s = history, nodes, interval_s
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._watch, args=(n,), daemon=True) for n in nodes]
+
+    def __enter__(self) -> Monitor:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for t in self.threads:
+            t.join(10)
+
+    def _watch(self, node: str) -> None:
+        with httpx.Client(timeout=0.5) as client:
+            while not self.stopping.is_set():
+                at = time.monotonic()
+                try:
+                    status = client.get(f"{node}/v1/store").json().get("cluster") or {}
+                except (httpx.HTTPError, ValueError):
+                    status = {}
+                if status:
+                    sample = Sample(node, at, status["role"], int(status["epoch"]), bool(status["accepting_puts"]))
+                    with self.history._lock:
+                        self.history.samples.append(sample)
+                self.stopping.wait(self.interval_s)
+
+
+# The final state ------------------------------------------------------------------------------------
+
+
+def read_queue(client: httpx.Client, node: str, queue: int) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    offset = 0
+    while True:
+        r = client.get(
+            f"{node}/v1/topics/{TOPIC}/queues/{queue}/messages",
+            params={"offset": offset, "max": 256},
+            headers={"tidemq-forwarded-by": "history"},  # this broker's own log
+        )
+        r.raise_for_status()
+        reply = r.json()
+        for m in reply["messages"]:
+            out[m["queue_offset"]] = (m["body"], m["commitlog_offset"])
+        if not reply["messages"] or reply["next_offset"] >= reply["max_offset"]:
+            return out
+        offset = reply["next_offset"]
+
+
+def read_final(node: str, etcd_url: str, cluster: str, group: str) -> Final:
+    with httpx.Client(timeout=10.0) as client:
+        queues = {q: read_queue(client, node, q) for q in range(QUEUES)}
+    etcd = EtcdClient([etcd_url], 2_000)
+    try:
+        kvs = etcd.prefix(f"/tidemq/{cluster}/groups/{group}/epochs/")
+    finally:
+        etcd.close()
+    epochs = sorted((int(kv.value["epoch"]), str(kv.value["broker"]), int(kv.value["start_offset"])) for kv in kvs)
+    return Final(queues, epochs)
+
+
+# Checks ---------------------------------------------------------------------------------------------
+
+
+def epoch_at(epochs: list[tuple[int, str, int]], offset: int) -> tuple[int, str]:
+    """The epoch (and its master) whose part of the log holds `offset`: the last one starting at or before it."""
+    found = epochs[0]
+    for entry in epochs:
+        if entry[2] <= offset:
+            found = entry
+    return found[0], found[1]
+
+
+def check_produces(history: History, final: Final) -> list[str]:
+    problems = []
+    where: dict[str, list[tuple[int, int, int]]] = {}
+    for queue, messages in final.queues.items():
+        for queue_offset, (message_id, commitlog_offset) in messages.items():
+            where.setdefault(message_id, []).append((queue, queue_offset, commitlog_offset))
+    for op in history.acked_produces():
+        v = op.value
+        found = where.get(v["id"], [])
+        if found != [(v["queue"], v["queue_offset"], v["commitlog_offset"])]:
+            problems.append(f"acknowledged produce {v['id']} (queue {v['queue']} offset {v['queue_offset']}) is in the log at {found}")
+            continue
+        epoch, master = epoch_at(final.epochs, v["commitlog_offset"])
+        if v["broker"] != master:
+            problems.append(f"produce {v['id']} at {v['commitlog_offset']}, in epoch {epoch} of {master}, was accepted by {v['broker']}")
+    return problems
+
+
+def check_reads(history: History, final: Final) -> list[str]:
+    problems = []
+    produced = {op.value["id"] for op in history.of("produce")}
+    acked = {op.value["id"] for op in history.acked_produces()}
+    seen: dict[tuple[int, int], str] = {}
+    for op in sorted(history.of("read"), key=lambda o: o.completed):
+        for queue_offset, message_id, _ in op.value["messages"]:
+            if message_id not in produced:
+                problems.append(f"read {message_id!r} at queue {op.value['queue']} offset {queue_offset}, which nobody produced")
+            before = seen.setdefault((op.value["queue"], queue_offset), message_id)
+            if before != message_id and before in acked:
+                problems.append(f"queue {op.value['queue']} offset {queue_offset} held acknowledged {before}, later {message_id}")
+            seen[(op.value["queue"], queue_offset)] = message_id
+    return problems
+
+
+CHECKS: dict[str, Callable[[History, Final], list[str]]] = {"produce": check_produces, "read": check_reads}
+
+
+def check_one_writer_per_epoch(history: History) -> list[str]:
+    writers: dict[int, set[str]] = {}
+    for s in history.samples:
+        if s.accepting:
+            writers.setdefault(s.epoch, set()).add(s.node)
+    return [f"epoch {epoch}: {sorted(nodes)} all accepted writes" for epoch, nodes in writers.items() if len(nodes) > 1]
+
+
+def failover_windows(history: History) -> list[float]:
+    """Per fault: seconds from it until a put is accepted by another broker (inf when none was)."""
+    windows = []
+    for fault in history.faults:
+        accepted = [op.completed for op in history.acked_produces() if op.completed > fault.at and op.value["broker"] != fault.node]
+        windows.append(min(accepted) - fault.at if accepted else float("inf"))
+    return windows
+
+
+def check(history: History, final: Final, window_s: float) -> list[str]:
+    problems = [p for kind, fn in CHECKS.items() if history.of(kind) for p in fn(history, final)]
+    problems += check_one_writer_per_epoch(history)
+    for fault, window in zip(history.faults, failover_windows(history), strict=True):
+        if window > window_s:
+            problems.append(f"{fault.kind} of {fault.node}: the next put accepted elsewhere came after {window:.2f} s")
+    return problems
