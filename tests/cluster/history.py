@@ -7,9 +7,8 @@ append to it while a test injects faults (`History.faults`: SIGKILLs and SIGSTOP
 per operation kind (`CHECKS`) and the cross-cutting ones against the `Final` state (the surviving log
 and the group's epoch history in etcd), and returns every problem found.
 
-To add an operation kind (offset commits, receives, acks, once they are replicated): record `Op`s of
-the new kind from a worker (a function like `produce_once`), add what the final state needs to `Final`
-(read in `read_final`), and add `CHECKS["kind"] = check_kind`.
+To add an operation kind: record `Op`s of the new kind from a worker (a function like `produce_once`),
+add what the final state needs to `Final` (read in `read_final`), and add `CHECKS["kind"] = check_kind`.
 
 Checks:
 - produce: every acknowledged (2xx) produce is in the surviving log exactly once, at the commitlog
@@ -18,6 +17,13 @@ Checks:
 - read: every message read was produced (a read returns no invented or torn message); a queue offset
   read twice with different messages never held an acknowledged one the first time;
 - epochs (the monitor): never two brokers accepting writes in one epoch;
+- commit and offsets (consumer state, replicated as state records): a committed offset read after a
+  commit of it answered 2xx is never lower (no failover takes a commit back), and the final offset is
+  at least the last acknowledged commit;
+- receive and ack (group consumption: checkpoints and acks in the revive topic, the revive progress as
+  an offset): no message is delivered again after an ack of it answered OK; every acknowledged
+  produce is delivered to the group; a message received and not acked (the ack not sent, or refused)
+  is delivered again (an ack cut without a reply may or may not have been stored: either is right);
 - failover window: after each fault of a master, a put is accepted by another broker within `window_s`.
 """
 
@@ -36,6 +42,11 @@ from cluster.etcd_client import EtcdClient
 
 TOPIC = "history"
 QUEUES = 2
+GROUP = "ledger"  # the consumer group that receives and acks
+COMMIT_GROUP = "auditor"  # the group whose offsets a worker commits
+INVISIBLE_MS = 3_000
+# One message of this many received is left unacked, to be delivered again.
+UNACKED_EVERY = 4
 # A refused or failed request is retried this much later (not at once: two cores serve the brokers too).
 RETRY_PAUSE_S = 0.01
 # A worker's longest wait for one reply; a broker that gave none (or refused the connection) is avoided this long,
@@ -93,6 +104,14 @@ class History:
     def acked_produces(self) -> list[Op]:
         return [op for op in self.of("produce") if op.ok]
 
+    def deliveries(self) -> dict[str, list[Op]]:
+        """Message id -> the receives that delivered it, in completion order."""
+        out: dict[str, list[Op]] = {}
+        for op in sorted(self.of("receive"), key=lambda o: o.completed):
+            for message_id in op.value.get("ids", []):
+                out.setdefault(message_id, []).append(op)
+        return out
+
 
 @dataclass
 class Final:
@@ -146,15 +165,83 @@ def read_once(history: History, worker: str, client: httpx.Client, node: str, qu
     return op
 
 
-class Workload:
-    """Producer and reader threads, each sending to a broker chosen at random per request (any broker takes any)."""
+def commit_once(history: History, worker: str, client: httpx.Client, node: str, queue: int, offset: int) -> Op:
+    op = Op("commit", worker, node, time.monotonic(), value={"queue": queue, "offset": offset})
+    try:
+        r = client.put(f"{node}/v1/groups/{COMMIT_GROUP}/offsets", json={"topic": TOPIC, "queue_id": queue, "offset": offset})
+        op.status = r.status_code
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op
 
-    def __init__(self, history: History, nodes: Callable[[], list[str]], producers: int = 3, readers: int = 1) -> None:
+
+def offsets_once(history: History, worker: str, client: httpx.Client, node: str) -> Op:
+    op = Op("offsets", worker, node, time.monotonic(), value={"committed": {}})
+    try:
+        r = client.get(f"{node}/v1/groups/{COMMIT_GROUP}/offsets", params={"topic": TOPIC})
+        op.status = r.status_code
+        if r.status_code == 200:
+            op.value["committed"] = {q["queue_id"]: q["committed_offset"] for q in r.json()["queues"]}
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op
+
+
+def receive_once(history: History, worker: str, client: httpx.Client, node: str, wait_ms: int = 0) -> tuple[Op, list[tuple[str, str]]]:
+    """A receive's op and its (message id, receipt handle) pairs."""
+    op = Op("receive", worker, node, time.monotonic(), value={"ids": []})
+    got: list[tuple[str, str]] = []
+    try:
+        params = {"max": 16, "invisible_ms": INVISIBLE_MS, "wait_ms": wait_ms}
+        r = client.post(f"{node}/v1/groups/{GROUP}/topics/{TOPIC}/receive", params=params)
+        op.status = r.status_code
+        if r.status_code == 200:
+            got = [(m["body"], m["receipt_handle"]) for m in r.json()["messages"]]
+            op.value["ids"] = [message_id for message_id, _ in got]
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op, got
+
+
+def ack_once(history: History, worker: str, client: httpx.Client, node: str, pairs: list[tuple[str, str]]) -> Op:
+    """Ack `pairs`; the op's value holds each id's outcome ("OK", another status, or None when no reply came)."""
+    op = Op("ack", worker, node, time.monotonic(), value={"outcomes": {message_id: None for message_id, _ in pairs}})
+    try:
+        r = client.post(f"{node}/v1/groups/{GROUP}/topics/{TOPIC}/ack", json={"receipt_handles": [h for _, h in pairs]})
+        op.status = r.status_code
+        if r.status_code == 200:
+            for (message_id, _), result in zip(pairs, r.json()["results"], strict=True):
+                op.value["outcomes"][message_id] = result["status"]
+        else:
+            op.value["outcomes"] = {message_id: "REFUSED" for message_id, _ in pairs}
+    except httpx.TransportError as exc:
+        op.value["error"] = type(exc).__name__
+    op.completed = time.monotonic()
+    history.record(op)
+    return op
+
+
+class Workload:
+    """Producer, reader, committer and consumer threads, each sending to a broker chosen at random per request
+    (any broker takes any)."""
+
+    def __init__(
+        self, history: History, nodes: Callable[[], list[str]], producers: int = 3, readers: int = 1, consumers: int = 0,
+        committers: int = 0,
+    ) -> None:  # fmt: skip
         self.history = history
         self.nodes = nodes
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self._produce, args=(f"p{i}",), daemon=True) for i in range(producers)]
         self.threads += [threading.Thread(target=self._read, args=(f"r{i}",), daemon=True) for i in range(readers)]
+        self.threads += [threading.Thread(target=self._consume, args=(f"c{i}",), daemon=True) for i in range(consumers)]
+        self.threads += [threading.Thread(target=self._commit, args=(f"o{i}",), daemon=True) for i in range(committers)]
 
     def __enter__(self) -> Workload:
         for t in self.threads:
@@ -198,6 +285,60 @@ class Workload:
                     cursors[queue] = op.value["next_offset"]
                 else:
                     self.stopping.wait(0.05)
+
+    def _consume(self, worker: str) -> None:
+        rng = random.Random(worker)
+        avoided: dict[str, float] = {}
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            n = 0
+            while not self.stopping.is_set():
+                op, got = receive_once(self.history, worker, client, self._choose(rng, avoided))
+                if op.status is None:
+                    avoided[op.node] = time.monotonic() + AVOID_S
+                acked = []
+                for pair in got:
+                    n += 1
+                    if n % UNACKED_EVERY:
+                        acked.append(pair)
+                if acked:
+                    ack = ack_once(self.history, worker, client, self._choose(rng, avoided), acked)
+                    if ack.status is None:
+                        avoided[ack.node] = time.monotonic() + AVOID_S
+                if not got:
+                    self.stopping.wait(0.05)
+
+    def _commit(self, worker: str) -> None:
+        """Commits growing offsets of each queue in turn, and reads them back between commits."""
+        rng = random.Random(worker)
+        avoided: dict[str, float] = {}
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            n = 0
+            while not self.stopping.is_set():
+                n += 1
+                commit = commit_once(self.history, worker, client, self._choose(rng, avoided), n % QUEUES, n // QUEUES)
+                if commit.status is None:
+                    avoided[commit.node] = time.monotonic() + AVOID_S
+                read = offsets_once(self.history, worker, client, self._choose(rng, avoided))
+                if read.status is None:
+                    avoided[read.node] = time.monotonic() + AVOID_S
+                self.stopping.wait(0.02)
+
+
+def drain(history: History, node: str, deadline_s: float) -> None:
+    """Receive and ack everything left (no faults now), until every acknowledged produce was delivered and acked
+    (or its ack was cut without a reply: stored or not, it need not come again)."""
+    wanted = {op.value["id"] for op in history.acked_produces()}
+    deadline = time.monotonic() + deadline_s
+    with httpx.Client(timeout=10.0) as client:
+        while time.monotonic() < deadline:
+            outcomes = [(m, outcome) for op in history.of("ack") for m, outcome in op.value["outcomes"].items()]
+            acked = {m for m, outcome in outcomes if outcome == "OK"}
+            unknown = {m for m, outcome in outcomes if outcome is None}
+            if wanted - unknown <= acked:
+                return
+            _, got = receive_once(history, "drain", client, node, wait_ms=1_000)
+            if got:
+                ack_once(history, "drain", client, node, got)
 
 
 class Monitor:
@@ -312,7 +453,54 @@ def check_reads(history: History, final: Final) -> list[str]:
     return problems
 
 
-CHECKS: dict[str, Callable[[History, Final], list[str]]] = {"produce": check_produces, "read": check_reads}
+def check_offsets(history: History, final: Final) -> list[str]:
+    """A committed offset read back is never below one whose commit answered 2xx before the read began."""
+    problems = []
+    commits = sorted((op for op in history.of("commit") if op.ok), key=lambda o: o.completed)
+    for read in history.of("offsets"):
+        if not read.ok:
+            continue
+        for queue in range(QUEUES):
+            before = [c.value["offset"] for c in commits if c.value["queue"] == queue and c.completed < read.invoked]
+            value = read.value["committed"].get(queue, -1)
+            if before and value < max(before):
+                problems.append(f"queue {queue}: offset {value} read at {read.invoked:.2f} after a commit of {max(before)} answered OK")
+    return problems
+
+
+def check_consumption(history: History, final: Final) -> list[str]:
+    """No delivery after an ack answered OK; every acknowledged produce delivered and finally acked; every
+    message received and not acked delivered again."""
+    problems = []
+    deliveries = history.deliveries()
+    acked_at: dict[str, float] = {}
+    attempted: set[str] = set()
+    unknown: set[str] = set()
+    for op in history.of("ack"):
+        for message_id, outcome in op.value["outcomes"].items():
+            attempted.add(message_id)
+            if outcome == "OK":
+                acked_at[message_id] = min(acked_at.get(message_id, op.completed), op.completed)
+            elif outcome is None:
+                unknown.add(message_id)
+    for message_id, acked in acked_at.items():
+        later = [op for op in deliveries.get(message_id, []) if op.invoked > acked]
+        if later:
+            problems.append(
+                f"{message_id} delivered again at {later[0].invoked:.2f} by {later[0].node} after its ack answered OK at {acked:.2f}"
+            )
+    for op in history.acked_produces():
+        message_id = op.value["id"]
+        if message_id not in deliveries:
+            problems.append(f"acknowledged produce {message_id} was never delivered to group {GROUP}")
+        elif message_id not in acked_at and message_id not in unknown:
+            problems.append(f"{message_id} was received but never delivered again to be acked")
+    return problems
+
+
+CHECKS: dict[str, Callable[[History, Final], list[str]]] = {
+    "produce": check_produces, "read": check_reads, "offsets": check_offsets, "receive": check_consumption,
+}  # fmt: skip
 
 
 def check_one_writer_per_epoch(history: History) -> list[str]:

@@ -1,7 +1,9 @@
 """Groups of two and of three under SYNC replication, their masters SIGKILLed and SIGSTOPped in turn while
-producers and readers go through any broker; the history checker (tests/cluster/history.py) then finds no
-acknowledged put lost or misplaced, no epoch with two writers, no read of an invented message, and a new
-master accepting puts within lease_ttl_s + 2 s of each fault.
+producers, readers, an offset committer and a receive/ack consumer go through any broker; the history
+checker (tests/cluster/history.py) then finds no acknowledged put lost or misplaced, no epoch with two
+writers, no read of an invented message, no committed offset taken back, no delivery after an ack that
+answered OK, every unacked message delivered again, and a new master accepting puts within
+lease_ttl_s + 2 s of each fault.
 """
 
 from __future__ import annotations
@@ -13,7 +15,19 @@ import time
 import pytest
 
 from tests.cluster.helpers import cluster_status, is_master, wait_in_sync, wait_master
-from tests.cluster.history import QUEUES, TOPIC, Fault, History, Monitor, Workload, check, failover_windows, read_final, read_queue
+from tests.cluster.history import (
+    QUEUES,
+    TOPIC,
+    Fault,
+    History,
+    Monitor,
+    Workload,
+    check,
+    drain,
+    failover_windows,
+    read_final,
+    read_queue,
+)
 from tests.ha.cluster import Node, wait_for
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
@@ -50,11 +64,12 @@ def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writ
     assert master.client.put(f"/v1/topics/{TOPIC}", json={"queues": QUEUES}).status_code == 201
     history = History()
     urls = [n.url for n in nodes]
-    with Monitor(history, urls), Workload(history, lambda: urls):
+    with Monitor(history, urls), Workload(history, lambda: urls, consumers=1, committers=1):
         for round_no in range(ROUNDS):
             fault_round(history, nodes, round_no)
         master = wait_master(nodes)
         wait_in_sync(master, *[n for n in nodes if n is not master], timeout_s=30)
+    drain(history, master.url, deadline_s=60)
     final = read_final(master.url, etcd.url, "test", "a")
     for node in nodes:  # every replica holds exactly the master's log
         wait_for(lambda node=node: node.max_offset() == master.max_offset(), what=f"{node.url} to catch up")
@@ -64,6 +79,7 @@ def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writ
     acked = history.acked_produces()
     assert len(acked) >= ROUNDS * PUTS_PER_ROUND and len(final.epochs) >= ROUNDS + 1
     assert any(op.ok and op.value["messages"] for op in history.of("read")), "the readers read"
+    assert sum(1 for op in history.of("commit") if op.ok) >= ROUNDS and history.of("receive"), "the consumers consumed"
     windows = sorted(failover_windows(history))
     print(
         f"group of {size}: {len(acked)} acknowledged puts, failover windows p50 {windows[len(windows) // 2]:.2f} s max {windows[-1]:.2f} s"
