@@ -67,6 +67,10 @@ ProblemReply = Callable[[str, str, str], ASGIApp]
 NewTopicCheck = Callable[[str, bool], bool]
 
 
+# Paths of consumer state: served by the group's master, reads included (`Forwarding.target`).
+CONSUMER_STATE_PREFIX = "/v1/groups/"
+
+
 class Forwarder:
     def __init__(
         self, app: ASGIApp, node: ClusterNode, settings: ClusterSettings, problem: ProblemReply, new_topic_check: NewTopicCheck
@@ -93,6 +97,10 @@ class Forwarder:
             raw = scope.get("raw_path") or scope["path"].encode()
             scope = {**scope, "path": QUALIFIED_QUEUE.sub(r"\1\3\4", scope["path"]), "raw_path": QUALIFIED_RAW.sub(rb"\1\3\4", raw)}
         if any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
+            if scope["path"].startswith(CONSUMER_STATE_PREFIX) and not self.node.may_accept_puts():
+                # Forwarded here as to the master, but this broker no longer is one (or is fenced): its consumer
+                # state may be behind the group's, so it answers nothing of it; the client asks again.
+                return await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
             await self.app(scope, receive, send)
             return
         if group is None:
@@ -123,7 +131,7 @@ class Forwarder:
 
     async def to_group(self, group: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve here when this broker can, else forward to the group's master (a read: any of its brokers)."""
-        target = self.target(scope["method"], group)
+        target = self.target(scope["method"], group, scope["path"])
         if target is None:
             await self.app(scope, receive, send)
         elif target == "":
@@ -131,20 +139,28 @@ class Forwarder:
         else:
             await self.forward(target, scope, receive, send)
 
-    def target(self, method: str, group: str) -> str | None:
-        """The group's base URL for this request; None to serve here; "" when the group has no broker that can."""
+    def target(self, method: str, group: str, path: str = "") -> str | None:
+        """The group's base URL for this request; None to serve here; "" when the group has no broker that can.
+
+        Writes go to the master, and so do reads of consumer state (`/v1/groups/...`: offsets, groups): a slave
+        applies the master's state records a moment after it holds them, so only the master reads back at
+        once what it answered (a commit answered OK is never read lower, whichever broker is asked)."""
         node, view = self.node, self.node.view
-        write = method in WRITE_METHODS
-        if group == node.group_name and (not write or node.role == "master"):
+        write = method in WRITE_METHODS or path.startswith(CONSUMER_STATE_PREFIX)
+        if group == node.group_name and not write:
             return None
+        if group == node.group_name and node.role == "master":
+            # A fenced master (paused past its lease) may hold stale consumer state: no read of it either.
+            return None if node.may_accept_puts() or method in WRITE_METHODS else ""
         address = master_address(view, group) if write else read_address(view, group)
         if address == node.broker_id:
-            return None
+            # This broker's view still names it master: served here when it is one, else nothing to serve yet.
+            return None if not write or node.may_accept_puts() or method in WRITE_METHODS else ""
         return address or ""
 
     async def call(self, group: str, scope: Scope, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """One request to a group, served here or there, its whole reply kept: for the replies SpanningRequests merges."""
-        target = self.target(scope["method"], group)
+        target = self.target(scope["method"], group, scope["path"])
         if target == "":
             return 503, [], b""
         if target is None:

@@ -209,6 +209,14 @@ def receive_once(history: History, worker: str, client: httpx.Client, node: str,
     return op, got
 
 
+# 5xx codes that mean nothing was stored (a client may count on the message coming again).
+NOTHING_STORED = frozenset({"NO_MASTER", "NOT_ENOUGH_REPLICAS", "SHUTTING_DOWN"})
+
+
+def _code(r: httpx.Response) -> str | None:
+    return r.json().get("code") if r.headers.get("content-type", "").endswith("json") else None
+
+
 def ack_once(history: History, worker: str, client: httpx.Client, node: str, pairs: list[tuple[str, str]]) -> Op:
     """Ack `pairs`; the op's value holds each id's outcome ("OK", another status, or None when no reply came)."""
     op = Op("ack", worker, node, time.monotonic(), value={"outcomes": {message_id: None for message_id, _ in pairs}})
@@ -218,8 +226,9 @@ def ack_once(history: History, worker: str, client: httpx.Client, node: str, pai
         if r.status_code == 200:
             for (message_id, _), result in zip(pairs, r.json()["results"], strict=True):
                 op.value["outcomes"][message_id] = result["status"]
-        else:
+        elif r.status_code < 500 or _code(r) in NOTHING_STORED:
             op.value["outcomes"] = {message_id: "REFUSED" for message_id, _ in pairs}
+        # Else (FORWARD_FAILED: the owner did not answer; a 5xx with "stored": true): stored or not is unknown.
     except httpx.TransportError as exc:
         op.value["error"] = type(exc).__name__
     op.completed = time.monotonic()
@@ -461,10 +470,14 @@ def check_offsets(history: History, final: Final) -> list[str]:
         if not read.ok:
             continue
         for queue in range(QUEUES):
-            before = [c.value["offset"] for c in commits if c.value["queue"] == queue and c.completed < read.invoked]
+            before = [c for c in commits if c.value["queue"] == queue and c.completed < read.invoked]
             value = read.value["committed"].get(queue, -1)
-            if before and value < max(before):
-                problems.append(f"queue {queue}: offset {value} read at {read.invoked:.2f} after a commit of {max(before)} answered OK")
+            if before and value < max(c.value["offset"] for c in before):
+                last = max(before, key=lambda c: c.value["offset"])
+                problems.append(
+                    f"queue {queue}: offset {value} read from {read.node} at {read.invoked:.2f} after a commit of "
+                    f"{last.value['offset']} answered OK by {last.node} at {last.completed:.2f}"
+                )
     return problems
 
 
@@ -494,7 +507,8 @@ def check_consumption(history: History, final: Final) -> list[str]:
         if message_id not in deliveries:
             problems.append(f"acknowledged produce {message_id} was never delivered to group {GROUP}")
         elif message_id not in acked_at and message_id not in unknown:
-            problems.append(f"{message_id} was received but never delivered again to be acked")
+            where = [f"{d.node}@{d.completed:.2f}" for d in deliveries[message_id]]
+            problems.append(f"{message_id} was received ({', '.join(where)}) but never delivered again to be acked")
     return problems
 
 

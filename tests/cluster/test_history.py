@@ -75,7 +75,8 @@ def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writ
         wait_for(lambda node=node: node.max_offset() == master.max_offset(), what=f"{node.url} to catch up")
         assert {q: read_queue(node.client, node.url, q) for q in range(QUEUES)} == final.queues
     problems = check(history, final, window_s=LEASE_TTL_S + 2)
-    assert not problems, "\n".join(problems[:20])
+    faults = ", ".join(f"{f.kind} {f.node}@{f.at:.2f}" for f in history.faults)
+    assert not problems, "\n".join(problems[:20]) + f"\nfaults: {faults}"
     acked = history.acked_produces()
     assert len(acked) >= ROUNDS * PUTS_PER_ROUND and len(final.epochs) >= ROUNDS + 1
     assert any(op.ok and op.value["messages"] for op in history.of("read")), "the readers read"
