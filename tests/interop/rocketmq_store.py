@@ -108,7 +108,8 @@ def uniq_key(producer_ip: str, pid: int, loader_hash: int, born_ms: int, counter
     """MessageClientIDSetter#createUniqID, the month start taken in UTC (the producer's default time zone here)."""
     born = datetime.datetime.fromtimestamp(born_ms / 1000, tz=datetime.UTC)
     month_start = calendar.timegm((born.year, born.month, 1, 0, 0, 0)) * 1000
-    raw = ipaddress.ip_address(producer_ip).packed + struct.pack(">HiiH", pid & 0xFFFF, loader_hash, born_ms - month_start, counter)
+    since = (born_ms - month_start) & 0xFFFFFFFF  # `(int)` of the difference: it wraps past 2^31 ms (the month's 25th day)
+    raw = ipaddress.ip_address(producer_ip).packed + struct.pack(">HiIH", pid & 0xFFFF, loader_hash, since, counter)
     return raw.hex().upper()
 
 
