@@ -36,7 +36,16 @@ from app.startup import recovery_progress
 from app.transaction_check import HttpCheckTransport
 from cluster import ClusterNode, EtcdError
 from ha import HANode, attach
-from store import SYSTEM_TOPICS, BrokerRole, DefaultMessageStore, MessageStore, StoreError, TopicConfig, topic_problem
+from store import (
+    SYSTEM_TOPICS,
+    BrokerRole,
+    DefaultMessageStore,
+    MessageStore,
+    StoreError,
+    TopicConfig,
+    is_rocketmq_system_topic,
+    topic_problem,
+)
 
 log = logging.getLogger("tidemq.app")
 T = TypeVar("T")
@@ -179,7 +188,7 @@ class Broker:
         problem = topic_problem(topic, self.config.max_topic_length_bytes)  # the store's check, cached there
         if problem is not None:
             raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
-        if for_write and topic in SYSTEM_TOPICS:
+        if for_write and (topic in SYSTEM_TOPICS or is_rocketmq_system_topic(topic, self.config.broker_cluster_name)):
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
 
     def may_create_topic(self, topic: str, explicit: bool) -> bool:

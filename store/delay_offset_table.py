@@ -1,7 +1,8 @@
 """DelayOffsetTable: how far the schedule service has delivered each delay level.
 
-`config/delayOffset.json` holds `{"offsetTable": {"<level>": <offset>}}` (RocketMQ's
-ScheduleMessageService layout, DelayOffsetSerializeWrapper): for level L, the queue offset of
+`config/delayOffset.json` holds `{"offsetTable": {"<level>": <offset>}, "dataVersion": {...}}`
+(RocketMQ's ScheduleMessageService layout, DelayOffsetSerializeWrapper; the dataVersion's counter
+grows with every write, store.data_version): for level L, the queue offset of
 SCHEDULE_TOPIC_XXXX queue L-1 of the first message not yet delivered. RocketMQ's own file has
 the levels unquoted (`{1:5}`, fastjson); store.json_file reads that too, and tidemq writes them
 quoted, which fastjson reads back. Every entry below it was put back to its real topic (or
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 
+from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
 
@@ -29,6 +31,7 @@ class DelayOffsetTable:
         self._offsets: dict[int, int] = {}
         self._lock = threading.Lock()  # leaf lock: guards the dict against the status reader
         self._dirty = False
+        self._counter = 0  # the file's dataVersion.counter (0: RocketMQ 4's file, which has none)
 
     def load(self) -> None:
         """Read the table; a missing file means nothing was delivered yet."""
@@ -46,6 +49,7 @@ class DelayOffsetTable:
         with self._lock:
             self._offsets = offsets
             self._dirty = False
+            self._counter = data_version_counter(data)
 
     def get(self, level: int) -> int:
         return self._offsets.get(level, 0)
@@ -67,8 +71,10 @@ class DelayOffsetTable:
                 return False
             table = {str(level): offset for level, offset in sorted(self._offsets.items())}
             self._dirty = False
+            self._counter += 1
+            counter = self._counter
         try:
-            write_json_atomically(self.path, {"offsetTable": table})
+            write_json_atomically(self.path, versioned_document("offsetTable", table, counter))
         except OSError:
             with self._lock:
                 self._dirty = True  # written again at the next period

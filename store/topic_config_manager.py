@@ -17,12 +17,15 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt, TopicConfigInvalid, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
+
+if TYPE_CHECKING:
+    from store.rocketmq_system_topics import SystemTopics
 
 log = logging.getLogger("tidemq.store")
 
@@ -47,6 +50,7 @@ class TopicConfig:
     topic_filter_type: str = DEFAULT_TOPIC_FILTER_TYPE
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: tuple[tuple[str, str], ...] = ()  # RocketMQ 5's topic attributes (e.g. message.type), as read
 
     def is_readable(self) -> bool:
         return PERM_READ in self.perm
@@ -63,7 +67,7 @@ class TopicConfig:
         return {
             "topicName": self.topic_name, "readQueueNums": self.read_queue_nums, "writeQueueNums": self.write_queue_nums,
             "perm": self.perm_bits(), "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
-            "order": self.order,
+            "order": self.order, "attributes": dict(self.attributes),
         }  # fmt: skip
 
     @classmethod
@@ -77,14 +81,16 @@ class TopicConfig:
             doc.get("topicSysFlag", 0),
             doc.get("order", False),
         )
+        attributes = doc.get("attributes") or {}  # absent (RocketMQ 4) or null: none
         if (
             not all(type(v) is int and v >= 0 for v in (read, write, perm, sys_flag))
             or type(filter_type) is not str
             or type(order) is not bool
+            or not is_attribute_map(attributes)
         ):
             raise MetadataCorrupt(f"topics.json: topic {name!r} has a field of the wrong type")
         letters = ("r" if perm & PERM_BIT_READ else "") + ("w" if perm & PERM_BIT_WRITE else "")
-        return cls(name, read, write, letters, perm & PERM_BITS_KEPT, filter_type, sys_flag, order)
+        return cls(name, read, write, letters, perm & PERM_BITS_KEPT, filter_type, sys_flag, order, tuple(attributes.items()))
 
     @classmethod
     def from_former_shape(cls, name: str, doc: Any) -> TopicConfig:
@@ -98,10 +104,19 @@ class TopicConfig:
         return tc
 
 
+def is_attribute_map(value: Any) -> bool:
+    """Whether `value` is RocketMQ's attributes field (a Map<String, String>) as JSON."""
+    return type(value) is dict and all(type(v) is str for v in value.values())
+
+
 class TopicConfigManager:
-    def __init__(self, config_dir: str, max_queue_nums: int) -> None:
+    def __init__(self, config_dir: str, max_queue_nums: int, system_topics: SystemTopics | None = None) -> None:
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
+        # RocketMQ's system topics (store.rocketmq_system_topics): written as its broker writes them,
+        # those read from the file kept apart (as read) from tidemq's topics.
+        self.system_topics = system_topics
+        self._kept_apart: dict[str, TopicConfig] = {}
         self._topics: dict[str, TopicConfig] = {}
         self.version = 0  # bumped on every change, so watchers (replication) compare one integer
         self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
@@ -116,7 +131,10 @@ class TopicConfigManager:
             raise MetadataCorrupt(f"{self.path} is not an object")
         table, former = data.get("topicConfigTable"), data.get("topics")
         if type(table) is dict:
-            self._topics = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
+            read = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
+            apart = {name for name in read if self._is_kept_apart(name)}
+            self._kept_apart = {name: tc for name, tc in read.items() if name in apart}
+            self._topics = {name: tc for name, tc in read.items() if name not in apart}
             self.data_version_counter = data_version_counter(data)
         elif type(former) is dict:
             self._topics = {name: TopicConfig.from_former_shape(name, doc) for name, doc in former.items()}
@@ -153,7 +171,7 @@ class TopicConfigManager:
         topics = {
             name: TopicConfig(name, min(count, self.max_queue_nums), min(count, self.max_queue_nums))
             for name, count in queue_counts.items()
-            if topic_problem(name) is None and count > 0
+            if topic_problem(name) is None and count > 0 and not self._is_kept_apart(name)
         }
         with self._lock:
             self._topics = topics
@@ -199,8 +217,17 @@ class TopicConfigManager:
             self._persist_locked()
         return True
 
+    def _is_kept_apart(self, name: str) -> bool:
+        return self.system_topics is not None and self.system_topics.kept_apart(name)
+
     def _persist_locked(self) -> None:
-        """Caller holds `_lock`. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
+        """Caller holds `_lock`. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion).
+
+        RocketMQ's system topics first, as read or, when the file had none, as its broker makes them
+        at start; then the served topics (which win for the one group consumption creates, the revive topic)."""
         self.data_version_counter += 1
-        table = {name: tc.to_rocketmq() for name, tc in self._topics.items()}
+        startup = self.system_topics.startup if self.system_topics is not None else ()
+        table = {tc.topic_name: tc.to_rocketmq() for tc in startup}
+        table.update((name, tc.to_rocketmq()) for name, tc in self._kept_apart.items())
+        table.update((name, tc.to_rocketmq()) for name, tc in self._topics.items())
         write_json_atomically(self.path, versioned_document("topicConfigTable", table, self.data_version_counter))
