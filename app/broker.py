@@ -46,6 +46,7 @@ from store import (
     StateWriteFailed,
     StoreError,
     TopicConfig,
+    is_rocketmq_system_topic,
     topic_problem,
 )
 
@@ -211,7 +212,7 @@ class Broker:
         problem = topic_problem(topic, self.config.max_topic_length_bytes)  # the store's check, cached there
         if problem is not None:
             raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
-        if for_write and topic in SYSTEM_TOPICS:
+        if for_write and (topic in SYSTEM_TOPICS or is_rocketmq_system_topic(topic, self.config.broker_cluster_name)):
             raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
         if topic in INTERNAL_TOPICS:
             raise ProblemError("TOPIC_RESERVED", f"{topic} holds the broker's own state and is not served")

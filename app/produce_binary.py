@@ -51,7 +51,11 @@ BATCH_PROBLEMS: dict[BatchErrorCode, tuple[str, str]] = {
         "PROPERTIES_INVALID",
         "the properties are not name \\x01 value \\x02 pairs of UTF-8 with non-empty names",
     ),
-    BatchErrorCode.RESERVED_PROPERTY: ("PROPERTIES_INVALID", "DELAY, WAIT, REAL_TOPIC and REAL_QID cannot be set in a batch"),
+    BatchErrorCode.RESERVED_PROPERTY: (
+        "PROPERTIES_INVALID",
+        "DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC, REAL_TOPIC and REAL_QID cannot be set on a batch's messages "
+        "(a batch is delayed as a whole: delay_ms or deliver_at_ms)",
+    ),
     BatchErrorCode.BAD_TAGS: ("TAG_INVALID", "TAGS must be at most 255 characters, not '*', without '||' or control characters"),
     BatchErrorCode.BAD_UNIQ_KEY: ("MESSAGE_ID_INVALID", "UNIQ_KEY must be 1..128 characters without spaces"),
     BatchErrorCode.TOO_MANY: ("BATCH_TOO_LARGE", "the batch holds more messages than the store's max_batch_messages"),

@@ -124,8 +124,11 @@ def message_of(row: Any, columns: tuple[str, ...]) -> tuple[str | None, dict[str
 
 
 # Property names a row's properties may not set (the JSON produce's reserved names): the sink sets
-# TAGS, KEYS and UNIQ_KEY from their columns, and the broker refuses the others in a batch.
-RESERVED_PROPERTIES = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "DELAY", "WAIT", "REAL_TOPIC", "REAL_QID"})
+# TAGS, KEYS and UNIQ_KEY from their columns, the broker refuses a delay and the real destination in
+# a batch, and WAIT in a JSON produce (a row with a sharding key goes as JSON).
+RESERVED_PROPERTIES = frozenset(
+    {"KEYS", "TAGS", "UNIQ_KEY", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "WAIT", "REAL_TOPIC", "REAL_QID"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,7 @@ from store.message_store import ArrivingListener, CommitLogView, MessageStore, R
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
 from store.pop_records import dlq_topic, retry_topic
 from store.producer_group_manager import ProducerGroup, check_url_problem
+from store.rocketmq_system_topics import is_rocketmq_system_topic
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
@@ -212,6 +213,7 @@ __all__ = [
     "header_bytes",
     "header_of",
     "inflate_body",
+    "is_rocketmq_system_topic",
     "iter_messages",
     "level_for_delay_ms",
     "new_uniq_key",

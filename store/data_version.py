@@ -1,6 +1,7 @@
-"""The `dataVersion` of RocketMQ's metadata files (common/DataVersion: a write timestamp and a
-counter that grows with every write, ConfigManager's persist), read and written the same way by
-the topic and the subscription group managers."""
+"""The `dataVersion` of RocketMQ's metadata files (DataVersion: a write timestamp, a counter that
+grows with every write, ConfigManager's persist, and from RocketMQ 5 a `stateVersion`, the store's
+state machine version, 0 outside controller mode), read and written the same way by the topic and
+subscription group managers and the delay offset table."""
 
 from __future__ import annotations
 
@@ -17,4 +18,4 @@ def data_version_counter(doc: dict[str, Any]) -> int:
 
 def versioned_document(table_name: str, table: dict[str, Any], counter: int) -> dict[str, Any]:
     """A metadata file's content: its table, and the dataVersion of this write (`counter`, now)."""
-    return {table_name: table, "dataVersion": {"timestamp": int(time.time() * 1000), "counter": counter}}
+    return {table_name: table, "dataVersion": {"stateVersion": 0, "timestamp": int(time.time() * 1000), "counter": counter}}

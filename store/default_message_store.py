@@ -84,6 +84,7 @@ from store.native import CheckedBatch
 from store.put_durability import PutDurability, as_future
 from store.put_validation import PutValidator
 from store.reput_message_service import ReputMessageService
+from store.rocketmq_system_topics import system_topics
 from store.schedule_message_service import ScheduleMessageService
 from store.service_thread import ServiceThread
 from store.space_check import check_space
@@ -150,7 +151,10 @@ class DefaultMessageStore:
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
         self.index_service = IndexService(config, self.allocate_service, self.reservation)
-        self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums)
+        rocketmq_topics = system_topics(
+            config.broker_cluster_name, config.default_topic_queue_nums, config.pop_revive_queue_num, config.timer_wheel_enable
+        )
+        self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums, rocketmq_topics)
         self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
         self.topic_removals = TopicRemovals()  # queues of deleted topics, removed once the deletion is applied
         self.stats = StoreStatsService()

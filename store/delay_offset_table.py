@@ -1,7 +1,8 @@
 """DelayOffsetTable: how far the schedule service has delivered each delay level.
 
-`config/delayOffset.json` holds `{"offsetTable": {"<level>": <offset>}}` (RocketMQ's
-ScheduleMessageService layout, DelayOffsetSerializeWrapper): for level L, the queue offset of
+`config/delayOffset.json` holds `{"offsetTable": {"<level>": <offset>}, "dataVersion": {...}}`
+(RocketMQ's ScheduleMessageService layout, DelayOffsetSerializeWrapper; the dataVersion's counter
+grows with every write, store.data_version): for level L, the queue offset of
 SCHEDULE_TOPIC_XXXX queue L-1 of the first message not yet delivered. RocketMQ's own file has
 the levels unquoted (`{1:5}`, fastjson); store.json_file reads that too, and tidemq writes them
 quoted, which fastjson reads back. Every entry below it was put back to its real topic (or
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt
 from store.json_file import read_json, write_json_atomically
 from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
@@ -37,6 +39,7 @@ class DelayOffsetTable(StateTable):
         self.path = os.path.join(config_dir, DELAY_OFFSET_FILE)
         self._offsets: dict[int, int] = {}
         self._recorded: dict[int, int] = {}  # what the last record (or the loaded file) said: a new record only for a change
+        self._counter = 0  # the file's dataVersion.counter (0: RocketMQ 4's file, which has none)
 
     def load(self) -> None:
         """Read the table; a missing file means nothing was delivered yet."""
@@ -55,6 +58,7 @@ class DelayOffsetTable(StateTable):
         with self._lock:
             self._offsets = offsets
             self._recorded = dict(offsets)
+            self._counter = data_version_counter(data)
         self.loaded(covered if type(covered) is int else 0)
 
     def get(self, level: int) -> int:
@@ -106,8 +110,12 @@ class DelayOffsetTable(StateTable):
             table = {str(level): offset for level, offset in sorted(self._offsets.items())}
             covered = self.covered
             self.dirty = False
+            self._counter += 1
+            counter = self._counter
+        document = versioned_document("offsetTable", table, counter)
+        document[STATE_OFFSET_FIELD] = covered
         try:
-            write_json_atomically(self.path, {"offsetTable": table, STATE_OFFSET_FIELD: covered})
+            write_json_atomically(self.path, document)
         except OSError:
             with self._lock:
                 self.dirty = True  # written again at the next period

@@ -81,9 +81,12 @@ class BatchErrorCode(enum.IntEnum):
     TOO_MANY = 13
 
 
-# Properties a batch item may not carry: the put path sets them itself (a delay moves a message
-# to SCHEDULE_TOPIC_XXXX, which a batch appended as it is never does).
-RESERVED_BATCH_PROPERTIES = frozenset({"DELAY", "WAIT", "REAL_TOPIC", "REAL_QID"})
+# Properties a batch item may not carry (encode.c's RESERVED_NAMES): a delay, which a batch takes as
+# a whole (delay_ms / deliver_at_ms; RocketMQ's broker reads a delay only from the batch's own
+# properties, so one on an item is never honoured), and the real destination the put path sets.
+# The rest of what a RocketMQ producer sets on an item (WAIT, UNIQ_KEY, TAGS, KEYS, user
+# properties) is stored as given; docs/http-api.md lists them.
+RESERVED_BATCH_PROPERTIES = frozenset({"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"})
 
 
 # One batch item as RocketMQ's MessageDecoder.encodeMessages writes it (before body and properties).

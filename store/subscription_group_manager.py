@@ -8,7 +8,7 @@ RocketMQ's field names, and a `dataVersion`), so a RocketMQ broker reads the gro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from store.data_version import data_version_counter, versioned_document
@@ -27,6 +27,7 @@ class SubscriptionGroup:
     name: str
     max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
     fifo: bool = False
+    attributes: tuple[tuple[str, str], ...] = ()  # RocketMQ 5's group attributes, as read (kept across updates)
 
     def to_rocketmq(self) -> dict[str, Any]:
         """The group as RocketMQ's SubscriptionGroupConfig serializes it (its defaults for the fields tidemq does not use)."""
@@ -34,6 +35,7 @@ class SubscriptionGroup:
             "groupName": self.name, "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
             "consumeMessageOrderly": self.fifo, "retryQueueNums": 1, "retryMaxTimes": self.max_reconsume_times, "brokerId": 0,
             "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True, "groupSysFlag": 0, "consumeTimeoutMinute": 15,
+            "attributes": dict(self.attributes),
         }  # fmt: skip
 
     @classmethod
@@ -42,9 +44,12 @@ class SubscriptionGroup:
             raise ConfigInvalid(f"{FILE_NAME}: group {name!r} is not an object")
         times = doc.get("retryMaxTimes", DEFAULT_MAX_RECONSUME_TIMES)
         orderly = doc.get("consumeMessageOrderly", False)
+        attributes = doc.get("attributes") or {}  # absent (RocketMQ 4) or null: none
         if type(times) is not int or not 0 <= times <= MAX_RECONSUME_TIMES_LIMIT or type(orderly) is not bool:
             raise ConfigInvalid(f"{FILE_NAME}: group {name!r} has an invalid retryMaxTimes or consumeMessageOrderly")
-        return cls(name, times, orderly)
+        if type(attributes) is not dict or not all(type(v) is str for v in attributes.values()):
+            raise ConfigInvalid(f"{FILE_NAME}: group {name!r} has attributes that are not a map of strings")
+        return cls(name, times, orderly, tuple(attributes.items()))
 
 
 class SubscriptionGroupManager(StateTable):
@@ -82,7 +87,10 @@ class SubscriptionGroupManager(StateTable):
     def put(self, group: SubscriptionGroup) -> bool:
         """Create or update a group (blocking: recorded durably); True when it was created."""
         assert 0 <= group.max_reconsume_times <= MAX_RECONSUME_TIMES_LIMIT
-        created = group.name not in self._groups
+        current = self._groups.get(group.name)
+        created = current is None
+        if current is not None and not group.attributes:
+            group = replace(group, attributes=current.attributes)  # the API does not set them: keep RocketMQ's
         self.record({"put": group.to_rocketmq()})
         return created
 

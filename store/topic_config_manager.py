@@ -23,13 +23,16 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.data_version import data_version_counter, versioned_document
 from store.errors import MetadataCorrupt, TopicConfigInvalid, TopicInvalid
 from store.json_file import read_json, write_json_atomically
 from store.message import topic_problem
 from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
+
+if TYPE_CHECKING:
+    from store.rocketmq_system_topics import SystemTopics
 
 log = logging.getLogger("tidemq.store")
 
@@ -54,6 +57,7 @@ class TopicConfig:
     topic_filter_type: str = DEFAULT_TOPIC_FILTER_TYPE
     topic_sys_flag: int = 0
     order: bool = False
+    attributes: tuple[tuple[str, str], ...] = ()  # RocketMQ 5's topic attributes (e.g. message.type), as read
 
     def is_readable(self) -> bool:
         return PERM_READ in self.perm
@@ -70,7 +74,7 @@ class TopicConfig:
         return {
             "topicName": self.topic_name, "readQueueNums": self.read_queue_nums, "writeQueueNums": self.write_queue_nums,
             "perm": self.perm_bits(), "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
-            "order": self.order,
+            "order": self.order, "attributes": dict(self.attributes),
         }  # fmt: skip
 
     @classmethod
@@ -84,14 +88,16 @@ class TopicConfig:
             doc.get("topicSysFlag", 0),
             doc.get("order", False),
         )
+        attributes = doc.get("attributes") or {}  # absent (RocketMQ 4) or null: none
         if (
             not all(type(v) is int and v >= 0 for v in (read, write, perm, sys_flag))
             or type(filter_type) is not str
             or type(order) is not bool
+            or not is_attribute_map(attributes)
         ):
             raise MetadataCorrupt(f"topics.json: topic {name!r} has a field of the wrong type")
         letters = ("r" if perm & PERM_BIT_READ else "") + ("w" if perm & PERM_BIT_WRITE else "")
-        return cls(name, read, write, letters, perm & PERM_BITS_KEPT, filter_type, sys_flag, order)
+        return cls(name, read, write, letters, perm & PERM_BITS_KEPT, filter_type, sys_flag, order, tuple(attributes.items()))
 
     @classmethod
     def from_former_shape(cls, name: str, doc: Any) -> TopicConfig:
@@ -105,6 +111,11 @@ class TopicConfig:
         return tc
 
 
+def is_attribute_map(value: Any) -> bool:
+    """Whether `value` is RocketMQ's attributes field (a Map<String, String>) as JSON."""
+    return type(value) is dict and all(type(v) is str for v in value.values())
+
+
 class TopicConfigManager(StateTable):
     """The topics; each change is a state record (store/state_log.py) applied in log order, so a slave
     and a new master hold the same table. topics.json is the local snapshot, written in the
@@ -112,10 +123,14 @@ class TopicConfigManager(StateTable):
 
     kind = StateKind.TOPICS
 
-    def __init__(self, config_dir: str, max_queue_nums: int) -> None:
+    def __init__(self, config_dir: str, max_queue_nums: int, system_topics: SystemTopics | None = None) -> None:
         super().__init__()
         self.path = os.path.join(config_dir, "topics.json")
         self.max_queue_nums = max_queue_nums
+        # RocketMQ's system topics (store.rocketmq_system_topics): written as its broker writes them,
+        # those read from the file kept apart (as read) from tidemq's topics.
+        self.system_topics = system_topics
+        self._kept_apart: dict[str, TopicConfig] = {}
         # Changed in place under `_lock` (one change costs O(1)); `get` reads without it, every walk under it.
         self._topics: dict[str, TopicConfig] = {}
         self.data_version_counter = 0  # the file's dataVersion.counter: grows with every write, across restarts
@@ -133,7 +148,10 @@ class TopicConfigManager(StateTable):
             raise MetadataCorrupt(f"{self.path} is not an object")
         table, former = data.get("topicConfigTable"), data.get("topics")
         if type(table) is dict:
-            self._topics = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
+            read = {name: TopicConfig.from_rocketmq(name, doc) for name, doc in table.items()}
+            apart = {name for name in read if self._is_kept_apart(name)}
+            self._kept_apart = {name: tc for name, tc in read.items() if name in apart}
+            self._topics = {name: tc for name, tc in read.items() if name not in apart}
             self.data_version_counter = data_version_counter(data)
             covered = data.get(STATE_OFFSET_FIELD, 0)
             self.loaded(covered if type(covered) is int else 0)
@@ -186,7 +204,7 @@ class TopicConfigManager(StateTable):
         topics = [
             TopicConfig(name, min(count, self.max_queue_nums), min(count, self.max_queue_nums))
             for name, count in queue_counts.items()
-            if topic_problem(name) is None and count > 0
+            if topic_problem(name) is None and count > 0 and not self._is_kept_apart(name)
         ]
         with self._lock:
             self.restore_locked([t.to_rocketmq() for t in topics])
@@ -254,11 +272,20 @@ class TopicConfigManager(StateTable):
             topics[tc.topic_name] = tc
         self._topics = topics
 
+    def _is_kept_apart(self, name: str) -> bool:
+        return self.system_topics is not None and self.system_topics.kept_apart(name)
+
     def persist(self) -> None:
-        """Write topics.json from the table. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion)."""
+        """Write topics.json from the table. Each write is a new dataVersion (RocketMQ's DataVersion.nextVersion).
+
+        RocketMQ's system topics first, as read or, when the file had none, as its broker makes them
+        at start; then the served topics (which win for the one group consumption creates, the revive topic)."""
+        startup = self.system_topics.startup if self.system_topics is not None else ()
         with self._lock:
             self.data_version_counter += 1
-            table = {name: tc.to_rocketmq() for name, tc in self._topics.items()}
+            table = {tc.topic_name: tc.to_rocketmq() for tc in startup}
+            table.update((name, tc.to_rocketmq()) for name, tc in self._kept_apart.items())
+            table.update((name, tc.to_rocketmq()) for name, tc in self._topics.items())
             covered, counter = self.covered, self.data_version_counter
             self.dirty = False
         document = versioned_document("topicConfigTable", table, counter)

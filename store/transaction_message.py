@@ -9,7 +9,8 @@ RocketMQ's TransactionalMessageUtil, TransactionalMessageBridge and EndTransacti
   prepared_transaction_offset = the half's commitlog offset, REAL_TOPIC, REAL_QID and TRAN_MSG
   cleared, UNIQ_KEY kept (that is how a copy is found again after a crash);
 - commit and rollback then write an op record to RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0 (the half's
-  queue id), tag "d", body = the half's queue offset as decimal text. tidemq adds one property to
+  queue id), tag "d", body = the half's queue offset as decimal text (RocketMQ 4's form; RocketMQ
+  5 writes "N," or several offsets "N,M,", which `op_offsets` reads too). tidemq adds one property to
   the op record, TIDEMQ_TRAN_ACTION ("commit" / "rollback"), so that a second, different
   resolution can be answered as a conflict after a restart too; RocketMQ's readers ignore it.
 
@@ -44,9 +45,14 @@ from store.timer_message import TIMER_PROPERTIES
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-# The group whose consumer offset of the half topic is the check service's progress (RocketMQ's buildConsumerGroup).
-CHECK_GROUP = "CID_SYS_RMQ_TRANS"
-REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVETAG
+# The group whose consumer offset of the half topic is the check service's progress
+# (TransactionalMessageUtil.buildConsumerGroup: MixAll.CID_SYS_RMQ_TRANS, whose value this is).
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+# The constant's name, under which tidemq kept the progress before; read once and moved (Transactions.load).
+FORMER_CHECK_GROUP = "CID_SYS_RMQ_TRANS"
+REMOVE_TAG = "d"  # TransactionalMessageUtil.REMOVE_TAG
+OFFSET_SEPARATOR = ","  # TransactionalMessageUtil.OFFSET_SEPARATOR: RocketMQ 5 writes "N," and merged "N,M," op bodies
+MAX_OFFSET_DIGITS = 18  # a queue offset a Java long holds without overflow
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
@@ -143,15 +149,28 @@ def op_message(half_queue_offset: int, action: TransactionAction) -> MessageInne
     return MessageInner(OP_TOPIC, str(half_queue_offset).encode("ascii"), 0, props)
 
 
-def op_record(stored: dict[str, Any]) -> tuple[int, TransactionAction | None] | None:
-    """(half queue offset, action or None when not recorded) of a stored op record; None when it is not one."""
+def op_offsets(body: bytes) -> tuple[int, ...]:
+    """The half queue offsets an op record's body names.
+
+    RocketMQ 4 (and tidemq) write one offset, `N`; RocketMQ 5's TransactionalMessageServiceImpl
+    writes `N,` and, merging the ops of one queue, `N,M,...,`. Its reader splits on the separator
+    as Java's String.split does (trailing empty pieces dropped) and skips a piece Long.parseLong
+    refuses; so does this (a piece counts when it is 1..18 ASCII digits).
+    """
+    pieces = body.decode("ascii", errors="replace").split(OFFSET_SEPARATOR)
+    return tuple(int(p) for p in pieces if 0 < len(p) <= MAX_OFFSET_DIGITS and p.isascii() and p.isdigit())
+
+
+def op_record(stored: dict[str, Any]) -> tuple[tuple[int, ...], TransactionAction | None] | None:
+    """(half queue offsets, action or None when not recorded) of a stored op record; None when it is
+    not one or names no offset."""
     if stored["properties"].get(PROPERTY_TAGS) != REMOVE_TAG:
         return None
-    text = stored["body"].decode("ascii", errors="replace")
-    if not text.isdigit():
+    offsets = op_offsets(stored["body"])
+    if not offsets:
         return None
     action = stored["properties"].get(PROPERTY_TRANSACTION_ACTION)
-    return int(text), TransactionAction(action) if action in ("commit", "rollback") else None
+    return offsets, TransactionAction(action) if action in ("commit", "rollback") else None
 
 
 def half_offset_of(transaction_id: str) -> int | None:

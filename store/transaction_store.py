@@ -8,9 +8,12 @@ checks back the halves left pending past `transaction_timeout_ms`.
 
 State, in memory: `pending` (half queue offset -> PendingHalf) and `resolved` (half queue offset
 -> the action, for offsets at or past the progress). The progress is the first half queue offset
-not known resolved; it is kept as the consumer offset of CID_SYS_RMQ_TRANS on the half topic,
+not known resolved; it is kept as the consumer offset of CID_RMQ_SYS_TRANS on the half topic,
 as RocketMQ keeps it, and the op queue's (the first op record naming a half at or past the
-progress) likewise. `load()` rebuilds the state from the op queue and the half queue from there.
+progress) likewise. tidemq once kept them under CID_SYS_RMQ_TRANS (the name of RocketMQ's
+constant, not its value); `load()` moves them from there once, then rebuilds the state from the
+op queue and the half queue from the progress on. An op record names one half (`N`, RocketMQ 4
+and tidemq) or several (`N,` and `N,M,`, RocketMQ 5).
 Check counts are kept in `config/transactionCheck.json` (RocketMQ re-puts the half with a
 TRANSACTION_CHECK_TIMES property instead; tidemq keeps the transaction id stable).
 
@@ -58,6 +61,7 @@ from store.stored_copy import born_host_bytes
 from store.timer_message import batch_messages
 from store.transaction_message import (
     CHECK_GROUP,
+    FORMER_CHECK_GROUP,
     HALF_TOPIC,
     OP_TOPIC,
     PROPERTY_PRODUCER_GROUP,
@@ -193,14 +197,17 @@ class Transactions:
     def load(self) -> None:
         """Rebuild the state from the queues (after the store's recovery and its consumer offsets;
         the producer groups' file is read before, with the other state tables)."""
+        self._take_over_former_progress()
         half_min, half_max = self._queue_range(HALF_TOPIC)
         op_min, op_max = self._queue_range(OP_TOPIC)
         self.progress = min(max(self._store.query_offset(CHECK_GROUP, HALF_TOPIC, 0), half_min), half_max)
         self.op_progress = min(max(self._store.query_offset(CHECK_GROUP, OP_TOPIC, 0), op_min), op_max)
         for _, stored in self._walk(OP_TOPIC, self.op_progress):
             record = op_record(stored)
-            if record is not None and record[0] >= self.progress:
-                self.resolved[record[0]] = record[1]
+            if record is None:
+                continue
+            offsets, action = record
+            self.resolved.update((half_offset, action) for half_offset in offsets if half_offset >= self.progress)
         checks = self._read_checks()
         for queue_offset, stored in self._walk(HALF_TOPIC, self.progress):
             if queue_offset in self.resolved:
@@ -219,6 +226,22 @@ class Transactions:
         with self._state_lock:
             self.pending, self.resolved = {}, {}
         self.load()
+
+    def _take_over_former_progress(self) -> None:
+        """Move the progress tidemq kept under FORMER_CHECK_GROUP (the name of RocketMQ's constant, not
+        its value) to CHECK_GROUP, when it is further on than CHECK_GROUP's (absent: -1). Both offsets
+        go as the pair they were: the op queue's belongs to the half queue's. Once moved, CHECK_GROUP's
+        is as far on, so a later start moves nothing; the former entry stays, unread."""
+        store = self._store
+        former = store.query_offset(FORMER_CHECK_GROUP, HALF_TOPIC, 0)
+        if former < 0 or former <= store.query_offset(CHECK_GROUP, HALF_TOPIC, 0):
+            return
+        former_op = store.query_offset(FORMER_CHECK_GROUP, OP_TOPIC, 0)
+        store.commit_offsets(CHECK_GROUP, [(HALF_TOPIC, 0, former), (OP_TOPIC, 0, max(former_op, 0))])
+        log.info(
+            "transactions: check progress moved from group %s to %s (half queue %d, op queue %d)",
+            FORMER_CHECK_GROUP, CHECK_GROUP, former, max(former_op, 0),
+        )  # fmt: skip
 
     def _queue_range(self, topic: str) -> tuple[int, int]:
         cq = self._store.find_consume_queue(topic, 0)
@@ -393,8 +416,8 @@ class Transactions:
         op_progress = self.op_progress
         for op_offset, stored in self._walk(OP_TOPIC, op_progress):
             record = op_record(stored)
-            if record is not None and record[0] >= progress:
-                break
+            if record is not None and max(record[0]) >= progress:
+                break  # it names a half at or past the progress (RocketMQ: not yet in doneOpOffset)
             op_progress = op_offset + 1
         self.op_progress = op_progress
         self._store.commit_offsets(CHECK_GROUP, [(HALF_TOPIC, 0, progress), (OP_TOPIC, 0, op_progress)])

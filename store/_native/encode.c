@@ -130,13 +130,22 @@ static int check_utf8(struct span v) {
     return BATCH_OK;
 }
 
+/* Names a batch item may not carry (store.native.RESERVED_BATCH_PROPERTIES): a delay, which a batch
+ * takes as a whole (delay_ms, deliver_at_ms), and the real destination the put path sets. */
+static const char *const RESERVED_NAMES[] = {"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"};
+
+static int is_reserved(struct span name) {
+    for (size_t i = 0; i < sizeof RESERVED_NAMES / sizeof RESERVED_NAMES[0]; i++)
+        if (name_is(name, RESERVED_NAMES[i])) return 1;
+    return 0;
+}
+
 /* One property's name and value (neither holds \x01 or \x02). */
 static int check_property(struct span name, struct span value) {
     if (name.n == 0) return BATCH_BAD_PROPERTY;
     int err = check_utf8(name);
     if (err != BATCH_OK) return err;
-    if (name_is(name, "DELAY") || name_is(name, "WAIT") || name_is(name, "REAL_TOPIC") || name_is(name, "REAL_QID"))
-        return BATCH_RESERVED_PROPERTY;
+    if (is_reserved(name)) return BATCH_RESERVED_PROPERTY;
     err = check_utf8(value);
     if (err != BATCH_OK) return err;
     if (name_is(name, "TAGS")) return check_tags(value);

@@ -270,7 +270,11 @@ def test_queue_and_topic_errors(quiet_client: httpx.Client, topic: str) -> None:
     assert commitlog_max(quiet_client) == before
 
 
-@pytest.mark.parametrize("reserved", ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT"])
+@pytest.mark.parametrize(
+    "reserved",
+    # The store's own, then RocketMQ's other system topics (TopicValidator.isSystemTopic, the cluster's name and reply topic).
+    ["SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "OFFSET_MOVED_EVENT", "TBW102", "rmq_sys_any", "DefaultCluster_REPLY_TOPIC"],
+)
 def test_system_topics_are_reserved(quiet_client: httpx.Client, reserved: str) -> None:
     before = commitlog_max(quiet_client)
     body = problem(quiet_client.post(f"/v1/topics/{reserved}/messages", json={"body": "x"}), 403, "TOPIC_RESERVED")

@@ -122,6 +122,7 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
         (corrupt(GOOD, SECOND + 4, b"\xda\xa3\x20\xa7"), 400, "BATCH_INVALID", 1),  # a MAGICCODE that is not 0
         (corrupt(GOOD, 8, struct.pack(">i", 12345)), 400, "BATCH_INVALID", 0),  # a wrong BODYCRC
         (pack_batch([(b"x", props(DELAY="2"), 0)]), 400, "PROPERTIES_INVALID", 0),
+        (pack_batch([(b"x", props(WAIT="true"), 0), (b"y", props(TIMER_DELAY_MS="500"), 0)]), 400, "PROPERTIES_INVALID", 1),
         (pack_batch([(b"x", b"", 0), (b"y", props(REAL_TOPIC="other"), 0)]), 400, "PROPERTIES_INVALID", 1),
         (pack_batch([(b"x", b"TAGS\x01a", 0)]), 400, "PROPERTIES_INVALID", 0),  # no closing \x02
         (pack_batch([(b"x", b"\xff\x01v\x02", 0)]), 400, "PROPERTIES_INVALID", 0),  # not UTF-8
@@ -133,7 +134,7 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
     ],
     ids=[
         "short-head", "short-last", "stray-byte", "body-length-past-end", "total-past-end", "negative-body", "total-disagrees",
-        "magic", "crc", "delay", "real-topic", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
+        "magic", "crc", "delay", "timer", "real-topic", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
         "body-too-large", "properties-too-large",
     ],
 )  # fmt: skip

@@ -108,9 +108,8 @@ def uniq_key(producer_ip: str, pid: int, loader_hash: int, born_ms: int, counter
     """MessageClientIDSetter#createUniqID, the month start taken in UTC (the producer's default time zone here)."""
     born = datetime.datetime.fromtimestamp(born_ms / 1000, tz=datetime.UTC)
     month_start = calendar.timegm((born.year, born.month, 1, 0, 0, 0)) * 1000
-    raw = ipaddress.ip_address(producer_ip).packed + struct.pack(
-        ">HiIH", pid & 0xFFFF, loader_hash, (born_ms - month_start) & 0xFFFFFFFF, counter
-    )
+    since = (born_ms - month_start) & 0xFFFFFFFF  # `(int)` of the difference: it wraps past 2^31 ms (the month's 25th day)
+    raw = ipaddress.ip_address(producer_ip).packed + struct.pack(">HiIH", pid & 0xFFFF, loader_hash, since, counter)
     return raw.hex().upper()
 
 
@@ -218,6 +217,32 @@ class Message:
         )
         record = head + tail
         return struct.pack(">i", len(record)) + record[4:]
+
+
+def encode_batch(items: list[tuple[bytes, bytes, int]]) -> bytes:
+    """MessageBatch#encode (MessageDecoder#encodeMessages) of (body, properties bytes, flag) items: per
+    message MessageDecoder#encodeMessage, TOTALSIZE 4 | MAGICCODE 4 (0) | BODYCRC 4 (0) | FLAG 4 |
+    BODY 4 + n | PROPERTIES 2 + m; the broker fills in topic, queue, hosts and times."""
+    out = b""
+    for body, props, flag in items:
+        out += struct.pack(">iiiii", 4 + 4 + 4 + 4 + 4 + len(body) + 2 + len(props), 0, 0, flag, len(body))
+        out += body + struct.pack(">h", len(props)) + props
+    return out
+
+
+def stored_hosts_and_times(record: bytes) -> tuple[Host, int, Host, int]:
+    """(born host, born ms, store host, store ms) of a stored message (CommitLog#calMsgLength's field order)."""
+    (sys_flag,) = struct.unpack_from(">i", record, 36)
+    (born_ms,) = struct.unpack_from(">q", record, 40)
+    born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store_len = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    (store_ms,) = struct.unpack_from(">q", record, 48 + born_len)
+    store_at = 56 + born_len
+
+    def host(raw: bytes) -> Host:
+        return Host(str(ipaddress.ip_address(raw[:-4])), struct.unpack(">i", raw[-4:])[0])
+
+    return host(record[48 : 48 + born_len]), born_ms, host(record[store_at : store_at + store_len]), store_ms
 
 
 def calc_msg_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from app.problems import ProblemError
 from app.produce_parse import check_msg_id, check_tag
+from store import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT
 from store import native as nk
+from store.timer_message import REQUEST_PROPERTIES
 
 HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
 HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])
@@ -40,7 +42,10 @@ def reference_property_error(props: bytes) -> nk.BatchErrorCode | None:
 
 
 prop_piece = st.one_of(
-    st.sampled_from([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"WAIT", b"REAL_TOPIC", b"REAL_QID", b"a", b""]),
+    st.sampled_from(
+        [b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"WAIT", b"REAL_TOPIC", b"REAL_QID", b"TIMER_DELIVER_MS", b"TIMER_DELAY_MS"]
+        + [b"TIMER_DELAY_SEC", b"TIMER_OUT_MS", b"TRAN_MSG", b"DELAYS", b"WAI", b"a", b""]
+    ),
     st.sampled_from(
         [b"\x01", b"\x02", b"||", b"|", b"*", b" ", b"\x7f", b"\xc2\x85", b"\xc2\xa0", b"\xed\xa0\x80", b"\xff", b"\xf0\x9f\x98"]
     ),
@@ -61,6 +66,23 @@ def test_check_batch_property_checks_match_the_json_produce(props: bytes) -> Non
         with pytest.raises(nk.BatchError) as e:
             nk.check_batch(batch, 100, check_properties=True)
         assert (e.value.args[1], e.value.args[2], e.value.index) == (want, 0, 0)
+
+
+def test_the_reserved_names_are_a_delay_and_the_real_destination() -> None:
+    assert nk.RESERVED_BATCH_PROPERTIES == {PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, *REQUEST_PROPERTIES}
+    assert PROPERTY_WAIT not in nk.RESERVED_BATCH_PROPERTIES
+
+
+def test_what_a_rocketmq_producer_sets_passes_and_each_reserved_name_is_refused() -> None:
+    # DefaultMQProducer.batch: WAIT from Message's constructor, UNIQ_KEY from MessageClientIDSetter, TAGS and KEYS when given.
+    producer = b"WAIT\x01true\x02TAGS\x01paid\x02KEYS\x01order-1 cust-7\x02UNIQ_KEY\x017F0000010F2A1B6D3586000000070001\x02"
+    for props in (producer, producer + b"BUYER_ID\x01b-1\x02", b"WAIT\x01false\x02"):
+        assert nk.check_batch(nk.pack_batch([(b"x", props, 0)]), 10, check_properties=True)[0] == 1
+    for name in sorted(nk.RESERVED_BATCH_PROPERTIES):
+        batch = nk.pack_batch([(b"x", producer, 0), (b"y", producer + f"{name}\x013\x02".encode(), 0)])
+        with pytest.raises(nk.BatchError) as e:
+            nk.check_batch(batch, 10, check_properties=True)
+        assert (e.value.args[1], e.value.index) == (nk.BatchErrorCode.RESERVED_PROPERTY, 1)
 
 
 def test_check_batch_limits_name_the_item() -> None:

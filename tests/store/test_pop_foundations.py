@@ -131,6 +131,21 @@ def test_groups_persist_in_rocketmq_shape(tmp_path) -> None:
     assert [g.name for g in again.all()] == ["billing"]
 
 
+def test_rocketmq_5_group_attributes_are_kept_across_an_update(tmp_path) -> None:
+    (tmp_path / FILE_NAME).write_text(
+        '{"subscriptionGroupTable":{"g":{"groupName":"g","retryMaxTimes":4,"attributes":{"lite.bind.topic":"t"}}},'
+        '"dataVersion":{"counter":9,"stateVersion":0,"timestamp":1700000000000}}'
+    )
+    groups = SubscriptionGroupManager(str(tmp_path))
+    groups.load()
+    assert groups.put(SubscriptionGroup("g", max_reconsume_times=6)) is False
+    assert groups.put(SubscriptionGroup("new")) is True
+    groups.persist()  # the local snapshot (the store's StateSnapshotService writes it in the background)
+    table = json.loads((tmp_path / FILE_NAME).read_text())["subscriptionGroupTable"]
+    assert table["g"]["attributes"] == {"lite.bind.topic": "t"} and table["g"]["retryMaxTimes"] == 6
+    assert table["new"]["attributes"] == {}
+
+
 def test_a_bad_groups_file_is_refused_at_load(tmp_path) -> None:
     (tmp_path / FILE_NAME).write_text(json.dumps({"subscriptionGroupTable": {"g": {"retryMaxTimes": -1}}}))
     with pytest.raises(ConfigInvalid):

@@ -31,7 +31,7 @@ ROCKETMQ_TOPICS = """{
 \t\t\t"topicSysFlag":0,
 \t\t\t"writeQueueNums":2
 \t\t},
-\t\t"ReadOnly":{"order":true,"perm":5,"readQueueNums":1,"topicFilterType":"MULTI_TAG","topicName":"ReadOnly","topicSysFlag":3,"writeQueueNums":1}
+\t\t"ReadOnly":{"attributes":{"message.type":"FIFO"},"order":true,"perm":5,"readQueueNums":1,"topicFilterType":"MULTI_TAG","topicName":"ReadOnly","topicSysFlag":3,"writeQueueNums":1}
 \t}
 }"""
 ROCKETMQ_OFFSETS = '{"offsetTable":{"Orders@g1":{0:7,1:3},"%RETRY%g1@g1":{0:0}}}'
@@ -67,13 +67,54 @@ def test_rocketmq_topics_json_is_loaded_and_written_back_in_its_shape(config) ->
     table = doc["topicConfigTable"]
     assert table["ReadOnly"] == {
         "topicName": "ReadOnly", "readQueueNums": 1, "writeQueueNums": 1, "perm": 5,
-        "topicFilterType": "MULTI_TAG", "topicSysFlag": 3, "order": True,
+        "topicFilterType": "MULTI_TAG", "topicSysFlag": 3, "order": True, "attributes": {"message.type": "FIFO"},
     }  # fmt: skip
     assert table["Orders"]["perm"] == 6 and (table["Orders"]["readQueueNums"], table["Orders"]["writeQueueNums"]) == (4, 2)
     assert table["New"] == {
         "topicName": "New", "readQueueNums": 3, "writeQueueNums": 3, "perm": 2,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False, "attributes": {},
     }  # fmt: skip
+    assert table["Orders"]["attributes"] == {}  # a RocketMQ 4 entry has none
+
+
+# RocketMQ 5.3's TopicConfigManager.init with a default broker (tidemq's queue counts for TBW102 and the revive topic).
+STARTUP_TOPICS = {
+    "SELF_TEST_TOPIC": (1, 6), "TBW102": (4, 7), "BenchmarkTest": (1024, 6), "DefaultCluster": (16, 7),
+    "OFFSET_MOVED_EVENT": (1, 6), "SCHEDULE_TOPIC_XXXX": (18, 6), "DefaultCluster_REPLY_TOPIC": (1, 6),
+    "rmq_sys_REVIVE_LOG_DefaultCluster": (8, 6), "RMQ_SYS_TRANS_HALF_TOPIC": (1, 6), "RMQ_SYS_TRANS_OP_HALF_TOPIC": (1, 6),
+    "rmq_sys_wheel_timer": (1, 6),
+}  # fmt: skip
+
+
+def test_rocketmqs_system_topics_are_written_as_its_broker_writes_them_and_kept_apart(config) -> None:
+    # A RocketMQ broker's own entries: its cluster topic without clusterTopicEnable (perm 1), its broker's sync topic.
+    path = _write_config_file(
+        config, "topics.json",
+        '{"topicConfigTable":{"DefaultCluster":{"topicName":"DefaultCluster","readQueueNums":16,"writeQueueNums":16,"perm":1},'
+        '"rmq_sys_SYNC_BROKER_MEMBER_broker-a":{"topicName":"rmq_sys_SYNC_BROKER_MEMBER_broker-a","readQueueNums":1,'
+        '"writeQueueNums":1,"perm":1},"Orders":{"topicName":"Orders","readQueueNums":2,"writeQueueNums":2,"perm":6}}}',
+    )  # fmt: skip
+    for _ in range(2):  # written, then read back and written again
+        s = open_store(config)
+        try:
+            assert [t.topic_name for t in s.topic_configs()] == ["Orders"]  # the API serves none of RocketMQ's
+            s.topic_config_manager.create_or_update("Orders", 3)
+        finally:
+            s.shutdown()
+        with open(path) as fh:
+            table = json.load(fh)["topicConfigTable"]
+        for name, (queues, perm) in STARTUP_TOPICS.items():
+            if name != "DefaultCluster":
+                entry = table[name]
+                assert (entry["topicName"], entry["readQueueNums"], entry["writeQueueNums"], entry["perm"]) == (name, queues, queues, perm)
+                assert (entry["topicFilterType"], entry["topicSysFlag"], entry["order"], entry["attributes"]) == (
+                    "SINGLE_TAG",
+                    0,
+                    False,
+                    {},
+                )
+        assert table["DefaultCluster"]["perm"] == 1 and table["rmq_sys_SYNC_BROKER_MEMBER_broker-a"]["perm"] == 1  # as read
+        assert table["Orders"]["readQueueNums"] == 3 and set(table) == {*STARTUP_TOPICS, "rmq_sys_SYNC_BROKER_MEMBER_broker-a", "Orders"}
 
 
 @pytest.mark.parametrize(("perm", "bits"), [("rw", 6), ("r", 4), ("w", 2), ("", 0)])
@@ -134,8 +175,22 @@ def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path) -> None:
     table.load()
     assert table.levels() == {1: 5, 2: 0, 18: 12}
     table.set(2, 1)
-    table.persist()
-    assert json.loads((tmp_path / "delayOffset.json").read_text())["offsetTable"] == {"1": 5, "2": 1, "18": 12}
+    assert table.persist_if_dirty()
+    doc = json.loads((tmp_path / "delayOffset.json").read_text())
+    assert doc["offsetTable"] == {"1": 5, "2": 1, "18": 12}
+    assert doc["dataVersion"]["counter"] == 1 and doc["dataVersion"]["stateVersion"] == 0  # DelayOffsetSerializeWrapper's
+
+
+def test_a_rocketmq_5_delay_offset_files_data_version_counts_on(tmp_path) -> None:
+    (tmp_path / "delayOffset.json").write_text(
+        '{"dataVersion":{"counter":41,"stateVersion":0,"timestamp":1700000000000},"offsetTable":{1:5}}'
+    )
+    table = DelayOffsetTable(str(tmp_path))
+    table.load()
+    table.set(1, 6)
+    assert table.persist_if_dirty()
+    doc = json.loads((tmp_path / "delayOffset.json").read_text())
+    assert doc["offsetTable"] == {"1": 6} and doc["dataVersion"]["counter"] == 42
 
 
 def _write_config_file(config, name: str, text: str) -> str:

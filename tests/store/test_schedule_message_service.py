@@ -136,7 +136,8 @@ def test_delay_offset_table_refuses_bad_files(tmp_path: Path) -> None:
     table.set(1, 7)
     assert table.persist_if_dirty() is True
     assert table.persist_if_dirty() is False  # unchanged: not written again
-    assert json.loads((tmp_path / "delayOffset.json").read_text())["offsetTable"] == {"1": 7}
+    doc = json.loads((tmp_path / "delayOffset.json").read_text())
+    assert doc["offsetTable"] == {"1": 7} and doc["dataVersion"]["counter"] == 1
     for bad in ({"offsetTable": {"x": 1}}, {"offsetTable": {"1": -1}}, {"offsetTable": {"0": 1}}, {"offsetTable": {"1": "2"}}, [1]):
         (tmp_path / "delayOffset.json").write_text(json.dumps(bad))
         with pytest.raises(MetadataCorrupt):

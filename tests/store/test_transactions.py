@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, ResolveStatus, TransactionAction, TransactionState, build_message
-from store.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
+from store.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,9 +90,9 @@ def test_the_check_service_records_a_commit_a_crash_interrupted(tmp_path: Path) 
         wait_dispatched(store)
         assert [m["body"] for m in messages(store, "TxnCrash", 1)] == [b"committed-before-crash"]
         deadline = time.monotonic() + 10
-        while store.query_offset("CID_SYS_RMQ_TRANS", HALF_TOPIC, 0) != 2 and time.monotonic() < deadline:
+        while store.query_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) != 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert store.query_offset("CID_SYS_RMQ_TRANS", HALF_TOPIC, 0) == 2  # the progress, kept as RocketMQ keeps it
+        assert store.query_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2  # the progress, kept as RocketMQ keeps it
     finally:
         store.shutdown()
     reopened = open_store(small_config(root))
@@ -101,3 +101,11 @@ def test_the_check_service_records_a_commit_a_crash_interrupted(tmp_path: Path) 
         assert reopened.transactions.resolve(waiting, TransactionAction.COMMIT).status is ResolveStatus.CONFLICT
     finally:
         reopened.shutdown()
+
+
+def test_op_bodies_are_read_as_rocketmqs_reader_splits_them() -> None:
+    """TransactionalMessageServiceImpl: String.split(",") (trailing empty pieces dropped), Long.parseLong per piece, failures skipped."""
+    assert op_offsets(b"7") == (7,)  # RocketMQ 4's and tidemq's form
+    assert op_offsets(b"7,") == (7,) and op_offsets(b"2,3,") == (2, 3)  # RocketMQ 5's
+    assert op_offsets(b"1,,x,-4, 5,6") == (1, 6)  # pieces Long.parseLong refuses (or a negative one, below any progress) are skipped
+    assert op_offsets(b"") == op_offsets(b",") == op_offsets(b"9" * 19) == ()
