@@ -29,9 +29,13 @@ class PushSubscriptionSpec(BaseModel):
     topic: str = Field(min_length=1, max_length=255, description="The topic whose messages are pushed (it must exist)")
     url: str = Field(min_length=1, max_length=MAX_PUSH_URL_BYTES,
                      description="Absolute http(s) URL each message is POSTed to; its host must be in the broker's push_allowed_hosts")  # fmt: skip
-    max_in_flight: int = Field(DEFAULT_MAX_IN_FLIGHT, ge=1, description="Deliveries under way at once (at most push_max_in_flight)")
-    timeout_ms: int = Field(
-        DEFAULT_TIMEOUT_MS, ge=100, description="One delivery's whole time, connect to status line (at most push_max_timeout_ms)"
+    max_in_flight: int | None = Field(
+        None, ge=1, description=f"Deliveries under way at once, at most push_max_in_flight; none: {DEFAULT_MAX_IN_FLIGHT} (or that limit)"
+    )
+    timeout_ms: int | None = Field(
+        None,
+        ge=100,
+        description=f"One delivery's whole time, connect to status line, at most push_max_timeout_ms; none: {DEFAULT_TIMEOUT_MS} (or that limit)",
     )
     secret: str = Field(min_length=MIN_SECRET_CHARS, max_length=MAX_SECRET_CHARS,
                         description="Key of the tidemq-signature HMAC; never shown again")  # fmt: skip

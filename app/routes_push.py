@@ -20,7 +20,7 @@ from app.acl import SUB
 from app.broker import Broker, BrokerDep
 from app.params import GroupPath
 from app.problems import ProblemError
-from app.push_models import PushSubscriptionInfo, PushSubscriptionList, PushSubscriptionSpec
+from app.push_models import DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, PushSubscriptionInfo, PushSubscriptionList, PushSubscriptionSpec
 from app.push_service import PushCounts
 from app.push_targets import host_allowed, target_host, url_problem
 from app.responses import JsonResponse, docs, docs_create_or_update
@@ -42,8 +42,9 @@ def subscription_json(broker: Broker, sub: PushSubscription, counts: PushCounts 
     }  # fmt: skip
 
 
-def check_spec(broker: Broker, spec: PushSubscriptionSpec) -> None:
-    """The subscription's URL, host and limits against the broker's settings (400s; nothing stored)."""
+def check_spec(broker: Broker, spec: PushSubscriptionSpec) -> tuple[int, int]:
+    """The subscription's URL, host and limits against the broker's settings (400s; nothing stored);
+    its max_in_flight and timeout_ms, the defaults filled in."""
     settings = broker.settings
     problem = url_problem(spec.url)
     if problem is not None:
@@ -54,10 +55,13 @@ def check_spec(broker: Broker, spec: PushSubscriptionSpec) -> None:
             "no host is allowed (push_allowed_hosts is empty)" if not settings.push_allowed_hosts else "it is not in push_allowed_hosts"
         )
         raise ProblemError("PUSH_TARGET_FORBIDDEN", f"the broker does not push to {host[:200]!r}: {listed}")
-    if spec.max_in_flight > settings.push_max_in_flight:
+    in_flight = spec.max_in_flight if spec.max_in_flight is not None else min(DEFAULT_MAX_IN_FLIGHT, settings.push_max_in_flight)
+    timeout_ms = spec.timeout_ms if spec.timeout_ms is not None else min(DEFAULT_TIMEOUT_MS, settings.push_max_timeout_ms)
+    if in_flight > settings.push_max_in_flight:
         raise ProblemError("BODY_INVALID", f"max_in_flight is at most {settings.push_max_in_flight} on this broker")
-    if spec.timeout_ms > settings.push_max_timeout_ms:
+    if timeout_ms > settings.push_max_timeout_ms:
         raise ProblemError("BODY_INVALID", f"timeout_ms is at most {settings.push_max_timeout_ms} on this broker")
+    return in_flight, timeout_ms
 
 
 @api.put(
@@ -83,13 +87,13 @@ async def put_push(broker: BrokerDep, request: Request, group: GroupPath, body: 
     broker.check_master()
     broker.topic_config(body.topic)
     require(request, SUB, body.topic, "push the messages of")
-    check_spec(broker, body)
+    in_flight, timeout_ms = check_spec(broker, body)
     gc = broker.store.group_consumption
     current = gc.push_subscription(group)
     if current is None and len(gc.push_subscriptions()) >= broker.settings.push_max_subscriptions:
         raise ProblemError("PUSH_LIMIT_REACHED", f"the broker holds {broker.settings.push_max_subscriptions} push subscriptions, its limit")
     created_ms = current.created_ms if current is not None else broker.store.now_ms()
-    sub = PushSubscription(group, body.topic, body.url, body.max_in_flight, body.timeout_ms, body.secret, created_ms)
+    sub = PushSubscription(group, body.topic, body.url, in_flight, timeout_ms, body.secret, created_ms)
     created = await broker.run(gc.put_push_subscription, sub)
     broker.push.wakeup()
     return JsonResponse(subscription_json(broker, sub, broker.push.counts().get(group)), 201 if created else 200)
