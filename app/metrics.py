@@ -15,9 +15,9 @@ from typing import Any
 
 from app.broker import Broker
 from app.group_metrics import group_families
-from app.push_metrics import push_families
 from app.http_requests import BOUNDS_S, RequestStats
 from app.process_metrics import process_samples
+from app.push_metrics import push_families
 from app.topic_metrics import label_value, topic_families
 
 # store.stats_snapshot() counter -> (metric name, help).

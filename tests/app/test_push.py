@@ -122,7 +122,7 @@ def test_a_large_body_goes_to_the_dead_letter_topic_unposted(tmp_path: Path, top
         send(c, topic, "small")
         receiver.wait_for(lambda got: accepted(got) == {b"small"})
         deadline = time.monotonic() + 20
-        while c.get(f"/v1/groups/big/push").json()["counts"]["too_large"] < 1:
+        while c.get("/v1/groups/big/push").json()["counts"]["too_large"] < 1:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         dead = dead_letters(c, "big", 1)
