@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.models import example_of
 from app.push_targets import MAX_PUSH_URL_BYTES
 
 # A signing secret's length bounds, in characters (the store holds at most 256 bytes).
@@ -72,6 +73,7 @@ class PushSubscriptionInfo(BaseModel):
 
 
 class PushSubscriptionList(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"example": {"subscriptions": [example_of(PushSubscriptionInfo)]}})
     subscriptions: list[PushSubscriptionInfo]
 
 

@@ -84,9 +84,9 @@ def check_spec(broker: Broker, spec: PushSubscriptionSpec) -> tuple[int, int]:
 )
 async def put_push(broker: BrokerDep, request: Request, group: GroupPath, body: Annotated[PushSubscriptionSpec, Body()]) -> Response:
     check_group(group)
+    require(request, SUB, body.topic, "push the messages of")  # before the topic's lookup: a refusal says nothing of the topic
     broker.check_master()
     broker.topic_config(body.topic)
-    require(request, SUB, body.topic, "push the messages of")
     in_flight, timeout_ms = check_spec(broker, body)
     gc = broker.store.group_consumption
     current = gc.push_subscription(group)
