@@ -60,7 +60,7 @@ test-fast: $(STAMP) native
 
 # The web console in headless Chromium (Debian's /usr/bin/chromium; skipped without it). Screenshots: tests/artifacts/console/.
 test-console: $(STAMP)
-	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_acl.py tests/app/test_console_assets.py tests/ha/test_console_replication.py
+	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_push.py tests/app/test_console_acl.py tests/app/test_console_assets.py tests/ha/test_console_replication.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
