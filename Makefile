@@ -45,8 +45,9 @@ test-native-asan: $(STAMP)
 		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
+# Push subscriptions may deliver to this machine (the quick start's receiver); a broker allows no push target by default.
 run: $(STAMP) native
-	$(VENV)/bin/tidemq serve --store $(STORE)
+	TIDEMQ_PUSH_ALLOWED_HOSTS=127.0.0.1 $(VENV)/bin/tidemq serve --store $(STORE)
 
 # Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker
 # (one xdist group, so one JVM).
