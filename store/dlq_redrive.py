@@ -160,7 +160,7 @@ class DlqRedriveService(ServiceThread):
         self.interval_ms = interval_ms
         self.clock = clock
         self.is_slave = False  # set by the store: a slave replicates its master's moves and makes none
-        self._start_lock = threading.Lock()  # serializes starts, so two cannot both find no redrive running; a leaf
+        self._start_lock = threading.Lock()  # serializes starts, so two cannot both find none running (held across the record's put)
 
     def run(self) -> None:
         while not self.is_stopped():
