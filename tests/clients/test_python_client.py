@@ -22,8 +22,8 @@ import pytest
 
 from app.push_signature import SIGNATURE_HEADER, verify
 from store import pack_batch
-from tests.app.push_receiver import PushReceiver
 from tests.app.conftest import BrokerProcess
+from tests.app.push_receiver import PushReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "openapi" / "openapi.json"
