@@ -37,6 +37,8 @@ class PushReceiver:
                     headers = {k.lower(): v for k, v in self.headers.items()}
                     receiver.deliveries.append(Delivery(self.path, headers, body, status, time.monotonic()))
                 self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("location", "/elsewhere")  # where a client following redirects would go
                 self.send_header("content-length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")

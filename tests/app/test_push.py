@@ -111,13 +111,15 @@ def test_every_message_arrives_signed_and_a_failing_receivers_messages_end_in_th
 
 
 def test_a_large_body_goes_to_the_dead_letter_topic_unposted(tmp_path: Path, topic: str) -> None:
-    config = PUSH_STORE + PUSH_BROKER + "push_max_body_bytes = 10\n"
+    config = PUSH_STORE + PUSH_BROKER + "push_max_body_bytes = 10\npush_max_subscriptions = 1\n"
     broker = BrokerProcess(tmp_path / "store", config)
     with PushReceiver() as receiver:
         c = broker.start().client
         assert c is not None
         assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
         assert subscribe(c, "big", topic, receiver.url).status_code == 201
+        problem(subscribe(c, "second", topic, receiver.url), 409, "PUSH_LIMIT_REACHED")
+        assert subscribe(c, "big", topic, receiver.url, max_in_flight=2).status_code == 200  # replacing one is not a new one
         send(c, topic, "x" * 11)
         send(c, topic, "small")
         receiver.wait_for(lambda got: accepted(got) == {b"small"})
@@ -129,6 +131,29 @@ def test_a_large_body_goes_to_the_dead_letter_topic_unposted(tmp_path: Path, top
         assert [m["body"] for m in dead] == ["x" * 11]
         assert all(d.body != b"x" * 11 for d in receiver.got())
     broker.kill()
+
+
+def test_a_redirect_is_not_followed_and_a_slow_receiver_times_out(c: httpx.Client, topic: str) -> None:
+    assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
+
+    def answer(body: bytes, attempt: int) -> int:
+        if body == b"slow":
+            time.sleep(1.5)  # past the subscription's timeout_ms
+        return 307 if body == b"moved" else 200
+
+    with PushReceiver(answer) as receiver:
+        r = subscribe(c, "redirected-" + topic, topic, receiver.url + "?x=1", timeout_ms=300)
+        assert r.status_code == 201, r.text
+        send(c, topic, "moved")
+        send(c, topic, "slow")
+        deadline = time.monotonic() + 30
+        while (counts := c.get(f"/v1/groups/redirected-{topic}/push").json()["counts"])["failed"] < 1 or counts["errors"] < 1:
+            assert time.monotonic() < deadline, counts
+            time.sleep(0.05)
+        assert c.delete(f"/v1/groups/redirected-{topic}/push").status_code == 204
+    assert counts["delivered"] == 0  # neither the redirect nor the reply that came too late is an ack
+    assert all(d.path == "/hook?x=1" for d in receiver.got())  # the 307's Location (/elsewhere) was never asked for
+    assert {d.body for d in receiver.got()} == {b"moved", b"slow"}
 
 
 def test_a_target_not_allowed_is_refused_and_nothing_is_stored(quiet_client: httpx.Client, c: httpx.Client, topic: str) -> None:
