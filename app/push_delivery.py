@@ -18,11 +18,11 @@ read up to MAX_REPLY_BYTES and dropped (a larger one closes the connection).
 
 Text header values are percent-encoded UTF-8 (RFC 3986 unreserved characters stay as they are).
 
-Bounds: per origin (scheme, host, port) one httpx client holding at most
-`push_max_connections_per_host` connections, and a semaphore of the same size taken before a
-delivery's deadline starts, so waiting for a connection never eats a delivery's time; each delivery
-ends within its subscription's `timeout_ms` from the moment it has a connection slot. No proxies
-from the environment, no redirects, TLS certificates verified against the system's CAs.
+Bounds: per origin (scheme, host, port) one PushOrigin (app/push_connection.py) holding at most
+`push_max_connections_per_host` connections, whose semaphore is taken before a delivery's deadline
+starts, so waiting for a connection never eats a delivery's time; each delivery ends within its
+subscription's `timeout_ms` from the moment it has a connection slot. No proxies, no redirects,
+TLS certificates verified against the system's CAs.
 """
 
 from __future__ import annotations
@@ -30,15 +30,11 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-import httpx
-
+from app.push_connection import PushConnectionError, PushOrigin
 from app.push_signature import SIGNATURE_HEADER, signature
 from app.push_targets import origin_of
-
-# Reply bytes read (and dropped) so the connection can be reused; past it the connection is closed.
-MAX_REPLY_BYTES = 4_096
 
 
 class DeliveryOutcome(enum.Enum):
@@ -88,12 +84,10 @@ def request_headers(req: PushRequest, now_ms: int) -> dict[str, str]:
     return headers
 
 
-class _Origin:
-    def __init__(self, connections: int) -> None:
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        self.client = httpx.AsyncClient(limits=limits, follow_redirects=False, trust_env=False, timeout=None)
-        self.slots = asyncio.Semaphore(connections)
-        self.busy = 0  # deliveries under way or waiting for a slot
+def request_target(url: str) -> str:
+    """The request line's target of a URL: its path (at least "/") and query."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 class PushPoster:
@@ -101,44 +95,34 @@ class PushPoster:
 
     def __init__(self, connections_per_host: int) -> None:
         self.connections_per_host = connections_per_host
-        self._origins: dict[tuple[str, str, int], _Origin] = {}
+        self._origins: dict[tuple[str, str, int], PushOrigin] = {}
 
     async def post(self, req: PushRequest, now_ms: int) -> DeliveryResult:
         key = origin_of(req.url)
         origin = self._origins.get(key)
         if origin is None:
-            origin = self._origins[key] = _Origin(self.connections_per_host)
+            origin = self._origins[key] = PushOrigin(*key, self.connections_per_host)
         origin.busy += 1
         try:
             async with origin.slots:
                 async with asyncio.timeout(req.timeout_ms / 1000.0):
-                    return await self._exchange(origin.client, req, now_ms)
+                    status = await origin.post(request_target(req.url), request_headers(req, now_ms), req.body)
         except TimeoutError:
             return DeliveryResult(DeliveryOutcome.ERROR, error=f"no reply within {req.timeout_ms} ms")
-        except httpx.HTTPError as e:
-            return DeliveryResult(DeliveryOutcome.ERROR, error=f"{type(e).__name__}: {e}"[:300])
+        except PushConnectionError as e:
+            return DeliveryResult(DeliveryOutcome.ERROR, error=str(e)[:300])
         finally:
             origin.busy -= 1
-
-    async def _exchange(self, client: httpx.AsyncClient, req: PushRequest, now_ms: int) -> DeliveryResult:
-        async with client.stream("POST", req.url, content=req.body, headers=request_headers(req, now_ms)) as reply:
-            read = 0
-            async for chunk in reply.aiter_raw():
-                read += len(chunk)
-                if read > MAX_REPLY_BYTES:
-                    break  # the rest is not read: leaving the block closes the connection
-            status = reply.status_code
         outcome = DeliveryOutcome.DELIVERED if 200 <= status < 300 else DeliveryOutcome.FAILED
         return DeliveryResult(outcome, status=status)
 
-    async def forget_others(self, urls: set[str]) -> None:
-        """Close the clients of idle origins no subscription's URL names any more."""
+    def forget_others(self, urls: set[str]) -> None:
+        """Close the connections of idle origins no subscription's URL names any more."""
         keep = {origin_of(u) for u in urls}
         for key in [k for k, o in self._origins.items() if k not in keep and o.busy == 0]:
-            origin = self._origins.pop(key)
-            await origin.client.aclose()
+            self._origins.pop(key).close()
 
-    async def close(self) -> None:
+    def close(self) -> None:
         for origin in self._origins.values():
-            await origin.client.aclose()
+            origin.close()
         self._origins = {}

@@ -59,6 +59,10 @@ RECONCILE_INTERVAL_MS = 1_000
 STOP_DRAIN_S = 2.0
 # RocketMQ's first retry delay level (consumerSendMsgBack: 3 + reconsume times).
 FIRST_RETRY_LEVEL = 3
+# How long a delivered message's ack waits for others to be stored with it (one ack record per batch).
+ACK_LINGER_MS = 5
+# Handles one ack call carries at most (the ack endpoint's own bound).
+MAX_ACK_HANDLES = 1_000
 
 
 @dataclass(slots=True)
@@ -80,6 +84,8 @@ class _Worker:
         self.wake = asyncio.Event()
         self.deliveries: set[asyncio.Task[None]] = set()
         self.task: asyncio.Task[None] | None = None
+        self.acks: dict[str, list[str]] = {}  # topic -> handles delivered and not yet acked
+        self.ack_task: asyncio.Task[None] | None = None
 
 
 def backoff_ms(levels_ms: list[int], reconsume_times: int) -> int:
@@ -152,7 +158,7 @@ class PushService(ServiceThread):
                     pass
         finally:
             await self._stop_workers()
-            await poster.close()
+            poster.close()
 
     async def _reconcile(self, poster: PushPoster) -> None:
         subs = self.gc.push_subscriptions()
@@ -169,7 +175,7 @@ class PushService(ServiceThread):
         names = {sub.group for sub in subs}
         for group in [g for g, w in self._workers.items() if g not in names and (w.task is None or w.task.done())]:
             del self._workers[group]  # a deleted subscription's counters go once its deliveries ended
-        await poster.forget_others({sub.url for sub in subs})
+        poster.forget_others({sub.url for sub in subs})
 
     def _wake(self, groups: tuple[str, ...]) -> None:
         for group in groups:
@@ -198,6 +204,8 @@ class PushService(ServiceThread):
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        acks = [w.ack_task for w in workers if w.ack_task is not None]
+        await asyncio.gather(*acks, return_exceptions=True)  # the acks of what was delivered are stored before the store stops
 
     # A subscription's worker ----------------------------------------------------------
 
@@ -209,7 +217,8 @@ class PushService(ServiceThread):
                 break
             worker.wake.clear()  # before the receive: an arrival during it wakes the nap below
             free = sub.max_in_flight - worker.counts.in_flight
-            if free <= 0 or not self.may_deliver():
+            # Receives take a batch: half the window free, or nothing in flight (a receive per freed slot costs a put each).
+            if not self.may_deliver() or free <= 0 or (worker.counts.in_flight > 0 and free < max(1, sub.max_in_flight // 2)):
                 await self._nap(worker, idle_ms)  # a delivery that ends wakes it
                 continue
             invisible_ms = min(max(sub.timeout_ms + ACK_SLACK_MS, MIN_INVISIBLE_MS), MAX_INVISIBLE_MS)
@@ -229,6 +238,8 @@ class PushService(ServiceThread):
                 task.add_done_callback(worker.deliveries.discard)
         if worker.deliveries:
             await asyncio.wait(set(worker.deliveries))
+        if worker.ack_task is not None:
+            await worker.ack_task
 
     async def _deliver(self, worker: _Worker, sub: PushSubscription, p: Popped, poster: PushPoster) -> None:
         counts = worker.counts
@@ -243,9 +254,7 @@ class PushService(ServiceThread):
             counts.last_status, counts.last_error = result.status, result.error
             if result.outcome is DeliveryOutcome.DELIVERED:
                 counts.delivered += 1
-                outcomes: list[AckOutcome] = await self._store(self.gc.ack, sub.group, sub.topic, [p.handle])
-                if outcomes[0] is not AckOutcome.OK:
-                    log.warning("push subscription %s: the ack of %s was %s", sub.group, req.message_id, outcomes[0].value)
+                self._ack_soon(worker, sub.topic, p.handle)
                 return
             if result.outcome is DeliveryOutcome.FAILED:
                 counts.failed += 1
@@ -257,6 +266,29 @@ class PushService(ServiceThread):
         finally:
             counts.in_flight -= 1
             worker.wake.set()
+
+    def _ack_soon(self, worker: _Worker, topic: str, handle: str) -> None:
+        """Ack a delivered message together with the others delivered within ACK_LINGER_MS (one ack record per receive batch)."""
+        worker.acks.setdefault(topic, []).append(handle)
+        if worker.ack_task is None or worker.ack_task.done():
+            worker.ack_task = asyncio.create_task(self._flush_acks(worker))
+
+    async def _flush_acks(self, worker: _Worker) -> None:
+        await asyncio.sleep(ACK_LINGER_MS / 1000.0)
+        while worker.acks:
+            topic = next(iter(worker.acks))
+            handles = worker.acks[topic][:MAX_ACK_HANDLES]
+            del worker.acks[topic][:MAX_ACK_HANDLES]
+            if not worker.acks[topic]:
+                del worker.acks[topic]
+            try:
+                outcomes: list[AckOutcome] = await self._store(self.gc.ack, worker.group, topic, handles)
+            except Exception as e:  # not acked: the messages come back after their invisible time
+                log.warning("push subscription %s: %d acks not stored: %s", worker.group, len(handles), e)
+                continue
+            refused = [o.value for o in outcomes if o is not AckOutcome.OK]
+            if refused:  # an expired handle: delivered again after its invisible time (at least once)
+                log.warning("push subscription %s: %d of %d acks were %s", worker.group, len(refused), len(handles), sorted(set(refused)))
 
     def _request(self, sub: PushSubscription, p: Popped) -> PushRequest | None:
         """The POST of one received message; None when its body is over push_max_body_bytes (or cannot be inflated)."""

@@ -64,8 +64,8 @@ def url_problem(url: str) -> str | None:
     """Why `url` cannot be a push target's URL (shape only); None when it can."""
     if len(url.encode()) > MAX_PUSH_URL_BYTES:
         return f"the url is longer than {MAX_PUSH_URL_BYTES} bytes"
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
-        return "the url holds spaces or control characters"
+    if not url.isascii() or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        return "the url holds spaces, control characters or non-ASCII characters (percent-encode them; IDNA for names)"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  # raises ValueError for a port out of range
