@@ -44,6 +44,7 @@ def test_host_allowed(host: str, allowed: list[str], admitted: bool) -> None:
         "http://h:70000/",
         "http://h/a b",
         "http://h/\x00",
+        "http://h/caf\u00e9",
         "http://h/" + "a" * 2050,
     ],
 )
