@@ -8,7 +8,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -121,6 +121,9 @@ bench-batch-vs-redis: $(BENCH_STAMP)
 # (QUICK=1: a smoke test; PROFILE=FILE: py-spy profile of the broker during receive + ack).
 bench-pop: $(BENCH_STAMP) native
 	$(PY) bench/pop_bench.py $(if $(QUICK),--quick) $(if $(PROFILE),--profile $(PROFILE))
+
+bench-push: $(STAMP) native
+	$(PY) bench/push_bench.py $(if $(QUICK),--quick)
 
 # etcd and two broker groups of two on loopback (docs/cluster.md), their data in ./data-cluster; Ctrl-C stops them.
 cluster: $(STAMP) native

@@ -136,7 +136,7 @@ def phase(broker: Broker, receiver: Receiver, messages: int, run: callable) -> t
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2,000 messages")
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=5_000)
     parser.add_argument("--in-flight", dest="in_flight", type=int, default=32)
     args = parser.parse_args()
     messages = 2_000 if args.quick else args.messages
