@@ -113,3 +113,23 @@ def test_the_command_line_redrives_and_waits(redrive_broker: BrokerProcess, c: h
     assert sorted(m["body"] for m in receive(c, group, topic, max=32, wait_ms=2000)) == ["x", "y"]
     refused = tidemq(redrive_broker.url, "dlq", "redrive", "fifo-cli", "--max-messages", "0")
     assert refused.returncode == 2 and "--max-messages" in refused.stderr
+
+
+def test_a_second_redrive_while_one_runs_is_409_with_the_running_one(make_broker) -> None:
+    # Passes a minute apart: the first pass moves 16 batches of 32, then the redrive runs until the next.
+    broker = make_broker(SMALL_STORE + "pop_revive_interval_ms = 60000\n" + SMALL_BROKER)
+    c = broker.client
+    assert c.put("/v1/topics/T", json={"queues": 1}).status_code == 201
+    # Dead letters as the revive service writes them: in %DLQ%{group}, naming their topic in RETRY_TOPIC.
+    batch = [{"body": f"d{i}", "properties": {"RETRY_TOPIC": "T"}} for i in range(600)]
+    r = c.post("/v1/topics/%DLQ%slow/messages", json={"messages": batch})
+    assert r.status_code == 201, r.text
+    first = c.post("/v1/groups/slow/dlq/redrive")
+    assert first.status_code == 202 and first.json()["total"] == 600, first.text
+    deadline = time.monotonic() + 20
+    while (info := c.get("/v1/groups/slow/dlq/redrive").json())["moved"] < 512:
+        assert time.monotonic() < deadline, info
+        time.sleep(0.02)
+    assert (info["state"], info["moved"], info["remaining"]) == ("running", 512, 88)
+    second = problem(c.post("/v1/groups/slow/dlq/redrive", json={"max_messages": 5}), 409, "REDRIVE_RUNNING")
+    assert second["redrive"]["start_offset"] == 0 and second["redrive"]["end_offset"] == 600
