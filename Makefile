@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +55,9 @@ test-native-asan: $(STAMP)
 		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
+# Push subscriptions may deliver to this machine (the quick start's receiver); a broker allows no push target by default.
 run: $(RUN_STAMP)
-	$(VENV)/bin/tidemq serve --store $(STORE)
+	TIDEMQ_PUSH_ALLOWED_HOSTS=127.0.0.1 $(VENV)/bin/tidemq serve --store $(STORE)
 
 # Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker
 # (one xdist group, so one JVM).
@@ -70,7 +71,7 @@ test-fast: $(STAMP) native
 
 # The web console in headless Chromium (Debian's /usr/bin/chromium; skipped without it). Screenshots: tests/artifacts/console/.
 test-console: $(STAMP)
-	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_acl.py tests/app/test_console_assets.py tests/ha/test_console_replication.py
+	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_push.py tests/app/test_console_acl.py tests/app/test_console_assets.py tests/ha/test_console_replication.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -93,8 +94,12 @@ bench-reserve: $(STAMP) native
 bench-kernels: $(STAMP) native
 	$(PY) bench/kernel_bench.py
 
-bench-offsets: $(STAMP)
+bench-offsets: $(STAMP) native
 	$(PY) bench/offset_commit_bench.py
+
+# 100,000 topic creations over HTTP: the rate and the broker's CPU per creation in each tenth (TOPICS=N for fewer).
+bench-topics: $(STAMP) native
+	$(PY) bench/topics_bench.py $(if $(TOPICS),--topics $(TOPICS))
 
 bench-schedule: $(STAMP)
 	$(PY) bench/schedule_bench.py
@@ -138,6 +143,9 @@ bench-batch-vs-redis: $(BENCH_STAMP)
 # (QUICK=1: a smoke test; PROFILE=FILE: py-spy profile of the broker during receive + ack).
 bench-pop: $(BENCH_STAMP) native
 	$(PY) bench/pop_bench.py $(if $(QUICK),--quick) $(if $(PROFILE),--profile $(PROFILE))
+
+bench-push: $(STAMP) native
+	$(PY) bench/push_bench.py $(if $(QUICK),--quick)
 
 # etcd and two broker groups of two on loopback (docs/cluster.md), their data in ./data-cluster; Ctrl-C stops them.
 cluster: $(STAMP) native

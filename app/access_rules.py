@@ -46,6 +46,7 @@ ADMIN_PATHS = {
     ("GET", "/v1/store/files"),
     ("GET", "/v1/timers"),
     ("GET", "/v1/schedule"),
+    ("GET", "/v1/push"),
 }
 GROUP_ACTIONS = {"receive", "ack", "invisible", "stream"}
 
@@ -103,4 +104,6 @@ def _group_need(method: str, parts: list[str], query: Mapping[str, str]) -> Need
         return Need(bits=SUB, topic=topic or None, group=group)
     if len(parts) == 7 and parts[4] == "topics" and parts[6] in GROUP_ACTIONS and parts[5]:
         return Need(bits=SUB, topic=parts[5], group=group)
+    if (len(parts) == 5 and parts[4] == "push") or (len(parts) == 6 and parts[4:] == ["dlq", "redrive"]):
+        return Need(bits=SUB, group=group)  # a push subscription's topic is in its body or its record: the route checks it
     return ANY_ACCOUNT

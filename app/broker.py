@@ -14,6 +14,8 @@ Invariants:
 - Replication (`ha.attach`) is wired when the broker is built, before the store loads: a
   master's HA port is bound then, so a port in use fails the start before anything is served.
 - A slave refuses a produce before anything else touches the store (no topic is auto-created).
+- The push service (app/push_service.py) starts after the store and stops before it (and before the
+  cluster node): it receives and acks through the store until it stops.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from app.access_revocation import Revocations
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
+from app.push_service import PushService
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
 from app.stream_registry import StreamRegistry
@@ -90,6 +93,7 @@ class Broker:
             settings.transaction_check_timeout_ms, settings.transaction_check_concurrency, settings.transaction_check_group_concurrency
         )
         self.store.transactions.set_check_transport(self.checker)
+        self.push = PushService(self.store, settings, self.may_deliver)
         self.started = False
         self.stopping = False
         # True while start_in_background's load runs; start_failure: why it failed (one line).
@@ -156,9 +160,11 @@ class Broker:
     def _load_and_start(self) -> None:
         self.store.load()
         self.store.add_message_arriving_listener(self.held.on_message_arriving)
+        self.store.add_message_arriving_listener(self.push.on_arrival)
         self.store.start()
         if self.cluster is not None:
             self.cluster.start()
+        self.push.start()
 
     def _set_ha(self, node: HANode | None) -> None:
         self.ha = node
@@ -185,6 +191,7 @@ class Broker:
         if self._loading is not None and not self._loading.done():
             log.info("waiting for the store's load to finish before shutting it down")
             await asyncio.shield(self._loading)  # a load cannot be interrupted halfway; it ends and is shut down
+        await asyncio.get_running_loop().run_in_executor(None, self.push.shutdown)  # it receives and acks through the store
         if self.cluster is not None and self.started:
             await asyncio.get_running_loop().run_in_executor(None, self.cluster.stop)  # before the store (cluster/node.py)
         if self.started:
@@ -292,6 +299,16 @@ class Broker:
             refusal = self.cluster.write_refusal()  # NO_MASTER (fenced) or NOT_ENOUGH_REPLICAS, before anything is stored
             if refusal is not None:
                 raise ProblemError(*refusal)
+
+    def may_deliver(self) -> bool:
+        """Whether this broker may deliver push subscriptions now: running, and a master accepting writes."""
+        if not self.started or self.stopping:
+            return False
+        try:
+            self.check_master()
+        except ProblemError:
+            return False
+        return True
 
     def next_round_robin(self, topic: str, queues: int) -> int:
         position = self._round_robin.get(topic, -1) + 1

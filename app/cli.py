@@ -3,6 +3,7 @@ and the client commands of `tidemq.cli` (produce, consume, topics, groups, offse
 
 Every option can also come from a TIDEMQ_* environment variable (TIDEMQ_HOST, TIDEMQ_PORT,
 TIDEMQ_STORE, TIDEMQ_CONFIG, TIDEMQ_FLUSH, TIDEMQ_LOG_LEVEL, TIDEMQ_LOG_FORMAT, TIDEMQ_ACCESS_LOG,
+TIDEMQ_PUSH_ALLOWED_HOSTS (comma-separated),
 and the replication options' TIDEMQ_ROLE, TIDEMQ_HA_PORT, ...); an option on the command line wins over the variable, which
 wins over the config file's [broker] (replication: [ha]) table.
 
@@ -117,6 +118,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Broke
             values[dest] = value
     ha_values = {dest: getattr(args, dest, None) or environ.get(env_name) or None for dest, env_name in HA_ENV_NAMES.items()}
     values.update(access_values(args, environ))
+    hosts = environ.get(ENV_PREFIX + "PUSH_ALLOWED_HOSTS")
+    if hosts is not None:  # comma-separated; wins over [broker] push_allowed_hosts
+        values["push_allowed_hosts"] = [h.strip() for h in hosts.split(",") if h.strip()]
     config_path = values.pop("config")
     toml = load_toml(str(config_path)) if config_path else None
     return build_settings(toml, values, ha_values, cluster_settings.cli_values(args, environ))

@@ -17,6 +17,7 @@ from app.broker import Broker
 from app.group_metrics import group_families
 from app.http_requests import BOUNDS_S, RequestStats
 from app.process_metrics import process_samples
+from app.push_metrics import push_families
 from app.topic_metrics import label_value, topic_families
 
 # store.stats_snapshot() counter -> (metric name, help).
@@ -152,7 +153,7 @@ def render(broker: Broker) -> str:
     problems = sorted(broker.http_problems_total.items())
     metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])
     if broker.started:
-        for name, kind, help_text, samples in group_families(broker) + topic_families(broker):
+        for name, kind, help_text, samples in group_families(broker) + topic_families(broker) + push_families(broker):
             metric(name, kind, help_text, samples)
     render_http(lines, metric, broker.http_requests)
     for name, kind, help_text, value in process_samples():

@@ -40,8 +40,10 @@ from app import (
     routes_groups,
     routes_produce,
     routes_pull,
+    routes_push,
     routes_queries,
     routes_receive,
+    routes_redrive,
     routes_status,
     routes_topics,
     routes_transactions,
@@ -213,7 +215,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     routers = [routes_status.api, routes_topics.api, produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.api, receive_router, routes_queries.api, routes_admin.api]
-    routers += [routes_transactions.api, routes_cluster.api]
+    routers += [routes_push.api, routes_redrive.api, routes_transactions.api, routes_cluster.api]
     for api_router in routers:
         app.include_router(api_router)
     console.install(app)  # /console and /docs, from package files (no CDN)

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.logs import LOG_FORMATS
+from app.push_targets import allowed_host_entry
 from app.toml_file import read_toml
 from cluster.settings import ClusterSettings
 from ha import HASettings
@@ -125,6 +126,21 @@ class BrokerSettings:
     metrics_max_groups: int = setting(1_000, 0, 100_000)
     # With an ACL, how often (at most) the ACL file's mtime and size are looked at to reload it.
     acl_reload_interval_ms: int = setting(1_000, 10, 3_600_000)
+    # Hosts push subscriptions may deliver to: names or IP literals, "*.example.com" for its subdomains (env
+    # TIDEMQ_PUSH_ALLOWED_HOSTS, comma-separated); empty: no push target is allowed until an operator lists one.
+    push_allowed_hosts: list[str] = setting(factory=list)
+    # Push subscriptions the broker holds at most; past it a new one is 409 PUSH_LIMIT_REACHED.
+    push_max_subscriptions: int = setting(100, 0, 10_000)
+    # The largest max_in_flight a push subscription may ask for (its deliveries under way at once).
+    push_max_in_flight: int = setting(64, 1, 1_024)
+    # The largest timeout_ms a push subscription may ask for: one delivery's whole time, connect to status line.
+    push_max_timeout_ms: int = setting(30_000, 100, 600_000)
+    # Connections open at once to one push target (scheme, host and port), shared by its subscriptions.
+    push_max_connections_per_host: int = setting(16, 1, 1_024)
+    # Largest message body a push delivery posts (after decompression); a larger message goes to the group's dead-letter topic.
+    push_max_body_bytes: int = setting(4 * MIB, 1, GIB)
+    # How long a push subscription with nothing to deliver waits before it receives again (an arrival wakes it sooner).
+    push_idle_poll_ms: int = setting(1_000, 10, 60_000)
     # The store's configuration (the `[store]` table).
     store: MessageStoreConfig = field(default_factory=MessageStoreConfig)
     # Replication role and endpoints (the `[ha]` table, --role and the other replication options).
@@ -135,6 +151,9 @@ class BrokerSettings:
     def validate(self) -> BrokerSettings:
         """Check every setting's type and range (then the store's and replication's); ConfigInvalid names the first broken one."""
         check_fields(self, "broker")
+        bad_host = next((h for h in self.push_allowed_hosts if not allowed_host_entry(h)), None)
+        if bad_host is not None:
+            raise ConfigInvalid(f"push_allowed_hosts: {bad_host!r} is not a host name, an IP address or *.domain")
         if self.max_held_pulls >= self.max_connections:
             raise ConfigInvalid("max_held_pulls must be below max_connections (a held pull holds a connection)")
         self.store.store_path_root_dir = self.store_dir

@@ -19,7 +19,16 @@ from store.errors import (
     TopicInvalid,
 )
 from store.get_message_result import GetMessageResult, TagFilter
-from store.group_consumption import AckOutcome, GroupConsumption, PopCounts, Popped, SubscriptionGroup
+from store.group_consumption import (
+    AckOutcome,
+    GroupConsumption,
+    PopCounts,
+    Popped,
+    PushSubscription,
+    Redrive,
+    RedriveState,
+    SubscriptionGroup,
+)
 from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
 from store.message import (
     DEFAULT_BORN_HOST,
@@ -178,9 +187,12 @@ __all__ = [
     "PopCounts",
     "Popped",
     "ProducerGroup",
+    "PushSubscription",
     "PutMessageResult",
     "PutMessageStatus",
     "PutRefusal",
+    "Redrive",
+    "RedriveState",
     "ReplicationWaiter",
     "Resolution",
     "ResolveStatus",

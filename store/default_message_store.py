@@ -8,7 +8,8 @@ the abort file and starts the services; `shutdown()` stops them in this order, e
 for a reason:
   1. refuse new puts (`_running = False`), stop the TransactionCheckService (registered last at
      load, so stopped first: it puts commits and op records; its final pass persists the check
-     counts), then the group consumption's revive service (it puts redeliveries), then the timer services
+     counts), then the group consumption's dead-letter redrive and revive services (they put moved
+     messages and redeliveries), then the timer services
      (TimerDequeueService, which appends, then TimerEnqueueService, then TimerFlushService, whose
      final pass records their progress in timercheck), then the cleanup and schedule services —
      nothing may append or delete while the rest shuts down;
@@ -257,7 +258,7 @@ class DefaultMessageStore:
             if self.timer is not None:
                 self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
             # After the state records: the revive service reads the revive group's offsets.
-            self.extra_services.append(self.group_consumption.load(self._revive_horizon))
+            self.extra_services += self.group_consumption.load(self._revive_horizon)
             self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
             self.extra_services.append(self.transaction_check_service)
         except BaseException:
@@ -672,8 +673,7 @@ class DefaultMessageStore:
         self.config.broker_role = role
         self.validator.is_slave = slave
         self.state_log.following = slave
-        if self.group_consumption.revive_service is not None:
-            self.group_consumption.revive_service.is_slave = slave
+        self.group_consumption.set_slave(slave)
         if taking_over:
             self._take_over_services()
 

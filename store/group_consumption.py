@@ -1,11 +1,13 @@
 """GroupConsumption: the store's group (POP) consumption, as one object the store builds and other packages call.
 
 It owns the groups' settings (config/subscriptionGroup.json), the FIFO order book, the
-receipt-handle secret (config/popSecret) — three state tables the log carries to slaves — the
-PopConsumer that serves receives, acks and invisible-time changes, and the PopReviveService that
-redelivers what was not acked. The store calls `load_files()` before recovery, `load()` after
-the state records are applied, and registers the revive service with its other services
-(docs/store-api.md, "Group consumption").
+receipt-handle secret (config/popSecret), the push subscriptions (config/pushSubscription.json)
+and the dead-letter redrives (config/dlqRedrive.json) — five state tables the log carries to
+slaves — the PopConsumer that serves receives, acks and invisible-time changes, the
+PopReviveService that redelivers what was not acked, and the DlqRedriveService that moves dead
+letters back. The store calls `load_files()` before recovery, `load()` after the state records are
+applied, and registers the two services with its other services (docs/store-api.md, "Group
+consumption").
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from store.config import BrokerRole
+from store.dlq_redrive import DlqRedriveService, DlqRedriveTable, Redrive, RedriveState
 from store.errors import StoreError
 from store.fifo_order_book import FifoOrderBook
 from store.message import MessageInner
-from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings
+from store.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings, dead_letter
 from store.pop_counters import PopCounts
 from store.pop_records import REVIVE_GROUP, dlq_topic, retry_topic
 from store.pop_revive_service import PopReviveService
+from store.push_subscription_table import PushSubscription, PushSubscriptionTable
 from store.receipt_handle import PopSecret, ReceiptHandles
+from store.service_thread import ServiceThread
 from store.state_table import StateTable
 from store.status import PutMessageResult
 from store.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
@@ -30,7 +35,9 @@ from store.subscription_group_manager import SubscriptionGroup, SubscriptionGrou
 if TYPE_CHECKING:
     from store.default_message_store import DefaultMessageStore
 
-__all__ = ["AckOutcome", "GroupConsumption", "PopCounts", "Popped", "SubscriptionGroup"]
+__all__ = [
+    "AckOutcome", "GroupConsumption", "PopCounts", "Popped", "PushSubscription", "Redrive", "RedriveState", "SubscriptionGroup",
+]  # fmt: skip
 
 
 class _PopStoreAdapter:
@@ -47,6 +54,9 @@ class _PopStoreAdapter:
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self._store.get_min_offset_in_queue(topic, queue_id)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self._store.get_max_offset_in_queue(topic, queue_id)
 
     def queue_ids_of(self, topic: str) -> list[int]:
         config = self._store.topic_config(topic)
@@ -79,31 +89,43 @@ class GroupConsumption:
         self.groups = SubscriptionGroupManager(cfg.config_dir())
         self.fifo = FifoOrderBook(cfg.config_dir())
         self.secret = PopSecret(cfg.config_dir())
+        self.push = PushSubscriptionTable(cfg.config_dir())
+        self.redrives = DlqRedriveTable(cfg.config_dir())
         self.settings = PopSettings(cfg.broker_cluster_name, cfg.pop_revive_queue_num, cfg.pop_ack_margin_ms)
         self._adapter = _PopStoreAdapter(store)
         self.consumer: PopConsumer | None = None
         self.revive_service: PopReviveService | None = None
+        self.redrive_service: DlqRedriveService | None = None
 
     def state_tables(self) -> list[StateTable]:
         """The tables of group consumption kept in the state log (store/state_log.py)."""
-        return [self.groups, self.fifo, self.secret]
+        return [self.groups, self.fifo, self.secret, self.push, self.redrives]
 
     def load_files(self) -> None:
         """Read the local files of the groups, the FIFO order book and the handle secret (before recovery)."""
         self.groups.load()
         self.fifo.load()
         self.secret.load()
+        self.push.load()
+        self.redrives.load()
 
-    def load(self, horizon: Callable[[], int | None]) -> PopReviveService:
-        """After the state records are applied: returns the revive service for the store to start."""
+    def load(self, horizon: Callable[[], int | None]) -> list[ServiceThread]:
+        """After the state records are applied: returns the revive and redrive services for the store to start."""
         cfg = self._store.config
         handles = ReceiptHandles(self.secret)
         self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo)
         self.revive_service = PopReviveService(
             self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms, horizon
         )
-        self.revive_service.is_slave = cfg.broker_role is BrokerRole.SLAVE
-        return self.revive_service
+        self.redrive_service = DlqRedriveService(self._adapter, self.redrives, cfg.pop_revive_interval_ms, self._store.now_ms)
+        self.set_slave(cfg.broker_role is BrokerRole.SLAVE)
+        return [self.revive_service, self.redrive_service]
+
+    def set_slave(self, slave: bool) -> None:
+        """A slave replicates its master's redeliveries and moves and makes none itself."""
+        for service in (self.revive_service, self.redrive_service):
+            if service is not None:
+                service.is_slave = slave
 
     def take_over(self) -> None:
         """A slave becomes master: the revive service reads its queues again from the replicated offsets."""
@@ -140,6 +162,41 @@ class GroupConsumption:
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[AckOutcome, str | None, int]:
         return self._loaded().change_invisible(group, topic, handle, invisible_ms)
+
+    def dead_letter(self, group: str, topic: str, popped: Popped) -> AckOutcome:
+        """Put a received message into the group's dead-letter topic at once, then ack it (a crash between
+        the two leaves it to be delivered again: at least once). NOT_STORED when the copy was refused."""
+        self._adapter.ensure_topic(self.dead_letter_topic(group), 1)
+        if not self._adapter.put_messages([dead_letter(popped.data, group, popped.reconsume_times)]).ok:
+            return AckOutcome.NOT_STORED
+        outcome = self.ack(group, topic, [popped.handle])[0]
+        if outcome is AckOutcome.OK:
+            self._loaded().counters.add(group, topic, dead_lettered=1)
+        return outcome
+
+    # Push subscriptions and dead-letter redrives (blocking when they record) -----------
+
+    def push_subscriptions(self) -> list[PushSubscription]:
+        return self.push.all()
+
+    def push_subscription(self, group: str) -> PushSubscription | None:
+        return self.push.get(group)
+
+    def put_push_subscription(self, sub: PushSubscription) -> bool:
+        """Create or replace the group's push subscription; True when created."""
+        return self.push.put(sub)
+
+    def delete_push_subscription(self, group: str) -> bool:
+        return self.push.delete(group)
+
+    def start_redrive(self, group: str, max_messages: int | None) -> tuple[Redrive, bool]:
+        """Begin moving the group's dead letters back ((the row, True)), or (the running one, False)."""
+        assert self.redrive_service is not None, "the store is not loaded"
+        return self.redrive_service.start_redrive(group, max_messages)
+
+    def redrive(self, group: str) -> Redrive | None:
+        """The group's latest redrive (running or done)."""
+        return self.redrives.get(group)
 
     # Status ---------------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ def _type_problem(annotation: str, value: Any) -> str | None:
         return None if isinstance(value, bool) else "true or false"
     if kind == "str":
         return None if isinstance(value, str) else "a string"
+    if kind == "list[str]":
+        return None if isinstance(value, list) and all(isinstance(v, str) for v in value) else "a list of strings"
     if isinstance(value, enum.Enum) and type(value).__name__ == kind:
         return None
     return f"a {kind}"

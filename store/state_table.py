@@ -47,6 +47,8 @@ class StateKind(enum.IntEnum):
     FIFO_ORDER_BOOK = 5
     PRODUCER_GROUPS = 6
     POP_SECRET = 7
+    PUSH_SUBSCRIPTIONS = 8
+    DLQ_REDRIVES = 9
 
 
 class RecordTag(enum.Enum):

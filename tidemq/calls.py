@@ -208,6 +208,17 @@ def groups() -> Call[list[dict[str, Any]]]:
     return Call(Request("GET", "/v1/groups"), (200,), lambda r: list(_json(r)["groups"]))
 
 
+def start_redrive(group: str, max_messages: int | None = None) -> Call[dict[str, Any]]:
+    """Move the group's dead letters back to be received again (docs/http-api.md, "Dead-letter redrive"); the redrive's JSON."""
+    body = orjson.dumps({"max_messages": max_messages} if max_messages is not None else {})
+    return Call(Request("POST", path("v1", "groups", group, "dlq", "redrive"), headers=JSON, body=body), (202,), _json)
+
+
+def redrive(group: str) -> Call[dict[str, Any]]:
+    """The group's latest dead-letter redrive and its progress (`RedriveInfo`)."""
+    return Call(Request("GET", path("v1", "groups", group, "dlq", "redrive")), (200,), _json)
+
+
 def configure_group(group: str, max_reconsume_times: int = 16, fifo: bool = False) -> Call[dict[str, Any]]:
     body = orjson.dumps({"max_reconsume_times": max_reconsume_times, "fifo": fifo})
     return Call(Request("PUT", path("v1", "groups", group), headers=JSON, body=body), (200, 201), _json)

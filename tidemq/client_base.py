@@ -126,6 +126,8 @@ class ClientBase(Generic[PoolT]):
     create_topic = CallMethod(calls.create_topic)
     delete_topic = CallMethod(calls.delete_topic)
     groups = CallMethod(calls.groups)
+    start_redrive = CallMethod(calls.start_redrive)
+    redrive = CallMethod(calls.redrive)
     configure_group = CallMethod(calls.configure_group)
     offsets = CallMethod(calls.offsets)
     commit_offset = CallMethod(calls.commit_offset)

@@ -8,6 +8,7 @@ import * as files from "./pages/files.js";
 import * as group from "./pages/group.js";
 import * as groups from "./pages/groups.js";
 import * as overview from "./pages/overview.js";
+import * as push from "./pages/push.js";
 import * as topic from "./pages/topic.js";
 import * as topics from "./pages/topics.js";
 
@@ -17,6 +18,7 @@ const ROUTES = [
   [/^topics\/([^/]+)$/, topic, "topics"],
   [/^groups$/, groups, "groups"],
   [/^groups\/([^/]+)$/, group, "groups"],
+  [/^push$/, push, "push"],
   [/^delayed$/, delayed, "delayed"],
   [/^files$/, files, "files"],
 ];
@@ -24,6 +26,7 @@ const NAV = [
   ["", "Overview"],
   ["topics", "Topics"],
   ["groups", "Groups"],
+  ["push", "Push"],
   ["delayed", "Delayed & timers"],
   ["files", "Store files"],
 ];

@@ -54,6 +54,12 @@ RULES = {
     "changeInvisibleTime": "topic+group",
     "receive": "topic+group",
     "receiveStream": "topic+group",
+    "listPushSubscriptions": "admin",
+    "putPushSubscription": "topic+group",  # the topic is in the body: the route checks it
+    "getPushSubscription": "group",
+    "deletePushSubscription": "group",
+    "startRedrive": "group",
+    "getRedrive": "group",
 }
 # Valid requests: had the gate let them through, each would store or change something.
 BODIES = {
@@ -66,6 +72,8 @@ BODIES = {
     "changeInvisibleTime": {"receipt_handle": "x", "invisible_ms": 5000},
     "putProducerGroup": {"check_url": "http://127.0.0.1:1/check"},
     "resolveTransaction": {"action": "commit"},
+    "putPushSubscription": {"topic": "{topic}", "url": "http://127.0.0.1:9/hook", "secret": "a-secret-of-sixteen-or-more"},
+    "startRedrive": {"max_messages": 10},
 }
 QUERIES = {
     "pull": {"wait_ms": "0"},

@@ -22,8 +22,9 @@ NPM_CI_TIMEOUT_S = 600
 
 @pytest.fixture(scope="session")
 def clients_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    # The broker's default max_wait_ms: the walk-throughs hold pulls for 10 s as README does.
-    yield from running_broker(tmp_path_factory, "clients", SMALL_STORE)
+    # The broker's default max_wait_ms: the walk-throughs hold pulls for 10 s as README does; push to
+    # loopback allowed as `make run` does (the walk-throughs' push subscriptions deliver there).
+    yield from running_broker(tmp_path_factory, "clients", SMALL_STORE + '[broker]\npush_allowed_hosts = ["127.0.0.1"]\n')
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.push_signature import SIGNATURE_HEADER, verify
 from store import pack_batch
 from tests.app.conftest import BrokerProcess
+from tests.app.push_receiver import PushReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "openapi" / "openapi.json"
@@ -56,6 +58,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Mo
         "receive": ".api.group_consumption.receive",
         "ack": ".api.group_consumption.ack",
         "query_messages": ".api.query.query_messages",
+        "put_push_subscription": ".api.push_subscriptions.put_push_subscription",
+        "get_push_subscription": ".api.push_subscriptions.get_push_subscription",
+        "start_redrive": ".api.groups.start_redrive",
+        "get_redrive": ".api.groups.get_redrive",
     }
     try:
         yield {short: importlib.import_module(PACKAGE + suffix) for short, suffix in names.items()}
@@ -130,6 +136,26 @@ def test_generated_python_client_runs_the_walkthrough(generated: dict[str, Modul
         if len(received) >= 2:
             break
     assert sorted(received) == ["order 1 created", "order 1 paid"]
+
+    # Push: the broker POSTs both messages to a receiver on loopback, signed.
+    audit = f"audit-{topic}"
+    with PushReceiver() as receiver:
+        spec = models.PushSubscriptionSpec(topic=topic, url=receiver.url, secret="change-me-to-a-long-random-secret")
+        made = api["put_push_subscription"].sync(audit, client=client, body=spec)
+        assert isinstance(made, models.PushSubscriptionInfo) and made.topic == topic, made
+        got_pushed = receiver.wait_for(lambda got: {d.body for d in got if d.status == 200} == {b"order 1 created", b"order 1 paid"})
+        assert all(verify(spec.secret, d.body, d.headers[SIGNATURE_HEADER], int(time.time() * 1000)) for d in got_pushed)
+    shown = api["get_push_subscription"].sync(audit, client=client)
+    assert isinstance(shown, models.PushSubscriptionInfo) and shown.counts.delivered >= 2
+    elsewhere = models.PushSubscriptionSpec(topic=topic, url="http://192.0.2.1/hook", secret="change-me-to-a-long-random-secret")
+    refused = api["put_push_subscription"].sync(f"other-{topic}", client=client, body=elsewhere)
+    assert isinstance(refused, models.Problem) and refused.code == models.ProblemCode.PUSH_TARGET_FORBIDDEN
+
+    # A redrive of a group with no dead letters is done at once.
+    redrive = api["start_redrive"].sync(shipping, client=client, body=models.RedriveRequest(max_messages=10))
+    assert isinstance(redrive, models.RedriveInfo) and (redrive.state, redrive.total) == ("done", 0), redrive
+    progress = api["get_redrive"].sync(shipping, client=client)
+    assert isinstance(progress, models.RedriveInfo) and progress.moved == 0
 
     by_key = api["query_messages"].sync(topic, client=client, key="order-1")
     assert isinstance(by_key, models.QueryResult)

@@ -78,4 +78,7 @@ def test_generated_typescript_client_runs_the_walkthrough(
         "keyed": ["order 1 created", "order 1 paid"],
         "batch": {"count": 2, "header_count": "2", "status": "FOUND"},
         "problem": "TOPIC_INVALID",
+        "pushed": ["order 1 created", "order 1 paid"],
+        "signed": True,
+        "redrive": "done",
     }

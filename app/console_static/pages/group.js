@@ -1,5 +1,6 @@
 // One consumer group: per topic, each queue's committed offset and lag, the group-consumption
-// counts, and resetting the group's offsets to the first message stored at or after a time.
+// counts, resetting the group's offsets to the first message stored at or after a time, and
+// moving its dead letters back (a redrive, with its progress).
 
 import { call, enc, get, query } from "../api.js";
 import { confirmButton, h, link, problemBox, section, table, time } from "../dom.js";
@@ -63,9 +64,47 @@ async function topicPart(group, t) {
   return section(`Topic ${t.topic}`, counts, box, resetForm(group, t.topic, draw));
 }
 
-export async function render(target, [group]) {
+// How often a running redrive's progress is asked for.
+const REDRIVE_POLL_MS = 500;
+
+function redriveText(r) {
+  const state = r.state === "done" ? `done at ${time(r.finished_ms)} UTC` : "running";
+  return `Redrive ${state}: moved ${r.moved} of ${r.total}, skipped ${r.skipped}, ${r.remaining} to go; ${r.dead_letters_after} dead letters after it`;
+}
+
+// The latest redrive is asked for only once one was started here (a group never redriven has none: 404).
+function redrivePart(group, fifo, current) {
+  const status = h("p", { class: "redrive-status" });
+  const follow = async (r) => {
+    status.textContent = redriveText(r);
+    while (r.state !== "done" && current()) {
+      await new Promise((resolve) => setTimeout(resolve, REDRIVE_POLL_MS));
+      r = await get(`/v1/groups/${enc(group)}/dlq/redrive`);
+      status.textContent = redriveText(r);
+    }
+  };
+  const run = async () => {
+    try {
+      await follow(await call("POST", `/v1/groups/${enc(group)}/dlq/redrive`));
+    } catch (err) {
+      if (err.problem && err.problem.redrive) {
+        status.textContent = "A redrive runs already. ";
+        await follow(err.problem.redrive).catch((e) => status.replaceChildren(problemBox(e)));
+      } else {
+        status.replaceChildren(problemBox(err));
+      }
+    }
+  };
+  const button = fifo
+    ? h("span", {}, "A FIFO group's dead letters cannot be redriven.")
+    : confirmButton("Redrive dead letters", `Move every dead letter of ${group} back to be received again?`, run);
+  return section("Dead letters", h("p", {}, "A redrive puts the dead letters back into the group's retry topic with reconsume times 0."), button, status);
+}
+
+export async function render(target, [group], { current }) {
   const info = await get(`/v1/groups/${enc(group)}`);
   const parts = await Promise.all(info.topics.map((t) => topicPart(group, t)));
+  const redrive = redrivePart(group, info.fifo, current);
   target.append(
     h("h1", {}, `Group ${group}`),
     h(
@@ -76,5 +115,6 @@ export async function render(target, [group]) {
       link(`#/topics/${encodeURIComponent(info.dead_letter_topic)}`, info.dead_letter_topic),
     ),
     ...(parts.length ? parts : [h("p", {}, "No topics yet.")]),
+    redrive,
   );
 }

@@ -1,7 +1,24 @@
 // README's walk-through through a client made by @hey-api/openapi-ts (./hey).
 // Usage: node hey_api_walkthrough.js BASE_URL TOPIC; prints a JSON summary, exits non-zero on a failed check.
+import { createHmac, timingSafeEqual } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { client } from "./hey/client.gen";
-import { ack, commitOffsets, getOffsets, metrics, produce, pull, pullBatch, putTopic, queryMessages, receive } from "./hey/sdk.gen";
+import {
+  ack,
+  commitOffsets,
+  getOffsets,
+  getPushSubscription,
+  metrics,
+  produce,
+  pull,
+  pullBatch,
+  putPushSubscription,
+  putTopic,
+  queryMessages,
+  receive,
+  startRedrive,
+} from "./hey/sdk.gen";
 import type { Message, ProblemCode, SendResult } from "./hey/types.gen";
 
 const [baseUrl, topic] = process.argv.slice(2);
@@ -30,6 +47,34 @@ async function heldPulls(): Promise<number> {
   const { data } = await metrics({ parseAs: "text" });
   const line = (data ?? "").split("\n").find((l) => l.startsWith("tidemq_held_pulls "));
   return line === undefined ? 0 : Number(line.split(" ")[1]);
+}
+
+// A push receiver on loopback: records each delivery's body and whether its tidemq-signature checks, answers 204.
+const SECRET = "change-me-to-a-long-random-secret";
+
+async function pushReceiver(): Promise<{ url: string; bodies: string[]; signed: boolean[]; close: () => void }> {
+  const bodies: string[] = [];
+  const signed: boolean[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      const fields = Object.fromEntries(String(req.headers["tidemq-signature"] ?? "").split(",").map((p) => p.split("=", 2)));
+      const mac = createHmac("sha256", SECRET).update(`${fields.t}.`).update(body).digest("hex");
+      signed.push(fields.v1 !== undefined && mac.length === fields.v1.length && timingSafeEqual(Buffer.from(mac), Buffer.from(fields.v1)));
+      bodies.push(body.toString("utf-8"));
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return { url: `http://127.0.0.1:${port}/hook`, bodies, signed, close: () => server.close() };
+}
+
+async function until(done: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 300 && !done(); i++) await new Promise((r) => setTimeout(r, 50));
+  check(done(), what);
 }
 
 async function main(): Promise<void> {
@@ -72,6 +117,20 @@ async function main(): Promise<void> {
     received.push(...messages.map((m) => m.body));
   }
 
+  // Push: the broker POSTs both messages to a receiver on loopback, signed with the secret.
+  const receiver = await pushReceiver();
+  const audit = `audit-${topic}`;
+  const made = await putPushSubscription({ path: { group: audit }, body: { topic, url: receiver.url, secret: SECRET } });
+  check(made.data?.topic === topic && made.response.status === 201, `push subscription made: ${JSON.stringify(made.error)}`);
+  await until(() => receiver.bodies.length >= 2, "both messages pushed");
+  receiver.close();
+  const pushed = await getPushSubscription({ path: { group: audit } });
+  check((pushed.data?.counts.delivered ?? 0) >= 2, "the subscription counts its deliveries");
+
+  // Dead-letter redrive of a group without dead letters: done at once.
+  const redrive = await startRedrive({ path: { group: shipping }, body: { max_messages: 10 } });
+  check(redrive.response.status === 202 && redrive.data !== undefined, `redrive started: ${JSON.stringify(redrive.error)}`);
+
   // Find every message with the key order-1.
   const byKey = await queryMessages({ path: { topic }, query: { key: "order-1" } });
   const keyed = (byKey.data?.messages ?? []).map((m) => m.body).sort();
@@ -101,6 +160,9 @@ async function main(): Promise<void> {
       keyed,
       batch: { count, header_count: batch.response.headers.get("X-Tidemq-Count"), status: batch.response.headers.get("X-Tidemq-Status") },
       problem: code,
+      pushed: [...new Set(receiver.bodies)].sort(),
+      signed: receiver.signed.every((ok) => ok),
+      redrive: redrive.data.state,
     }),
   );
 }
