@@ -71,6 +71,8 @@ def gather(
     codes: bytes | None,
     tags: tuple[bytes, ...] | None,
     ranges: bytes | None = ...,
-    state: tuple[int, int, int, bool, int, int] | None = ...,
+    state: tuple[int, ...] | None = ...,
+    sql: bytes | None = ...,
     /,
 ) -> tuple[int, int, int, int, int, int]: ...
+def sql_eval(program: Any, properties: Any, /) -> int: ...
