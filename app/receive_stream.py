@@ -24,7 +24,7 @@ from app.long_poll import Waiter
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.receive_models import received_json
-from app.receiver import FIFO_RECHECK_MS, INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, TAG_PARAM, Receiver, ReceiveSpec
+from app.receiver import FIFO_RECHECK_MS, INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, SQL_PARAM, TAG_PARAM, Receiver, ReceiveSpec
 from app.stream_registry import StreamState
 from store import Popped, decode_message, retry_topic
 
@@ -55,6 +55,7 @@ STREAM_OPENAPI: dict[str, Any] = {
         {"name": "invisible_ms", "in": "query", "required": False, "description": "How long each message stays invisible to the group",
          "schema": INVISIBLE_MS_SCHEMA},
         TAG_PARAM,
+        SQL_PARAM,
     ]
 }  # fmt: skip
 

@@ -47,6 +47,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
             "INVISIBLE_TIME_INVALID",
             "WAIT_TOO_LONG",
             "TAG_INVALID",
+            "FILTER_INVALID",
             "TOO_MANY_WAITERS",
         ),  # fmt: skip
         openapi_extra=RECEIVE_OPENAPI,
@@ -88,7 +89,14 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
             **{
                 k: v
                 for k, v in docs(
-                    None, 200, *topic_problems, "TOPIC_NOT_READABLE", "MAX_INVALID", "INVISIBLE_TIME_INVALID", "TAG_INVALID"
+                    None,
+                    200,
+                    *topic_problems,
+                    "TOPIC_NOT_READABLE",
+                    "MAX_INVALID",
+                    "INVISIBLE_TIME_INVALID",
+                    "TAG_INVALID",
+                    "FILTER_INVALID",
                 ).items()
                 if k != 200
             },
