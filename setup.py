@@ -24,8 +24,13 @@ setup(
                 f"{NATIVE}/prefault.c",
                 f"{NATIVE}/crc32.c",
             ],
-            depends=[f"{NATIVE}/kernels.h", f"{NATIVE}/bytes.h", f"{NATIVE}/gather_binding.h", f"{NATIVE}/apply_binding.h",
-                     f"{NATIVE}/sql_binding.h"],
+            depends=[
+                f"{NATIVE}/kernels.h",
+                f"{NATIVE}/bytes.h",
+                f"{NATIVE}/gather_binding.h",
+                f"{NATIVE}/apply_binding.h",
+                f"{NATIVE}/sql_binding.h",
+            ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
         )
