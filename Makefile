@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ test-native-asan: $(STAMP)
 	TIDEMQ_NATIVE_CFLAGS="$(ASAN_FLAGS)" TIDEMQ_NATIVE_LDFLAGS="-fsanitize=address" \
 		$(PY) setup.py -q build_ext --inplace --force --build-temp build/asan
 	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
-		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py; \
+		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py tests/store/test_native_sql.py tests/store/test_sql_eval.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
 # Push subscriptions may deliver to this machine (the quick start's receiver); a broker allows no push target by default.
@@ -119,6 +119,10 @@ bench-ha: $(BENCH_STAMP)
 
 bench-spark: $(SPARK_STAMP)
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/spark_bench.py
+
+# A filtered pull against the unfiltered pull of the same messages, in process and over HTTP (QUICK=1: a smoke test).
+bench-sql-filter: $(STAMP) native
+	$(PY) bench/sql_filter_bench.py $(if $(QUICK),--quick)
 
 bench-held-polls: $(BENCH_STAMP)
 	$(PY) bench/held_polls_bench.py

@@ -40,6 +40,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "INVISIBLE_TIME_INVALID": ProblemKind(400, "invisible_ms is out of range (1 s to 12 h)"),
     "HANDLE_INVALID": ProblemKind(400, "The receipt handle was not issued by this broker for this group and topic"),
     "TAG_INVALID": ProblemKind(400, "The tag or tag filter is invalid"),
+    "FILTER_INVALID": ProblemKind(400, "The SQL92 filter expression is invalid; `position` is where (0-based)"),
     "KEY_INVALID": ProblemKind(400, "A message key is invalid"),
     "PROPERTIES_INVALID": ProblemKind(400, "A message property is invalid"),
     "DELAY_LEVEL_INVALID": ProblemKind(400, "The delay level is out of range"),

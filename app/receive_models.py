@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.models import MESSAGE_EXAMPLE, Message, example_of
+from store import MAX_SQL_CHARS
 
 # Bounds of a group's max_reconsume_times (RocketMQ's default is 16).
 MAX_RECONSUME_TIMES_LIMIT = 1_000
@@ -25,12 +26,27 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 HANDLE_EXAMPLE = "MTAwIDE3Njc...IDAgMA.q2b1cT9XzF8m3uVv0H9KxA"
 
 
+class GroupFilter(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"sql": "region = 'eu' AND amount > 100"}})
+    sql: str = Field(
+        max_length=MAX_SQL_CHARS,
+        description="An SQL92 expression over the message's properties and TAGS, as RocketMQ's (docs/http-api.md, SQL92 filters)",
+    )
+
+
 class GroupSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"max_reconsume_times": 16, "fifo": False}})
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"example": {"max_reconsume_times": 16, "fifo": False, "filter": {"sql": "region = 'eu'"}}},
+    )
     max_reconsume_times: int = Field(
         16, ge=0, le=MAX_RECONSUME_TIMES_LIMIT, description="Redeliveries before a message goes to %DLQ%{group}"
     )
     fifo: bool = Field(False, description="Deliver a queue's next message only after the previous one is acked or dead-lettered")
+    filter: GroupFilter | None = Field(
+        None, description="Every receive and stream of the group passes only messages this filter passes too (none: no filter)"
+    )
 
 
 class GroupTopic(BaseModel):
@@ -50,6 +66,7 @@ class GroupInfo(BaseModel):
                 "group": "billing",
                 "max_reconsume_times": 16,
                 "fifo": False,
+                "filter": None,
                 "configured": True,
                 "dead_letter_topic": "%DLQ%billing",
                 "topics": [{"topic": "orders", "lag": 3, "received": 10, "acked": 7, "redelivered": 0, "dead_lettered": 0, "in_flight": 3}],
@@ -59,6 +76,7 @@ class GroupInfo(BaseModel):
     group: str
     max_reconsume_times: int
     fifo: bool
+    filter: GroupFilter | None = Field(description="The group's own filter, if it has one")
     configured: bool = Field(description="False for a group that only committed offsets or received with the defaults")
     dead_letter_topic: str
     topics: list[GroupTopic]

@@ -37,7 +37,7 @@ from app.message_view import message_json
 from app.problems import ProblemError, problem_body
 from app.query import query_of
 from app.receive_models import received_json
-from app.receiver import INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, TAG_PARAM, Receiver, ReceiveSpec
+from app.receiver import INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, SQL_PARAM, TAG_PARAM, Receiver, ReceiveSpec
 from app.stream_registry import Stream
 from store import Popped, decode_message
 
@@ -78,6 +78,7 @@ STREAM_OPENAPI: dict[str, Any] = {
         {"name": "invisible_ms", "in": "query", "required": False, "description": "How long each message stays invisible to the group",
          "schema": INVISIBLE_MS_SCHEMA},
         TAG_PARAM,
+        SQL_PARAM,
     ]
 }  # fmt: skip
 

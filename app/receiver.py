@@ -22,6 +22,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.broker import FIFO_RECHECK_MS, Broker
+from app.filter_params import parse_message_filter
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.query import query_of
@@ -34,15 +35,14 @@ from app.receive_models import (
 )
 from app.responses import JsonResponse
 from app.routes_groups import check_group
-from app.routes_pull import parse_tag_filter
 from app.strict_json import duplicate_name
-from store import AckOutcome, Popped, decode_message, retry_topic
+from store import MAX_SQL_CHARS, AckOutcome, Popped, decode_message, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
 MAX_RECEIVE_MESSAGES = 32
 DEFAULT_INVISIBLE_MS = 30_000
 MAX_DIGITS = 18
-RECEIVE_PARAMS = frozenset({"max", "invisible_ms", "wait_ms", "tag"})
+RECEIVE_PARAMS = frozenset({"max", "invisible_ms", "wait_ms", "tag", "sql"})
 
 
 @dataclass(slots=True)
@@ -52,7 +52,7 @@ class ReceiveSpec:
     max_count: int
     invisible_ms: int
     wait_ms: int
-    tag_filter: Any
+    message_filter: Any  # a TagFilter, a MessageFilter or None; the group's own filter is added by the store
     codes: frozenset[int] | None
 
 
@@ -68,6 +68,9 @@ def _int_param(params: Any, name: str, default: int, low: int, high: int, code: 
 # Query parameters the receive and the stream (app.receive_stream) both take, as OpenAPI documents them.
 INVISIBLE_MS_SCHEMA = {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}
 TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}}
+SQL_PARAM = {"name": "sql", "in": "query", "required": False, "schema": {"type": "string", "maxLength": MAX_SQL_CHARS},
+             "description": "SQL92 filter over the message's properties and TAGS, as RocketMQ's; with tag= and the group's "
+                            "own filter, a message passes all of them"}  # fmt: skip
 RECEIVE_OPENAPI: dict[str, Any] = {
     "parameters": [
         {"name": "max", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE_MESSAGES,
@@ -77,6 +80,7 @@ RECEIVE_OPENAPI: dict[str, Any] = {
         {"name": "wait_ms", "in": "query", "required": False, "description": "Hold the receive this long when nothing is visible",
          "schema": {"type": "integer", "minimum": 0, "default": 0}},
         TAG_PARAM,
+        SQL_PARAM,
     ]
 }  # fmt: skip
 
@@ -122,12 +126,12 @@ class Receiver:
         wait_ms = _int_param(params, "wait_ms", 0, 0, 10**MAX_DIGITS, "REQUEST_INVALID")
         if wait_ms > max_wait:
             raise ProblemError("WAIT_TOO_LONG", f"wait_ms is at most {max_wait}")
-        tag_filter, codes = parse_tag_filter(params.get("tag"))
-        return ReceiveSpec(group, topic, max_count, invisible_ms, wait_ms, tag_filter, codes)
+        message_filter, codes = parse_message_filter(params)
+        return ReceiveSpec(group, topic, max_count, invisible_ms, wait_ms, message_filter, codes)
 
     async def take(self, spec: ReceiveSpec) -> list[Popped]:
         return await self.broker.run(self.store.group_consumption.receive, spec.group, spec.topic, spec.max_count, spec.invisible_ms,
-                                     spec.tag_filter)  # fmt: skip
+                                     spec.message_filter)  # fmt: skip
 
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
         limit = self.store.config.max_message_size_bytes

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from app.access_check import require
 from app.acl import SUB
 from app.broker import BrokerDep
+from app.filter_params import parse_sql_filter
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
@@ -122,22 +123,25 @@ def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, A
         rows.append({"topic": topic, "lag": group_lag(store, name, topic), "received": c.received, "acked": c.acked,
                      "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
     configured = gc.is_configured(name)
-    return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "configured": configured,
-            "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
+    group_filter = {"sql": settings.filter_sql} if settings.filter_sql is not None else None
+    return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "filter": group_filter,
+            "configured": configured, "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
 
 
 @api.put(
     "/v1/groups/{group}",
     operation_id="putGroup",
     summary="Create or update a consumer group's settings for group consumption",
-    responses=docs_create_or_update(GroupInfo, "GROUP_INVALID", "BODY_INVALID", "NOT_MASTER"),
+    responses=docs_create_or_update(GroupInfo, "GROUP_INVALID", "BODY_INVALID", "FILTER_INVALID", "NOT_MASTER"),
 )
 async def put_group(broker: BrokerDep, group: GroupPath, body: Annotated[GroupSettings, Body()]) -> Response:
     store = broker.store
     check_group(group)
     broker.check_master()
+    filter_sql = body.filter.sql if body.filter is not None else None
+    parse_sql_filter(filter_sql)  # 400 FILTER_INVALID before anything changes
     gc = store.group_consumption
-    created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
+    created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo, filter_sql)
     info = group_info(broker.store, group, gc.topics_by_group().get(group, []))
     return JsonResponse(info, 201 if created else 200)
 

@@ -26,16 +26,16 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.broker import Broker
+from app.filter_params import parse_message_filter
 from app.hot_routes import Handler
 from app.message_view import message_json
 from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
-from app.produce_parse import has_control
 from app.query import query_of
 from app.responses import BATCH_MEDIA_TYPE, docs
 from app.strict_route import StrictRoute
-from store import GetMessageStatus, TagFilter, group_problem
+from store import MAX_SQL_CHARS, GetMessageStatus, group_problem
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -72,6 +72,7 @@ PULL_PROBLEMS = (
     "WAIT_TOO_LONG",
     "MAX_INVALID",
     "TAG_INVALID",
+    "FILTER_INVALID",
     "GROUP_INVALID",
     "TOPIC_INVALID",
     "TOPIC_NOT_READABLE",
@@ -127,6 +128,12 @@ PULL_OPENAPI: dict[str, Any] = {
         ),
         _query("tag", "Tag filter: '*' or TagA||TagB", {"type": "string"}),
         _query(
+            "sql",
+            "SQL92 filter over the message's properties and TAGS, as RocketMQ's (e.g. a > 5 AND TAGS IN ('x', 'y')); "
+            "with tag=, a message passes both",
+            {"type": "string", "maxLength": MAX_SQL_CHARS},
+        ),
+        _query(
             "wait_ms",
             "Hold the pull this long when there is nothing to return (at most the broker's max_wait_ms, 30000 by default)",
             {"type": "integer", "minimum": 0, "default": 0},
@@ -161,22 +168,6 @@ def parse_queue_id(text: str) -> int:
     raise ProblemError("REQUEST_INVALID", f"queue_id must be an integer, not {text[:40]!r}")
 
 
-def parse_tag_filter(tag: str | None) -> tuple[Any, frozenset[int] | None]:
-    """The store's tag filter and the tags codes a held pull is woken by (None = any); parsed once, by the store."""
-    problem = "tag must be '*' or tags without control characters separated by '||', e.g. TagA||TagB"
-    if tag is not None and has_control(tag):
-        raise ProblemError("TAG_INVALID", problem)
-    try:
-        tag_filter = TagFilter.parse(tag)
-    except ValueError:
-        raise ProblemError("TAG_INVALID", problem) from None
-    if tag_filter is None:
-        return None, None
-    if "*" in tag_filter.tags:
-        raise ProblemError("TAG_INVALID", problem)
-    return tag_filter, tag_filter.codes
-
-
 async def _disconnected(request: Request) -> None:
     """Return when the client has gone away (an ASGI http.disconnect)."""
     while True:
@@ -194,7 +185,7 @@ class PullSpec:
     queue_id: int
     offset: int
     max_count: int
-    tag_filter: Any
+    message_filter: Any  # a TagFilter, a MessageFilter or None
     codes: frozenset[int] | None
     wait_ms: int
     batch: bool
@@ -225,18 +216,18 @@ class Puller:
             raise ProblemError("MAX_INVALID", f"max is 1..{self.settings.max_pull_messages}")
         if group is not None and group_problem(group) is not None:
             raise ProblemError("GROUP_INVALID", f"{group_problem(group)}: {group[:200]!r}")
-        tag_filter, codes = parse_tag_filter(params.get("tag"))
+        message_filter, codes = parse_message_filter(params)
         if offset is None:
             if group is None:
                 raise ProblemError("OFFSET_INVALID", "give offset, or group to start from its committed offset")
             offset = self.store.query_offset(group, topic, queue_id)
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
-        return PullSpec(group or "", topic, queue_id, offset, max_count, tag_filter, codes, wait_ms, batch)
+        return PullSpec(group or "", topic, queue_id, offset, max_count, message_filter, codes, wait_ms, batch)
 
     def read(self, spec: PullSpec, offset: int) -> Read:
         """Read and serialise (runs in the read pool, or inline for just-written data)."""
-        result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.tag_filter)
+        result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
         try:
             status = PULL_STATUS[result.status]
             if status == "NO_NEW_MSG" and result.next_begin_offset < offset:

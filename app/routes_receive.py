@@ -47,6 +47,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
             "INVISIBLE_TIME_INVALID",
             "WAIT_TOO_LONG",
             "TAG_INVALID",
+            "FILTER_INVALID",
             "TOO_MANY_WAITERS",
         ),  # fmt: skip
         openapi_extra=RECEIVE_OPENAPI,
@@ -96,6 +97,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
                     "INVISIBLE_TIME_INVALID",
                     "TAG_INVALID",
                     "TOO_MANY_STREAMS",
+                    "FILTER_INVALID",
                 ).items()
                 if k != 200
             },

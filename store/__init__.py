@@ -82,6 +82,7 @@ from store.message_codec import (
     read_int,
     read_long,
 )
+from store.message_filter import MessageFilter
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
 from store.pop_records import dlq_topic, retry_topic
@@ -90,6 +91,8 @@ from store.rocketmq_system_topics import is_rocketmq_system_topic
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
 from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
+from store.sql_filter import SqlFilter
+from store.sql_parser import MAX_SQL_CHARS, FilterInvalid
 from store.state_log import StateWriteFailed
 from store.status import AppendMessageResult, EncodedItems, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer_message import (
@@ -131,6 +134,7 @@ __all__ = [
     "HEADER_BYTES",
     "INDEX_REBUILD_PHASE",
     "INTERNAL_TOPICS",
+    "MAX_SQL_CHARS",
     "MESSAGE_MAGIC_CODE",
     "NAME_VALUE_SEPARATOR",
     "OFFSET_MSG_ID_LENGTHS",
@@ -175,10 +179,12 @@ __all__ = [
     "DecodeOutcome",
     "DefaultMessageStore",
     "EncodedItems",
+    "FilterInvalid",
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",
     "GroupConsumption",
+    "MessageFilter",
     "MessageInner",
     "MessageStore",
     "MessageStoreConfig",
@@ -197,6 +203,7 @@ __all__ = [
     "Resolution",
     "ResolveStatus",
     "ServiceThread",
+    "SqlFilter",
     "StateWriteFailed",
     "StoreError",
     "StoreLocked",

@@ -71,7 +71,8 @@ def gather(
     codes: bytes | None,
     tags: tuple[bytes, ...] | None,
     ranges: bytes | None = ...,
-    state: tuple[int, int, int, bool, int, int] | None = ...,
+    state: tuple[int, ...] | None = ...,
+    sql: bytes | None = ...,
     /,
 ) -> tuple[int, int, int, int, int, int]: ...
 
@@ -103,3 +104,4 @@ class Mapping:
     def closed(self) -> bool: ...
 
 def punch_hole(fd: int, offset: int, length: int, /) -> None: ...
+def sql_eval(program: Any, properties: Any, /) -> int: ...

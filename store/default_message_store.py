@@ -70,7 +70,7 @@ from store.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.errors import StoreNotRunning
 from store.flush_consume_queue_service import FlushConsumeQueueService
 from store.flush_real_time_service import FlushRealTimeService
-from store.get_message_result import GetMessageResult, TagFilter
+from store.get_message_result import Filter, GetMessageResult
 from store.group_commit_service import GroupCommitService
 from store.group_consumption import GroupConsumption
 from store.index_rebuild_service import IndexRebuildService
@@ -635,9 +635,9 @@ class DefaultMessageStore:
     # Reading -------------------------------------------------------------------------
 
     def get_message(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Filter | None = None
     ) -> GetMessageResult:
-        return self.getter.get_message(group, topic, queue_id, offset, max_count, tag_filter)
+        return self.getter.get_message(group, topic, queue_id, offset, max_count, message_filter)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.getter.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)

@@ -1,4 +1,5 @@
-"""GetMessageResult and TagFilter: what a pull returns and how it filters by tag.
+"""GetMessageResult and TagFilter: what a pull returns and how it filters by tag; `Filter`, what
+a get filters with (a TagFilter, or a store.message_filter.MessageFilter for tags and SQL92).
 
 A result owns its bytes: `data` holds the stored messages copied out of the commitlog and
 concatenated (the batch wire format), `meta` one `store.native.META` record per message
@@ -9,7 +10,7 @@ drops the buffers (a `with` block does it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from store.message import decode_properties, tags_hash
 from store.message_codec import PROPERTIES_LENGTH, decode_message, header_bytes, read_int
@@ -17,6 +18,18 @@ from store.native import META, tag_codes_array
 from store.status import GetMessageStatus
 
 TAG_SEPARATOR = "||"
+
+# What the gather kernel takes of a filter: sorted tags codes, exact tags, an SQL92 program.
+KernelArgs = tuple[bytes | None, tuple[bytes, ...] | None, bytes | None]
+
+
+class Filter(Protocol):
+    """What a get keeps: the kernel's arguments, and the reference checks (a consume-queue entry's
+    tags code first, then the stored message) that store.reference_getter and a deferred message use."""
+
+    def kernel_args(self) -> KernelArgs: ...
+    def matches_code(self, tags_code: int) -> bool: ...
+    def matches_message(self, buf: Any) -> bool: ...
 
 
 class TagFilter:
@@ -44,6 +57,9 @@ class TagFilter:
             raise ValueError("a tag expression is tags separated by ||, none of them empty")
         return cls(frozenset(tags))
 
+    def kernel_args(self) -> KernelArgs:
+        return self.code_array, self.tag_bytes, None
+
     def matches_code(self, tags_code: int) -> bool:
         return tags_code in self.codes
 
@@ -52,14 +68,19 @@ class TagFilter:
         return tag_of_stored(buf) in self.tags
 
 
-def tag_of_stored(buf: Any) -> str:
+def properties_of_stored(buf: Any) -> dict[str, str]:
+    """The properties of the stored message at the start of `buf`."""
     header = header_bytes(buf, 0)
     body_len = read_int(buf, header - 4)
     topic_pos = header + body_len
     topic_len = buf[topic_pos]
     props_pos = topic_pos + 1 + topic_len
     (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)
-    return decode_properties(buf[props_pos + 2 : props_pos + 2 + props_len]).get("TAGS", "")
+    return decode_properties(buf[props_pos + 2 : props_pos + 2 + props_len])
+
+
+def tag_of_stored(buf: Any) -> str:
+    return properties_of_stored(buf).get("TAGS", "")
 
 
 class GetMessageResult:

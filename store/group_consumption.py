@@ -46,8 +46,8 @@ class _PopStoreAdapter:
     def __init__(self, store: DefaultMessageStore) -> None:
         self._store = store
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: Any = None) -> Any:
-        return self._store.get_message(group, topic, queue_id, offset, max_count, tag_filter)
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Any = None) -> Any:
+        return self._store.get_message(group, topic, queue_id, offset, max_count, message_filter)
 
     def put_messages(self, msgs: list[MessageInner]) -> PutMessageResult:
         return self._store.put_messages(msgs)
@@ -148,14 +148,16 @@ class GroupConsumption:
     def configured_groups(self) -> list[SubscriptionGroup]:
         return self.groups.all()
 
-    def put_group(self, name: str, max_reconsume_times: int, fifo: bool) -> bool:
-        """Create or update a group's settings (blocking: persisted at once); True when created."""
-        return self.groups.put(SubscriptionGroup(name, max_reconsume_times, fifo))
+    def put_group(self, name: str, max_reconsume_times: int, fifo: bool, filter_sql: str | None = None) -> bool:
+        """Create or update a group's settings (blocking: persisted at once); True when created.
+        `filter_sql` is an SQL92 expression SqlFilter.parse accepts (FilterInvalid otherwise, nothing changed)."""
+        return self.groups.put(SubscriptionGroup(name, max_reconsume_times, fifo, filter_sql=filter_sql))
 
     # Receive, ack, invisible time (blocking: they store records) ------------------------
 
-    def receive(self, group: str, topic: str, max_count: int, invisible_ms: int, tag_filter: Any = None) -> list[Popped]:
-        return self._loaded().receive(group, topic, max_count, invisible_ms, tag_filter)
+    def receive(self, group: str, topic: str, max_count: int, invisible_ms: int, message_filter: Any = None) -> list[Popped]:
+        """A receive of messages that pass `message_filter` and the group's own filter."""
+        return self._loaded().receive(group, topic, max_count, invisible_ms, message_filter)
 
     def ack(self, group: str, topic: str, handles: list[str]) -> list[AckOutcome]:
         return self._loaded().ack(group, topic, handles)

@@ -1,7 +1,8 @@
 """MessageGetter: RocketMQ's getMessage and getOffsetInQueueByTime over the consume queues.
 
-getMessage walks consume queue entries from `offset`, filters by tag hash and then by
-the exact tag, and copies the messages out of the commitlog until a transfer limit is hit:
+getMessage walks consume queue entries from `offset`, filters by tag hash, then by the exact
+tag, then by an SQL92 expression over the message's properties (store.message_filter), and copies
+the messages out of the commitlog until a transfer limit is hit:
 count and bytes, with tighter limits when the data is probably on disk (more than
 `access_message_in_memory_max_ratio_percent` of memory behind the log's end).
 At most `scan_entries(max_count)` entries are examined per call (RocketMQ's
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from store import native
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, is_filler
-from store.get_message_result import GetMessageResult, TagFilter
+from store.get_message_result import Filter, GetMessageResult
 from store.mapped_file import MappedFile
 from store.message_codec import message_length
 from store.native import META, Gathered, GatherLimits, GatherState, Stop
@@ -81,6 +82,13 @@ class HeldFiles:
         self.segments.append((mf.file_from_offset, view))
         return True
 
+    def view(self, phy: int, size: int) -> memoryview:
+        """The bytes of the message at `phy` in a file held (the kernel found it there)."""
+        for base, data in self.segments:
+            if base <= phy and phy - base + size <= len(data):
+                return data[phy - base : phy - base + size]
+        raise AssertionError(f"no held file holds the message at {phy}")
+
     def release(self) -> None:
         for _, view in self.segments:
             view.release()
@@ -108,7 +116,7 @@ class MessageGetter:
         return max(self.filter_scan_bytes, max_count * CQ_STORE_UNIT_SIZE) // CQ_STORE_UNIT_SIZE
 
     def get_message(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Filter | None = None
     ) -> GetMessageResult:
         store = self.store
         result = GetMessageResult()
@@ -132,11 +140,11 @@ class MessageGetter:
             # versions went back to 0 when the queue started at 0, which re-reads the whole queue.
             result.status, result.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
         else:
-            self._collect(result, cq, offset, max_count, tag_filter)
+            self._collect(result, cq, offset, max_count, message_filter)
         store.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)
         return result
 
-    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, tag_filter: TagFilter | None) -> None:
+    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, message_filter: Filter | None) -> None:
         index_buf = cq.get_index_buffer(offset)
         if index_buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
@@ -152,7 +160,7 @@ class MessageGetter:
         n = min(index_buf.size // CQ_STORE_UNIT_SIZE, self.scan_entries(max_count))
         files = HeldFiles(commit_log.mapped_file_queue)
         try:
-            g, out, meta = self._gather(index_buf.view, n, limits, files, tag_filter)
+            g, out, meta = self._gather(index_buf.view, n, limits, files, message_filter)
         finally:
             files.release()
             index_buf.release()
@@ -167,16 +175,18 @@ class MessageGetter:
         result.data, result.meta, result.start_offset = out, meta, offset
 
     def _gather(
-        self, entries: memoryview, n: int, limits: GatherLimits, files: HeldFiles, tag_filter: TagFilter | None
+        self, entries: memoryview, n: int, limits: GatherLimits, files: HeldFiles, message_filter: Filter | None
     ) -> tuple[Gathered, bytearray, bytearray]:
         """Run the gather kernel over `n` entries until it is done or a transfer limit is reached.
 
         It stops early at an entry it cannot decide alone: an output that is full (grown here),
         a message outside the files held so far (its file is held now, or, when it is gone or
-        cannot hold the message, the rest of that file is skipped), or a message whose TAGS
-        cannot be read (skipped alone, counted as damaged). The call then goes on from there.
+        cannot hold the message, the rest of that file is skipped), a message whose TAGS or
+        properties cannot be read (skipped alone, counted as damaged), or a message whose SQL92
+        filter it leaves to Python (decided here by the reference evaluator). The call then goes
+        on from there.
         """
-        codes, tags = (tag_filter.code_array, tag_filter.tag_bytes) if tag_filter is not None else (None, None)
+        codes, tags, sql = message_filter.kernel_args() if message_filter is not None else (None, None, None)
         ranges = self._damaged_ranges()
         out, meta = self._buffers(entries, n, limits)
         if n:
@@ -184,10 +194,11 @@ class MessageGetter:
             files.add(phy, size)  # the usual pull lies in one file: hold it before the first call
         state = GatherState()
         while True:
-            g = native.gather(entries, n, files.segments, out, meta, limits, codes, tags, ranges, state)
+            g = native.gather(entries, n, files.segments, out, meta, limits, codes, tags, ranges, state, sql)
             if g.stop is Stop.DONE or g.stop is Stop.COUNT_LIMIT:
                 return g, out, meta
-            state = GatherState(g.examined, g.taken, g.bytes, g.removed_seen, g.damaged, -1 if g.taken > state.taken else state.skip_below)
+            skip_below = -1 if g.taken > state.taken else state.skip_below
+            state = GatherState(g.examined, g.taken, g.bytes, g.removed_seen, g.damaged, skip_below, state.filter_passed)
             phy, size, _ = ENTRY.unpack_from(entries, g.examined * CQ_STORE_UNIT_SIZE)
             if g.stop is Stop.OUT_FULL:
                 if g.bytes + size > len(out):
@@ -201,6 +212,11 @@ class MessageGetter:
                     state = state._replace(examined=g.examined + 1, removed_seen=g.removed_seen or g.taken == 0, skip_below=next_file)
             elif g.stop is Stop.BAD_PARTS:
                 state = state._replace(examined=g.examined + 1, damaged=g.damaged + 1)
+            elif g.stop is Stop.FILTER_DEFER:
+                assert message_filter is not None
+                with files.view(phy, size) as message:
+                    passed = message_filter.matches_message(message)
+                state = state._replace(filter_passed=g.examined) if passed else state._replace(examined=g.examined + 1)
             else:
                 raise AssertionError(f"gather stopped with {g.stop!r}")
 

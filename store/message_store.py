@@ -20,7 +20,7 @@ from store.message import DEFAULT_BORN_HOST
 
 if TYPE_CHECKING:
     from store.config import BrokerRole, MessageStoreConfig
-    from store.get_message_result import GetMessageResult, TagFilter
+    from store.get_message_result import Filter, GetMessageResult
     from store.group_consumption import GroupConsumption
     from store.message import MessageInner
     from store.native import CheckedBatch
@@ -142,9 +142,10 @@ class MessageStore(Protocol):
     # Get (one queue; the result holds the messages as one batch of stored bytes) -----------
 
     def get_message(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None = None
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Filter | None = None
     ) -> GetMessageResult:
-        """Up to `max_count` messages of a queue from `offset`, copied out of the commitlog (blocking)."""
+        """Up to `max_count` messages of a queue from `offset` that pass the filter (a TagFilter or a
+        MessageFilter), copied out of the commitlog (blocking)."""
         ...
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:

@@ -32,6 +32,7 @@ __all__ = [
     "pack_batch",
     "prefault",
     "queue_runs",
+    "sql_eval",
 ]
 
 java_hash = _kernels.java_hash
@@ -57,6 +58,7 @@ class Stop(enum.IntEnum):
     COUNT_LIMIT = 13
     SEGMENT_MISS = 14
     BAD_RECORD = 15
+    FILTER_DEFER = 16
 
 
 CORRUPT = frozenset({Stop.BAD_MAGIC, Stop.BAD_BLANK, Stop.BAD_TOTAL, Stop.BAD_BODY, Stop.BAD_TOPIC, Stop.BAD_PARTS, Stop.BAD_CRC})
@@ -337,6 +339,7 @@ class GatherState(NamedTuple):
     removed_seen: bool = False
     damaged: int = 0
     skip_below: int = -1  # entries below this offset count as removed until a message is taken
+    filter_passed: int = -1  # the entry (by index) whose SQL92 filter the caller found TRUE after FILTER_DEFER
 
 
 def tag_codes_array(codes: Iterable[int]) -> bytes:
@@ -359,13 +362,32 @@ def gather(
     tags: tuple[bytes, ...] | None = None,
     damaged_ranges: bytes | None = None,
     start: GatherState | None = None,
+    sql: bytes | None = None,
 ) -> Gathered:
     """Copy the stored messages of `n` consume-queue entries into `out`, as MessageGetter
     collects them; `segments` are (physical offset, readable bytes) of commitlog files.
 
     Entries whose offset lies in `damaged_ranges` (ranges_array) are skipped like gap entries.
-    With `start` the call continues one that stopped (OUT_FULL, SEGMENT_MISS, BAD_PARTS)
-    after the caller dealt with the entry it stopped at; the counts returned include it.
+    `sql` is an SQL92 filter's program (store.sql_program): a message is taken only when it
+    evaluates TRUE over the message's properties, and the call stops with FILTER_DEFER at a
+    message whose outcome it leaves to the caller (sql_eval's DEFER).
+    With `start` the call continues one that stopped (OUT_FULL, SEGMENT_MISS, BAD_PARTS,
+    FILTER_DEFER) after the caller dealt with the entry it stopped at; the counts returned include it.
     """
-    r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags, damaged_ranges, start)
+    r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags, damaged_ranges, start, sql)
     return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]), r[5])
+
+
+class SqlOutcome(enum.IntEnum):
+    """What an SQL92 program gives over one message's properties (kernels.h's enum sql_outcome)."""
+
+    FALSE = 0
+    TRUE = 1  # the only outcome that passes the filter
+    UNKNOWN = 2  # null
+    ABORTED = 3  # RocketMQ's evaluation throws (a failed number conversion, ...)
+    DEFER = 4  # left to the Python evaluator: digits outside ASCII, a hexadecimal float, a long number, invalid UTF-8
+
+
+def sql_eval(program: bytes, properties: Any) -> SqlOutcome:
+    """Evaluate an SQL92 program (store.sql_program) over stored properties (`name \x01 value \x02` bytes)."""
+    return SqlOutcome(_kernels.sql_eval(program, properties))

@@ -34,6 +34,7 @@ from store.fifo_order_book import FifoOrderBook
 from store.get_message_result import GetMessageResult
 from store.message import PROPERTY_TAGS, MessageInner
 from store.message_codec import decode_message, reconsume_times_at
+from store.message_filter import with_group_filter
 from store.pop_counters import PopCounters
 from store.pop_records import (
     ACK_TAG,
@@ -73,7 +74,7 @@ class AckOutcome(enum.Enum):
 class PopStore(Protocol):
     """What group consumption needs of the store."""
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tag_filter: Any = None) -> Any: ...
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Any = None) -> Any: ...
     def put_messages(self, msgs: list[MessageInner]) -> PutMessageResult: ...
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
@@ -129,10 +130,12 @@ class PopConsumer:
 
     # Receive --------------------------------------------------------------------------
 
-    def receive(self, group: str, topic: str, max_count: int, invisible_ms: int, tag_filter: Any = None) -> list[Popped]:
-        """Up to `max_count` visible messages of `topic` for `group`, spread over its queues."""
+    def receive(self, group: str, topic: str, max_count: int, invisible_ms: int, message_filter: Any = None) -> list[Popped]:
+        """Up to `max_count` visible messages of `topic` for `group` that pass `message_filter` and the
+        group's own filter, spread over its queues."""
         assert max_count > 0 and invisible_ms > 0
         settings = self.group(group)
+        message_filter = with_group_filter(message_filter, settings.sql_filter)
         sources = [(topic, q) for q in self.store.queue_ids_of(topic)]
         retry = retry_topic(group, topic)
         if not settings.fifo and self.store.queue_ids_of(retry):
@@ -151,7 +154,7 @@ class PopConsumer:
                 continue  # another receive is taking from this queue
             try:
                 want = min(max_count - len(out), MAX_CHECKPOINT_MESSAGES)
-                taken = self._pop_queue_locked(settings, topic, queue_topic, queue_id, want, pop_time, invisible_ms, tag_filter)
+                taken = self._pop_queue_locked(settings, topic, queue_topic, queue_id, want, pop_time, invisible_ms, message_filter)
             finally:
                 lock.release()
             out += taken
@@ -174,14 +177,14 @@ class PopConsumer:
 
     def _pop_queue_locked(
         self, settings: SubscriptionGroup, topic: str, queue_topic: str, queue_id: int, want: int, pop_time: int, invisible_ms: int,
-        tag_filter: Any,
+        message_filter: Any,
     ) -> list[Popped]:  # fmt: skip
         """Take up to `want` messages of one queue; the caller holds the queue's lock."""
         group = settings.name
         if settings.fifo and self.fifo.blocked(group, queue_topic, queue_id, pop_time):
             return []
         offset = self._pop_offset_locked(group, queue_topic, queue_id)
-        result: GetMessageResult = self.store.get_message(group, queue_topic, queue_id, offset, want, tag_filter)
+        result: GetMessageResult = self.store.get_message(group, queue_topic, queue_id, offset, want, message_filter)
         if result.status is not GetMessageStatus.FOUND:
             if result.status in _SKIPPED and result.next_begin_offset > offset and not settings.fifo:
                 self.store.commit_offset(group, queue_topic, queue_id, result.next_begin_offset)  # past what the filter left out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
-from store.get_message_result import GetMessageResult, TagFilter
+from store.get_message_result import Filter, GetMessageResult
 from store.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC
 from store.message_getter import DAMAGE_LOG_INTERVAL_S, MessageGetter, log
 from store.native import META
@@ -23,9 +23,10 @@ from store.status import GetMessageStatus
 
 
 class ReferenceGetter(MessageGetter):
-    """MessageGetter with the entry walk in Python (same statuses, limits, filters and skips)."""
+    """MessageGetter with the entry walk in Python (same statuses, limits, filters and skips); an SQL92
+    filter is evaluated by the reference evaluator (store.sql_eval) for every message."""
 
-    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, tag_filter: TagFilter | None) -> None:
+    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, message_filter: Filter | None) -> None:
         store = self.store
         index_buf = cq.get_index_buffer(offset)
         if index_buf is None:
@@ -62,7 +63,7 @@ class ReferenceGetter(MessageGetter):
                 if self._batch_full(size, max_count, len(data), len(meta) // META.size, in_disk):
                     pos -= CQ_STORE_UNIT_SIZE
                     break
-                if tag_filter is not None and not tag_filter.matches_code(tags_code):
+                if message_filter is not None and not message_filter.matches_code(tags_code):
                     continue
                 selection = commit_log.get_message(phy, size)
                 if selection is None:
@@ -75,7 +76,7 @@ class ReferenceGetter(MessageGetter):
                     if total != size or magic != MESSAGE_MAGIC_CODE:
                         self._damaged_entry(cq, offset + index, phy, size)
                         continue  # the entry does not point at the start of a message of its size
-                    if tag_filter is not None and not tag_filter.matches_message(selection.view):
+                    if message_filter is not None and not message_filter.matches_message(selection.view):
                         continue
                     data += selection.view
                 meta += META.pack(phy, index, size)

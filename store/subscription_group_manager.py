@@ -4,6 +4,9 @@ Each change is a state record (store/state_log.py), replicated and recovered wit
 file is the table's local snapshot. The file has RocketMQ's shape (`subscriptionGroupTable` of SubscriptionGroupConfig objects with
 RocketMQ's field names, and a `dataVersion`), so a RocketMQ broker reads the groups tidemq made.
 `retryMaxTimes` is the group's max reconsume times; `consumeMessageOrderly` makes it a FIFO group.
+A group's SQL92 filter is `expressionType` ("SQL92") and `expression`, the field names of RocketMQ 5's
+SimpleSubscriptionData, present only when the group has one; RocketMQ's SubscriptionGroupConfig has
+no such fields and fastjson ignores them, so a RocketMQ broker still reads the file.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from typing import Any
 from store.data_version import data_version_counter, versioned_document
 from store.errors import ConfigInvalid
 from store.json_file import read_json, write_json_atomically
+from store.sql_filter import SqlFilter, filter_problem
 from store.state_table import STATE_OFFSET_FIELD, StateKind, StateTable
 
 FILE_NAME = "subscriptionGroup.json"
 # RocketMQ's SubscriptionGroupConfig.retryMaxTimes default, and the bound a group may set.
 DEFAULT_MAX_RECONSUME_TIMES = 16
 MAX_RECONSUME_TIMES_LIMIT = 1_000
+# RocketMQ's ExpressionType.SQL92: the one expression type a group's filter has.
+EXPRESSION_TYPE_SQL92 = "SQL92"
 
 
 @dataclass(slots=True, frozen=True)
@@ -28,15 +34,24 @@ class SubscriptionGroup:
     max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
     fifo: bool = False
     attributes: tuple[tuple[str, str], ...] = ()  # RocketMQ 5's group attributes, as read (kept across updates)
+    filter_sql: str | None = None  # an SQL92 expression every receive of the group also applies
+
+    @property
+    def sql_filter(self) -> SqlFilter | None:
+        """The group's filter, parsed (the parse is cached)."""
+        return SqlFilter.parse(self.filter_sql) if self.filter_sql is not None else None
 
     def to_rocketmq(self) -> dict[str, Any]:
         """The group as RocketMQ's SubscriptionGroupConfig serializes it (its defaults for the fields tidemq does not use)."""
-        return {
+        doc: dict[str, Any] = {
             "groupName": self.name, "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
             "consumeMessageOrderly": self.fifo, "retryQueueNums": 1, "retryMaxTimes": self.max_reconsume_times, "brokerId": 0,
             "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True, "groupSysFlag": 0, "consumeTimeoutMinute": 15,
             "attributes": dict(self.attributes),
         }  # fmt: skip
+        if self.filter_sql is not None:
+            doc["expressionType"], doc["expression"] = EXPRESSION_TYPE_SQL92, self.filter_sql
+        return doc
 
     @classmethod
     def from_rocketmq(cls, name: str, doc: Any) -> SubscriptionGroup:
@@ -49,7 +64,13 @@ class SubscriptionGroup:
             raise ConfigInvalid(f"{FILE_NAME}: group {name!r} has an invalid retryMaxTimes or consumeMessageOrderly")
         if type(attributes) is not dict or not all(type(v) is str for v in attributes.values()):
             raise ConfigInvalid(f"{FILE_NAME}: group {name!r} has attributes that are not a map of strings")
-        return cls(name, times, orderly, tuple(attributes.items()))
+        expression = doc.get("expression")
+        if expression is None and "expressionType" not in doc:
+            return cls(name, times, orderly, tuple(attributes.items()))
+        problem = filter_problem(expression)
+        if doc.get("expressionType") != EXPRESSION_TYPE_SQL92 or problem is not None:
+            raise ConfigInvalid(f"{FILE_NAME}: group {name!r} has an invalid filter ({problem or 'expressionType is not SQL92'})")
+        return cls(name, times, orderly, tuple(attributes.items()), expression)
 
 
 class SubscriptionGroupManager(StateTable):
@@ -85,8 +106,11 @@ class SubscriptionGroupManager(StateTable):
         return sorted(groups, key=lambda g: g.name)
 
     def put(self, group: SubscriptionGroup) -> bool:
-        """Create or update a group (blocking: recorded durably); True when it was created."""
+        """Create or update a group (blocking: recorded durably); True when it was created.
+        FilterInvalid, with nothing recorded, when its filter is not an SQL92 expression."""
         assert 0 <= group.max_reconsume_times <= MAX_RECONSUME_TIMES_LIMIT
+        if group.filter_sql is not None:
+            SqlFilter.parse(group.filter_sql)  # refused before anything is recorded
         current = self._groups.get(group.name)
         created = current is None
         if current is not None and not group.attributes:

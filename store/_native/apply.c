@@ -3,12 +3,6 @@
 
 #include "bytes.h"
 
-static int32_t get_h32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* The smallest power of two >= 2 * n (at least 2): the open-addressing table of queue_runs. */
 size_t runs_table_slots(size_t n) {
     size_t t = 2;

@@ -29,6 +29,11 @@ static inline void wr_i64(uint8_t *p, int64_t v) {
 
 static inline void put_h32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_h64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+static inline int32_t get_h32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 static inline int64_t get_h64(const uint8_t *p) {
     int64_t v;
     memcpy(&v, p, 8);

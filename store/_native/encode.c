@@ -123,12 +123,14 @@ static int check_uniq_key(struct span v) {
     return BATCH_OK;
 }
 
-static int check_utf8(struct span v) {
+int utf8_well_formed(struct span v) {
     size_t i = 0;
     while (i < v.n)
-        if (strict_cp(v, &i) < 0) return BATCH_BAD_PROPERTY;
-    return BATCH_OK;
+        if (strict_cp(v, &i) < 0) return 0;
+    return 1;
 }
+
+static int check_utf8(struct span v) { return utf8_well_formed(v) ? BATCH_OK : BATCH_BAD_PROPERTY; }
 
 /* Names a batch item may not carry (store.native.RESERVED_BATCH_PROPERTIES): a delay, which a batch
  * takes as a whole (delay_ms, deliver_at_ms), and the real destination the put path sets. */

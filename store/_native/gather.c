@@ -35,10 +35,8 @@ static const struct segment *find_segment(const struct gather_args *a, int64_t p
     return NULL;
 }
 
-/* The TAGS value (last occurrence) of the stored message m; -1 when its lengths leave it. */
-static int stored_tag(struct span m, struct span *tag) {
-    tag->p = m.p;
-    tag->n = 0;
+int stored_properties(struct span m, struct span *props) {
+    *props = (struct span){m.p, 0};
     if (m.n < HEADER_BYTES + 1) return -1;
     size_t header = HEADER_BYTES + hosts_extra(rd_i32(m.p + POS_SYS_FLAG));
     if (m.n < header + 1) return -1;
@@ -49,9 +47,19 @@ static int stored_tag(struct span m, struct span *tag) {
     if (props_at + 2 > m.n) return -1;
     int64_t props_len = rd_i16(m.p + props_at);
     if (props_len < 0 || (uint64_t)props_len > m.n - props_at - 2) return -1;
-    size_t i = props_at + 2, end = i + (size_t)props_len;
+    *props = (struct span){m.p + props_at + 2, (size_t)props_len};
+    return 0;
+}
+
+/* The TAGS value (last occurrence) of the stored message m; -1 when its lengths leave it. */
+static int stored_tag(struct span m, struct span *tag) {
+    struct span props;
+    tag->p = m.p;
+    tag->n = 0;
+    if (stored_properties(m, &props) < 0) return -1;
+    size_t i = 0, end = props.n;
     while (i < end) {
-        const uint8_t *item = m.p + i, *stop = memchr(item, 0x02, end - i);
+        const uint8_t *item = props.p + i, *stop = memchr(item, 0x02, end - i);
         size_t len = stop ? (size_t)(stop - item) : end - i;
         const uint8_t *sep = memchr(item, 0x01, len);
         if (sep && sep - item == 4 && memcmp(item, "TAGS", 4) == 0) *tag = (struct span){sep + 1, len - 5};
@@ -113,6 +121,13 @@ static int gather_one(const struct gather_args *a, struct gather_state *st, cons
     if (a->tags != NULL) {
         if (stored_tag(m, &tag) < 0) return STOP_BAD_PARTS;
         if (!tag_wanted(a, tag)) return STOP_DONE;
+    }
+    if (a->sql != NULL && (int64_t)st->examined != st->filter_passed) {
+        struct span props;
+        if (stored_properties(m, &props) < 0) return STOP_BAD_PARTS;
+        int outcome = sql_eval(a->sql, props);
+        if (outcome == SQL_DEFER) return STOP_FILTER_DEFER;
+        if (outcome != SQL_TRUE) return STOP_DONE;
     }
     if ((size_t)size > a->out_n - st->bytes || (a->meta != NULL && a->meta_n / META_BYTES <= st->count)) return STOP_OUT_FULL;
     copy_out(a, st, m, phys);

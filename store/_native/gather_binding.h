@@ -4,6 +4,7 @@
 
 struct gather_inputs {
     Py_buffer entries, out, meta, codes, ranges;
+    struct sql_copy sql;
     Py_buffer *seg_views;
     struct segment *segs;
     struct span *tags;
@@ -61,6 +62,7 @@ static void release_gather(struct gather_inputs *in) {
     release_optional(&in->codes);
     release_optional(&in->ranges);
     release_optional(&in->meta);
+    release_sql(&in->sql);
     if (in->out.obj) PyBuffer_Release(&in->out);
     if (in->entries.obj) PyBuffer_Release(&in->entries);
 }
@@ -73,7 +75,7 @@ static int written_over(const struct gather_inputs *in, const Py_buffer *input) 
 static int gather_overlaps(const struct gather_inputs *in) {
     for (Py_ssize_t i = 0; i < in->n_segs; i++)
         if (written_over(in, &in->seg_views[i])) return 1;
-    return written_over(in, &in->entries) || written_over(in, &in->codes) || written_over(in, &in->ranges) ||
+    return written_over(in, &in->entries) || written_over(in, &in->codes) || written_over(in, &in->ranges) || written_over(in, &in->sql.view) ||
            (in->meta.obj && overlaps(&in->out, &in->meta));
 }
 
@@ -107,26 +109,27 @@ static int take_ranges(PyObject *obj, Py_buffer *view) {
 static int take_state(PyObject *obj, const struct gather_inputs *in, Py_ssize_t n, struct gather_state *st) {
     Py_ssize_t examined = 0, count = 0, bytes = 0, damaged = 0;
     int removed = 0;
-    long long skip_below = -1;
-    if (obj != Py_None && !PyArg_ParseTuple(obj, "nnnpnL", &examined, &count, &bytes, &removed, &damaged, &skip_below)) return -1;
+    long long skip_below = -1, filter_passed = -1;
+    if (obj != Py_None && !PyArg_ParseTuple(obj, "nnnpnL|L", &examined, &count, &bytes, &removed, &damaged, &skip_below, &filter_passed))
+        return -1;
     if (examined < 0 || examined > n || count < 0 || bytes < 0 || bytes > in->out.len || damaged < 0 ||
         (in->meta.obj && count > in->meta.len / META_BYTES)) {
         PyErr_SetString(PyExc_ValueError, "the start state does not fit the entries, out or meta");
         return -1;
     }
-    *st = (struct gather_state){(size_t)examined, (size_t)count, (size_t)bytes, (size_t)damaged, removed, skip_below};
+    *st = (struct gather_state){(size_t)examined, (size_t)count, (size_t)bytes, (size_t)damaged, removed, skip_below, filter_passed};
     return 0;
 }
 
 static int gather_prepare(PyObject *args, struct gather_inputs *in, struct gather_args *a, struct gather_state *st) {
-    PyObject *segs, *meta, *codes, *tags, *ranges = Py_None, *state = Py_None;
+    PyObject *segs, *meta, *codes, *tags, *ranges = Py_None, *state = Py_None, *sql = Py_None;
     Py_ssize_t n;
     long long lim[9];
-    if (!PyArg_ParseTuple(args, "y*nOw*O(LLLLLLLLL)OO|OO", &in->entries, &n, &segs, &in->out, &meta, &lim[0], &lim[1], &lim[2], &lim[3],
-                          &lim[4], &lim[5], &lim[6], &lim[7], &lim[8], &codes, &tags, &ranges, &state))
+    if (!PyArg_ParseTuple(args, "y*nOw*O(LLLLLLLLL)OO|OOO", &in->entries, &n, &segs, &in->out, &meta, &lim[0], &lim[1], &lim[2], &lim[3],
+                          &lim[4], &lim[5], &lim[6], &lim[7], &lim[8], &codes, &tags, &ranges, &state, &sql))
         return -1;
     if (take_meta(meta, &in->meta) < 0 || optional_int64s(codes, &in->codes, "codes") < 0 || take_ranges(ranges, &in->ranges) < 0 ||
-        take_segments(segs, in) < 0 || take_tags(tags, in) < 0)
+        take_segments(segs, in) < 0 || take_tags(tags, in) < 0 || (sql != Py_None && take_program(sql, &in->sql) < 0))
         return -1;
     if (n < 0 || n > in->entries.len / CQ_UNIT_BYTES) {
         PyErr_Format(PyExc_ValueError, "%zd entries do not fit a buffer of %zd bytes", n, in->entries.len);
@@ -141,7 +144,7 @@ static int gather_prepare(PyObject *args, struct gather_inputs *in, struct gathe
                               in->meta.obj ? in->meta.buf : NULL, (size_t)in->meta.len, in->codes.obj ? in->codes.buf : NULL,
                               (size_t)in->codes.len / 8, tags == Py_None ? NULL : in->tags, (size_t)in->n_tags,
                               in->ranges.obj ? in->ranges.buf : NULL, (size_t)in->ranges.len / 16,
-                              lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6], lim[7], lim[8]};
+                              sql == Py_None ? NULL : &in->sql.prog, lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6], lim[7], lim[8]};
     return 0;
 }
 

@@ -348,6 +348,7 @@ static PyObject *py_crc32_method(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(
 
 static PyObject *py_gil_releases(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) { return PyLong_FromUnsignedLongLong(gil_releases); }
 
+#include "sql_binding.h"
 #include "gather_binding.h"
 #include "apply_binding.h"
 
@@ -366,7 +367,8 @@ static PyMethodDef methods[] = {
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
-    {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None) -> (stop, examined, count, bytes, removed, damaged)"},
+    {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},
+    {"sql_eval", py_sql_eval, METH_VARARGS, "sql_eval(program, properties) -> outcome: 0 FALSE, 1 TRUE, 2 null, 3 aborted, 4 left to the caller"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -374,6 +376,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "ti
 
 PyMODINIT_FUNC PyInit__kernels(void) {
     crc32_init();
+    if (sql_init() < 0) return PyErr_NoMemory();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     /* A StoreError, in tidemq's one exception tree (store/errors.py, a module without imports). */

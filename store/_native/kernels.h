@@ -55,6 +55,7 @@ enum stop_code {
     STOP_COUNT_LIMIT = 13,  /* gather: a transfer limit (count or bytes) is reached */
     STOP_SEGMENT_MISS = 14, /* gather: the entry's bytes are not in any given segment */
     STOP_BAD_RECORD = 15,   /* queue_runs: a record's topic or size does not describe bytes of buf */
+    STOP_FILTER_DEFER = 16, /* gather: the SQL92 filter leaves this message to the caller (SQL_DEFER) */
 };
 
 /* Why a batch (RocketMQ's encodeMessages format) is malformed. */
@@ -125,6 +126,8 @@ struct span {
 #define META_BYTES 16
 
 int32_t java_hash_utf8(int32_t h, struct span s);
+/* Whether s is well-formed UTF-8 (what Python's strict decoding accepts). */
+int utf8_well_formed(struct span s);
 uint32_t body_crc31(struct span body);
 
 /* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
@@ -190,6 +193,59 @@ struct segment {
     struct span data;
 };
 
+/* SQL92 filter programs (store/sql_program.py, docs/native.md "sql_eval"). The binding checks a
+ * program against these bounds and copies it into the arrays below before any evaluation. */
+#define SQL_MAX_NODES 4096
+#define SQL_MAX_PROPS 128   /* distinct property names: the evaluator resolves them into a stack table */
+#define SQL_MAX_DEPTH 64    /* levels of the tree: the evaluator's recursion */
+#define SQL_NUMBER_CHARS 256 /* longest decimal text converted here; a longer one is left to the caller */
+
+enum sql_op {
+    SQL_CONST = 1, SQL_PROP = 2, SQL_NEG = 3, SQL_NOT = 4, SQL_BOOL_CAST = 5, SQL_AND = 6, SQL_OR = 7, SQL_EQ = 8,
+    SQL_GT = 9, SQL_GE = 10, SQL_LT = 11, SQL_LE = 12, SQL_IN = 13, SQL_NOT_IN = 14, SQL_CONTAINS = 15, SQL_NOT_CONTAINS = 16,
+    SQL_STARTS_WITH = 17, SQL_NOT_STARTS_WITH = 18, SQL_ENDS_WITH = 19, SQL_NOT_ENDS_WITH = 20, SQL_OP_END = 21
+};
+
+/* A value's Java class (store.sql_values.JType); SQL_NULL is Java's null. */
+enum sql_type { SQL_NULL = 0, SQL_BOOL = 1, SQL_INT = 2, SQL_LONG = 3, SQL_DOUBLE = 4, SQL_STRING = 5 };
+
+/* What evaluating a program over one message's properties gives. */
+enum sql_outcome {
+    SQL_FALSE = 0,
+    SQL_TRUE = 1,    /* the only outcome that passes the filter */
+    SQL_UNKNOWN = 2, /* null */
+    SQL_ABORTED = 3, /* RocketMQ's evaluation throws (a failed number conversion, ...) */
+    SQL_DEFER = 4    /* the caller decides: digits outside ASCII, a hexadecimal float, a long number, invalid UTF-8 */
+};
+
+struct sql_value {
+    int32_t type; /* enum sql_type */
+    int64_t i;    /* BOOL (0/1), INT, LONG */
+    double d;     /* DOUBLE */
+    struct span s; /* STRING: UTF-8 bytes */
+};
+
+struct sql_node {
+    int32_t op, a, b, c; /* operands as store/sql_program.py writes them; node operands precede the node */
+};
+
+struct sql_program {
+    const struct sql_node *nodes; /* the root is the last */
+    size_t n_nodes;
+    const struct span *names; /* property names */
+    size_t n_names;
+    const struct sql_value *consts;
+    size_t n_consts;
+    const int32_t *list; /* AND/OR operands (node indexes), IN items (constant indexes) */
+    size_t n_list;
+};
+
+int sql_init(void);
+/* enum sql_outcome of the program over `props`, a stored message's `name \x01 value \x02` bytes. */
+int sql_eval(const struct sql_program *p, struct span props);
+/* The properties of the stored message m; -1 when its lengths leave it. */
+int stored_properties(struct span m, struct span *props);
+
 struct gather_args {
     struct span entries;
     size_t n_entries;
@@ -205,6 +261,7 @@ struct gather_args {
     size_t n_tags;
     const uint8_t *ranges; /* NULL or n_ranges host-order int64 [start, end) pairs, ascending */
     size_t n_ranges;
+    const struct sql_program *sql; /* NULL: no SQL92 filter */
     int64_t max_count, count_mem, bytes_mem, count_disk, bytes_disk, disk_below_phy, min_phy, max_phy, max_size;
 };
 
@@ -213,6 +270,7 @@ struct gather_state {
     size_t examined, count, bytes, damaged;
     int removed_seen;
     int64_t skip_below; /* entries below it count as removed until a message is taken; -1: none */
+    int64_t filter_passed; /* entry index whose SQL92 filter the caller decided TRUE after STOP_FILTER_DEFER; -1: none */
 };
 
 int gather(const struct gather_args *a, struct gather_state *st);
