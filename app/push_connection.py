@@ -25,6 +25,8 @@ from typing import cast
 
 import httptools
 
+from store import TidemqError
+
 # Reply body bytes read (and dropped) so the connection can be reused; past it the connection closes.
 MAX_REPLY_BYTES = 4_096
 # Reply header bytes accepted at most.
@@ -33,7 +35,7 @@ MAX_REPLY_HEADER_BYTES = 16_384
 IDLE_EXPIRY_S = 4.0
 
 
-class PushConnectionError(Exception):
+class PushConnectionError(TidemqError):
     """Raised when a delivery got no status line: connection refused, reset or closed, TLS failure, a garbled reply."""
 
 

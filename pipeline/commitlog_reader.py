@@ -23,9 +23,13 @@ import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.errors import PipelineError
-from store import DecodeOutcome, check_message
+from store import INTERNAL_TOPICS, DecodeOutcome, body_length_at, check_message, header_bytes
+
+# The broker's own state records (store.state_log): not messages, and never rows.
+_INTERNAL_TOPIC_BYTES = frozenset(t.encode("utf-8") for t in INTERNAL_TOPICS)
 
 COMMITLOG_DIR_NAME = "commitlog"
 FILE_NAME_DIGITS = 20  # commitlog files are named by a zero-padded 20-digit start offset
@@ -99,8 +103,15 @@ def _is_commitlog_name(name: str) -> bool:
     return len(name) == FILE_NAME_DIGITS and name.isdigit()
 
 
+def topic_at(buf: Any, pos: int) -> bytes:
+    """The topic bytes of the checked message at `pos` (a filter test without decoding the rest)."""
+    topic_pos = pos + header_bytes(buf, pos) + body_length_at(buf, pos)
+    return bytes(buf[topic_pos + 1 : topic_pos + 1 + buf[topic_pos]])
+
+
 class FileWalk:
-    """Iterates the good records of one commitlog file as (buffer, position, size).
+    """Iterates the good records of one commitlog file as (buffer, position, size); the broker's own
+    state records (INTERNAL_TOPICS) are counted in `scan` and skipped.
 
     The buffer is a read-only map of the file, open only while the iteration runs: decode
     each record before asking for the next. `scan` is complete once the iteration ends.
@@ -128,7 +139,8 @@ class FileWalk:
             result = check_message(buf, pos, limit, check_crc=check_crc, decode=False)
             outcome = result.outcome
             if outcome is DecodeOutcome.MESSAGE:
-                yield buf, pos, result.size
+                if topic_at(buf, pos) not in _INTERNAL_TOPIC_BYTES:
+                    yield buf, pos, result.size
                 scan.messages += 1
                 scan.message_bytes += result.size
                 pos += result.size

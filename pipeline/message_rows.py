@@ -28,9 +28,7 @@ from store import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageStoreConfig,
-    body_length_at,
     decode_properties,
-    header_bytes,
     header_of,
     inflate_body,
     offset_msg_id,
@@ -151,12 +149,6 @@ class RowBatchBuilder:
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-def topic_at(buf: Any, pos: int) -> bytes:
-    """The topic bytes of the checked message at `pos` (a filter test without decoding the rest)."""
-    topic_pos = pos + header_bytes(buf, pos) + body_length_at(buf, pos)
-    return bytes(buf[topic_pos + 1 : topic_pos + 1 + buf[topic_pos]])
 
 
 def _timestamps(ms: list[int]) -> pa.Array:

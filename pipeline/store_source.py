@@ -20,9 +20,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pipeline.commitlog_reader import CommitLogFile, FileWalk, list_commitlog_files
+from pipeline.commitlog_reader import CommitLogFile, FileWalk, list_commitlog_files, topic_at
 from pipeline.errors import OptionInvalid
-from pipeline.message_rows import RowBatchBuilder, topic_at
+from pipeline.message_rows import RowBatchBuilder
 from pipeline.message_source import MessageSource
 from pipeline.options import bool_option, get_option
 

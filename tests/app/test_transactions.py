@@ -175,7 +175,8 @@ def test_a_producer_group_name_has_one_limit_that_the_spec_and_the_error_state(c
 
 
 def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: str) -> None:
-    broker = make_broker(SMALL_STORE + "transaction_timeout_ms = 500\ntransaction_check_interval_ms = 60000\n" + SMALL_BROKER)
+    # 3 s: the three halves and the first listing fit in it on a loaded machine.
+    broker = make_broker(SMALL_STORE + "transaction_timeout_ms = 3000\ntransaction_check_interval_ms = 60000\n" + SMALL_BROKER)
     c = broker.client
     create(c, topic)
     a = half(c, topic, "a", group="pg-list")
@@ -183,7 +184,7 @@ def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: 
     half(c, topic, "other", group="pg-other")
     assert pending(c, "pg-list", "unknown") == []  # not past transaction_timeout_ms yet
     assert [t["transaction_id"] for t in pending(c, "pg-list")] == [a["transaction_id"], b["transaction_id"]]
-    time.sleep(0.6)
+    time.sleep(3.1)
     listed = pending(c, "pg-list", "unknown")
     assert [t["transaction_id"] for t in listed] == [a["transaction_id"], b["transaction_id"]]
     assert listed[0]["topic"] == topic and listed[0]["queue_id"] == 0 and listed[0]["msg_id"] == a["msg_id"]

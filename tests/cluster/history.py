@@ -49,6 +49,8 @@ INVISIBLE_MS = 3_000
 UNACKED_EVERY = 4
 # A refused or failed request is retried this much later (not at once: two cores serve the brokers too).
 RETRY_PAUSE_S = 0.01
+# Between two produces of one worker: a steady load, not all the two cores can give (the elections' timing is checked).
+PRODUCE_PAUSE_S = 0.005
 # A worker's longest wait for one reply; a broker that gave none (or refused the connection) is avoided this long,
 # as a client that knows the other brokers of the route would (a paused broker would hold every worker otherwise).
 REQUEST_TIMEOUT_S = 1.0
@@ -277,8 +279,7 @@ class Workload:
                 n += 1
                 if op.status is None:
                     avoided[op.node] = time.monotonic() + AVOID_S
-                if not op.ok:
-                    self.stopping.wait(RETRY_PAUSE_S)
+                self.stopping.wait(PRODUCE_PAUSE_S if op.ok else RETRY_PAUSE_S)
 
     def _read(self, worker: str) -> None:
         rng = random.Random(worker)

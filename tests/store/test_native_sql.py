@@ -83,8 +83,14 @@ def reference_outcome(f: SqlFilter, props: dict[str, str]) -> SqlOutcome:
 
 
 def deferrable(f: SqlFilter, raw: bytes) -> bool:
-    """Whether the kernel may leave these properties to the reference: a named value that is not UTF-8,
-    or one with digits outside ASCII, a hexadecimal float or more than 256 characters."""
+    """Whether the kernel may leave these properties to the reference: a named value (or a string literal,
+    which a comparison with a number converts too) that is not UTF-8, or one with characters outside
+    ASCII, a hexadecimal float or more than 256 characters."""
+    for n in walk(f.tree):
+        if n.op.name == "CONST" and n.value is not None and isinstance(n.value[1], str):
+            text = n.value[1]
+            if not text.isascii() or "0x" in text.lower() or len(text) > 256:
+                return True
     named = {n.name for n in walk(f.tree) if n.op.name == "PROP"}
     for item in raw.split(b"\x02"):
         name, sep, value = item.partition(b"\x01")
