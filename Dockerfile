@@ -20,6 +20,7 @@ COPY pyproject.toml ./
 RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > requirements.txt \
     && pip wheel --wheel-dir /deps -r requirements.txt
 COPY setup.py README.md ./
+COPY core ./core
 COPY store ./store
 COPY app ./app
 COPY ha ./ha

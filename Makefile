@@ -75,8 +75,8 @@ test-console: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m mypy app store ha pipeline tidemq cluster
-	$(PY) -m ruff format --check store app ha pipeline tidemq cluster bench tests setup.py
+	$(PY) -m mypy core app store ha pipeline tidemq cluster
+	$(PY) -m ruff format --check core store app ha pipeline tidemq cluster bench tests setup.py
 
 openapi: $(STAMP)
 	$(PY) -m app.openapi_export openapi/openapi.json

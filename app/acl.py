@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.toml_file import read_toml
-from store import GROUP_MAX_BYTES, TOPIC_MAX_BYTES, ConfigInvalid, topic_problem
+from core import ConfigInvalid
+from store import GROUP_MAX_BYTES, TOPIC_MAX_BYTES, topic_problem
 
 PUB = 1
 SUB = 2

@@ -26,9 +26,9 @@ from app.logs import configure as configure_logging
 from app.problems import StartRefused
 from app.settings import FLUSH_MODES, LOG_LEVELS, BrokerSettings, build_settings, load_toml
 from cluster import settings as cluster_settings
+from core import ConfigInvalid
 from ha import HAStartFailed, add_cli_arguments
 from ha.settings import ENV_NAMES as HA_ENV_NAMES
-from store import ConfigInvalid
 from tidemq.cli import absorb_trailing_files, add_client_commands, is_client_command, run_client_command
 from tidemq.version import __version__
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 
 from app.acl import token_hash
-from store import ConfigInvalid
+from core import ConfigInvalid
 
 TRUE_WORDS = {"1", "true", "yes", "on"}
 FALSE_WORDS = {"0", "false", "no", "off", ""}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import orjson
 from starlette.responses import Response
 
-from store import PutMessageResult, PutMessageStatus, PutRefusal, TidemqError
+from core import TidemqError
+from store import PutMessageResult, PutMessageStatus, PutRefusal
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_BASE = "https://tidemq.dev/problems/"

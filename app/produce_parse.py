@@ -8,7 +8,7 @@ No regex and no copies of bodies beyond the one decode the wire format needs.
 A delay is given by at most one of `delay_level`, `delay_ms` and `deliver_at_ms`. A level keeps
 RocketMQ 4's delay levels; `delay_ms` and `deliver_at_ms` become RocketMQ 5's timer properties
 (TIMER_DELAY_MS, TIMER_DELIVER_MS), honoured by the store to within `timer_precision_ms`
-(store/timer_message.py). A delay past `timer_max_delay_ms` is DELAY_TOO_LONG; a time already
+(store/timer/timer_message.py). A delay past `timer_max_delay_ms` is DELAY_TOO_LONG; a time already
 past (or a zero delay) delivers at once.
 """
 
@@ -26,12 +26,10 @@ import orjson
 from app.problems import ProblemError
 from app.strict_json import duplicate_name
 from store import (
-    NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
@@ -42,6 +40,7 @@ from store import (
     producer_group_problem,
     properties_are_encodable,
 )
+from store.layouts import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
 FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", "transaction", *DELAY_FIELDS})

@@ -25,7 +25,7 @@ from typing import cast
 
 import httptools
 
-from store import TidemqError
+from core import TidemqError
 
 # Reply body bytes read (and dropped) so the connection can be reused; past it the connection closes.
 MAX_REPLY_BYTES = 4_096

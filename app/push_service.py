@@ -42,7 +42,8 @@ from typing import Any, TypeVar
 from app.push_delivery import DeliveryOutcome, PushPoster, PushRequest
 from app.receive_models import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS
 from app.settings import BrokerSettings
-from store import AckOutcome, MessageStore, Popped, PushSubscription, ServiceThread, decode_message, inflate_body, retry_topic
+from core import ServiceThread
+from store import AckOutcome, MessageStore, Popped, PushSubscription, decode_message, inflate_body, retry_topic
 
 log = logging.getLogger("tidemq.app")
 T = TypeVar("T")

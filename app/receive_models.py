@@ -17,7 +17,7 @@ from store import MAX_SQL_CHARS
 MAX_RECONSUME_TIMES_LIMIT = 1_000
 # Most receipt handles one ack request may carry.
 MAX_ACK_HANDLES = 1_000
-# A receipt handle is at most this long (store.receipt_handle refuses longer ones as invalid).
+# A receipt handle is at most this long (store.pop.receipt_handle refuses longer ones as invalid).
 HANDLE_MAX_CHARS = 256
 # Invisible time bounds: 1 s to 12 h.
 MIN_INVISIBLE_MS = 1_000

@@ -2,7 +2,7 @@
 
 Invariants: a commit names an existing topic and queue and an offset in 0..max offset of that
 queue; a request with several commits checks all of them before committing any. A 200 means
-the commits are in the offset log (store/consumer_offset_manager.py): they survive a kill of the
+the commits are in the offset log (store/metadata/consumer_offset_manager.py): they survive a kill of the
 process, and a machine crash when the store is SYNC_FLUSH.
 """
 

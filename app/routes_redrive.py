@@ -2,7 +2,7 @@
 
 Invariants: one redrive per group at a time (a second POST while one runs is 409 REDRIVE_RUNNING
 with the running one); a 202 means the redrive is recorded in the state log, so a restart or a
-failover goes on with it (store/dlq_redrive.py moves the messages, exactly once). FIFO groups are
+failover goes on with it (store/pop/dlq_redrive.py moves the messages, exactly once). FIFO groups are
 refused (409 REDRIVE_NOT_SUPPORTED): their receives do not read the retry topic a redrive fills.
 """
 

@@ -2,7 +2,7 @@
 
 While the store loads, /readyz answers 503 STARTING with the recovery's progress (phase, bytes
 scanned of total) and /healthz 200; the other routes are held off by app.startup.StartupGate.
-While the index is rebuilt after start (store/index_rebuild_service.py), /readyz answers 503
+While the index is rebuilt after start (store/dispatch/index_rebuild_service.py), /readyz answers 503
 INDEX_REBUILDING with the rebuild's progress; the other routes are served.
 """
 

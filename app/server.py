@@ -67,7 +67,8 @@ from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
 from cluster.forwarding import Forwarder
-from store import StateWriteFailed, StoreLocked, TidemqError
+from core import TidemqError
+from store import StateWriteFailed, StoreLocked
 
 log = logging.getLogger("tidemq.app")
 DESCRIPTION = (

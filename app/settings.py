@@ -22,9 +22,10 @@ from app.logs import LOG_FORMATS
 from app.push_targets import allowed_host_entry
 from app.toml_file import read_toml
 from cluster.settings import ClusterSettings
+from core import ConfigInvalid, check_fields, setting
 from ha import HASettings
 from ha.tls import TLSFiles
-from store import BrokerRole, ConfigInvalid, FlushDiskType, MessageStoreConfig, check_fields, setting
+from store import BrokerRole, FlushDiskType, MessageStoreConfig
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

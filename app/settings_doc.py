@@ -16,8 +16,9 @@ from typing import Any
 from app.generated_file import write_generated
 from app.settings import BrokerSettings
 from cluster.settings import ClusterSettings
+from core import BOUNDS_KEY, Bounds, declared_settings
 from ha import HASettings
-from store import BOUNDS_KEY, Bounds, MessageStoreConfig, declared_settings
+from store import MessageStoreConfig
 
 TABLES: tuple[tuple[str, type], ...] = (
     ("broker", BrokerSettings),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from store import ConfigInvalid
+from core import ConfigInvalid
 
 
 def read_toml(path: str, kind: str, error: type[ConfigInvalid] = ConfigInvalid) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def post_script(body: str | bytes, content_type: str, path: str) -> str:
 
 def binary_batch(body: bytes, count: int) -> bytes:
     """`count` messages of `body` in RocketMQ's batch encoding, each with a UNIQ_KEY (docs/http-api.md)."""
-    from store.message import new_uniq_key
+    from store.codec.message import new_uniq_key
     from store.native import pack_batch
 
     return pack_batch((body, f"UNIQ_KEY\x01{new_uniq_key()}\x02".encode(), 0) for _ in range(count))

@@ -8,7 +8,7 @@ ns per message (best of several rounds, one thread) for:
 - gather: pulls of 32 consume-queue entries with a tag filter matching half of them;
   Python = the entry loop of a pull (unpack, filter, slice) + the join of the slices;
 - get_message: whole pulls of 32 from a real store (tag filter matching half), the production
-  MessageGetter (gather) against store.reference_getter.ReferenceGetter (the Python walk).
+  MessageGetter (gather) against store.queue.reference_getter.ReferenceGetter (the Python walk).
 
 Usage: python bench/kernel_bench.py [--messages N] [--body BYTES]
 """
@@ -23,12 +23,12 @@ from collections.abc import Callable
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, TagFilter
 from store import native as nk
-from store.consume_queue import ENTRY
-from store.index_file import key_hash
-from store.message import build_message, java_string_hash
-from store.message_codec import body_crc, decode_for_dispatch, message_length, write_message_into
-from store.message_getter import MessageGetter
-from store.reference_getter import ReferenceGetter
+from store.codec.message import build_message, java_string_hash
+from store.codec.message_codec import body_crc, decode_for_dispatch, message_length, write_message_into
+from store.index.index_file import key_hash
+from store.queue.consume_queue import ENTRY
+from store.queue.message_getter import MessageGetter
+from store.queue.reference_getter import ReferenceGetter
 
 HOST = bytes([127, 0, 0, 1, 0, 0, 0x26, 0xAD])
 ROUNDS = 5
@@ -149,7 +149,7 @@ def bench_get_message(msgs: list) -> tuple[int, int, int]:
                 offset = r.next_begin_offset
                 r.release()
 
-        reference = ReferenceGetter(store)
+        reference = ReferenceGetter(store.config, store.commit_log, store.stats, store.find_consume_queue)
         return best_ns(lambda: read_all(reference)), best_ns(lambda: read_all(store.getter)), end
     finally:
         store.shutdown()

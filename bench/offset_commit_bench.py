@@ -1,6 +1,6 @@
-"""In-process benchmark of consumer offset commits (store/consumer_offset_manager.py).
+"""In-process benchmark of consumer offset commits (store/metadata/consumer_offset_manager.py).
 
-An offset commit is a state record in the commitlog (store/state_log.py): one put, answered under
+An offset commit is a state record in the commitlog (store/state/state_log.py): one put, answered under
 the store's flush mode. This measures commits/s and process CPU per commit of
 `DefaultMessageStore.commit_offsets` for ASYNC_FLUSH and SYNC_FLUSH stores, with one and with
 several committing threads, each beside baselines from the same run on the same disk: a plain put

@@ -176,7 +176,7 @@ class Connection:
 
 def prefill(broker: Broker, queues: int, count: int) -> list[str]:
     """`count` messages of BODY_BYTES spread evenly over the queues as binary batches; their UNIQ_KEYs (msg_ids)."""
-    from store.message import new_uniq_keys
+    from store.codec.message import new_uniq_keys
     from store.native import pack_batch
 
     status, reply = broker.request("PUT", f"/v1/topics/{TOPIC}", orjson.dumps({"queues": queues}))

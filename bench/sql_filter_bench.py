@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import Broker
 from store import DefaultMessageStore, GetMessageStatus, MessageFilter, MessageStoreConfig, SqlFilter, TagFilter, build_message
-from store.get_message_result import properties_of_stored
+from store.queue.get_message_result import properties_of_stored
 
 TOPIC = "Sql"
 BODY = b"x" * 256

@@ -43,9 +43,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.raw_append import raw_append_rate
 from bench.threaded_rate import calls_per_second
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
-from store.mapped_file import MappedFile, offset_to_file_name
-from store.message import MessageInner
-from store.message_codec import encode_message
+from store.codec.message import MessageInner
+from store.codec.message_codec import encode_message
+from store.logfile.mapped_file import MappedFile, offset_to_file_name
 from store.native import pack_batch
 
 TOPIC = "Bench"

@@ -1,6 +1,6 @@
 """Many topics: creating 100,000 topics over HTTP at a steady rate, then listing and serving them.
 
-A topic's creation is one state record (store/state_log.py) and an O(1) change of the in-memory
+A topic's creation is one state record (store/state/state_log.py) and an O(1) change of the in-memory
 table; topics.json is written in the background. This starts a broker process on a temporary store,
 creates `--topics` topics with `--clients` concurrent HTTP clients (keep-alive connections, one
 PUT each), and reports the creation rate and the broker's CPU per creation in each tenth of the

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import orjson
 
-from store import TidemqError
+from core import TidemqError
 
 
 class EtcdError(TidemqError):

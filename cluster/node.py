@@ -39,8 +39,9 @@ from cluster.in_sync_replicas import InSyncReplicas
 from cluster.registration import Registration
 from cluster.registry import ClusterView, GroupView, Keys, parse_view
 from cluster.settings import ClusterSettings
+from core import ServiceThread
 from ha import HANode, HASettings, HAStartFailed, start_node, stop_node
-from store import BrokerRole, MessageStore, ServiceThread
+from store import BrokerRole, MessageStore
 
 log = logging.getLogger("tidemq.cluster")
 NO_MASTER_DETAIL = "this master's election lease may have expired; it accepts no writes until its group has a master"

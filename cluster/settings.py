@@ -14,8 +14,8 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core import ConfigInvalid, check_fields, setting
 from ha.settings import parse_address
-from store import ConfigInvalid, check_fields, setting
 
 # option dest -> environment variable.
 ENV_NAMES = {"cluster_etcd": "TIDEMQ_CLUSTER_ETCD", "cluster_name": "TIDEMQ_CLUSTER_NAME", "broker_name": "TIDEMQ_BROKER_NAME"}

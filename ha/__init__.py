@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import ServiceThread
 from ha.errors import HAError, HAStartFailed
 from ha.group_transfer_service import GroupTransferService
 from ha.ha_client import HAClient
 from ha.ha_service import HAService
 from ha.settings import HASettings, add_cli_arguments, from_args, is_loopback
-from store import BrokerRole, MessageStore, ServiceThread
+from store import BrokerRole, MessageStore
 
 __all__ = [
     "HAClient",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store import TidemqError
+from core import TidemqError
 
 
 class HAError(TidemqError):

@@ -37,7 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from store import PutMessageStatus, ServiceThread
+from core import ServiceThread
+from store import PutMessageStatus
 
 log = logging.getLogger("tidemq.ha")
 

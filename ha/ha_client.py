@@ -22,11 +22,12 @@ import socket
 import time
 from typing import Any
 
+from core import ServiceThread
 from ha.auth import slave_handshake
 from ha.errors import ConnectionLost, HandshakeRefused, ProtocolViolation
 from ha.protocol import FRAME_HEADER, MESSAGE_OVERHEAD_BYTES, REPORT, VERSION, Channel, Hello, Reply, Verdict, log_crc
 from ha.settings import HASettings, parse_address
-from store import MessageStore, ServiceThread
+from store import MessageStore
 
 log = logging.getLogger("tidemq.ha")
 

@@ -24,10 +24,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from core import ServiceThread
 from ha.auth import master_handshake
 from ha.errors import AuthRefused, ConnectionLost, ProtocolViolation, TLSFailed
 from ha.protocol import FRAME_HEADER, REPORT, Channel, Verdict, whole_messages_length
-from store import ServiceThread
 
 if TYPE_CHECKING:
     from ha.ha_service import HAService

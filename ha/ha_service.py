@@ -37,12 +37,14 @@ import threading
 import time
 from typing import Any
 
+from core import ServiceThread
 from ha.errors import HAStartFailed
 from ha.group_transfer_service import GroupTransferService
 from ha.ha_connection import HAConnection
 from ha.protocol import VERSION, Hello, Reply, Verdict, log_crc
 from ha.settings import HASettings
-from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MessageStore, ServiceThread
+from store import MessageStore
+from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 log = logging.getLogger("tidemq.ha")
 _MAGIC_AT = struct.Struct(">iI")

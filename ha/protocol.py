@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ha.errors import ConnectionLost, ProtocolViolation, TLSFailed
-from store import BLANK_MAGIC_CODE, FIXED_PART_BYTES, MESSAGE_MAGIC_CODE, V6_EXTRA_BYTES
+from store.layouts import BLANK_MAGIC_CODE, FIXED_PART_BYTES, MESSAGE_MAGIC_CODE, V6_EXTRA_BYTES
 
 # 2: the HELLO names the slave's broker id (a cluster's master counts acknowledgements per broker).
 VERSION = 2

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core import ConfigInvalid, check_fields, setting
 from ha.auth import MIN_SECRET_LENGTH
 from ha.protocol import MAX_BROKER_ID_BYTES
 from ha.tls import TLSFiles
-from store import BrokerRole, ConfigInvalid, MessageStoreConfig, check_fields, setting
+from store import BrokerRole, MessageStoreConfig
 
 ROLES = ("standalone", "master", "slave")
 # Host names that always mean this machine (any other name is not provably loopback).

@@ -13,7 +13,7 @@ import os
 import ssl
 from dataclasses import dataclass
 
-from store import ConfigInvalid
+from core import ConfigInvalid
 
 # TLS 1.2 is the oldest version still without known protocol breaks; the peers are all tidemq.
 MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2

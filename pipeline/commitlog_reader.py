@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import PipelineError
-from store import INTERNAL_TOPICS, DecodeOutcome, body_length_at, check_message, header_bytes
+from store import INTERNAL_TOPICS
+from store.layouts import DecodeOutcome, body_length_at, check_message, header_bytes
 
-# The broker's own state records (store.state_log): not messages, and never rows.
+# The broker's own state records (store.state.state_log): not messages, and never rows.
 _INTERNAL_TOPIC_BYTES = frozenset(t.encode("utf-8") for t in INTERNAL_TOPICS)
 
 COMMITLOG_DIR_NAME = "commitlog"

@@ -7,7 +7,7 @@ task into a task failure whose message carries ours (and so the broker's problem
 
 from __future__ import annotations
 
-from store import TidemqError
+from core import TidemqError
 
 
 class PipelineError(TidemqError):

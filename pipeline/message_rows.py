@@ -22,19 +22,16 @@ import pyarrow as pa
 
 from store import (
     COMPRESSED_FLAG,
-    POS_SYS_FLAG,
-    PROPERTIES_LENGTH,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageStoreConfig,
     decode_properties,
-    header_of,
     inflate_body,
     offset_msg_id,
-    read_int,
     split_keys,
 )
+from store.layouts import POS_SYS_FLAG, PROPERTIES_LENGTH, header_of, read_int
 
 SCHEMA_DDL = (
     "topic string, queue_id int, queue_offset bigint, commitlog_offset bigint, msg_id string, "

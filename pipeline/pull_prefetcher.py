@@ -17,7 +17,7 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from store import ServiceThread
+from core import ServiceThread
 
 PUT_POLL_MS = 100  # how often a thread blocked on a full queue checks whether it should stop
 _END = object()  # marks the end of the iterator in the queue

@@ -26,7 +26,7 @@ from pipeline.http_client import BrokerClient, ClientSettings
 from pipeline.message_rows import RowBatchBuilder
 from pipeline.offsets import raise_to_min
 from pipeline.pull_prefetcher import PullPrefetcher
-from store import POS_QUEUE_OFFSET, iter_messages, read_long
+from store.layouts import POS_QUEUE_OFFSET, iter_messages, read_long
 
 DEFAULT_PULL_MESSAGES = 1024  # messages asked per pull; the broker caps it at its max_pull_messages
 DEFAULT_PREFETCH_PULLS = 2  # pulls buffered ahead of the decoder: enough to keep the broker busy, little memory

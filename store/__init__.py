@@ -2,45 +2,20 @@
 
 The public API is what this module exports; docs/store-api.md describes it. Other packages
 hold a store as `MessageStore` (the Protocol of store/message_store.py) and import from `store`
-only, never from its submodules; tests/store/test_public_api.py checks both.
+only (and the byte layouts from store.layouts), never from its other submodules;
+tests/store/test_public_api.py checks both.
 """
 
-from store.compressed_body import COMPRESSED_FLAG, BodyStatus, inflate_body
-from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.default_message_store import DefaultMessageStore
-from store.errors import (
-    ConfigInvalid,
-    MetadataCorrupt,
-    StoreError,
-    StoreLocked,
-    StoreNotRunning,
-    TidemqError,
-    TopicConfigInvalid,
-    TopicInvalid,
-)
-from store.get_message_result import GetMessageResult, TagFilter
-from store.group_consumption import (
-    AckOutcome,
-    GroupConsumption,
-    PopCounts,
-    Popped,
-    PushSubscription,
-    Redrive,
-    RedriveState,
-    SubscriptionGroup,
-)
-from store.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
-from store.message import (
+from store.codec.compressed_body import COMPRESSED_FLAG, BodyStatus, inflate_body
+from store.codec.message import (
     DEFAULT_BORN_HOST,
     GROUP_MAX_BYTES,
     INTERNAL_TOPICS,
-    NAME_VALUE_SEPARATOR,
     OFFSET_MSG_ID_LENGTHS,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
@@ -61,49 +36,44 @@ from store.message import (
     tags_hash,
     topic_problem,
 )
-from store.message_codec import (
-    BLANK_MAGIC_CODE,
-    FIXED_PART_BYTES,
-    HEADER,
-    HEADER_BYTES,
-    MESSAGE_MAGIC_CODE,
-    POS_BODY_LENGTH,
-    POS_QUEUE_OFFSET,
-    POS_SYS_FLAG,
-    PROPERTIES_LENGTH,
-    V6_EXTRA_BYTES,
-    DecodeOutcome,
-    body_length_at,
-    check_message,
+from store.codec.message_codec import (
     decode_message,
-    header_bytes,
-    header_of,
-    iter_messages,
-    read_int,
-    read_long,
 )
-from store.message_filter import MessageFilter
+from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from store.default_message_store import DefaultMessageStore
+from store.dispatch.index_rebuild_service import REBUILD_PHASE as INDEX_REBUILD_PHASE
+from store.errors import MetadataCorrupt, StoreError, StoreLocked, StoreNotRunning, TopicConfigInvalid, TopicInvalid
+from store.filter.message_filter import MessageFilter
+from store.filter.sql_filter import SqlFilter
+from store.filter.sql_parser import MAX_SQL_CHARS, FilterInvalid
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
+from store.metadata.rocketmq_system_topics import is_rocketmq_system_topic
+from store.metadata.topic_config_manager import TopicConfig
+from store.metadata.topic_names import dlq_topic, retry_topic
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
-from store.pop_records import dlq_topic, retry_topic
-from store.producer_group_manager import ProducerGroup, check_url_problem
-from store.rocketmq_system_topics import is_rocketmq_system_topic
-from store.schedule_message_service import level_for_delay_ms
-from store.service_thread import ServiceThread
-from store.setting import BOUNDS_KEY, Bounds, check_fields, declared_settings, setting
-from store.sql_filter import SqlFilter
-from store.sql_parser import MAX_SQL_CHARS, FilterInvalid
-from store.state_log import StateWriteFailed
+from store.pop.group_consumption import (
+    AckOutcome,
+    GroupConsumption,
+    PopCounts,
+    Popped,
+    PushSubscription,
+    Redrive,
+    RedriveState,
+    SubscriptionGroup,
+)
+from store.queue.get_message_result import GetMessageResult, TagFilter
+from store.schedule.schedule_message_service import level_for_delay_ms
+from store.state.state_log import StateWriteFailed
 from store.status import AppendMessageResult, EncodedItems, GetMessageStatus, PutMessageResult, PutMessageStatus, PutRefusal
-from store.timer_message import (
+from store.timer.timer_message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     TIMER_PROPERTIES,
     TIMER_TOPIC,
     deliver_at,
 )
-from store.topic_config_manager import TopicConfig
-from store.transaction_message import (
+from store.transaction.producer_group_manager import ProducerGroup, check_url_problem
+from store.transaction.transaction_message import (
     HALF_TOPIC,
     OP_TOPIC,
     PRODUCER_GROUP_MAX_BYTES,
@@ -112,7 +82,7 @@ from store.transaction_message import (
     TransactionState,
     producer_group_problem,
 )
-from store.transaction_store import (
+from store.transaction.transaction_store import (
     CheckAnswer,
     CheckRequest,
     CheckTransport,
@@ -123,32 +93,20 @@ from store.transaction_store import (
 )
 
 __all__ = [
-    "BLANK_MAGIC_CODE",
-    "BOUNDS_KEY",
     "COMPRESSED_FLAG",
     "DEFAULT_BORN_HOST",
-    "FIXED_PART_BYTES",
     "GROUP_MAX_BYTES",
     "HALF_TOPIC",
-    "HEADER",
-    "HEADER_BYTES",
     "INDEX_REBUILD_PHASE",
     "INTERNAL_TOPICS",
     "MAX_SQL_CHARS",
-    "MESSAGE_MAGIC_CODE",
-    "NAME_VALUE_SEPARATOR",
     "OFFSET_MSG_ID_LENGTHS",
     "OP_TOPIC",
-    "POS_BODY_LENGTH",
-    "POS_QUEUE_OFFSET",
-    "POS_SYS_FLAG",
     "PRODUCER_GROUP_MAX_BYTES",
-    "PROPERTIES_LENGTH",
     "PROPERTY_DELAY",
     "PROPERTY_KEYS",
     "PROPERTY_REAL_QID",
     "PROPERTY_REAL_TOPIC",
-    "PROPERTY_SEPARATOR",
     "PROPERTY_TAGS",
     "PROPERTY_TIMER_DELAY_MS",
     "PROPERTY_TIMER_DELIVER_MS",
@@ -161,22 +119,18 @@ __all__ = [
     "TOPIC_MAX_BYTES",
     "TOPIC_NAME_PATTERN",
     "TRANSACTION_PROPERTIES",
-    "V6_EXTRA_BYTES",
     "AckOutcome",
     "AppendMessageResult",
     "ArrivingListener",
     "BatchError",
     "BatchErrorCode",
     "BodyStatus",
-    "Bounds",
     "BrokerRole",
     "CheckAnswer",
     "CheckRequest",
     "CheckTransport",
     "CheckedBatch",
     "CommitLogView",
-    "ConfigInvalid",
-    "DecodeOutcome",
     "DefaultMessageStore",
     "EncodedItems",
     "FilterInvalid",
@@ -202,7 +156,6 @@ __all__ = [
     "ReplicationWaiter",
     "Resolution",
     "ResolveStatus",
-    "ServiceThread",
     "SqlFilter",
     "StateWriteFailed",
     "StoreError",
@@ -210,30 +163,22 @@ __all__ = [
     "StoreNotRunning",
     "SubscriptionGroup",
     "TagFilter",
-    "TidemqError",
     "TopicConfig",
     "TopicConfigInvalid",
     "TopicInvalid",
     "TransactionAction",
     "TransactionState",
     "Transactions",
-    "body_length_at",
     "build_message",
-    "check_fields",
-    "check_message",
     "check_url_problem",
-    "declared_settings",
     "decode_message",
     "decode_offset_msg_id",
     "decode_properties",
     "deliver_at",
     "dlq_topic",
     "group_problem",
-    "header_bytes",
-    "header_of",
     "inflate_body",
     "is_rocketmq_system_topic",
-    "iter_messages",
     "level_for_delay_ms",
     "new_uniq_key",
     "new_uniq_keys",
@@ -241,10 +186,7 @@ __all__ = [
     "pack_batch",
     "producer_group_problem",
     "properties_are_encodable",
-    "read_int",
-    "read_long",
     "retry_topic",
-    "setting",
     "split_keys",
     "tags_hash",
     "topic_problem",

@@ -3,7 +3,7 @@
 Names are RocketMQ's in snake_case with the unit last. Every size is a setting so
 that tests can use files of a few kilobytes and cross file boundaries constantly.
 Each setting declares its type (the annotation) and range (`setting(default, low, high)`,
-store.setting); `validate()` checks them and the relations between settings at start-up,
+core.setting); `validate()` checks them and the relations between settings at start-up,
 and a broken one is a configuration error (`ConfigInvalid` naming the setting), never a
 busy loop or a late surprise.
 """
@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from store.errors import ConfigInvalid
-from store.message import TOPIC_MAX_BYTES, topic_problem
-from store.message_codec import FIXED_PART_BYTES, V6_EXTRA_BYTES
-from store.setting import check_fields, setting
+from core.errors import ConfigInvalid
+from core.setting import check_fields, setting
+from store.codec.message import TOPIC_MAX_BYTES, topic_problem
+from store.codec.message_codec import FIXED_PART_BYTES, V6_EXTRA_BYTES
 
 
 class FlushDiskType(enum.Enum):
@@ -98,7 +98,7 @@ class MessageStoreConfig:
     # Buffers in the transient store pool.
     transient_store_pool_size: int = setting(5, 1, 1_024)
     # Disk blocks reserved ahead of a file's write position at most, in steps that double from 64 KiB
-    # (store/space_reservation.py); 0 reserves every file whole at its creation. Not a RocketMQ setting.
+    # (store/disk/space_reservation.py); 0 reserves every file whole at its creation. Not a RocketMQ setting.
     reserve_ahead_bytes: int = setting(64 * MIB, 0, GIB)
     # Touch every page of a new file and lock it in memory.
     warm_mapped_file_enable: bool = setting(False)
@@ -206,7 +206,7 @@ class MessageStoreConfig:
     # Port half of STOREHOST.
     store_port: int = setting(10911, 0, 65_535)
     # Consume-queue files mapped at once at most; colder ones are unmapped. Lowered to half the soft
-    # descriptor limit at start (store/lazy_mapped_file.py budget_for_descriptors).
+    # descriptor limit at start (store/logfile/lazy_mapped_file.py budget_for_descriptors).
     max_mapped_consume_queue_files: int = setting(1_024, 1, 10_000_000)
     # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
     max_dispatch_lag_bytes: int = setting(256 * MIB, MIB, 2**62)

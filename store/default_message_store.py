@@ -1,7 +1,7 @@
 """DefaultMessageStore: the store's one implementation of MessageStore (store/message_store.py,
-docs/store-api.md). Parts live in their own modules: the lock file (store/lock_file.py), recovery
-at load (store/store_recovery.py), the flush and slave waits of a put (store/put_durability.py),
-key queries (store/key_query.py) and the status report (store/store_report.py).
+docs/store-api.md). Parts live in their own modules: the lock file (store/disk/lock_file.py), recovery
+at load (store/store_recovery.py), the flush and slave waits of a put (store/logfile/put_durability.py),
+key queries (store/index/key_query.py) and the status report (store/store_report.py).
 
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
@@ -31,16 +31,16 @@ Locks, their order and the threads: docs/concurrency.md.
 Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
 and wakes the cleanup service, whose next pass clears it when a commitlog file and a queue
 file fit again; meanwhile puts answer DISK_FULL. A failing or lagging dispatch refuses puts
-(DISPATCH_BEHIND) and is retried (store/reput_message_service.py). `degraded_reasons()`
+(DISPATCH_BEHIND) and is retried (store/dispatch/reput_message_service.py). `degraded_reasons()`
 lists what is wrong now.
 
 Dispatch is inline: after the commitlog's put returned (the put lock released), the putting
 thread dispatches what is readable, with the native kernels, and wakes the held pulls of the
-touched queues (store/reput_message_service.py, store/bulk_dispatch.py).
+touched queues (store/dispatch/reput_message_service.py, store/dispatch/bulk_dispatch.py).
 
-Deleting a topic (store/topic_deletion.py) records the commitlog end at that moment; dispatch,
+Deleting a topic (store/metadata/topic_deletion.py) records the commitlog end at that moment; dispatch,
 crash re-dispatch and key queries drop messages of that topic below that cutoff. Transactions
-(half messages, commit, rollback, check-back) are store/transaction_store.py.
+(half messages, commit, rollback, check-back) are store/transaction/transaction_store.py.
 """
 
 from __future__ import annotations
@@ -51,61 +51,61 @@ import os
 import shutil
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from core import SYSTEM_CLOCK, Clock
+from core.service_thread import ServiceThread
 from store import native
-from store.allocate_mapped_file_service import AllocateMappedFileService
-from store.bulk_dispatch import ArrivingListener, BulkDispatch
-from store.clean_commit_log_service import CleanCommitLogService
-from store.clean_consume_queue_service import CleanConsumeQueueService
-from store.clock import SYSTEM_CLOCK, Clock
-from store.commit_log import BatchHead, CommitLog
-from store.commit_log_recovery import RecoveryProgress
-from store.commit_real_time_service import CommitRealTimeService
+from store.codec.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from store.consume_queue import ConsumeQueue
-from store.consumer_offset_manager import ConsumerOffsetManager
-from store.deleted_topic_table import DeletedTopicTable
-from store.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
+from store.disk.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
+from store.disk.lock_file import StoreLockFile
+from store.disk.space_check import check_space
+from store.disk.space_reservation import SpaceReservation, file_kind
+from store.dispatch.bulk_dispatch import ArrivingListener, BulkDispatch
+from store.dispatch.flush_consume_queue_service import FlushConsumeQueueService
+from store.dispatch.index_rebuild_service import IndexRebuildService
+from store.dispatch.reput_message_service import ReputMessageService
 from store.errors import StoreNotRunning
-from store.flush_consume_queue_service import FlushConsumeQueueService
-from store.flush_real_time_service import FlushRealTimeService
-from store.get_message_result import Filter, GetMessageResult
-from store.group_commit_service import GroupCommitService
-from store.group_consumption import GroupConsumption
-from store.index_rebuild_service import IndexRebuildService
-from store.index_service import IndexService
-from store.key_query import query_message
-from store.lazy_mapped_file import MappingBudget, budget_for_descriptors
-from store.lock_file import StoreLockFile
-from store.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
-from store.message_getter import MessageGetter
-from store.message_store import CommitLogView, ReplicationWaiter
+from store.index.index_service import IndexService
+from store.index.key_query import query_message
+from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
+from store.logfile.commit_log import BatchHead, CommitLog
+from store.logfile.commit_log_recovery import RecoveryProgress
+from store.logfile.commit_real_time_service import CommitRealTimeService
+from store.logfile.flush_real_time_service import FlushRealTimeService
+from store.logfile.group_commit_service import GroupCommitService
+from store.logfile.lazy_mapped_file import MappingBudget, budget_for_descriptors
+from store.logfile.put_durability import PutDurability, as_future
+from store.logfile.store_checkpoint import StoreCheckpoint
+from store.logfile.store_files import list_store_files
+from store.logfile.transient_store_pool import TransientStorePool
+from store.message_store import CommitLogView, MessageStore, ReplicationWaiter
+from store.metadata.consumer_offset_manager import ConsumerOffsetManager
+from store.metadata.deleted_topic_table import DeletedTopicTable
+from store.metadata.rocketmq_system_topics import system_topics
+from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
+from store.metadata.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
 from store.native import CheckedBatch
-from store.put_durability import PutDurability, as_future
+from store.pop.group_consumption import GroupConsumption
 from store.put_validation import PutValidator
-from store.reput_message_service import ReputMessageService
-from store.rocketmq_system_topics import system_topics
-from store.schedule_message_service import ScheduleMessageService
-from store.service_thread import ServiceThread
-from store.space_check import check_space
-from store.space_reservation import SpaceReservation, file_kind
-from store.state_log import STATE_TOPIC, StateLog, StateStore
-from store.state_snapshot_service import StateSnapshotService
-from store.state_table import StateTable
+from store.queue.consume_queue import ConsumeQueue
+from store.queue.get_message_result import Filter, GetMessageResult
+from store.queue.message_getter import MessageGetter
+from store.retention.clean_commit_log_service import CleanCommitLogService
+from store.retention.clean_consume_queue_service import CleanConsumeQueueService
+from store.schedule.schedule_message_service import ScheduleMessageService
+from store.state.state_log import STATE_TOPIC, StateLog, StateStore
+from store.state.state_snapshot_service import StateSnapshotService
+from store.state.state_table import StateTable
+from store.stats.store_stats_service import StoreStatsService
 from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
-from store.store_checkpoint import StoreCheckpoint
-from store.store_files import list_store_files
 from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
-from store.store_stats_service import StoreStatsService
-from store.timer_message import is_timer_request, timer_batch_messages
-from store.timer_message_store import TimerMessageStore
-from store.topic_config_manager import TopicConfig, TopicConfigManager
-from store.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
-from store.transaction_check_service import TransactionCheckService
-from store.transaction_store import Transactions
-from store.transient_store_pool import TransientStorePool
+from store.timer.timer_message import is_timer_request, timer_batch_messages
+from store.timer.timer_message_store import TimerMessageStore
+from store.transaction.transaction_check_service import TransactionCheckService
+from store.transaction.transaction_store import Transactions
 
 log = logging.getLogger("tidemq.store")
 
@@ -115,7 +115,7 @@ TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
 
 
 class _StateStoreView:
-    """The store as the state log uses it (store.state_log.StateStore)."""
+    """The store as the state log uses it (store.state.state_log.StateStore)."""
 
     def __init__(self, store: DefaultMessageStore) -> None:
         self._store = store
@@ -134,7 +134,7 @@ class DefaultMessageStore:
     def __init__(self, config: MessageStoreConfig, clock: Clock | None = None, disk_usage_probe: DiskUsageProbe | None = None) -> None:
         self.config = config.validate()
         # Disk blocks are reserved in steps ahead of each file's writes; a step that finds no space
-        # refuses puts with DISK_FULL (store/space_reservation.py, `_on_short`).
+        # refuses puts with DISK_FULL (store/disk/space_reservation.py, `_on_short`).
         self.reservation = SpaceReservation(config.reserve_ahead_bytes, self._on_short)
         self.space_shortage = ""  # what could not be reserved, for /readyz; "" while space_exhausted is False
         self.transient_store_pool: TransientStorePool | None = None
@@ -183,7 +183,7 @@ class DefaultMessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.flush_consume_queue_service: FlushConsumeQueueService | None = None
         self.validator = PutValidator(self)
-        self.getter = MessageGetter(self)
+        self.getter = MessageGetter(config, self.commit_log, self.stats, self.find_consume_queue)
         self.extra_services: list[ServiceThread] = []  # schedule, cleanup, HA: started after the core
         self.disk_full = False  # set by the cleanup service past the warning ratio
         self.last_exit_ok = True
@@ -197,24 +197,26 @@ class DefaultMessageStore:
         self.index_rebuild_from: int | None = None  # set by recovery when the index must be rebuilt after start
         self.index_rebuild_service: IndexRebuildService | None = None
         self._recovery_progress = RecoveryProgress()
-        # Delay levels and retention (store/schedule_message_service.py, store/clean_*_service.py) ---
+        # Delay levels and retention (store/schedule/schedule_message_service.py, store/clean_*_service.py) ---
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
         self.schedule_service = ScheduleMessageService(self, self.clock)
-        self.clean_consume_queue_service = CleanConsumeQueueService(self, self.clock)
+        self.clean_consume_queue_service = CleanConsumeQueueService(
+            config, self.commit_log, self.index_service, self.all_consume_queues, self.clock
+        )
         self.clean_commit_log_service = CleanCommitLogService(
             self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
         )
         self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
         self.group_consumption = GroupConsumption(self)  # its revive service is registered at load
-        # Timer messages (store/timer_message_store.py): stopped first, being last in the list.
+        # Timer messages (store/timer/timer_message_store.py): stopped first, being last in the list.
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
         if self.timer is not None:
             self.extra_services += self.timer.services()
         # --- end of delay levels and retention
-        self.transactions = Transactions(self)  # its check service is registered at load (store/transaction_store.py)
+        self.transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
-        # State in the log (store/state_log.py): every table a consumer or a scheduler depends on.
+        # State in the log (store/state/state_log.py): every table a consumer or a scheduler depends on.
         tables: list[StateTable] = [
             self.consumer_offset_manager, self.topic_config_manager, self.schedule_service.offsets,
             *self.group_consumption.state_tables(), self.transactions.producer_groups,
@@ -235,7 +237,7 @@ class DefaultMessageStore:
 
     def load(self) -> bool:
         cfg = self.config
-        check_space(cfg)  # a file size no volume can hold refuses the start (store/space_check.py)
+        check_space(cfg)  # a file size no volume can hold refuses the start (store/disk/space_check.py)
         self.lock()
         try:
             self._recovery_progress.begin("loading files", 0)
@@ -455,7 +457,7 @@ class DefaultMessageStore:
         t0 = time.perf_counter_ns()
         return self._after_put(self.commit_log.put_messages(msgs, on_appended_locked), t0, state_records)
 
-    # The state log's view of the store (store/state_log.py) ---------------------------------
+    # The state log's view of the store (store/state/state_log.py) ---------------------------------
 
     def _state_store(self) -> StateStore:
         return _StateStoreView(self)
@@ -643,7 +645,8 @@ class DefaultMessageStore:
         return self.getter.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]:
-        return query_message(self, topic, key, max_num, begin_ms, end_ms)
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        return query_message(self.commit_log, self.index_service, self.deleted_topics, topic, key, max_num, begin_ms, end_ms)
 
     def look_message_by_offset(self, commitlog_offset: int) -> dict[str, Any] | None:
         if commitlog_offset < max(0, self.commit_log.get_min_offset()) or commitlog_offset >= self.commit_log.get_max_offset():
@@ -801,3 +804,9 @@ class DefaultMessageStore:
     def delay_level_for_ms(self, delay_ms: int) -> int | None:
         """The smallest delay level not shorter than `delay_ms` (0 for none); None when every level is shorter."""
         return self.schedule_service.level_for_delay_ms(delay_ms)
+
+
+if TYPE_CHECKING:
+
+    def _implements(store: DefaultMessageStore) -> MessageStore:
+        return store  # mypy checks here that DefaultMessageStore satisfies MessageStore structurally

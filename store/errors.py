@@ -1,4 +1,4 @@
-"""The root of tidemq's exception tree, and the store's branch of it.
+"""The store's branch of tidemq's exception tree (its root, TidemqError, is core's).
 
 Expected outcomes of puts and gets are status enums (store/status.py); these
 exceptions are for conditions that stop an operation as a whole (a broken
@@ -7,18 +7,11 @@ configuration, a directory already in use, a corrupt metadata file).
 
 from __future__ import annotations
 
-
-class TidemqError(Exception):
-    """Raised when tidemq meets an expected condition that stops an operation; the root of every
-    tidemq exception (StoreError, HAError, PipelineError, ProblemError, EtcdError, StartRefused)."""
+from core.errors import TidemqError
 
 
 class StoreError(TidemqError):
     """Raised when the store cannot carry out an operation; the base of all store errors."""
-
-
-class ConfigInvalid(StoreError):
-    """Raised when a setting or a relation between settings is invalid."""
 
 
 class StoreLocked(StoreError):

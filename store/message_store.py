@@ -1,7 +1,7 @@
 """MessageStore: the store as other packages see it (app/, ha/ and pipeline/ hold a store only as this).
 
 The Protocol lists what the front end, replication and the pipeline call on a store instance;
-DefaultMessageStore satisfies it structurally (mypy checks that at the end of this module,
+DefaultMessageStore satisfies it structurally (mypy checks that at the end of store/default_message_store.py,
 tests/store/test_public_api.py at run time). docs/store-api.md describes every member. Nothing
 outside store/ reads or assigns a store's attributes: what it needs is a member here.
 
@@ -12,28 +12,24 @@ a thread.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from store.bulk_dispatch import ArrivingListener
-from store.message import DEFAULT_BORN_HOST
+from store.codec.message import DEFAULT_BORN_HOST
+from store.dispatch.bulk_dispatch import ArrivingListener
+from store.logfile.put_durability import ReplicationWaiter
 
 if TYPE_CHECKING:
+    from core.service_thread import ServiceThread
+    from store.codec.message import MessageInner
     from store.config import BrokerRole, MessageStoreConfig
-    from store.get_message_result import Filter, GetMessageResult
-    from store.group_consumption import GroupConsumption
-    from store.message import MessageInner
+    from store.metadata.topic_config_manager import TopicConfig
     from store.native import CheckedBatch
-    from store.service_thread import ServiceThread
-    from store.status import PutMessageResult, PutMessageStatus
-    from store.topic_config_manager import TopicConfig
-    from store.transaction_store import Transactions
+    from store.pop.group_consumption import GroupConsumption
+    from store.queue.get_message_result import Filter, GetMessageResult
+    from store.status import PutMessageResult
+    from store.transaction.transaction_store import Transactions
 
 __all__ = ["ArrivingListener", "CommitLogView", "MessageStore", "ReplicationWaiter"]
-
-# Called with a stored put's commitlog end offset on a SYNC_MASTER; returns a future the put's
-# answer waits for (PUT_OK, or the status to answer instead), or None to answer at once.
-ReplicationWaiter = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
 
 
 class CommitLogView(Protocol):
@@ -191,12 +187,12 @@ class MessageStore(Protocol):
 
     @property
     def group_consumption(self) -> GroupConsumption:
-        """Group (POP) consumption: groups' settings, receive, ack, invisible time (store/group_consumption.py)."""
+        """Group (POP) consumption: groups' settings, receive, ack, invisible time (store/pop/group_consumption.py)."""
         ...
 
     @property
     def transactions(self) -> Transactions:
-        """Transactional messages: half puts, commit and rollback, the pending ones, producer groups (store/transaction_store.py)."""
+        """Transactional messages: half puts, commit and rollback, the pending ones, producer groups (store/transaction/transaction_store.py)."""
         ...
 
     def add_message_arriving_listener(self, listener: ArrivingListener) -> None:
@@ -305,10 +301,3 @@ class MessageStore(Protocol):
     def execute_delete_files_manually(self) -> dict[str, Any]:
         """Let the next `manual_delete_file_rounds` cleanup passes delete expired files at any hour, the first now."""
         ...
-
-
-if TYPE_CHECKING:
-    from store.default_message_store import DefaultMessageStore
-
-    def _implemented_by(store: DefaultMessageStore) -> MessageStore:
-        return store  # mypy checks here that DefaultMessageStore satisfies MessageStore structurally

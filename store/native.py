@@ -1,7 +1,7 @@
 """The native data-path kernels (store._kernels) with names for their codes and records.
 
 docs/native.md describes each kernel; docs/layouts.md has the byte layouts they read
-and write. The Python codec (store.message_codec) stays the reference the kernels are
+and write. The Python codec (store.codec.message_codec) stays the reference the kernels are
 tested against. Every kernel checks each position and length against its buffer and
 returns a stop code first; a malformed batch raises BatchError.
 """
@@ -368,7 +368,7 @@ def gather(
     collects them; `segments` are (physical offset, readable bytes) of commitlog files.
 
     Entries whose offset lies in `damaged_ranges` (ranges_array) are skipped like gap entries.
-    `sql` is an SQL92 filter's program (store.sql_program): a message is taken only when it
+    `sql` is an SQL92 filter's program (store.filter.sql_program): a message is taken only when it
     evaluates TRUE over the message's properties, and the call stops with FILTER_DEFER at a
     message whose outcome it leaves to the caller (sql_eval's DEFER).
     With `start` the call continues one that stopped (OUT_FULL, SEGMENT_MISS, BAD_PARTS,
@@ -389,5 +389,5 @@ class SqlOutcome(enum.IntEnum):
 
 
 def sql_eval(program: bytes, properties: Any) -> SqlOutcome:
-    """Evaluate an SQL92 program (store.sql_program) over stored properties (`name \x01 value \x02` bytes)."""
+    """Evaluate an SQL92 program (store.filter.sql_program) over stored properties (`name \x01 value \x02` bytes)."""
     return SqlOutcome(_kernels.sql_eval(program, properties))

@@ -8,18 +8,36 @@ regular expression stays off the hot path.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from store.codec.message import MessageInner, topic_problem
 from store.config import BrokerRole
-from store.message import MessageInner, topic_problem
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
 if TYPE_CHECKING:
-    from store.default_message_store import DefaultMessageStore
+    from store.config import MessageStoreConfig
+    from store.dispatch.reput_message_service import ReputMessageService
+    from store.logfile.commit_log import CommitLog
+
+
+class ValidatedStore(Protocol):
+    """What the validator reads of the store: its settings and whether it takes puts now."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+    @property
+    def commit_log(self) -> CommitLog: ...
+    @property
+    def reput_service(self) -> ReputMessageService: ...
+    @property
+    def disk_full(self) -> bool: ...
+    @property
+    def space_exhausted(self) -> bool: ...
+    def is_running(self) -> bool: ...
 
 
 class PutValidator:
-    def __init__(self, store: DefaultMessageStore) -> None:
+    def __init__(self, store: ValidatedStore) -> None:
         self.store = store
         cfg = store.config
         self.max_body = cfg.max_message_size_bytes

@@ -91,7 +91,7 @@ class AppendMessageResult:
         return f"AppendMessageResult({self.status.value}, offset={self.wrote_offset}, bytes={self.wrote_bytes}, queue_offset={self.logics_offset})"
 
 
-# Called under the commitlog's put lock with the items of the messages just appended (store.commit_log).
+# Called under the commitlog's put lock with the items of the messages just appended (store.logfile.commit_log).
 AppendedHook = Callable[[Sequence[AppendMessageResult]], None]
 
 

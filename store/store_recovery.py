@@ -4,12 +4,12 @@
 before any service thread starts, in this order:
   1. each consume queue finds its own end;
   2. when index files were dropped after a crash, the index is rebuilt from where it really ends;
-  3. the commitlog is scanned (store/commit_log_recovery.py: from the last files after a clean
+  3. the commitlog is scanned (store/logfile/commit_log_recovery.py: from the last files after a clean
      shutdown, from the checkpoint after a crash) and the high-water marks lowered to its end;
   4. queue entries past the log's end are cut and each queue's min offset follows the log's first file;
   5. whatever the queues and the index lack is dispatched again (they may trail the log after a crash);
      an index that ends far before the queues (a store copied without index/ or with an older
-     one) is instead left to the IndexRebuildService (store/index_rebuild_service.py), which
+     one) is instead left to the IndexRebuildService (store/dispatch/index_rebuild_service.py), which
      `plan_index_rebuild` sets up and the store starts with its services;
   6. the commitlog's next queue offset per queue is rebuilt from the queues.
 Its phases are reported through `RecoveryProgress` (what `recovery_progress()` returns).
@@ -18,18 +18,47 @@ Its phases are reported through `RecoveryProgress` (what `recovery_progress()` r
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from store.commit_log_recovery import RecoveryProgress, lower_high_water_marks, recover_abnormally, recover_normally
-from store.message_codec import DecodeOutcome
+from store.codec.message_codec import DecodeOutcome
+from store.logfile.commit_log_recovery import RecoveryProgress, lower_checkpoint, recover_abnormally, recover_normally
 
 if TYPE_CHECKING:
-    from store.default_message_store import DefaultMessageStore
+    from store.config import MessageStoreConfig
+    from store.dispatch.reput_message_service import ReputMessageService
+    from store.index.index_service import IndexService
+    from store.logfile.commit_log import CommitLog
+    from store.logfile.store_checkpoint import StoreCheckpoint
+    from store.queue.consume_queue import ConsumeQueue
+
+
+class RecoveredStore(Protocol):
+    """What recovery works on: the loaded files, and where it records an index rebuild."""
+
+    index_rebuild_from: int | None  # set when the index must be rebuilt after start
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+    @property
+    def commit_log(self) -> CommitLog: ...
+    @property
+    def index_service(self) -> IndexService: ...
+    @property
+    def reput_service(self) -> ReputMessageService: ...
+    @property
+    def checkpoint(self) -> StoreCheckpoint | None: ...
+    @property
+    def last_exit_ok(self) -> bool: ...
+    @property
+    def recovery_limit(self) -> int | None: ...
+    def all_consume_queues(self) -> list[ConsumeQueue]: ...
+    def trim_mappings(self) -> None: ...
+
 
 log = logging.getLogger("tidemq.store")
 
 
-def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int:
+def recover_store(store: RecoveredStore, progress: RecoveryProgress) -> int:
     """Recover a loaded store (see the module docstring); returns the commitlog's end after recovery."""
     checkpoint = store.checkpoint
     assert checkpoint is not None
@@ -63,7 +92,8 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
         scan.end = limit
         scan.last_message_offset = -1
     end = scan.end
-    lower_high_water_marks(scan, commit_log, index_service, checkpoint)
+    index_service.truncate_to(scan.end)  # nothing may claim to hold messages past the cut
+    lower_checkpoint(scan, commit_log, checkpoint)
     min_offset = max(0, commit_log.get_min_offset())
     for cq in store.all_consume_queues():
         if cq.max_physic_offset > end:
@@ -97,7 +127,7 @@ def recover_store(store: DefaultMessageStore, progress: RecoveryProgress) -> int
     return end
 
 
-def plan_index_rebuild(store: DefaultMessageStore, first: int, min_offset: int) -> int:
+def plan_index_rebuild(store: RecoveredStore, first: int, min_offset: int) -> int:
     """Where dispatch starts, given that it would start at `first`: when the index ends before
     `first`, either earlier (after a crash, or for a gap below index_rebuild_background_min_bytes,
     it is dispatched again now; the queues skip the entries they hold) or at `first` with the index left to the
@@ -125,7 +155,7 @@ def plan_index_rebuild(store: DefaultMessageStore, first: int, min_offset: int) 
     return first
 
 
-def _message_end(store: DefaultMessageStore, offset: int) -> int | None:
+def _message_end(store: RecoveredStore, offset: int) -> int | None:
     """The end of the message starting at `offset`; None when no whole message starts there."""
     mf = store.commit_log.mapped_file_queue.find_mapped_file_by_offset(offset)
     if mf is None or not mf.hold():

@@ -1,4 +1,4 @@
-"""The store's status report: `runtime_info()` and `degraded_reasons()` of a DefaultMessageStore.
+"""The store's status report: `runtime_info()` and `degraded_reasons()` of a store (ReportedStore).
 
 Both only read: counters, offsets and flags other threads update without a lock, so a report
 is a set of recent values, not one consistent snapshot. `degraded_reasons()` is what readiness
@@ -8,13 +8,63 @@ gauges of /metrics (app/metrics.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from store.default_message_store import DefaultMessageStore
+    from store.config import MessageStoreConfig
+    from store.disk.disk_usage import DiskUsageProbe
+    from store.dispatch.reput_message_service import ReputMessageService
+    from store.index.index_service import IndexService
+    from store.logfile.commit_log import CommitLog
+    from store.logfile.lazy_mapped_file import MappingBudget
+    from store.logfile.transient_store_pool import TransientStorePool
+    from store.metadata.topic_config_manager import TopicConfigManager
+    from store.queue.consume_queue import ConsumeQueue
+    from store.retention.clean_commit_log_service import CleanCommitLogService
+    from store.retention.clean_consume_queue_service import CleanConsumeQueueService
+    from store.stats.store_stats_service import StoreStatsService
 
 
-def degraded_reasons(store: DefaultMessageStore) -> list[str]:
+class ReportedStore(Protocol):
+    """What the report reads of the store: the state of each of its parts (read only)."""
+
+    @property
+    def config(self) -> MessageStoreConfig: ...
+    @property
+    def commit_log(self) -> CommitLog: ...
+    @property
+    def transient_store_pool(self) -> TransientStorePool | None: ...
+    @property
+    def reput_service(self) -> ReputMessageService: ...
+    @property
+    def index_service(self) -> IndexService: ...
+    @property
+    def topic_config_manager(self) -> TopicConfigManager: ...
+    @property
+    def mapping_budget(self) -> MappingBudget: ...
+    @property
+    def stats(self) -> StoreStatsService: ...
+    @property
+    def clean_commit_log_service(self) -> CleanCommitLogService: ...
+    @property
+    def clean_consume_queue_service(self) -> CleanConsumeQueueService: ...
+    @property
+    def disk_usage_probe(self) -> DiskUsageProbe: ...
+    @property
+    def disk_full(self) -> bool: ...
+    @property
+    def space_exhausted(self) -> bool: ...
+    @property
+    def space_shortage(self) -> str: ...
+    @property
+    def last_exit_ok(self) -> bool: ...
+    def is_running(self) -> bool: ...
+    def is_ready(self) -> bool: ...
+    def recovery_progress(self) -> dict[str, object]: ...
+    def all_consume_queues(self) -> list[ConsumeQueue]: ...
+
+
+def degraded_reasons(store: ReportedStore) -> list[str]:
     """What keeps the store from serving normally now; empty when healthy."""
     reasons: list[str] = []
     if store.space_exhausted:
@@ -31,7 +81,7 @@ def degraded_reasons(store: DefaultMessageStore) -> list[str]:
     return reasons
 
 
-def runtime_info(store: DefaultMessageStore) -> dict[str, Any]:
+def runtime_info(store: ReportedStore) -> dict[str, Any]:
     """Commitlog offsets and damage, recovery, dispatch, flush mode, role, disk, cleanup and file counts."""
     cl = store.commit_log
     mfq = cl.mapped_file_queue

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("store", "app", "ha", "cluster", "pipeline", "tidemq")
+PACKAGES = ("core", "store", "app", "ha", "cluster", "pipeline", "tidemq")
 DOC = ROOT / "docs" / "concurrency.md"
 CONSTRUCTORS = {("threading", "Lock"), ("threading", "RLock"), ("threading", "Condition"), ("asyncio", "Lock")}
 # `Class.attribute` or `module.NAME` in backquotes.

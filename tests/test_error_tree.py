@@ -11,7 +11,7 @@ import cluster
 import ha
 import pipeline
 import store
-from store import TidemqError
+from core import TidemqError
 
 # Exceptions outside the tree, each with its reason.
 OUTSIDE = {

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("app", "store", "ha", "pipeline", "tidemq", "cluster")
+PACKAGES = ("core", "app", "store", "ha", "pipeline", "tidemq", "cluster")
 JUSTIFIED = re.compile(r"# type: ignore\[[a-z-]+(?:, *[a-z-]+)*\]  # \S")
 
 

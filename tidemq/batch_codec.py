@@ -22,7 +22,7 @@ BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, body length
 _BATCH_FIXED_BYTES = _BATCH_HEAD.size + 2  # + the properties length
 _PROPS_LENGTH = struct.Struct(">H")
-# The stored layout's fields 1..14 and the body length (store/message_codec.py HEADERS), for each
+# The stored layout's fields 1..14 and the body length (store/codec/message_codec.py HEADERS), for each
 # combination of host forms: SYSFLAG 0x10 (born host) and 0x20 (store host) mark a 20-byte IPv6
 # host in place of an 8-byte IPv4 one, indexed by (sys flag & 0x30) >> 4.
 _STORED_HEADS = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))

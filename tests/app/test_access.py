@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.acl import PUB, SUB, AclInvalid, parse_acl, token_hash
-from store import ConfigInvalid
+from core import ConfigInvalid
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, sha, start_with_acl
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem

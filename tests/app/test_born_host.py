@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from store import decode_message, iter_messages, pack_batch
+from store import decode_message, pack_batch
+from store.layouts import iter_messages
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import wait_visible
 from tests.app.in_process import InProcessBroker

@@ -15,7 +15,7 @@ from app.cli import parser, settings_from
 from app.problems import StartRefused
 from app.server import BrokerStart
 from store import StoreLocked
-from store.lock_file import StoreLockFile
+from store.disk.lock_file import StoreLockFile
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.in_process import InProcessBroker
 

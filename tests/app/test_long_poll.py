@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from app.long_poll import MAX_PENDING_CODES, HeldPulls
-from store.message import tags_hash
+from store.codec.message import tags_hash
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -337,7 +337,8 @@ def test_no_delay_and_past_times_deliver_now(client: httpx.Client, topic: str) -
 def test_a_batch_to_one_queue_is_stored_as_a_batch_over_queues_is(client: httpx.Client, topic: str) -> None:
     """A JSON batch to one queue is packed for the encode kernel; one over two queues goes message by
     message. Both store the same bytes but for offsets and times, and answer the stored UNIQ_KEY."""
-    from store import decode_message, iter_messages
+    from store import decode_message
+    from store.layouts import iter_messages
 
     create(client, topic, queues=2)
     message = {"body": "é body", "tags": "TagA", "keys": ["k1", "k2"], "properties": {"b": "2", "a": "1"}}

@@ -9,7 +9,7 @@ import zlib
 import httpx
 import pytest
 
-from store.message_codec import decode_message, iter_messages
+from store.codec.message_codec import decode_message, iter_messages
 from store.native import pack_batch
 from tests.app.helpers import commitlog_max, problem, wait_visible
 from tests.app.test_produce import create

@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-from store import decode_message, iter_messages
+from store import decode_message
+from store.layouts import iter_messages
 from tests.app.helpers import problem, send
 
 pytestmark = pytest.mark.timeout(60)

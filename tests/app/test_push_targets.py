@@ -10,7 +10,7 @@ from app.cli import parser, settings_from
 from app.push_signature import signature, verify
 from app.push_targets import host_allowed, origin_of, url_problem
 from app.settings import build_settings
-from store import ConfigInvalid
+from core import ConfigInvalid
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,10 @@ import pytest
 
 from app.settings import BrokerSettings, build_settings
 from cluster.settings import ClusterSettings
+from core.errors import ConfigInvalid
+from core.setting import Bounds, declared_settings
 from ha import HASettings
 from store import MessageStoreConfig
-from store.errors import ConfigInvalid
-from store.setting import Bounds, declared_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = {"store": MessageStoreConfig, "broker": BrokerSettings, "ha": HASettings, "cluster": ClusterSettings}

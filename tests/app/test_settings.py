@@ -8,8 +8,8 @@ import pytest
 
 from app.cli import parser, settings_from
 from app.settings import BrokerSettings, build_settings
+from core.errors import ConfigInvalid
 from store import BrokerRole, FlushDiskType
-from store.errors import ConfigInvalid
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from app.settings import BrokerSettings
-from store.errors import ConfigInvalid
+from core.errors import ConfigInvalid
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import commitlog_max
 

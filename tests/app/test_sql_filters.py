@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from store import decode_message, iter_messages
+from store import decode_message
+from store.layouts import iter_messages
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import commitlog_max, problem, send
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.settings import build_settings
-from store import ConfigInvalid
+from core import ConfigInvalid
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.in_process import InProcessBroker
 from tests.loopback import read_until_closed

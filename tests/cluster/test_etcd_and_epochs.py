@@ -7,7 +7,7 @@ import pytest
 from cluster.epoch_file import Epoch, EpochFile, truncation_offset
 from cluster.etcd_client import EtcdClient, EtcdUnavailable
 from cluster.settings import ClusterSettings
-from store import ConfigInvalid
+from core import ConfigInvalid
 from tests.loopback import free_port
 
 

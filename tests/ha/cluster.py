@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from store import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
 from tests.loopback import bound_port, free_port, wait_until_serving
 

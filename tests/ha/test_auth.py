@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from core import ConfigInvalid
 from ha import HANode, HASettings, attach
 from ha.auth import CHALLENGE, CHALLENGE_MAGIC, MASTER_CONTEXT, NONCE_BYTES, OFFER, OFFER_MAGIC, SLAVE_CONTEXT, slave_handshake
 from ha.errors import ProtocolViolation
 from ha.protocol import FRAME_HEADER, VERSION, Hello, Reply, Verdict, read_hello, read_reply
-from store import ConfigInvalid, DefaultMessageStore, build_message
+from store import DefaultMessageStore, build_message
 from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, hello_for, recv_exact, store_config
 from tests.loopback import read_until_closed
 

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from store import decode_message, iter_messages
+from store import decode_message
+from store.layouts import iter_messages
 from tests.ha.cluster import wait_for
 from tests.store.rocketmq_records import Record, host_text, write_commit_log
 

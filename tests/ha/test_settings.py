@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigInvalid
 from ha import HASettings, add_cli_arguments, attach, from_args
 from store import BrokerRole, DefaultMessageStore, MessageStoreConfig
-from store.errors import ConfigInvalid
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> HASettings:

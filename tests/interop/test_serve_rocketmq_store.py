@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 
 import tidemq
-from store import decode_message, iter_messages
+from store import decode_message
+from store.layouts import iter_messages
 from tests.interop import scenario
 from tests.interop.conftest import Served
 from tests.interop.rocketmq_store import SCHEDULE_TOPIC, Message

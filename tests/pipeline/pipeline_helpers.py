@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from store.message import encode_properties
-from store.message_codec import END_FILE_MIN_BLANK_LENGTH, encode_message, write_blank_into
+from store.codec.message import encode_properties
+from store.codec.message_codec import END_FILE_MIN_BLANK_LENGTH, encode_message, write_blank_into
 from tests.loopback import bound_port, wait_until_serving
 
 SERVER_START_TIMEOUT_S = 60.0  # the server imports FastAPI and loads the store before /readyz answers 200

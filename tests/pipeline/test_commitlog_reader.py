@@ -14,7 +14,7 @@ from pipeline.commitlog_reader import (
     list_commitlog_files,
     scan_file,
 )
-from store.message_codec import POS_BODY_CRC, decode_message
+from store.codec.message_codec import POS_BODY_CRC, decode_message
 from tests.pipeline.pipeline_helpers import build_commitlog
 
 FILE_SIZE = 4096

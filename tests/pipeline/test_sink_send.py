@@ -10,8 +10,8 @@ import pytest
 from pipeline.errors import BrokerProblem, RowInvalid
 from pipeline.http_client import BrokerClient, ClientSettings
 from store import native as nk
-from store.message import decode_properties
-from store.message_codec import decode_message, iter_messages
+from store.codec.message import decode_properties
+from store.codec.message_codec import decode_message, iter_messages
 from tests.pipeline.pipeline_helpers import Server, create_topic, queue_max_offsets
 
 pytest.importorskip("pyspark")

@@ -13,7 +13,7 @@ import threading
 import time
 
 from store import DefaultMessageStore, build_message
-from store.file_ahead import AheadStatus
+from store.logfile.file_ahead import AheadStatus
 from tests.store.conftest import small_config
 
 TOPIC = "Ahead"

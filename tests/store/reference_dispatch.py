@@ -13,9 +13,9 @@ import dataclasses
 import os
 
 from store import MessageStoreConfig, topic_problem
-from store.consume_queue import ConsumeQueue
-from store.index_service import IndexService
-from store.message_codec import DISPATCH_BLANK, decode_for_dispatch, enters_consume_queue
+from store.codec.message_codec import DISPATCH_BLANK, decode_for_dispatch, enters_consume_queue
+from store.index.index_service import IndexService
+from store.queue.consume_queue import ConsumeQueue
 
 
 def files_under(root: str) -> dict[str, bytes]:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageInner, build_message
-from store.message import tags_hash
+from store.codec.message import tags_hash
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.reference_dispatch import assert_matches_reference
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from core import FakeClock
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutMessageStatus, PutRefusal, build_message
-from store.clock import FakeClock
-from store.disk_usage import disk_used_ratio
-from store.mapped_file import MappedFile, SelectMappedBufferResult
+from store.disk.disk_usage import disk_used_ratio
+from store.logfile.mapped_file import MappedFile, SelectMappedBufferResult
 from tests.store.conftest import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from store import PutMessageStatus, PutRefusal, build_message
-from store.message import MessageInner, encode_properties
-from store.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, DecodeOutcome, check_message
+from store.codec.message import MessageInner, encode_properties
+from store.codec.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, DecodeOutcome, check_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 

@@ -10,7 +10,7 @@ import os
 import time
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
-from store.mapped_file import offset_to_file_name
+from store.logfile.mapped_file import offset_to_file_name
 from tests.store.conftest import open_store
 
 DEADLINE_S = 20.0

@@ -1,4 +1,4 @@
-"""inflate_body (the broker's views, store/compressed_body.py) and the Python client's inflate
+"""inflate_body (the broker's views, store/codec/compressed_body.py) and the Python client's inflate
 (tidemq/compressed_body.py) read SYSFLAG's COMPRESSED_FLAG and compression type alike."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from store import DefaultMessageStore, GetMessageStatus, build_message
-from store.consume_queue import CQ_STORE_UNIT_SIZE
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 TOPIC = "T"

@@ -8,7 +8,7 @@ import os
 import shutil
 
 from store import DefaultMessageStore, build_message
-from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, FILLER_ENTRY, FILLER_SIZE, ConsumeQueue
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, FILLER_ENTRY, FILLER_SIZE, ConsumeQueue
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 TOPIC = "T"

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from store import BrokerRole, DefaultMessageStore, PutMessageStatus, build_message
-from store.group_consumption import AckOutcome, Popped
-from store.pop_consumer import PopConsumer
+from store.pop.group_consumption import AckOutcome, Popped
+from store.pop.pop_consumer import PopConsumer
 from tests.store.conftest import open_store, small_config
 
 TOPIC = "ledger"

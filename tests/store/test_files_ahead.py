@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
-from store.file_ahead import AheadStatus
-from store.mapped_file import offset_to_file_name
+from store.logfile.file_ahead import AheadStatus
+from store.logfile.mapped_file import offset_to_file_name
 from tests.store.ahead_crash_writer import body_of
 from tests.store.conftest import open_store, small_config
 

@@ -7,8 +7,8 @@ import struct
 import time
 
 from store import build_message
-from store.index_file import HEADER_BYTES, IndexFile, key_hash
-from store.index_service import IndexService
+from store.index.index_file import HEADER_BYTES, IndexFile, key_hash
+from store.index.index_service import IndexService
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 FAR = 2**62

@@ -10,7 +10,7 @@ import pytest
 
 from store import GetMessageStatus, MessageInner, TagFilter, decode_offset_msg_id, offset_msg_id
 from store import native as nk
-from store.message_codec import (
+from store.codec.message_codec import (
     DISPATCH_END,
     DecodeOutcome,
     check_message,
@@ -19,7 +19,7 @@ from store.message_codec import (
     encode_message,
     iter_messages,
 )
-from store.stored_copy import born_host_bytes
+from store.codec.stored_copy import born_host_bytes
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.rocketmq_records import (
     BORN_V4,

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from store.allocate_mapped_file_service import AllocateMappedFileService
-from store.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
-from store.mapped_file_queue import MappedFileQueue
-from store.space_reservation import SpaceReservation
-from store.transient_store_pool import TransientStorePool
+from store.disk.space_reservation import SpaceReservation
+from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
+from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
+from store.logfile.mapped_file_queue import MappedFileQueue
+from store.logfile.transient_store_pool import TransientStorePool
 
 SIZE = 16 * 4096
 
@@ -213,7 +213,8 @@ def test_commit_log_with_pool_round_trips(tmp_path) -> None:
 
 @pytest.mark.parametrize("bad", [0, 4095])
 def test_config_rejects_tiny_files(tmp_path, bad: int) -> None:
-    from store import ConfigInvalid, MessageStoreConfig
+    from core import ConfigInvalid
+    from store import MessageStoreConfig
 
     with pytest.raises(ConfigInvalid):
         MessageStoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log_bytes=bad).validate()
@@ -253,7 +254,7 @@ def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) ->
 
 def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_path) -> None:
     """Only the last RESIDENT_TAIL_BYTES flushed of a file being written stay resident."""
-    from store.mapped_file_queue import RESIDENT_TAIL_BYTES
+    from store.logfile.mapped_file_queue import RESIDENT_TAIL_BYTES
 
     size = 4 * RESIDENT_TAIL_BYTES
     q = MappedFileQueue(str(tmp_path), size)

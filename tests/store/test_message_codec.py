@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.message import (
+from store.codec.message import (
     decode_offset_msg_id,
     decode_properties,
     encode_properties,
@@ -18,7 +18,7 @@ from store.message import (
     tags_hash,
     topic_problem,
 )
-from store.message_codec import (
+from store.codec.message_codec import (
     BLANK_MAGIC_CODE,
     FIXED_PART_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -174,7 +174,7 @@ def test_encode_decode_round_trip(body: bytes, topic: str, props: dict, queue_id
     queue_id=st.integers(0, 1000),
 )
 def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict, queue_id: int) -> None:
-    from store.message_codec import DISPATCH_BLANK, DISPATCH_END, decode_for_dispatch
+    from store.codec.message_codec import DISPATCH_BLANK, DISPATCH_END, decode_for_dispatch
 
     raw = encode_message(
         b"SCHEDULE_TOPIC_XXXX" if "DELAY" in props else b"Top", body, encode_properties(props), queue_id, 7, 99, store_timestamp=5

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import native as nk
-from store.consume_queue import CQ_STORE_UNIT_SIZE
-from store.index_service import IndexService
-from store.message import encode_properties
-from store.message_codec import decode_for_dispatch, encode_message, write_blank_into
+from store.codec.message import encode_properties
+from store.codec.message_codec import decode_for_dispatch, encode_message, write_blank_into
+from store.index.index_service import IndexService
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE
 from tests.store.conftest import small_config
 
 LEVELS_MS = [1000, 5000, 10000]

@@ -11,7 +11,7 @@ from app.problems import ProblemError
 from app.produce_parse import check_msg_id, check_tag
 from store import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT
 from store import native as nk
-from store.timer_message import REQUEST_PROPERTIES
+from store.timer.timer_message import REQUEST_PROPERTIES
 
 HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
 HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])

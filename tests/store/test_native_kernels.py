@@ -1,6 +1,6 @@
 """The native kernels (store.native) against the Python codec, byte for byte, and their bounds.
 
-The Python codec (store.message_codec, store.message, store.reference_getter) is the reference:
+The Python codec (store.codec.message_codec, store.codec.message, store.queue.reference_getter) is the reference:
 every kernel output is compared with what it produces on the same random input,
 including non-BMP text, invalid UTF-8, truncated and corrupted bytes.
 """
@@ -19,11 +19,8 @@ from hypothesis import strategies as st
 
 from store import DefaultMessageStore, MessageStoreConfig, TagFilter, _kernels
 from store import native as nk
-from store.commit_log import CommitLog
-from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
-from store.index_file import key_hash
-from store.message import build_message, encode_properties, java_string_hash, tags_hash
-from store.message_codec import (
+from store.codec.message import build_message, encode_properties, java_string_hash, tags_hash
+from store.codec.message_codec import (
     BLANK_MAGIC_CODE,
     DecodeOutcome,
     check_message,
@@ -32,7 +29,10 @@ from store.message_codec import (
     message_length,
     write_blank_into,
 )
-from store.reference_getter import ReferenceGetter
+from store.index.index_file import key_hash
+from store.logfile.commit_log import CommitLog
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.queue.reference_getter import ReferenceGetter
 from store.status import GetMessageStatus
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
@@ -517,7 +517,9 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
 @given(st.integers(0, 1), st.integers(0, 199), st.integers(1, 40), st.sets(st.sampled_from(TAGS[:4] + ["none"]), max_size=2))
 def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_count, tags) -> None:
     tag_filter = TagFilter(frozenset(tags)) if tags else None
-    ref = ReferenceGetter(filled_store).get_message("", "G", queue_id, offset, max_count, tag_filter)
+    ref = ReferenceGetter(filled_store.config, filled_store.commit_log, filled_store.stats, filled_store.find_consume_queue).get_message(
+        "", "G", queue_id, offset, max_count, tag_filter
+    )
     try:
         want, want_offsets = ref.to_bytes(), list(ref.commitlog_offsets)
         want_queue = list(ref.queue_offsets)

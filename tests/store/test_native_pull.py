@@ -1,5 +1,5 @@
 """The production pull (MessageGetter over the gather kernel) against the Python reference
-(store.reference_getter.ReferenceGetter) on random real stores, and what only the production
+(store.queue.reference_getter.ReferenceGetter) on random real stores, and what only the production
 pull promises: a result holds no mapped file, and no file is unmapped under a pull.
 
 The stores are real: messages put through the store, consume-queue entries overwritten in
@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, TagFilter, build_message
-from store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
-from store.message import java_string_hash
-from store.message_getter import HeldFiles, MessageGetter
+from store.codec.message import java_string_hash
 from store.native import META
-from store.reference_getter import ReferenceGetter
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.queue.message_getter import HeldFiles, MessageGetter
+from store.queue.reference_getter import ReferenceGetter
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 TOPIC = "P"
@@ -196,7 +196,7 @@ def test_get_message_matches_the_reference(plan: Plan, queries, follow) -> None:
         store = open_pull_store(pull_config(root, **plan.limits))
         try:
             damage(store, plan, fill(store, plan))
-            reference = ReferenceGetter(store)
+            reference = ReferenceGetter(store.config, store.commit_log, store.stats, store.find_consume_queue)
             # Where "on disk" starts: a share of the log, so both kinds of limits apply in one pull.
             store.getter.memory_window = reference.memory_window = int(plan.window * store.commit_log.get_max_offset())
             for queue_id, offset, max_count, tags in queries:
@@ -314,7 +314,7 @@ def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_a
         assert len(files) >= 4
         files[1].shutdown(3_600_000)
         in_file_1 = [i.logics_offset for i in items if i.queue_id == 0 and i.wrote_offset // COMMIT_LOG_FILE == 1]
-        reference = ReferenceGetter(store)
+        reference = ReferenceGetter(store.config, store.commit_log, store.stats, store.find_consume_queue)
         for max_count in (1, 3, 32):
             offset = 0
             while offset < store.get_max_offset_in_queue(TOPIC, 0):
@@ -340,7 +340,7 @@ def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(t
         assert cq is not None
         mf = cq.mapped_file_queue.mapped_files[0]
         mf.write_at(3 * CQ_STORE_UNIT_SIZE, ENTRY.pack(7, 60, java_string_hash("a")))  # inside message 0
-        for getter in (store.getter, ReferenceGetter(store)):
+        for getter in (store.getter, ReferenceGetter(store.config, store.commit_log, store.stats, store.find_consume_queue)):
             before = store.stats.damaged_queue_entries
             with getter.get_message("g", TOPIC, 0, 0, 32) as r:
                 assert r.queue_offsets == [0, 1, 2, 4, 5, 6, 7, 8, 9]

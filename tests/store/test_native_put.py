@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core import FakeClock
 from store import DefaultMessageStore, PutMessageStatus, PutRefusal, build_message
 from store import native as nk
-from store.clock import FakeClock
-from store.commit_log import BatchHead, CommitLog
-from store.message import MessageInner, encode_properties
-from store.message_codec import encode_message, message_length, write_blank_into
+from store.codec.message import MessageInner, encode_properties
+from store.codec.message_codec import encode_message, message_length, write_blank_into
+from store.logfile.commit_log import BatchHead, CommitLog
+from store.logfile.transient_store_pool import TransientStorePool
 from store.status import EncodedItems, total_bytes
-from store.transient_store_pool import TransientStorePool
 from tests.store.conftest import open_store, small_config
 
 FILE_SIZE = 4096

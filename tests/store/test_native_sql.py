@@ -1,5 +1,5 @@
-"""The native SQL92 evaluator (store/_native/sql.c) against the reference (store.sql_eval), and the
-SQL-filtered pull (the gather kernel) against store.reference_getter on real stores.
+"""The native SQL92 evaluator (store/_native/sql.c) against the reference (store.filter.sql_eval), and the
+SQL-filtered pull (the gather kernel) against store.queue.reference_getter on real stores.
 
 Random expressions come from the grammar (every operator, literals of every class, properties
 that may be missing); random properties hold numbers in every form Java reads or refuses, digits
@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from store import FilterInvalid, GetMessageStatus, MessageFilter, SqlFilter, TagFilter, build_message
-from store.message import decode_properties
+from store.codec.message import decode_properties
+from store.filter.sql_eval import evaluate
+from store.filter.sql_parser import Op
+from store.filter.sql_program import CONSTANT, HEADER, NODE
+from store.filter.sql_values import TRUE, EvalAborted, JType
 from store.native import SqlOutcome, sql_eval
-from store.reference_getter import ReferenceGetter
-from store.sql_eval import evaluate
-from store.sql_parser import Op
-from store.sql_program import CONSTANT, HEADER, NODE
-from store.sql_values import TRUE, EvalAborted, JType
+from store.queue.reference_getter import ReferenceGetter
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 NAMES = ["a", "b", "c", "TAGS"]
@@ -196,7 +196,7 @@ def test_a_filtered_pull_matches_the_reference(messages, expression: str, tag: s
                 assert store.put_message(build_message(TOPIC, b"x" * size, 0, tags=t, properties=props)).ok
             wait_dispatched(store)
             message_filter = MessageFilter(TagFilter.parse(tag), SqlFilter.parse(expression))
-            reference = ReferenceGetter(store)
+            reference = ReferenceGetter(store.config, store.commit_log, store.stats, store.find_consume_queue)
             start = offset % (len(messages) + 1)
             while True:
                 with store.get_message("g", TOPIC, 0, start, max_count, message_filter) as got:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from store import DefaultMessageStore, build_message, decode_message
-from store.group_consumption import AckOutcome, Popped
-from store.pop_records import dlq_topic, retry_topic, revive_topic
+from store.metadata.topic_names import dlq_topic, retry_topic, revive_topic
+from store.pop.group_consumption import AckOutcome, Popped
 from tests.store.conftest import open_store, small_config
 
 INVISIBLE_MS = 300

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.errors import ConfigInvalid
-from store.pop_records import AckMsg, PopCheckPoint, RecordInvalid, dlq_topic, retry_topic, revive_topic
-from store.receipt_handle import SECRET_FILE, HandleInvalid, ReceiptHandle, ReceiptHandles
-from store.subscription_group_manager import FILE_NAME, SubscriptionGroup, SubscriptionGroupManager
+from core.errors import ConfigInvalid
+from store.metadata.topic_names import dlq_topic, retry_topic, revive_topic
+from store.pop.pop_records import AckMsg, PopCheckPoint, RecordInvalid
+from store.pop.receipt_handle import SECRET_FILE, HandleInvalid, ReceiptHandle, ReceiptHandles
+from store.pop.subscription_group_manager import FILE_NAME, SubscriptionGroup, SubscriptionGroupManager
 
 
 def test_checkpoint_is_stored_with_rocketmq_field_names_and_reads_back() -> None:
@@ -153,7 +154,7 @@ def test_a_bad_groups_file_is_refused_at_load(tmp_path) -> None:
 
 
 def test_batch_ack_is_stored_with_rocketmq_field_names() -> None:
-    from store.pop_records import BatchAckMsg
+    from store.pop.pop_records import BatchAckMsg
 
     ack = BatchAckMsg("orders", "billing", 3, start_offset=100, ack_offsets=(100, 103), pop_time=5)
     assert json.loads(ack.to_json()) == {"aol": [100, 103], "so": 100, "c": "billing", "t": "orders", "q": 3, "pt": 5}

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from store import DefaultMessageStore, GetMessageStatus, build_message
-from store.message_codec import HEADER_BYTES
+from store.codec.message_codec import HEADER_BYTES
 from tests.store.conftest import open_store, wait_dispatched
 from tests.store.phased_writer import TOPIC, body_of
 from tests.store.phased_writer import config as writer_config

@@ -11,8 +11,8 @@ import os
 import pytest
 
 from store import MetadataCorrupt
-from store.delay_offset_table import DelayOffsetTable
-from store.json_file import loads_metadata, quote_integer_keys
+from store.disk.json_file import loads_metadata, quote_integer_keys
+from store.schedule.delay_offset_table import DelayOffsetTable
 from tests.store.conftest import open_store
 
 # A RocketMQ 4.9 broker's files, byte for byte as fastjson writes them (pretty-printed by ConfigManager.persist).

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from core import FakeClock
 from store import (
     SCHEDULE_TOPIC,
     DefaultMessageStore,
@@ -28,11 +29,10 @@ from store import (
     build_message,
     tags_hash,
 )
-from store.clock import FakeClock
-from store.delay_offset_table import DelayOffsetTable
+from store.codec.stored_copy import born_host_bytes
 from store.errors import MetadataCorrupt
-from store.schedule_message_service import PUT_RETRY_DELAY_MS, level_for_delay_ms
-from store.stored_copy import born_host_bytes
+from store.schedule.delay_offset_table import DelayOffsetTable
+from store.schedule.schedule_message_service import PUT_RETRY_DELAY_MS, level_for_delay_ms
 from tests.store.conftest import small_config, wait_dispatched
 
 pytestmark = pytest.mark.timeout(60)
@@ -296,7 +296,7 @@ def test_refused_delivery_is_retried_without_moving_past_it(tmp_path: Path, open
 
 
 def test_scan_bound_stops_one_level_starving_the_others(tmp_path: Path, opened: Opened, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("store.schedule_message_service.MAX_DELIVERIES_PER_SCAN", 3)
+    monkeypatch.setattr("store.schedule.schedule_message_service.MAX_DELIVERIES_PER_SCAN", 3)
     clock = FakeClock()
     store = opened(schedule_config(str(tmp_path / "s")), clock)
     for i in range(5):
@@ -368,7 +368,7 @@ CRASHING_DELIVERER = textwrap.dedent(
     """
     import os, sys, time
     from store import DefaultMessageStore, build_message
-    from store.clock import FakeClock
+    from core.clock import FakeClock
     from tests.store.test_schedule_message_service import schedule_config
     from tests.store.conftest import wait_dispatched
 

@@ -8,10 +8,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.index_file import HEADER_BYTES, SLOT_BYTES, IndexFile
-from store.mapped_file import MappedFile, offset_to_file_name
-from store.mapped_file_queue import MappedFileQueue
-from store.space_reservation import MIN_STEP_BYTES, SpaceReservation, file_kind
+from store.disk.space_reservation import MIN_STEP_BYTES, SpaceReservation, file_kind
+from store.index.index_file import HEADER_BYTES, SLOT_BYTES, IndexFile
+from store.logfile.mapped_file import MappedFile, offset_to_file_name
+from store.logfile.mapped_file_queue import MappedFileQueue
 
 MIB = 1024 * 1024
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from store import SqlFilter
+from store.filter.sql_eval import evaluate
+from store.filter.sql_values import FALSE, TRUE, EvalAborted
 from store.native import SqlOutcome, sql_eval
-from store.sql_eval import evaluate
-from store.sql_values import FALSE, TRUE, EvalAborted
 
 
 def encode(props: dict[str, str]) -> bytes:

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from store import ConfigInvalid, FilterInvalid, SubscriptionGroup
-from store.subscription_group_manager import FILE_NAME, SubscriptionGroupManager
+from core import ConfigInvalid
+from store import FilterInvalid, SubscriptionGroup
+from store.pop.subscription_group_manager import FILE_NAME, SubscriptionGroupManager
 
 
 def test_the_filter_travels_in_the_record_the_snapshot_and_the_file(tmp_path) -> None:

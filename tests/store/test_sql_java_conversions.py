@@ -1,4 +1,4 @@
-"""The filter's number and boolean conversions against Java itself: store.sql_values' Integer.parseInt,
+"""The filter's number and boolean conversions against Java itself: store.filter.sql_values' Integer.parseInt,
 Long.parseLong, Double.valueOf and Boolean.valueOf are compared with the JDK's on the same strings,
 run once by the machine's `java` (a single-file source program, no build step)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from store.sql_values import EvalAborted, double_bits, java_boolean, java_parse_double, java_parse_integer
+from store.filter.sql_values import EvalAborted, double_bits, java_boolean, java_parse_double, java_parse_integer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import FilterInvalid, SqlFilter
-from store.sql_parser import MAX_DEPTH, MAX_NODES, MAX_PROPERTIES, MAX_SQL_CHARS, Node, Op, parse
-from store.sql_values import JType
+from store.filter.sql_parser import MAX_DEPTH, MAX_NODES, MAX_PROPERTIES, MAX_SQL_CHARS, Node, Op, parse
+from store.filter.sql_values import JType
 
 SYMBOLS = {Op.EQ: "=", Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<="}
 

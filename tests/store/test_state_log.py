@@ -16,8 +16,8 @@ import time
 import pytest
 
 from store import BrokerRole, DefaultMessageStore, build_message
-from store.state_log import MIN_DELTAS_BETWEEN_SNAPSHOTS, STATE_TOPIC
-from store.state_table import StateKind
+from store.state.state_log import MIN_DELTAS_BETWEEN_SNAPSHOTS, STATE_TOPIC
+from store.state.state_table import StateKind
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

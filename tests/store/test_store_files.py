@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from store import build_message
-from store.store_files import list_store_files
+from store.logfile.store_files import list_store_files
 from tests.store.conftest import wait_dispatched
 
 

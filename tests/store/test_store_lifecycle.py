@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from store import DefaultMessageStore, GetMessageStatus, MetadataCorrupt, StoreLocked, TopicInvalid, build_message
-from store.store_checkpoint import StoreCheckpoint
+from store.logfile.store_checkpoint import StoreCheckpoint
 from tests.store.conftest import open_store, wait_dispatched
 
 
@@ -162,7 +162,7 @@ def test_runtime_info_and_stats(store) -> None:
     assert snap["put_messages"] == 10 and snap["put_bytes"] == info["commitlog_max_offset"]
     assert snap["get_found"] == 1 and snap["get_miss"] == 1 and snap["get_transferred_messages"] == 4
     assert sum(snap["put_latency_buckets"]) == 10
-    from store.store_stats_service import StoreStatsService
+    from store.stats.store_stats_service import StoreStatsService
 
     stats = StoreStatsService()
     stats.sample(now=1.0)

@@ -7,9 +7,9 @@ import os
 import time
 from collections.abc import Callable
 
+from core import FakeClock
 from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
-from store.clock import FakeClock
-from store.timer_log import UNIT_SIZE
+from store.timer.timer_log import UNIT_SIZE
 from tests.store.conftest import open_store, small_config
 
 PRECISION_MS = 100

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from store import GetMessageStatus, MessageInner
-from store.message_codec import decode_message, iter_messages
+from store.codec.message_codec import decode_message, iter_messages
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.reference_dispatch import assert_matches_reference
 from tests.store.rocketmq_records import BORN_V6, COMMIT, PREPARED, ROLLBACK, Record, write_commit_log

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, ResolveStatus, TransactionAction, TransactionState, build_message
-from store.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
+from store.transaction.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from store.message import UniqKeyGenerator, month_bounds_ms
+from store.codec.message import UniqKeyGenerator, month_bounds_ms
 
 
 def local_ms(*args: int) -> int:

@@ -12,7 +12,7 @@ import signal
 import sys
 
 from store import DefaultMessageStore, build_message
-from store.transaction_message import committed_message
+from store.transaction.transaction_message import committed_message
 from tests.store.conftest import small_config, wait_dispatched
 
 

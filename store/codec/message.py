@@ -1,0 +1,355 @@
+"""Messages as the store sees them: the put-side record, properties, tag hash and ids.
+
+- Properties use RocketMQ's encoding: `name \\x01 value \\x02` for each pair, UTF-8.
+- The tags code is Java's `String.hashCode` of the tag (UTF-16 code units, int32).
+- The offset message id is the store host, IPv4 (4 B) or IPv6 (16 B), + port (4 B) +
+  commitlog offset (8 B), as 32 or 56 upper-case hex characters (RocketMQ's
+  MessageDecoder.createMessageId / decodeMessageId); it decodes back to the offset.
+- The UNIQ_KEY (client message id) is 16 bytes as 32 upper-case hex characters, in
+  MessageClientIDSetter's layout: IPv4 + pid (2 B) + 4 bytes fixed per process (the
+  class loader's hash there, random here) + ms since the start of the current month in
+  local time (4 B) + counter (2 B). The time base moves to the next month's start once
+  the clock reaches it (MessageClientIDSetter.createUniqIDBuffer).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import itertools
+import operator
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Property names (RocketMQ's MessageConst).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC (store.timer.timer_message)
+# BORNHOST of a message whose producer gave none (127.0.0.1, port 0). A born host is 8 bytes
+# (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's BORNHOST_V6_FLAG from its length.
+DEFAULT_BORN_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+SYSTEM_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "OFFSET_MOVED_EVENT", "rmq_sys_TIDEMQ_STATE"}
+)  # the transaction topics are store.transaction.transaction_message's HALF_TOPIC and OP_TOPIC; the last is store.state.state_log's STATE_TOPIC
+# Topics no client reads: the broker's own state (offsets, secrets, progress marks; store.state.state_log).
+INTERNAL_TOPICS = frozenset({"rmq_sys_TIDEMQ_STATE"})
+
+# The topic naming rule (RocketMQ's TopicValidator: letters, digits, %, |, _ and -), used for group names too.
+TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+TOPIC_PATTERN = re.compile(TOPIC_NAME_PATTERN)
+# Longest topic name, in bytes (RocketMQ's TopicValidator.TOPIC_MAX_LENGTH); the names are ASCII.
+TOPIC_MAX_BYTES = 127
+# Longest consumer group name, in bytes: a topic's, because a group names topics of its own (%DLQ%, %RETRY%).
+GROUP_MAX_BYTES = TOPIC_MAX_BYTES
+# Names whose verdict topic_problem keeps.
+TOPIC_CHECK_CACHE_SIZE = 100_000
+
+
+class MessageInner:
+    """A message to put (RocketMQ's MessageExtBrokerInner, the fields the store needs).
+
+    `properties_bytes` and `tags_code` are derived once when the message is made,
+    not on the put path.
+    """
+
+    __slots__ = (
+        "topic",
+        "topic_bytes",
+        "queue_id",
+        "body",
+        "flag",
+        "properties",
+        "properties_bytes",
+        "tags_code",
+        "born_timestamp",
+        "born_host",
+        "sys_flag",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "tail",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        born_timestamp: int | None = None,
+        born_host: bytes = DEFAULT_BORN_HOST,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.body = body
+        self.flag = flag
+        self.properties = properties if properties is not None else {}
+        self.born_timestamp = born_timestamp if born_timestamp is not None else int(time.time() * 1000)
+        self.born_host = born_host
+        self.sys_flag = sys_flag
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the derived fields after the topic or the properties change.
+
+        `tail` is the end of the message's item in RocketMQ's batch encoding (properties
+        length + properties, store.native.pack_batch); it is built here so the put path only
+        joins item head, body and tail.
+        """
+        self.topic_bytes = self.topic.encode("utf-8")
+        self.properties_bytes = props = encode_properties(self.properties)
+        self.tags_code = tags_hash(self.properties.get(PROPERTY_TAGS, ""))
+        if len(self.topic_bytes) <= 255 and len(props) <= 0x7FFF:
+            self.tail = len(props).to_bytes(2, "big") + props
+        else:
+            self.tail = b""  # refused by validation before it is ever written
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS, ""))
+
+
+def build_message(
+    topic: str,
+    body: bytes,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: list[str] | None = None,
+    properties: dict[str, str] | None = None,
+    uniq_key: str | None = None,
+    delay_level: int = 0,
+    born_timestamp: int | None = None,
+    born_host: bytes = DEFAULT_BORN_HOST,
+) -> MessageInner:
+    """Make a MessageInner with the usual properties filled in (UNIQ_KEY generated when absent).
+
+    `born_host` is 8 bytes (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's v6 bit from it.
+    """
+    props: dict[str, str] = dict(properties) if properties else {}
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+    props[PROPERTY_UNIQ_KEY] = uniq_key or new_uniq_key()
+    if delay_level > 0:
+        props[PROPERTY_DELAY] = str(delay_level)
+    return MessageInner(topic, body, queue_id, props, born_timestamp=born_timestamp, born_host=born_host)
+
+
+def delay_requested(properties: dict[str, str]) -> bool:
+    """True when a put is to move the message to SCHEDULE_TOPIC_XXXX: it carries DELAY and not REAL_TOPIC.
+
+    A message the store moved carries REAL_TOPIC from then on, and keeps DELAY on the copy delivered
+    to its topic (RocketMQ's ScheduleMessageService.messageTimeup clears DELAY from the copy's
+    property map after writing its property string, so CommitLog.putMessage, which reads the map,
+    does not delay it again). Producers cannot set REAL_TOPIC, so this tells a delivered copy, and
+    a retry of one, from a message asking for a delay.
+    """
+    return PROPERTY_DELAY in properties and PROPERTY_REAL_TOPIC not in properties
+
+
+def split_keys(value: str) -> list[str]:
+    return [k for k in value.split(KEY_SEPARATOR) if k]
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    if not properties:
+        return b""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")
+
+
+def decode_properties(data: bytes | memoryview) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not data:
+        return out
+    text = bytes(data).decode("utf-8", errors="replace")
+    for item in text.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[name] = value
+    return out
+
+
+def properties_are_encodable(properties: dict[str, Any]) -> str | None:
+    """Return why the properties cannot be encoded, or None when they can."""
+    for k, v in properties.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            return "property names and values must be strings"
+        if not k:
+            return "property names must not be empty"
+        for text in (k, v):
+            if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+                return "property names and values must not contain \\x01 or \\x02"
+    return None
+
+
+_POWERS_OF_31 = 256
+# _POW31_DESC[j] = 31 ** (_POWERS_OF_31 - 1 - j) mod 2^32: the coefficients of a string's code units.
+_POW31_DESC = [pow(31, _POWERS_OF_31 - 1 - j, 1 << 32) for j in range(_POWERS_OF_31)]
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, wrapped to int32.
+
+    Evaluated as one dot product with precomputed powers (keys and tags are short),
+    which keeps the per-character work in C.
+    """
+    try:
+        units: bytes | list[int] = text.encode("ascii")
+    except UnicodeEncodeError:
+        raw = text.encode("utf-16-be")
+        units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
+    n = len(units)
+    if n <= _POWERS_OF_31:
+        h = sum(map(operator.mul, units, _POW31_DESC[_POWERS_OF_31 - n :])) & 0xFFFFFFFF
+    else:
+        h = 0
+        for unit in units:
+            h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+_TAG_HASH_CACHE: dict[str, int] = {}
+
+
+def tags_hash(tag: str) -> int:
+    """The tags code of a tag (0 for no tag); cached since tags repeat."""
+    if not tag:
+        return 0
+    code = _TAG_HASH_CACHE.get(tag)
+    if code is None:
+        code = java_string_hash(tag)
+        if len(_TAG_HASH_CACHE) < 65_536:
+            _TAG_HASH_CACHE[tag] = code
+    return code
+
+
+def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
+    """RocketMQ's offset message id: host (8 or 20 B) + offset (8 B) as 32 or 56 upper-case hex characters."""
+    return (store_host + commitlog_offset.to_bytes(8, "big")).hex().upper()
+
+
+OFFSET_MSG_ID_LENGTHS = (32, 56)  # hex characters with an IPv4 and an IPv6 store host
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """Return (ip, port, commitlog offset) of an offset message id; ValueError when malformed."""
+    if len(msg_id) not in OFFSET_MSG_ID_LENGTHS:
+        raise ValueError("an offset message id has 32 hex characters (56 with an IPv6 store host)")
+    raw = bytes.fromhex(msg_id)
+    ip_len = 4 if len(raw) == 16 else 16
+    ip = str(ipaddress.ip_address(raw[:ip_len]))
+    port = int.from_bytes(raw[ip_len : ip_len + 4], "big")
+    offset = int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
+    if offset < 0:
+        raise ValueError("offset is negative")
+    return ip, port, offset
+
+
+class UniqKeyGenerator:
+    """Generates UNIQ_KEY values; a fixed prefix per process and a per-call suffix.
+
+    `clock_ms` reads the wall clock in ms (time.time by default; tests pass a fixed one).
+    """
+
+    def __init__(self, ipv4: bytes = b"\x7f\x00\x00\x01", clock_ms: Callable[[], int] | None = None) -> None:
+        prefix = ipv4[:4] + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count()
+        self._clock_ms = clock_ms or _wall_clock_ms
+        self._set_time_base(self._clock_ms())
+
+    def _set_time_base(self, now_ms: int) -> None:
+        self._month_start_ms, self._next_month_start_ms = month_bounds_ms(now_ms)
+
+    def _since_month_start(self) -> int:
+        now = self._clock_ms()
+        if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+            self._set_time_base(now)
+        return now - self._month_start_ms
+
+    def next(self) -> str:
+        since = self._since_month_start()
+        return f"{self._prefix}{since & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+
+    def next_batch(self, n: int) -> list[str]:
+        """`n` keys as `next` makes them, sharing one reading of the clock (a batch is put at once)."""
+        if n > UNIQ_KEY_CHUNK:  # the 16-bit counter wraps: a huge batch reads the clock again every chunk
+            return [k for first in range(0, n, UNIQ_KEY_CHUNK) for k in self.next_batch(min(UNIQ_KEY_CHUNK, n - first))]
+        head = f"{self._prefix}{self._since_month_start() & 0xFFFFFFFF:08X}"
+        # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
+        return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
+
+
+# Keys made per clock reading at most; a clock tick per chunk keeps 2**16 counter values apart.
+UNIQ_KEY_CHUNK = 4_096
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def month_bounds_ms(now_ms: int) -> tuple[int, int]:
+    """The starts of the month holding `now_ms` and of the next one, in local time (ms since the epoch)."""
+    t = time.localtime(now_ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    end = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(end * 1000)
+
+
+_DEFAULT_GENERATOR = UniqKeyGenerator()
+
+
+def new_uniq_key() -> str:
+    return _DEFAULT_GENERATOR.next()
+
+
+def new_uniq_keys(n: int) -> list[str]:
+    """`n` fresh UNIQ_KEY values for one batch."""
+    return _DEFAULT_GENERATOR.next_batch(n)
+
+
+@functools.lru_cache(maxsize=TOPIC_CHECK_CACHE_SIZE)
+def topic_problem(topic: str, max_length_bytes: int = TOPIC_MAX_BYTES, kind: str = "topic") -> str | None:
+    """Return why a topic name is invalid, or None when it is valid.
+
+    The one check of a name, for the store and the front end alike, topics and the names that follow
+    a topic's rule (consumer and producer groups: `kind` names which in the verdict); cached, so the
+    pattern runs once per name (the cache is bounded: a flood of new names only evicts the oldest)."""
+    if not topic:
+        return f"{kind} must not be empty"
+    if len(topic.encode("utf-8")) > max_length_bytes:
+        return f"{kind} is longer than {max_length_bytes} bytes"
+    if not TOPIC_PATTERN.match(topic):
+        return f"{kind} must match {TOPIC_NAME_PATTERN}"
+    return None
+
+
+def group_problem(group: str) -> str | None:
+    """Why `group` cannot be a consumer group name (a topic's rule, at most GROUP_MAX_BYTES); None when it can."""
+    return topic_problem(group, GROUP_MAX_BYTES, "group")

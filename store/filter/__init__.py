@@ -1,0 +1,1 @@
+"""Message filters: tags and SQL92 property filters (parsed, checked, compiled for the gather kernel)."""

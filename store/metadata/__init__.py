@@ -1,0 +1,1 @@
+"""Topics, consumer offsets and topic deletions."""

@@ -1,0 +1,1 @@
+"""Group (POP) consumption: receive, ack, invisible time, revive, FIFO order, receipt handles, groups."""

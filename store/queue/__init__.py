@@ -1,0 +1,1 @@
+"""Consume queues, dispatch from the commitlog into them, and reads (pulls) through them."""

@@ -1,0 +1,1 @@
+"""Delay levels (SCHEDULE_TOPIC_XXXX) and their delivery."""

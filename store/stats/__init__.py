@@ -1,0 +1,1 @@
+"""Statistics and the store's status report."""

@@ -1,0 +1,1 @@
+"""Timer messages: RocketMQ 5's timer log and wheel, enqueue, dequeue, checkpoint and progress."""

@@ -1,0 +1,1 @@
+"""Transactions: half messages, commit and rollback, check-backs, producer groups."""
