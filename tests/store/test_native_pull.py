@@ -158,7 +158,7 @@ def damage(store: DefaultMessageStore, plan: Plan, written: list[tuple[int, int]
 
 def outcome(getter: MessageGetter, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None) -> tuple:
     """Everything a pull answers, and what it added to the store's counters."""
-    stats = getter.store.stats
+    stats = getter.stats
     names = ("damaged_queue_entries", "get_found", "get_miss", "get_transferred_messages", "get_transferred_bytes")
     before = [getattr(stats, n) for n in names]
     with getter.get_message("g", TOPIC, queue_id, offset, max_count, tag_filter) as r:
