@@ -136,12 +136,12 @@ class AccessGate:
             await self._refuse(scope, receive, send, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
             return
         if not _allowed(account, need):
-            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None)
+            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None, account)
             return
         wait_s = self.limiter.retry_after(account)
         if wait_s:
             detail = f"account {account.name!r} is over its rate limit ({account.rate_limit_per_s}/s, burst {account.burst})"
-            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)})
+            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)}, account)
             return
         scope[ACCOUNT_KEY] = account
         if need.admin:
@@ -149,10 +149,14 @@ class AccessGate:
         else:
             await self.app(scope, receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None) -> None:
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None, account: Account | None = None
+    ) -> None:
+        """Answer a refusal; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""
         response = self.problem(code, detail, scope["path"][:200], headers)
         if need_audit(scope):
-            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], "-", response.status_code)
+            who = account.name if account is not None else "-"
+            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], who, response.status_code)
         await response(scope, receive, send)
 
     async def _audited(self, scope: Scope, receive: Receive, send: Send, account: Account) -> None:

@@ -124,11 +124,15 @@ def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
     assert client is not None
     assert client.put("/v1/topics/audited", json={}, headers=bearer(OPS)).status_code in (200, 201)
     client.delete("/v1/topics/audited", headers=bearer(BILLING))
+    client.delete("/v1/topics/audited")
+    client.delete("/v1/topics/audited", headers=bearer("no-such-token"))
     client.post("/v1/topics/billing-a/messages", json={"body": "x"}, headers=bearer(BILLING))
     time.sleep(0.2)
     log = broker.log()
     assert "tidemq.audit: PUT /v1/topics/audited account=ops status=20" in log
-    assert "tidemq.audit: DELETE /v1/topics/audited account=- status=403" in log
+    # A known account refused for lacking admin is named; no token or an unknown one is "-".
+    assert "tidemq.audit: DELETE /v1/topics/audited account=billing status=403" in log
+    assert log.count("tidemq.audit: DELETE /v1/topics/audited account=- status=401") == 2
     assert "tidemq.audit: POST /v1/topics/billing-a/messages" not in log  # produce is not an admin action
 
 
