@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
@@ -10,11 +11,23 @@ STORE ?= ./data
 
 .PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop cluster bench-cluster clean
 
+# setuptools >= 77 reads pyproject.toml's SPDX license; the venv's bundled one is older.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q --upgrade pip 'setuptools>=77'
 
+# The broker and its client alone, what `make run` needs: a plain install of this checkout (no test extra, no
+# editable-install machinery), redone when a source file changes. A development venv (`make venv`: editable,
+# with the test extra) is left as it is.
+RUN_SOURCES := pyproject.toml setup.py $(shell find store app tidemq ha cluster pipeline -type f \( -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) 2>/dev/null)
+$(BASE_STAMP): $(RUN_SOURCES) | $(PY)
+	@if [ -f $(STAMP) ]; then echo "$(VENV) is a development venv (make venv): serving its editable install"; \
+	else $(PIP) install -q --upgrade 'setuptools>=77' && $(PIP) install -q .; fi
+	touch $@
+
+# With the test extra (pytest, playwright, schemathesis, mypy, ...): what the tests and lint need.
 $(STAMP): pyproject.toml setup.py | $(PY)
+	$(PIP) install -q --upgrade 'setuptools>=77'
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
@@ -45,7 +58,10 @@ test-native-asan: $(STAMP)
 		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
-run: $(STAMP) native
+# Installs the broker without the test extra and serves on 127.0.0.1:8080; topics are created explicitly
+# (PUT /v1/topics/NAME or `tidemq topics create NAME`), as in production.
+run: $(BASE_STAMP)
+	@if [ -f $(STAMP) ]; then $(PY) setup.py -q build_ext --inplace; fi
 	$(VENV)/bin/tidemq serve --store $(STORE)
 
 # Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker

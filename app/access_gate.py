@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.access_check import ACCOUNT_KEY
 from app.access_rules import Need, need_of
-from app.acl import Account, Acl, AclInvalid, load_acl
+from app.acl import RIGHTS, Account, Acl, AclInvalid, load_acl
 from app.problems import ProblemReply
 
 log = logging.getLogger("tidemq.app")
@@ -144,13 +144,20 @@ class AccessGate:
             await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)}, account)
             return
         scope[ACCOUNT_KEY] = account
-        if need.admin:
+        if need.admin or need.audited:
             await self._audited(scope, receive, send, account)
         else:
             await self.app(scope, receive, send)
 
     async def _refuse(
-        self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None, account: Account | None = None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        code: str,
+        detail: str,
+        headers: dict[str, str] | None,
+        account: Account | None = None,
     ) -> None:
         """Answer a refusal; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""
         response = self.problem(code, detail, scope["path"][:200], headers)
@@ -175,7 +182,8 @@ class AccessGate:
 
 def need_audit(scope: Scope) -> bool:
     """Refusals of admin actions are audited too (who tried is as telling as who did)."""
-    return need_of(scope["method"], scope["path"], scope["query_string"]).admin
+    need = need_of(scope["method"], scope["path"], scope["query_string"])
+    return need.admin or need.audited
 
 
 def _allowed(account: Account, need: Need) -> bool:
@@ -189,6 +197,6 @@ def _allowed(account: Account, need: Need) -> bool:
 def _forbidden_detail(account: Account, need: Need, scope: Scope) -> str:
     if need.admin:
         return f"account {account.name!r} is not an administrator; {scope['method']} {scope['path'][:200]} needs one"
-    words = {0: "any permission", 1: "PUB", 2: "SUB", 3: "PUB|SUB"}[need.bits]
+    words = "|".join(name for name, bit in RIGHTS.items() if need.bits & bit) or "any permission"
     on = " and ".join(part for part in (need.topic and f"topic {need.topic[:200]!r}", need.group and f"group {need.group[:200]!r}") if part)
     return f"account {account.name!r} lacks {words} on {on}"

@@ -74,16 +74,24 @@ class TopicSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"queues": 4, "perm": "rw"}})
     queues: int | None = Field(
         None,
-        description="Read and write queue count (default: the store's default_topic_queue_nums; at most max_topic_queue_nums)",
+        description="Read and write queue count (default: the store's default_topic_queue_nums for a new topic; an existing "
+        "topic keeps its count; at most max_topic_queue_nums)",
         json_schema_extra={"minimum": 1, "maximum": 1024},
     )
-    perm: Literal["rw", "r", "w", ""] = Field("rw", description="r: readable, w: writable")
+    perm: Literal["rw", "r", "w", ""] | None = Field(
+        None, description='r: readable, w: writable (default: "rw" for a new topic; an existing topic keeps its perm)'
+    )
 
 
 class QueueInfo(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int
+
+
+class FieldChange(BaseModel):
+    old: Any
+    new: Any
 
 
 class TopicInfo(BaseModel):
@@ -102,7 +110,16 @@ class TopicInfo(BaseModel):
     read_queues: int
     write_queues: int
     perm: str
+    kind: Literal["user", "system", "retry", "dead_letter"] | None = Field(
+        None,
+        description="In listings: user, or the broker's own (system: delay levels, timers, transactions, the revive "
+        "topic; retry and dead_letter: a consumer group's %RETRY% and %DLQ% topics)",
+    )
     queues: list[QueueInfo] | None = None
+    changed: dict[str, FieldChange] | None = Field(
+        None, description="PUT of an existing topic: what it changed (empty when nothing), each field's old and new value"
+    )
+    warning: str | None = Field(None, description="PUT of an existing topic: a consequence to know, such as queues no longer read")
 
 
 class TopicList(BaseModel):
@@ -261,6 +278,9 @@ class PullResult(BaseModel):
     min_offset: int
     max_offset: int
     messages: list[Message]
+    hint: str | None = Field(
+        None, description="With OFFSET_OVERFLOW_BADLY and OFFSET_TOO_SMALL: what the status means and where to continue"
+    )
 
 
 class OffsetCommit(BaseModel):

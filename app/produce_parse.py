@@ -113,7 +113,7 @@ def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
         raise ProblemError("BODY_INVALID", f"the name {repeated[:60]!r} appears twice in one object")
     if "messages" in doc:
         if len(doc) != 1:
-            raise ProblemError("BODY_INVALID", 'a batch object holds only "messages"')
+            raise ProblemError("BODY_INVALID", batch_fields_detail(doc))
         items = doc["messages"]
         if type(items) is not list:
             raise ProblemError("BODY_INVALID", "messages must be an array")
@@ -129,6 +129,19 @@ def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
                 raise ProblemError(e.code, f"messages[{i}]: {e.detail}", e.extra) from None
         return drafts, True
     return [_draft(doc, limits)], False
+
+
+def batch_fields_detail(doc: dict[str, Any]) -> str:
+    """Why a batch object with more than "messages" is refused, saying where each field belongs."""
+    others = sorted(name for name in doc if name != "messages")
+    per_message = [name for name in others if name in FIELDS]
+    if per_message:
+        where = ", ".join(f'"{name}"' for name in per_message)
+        return (
+            f'a batch object holds only "messages"; {where} belong{"s" if len(per_message) == 1 else ""} on each message '
+            f'(e.g. {{"messages": [{{"body": "...", "{per_message[0]}": ...}}]}}); a binary batch takes queue_id as a query parameter'
+        )
+    return f'a batch object holds only "messages", not {", ".join(repr(n[:40]) for n in others[:5])}'
 
 
 def _draft(obj: Any, limits: Limits) -> Draft:

@@ -6,7 +6,7 @@ with orjson by the handlers and documented here for the OpenAPI spec.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,8 +90,11 @@ class AckRequest(BaseModel):
 
 class AckItem(BaseModel):
     receipt_handle: str
-    status: str = Field(description="OK, HANDLE_EXPIRED (its invisible time passed: it may be delivered again), "
-                        "HANDLE_INVALID, or NOT_STORED (the ack could not be stored: ack again)")  # fmt: skip
+    status: Literal["OK", "HANDLE_EXPIRED", "HANDLE_INVALID", "NOT_STORED", "ALREADY_ACKED", "HANDLE_SUPERSEDED"] = Field(
+        description="OK (acked now), HANDLE_EXPIRED (its invisible time passed: it may be delivered again), HANDLE_INVALID, "
+        "NOT_STORED (the ack could not be stored: ack again), ALREADY_ACKED (acked before with this handle: nothing done "
+        "or counted), HANDLE_SUPERSEDED (a change of the invisible time replaced it: ack with the handle that change "
+        "answered, or the message is delivered again)")  # fmt: skip
 
 
 class AckResult(BaseModel):

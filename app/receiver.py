@@ -210,6 +210,13 @@ class Receiver:
             raise ProblemError("HANDLE_EXPIRED", "the message's invisible time has passed; it may have been delivered again")
         if outcome is AckOutcome.NOT_STORED:
             raise ProblemError("STORE_WRITE_FAILED", "the new invisible time could not be stored; the old one still holds")
+        if outcome is AckOutcome.ALREADY_ACKED:
+            raise ProblemError("ALREADY_ACKED", "the message was acked with this handle; it is not delivered to the group again")
+        if outcome is AckOutcome.HANDLE_SUPERSEDED:
+            raise ProblemError(
+                "HANDLE_SUPERSEDED",
+                "an earlier change of the invisible time replaced this handle; change or ack with the handle it answered",
+            )
         assert handle is not None, "an OK change carries the new handle"
         return JsonResponse({"receipt_handle": self.issued(handle), "invisible_until_ms": until})
 

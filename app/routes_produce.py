@@ -300,7 +300,7 @@ class Producer:
                 )
             drafts[0].transaction = check_producer_group(header)
         group = check_transactional(drafts)
-        queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
+        queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length

@@ -52,6 +52,13 @@ OCTET_STREAM = "application/octet-stream"
 # pullBatch's path: the batch format has an operation of its own, so that the pull's reply is one type.
 BATCH_PATH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 HOLDABLE = frozenset({"NO_NEW_MSG", "NO_MATCHED_MSG"})
+# RocketMQ's names for an offset outside the queue, explained in the JSON reply's `hint`.
+OFFSET_HINTS = {
+    "OFFSET_OVERFLOW_BADLY": "offset {offset} is past the end of queue {spec.queue_id}, whose next message will have offset "
+    "{result.max_offset}; continue from next_offset {result.next_begin_offset} (with wait_ms to wait for it)",
+    "OFFSET_TOO_SMALL": "offset {offset} is below queue {spec.queue_id}'s first kept message (offset {result.min_offset}: older "
+    "ones were removed by retention); continue from next_offset {result.next_begin_offset}",
+}
 
 
 @dataclass(slots=True)
@@ -249,15 +256,16 @@ class Puller:
             else:
                 limit = self.store.config.max_message_size_bytes
                 messages = [message_json(m, limit) for m in result.decode()] if found else []
-                body = orjson.dumps(
-                    {
-                        "status": status,
-                        "next_offset": result.next_begin_offset,
-                        "min_offset": result.min_offset,
-                        "max_offset": result.max_offset,
-                        "messages": messages,
-                    }
-                )
+                reply = {
+                    "status": status,
+                    "next_offset": result.next_begin_offset,
+                    "min_offset": result.min_offset,
+                    "max_offset": result.max_offset,
+                    "messages": messages,
+                }
+                if status in OFFSET_HINTS:
+                    reply["hint"] = OFFSET_HINTS[status].format(offset=offset, spec=spec, result=result)
+                body = orjson.dumps(reply)
             count = result.message_count if found else 0
             return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count)
         finally:

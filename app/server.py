@@ -63,6 +63,7 @@ from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
+from app.suggestions import closest_route
 from cluster.forwarding import Forwarder
 from store import StateWriteFailed, StoreLocked, TidemqError
 
@@ -98,6 +99,15 @@ def _validation_code(errors: list[Any]) -> tuple[str, str]:
         why = (error.get("ctx") or {}).get("error")  # a JSON decode error's reason (e.g. a repeated name)
         parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}" + (f" ({why})" if why else ""))
     return code, "; ".join(parts) or "invalid request"
+
+
+def not_found_detail(request: Request) -> str:
+    """NOT_FOUND's detail: the closest route (with its methods), and where every route is described."""
+    path = request.url.path[:200]
+    routes: dict[str, set[str]] = request.app.state.route_templates
+    similar = closest_route(path, routes)
+    hint = f"; did you mean {similar} ({', '.join(sorted(routes[similar]))})?" if similar is not None else "."
+    return f"no resource at {path}{hint} Every route is described at /docs (the spec: /openapi.json)"
 
 
 def allowed_methods(request: Request) -> list[str]:
@@ -145,7 +155,7 @@ class ErrorMapping:
             return self.counted(code, detail, request)
         if isinstance(exc, StarletteHTTPException):
             code = HTTP_STATUS_CODES.get(exc.status_code, "REQUEST_INVALID")
-            detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
+            detail = str(exc.detail) if code != "NOT_FOUND" else not_found_detail(request)
             headers = dict(exc.headers or {})
             if exc.status_code == 405:
                 # Starlette names only the first matching route's methods; list every route of the path.
@@ -220,6 +230,12 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.route_methods = [
         (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
     ]
+    # Route template -> methods, for NOT_FOUND's closest route.
+    app.state.route_templates = {}
+    for api_router in routers:
+        for r in api_router.routes:
+            if isinstance(r, APIRoute):
+                app.state.route_templates.setdefault(r.path, set()).update(set(r.methods or ()) - {"HEAD"})
     mapping = ErrorMapping(broker)
     app.state.problem = mapping.problem  # every error reply outside a handler goes through it, counted
     install_error_handlers(app, mapping)

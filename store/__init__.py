@@ -73,7 +73,7 @@ from store.message_codec import (
 )
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
-from store.pop_records import dlq_topic, retry_topic
+from store.pop_records import dlq_topic, retry_topic, topic_kind
 from store.producer_group_manager import ProducerGroup, check_url_problem
 from store.schedule_message_service import level_for_delay_ms
 from store.service_thread import ServiceThread
@@ -220,5 +220,6 @@ __all__ = [
     "setting",
     "split_keys",
     "tags_hash",
+    "topic_kind",
     "topic_problem",
 ]

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from store.acked_handles import AckedHandles
 from store.config import BrokerRole
 from store.errors import StoreError
 from store.fifo_order_book import FifoOrderBook
@@ -98,7 +99,8 @@ class GroupConsumption:
         """After the state records are applied: returns the revive service for the store to start."""
         cfg = self._store.config
         handles = ReceiptHandles(self.secret)
-        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo)
+        acked = AckedHandles(cfg.pop_acked_handles_max)
+        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo, acked)
         self.revive_service = PopReviveService(
             self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms, horizon
         )
@@ -172,4 +174,6 @@ class GroupConsumption:
         out = dataclasses.asdict(revive.stats) if revive is not None else {}
         out["revive_in_memory"] = revive.in_memory() if revive is not None else 0
         out["fifo_in_flight"] = consumer.fifo.in_flight()
+        out["acked_handles_held"] = len(consumer.acked)
+        out["acked_handles_forgotten"] = consumer.acked.forgotten
         return out

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from store.errors import StoreError
+from store.message import SYSTEM_TOPICS
 
 # RocketMQ's names: PopAckConstants.REVIVE_TOPIC + cluster, the CK and ACK tags, the revive group.
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
@@ -45,6 +46,22 @@ def retry_topic(group: str, topic: str) -> str:
 def is_group_system_topic(topic: str) -> bool:
     """Whether `topic` is a retry or dead-letter topic (a consumer never produced to it)."""
     return topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX)
+
+
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX: topics the broker makes for itself (the revive topic, ...).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def topic_kind(topic: str) -> str:
+    """What a topic is for: "system" (the broker's own: delay levels, timers, transactions, the revive topic),
+    "retry" (a group's `%RETRY%` topic), "dead_letter" (a group's `%DLQ%` topic) or "user" (every other)."""
+    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        return "system"
+    if topic.startswith(RETRY_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_PREFIX):
+        return "dead_letter"
+    return "user"
 
 
 def dlq_topic(group: str) -> str:

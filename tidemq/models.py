@@ -155,7 +155,7 @@ class PullResult:
 @dataclass(slots=True)
 class AckResult:
     receipt_handle: str
-    status: str  # OK, HANDLE_EXPIRED, HANDLE_INVALID or NOT_STORED
+    status: str  # OK, HANDLE_EXPIRED, HANDLE_INVALID, NOT_STORED, ALREADY_ACKED or HANDLE_SUPERSEDED
 
 
 @dataclass(slots=True)

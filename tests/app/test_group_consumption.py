@@ -123,6 +123,23 @@ def test_invisible_time_extends_and_the_new_handle_acks(c: httpx.Client, topic: 
     assert problem(expired, 409, "HANDLE_EXPIRED")
 
 
+def test_a_repeated_or_superseded_ack_says_so_and_counts_nothing(c: httpx.Client, topic: str) -> None:
+    create(c, topic, queues=1)
+    send(c, topic, "once")
+    send(c, topic, "moved")
+    once, moved = receive(c, "dup-g", topic, max=2, invisible_ms=30_000)
+    assert [ack(c, "dup-g", topic, [once["receipt_handle"]]) for _ in range(3)] == [["OK"], ["ALREADY_ACKED"], ["ALREADY_ACKED"]]
+    r = c.post(base("dup-g", topic) + "/invisible", json={"receipt_handle": moved["receipt_handle"], "invisible_ms": 30_000})
+    assert r.status_code == 200, r.text
+    assert ack(c, "dup-g", topic, [moved["receipt_handle"]]) == ["HANDLE_SUPERSEDED"]
+    again = c.post(base("dup-g", topic) + "/invisible", json={"receipt_handle": once["receipt_handle"], "invisible_ms": 5_000})
+    problem(again, 409, "ALREADY_ACKED")
+    row = next(t for t in c.get("/v1/groups/dup-g").json()["topics"] if t["topic"] == topic)
+    assert (row["received"], row["acked"], row["in_flight"]) == (2, 1, 1)
+    assert f'tidemq_group_acked_total{{group="dup-g",topic="{topic}"}} 1' in c.get("/metrics").text
+    assert ack(c, "dup-g", topic, [r.json()["receipt_handle"]]) == ["OK"]
+
+
 def test_forged_and_foreign_handles_are_invalid(c: httpx.Client, topic: str) -> None:
     create(c, topic, queues=1)
     send(c, topic, "x")

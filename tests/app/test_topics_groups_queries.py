@@ -111,6 +111,7 @@ def test_group_errors(client: httpx.Client, topic: str) -> None:
 
 
 def test_query_by_key_and_msg_id(client: httpx.Client, topic: str) -> None:
+    assert client.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
     a = send(client, topic, "first", keys=["order-1"])
     b = send(client, topic, "second", keys=["order-1", "order-2"])
     send(client, topic, "third", keys=["order-3"])
@@ -135,6 +136,7 @@ def test_query_by_key_and_msg_id(client: httpx.Client, topic: str) -> None:
 
 
 def test_query_errors(client: httpx.Client, topic: str) -> None:
+    assert client.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
     send(client, topic, "x")
     url = f"/v1/topics/{topic}/messages"
     problem(client.get(url), 400, "REQUEST_INVALID")
@@ -150,6 +152,7 @@ def test_query_errors(client: httpx.Client, topic: str) -> None:
 
 
 def test_message_by_offset_id(client: httpx.Client, topic: str) -> None:
+    assert client.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
     sent = send(client, topic, "direct", tags="T")
     got = client.get(f"/v1/messages/{sent['offset_msg_id']}")
     assert got.status_code == 200 and got.json()["body"] == "direct" and got.json()["tags"] == "T"

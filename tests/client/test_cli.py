@@ -27,6 +27,11 @@ def url(shared_broker: BrokerProcess) -> str:
     return shared_broker.url
 
 
+def create(url: str, topic: str, queues: int = 4) -> None:
+    with Client(url) as c:
+        c.create_topic(topic, queues)
+
+
 def as_json(done) -> list[dict]:  # type: ignore[no-untyped-def]
     return [json.loads(line) for line in done.lines()]
 
@@ -37,6 +42,7 @@ def test_version_prints_the_package_version() -> None:
 
 
 def test_produce_stdin_lines_with_key_tag_and_queue(url: str, topic: str) -> None:
+    create(url, topic)
     sent = tidemq(url, "produce", topic, "--key", "k1", "--key", "k2", "--tag", "created", "--queue", "2", stdin=b"one\ntwo\n\nthree")
     assert sent.returncode == 0 and sent.stderr.strip() == f"tidemq: produced 3 messages to {topic}"
     got = as_json(tidemq(url, "consume", topic, "--from-beginning", "--format", "json"))
@@ -45,6 +51,7 @@ def test_produce_stdin_lines_with_key_tag_and_queue(url: str, topic: str) -> Non
 
 
 def test_produce_batches_and_single_messages_alike(url: str, topic: str) -> None:
+    create(url, topic)
     lines = b"".join(b"line %d\n" % i for i in range(250))
     assert tidemq(url, "produce", topic, "--queue", "0", "--batch", "100", stdin=lines).returncode == 0
     assert tidemq(url, "produce", topic, "--queue", "0", "--batch", "1", "-q", stdin=b"single 1\nsingle 2\n").returncode == 0
@@ -53,6 +60,7 @@ def test_produce_batches_and_single_messages_alike(url: str, topic: str) -> None
 
 
 def test_produce_files_one_message_each_or_one_per_line(url: str, topic: str, tmp_path: Path) -> None:
+    create(url, topic)
     (tmp_path / "a.bin").write_bytes(b"\x00\x01binary\nfile")
     (tmp_path / "b.txt").write_bytes(b"x\ny\n")
     assert tidemq(url, "produce", topic, "--queue", "1", str(tmp_path / "a.bin"), str(tmp_path / "b.txt")).returncode == 0
@@ -65,6 +73,7 @@ def test_produce_files_one_message_each_or_one_per_line(url: str, topic: str, tm
 
 def test_delay_ms_holds_the_message_back(url: str, topic: str) -> None:
     # 8 s: two CLI starts must fit before it (a loaded machine takes seconds to start one).
+    create(url, topic, 1)
     assert tidemq(url, "produce", topic, "--queue", "0", "--delay-ms", "8000", stdin=b"later\n").returncode == 0
     assert tidemq(url, "consume", topic, "--from-beginning").stdout == b""  # not delivered yet
     follow = tidemq(url, "consume", topic, "--from-beginning", "--follow", "--wait-ms", "5000", "--max-messages", "1", "--format", "json")
@@ -119,6 +128,7 @@ def test_consume_follow_waits_for_new_messages(shared_broker: BrokerProcess, url
 def test_consume_as_a_group_receives_acks_and_resumes(url: str, topic: str) -> None:
     group = "cg-" + uuid.uuid4().hex[:8]
     with Client(url) as c:
+        c.create_topic(topic, 4)
         c.produce_batch(topic, [b"g1", b"g2", b"g3"], queue_id=0)
     first = tidemq(url, "consume", topic, "--group", group, "--max-messages", "2")
     assert first.returncode == 0 and first.lines() == ["g1", "g2"]
@@ -169,6 +179,7 @@ def test_serve_is_still_a_command() -> None:
 
 def test_a_closed_stdout_ends_consume_quietly(url: str, topic: str, tmp_path: Path) -> None:
     with Client(url) as c:
+        c.create_topic(topic, 1)
         c.produce_batch(topic, [f"p{i}".encode() for i in range(200)], queue_id=0)
     command = shlex.join([sys.executable, "-m", "app", "consume", topic, "--from-beginning"])
     err = shlex.quote(str(tmp_path / "consume.err"))
