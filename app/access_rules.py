@@ -114,4 +114,6 @@ def _group_need(method: str, parts: list[str], query_string: bytes) -> Need:
         return Need(bits=SUB, topic=topic or None, group=group)
     if len(parts) == 7 and parts[4] == "topics" and parts[6] in GROUP_ACTIONS and parts[5]:
         return Need(bits=SUB, topic=parts[5], group=group)
+    if len(parts) == 6 and parts[4:] == ["dead-letters", "resend"]:
+        return ADMIN  # puts messages into the group's retry topic: an operator's action, audited
     return ANY_ACCOUNT

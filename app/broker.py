@@ -29,6 +29,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 
 from app.access_check import request_account, require_create
+from app.consumer_registry import ConsumerRegistry
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
@@ -75,6 +76,7 @@ class Broker:
                 raise StartRefused(f"the cluster's etcd cannot be read: {e}") from None
             self.cluster.on_node_change = self._set_ha
         self.held = HeldPulls(settings.max_held_pulls)
+        self.consumers = ConsumerRegistry()  # the groups' consumers now (receive, ack, pull with ?group=)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.checker = HttpCheckTransport(settings.transaction_check_timeout_ms, settings.transaction_check_concurrency)
         self.store.transactions.set_check_transport(self.checker)

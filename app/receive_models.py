@@ -43,6 +43,16 @@ class GroupTopic(BaseModel):
     in_flight: int = Field(description="Received and not yet acked, redelivered or dead-lettered")
 
 
+class GroupConsumer(BaseModel):
+    address: str = Field(description="The client's IP address")
+    user_agent: str
+    first_seen_ms: int
+    last_seen_ms: int = Field(description="When its last request ended")
+    requests: int = Field(description="Receives, acks and pulls it made for the group since it was first seen")
+    waiting: bool = Field(description="A held receive or pull of it is waiting now")
+    topics: list[str]
+
+
 class GroupInfo(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -52,16 +62,26 @@ class GroupInfo(BaseModel):
                 "fifo": False,
                 "configured": True,
                 "dead_letter_topic": "%DLQ%billing",
+                "dead_letters": 0,
                 "topics": [{"topic": "orders", "lag": 3, "received": 10, "acked": 7, "redelivered": 0, "dead_lettered": 0, "in_flight": 3}],
+                "consumers": [
+                    {"address": "10.0.0.7", "user_agent": "tidemq-client/0.1.0", "first_seen_ms": 1767225600000,
+                     "last_seen_ms": 1767225630000, "requests": 42, "waiting": True, "topics": ["orders"]}
+                ],
             }
         }
-    )
+    )  # fmt: skip
     group: str
     max_reconsume_times: int
     fifo: bool
     configured: bool = Field(description="False for a group that only committed offsets or received with the defaults")
     dead_letter_topic: str
+    dead_letters: int = Field(description="Messages in the dead-letter topic (read it by pull; resend with .../dead-letters/resend)")
     topics: list[GroupTopic]
+    consumers: list[GroupConsumer] = Field(
+        description="Clients that received, acked or pulled with ?group= for the group within the last 60 s, or are waiting in a held "
+        "request now (an event stream is not counted)"
+    )
 
 
 class GroupList(BaseModel):

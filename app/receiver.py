@@ -144,9 +144,13 @@ class Receiver:
 
     async def receive(self, request: Request) -> Response:
         spec = self.parse(request)
-        popped = await self.take(spec)
-        if not popped and spec.wait_ms > 0:
-            popped = await self.hold(request, spec)
+        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
+        try:
+            popped = await self.take(spec)
+            if not popped and spec.wait_ms > 0:
+                popped = await self.hold(request, spec)
+        finally:
+            self.broker.consumers.end(consumer)
         return self.render(spec, popped)
 
     async def hold(self, request: Request, spec: ReceiveSpec) -> list[Popped]:
@@ -192,7 +196,11 @@ class Receiver:
         self.broker.topic_config(topic)
         given = parse_ack_body(await request.body())
         handles = [self.own_handle(h) for h in given] if self.handle_prefix else given
-        outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+        consumer = self.broker.consumers.begin(group, topic, request.scope)
+        try:
+            outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+        finally:
+            self.broker.consumers.end(consumer)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
         results = [{"receipt_handle": h, "status": o.value} for h, o in zip(given, outcomes, strict=True)]
         return Response(orjson.dumps({"results": results}), media_type="application/json")

@@ -1,4 +1,4 @@
-"""Consumer group offsets: /v1/groups/{group}/offsets.
+"""Consumer groups: /v1/groups, /v1/groups/{group} (settings, deletion) and /v1/groups/{group}/offsets.
 
 Invariants: a commit names an existing topic and queue and an offset in 0..max offset of that
 queue; a request with several commits checks all of them before committing any. A 200 means
@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.access_check import require
 from app.acl import SUB
-from app.broker import BrokerDep
+from app.broker import Broker, BrokerDep
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
 from app.problems import ProblemError
@@ -112,7 +112,8 @@ async def get_offsets(broker: BrokerDep, group: GroupPath, topic: TopicQuery) ->
     return JsonResponse({"group": group, "topic": topic, "queues": queues})
 
 
-def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, Any]:
+def group_info(broker: Broker, name: str, topics: list[str]) -> dict[str, Any]:
+    store = broker.store
     gc = store.group_consumption
     settings = gc.group(name)
     counts = gc.counts()
@@ -122,8 +123,11 @@ def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, A
         rows.append({"topic": topic, "lag": group_lag(store, name, topic), "received": c.received, "acked": c.acked,
                      "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
     configured = gc.is_configured(name)
+    dlq = dlq_topic(name)
+    dead_letters = max(0, store.get_max_offset_in_queue(dlq, 0) - store.get_min_offset_in_queue(dlq, 0))
     return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "configured": configured,
-            "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
+            "dead_letter_topic": dlq, "dead_letters": dead_letters, "topics": rows,
+            "consumers": broker.consumers.connected(name)}  # fmt: skip
 
 
 @api.put(
@@ -138,7 +142,7 @@ async def put_group(broker: BrokerDep, group: GroupPath, body: Annotated[GroupSe
     broker.check_master()
     gc = store.group_consumption
     created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo)
-    info = group_info(broker.store, group, gc.topics_by_group().get(group, []))
+    info = group_info(broker, group, gc.topics_by_group().get(group, []))
     return JsonResponse(info, 201 if created else 200)
 
 
@@ -148,7 +152,7 @@ async def list_groups(broker: BrokerDep) -> Response:
     gc = store.group_consumption
     topics = gc.topics_by_group()
     names = sorted(set(topics) | {g.name for g in gc.configured_groups()} | {g for g, _ in gc.counts()})
-    return JsonResponse({"groups": [group_info(broker.store, n, topics.get(n, [])) for n in names]})
+    return JsonResponse({"groups": [group_info(broker, n, topics.get(n, [])) for n in names]})
 
 
 @api.get(
@@ -164,4 +168,19 @@ async def get_group(broker: BrokerDep, group: GroupPath) -> Response:
     topics = gc.topics_by_group().get(group)
     if topics is None and not gc.is_configured(group) and not any(g == group for g, _ in gc.counts()):
         raise ProblemError("NOT_FOUND", f"no group {group}: it was never configured and never consumed")
-    return JsonResponse(group_info(broker.store, group, topics or []))
+    return JsonResponse(group_info(broker, group, topics or []))
+
+
+@api.delete(
+    "/v1/groups/{group}",
+    operation_id="deleteGroup",
+    summary="Delete a consumer group: its settings and every offset it committed (its retry and dead-letter topics stay)",
+    status_code=204,
+    responses={**docs(None, 204, "GROUP_INVALID", "NOT_FOUND", "NOT_MASTER", "STORE_WRITE_FAILED"), 204: {"description": "Deleted"}},
+)
+async def delete_group(broker: BrokerDep, group: GroupPath) -> Response:
+    check_group(group)
+    broker.check_master()
+    if not await broker.run(broker.store.group_consumption.delete_group, group):
+        raise ProblemError("NOT_FOUND", f"no group {group}: it has no settings and no committed offsets")
+    return Response(status_code=204)

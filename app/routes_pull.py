@@ -300,6 +300,15 @@ class Puller:
         if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
             batch = BATCH_MEDIA_TYPE
         spec = self.parse(request, batch is not None)
+        if not spec.group:
+            return await self.serve_spec(request, spec, batch)
+        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
+        try:
+            return await self.serve_spec(request, spec, batch)
+        finally:
+            self.broker.consumers.end(consumer)
+
+    async def serve_spec(self, request: Request, spec: PullSpec, batch: str | None) -> Response:
         r = await self.read_at(spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
             return self.answer(r, spec, batch)

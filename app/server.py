@@ -37,6 +37,7 @@ from app import (
     console,
     routes_admin,
     routes_cluster,
+    routes_dead_letters,
     routes_groups,
     routes_produce,
     routes_pull,
@@ -221,7 +222,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     pull_router, pull, pull_batch = routes_pull.router(broker)
     routers = [routes_status.api, routes_topics.api, produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
-    routers += [routes_groups.api, receive_router, routes_queries.api, routes_admin.api]
+    routers += [routes_groups.api, routes_dead_letters.api, receive_router, routes_queries.api, routes_admin.api]
     routers += [routes_transactions.api, routes_cluster.api]
     for api_router in routers:
         app.include_router(api_router)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.acked_handles import AckedHandles
 from store.config import BrokerRole
+from store.dead_letters import Resent, resend_dead_letters
 from store.errors import StoreError
 from store.fifo_order_book import FifoOrderBook
 from store.message import MessageInner
@@ -24,6 +25,7 @@ from store.pop_counters import PopCounts
 from store.pop_records import REVIVE_GROUP, dlq_topic, retry_topic
 from store.pop_revive_service import PopReviveService
 from store.receipt_handle import PopSecret, ReceiptHandles
+from store.state_log import StateChange
 from store.state_table import StateTable
 from store.status import PutMessageResult
 from store.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
@@ -131,6 +133,26 @@ class GroupConsumption:
     def put_group(self, name: str, max_reconsume_times: int, fifo: bool) -> bool:
         """Create or update a group's settings (blocking: persisted at once); True when created."""
         return self.groups.put(SubscriptionGroup(name, max_reconsume_times, fifo))
+
+    def delete_group(self, name: str) -> bool:
+        """Remove a group's settings and every offset it committed (its topics' and retry topics'), in one put
+        (blocking: recorded durably; StateWriteFailed when not confirmed) and its counts; False when the store
+        knew nothing of it. Its retry and dead-letter topics stay (their messages may still be wanted); a group
+        of that name consuming again starts at each queue's first message."""
+        offsets = self._store.consumer_offset_manager
+        configured = self.is_configured(name)
+        if not configured and name not in offsets.groups():
+            return False
+        changes = [StateChange(offsets, offsets.remove_group_payload(name))]
+        if configured:
+            changes.append(StateChange(self.groups, {"del": name}))
+        self._store.state_log.write_all(changes)
+        self._loaded().counters.forget(name)
+        return True
+
+    def resend_dead_letters(self, group: str, offsets: list[int]) -> tuple[list[Resent], PutMessageResult | None]:
+        """Copy dead letters of the group back into its retry topics (store/dead_letters.py; blocking: one put)."""
+        return resend_dead_letters(self._adapter, group, offsets)
 
     # Receive, ack, invisible time (blocking: they store records) ------------------------
 
