@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from app.models import integral
 from store.dead_letters import MAX_RESEND
 
 
 class ResendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"offsets": [0, 1]}})
-    offsets: list[Annotated[int, Field(ge=0)]] = Field(
+    offsets: list[Annotated[int, Field(ge=0), BeforeValidator(integral)]] = Field(
         min_length=1,
         max_length=MAX_RESEND,
         description="Offsets in the dead-letter topic's queue 0 (`%DLQ%{group}`, read it by pull); each at most once",

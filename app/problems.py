@@ -67,6 +67,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "METHOD_NOT_ALLOWED": ProblemKind(405, "Method not allowed on this resource"),
     "HANDLE_EXPIRED": ProblemKind(409, "The message's invisible time has passed; it may have been delivered again"),
     "TRANSACTION_RESOLVED": ProblemKind(409, "The transaction was already resolved the other way"),
+    "OFFSET_OUT_OF_RANGE": ProblemKind(409, "The offset is past the queue's end (its max offset)"),
     "ALREADY_ACKED": ProblemKind(409, "The received message was already acked with this handle"),
     "HANDLE_SUPERSEDED": ProblemKind(409, "A change of the invisible time replaced this receipt handle; use the one it answered"),
     "BODY_TOO_LARGE": ProblemKind(413, "The request body is larger than the broker accepts"),

@@ -202,7 +202,18 @@ def _set_msg_id(draft: Draft, value: Any, limits: Limits) -> None:
     draft.msg_id = check_msg_id(value)
 
 
+# Past it a JSON parser has rounded an integer to a float.
+INT64_LIMIT = 2.0**63
+
+
+def json_int(value: Any) -> Any:
+    """An integral JSON number as an int (JSON Schema's "integer" takes 2.0 too); anything else as it is (a float
+    past int64, which a parser rounded, stays a float: refused)."""
+    return int(value) if type(value) is float and value.is_integer() and abs(value) < INT64_LIMIT else value
+
+
 def _set_queue_id(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("REQUEST_INVALID", "queue_id must be an integer >= 0")
     draft.queue_id = value
@@ -215,12 +226,14 @@ def _set_sharding_key(draft: Draft, value: Any, limits: Limits) -> None:
 
 
 def _set_delay_level(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_level must be an integer")
     set_delay(draft, "delay_level", check_delay_level(value, limits))
 
 
 def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_ms must be an integer >= 0")
     set_delay(draft, "delay_ms", 0)
@@ -230,6 +243,7 @@ def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
 
 
 def _set_deliver_at_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "deliver_at_ms must be an integer >= 0 (milliseconds since the epoch)")
     set_delay(draft, "deliver_at_ms", 0)
@@ -278,10 +292,13 @@ assert FIELDS == {"body", "encoding", *_SETTERS}
 
 def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
     """The draft of a raw (octet-stream) produce: the body as is, fields from query parameters."""
+    return _fields_from_query(Draft(_check_body(body, limits)), params, limits)
+
+
+def _fields_from_query(draft: Draft, params: Any, limits: Limits) -> Draft:
     unknown = set(params.keys()) - RAW_PARAMS
     if unknown:
         raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(sorted(unknown))}")
-    draft = Draft(_check_body(body, limits))
     tags = params.get("tags")
     if tags is not None:
         draft.tags = check_tag(tags)
@@ -300,6 +317,18 @@ def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
         if text is not None:
             _SETTERS[name](draft, _int_param(name, text, "DELAY_LEVEL_INVALID"), limits)
     return draft
+
+
+def apply_query_defaults(drafts: list[Draft], params: Any, limits: Limits) -> None:
+    """Query parameters with a JSON body: defaults for every message that does not give the field itself
+    (a message's own field wins; its own delay, of any kind, wins over the query's)."""
+    default = _fields_from_query(Draft(b""), params, limits)
+    for draft in drafts:
+        for name in ("tags", "keys", "msg_id", "queue_id", "sharding_key"):
+            if getattr(draft, name) is None and getattr(default, name) is not None:
+                setattr(draft, name, getattr(default, name))
+        if draft.delay_from is None and default.delay_from is not None:
+            draft.delay_from, draft.delay_level, draft.timer = default.delay_from, default.delay_level, default.timer
 
 
 def parse_batch_query(params: Any, limits: Limits) -> tuple[int | None, int | None]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.models import MESSAGE_EXAMPLE, Message, example_of
+from app.models import MESSAGE_EXAMPLE, JsonInt, Message, example_of
 
 # Bounds of a group's max_reconsume_times (RocketMQ's default is 16).
 MAX_RECONSUME_TIMES_LIMIT = 1_000
@@ -27,7 +27,7 @@ HANDLE_EXAMPLE = "MTAwIDE3Njc...IDAgMA.q2b1cT9XzF8m3uVv0H9KxA"
 
 class GroupSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"max_reconsume_times": 16, "fifo": False}})
-    max_reconsume_times: int = Field(
+    max_reconsume_times: JsonInt = Field(
         16, ge=0, le=MAX_RECONSUME_TIMES_LIMIT, description="Redeliveries before a message goes to %DLQ%{group}"
     )
     fifo: bool = Field(False, description="Deliver a queue's next message only after the previous one is acked or dead-lettered")
@@ -127,7 +127,7 @@ class InvisibleRequest(BaseModel):
         extra="forbid", strict=True, json_schema_extra={"example": {"receipt_handle": HANDLE_EXAMPLE, "invisible_ms": 60000}}
     )
     receipt_handle: str = Field(min_length=1, max_length=HANDLE_MAX_CHARS)
-    invisible_ms: int = Field(ge=MIN_INVISIBLE_MS, le=MAX_INVISIBLE_MS)
+    invisible_ms: JsonInt = Field(ge=MIN_INVISIBLE_MS, le=MAX_INVISIBLE_MS)
 
 
 class InvisibleResult(BaseModel):

@@ -34,7 +34,7 @@ from app.receive_models import (
 )
 from app.responses import JsonResponse
 from app.routes_groups import check_group
-from app.routes_pull import parse_tag_filter
+from app.routes_pull import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_tag_filter
 from app.stream_registry import StreamRegistry
 from app.strict_json import duplicate_name
 from store import AckOutcome, Popped, decode_message, retry_topic
@@ -70,7 +70,7 @@ def _int_param(params: Any, name: str, default: int, low: int, high: int, code: 
 
 # Query parameters the receive and the stream (app.receive_stream) both take, as OpenAPI documents them.
 INVISIBLE_MS_SCHEMA = {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}
-TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}}
+TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": TAG_FILTER_TEXT, "schema": TAG_FILTER_SCHEMA}
 RECEIVE_OPENAPI: dict[str, Any] = {
     "parameters": [
         {"name": "max", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE_MESSAGES,

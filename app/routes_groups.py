@@ -60,6 +60,7 @@ api = APIRouter(tags=["groups"], route_class=StrictJsonRoute)
         "TOPIC_NOT_FOUND",
         "QUEUE_NOT_FOUND",
         "OFFSET_INVALID",
+        "OFFSET_OUT_OF_RANGE",
         "BODY_TOO_LARGE",
         "STORE_WRITE_FAILED",
         "SHUTTING_DOWN",
@@ -78,8 +79,12 @@ async def commit(
     for c in commits:
         broker.readable_queue(c.topic, c.queue_id)
         max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
-        if not 0 <= c.offset <= max_offset:
-            raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
+        if c.offset < 0:
+            raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be >= 0, not {c.offset}")
+        if c.offset > max_offset:
+            raise ProblemError(
+                "OFFSET_OUT_OF_RANGE", f"offset of {c.topic}/{c.queue_id} must be at most its max offset {max_offset}, not {c.offset}"
+            )
     # One durable log record for the whole request, written in the pool (blocking file I/O).
     try:
         await broker.run(store.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])

@@ -52,6 +52,9 @@ OCTET_STREAM = "application/octet-stream"
 # pullBatch's path: the batch format has an operation of its own, so that the pull's reply is one type.
 BATCH_PATH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 HOLDABLE = frozenset({"NO_NEW_MSG", "NO_MATCHED_MSG"})
+# A tag filter as the spec declares it (control characters refused; parse_tag_filter checks the rest).
+TAG_FILTER_TEXT = "Tag filter: '*' or TagA||TagB (tags separated by ||, none empty, no control characters)"
+TAG_FILTER_SCHEMA = {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
 # RocketMQ's names for an offset outside the queue, explained in the JSON reply's `hint`.
 OFFSET_HINTS = {
     "OFFSET_OVERFLOW_BADLY": "offset {offset} is past the end of queue {spec.queue_id}, whose next message will have offset "
@@ -124,14 +127,17 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 PULL_OPENAPI: dict[str, Any] = {
     "parameters": [
         _query(
-            "offset", "Queue offset to read from; when omitted with group=, the group's committed offset", {"type": "integer", "minimum": 0}
+            "offset",
+            "Queue offset to read from; when omitted: with group=, the group's committed offset; else (or when the group committed none) "
+            "the queue's first kept message",
+            {"type": "integer", "minimum": 0},
         ),
         _query(
             "max",
             "Most messages to return (1..the broker's max_pull_messages; the store may return fewer)",
             {"type": "integer", "minimum": 1, "default": 32},
         ),
-        _query("tag", "Tag filter: '*' or TagA||TagB", {"type": "string"}),
+        _query("tag", TAG_FILTER_TEXT, TAG_FILTER_SCHEMA),
         _query(
             "wait_ms",
             "Hold the pull this long when there is nothing to return (at most the broker's max_wait_ms, 30000 by default)",
@@ -162,8 +168,8 @@ def _count(params: Any, name: str, code: str, default: int | None) -> int | None
 def parse_queue_id(text: str) -> int:
     if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS:
         return int(text)
-    if text[:1] == "-" and text[1:].isascii() and text[1:].isdigit():
-        raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")
+    if text.isascii() and text.lstrip("-").isdigit() and text.count("-") <= 1 and text[1:].isdigit():
+        raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")  # negative, or past any queue id
     raise ProblemError("REQUEST_INVALID", f"queue_id must be an integer, not {text[:40]!r}")
 
 
@@ -232,10 +238,8 @@ class Puller:
         if group is not None and topic_problem(group) is not None:
             raise ProblemError("GROUP_INVALID", f"group: {topic_problem(group)}")
         tag_filter, codes = parse_tag_filter(params.get("tag"))
-        if offset is None:
-            if group is None:
-                raise ProblemError("OFFSET_INVALID", "give offset, or group to start from its committed offset")
-            offset = self.store.query_offset(group, topic, queue_id)
+        if offset is None:  # the group's committed offset, else the queue's first kept message
+            offset = self.store.query_offset(group, topic, queue_id) if group is not None else -1
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
         return PullSpec(group or "", topic, queue_id, offset, max_count, tag_filter, codes, wait_ms, batch)

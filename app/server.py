@@ -59,6 +59,7 @@ from app.logs import LISTEN_LOGGER, log_config
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
+from app.openapi_limits import apply_limits
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
 from app.receive_models import AckRequest
@@ -176,7 +177,8 @@ def install_error_handlers(app: FastAPI, mapping: ErrorMapping) -> None:
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:
-    """The spec: FastAPI's, with the hand-described schemas added and 422 replaced by problem 400s."""
+    """The spec: FastAPI's, with the hand-described schemas added, 422 replaced by problem 400s and the bounds
+    this broker's settings decide (app.openapi_limits)."""
     schema = get_openapi(title="tidemq", version=API_VERSION, description=DESCRIPTION, routes=app.routes)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for model in EXTRA_SCHEMAS:
@@ -189,6 +191,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     add_bearer_security(schema)
+    apply_limits(schema, app.state.broker.settings)
     fit_for_generators(schema)
     return schema
 

@@ -86,7 +86,11 @@ def reset_transaction_type(sys_flag: int, kind: int) -> int:
 
 def producer_group_problem(name: str) -> str | None:
     """Why `name` cannot be a producer group (a topic's character rules); None when it can."""
-    return topic_problem(name) if len(name) <= MAX_PRODUCER_GROUP_CHARS else f"is longer than {MAX_PRODUCER_GROUP_CHARS} characters"
+    return (
+        topic_problem(name, MAX_PRODUCER_GROUP_CHARS)
+        if len(name) <= MAX_PRODUCER_GROUP_CHARS
+        else f"is longer than {MAX_PRODUCER_GROUP_CHARS} characters"
+    )
 
 
 def is_delayed(properties: dict[str, str]) -> bool:

@@ -1,4 +1,4 @@
-"""The client side of the `tidemq` command: produce, consume, topics, groups, offsets, lookup.
+"""The client side of the `tidemq` command: produce, consume, topics, groups, offsets, lookup, dlq.
 
 `app.cli` registers these next to `tidemq serve`; they use only `tidemq.AsyncClient`.
 `--url` (env TIDEMQ_URL, default http://127.0.0.1:8080) and `--token` (env TIDEMQ_TOKEN) name
@@ -23,6 +23,8 @@ from typing import Any
 from tidemq.async_client import AsyncClient
 from tidemq.cli_admin import add_admin_commands
 from tidemq.cli_consume import add_consume_command
+from tidemq.cli_dlq import add_dlq_command
+from tidemq.cli_groups import add_group_commands
 from tidemq.cli_output import UsageError
 from tidemq.cli_produce import add_produce_command
 from tidemq.errors import ProblemError, TidemqClientError
@@ -50,6 +52,8 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     add_produce_command(commands, common)
     add_consume_command(commands, common)
     add_admin_commands(commands, common)
+    add_group_commands(commands, common)
+    add_dlq_command(commands, common)
 
 
 def absorb_trailing_files(args: argparse.Namespace, extras: list[str]) -> bool:

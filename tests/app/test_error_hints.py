@@ -29,6 +29,22 @@ def test_a_batch_level_field_is_refused_saying_it_belongs_on_each_message(quiet_
     assert commitlog_max(quiet_client) == before
 
 
+def test_query_parameters_are_defaults_for_each_message_of_a_json_body(client: httpx.Client, topic: str) -> None:
+    create(client, topic, queues=4)
+    batch = {"messages": [{"body": "a"}, {"body": "b", "queue_id": 3, "tags": "own"}, {"body": "c", "delay_ms": 0}]}
+    r = client.post(f"/v1/topics/{topic}/messages", json=batch, params={"queue_id": "2", "tags": "q", "keys": "k1,k2"})
+    assert r.status_code == 201, r.text
+    assert [m["queue_id"] for m in r.json()["results"]] == [2, 3, 2]
+    send(client, topic, "marker", queue_id=3)
+    got = {
+        m["body"]: m for q in (2, 3) for m in client.get(f"/v1/topics/{topic}/queues/{q}/messages", params={"offset": 0}).json()["messages"]
+    }
+    assert (got["a"]["tags"], got["a"]["keys"]) == ("q", ["k1", "k2"]) and got["b"]["tags"] == "own" and got["c"]["tags"] == "q"
+    # A number JSON Schema calls an integer (2.0) is one.
+    assert client.post(f"/v1/topics/{topic}/messages", content=b'{"body": "d", "queue_id": 1.0}',
+                       headers={"content-type": "application/json"}).json()["queue_id"] == 1  # fmt: skip
+
+
 def test_a_pull_past_the_end_explains_itself(client: httpx.Client, topic: str) -> None:
     create(client, topic, queues=1)
     send(client, topic, "only")

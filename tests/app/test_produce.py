@@ -259,7 +259,8 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "1", "delay_ms": "10"}), 400, "REQUEST_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"keys": "a b"}), 400, "KEY_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"nope": "1"}), 400, "REQUEST_INVALID")
-    problem(client.post(url, json={"body": "x"}, params={"tags": "A"}), 400, "REQUEST_INVALID")
+    problem(client.post(url, json={"body": "x"}, params={"nope": "1"}), 400, "REQUEST_INVALID")  # with JSON too
+    problem(client.post(url, json={"body": "x"}, params={"keys": "a b"}), 400, "KEY_INVALID")
     problem(client.post(url, content=b"x", headers={"content-type": "text/plain"}), 415, "UNSUPPORTED_MEDIA_TYPE")
     problem(client.post(url, content=b"x"), 415, "UNSUPPORTED_MEDIA_TYPE")
 

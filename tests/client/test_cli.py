@@ -161,6 +161,62 @@ def test_topics_groups_offsets_and_lookup(url: str, topic: str) -> None:
     assert gone.returncode == 1 and gone.stderr.startswith("tidemq: 404 TOPIC_NOT_FOUND: ")
 
 
+def test_per_line_keys_properties_and_a_format_string_as_kcat_spells_them(url: str, topic: str) -> None:
+    create(url, topic, 2)
+    lines = b"k1:order 1\nk2:order 2:paid\nno key here\n:empty key\n"
+    sent = tidemq(url, "produce", topic, "-K", ":", "-H", "region=eu", "-H", "tier=1", "-p", "0", stdin=lines)
+    assert sent.returncode == 0, sent.stderr
+    out = tidemq(url, "consume", topic, "-o", "beginning", "-f", "%t %p %o [%k] %s {%h}\n")
+    assert out.lines() == [
+        f"{topic} 0 0 [k1] order 1 {{region=eu,tier=1}}",
+        f"{topic} 0 1 [k2] order 2:paid {{region=eu,tier=1}}",  # split at the first delimiter only
+        f"{topic} 0 2 [] no key here {{region=eu,tier=1}}",
+        f"{topic} 0 3 [] empty key {{region=eu,tier=1}}",
+    ]
+    last_two = as_json(tidemq(url, "consume", topic, "-o", "-2", "-J"))  # 2 before the end of each queue, JSON with metadata
+    assert [(m["queue_offset"], m["body"], m["properties"]) for m in last_two] == [
+        (2, "no key here", {"region": "eu", "tier": "1"}),
+        (3, "empty key", {"region": "eu", "tier": "1"}),
+    ]
+    assert tidemq(url, "consume", topic, "--since", "10m", "-c", "1").lines() == ["order 1"]
+    assert tidemq(url, "consume", topic, "-o", "end").lines() == []
+    bad = tidemq(url, "consume", topic, "-o", "yesterday")
+    assert bad.returncode == 2 and "-o/--offset" in bad.stderr
+    reserved = tidemq(url, "produce", topic, "-H", "KEYS=x", stdin=b"x\n")
+    assert reserved.returncode == 1 and "PROPERTIES_INVALID" in reserved.stderr
+
+
+def test_groups_describe_reset_delete_and_dead_letters(url: str, topic: str) -> None:
+    group = "dl-" + uuid.uuid4().hex[:8]
+    with Client(url) as c:
+        c.create_topic(topic, 1)
+        c.configure_group(group, max_reconsume_times=0)
+        c.produce_batch(topic, [b"poison", b"fine"], queue_id=0)
+        poison, fine = c.receive(group, topic, max_messages=2, invisible_ms=1000)
+        c.ack(group, topic, [fine.receipt_handle or ""])
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while c.group(group)["dead_letters"] < 1:  # not acked, no redelivery allowed: dead-lettered
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    listed = tidemq(url, "dlq", "list", group, "-f", "%o %s %h\n").lines()
+    assert len(listed) == 1 and listed[0].startswith("0 poison ") and f"RETRY_TOPIC={topic}" in listed[0], listed
+    resent = tidemq(url, "dlq", "resend", group, "--all")
+    assert resent.returncode == 0 and "sent 1 dead letter back" in resent.stderr, resent.stderr
+    assert tidemq(url, "consume", topic, "--group", group).lines() == ["poison"]  # received again, and acked
+    assert all(line.split()[0] != f"%DLQ%{group}" for line in tidemq(url, "topics").lines())  # internal topics hidden
+    kinds = {line.split()[0]: line.split()[-1] for line in tidemq(url, "topics", "-i").lines()[1:]}
+    assert kinds[f"%DLQ%{group}"] == "dead_letter" and kinds[f"%RETRY%{group}_{topic}"] == "retry" and kinds[topic] == "user"
+    described = tidemq(url, "groups", "describe", group).stdout.decode()
+    assert f"DEAD_LETTERS 1 (%DLQ%{group})" in described and "tidemq-client/" in described  # its consumer
+    plan = tidemq(url, "groups", "reset", group, topic, "--to-earliest", "--dry-run")
+    assert plan.lines()[1].split() == ["0", "2", "0", "2"] and "nothing committed" in plan.stderr
+    assert tidemq(url, "groups", "reset", group, topic, "--to-earliest").returncode == 0
+    assert tidemq(url, "consume", topic, "--group", group).lines() == ["poison", "fine"]  # from the start again
+    assert tidemq(url, "groups", "delete", group).returncode == 0
+    gone = tidemq(url, "groups", "describe", group)
+    assert gone.returncode == 1 and "404 NOT_FOUND" in gone.stderr
+
+
 def test_errors_are_one_line_with_a_documented_exit_status(url: str) -> None:
     unreachable = tidemq(f"http://127.0.0.1:{free_port()}", "topics")
     assert unreachable.returncode == 4 and unreachable.stderr.startswith("tidemq: CONNECT_FAILED: ")
