@@ -304,10 +304,10 @@ class Producer:
         drafts, is_batch = await self.drafts(request)
         header = request.headers.get(TRANSACTION_HEADER)
         if header is not None:
-            group = check_producer_group(header)
+            header_group = check_producer_group(header)
             for draft in drafts:  # a JSON message's own transaction field wins
                 if draft.transaction is None:
-                    draft.transaction = group
+                    draft.transaction = header_group
         group = check_transactional(drafts)
         queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
         round_robin: list[int] = []
