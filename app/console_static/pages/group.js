@@ -1,8 +1,12 @@
-// One consumer group: per topic, each queue's committed offset and lag, the group-consumption
-// counts, and resetting the group's offsets to the first message stored at or after a time.
+// One consumer group: its connected consumers; per topic, each queue's committed offset and lag, the
+// group-consumption counts, and resetting the group's offsets to the first message stored at or after a
+// time; its dead letters, sent back to it one by one or all at once; deleting the group.
 
 import { call, enc, get, query } from "../api.js";
-import { confirmButton, h, link, problemBox, section, table, time } from "../dom.js";
+import { confirmButton, duration, h, link, problemBox, section, table, time } from "../dom.js";
+import { bodyBytes } from "../message_view.js";
+
+const DEAD_LETTERS_SHOWN = 100; // dead letters listed (the oldest kept first)
 
 async function offsetsTable(group, topic) {
   const r = await get(`/v1/groups/${enc(group)}/offsets${query({ topic })}`);
@@ -63,9 +67,83 @@ async function topicPart(group, t) {
   return section(`Topic ${t.topic}`, counts, box, resetForm(group, t.topic, draw));
 }
 
+function consumersTable(consumers) {
+  const now = Date.now();
+  const rows = consumers.map((c) => [c.address, c.user_agent || "-", `${duration(Math.max(0, now - c.last_seen_ms))} ago`, c.requests,
+    c.waiting ? "waiting" : "", c.topics.join(", ")]);
+  return table(["Address", "Client", "Last seen", "Requests", "Held request", "Topics"], rows, { id: "consumers-table" });
+}
+
+async function deadLetters(group, info) {
+  const now = await get(`/v1/groups/${enc(group)}`);
+  if (!now.dead_letters) return []; // no dead-letter topic, or an empty one: nothing to ask for
+  try {
+    const dlq = info.dead_letter_topic;
+    const t = await get(`/v1/topics/${enc(dlq)}`);
+    const q = t.queues[0];
+    const r = await get(`/v1/topics/${enc(dlq)}/queues/0/messages${query({ offset: q.min_offset, max: DEAD_LETTERS_SHOWN, wait_ms: 0 })}`);
+    return r.messages;
+  } catch (err) {
+    if (err.status === 404) return []; // no dead-letter topic yet: none
+    throw err;
+  }
+}
+
+async function resend(group, offsets, out, onDone) {
+  try {
+    const r = await call("POST", `/v1/groups/${enc(group)}/dead-letters/resend`, { offsets });
+    const sent = r.results.filter((x) => x.status === "RESENT").length;
+    const other = r.results.filter((x) => x.status !== "RESENT").map((x) => `${x.offset}: ${x.status}`);
+    out.replaceChildren(h("span", { class: "ok" }, `Sent ${sent} back to ${group}${other.length ? ` (${other.join(", ")})` : ""}`));
+    onDone();
+  } catch (err) {
+    out.replaceChildren(problemBox(err));
+  }
+}
+
+async function deadLetterPart(group, info) {
+  const box = h("div", {});
+  const out = h("div", { class: "result", id: "resend-result" });
+  const draw = async () => {
+    try {
+      const messages = await deadLetters(group, info);
+      const rows = messages.map((m) => [
+        m.queue_offset,
+        m.properties.RETRY_TOPIC || "-",
+        m.reconsume_times,
+        time(m.store_timestamp),
+        bodyBytes(m).length,
+        h("span", { class: "snippet" }, m.encoding === "utf-8" ? m.body.slice(0, 60) : "(binary)"),
+        confirmButton("Resend", `Send offset ${m.queue_offset} back to ${group}?`, () => resend(group, [m.queue_offset], out, draw)),
+      ]);
+      const all = messages.length
+        ? confirmButton(`Resend all ${messages.length}`, `Send these ${messages.length} dead letters back to ${group}?`, () =>
+            resend(group, messages.map((m) => m.queue_offset), out, draw))
+        : null;
+      box.replaceChildren(table(["Offset", "From topic", "Attempts", "Dead-lettered (UTC)", "Bytes", "Body", ""], rows, { id: "dead-letters-table" }), all);
+    } catch (err) {
+      box.replaceChildren(problemBox(err));
+    }
+  };
+  await draw();
+  const hint = info.fifo
+    ? "A FIFO group reads no retry topic: its dead letters cannot be sent back here."
+    : "Resend puts a copy into the group's retry topic: only this group receives it again, with its attempts counted from 0.";
+  return section(`Dead letters (${info.dead_letter_topic})`, h("p", { class: "hint" }, hint), box, out);
+}
+
 export async function render(target, [group]) {
   const info = await get(`/v1/groups/${enc(group)}`);
   const parts = await Promise.all(info.topics.map((t) => topicPart(group, t)));
+  const deleted = h("div", { class: "result" });
+  const remove = confirmButton("Delete group", `Delete ${group}'s settings and committed offsets?`, async () => {
+    try {
+      await call("DELETE", `/v1/groups/${enc(group)}`);
+      deleted.replaceChildren(h("span", { class: "ok" }, `Group ${group} deleted`));
+    } catch (err) {
+      deleted.replaceChildren(problemBox(err));
+    }
+  });
   target.append(
     h("h1", {}, `Group ${group}`),
     h(
@@ -75,6 +153,9 @@ export async function render(target, [group]) {
       "dead letters go to ",
       link(`#/topics/${encodeURIComponent(info.dead_letter_topic)}`, info.dead_letter_topic),
     ),
+    section("Connected consumers", h("p", { class: "hint" }, "Clients that received, acked or pulled for the group in the last minute, or wait in a held request now."), consumersTable(info.consumers || [])),
     ...(parts.length ? parts : [h("p", {}, "No topics yet.")]),
+    await deadLetterPart(group, info),
+    section("Delete", remove, deleted),
   );
 }
