@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.models import integral
-from store.dead_letters import MAX_RESEND
+from store import MAX_RESEND
 
 
 class ResendRequest(BaseModel):

@@ -7,6 +7,7 @@ only, never from its submodules; tests/store/test_public_api.py checks both.
 
 from store.compressed_body import COMPRESSED_FLAG, BodyStatus, inflate_body
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from store.dead_letters import MAX_RESEND, Resent
 from store.default_message_store import DefaultMessageStore
 from store.errors import (
     ConfigInvalid,
@@ -117,6 +118,7 @@ __all__ = [
     "HEADER_BYTES",
     "INDEX_REBUILD_PHASE",
     "INTERNAL_TOPICS",
+    "MAX_RESEND",
     "MESSAGE_MAGIC_CODE",
     "NAME_VALUE_SEPARATOR",
     "OFFSET_MSG_ID_LENGTHS",
@@ -176,6 +178,7 @@ __all__ = [
     "PutMessageStatus",
     "PutRefusal",
     "ReplicationWaiter",
+    "Resent",
     "Resolution",
     "ResolveStatus",
     "ServiceThread",

@@ -28,7 +28,8 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
-    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines."""
+    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_cluster` adds [cluster] lines,
+    `auto_create` lets a produce create a missing topic (for the tests of how a cluster places new topics)."""
     with Nodes() as nodes:
 
         def make(
@@ -41,9 +42,11 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             start: bool = True,
             extra_args: tuple[str, ...] = (),
             client_options: dict[str, Any] | None = None,
+            auto_create: bool = False,
         ) -> Node:
             ha_port = ha_port or free_port()
-            node = Node(tmp_path, name, [], SMALL_STORE + SMALL_BROKER + FAST_FAILOVER + extra_cluster, client_options)
+            broker = SMALL_BROKER + ("auto_create_topics = true\n" if auto_create else "")
+            node = Node(tmp_path, name, [], SMALL_STORE + broker + FAST_FAILOVER + extra_cluster, client_options)
             node.args = [
                 "--cluster-etcd",
                 etcd.url,

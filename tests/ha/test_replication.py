@@ -110,13 +110,16 @@ def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
 
 def test_sync_master_without_a_slave_answers_slave_not_available(cluster):
     master = cluster("master", "master", replication="sync")
+    created = master.client.put("/v1/topics/pay", json={"queues": 4})  # the topic's record is a put too
+    assert created.status_code == 503 and created.json()["code"] == "SLAVE_NOT_AVAILABLE", created.text
+    assert master.client.get("/v1/topics/pay").json()["read_queues"] == 4, "the topic is stored, only not replicated"
     before = master.max_offset()
     r = master.produce("pay", "lonely")
     assert r.status_code == 503, r.text
     body = r.json()
     assert body["code"] == "SLAVE_NOT_AVAILABLE" and body["stored"] is True and r.headers["retry-after"] == "1"
     assert master.max_offset() > before, "the message is stored, only not replicated"
-    assert master.ha()["sync_slave_not_available_total"] == 1
+    assert master.ha()["sync_slave_not_available_total"] == 2
 
 
 def test_async_master_keeps_working_with_the_slave_down(cluster):
