@@ -31,10 +31,13 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim
 
+# The port comes from TIDEMQ_PORT (not from the command line), so `docker run -e TIDEMQ_PORT=9090` moves the
+# broker and its health check together.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TIDEMQ_PORT=8080
 
 # Dependencies first (a layer that survives source changes), then the user, then tidemq itself.
 COPY --from=build /deps /deps
@@ -51,10 +54,11 @@ USER tidemq
 VOLUME ["/data"]
 EXPOSE 8080
 
-# /healthz answers while the process is alive; the interval leaves room for a long store recovery.
+# /healthz answers while the process is alive; the interval leaves room for a long store recovery. It asks
+# the port the broker serves (TIDEMQ_PORT), over HTTPS when TIDEMQ_TLS_CERT is set (loopback: not verified).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+    CMD ["python", "-c", "import os, ssl, sys, urllib.request; e = os.environ; tls = bool(e.get('TIDEMQ_TLS_CERT')); url = ('https' if tls else 'http') + '://127.0.0.1:' + e.get('TIDEMQ_PORT', '8080') + '/healthz'; sys.exit(urllib.request.urlopen(url, timeout=2, context=ssl._create_unverified_context() if tls else None).status != 200)"]
 
 # SIGTERM (docker stop) answers held long-polls, drains requests and shuts the store down cleanly.
 STOPSIGNAL SIGTERM
-CMD ["tidemq", "serve", "--host", "0.0.0.0", "--port", "8080", "--store", "/data", "--acl", "/etc/tidemq/acl.toml"]
+CMD ["tidemq", "serve", "--host", "0.0.0.0", "--store", "/data", "--acl", "/etc/tidemq/acl.toml"]

@@ -11,9 +11,10 @@ STORE ?= ./data
 
 .PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
 
+# setuptools >= 77 reads pyproject.toml's SPDX license; the venv's bundled one is older.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q --upgrade pip 'setuptools>=77'
 
 # setup.py is also run by the venv's own setuptools (make native, the package-data test): at least
 # 77, which reads the SPDX license string of pyproject.toml.
@@ -55,8 +56,12 @@ test-native-asan: $(STAMP)
 		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py tests/store/test_native_sql.py tests/store/test_sql_eval.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
-# Push subscriptions may deliver to this machine (the quick start's receiver); a broker allows no push target by default.
-run: $(RUN_STAMP)
+# Serves on 127.0.0.1:8080; topics are created explicitly (PUT /v1/topics/NAME or `tidemq topics create NAME`),
+# as in production. A development venv (make venv: editable, with the test extra) is served as it is, its
+# extension rebuilt in place; otherwise the broker is installed without the test extra. Push subscriptions may
+# deliver to this machine (the quick start's receiver); a broker allows no push target by default.
+run: | $(PY)
+	@if [ -f $(STAMP) ]; then $(PY) setup.py -q build_ext --inplace; else $(MAKE) --no-print-directory $(RUN_STAMP); fi
 	TIDEMQ_PUSH_ALLOWED_HOSTS=127.0.0.1 $(VENV)/bin/tidemq serve --store $(STORE)
 
 # Lint first (ruff, ruff format, mypy), then the suite on three workers (measured best on two cores: the tests wait on I/O and peers); Spark tests share one worker

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.access_check import ACCOUNT_KEY, NEED_KEY
 from app.access_revocation import allowed
 from app.access_rules import Need, need_of
-from app.acl import Account, Acl, AclInvalid, load_acl
+from app.acl import RIGHTS, Account, Acl, AclInvalid, load_acl
 from app.problems import ProblemReply
 from app.query import query_of
 
@@ -145,24 +145,35 @@ class AccessGate:
             await self._refuse(scope, receive, send, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
             return
         if not allowed(account, need):
-            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None)
+            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None, account)
             return
         wait_s = self.limiter.retry_after(account)
         if wait_s:
             detail = f"account {account.name!r} is over its rate limit ({account.rate_limit_per_s}/s, burst {account.burst})"
-            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)})
+            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)}, account)
             return
         scope[ACCOUNT_KEY] = account
         scope[NEED_KEY] = need
-        if need.admin:
+        if need.admin or need.audited:
             await self._audited(scope, receive, send, account)
         else:
             await self.app(scope, receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, detail: str, headers: dict[str, str] | None) -> None:
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        code: str,
+        detail: str,
+        headers: dict[str, str] | None,
+        account: Account | None = None,
+    ) -> None:
+        """Answer a refusal; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""
         response = self.problem(code, detail, scope["path"][:200], headers)
         if need_audit(scope):
-            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], "-", response.status_code)
+            who = account.name if account is not None else "-"
+            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], who, response.status_code)
         await response(scope, receive, send)
 
     async def _audited(self, scope: Scope, receive: Receive, send: Send, account: Account) -> None:
@@ -181,12 +192,13 @@ class AccessGate:
 
 def need_audit(scope: Scope) -> bool:
     """Refusals of admin actions are audited too (who tried is as telling as who did)."""
-    return need_of(scope["method"], scope["path"], query_of(scope)).admin
+    need = need_of(scope["method"], scope["path"], query_of(scope))
+    return need.admin or need.audited
 
 
 def _forbidden_detail(account: Account, need: Need, scope: Scope) -> str:
     if need.admin:
         return f"account {account.name!r} is not an administrator; {scope['method']} {scope['path'][:200]} needs one"
-    words = {0: "any permission", 1: "PUB", 2: "SUB", 3: "PUB|SUB"}[need.bits]
+    words = "|".join(name for name, bit in RIGHTS.items() if need.bits & bit) or "any permission"
     on = " and ".join(part for part in (need.topic and f"topic {need.topic[:200]!r}", need.group and f"group {need.group[:200]!r}") if part)
     return f"account {account.name!r} lacks {words} on {on}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.acl import PUB, SUB
+from app.acl import CREATE, PUB, SUB
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,7 @@ class Need:
     topic: str | None = None
     group: str | None = None
     metrics: bool = False  # open when metrics_public is set
+    audited: bool = False  # an administrative action open to a right other than admin (creating a topic): audited as admin ones are
 
 
 OPEN = Need(open=True)
@@ -78,7 +79,11 @@ def _topic_need(method: str, parts: list[str], query: Mapping[str, str]) -> Need
     if len(parts) == 4:
         if method == "GET":
             return Need(bits=0, topic=topic)  # any permission on the topic, checked as "not DENY" below
-        return ADMIN  # PUT (create/update) and DELETE
+        if method == "PUT":
+            # Creating needs CREATE on the topic (admin has every right); changing an existing topic needs
+            # admin, which the route checks once it knows whether the topic exists (app.routes_topics).
+            return Need(bits=CREATE, topic=topic, audited=True)
+        return ADMIN  # DELETE
     if len(parts) == 5 and parts[4] == "route" and method == "GET":
         return Need(bits=0, topic=topic)  # like GET /v1/topics/{topic}: any permission on the topic
     if len(parts) == 5 and parts[4] == "messages":
@@ -106,4 +111,6 @@ def _group_need(method: str, parts: list[str], query: Mapping[str, str]) -> Need
         return Need(bits=SUB, topic=parts[5], group=group)
     if (len(parts) == 5 and parts[4] == "push") or (len(parts) == 6 and parts[4:] == ["dlq", "redrive"]):
         return Need(bits=SUB, group=group)  # a push subscription's topic is in its body or its record: the route checks it
+    if len(parts) == 6 and parts[4:] == ["dead-letters", "resend"]:
+        return ADMIN  # puts messages into the group's retry topic: an operator's action, audited
     return ANY_ACCOUNT

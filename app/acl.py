@@ -5,7 +5,7 @@ The file is TOML (`--acl FILE`, env TIDEMQ_ACL):
     [[accounts]]
     name = "billing"
     token_sha256 = "<64 hex digits: SHA-256 of the token>"
-    topics = { "orders" = "SUB", "billing-*" = "PUB|SUB" }
+    topics = { "orders" = "SUB", "billing-*" = "PUB|SUB|CREATE" }
     groups = { "billing" = "SUB" }
     rate_limit_per_s = 500      # optional, with burst
     burst = 1000
@@ -33,8 +33,11 @@ from store import GROUP_MAX_BYTES, TOPIC_MAX_BYTES, topic_problem
 
 PUB = 1
 SUB = 2
-# Permission words of the file -> bit sets. DENY is an explicit "nothing" that masks a broader pattern.
-PERMISSIONS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": 0}
+CREATE = 4  # create the topic (PUT /v1/topics/{topic}, or a produce that auto-creates it); updating it stays admin
+# Permission words of the file: one or more rights joined by "|", in any order, or DENY, an explicit
+# "nothing" that masks a broader pattern.
+RIGHTS = {"PUB": PUB, "SUB": SUB, "CREATE": CREATE}
+DENY = "DENY"
 ACCOUNT_KEYS = {"name", "token_sha256", "admin", "topics", "groups", "rate_limit_per_s", "burst"}
 HEX = set("0123456789abcdef")
 # Resolved names memoised per account; cleared when full, so a flood of names cannot grow it without bound.
@@ -112,23 +115,40 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def _patterns(table: Any, where: str, kind: str) -> Patterns:
+def permission_bits(word: Any, rights: dict[str, int]) -> int | None:
+    """The bits a permission word stands for (`PUB|SUB`, `DENY`, ...); None when it is not one."""
+    if word == DENY:
+        return 0
+    if not isinstance(word, str):
+        return None
+    parts = word.split("|")
+    if len(set(parts)) != len(parts) or not all(p in rights for p in parts):
+        return None
+    bits = 0
+    for part in parts:
+        bits |= rights[part]
+    return bits
+
+
+def _patterns(table: Any, where: str, kind: str, rights: dict[str, int]) -> Patterns:
     if not isinstance(table, dict):
         raise AclInvalid(f"{where} must be a table of pattern = permission")
     exact: dict[str, int] = {}
     prefixes: list[tuple[str, int]] = []
     for pattern, word in table.items():
-        if word not in PERMISSIONS:
-            raise AclInvalid(f"{where}.{pattern!r} must be one of {', '.join(PERMISSIONS)}, not {word!r}")
+        bits = permission_bits(word, rights)
+        if bits is None:
+            choices = f"one of {', '.join(rights)} or several joined by |, or {DENY}"
+            raise AclInvalid(f"{where}.{pattern!r} must be {choices}, not {word!r}")
         stem = pattern[:-1] if pattern.endswith("*") else pattern
         # A bare "*" (every name) is allowed; otherwise the stem must itself be a valid name.
         problem = topic_problem(stem, GROUP_MAX_BYTES if kind == "group" else TOPIC_MAX_BYTES, kind) if stem else None
         if problem is not None:
             raise AclInvalid(f"{where}: pattern {pattern!r} is invalid: {problem} (a trailing * is allowed)")
         if pattern.endswith("*"):
-            prefixes.append((stem, PERMISSIONS[word]))
+            prefixes.append((stem, bits))
         else:
-            exact[pattern] = PERMISSIONS[word]
+            exact[pattern] = bits
     prefixes.sort(key=lambda p: -len(p[0]))
     return Patterns(exact, tuple(prefixes))
 
@@ -165,8 +185,8 @@ def _account(entry: Any, index: int) -> Account:
     if not isinstance(admin, bool):
         raise AclInvalid(f"{where}: admin must be true or false")
     rate, burst = _rate(entry, where)
-    topics = _patterns(entry.get("topics", {}), f"{where} topics", "topic")
-    groups = _patterns(entry.get("groups", {}), f"{where} groups", "group")
+    topics = _patterns(entry.get("topics", {}), f"{where} topics", "topic", RIGHTS)
+    groups = _patterns(entry.get("groups", {}), f"{where} groups", "group", {"PUB": PUB, "SUB": SUB})  # only SUB means something there
     return Account(name, bytes.fromhex(token), admin, topics, groups, rate, burst)
 
 

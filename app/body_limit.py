@@ -22,8 +22,17 @@ from app.problems import ProblemReply
 class BodyTooLarge(StarletteHTTPException):
     """Raised when a request body grows past the limit while it is being read."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than {limit} bytes")
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(413, f"the request body is larger than {limit} bytes, the broker's {setting} ({SETTING_SCOPE[setting]})")
+
+
+# The broker settings that cap bodies, and which bodies each caps (named in 413 replies).
+REQUEST_LIMIT = "max_request_body_bytes"
+JSON_LIMIT = "max_json_body_bytes"
+SETTING_SCOPE = {
+    REQUEST_LIMIT: "bodies other than JSON and binary batches: a raw message",
+    JSON_LIMIT: "JSON bodies and binary batches",
+}
 
 
 # Content-Type prefixes of the bodies capped by max_json_bytes: JSON and binary batches.
@@ -58,6 +67,7 @@ class BodyLimit:
         length: bytes | None = None
         chunked = False
         limit = self.max_bytes
+        setting = REQUEST_LIMIT
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
@@ -65,6 +75,7 @@ class BodyLimit:
                 media = value[:26].lower()
                 if media.startswith(BATCH_TYPES) or (media.startswith(OCTET_STREAM) and scope["path"].endswith(BATCH_PATH_SUFFIX)):
                     limit = self.max_json_bytes
+                    setting = JSON_LIMIT
             elif name == b"transfer-encoding":
                 chunked = True
         if length is not None:
@@ -72,7 +83,10 @@ class BodyLimit:
                 await self.problem("REQUEST_INVALID", "Content-Length is not a number", scope.get("path"), None)(scope, receive, send)
                 return
             if int(length) > limit:
-                detail = f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes"
+                detail = (
+                    f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes, the broker's {setting} "
+                    f"({SETTING_SCOPE[setting]}); send less, or raise {setting} in the [broker] settings"
+                )
                 await self.problem("BODY_TOO_LARGE", detail, scope.get("path"), None)(scope, receive, send)
                 return
             if int(length) == 0:
@@ -82,10 +96,10 @@ class BodyLimit:
         elif not chunked:
             await self.app(scope, receive, send)  # no body at all
             return
-        await self.app(scope, bounded(scope, receive, limit), send)
+        await self.app(scope, bounded(scope, receive, limit, setting), send)
 
 
-def bounded(scope: Scope, receive: Receive, limit: int) -> Receive:
+def bounded(scope: Scope, receive: Receive, limit: int, setting: str) -> Receive:
     """`receive` raising BodyTimeout once the connection marked the body late and, when `limit` >= 0, capped."""
     seen = 0
 
@@ -98,7 +112,7 @@ def bounded(scope: Scope, receive: Receive, limit: int) -> Receive:
         if limit >= 0 and message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
-                raise BodyTooLarge(limit)
+                raise BodyTooLarge(limit, setting)
         return message
 
     return bounded_receive

@@ -29,7 +29,9 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
+from app.access_check import request_account, require_create
 from app.access_revocation import Revocations
+from app.consumer_registry import ConsumerRegistry
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
@@ -37,6 +39,7 @@ from app.push_service import PushService
 from app.settings import BrokerSettings
 from app.startup import recovery_progress
 from app.stream_registry import StreamRegistry
+from app.suggestions import closest
 from app.transaction_check import HttpCheckTransport
 from cluster import ClusterNode, EtcdError
 from ha import HANode, attach
@@ -50,10 +53,12 @@ from store import (
     StoreError,
     TopicConfig,
     is_rocketmq_system_topic,
+    topic_kind,
     topic_problem,
 )
 
 log = logging.getLogger("tidemq.app")
+audit = logging.getLogger("tidemq.audit")
 T = TypeVar("T")
 # Seconds between two log lines of the store's loading progress.
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -88,6 +93,7 @@ class Broker:
         )
         # Held requests and streams by the access the gate granted them (re-judged on an ACL reload).
         self.revocations = Revocations()
+        self.consumers = ConsumerRegistry()  # the groups' consumers now (receive, ack, pull with ?group=)
         self.executor = ThreadPoolExecutor(settings.read_threads, thread_name_prefix="tidemq-read")
         self.checker = HttpCheckTransport(
             settings.transaction_check_timeout_ms, settings.transaction_check_concurrency, settings.transaction_check_group_concurrency
@@ -232,6 +238,15 @@ class Broker:
             return False
         return explicit or self.settings.auto_create_topics
 
+    def missing_topic_detail(self, topic: str) -> str:
+        """TOPIC_NOT_FOUND's detail for a produce: the closest existing name, and how to create the topic."""
+        similar = closest(topic, (c.topic_name for c in self.store.topic_configs() if topic_kind(c.topic_name) == "user"))
+        hint = f"did you mean {similar}? " if similar is not None else ""
+        return (
+            f"topic {topic} does not exist; {hint}create it with PUT /v1/topics/{topic} (or `tidemq topics create {topic}`): "
+            "topics are created explicitly (auto_create_topics is off)"
+        )
+
     def topic_config(self, topic: str) -> TopicConfig:
         """The topic's config; TOPIC_INVALID or TOPIC_NOT_FOUND problems otherwise."""
         self.check_topic_name(topic)
@@ -248,15 +263,21 @@ class Broker:
             raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has queues 0..{config.read_queue_nums - 1}; there is no queue {queue_id}")
         return config
 
-    async def topic_for_produce(self, topic: str) -> TopicConfig:
-        """The topic's config for a put, creating it when auto_create_topics is on."""
+    async def topic_for_produce(self, topic: str, request: Request) -> TopicConfig:
+        """The topic's config for a put, creating it when auto_create_topics is on and the request's account
+        may create it (CREATE on the topic or admin, with an ACL)."""
         self.check_topic_name(topic, for_write=True)
         self.check_master()
         config = self.store.topic_config(topic)
         if config is None:
+            if not self.started:  # its topics are not loaded (or no longer served): no answer about them, as a put answers
+                raise ProblemError("SHUTTING_DOWN", "the store is not running; nothing was stored")
             if not self.settings.auto_create_topics:
-                raise ProblemError("TOPIC_NOT_FOUND", f"topic {topic} does not exist and auto_create_topics is off")
+                raise ProblemError("TOPIC_NOT_FOUND", self.missing_topic_detail(topic))
+            require_create(request, topic, "producing to a missing topic")
             config = await self.run(self._create_if_absent, topic)
+            account = request_account(request)
+            audit.info("created topic %s by a produce account=%s", topic, account.name if account is not None else "-")
         if "w" not in config.perm:
             raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
         return config

@@ -14,6 +14,10 @@ from app.problems import ProblemError
 from app.produce_parse import has_control
 from store import FilterInvalid, MessageFilter, SqlFilter, TagFilter
 
+# A tag filter as the spec declares it (control characters refused; parse_tag_filter checks the rest).
+TAG_FILTER_TEXT = "Tag filter: '*' or TagA||TagB (tags separated by ||, none empty, no control characters)"
+TAG_FILTER_SCHEMA = {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"}
+
 
 def parse_tag_filter(tag: str | None) -> tuple[Any, frozenset[int] | None]:
     """The store's tag filter and the tags codes a held pull is woken by (None = any); parsed once, by the store."""

@@ -7,9 +7,9 @@ document (in the OpenAPI spec) what the handlers write with orjson directly.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.params import NAME_SCHEMA
 from app.transaction_models import TransactionRef
@@ -21,6 +21,17 @@ def example_of(model: type[BaseModel]) -> Any:
     assert isinstance(extra, dict) and "example" in extra, f"{model.__name__} declares no example"
     return extra["example"]
 
+
+def integral(value: Any) -> Any:
+    """A JSON number with no fractional part as an int: JSON Schema's "integer" takes 2.0 as well as 2 (strict models
+    would refuse the float). Anything else is left for the model's own check (a bool stays a bool: refused)."""
+    if type(value) is float and value.is_integer() and abs(value) < 2.0**63:  # past int64 a parser has rounded it
+        return int(value)
+    return value
+
+
+# An integer field of a request body: what the spec's "integer" admits, 2.0 included.
+JsonInt = Annotated[int, BeforeValidator(integral)]
 
 Encoding = Literal["utf-8", "base64"]
 # Why a body stored compressed is shown as stored (store.BodyStatus's failed values).
@@ -72,18 +83,26 @@ class TopicSpec(BaseModel):
     """Desired configuration of a topic."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"queues": 4, "perm": "rw"}})
-    queues: int | None = Field(
+    queues: JsonInt | None = Field(
         None,
-        description="Read and write queue count (default: the store's default_topic_queue_nums; at most max_topic_queue_nums)",
-        json_schema_extra={"minimum": 1, "maximum": 1024},
+        description="Read and write queue count (default: the store's default_topic_queue_nums for a new topic; an existing "
+        "topic keeps its count; at most max_topic_queue_nums)",
+        json_schema_extra={"minimum": 1},  # the maximum is the broker's max_topic_queue_nums (app.openapi_limits)
     )
-    perm: Literal["rw", "r", "w", ""] = Field("rw", description="r: readable, w: writable")
+    perm: Literal["rw", "r", "w", ""] | None = Field(
+        None, description='r: readable, w: writable (default: "rw" for a new topic; an existing topic keeps its perm)'
+    )
 
 
 class QueueInfo(BaseModel):
     queue_id: int
     min_offset: int
     max_offset: int
+
+
+class FieldChange(BaseModel):
+    old: Any
+    new: Any
 
 
 class TopicInfo(BaseModel):
@@ -102,7 +121,16 @@ class TopicInfo(BaseModel):
     read_queues: int
     write_queues: int
     perm: str
+    kind: Literal["user", "system", "retry", "dead_letter"] | None = Field(
+        None,
+        description="In listings: user, or the broker's own (system: delay levels, timers, transactions, the revive "
+        "topic; retry and dead_letter: a consumer group's %RETRY% and %DLQ% topics)",
+    )
     queues: list[QueueInfo] | None = None
+    changed: dict[str, FieldChange] | None = Field(
+        None, description="PUT of an existing topic: what it changed (empty when nothing), each field's old and new value"
+    )
+    warning: str | None = Field(None, description="PUT of an existing topic: a consequence to know, such as queues no longer read")
 
 
 class TopicList(BaseModel):
@@ -261,13 +289,16 @@ class PullResult(BaseModel):
     min_offset: int
     max_offset: int
     messages: list[Message]
+    hint: str | None = Field(
+        None, description="With OFFSET_OVERFLOW_BADLY and OFFSET_TOO_SMALL: what the status means and where to continue"
+    )
 
 
 class OffsetCommit(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"topic": "orders", "queue_id": 0, "offset": 42}})
     topic: str = Field(json_schema_extra=NAME_SCHEMA)
-    queue_id: int = Field(json_schema_extra={"minimum": 0})
-    offset: int = Field(json_schema_extra={"minimum": 0}, description="Next offset to consume (0 .. the queue's max offset)")
+    queue_id: JsonInt = Field(json_schema_extra={"minimum": 0})
+    offset: JsonInt = Field(json_schema_extra={"minimum": 0}, description="Next offset to consume (0 .. the queue's max offset)")
 
 
 class GroupQueueOffset(BaseModel):

@@ -21,7 +21,9 @@ PRODUCER_GROUP_SCHEMA: dict[str, JsonValue] = {"pattern": TOPIC_NAME_PATTERN, "m
 
 TopicPath = Annotated[str, Path(description="Topic name", json_schema_extra=NAME_SCHEMA)]
 GroupPath = Annotated[str, Path(description="Consumer group name", json_schema_extra=GROUP_SCHEMA)]
-QueuePath = Annotated[int, Path(description="Queue id (0 .. the topic's queue count - 1)", json_schema_extra={"minimum": 0})]
+QueuePath = Annotated[
+    int, Path(description="Queue id (0 .. the topic's queue count - 1)", json_schema_extra={"minimum": 0, "maximum": 65535})
+]
 TopicQuery = Annotated[str, Query(description="Topic name", json_schema_extra=NAME_SCHEMA)]
 GroupQuery = Annotated[
     str | None,

@@ -125,7 +125,7 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         raise batch_problem(e) from None
     if not checked.messages:
         raise ProblemError("BATCH_EMPTY", "the body holds no message")
-    queues = (await producer.broker.topic_for_produce(topic)).write_queue_nums
+    queues = (await producer.broker.topic_for_produce(topic, request)).write_queue_nums
     if queue_id is None:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:

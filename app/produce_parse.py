@@ -112,7 +112,7 @@ def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
         raise ProblemError("BODY_INVALID", f"the name {repeated[:60]!r} appears twice in one object")
     if "messages" in doc:
         if len(doc) != 1:
-            raise ProblemError("BODY_INVALID", 'a batch object holds only "messages"')
+            raise ProblemError("BODY_INVALID", batch_fields_detail(doc))
         items = doc["messages"]
         if type(items) is not list:
             raise ProblemError("BODY_INVALID", "messages must be an array")
@@ -128,6 +128,19 @@ def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
                 raise ProblemError(e.code, f"messages[{i}]: {e.detail}", e.extra) from None
         return drafts, True
     return [_draft(doc, limits)], False
+
+
+def batch_fields_detail(doc: dict[str, Any]) -> str:
+    """Why a batch object with more than "messages" is refused, saying where each field belongs."""
+    others = sorted(name for name in doc if name != "messages")
+    per_message = [name for name in others if name in FIELDS]
+    if per_message:
+        where = ", ".join(f'"{name}"' for name in per_message)
+        return (
+            f'a batch object holds only "messages"; {where} belong{"s" if len(per_message) == 1 else ""} on each message '
+            f'(e.g. {{"messages": [{{"body": "...", "{per_message[0]}": ...}}]}}); a binary batch takes queue_id as a query parameter'
+        )
+    return f'a batch object holds only "messages", not {", ".join(repr(n[:40]) for n in others[:5])}'
 
 
 def _draft(obj: Any, limits: Limits) -> Draft:
@@ -188,7 +201,18 @@ def _set_msg_id(draft: Draft, value: Any, limits: Limits) -> None:
     draft.msg_id = check_msg_id(value)
 
 
+# Past it a JSON parser has rounded an integer to a float.
+INT64_LIMIT = 2.0**63
+
+
+def json_int(value: Any) -> Any:
+    """An integral JSON number as an int (JSON Schema's "integer" takes 2.0 too); anything else as it is (a float
+    past int64, which a parser rounded, stays a float: refused)."""
+    return int(value) if type(value) is float and value.is_integer() and abs(value) < INT64_LIMIT else value
+
+
 def _set_queue_id(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("REQUEST_INVALID", "queue_id must be an integer >= 0")
     draft.queue_id = value
@@ -201,12 +225,14 @@ def _set_sharding_key(draft: Draft, value: Any, limits: Limits) -> None:
 
 
 def _set_delay_level(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_level must be an integer")
     set_delay(draft, "delay_level", check_delay_level(value, limits))
 
 
 def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "delay_ms must be an integer >= 0")
     set_delay(draft, "delay_ms", 0)
@@ -216,6 +242,7 @@ def _set_delay_ms(draft: Draft, value: Any, limits: Limits) -> None:
 
 
 def _set_deliver_at_ms(draft: Draft, value: Any, limits: Limits) -> None:
+    value = json_int(value)
     if type(value) is not int or value < 0:
         raise ProblemError("DELAY_LEVEL_INVALID", "deliver_at_ms must be an integer >= 0 (milliseconds since the epoch)")
     set_delay(draft, "deliver_at_ms", 0)
@@ -264,10 +291,13 @@ assert FIELDS == {"body", "encoding", *_SETTERS}
 
 def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
     """The draft of a raw (octet-stream) produce: the body as is, fields from query parameters."""
+    return _fields_from_query(Draft(_check_body(body, limits)), params, limits)
+
+
+def _fields_from_query(draft: Draft, params: Any, limits: Limits) -> Draft:
     unknown = set(params.keys()) - RAW_PARAMS
     if unknown:
         raise ProblemError("REQUEST_INVALID", f"unknown query parameter(s): {', '.join(sorted(unknown))}")
-    draft = Draft(_check_body(body, limits))
     tags = params.get("tags")
     if tags is not None:
         draft.tags = check_tag(tags)
@@ -286,6 +316,18 @@ def parse_raw(body: bytes, params: Any, limits: Limits) -> Draft:
         if text is not None:
             _SETTERS[name](draft, _int_param(name, text, "DELAY_LEVEL_INVALID"), limits)
     return draft
+
+
+def apply_query_defaults(drafts: list[Draft], params: Any, limits: Limits) -> None:
+    """Query parameters with a JSON body: defaults for every message that does not give the field itself
+    (a message's own field wins; its own delay, of any kind, wins over the query's)."""
+    default = _fields_from_query(Draft(b""), params, limits)
+    for draft in drafts:
+        for name in ("tags", "keys", "msg_id", "queue_id", "sharding_key"):
+            if getattr(draft, name) is None and getattr(default, name) is not None:
+                setattr(draft, name, getattr(default, name))
+        if draft.delay_from is None and default.delay_from is not None:
+            draft.delay_from, draft.delay_level, draft.timer = default.delay_from, default.delay_level, default.timer
 
 
 def parse_batch_query(params: Any, limits: Limits) -> tuple[int | None, int | None]:

@@ -22,7 +22,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.broker import FIFO_RECHECK_MS, Broker
-from app.filter_params import parse_message_filter
+from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.query import query_of
@@ -67,7 +67,7 @@ def _int_param(params: Any, name: str, default: int, low: int, high: int, code: 
 
 # Query parameters the receive and the stream (app.receive_stream) both take, as OpenAPI documents them.
 INVISIBLE_MS_SCHEMA = {"type": "integer", "minimum": MIN_INVISIBLE_MS, "maximum": MAX_INVISIBLE_MS, "default": DEFAULT_INVISIBLE_MS}
-TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": "Tag filter: '*' or TagA||TagB", "schema": {"type": "string"}}
+TAG_PARAM = {"name": "tag", "in": "query", "required": False, "description": TAG_FILTER_TEXT, "schema": TAG_FILTER_SCHEMA}
 SQL_PARAM = {"name": "sql", "in": "query", "required": False, "schema": {"type": "string", "maxLength": MAX_SQL_CHARS},
              "description": "SQL92 filter over the message's properties and TAGS, as RocketMQ's; with tag= and the group's "
                             "own filter, a message passes all of them"}  # fmt: skip
@@ -145,9 +145,13 @@ class Receiver:
 
     async def receive(self, request: Request) -> Response:
         spec = self.parse(request)
-        popped = await self.take(spec)
-        if not popped and spec.wait_ms > 0:
-            popped = await self.hold(request, spec)
+        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
+        try:
+            popped = await self.take(spec)
+            if not popped and spec.wait_ms > 0:
+                popped = await self.hold(request, spec)
+        finally:
+            self.broker.consumers.end(consumer)
         return self.render(spec, popped)
 
     async def hold(self, request: Request, spec: ReceiveSpec) -> list[Popped]:
@@ -199,7 +203,11 @@ class Receiver:
         self.broker.topic_config(topic)
         given = parse_ack_body(await request.body())
         handles = [self.own_handle(h) for h in given] if self.handle_prefix else given
-        outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+        consumer = self.broker.consumers.begin(group, topic, request.scope)
+        try:
+            outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+        finally:
+            self.broker.consumers.end(consumer)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
         results = [{"receipt_handle": h, "status": o.value} for h, o in zip(given, outcomes, strict=True)]
         return Response(orjson.dumps({"results": results}), media_type="application/json")
@@ -217,6 +225,13 @@ class Receiver:
             raise ProblemError("HANDLE_EXPIRED", "the message's invisible time has passed; it may have been delivered again")
         if outcome is AckOutcome.NOT_STORED:
             raise ProblemError("STORE_WRITE_FAILED", "the new invisible time could not be stored; the old one still holds")
+        if outcome is AckOutcome.ALREADY_ACKED:
+            raise ProblemError("ALREADY_ACKED", "the message was acked with this handle; it is not delivered to the group again")
+        if outcome is AckOutcome.HANDLE_SUPERSEDED:
+            raise ProblemError(
+                "HANDLE_SUPERSEDED",
+                "an earlier change of the invisible time replaced this handle; change or ack with the handle it answered",
+            )
         assert handle is not None, "an OK change carries the new handle"
         return JsonResponse({"receipt_handle": self.issued(handle), "invisible_until_ms": until})
 

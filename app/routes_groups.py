@@ -1,4 +1,4 @@
-"""Consumer group offsets: /v1/groups/{group}/offsets.
+"""Consumer groups: /v1/groups, /v1/groups/{group} (settings, deletion) and /v1/groups/{group}/offsets.
 
 Invariants: a commit names an existing topic and queue and an offset in 0..max offset of that
 queue; a request with several commits checks all of them before committing any. A 200 means
@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from app.access_check import require
 from app.acl import SUB
-from app.broker import BrokerDep
+from app.broker import Broker, BrokerDep
 from app.filter_params import parse_sql_filter
 from app.models import GroupOffsets, OffsetCommit, OffsetsCommitted
 from app.params import GroupPath, TopicQuery
@@ -61,6 +61,7 @@ api = APIRouter(tags=["groups"], route_class=StrictRoute)
         "TOPIC_NOT_FOUND",
         "QUEUE_NOT_FOUND",
         "OFFSET_INVALID",
+        "OFFSET_OUT_OF_RANGE",
         "BODY_TOO_LARGE",
         "STORE_WRITE_FAILED",
         "SHUTTING_DOWN",
@@ -79,8 +80,12 @@ async def commit(
     for c in commits:
         broker.readable_queue(c.topic, c.queue_id)
         max_offset = store.get_max_offset_in_queue(c.topic, c.queue_id)
-        if not 0 <= c.offset <= max_offset:
-            raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be in 0..{max_offset}, not {c.offset}")
+        if c.offset < 0:
+            raise ProblemError("OFFSET_INVALID", f"offset of {c.topic}/{c.queue_id} must be >= 0, not {c.offset}")
+        if c.offset > max_offset:
+            raise ProblemError(
+                "OFFSET_OUT_OF_RANGE", f"offset of {c.topic}/{c.queue_id} must be at most its max offset {max_offset}, not {c.offset}"
+            )
     # One durable log record for the whole request, written in the pool (blocking file I/O).
     try:
         await broker.run(store.commit_offsets, group, [(c.topic, c.queue_id, c.offset) for c in commits])
@@ -113,7 +118,8 @@ async def get_offsets(broker: BrokerDep, group: GroupPath, topic: TopicQuery) ->
     return JsonResponse({"group": group, "topic": topic, "queues": queues})
 
 
-def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, Any]:
+def group_info(broker: Broker, name: str, topics: list[str]) -> dict[str, Any]:
+    store = broker.store
     gc = store.group_consumption
     settings = gc.group(name)
     counts = gc.counts()
@@ -124,8 +130,11 @@ def group_info(store: MessageStore, name: str, topics: list[str]) -> dict[str, A
                      "redelivered": c.redelivered, "dead_lettered": c.dead_lettered, "in_flight": c.in_flight})  # fmt: skip
     configured = gc.is_configured(name)
     group_filter = {"sql": settings.filter_sql} if settings.filter_sql is not None else None
+    dlq = dlq_topic(name)
+    dead_letters = max(0, store.get_max_offset_in_queue(dlq, 0) - store.get_min_offset_in_queue(dlq, 0))
     return {"group": name, "max_reconsume_times": settings.max_reconsume_times, "fifo": settings.fifo, "filter": group_filter,
-            "configured": configured, "dead_letter_topic": dlq_topic(name), "topics": rows}  # fmt: skip
+            "configured": configured, "dead_letter_topic": dlq, "dead_letters": dead_letters, "topics": rows,
+            "consumers": broker.consumers.connected(name)}  # fmt: skip
 
 
 @api.put(
@@ -142,7 +151,7 @@ async def put_group(broker: BrokerDep, group: GroupPath, body: Annotated[GroupSe
     parse_sql_filter(filter_sql)  # 400 FILTER_INVALID before anything changes
     gc = store.group_consumption
     created = await broker.run(gc.put_group, group, body.max_reconsume_times, body.fifo, filter_sql)
-    info = group_info(broker.store, group, gc.topics_by_group().get(group, []))
+    info = group_info(broker, group, gc.topics_by_group().get(group, []))
     return JsonResponse(info, 201 if created else 200)
 
 
@@ -152,7 +161,7 @@ async def list_groups(broker: BrokerDep) -> Response:
     gc = store.group_consumption
     topics = gc.topics_by_group()
     names = sorted(set(topics) | {g.name for g in gc.configured_groups()} | {g for g, _ in gc.counts()})
-    return JsonResponse({"groups": [group_info(broker.store, n, topics.get(n, [])) for n in names]})
+    return JsonResponse({"groups": [group_info(broker, n, topics.get(n, [])) for n in names]})
 
 
 @api.get(
@@ -168,4 +177,19 @@ async def get_group(broker: BrokerDep, group: GroupPath) -> Response:
     topics = gc.topics_by_group().get(group)
     if topics is None and not gc.is_configured(group) and not any(g == group for g, _ in gc.counts()):
         raise ProblemError("NOT_FOUND", f"no group {group}: it was never configured and never consumed")
-    return JsonResponse(group_info(broker.store, group, topics or []))
+    return JsonResponse(group_info(broker, group, topics or []))
+
+
+@api.delete(
+    "/v1/groups/{group}",
+    operation_id="deleteGroup",
+    summary="Delete a consumer group: its settings and every offset it committed (its retry and dead-letter topics stay)",
+    status_code=204,
+    responses={**docs(None, 204, "GROUP_INVALID", "NOT_FOUND", "NOT_MASTER", "STORE_WRITE_FAILED"), 204: {"description": "Deleted"}},
+)
+async def delete_group(broker: BrokerDep, group: GroupPath) -> Response:
+    check_group(group)
+    broker.check_master()
+    if not await broker.run(broker.store.group_consumption.delete_group, group):
+        raise ProblemError("NOT_FOUND", f"no group {group}: it has no settings and no committed offsets")
+    return Response(status_code=204)

@@ -34,7 +34,16 @@ from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_packed import packable, serve_packed
-from app.produce_parse import TRANSACTION_HEADER, Draft, Limits, check_producer_group, check_transactional, parse_json, parse_raw
+from app.produce_parse import (
+    TRANSACTION_HEADER,
+    Draft,
+    Limits,
+    apply_query_defaults,
+    check_producer_group,
+    check_transactional,
+    parse_json,
+    parse_raw,
+)
 from app.query import query_of
 from app.responses import JsonResponse, docs
 from app.strict_route import StrictRoute
@@ -238,9 +247,10 @@ class Producer:
     async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
         media = media_type(request)
         if media == "application/json":
-            if request.scope["query_string"]:
-                raise ProblemError("REQUEST_INVALID", "query parameters apply to raw (application/octet-stream) bodies only")
-            return parse_json(await request.body(), self.limits)
+            drafts, is_batch = parse_json(await request.body(), self.limits)
+            if request.scope["query_string"]:  # defaults for every message (its own fields win)
+                apply_query_defaults(drafts, query_of(request.scope), self.limits)
+            return drafts, is_batch
         if media == "application/octet-stream":
             return [parse_raw(await request.body(), query_of(request.scope), self.limits)], False
         content_type = request.headers.get("content-type", "")
@@ -295,13 +305,12 @@ class Producer:
         drafts, is_batch = await self.drafts(request)
         header = request.headers.get(TRANSACTION_HEADER)
         if header is not None:
-            if media_type(request) == "application/json":
-                raise ProblemError(
-                    "REQUEST_INVALID", f"{TRANSACTION_HEADER} applies to raw and binary bodies; a JSON message has a transaction field"
-                )
-            drafts[0].transaction = check_producer_group(header)
+            header_group = check_producer_group(header)
+            for draft in drafts:  # a JSON message's own transaction field wins
+                if draft.transaction is None:
+                    draft.transaction = header_group
         group = check_transactional(drafts)
-        queues = (await self.broker.topic_for_produce(topic)).write_queue_nums
+        queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.broker import Broker
-from app.filter_params import parse_message_filter
+from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
 from app.hot_routes import Handler
 from app.message_view import message_json
 from app.models import PullResult, PullStatus
@@ -53,6 +53,13 @@ OCTET_STREAM = "application/octet-stream"
 # pullBatch's path: the batch format has an operation of its own, so that the pull's reply is one type.
 BATCH_PATH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 HOLDABLE = frozenset({"NO_NEW_MSG", "NO_MATCHED_MSG"})
+# RocketMQ's names for an offset outside the queue, explained in the JSON reply's `hint`.
+OFFSET_HINTS = {
+    "OFFSET_OVERFLOW_BADLY": "offset {offset} is past the end of queue {spec.queue_id}, whose next message will have offset "
+    "{result.max_offset}; continue from next_offset {result.next_begin_offset} (with wait_ms to wait for it)",
+    "OFFSET_TOO_SMALL": "offset {offset} is below queue {spec.queue_id}'s first kept message (offset {result.min_offset}: older "
+    "ones were removed by retention); continue from next_offset {result.next_begin_offset}",
+}
 
 
 @dataclass(slots=True)
@@ -119,14 +126,17 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 PULL_OPENAPI: dict[str, Any] = {
     "parameters": [
         _query(
-            "offset", "Queue offset to read from; when omitted with group=, the group's committed offset", {"type": "integer", "minimum": 0}
+            "offset",
+            "Queue offset to read from; when omitted: with group=, the group's committed offset; else (or when the group committed none) "
+            "the queue's first kept message",
+            {"type": "integer", "minimum": 0},
         ),
         _query(
             "max",
             "Most messages to return (1..the broker's max_pull_messages; the store may return fewer)",
             {"type": "integer", "minimum": 1, "default": 32},
         ),
-        _query("tag", "Tag filter: '*' or TagA||TagB", {"type": "string"}),
+        _query("tag", TAG_FILTER_TEXT, TAG_FILTER_SCHEMA),
         _query(
             "sql",
             "SQL92 filter over the message's properties and TAGS, as RocketMQ's (e.g. a > 5 AND TAGS IN ('x', 'y')); "
@@ -163,8 +173,8 @@ def _count(params: Any, name: str, code: str, default: int | None) -> int | None
 def parse_queue_id(text: str) -> int:
     if text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS:
         return int(text)
-    if text[:1] == "-" and text[1:].isascii() and text[1:].isdigit():
-        raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")
+    if text.isascii() and text.lstrip("-").isdigit() and text.count("-") <= 1 and text[1:].isdigit():
+        raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")  # negative, or past any queue id
     raise ProblemError("REQUEST_INVALID", f"queue_id must be an integer, not {text[:40]!r}")
 
 
@@ -217,10 +227,8 @@ class Puller:
         if group is not None and group_problem(group) is not None:
             raise ProblemError("GROUP_INVALID", f"{group_problem(group)}: {group[:200]!r}")
         message_filter, codes = parse_message_filter(params)
-        if offset is None:
-            if group is None:
-                raise ProblemError("OFFSET_INVALID", "give offset, or group to start from its committed offset")
-            offset = self.store.query_offset(group, topic, queue_id)
+        if offset is None:  # the group's committed offset, else the queue's first kept message
+            offset = self.store.query_offset(group, topic, queue_id) if group is not None else -1
             if offset < 0:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
         return PullSpec(group or "", topic, queue_id, offset, max_count, message_filter, codes, wait_ms, batch)
@@ -241,15 +249,16 @@ class Puller:
             else:
                 limit = self.store.config.max_message_size_bytes
                 messages = [message_json(m, limit) for m in result.decode()] if found else []
-                body = orjson.dumps(
-                    {
-                        "status": status,
-                        "next_offset": result.next_begin_offset,
-                        "min_offset": result.min_offset,
-                        "max_offset": result.max_offset,
-                        "messages": messages,
-                    }
-                )
+                reply = {
+                    "status": status,
+                    "next_offset": result.next_begin_offset,
+                    "min_offset": result.min_offset,
+                    "max_offset": result.max_offset,
+                    "messages": messages,
+                }
+                if status in OFFSET_HINTS:
+                    reply["hint"] = OFFSET_HINTS[status].format(offset=offset, spec=spec, result=result)
+                body = orjson.dumps(reply)
             count = result.message_count if found else 0
             return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count)
         finally:
@@ -284,6 +293,15 @@ class Puller:
         if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
             batch = BATCH_MEDIA_TYPE
         spec = self.parse(request, batch is not None)
+        if not spec.group:
+            return await self.serve_spec(request, spec, batch)
+        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
+        try:
+            return await self.serve_spec(request, spec, batch)
+        finally:
+            self.broker.consumers.end(consumer)
+
+    async def serve_spec(self, request: Request, spec: PullSpec, batch: str | None) -> Response:
         r = await self.read_at(spec, spec.offset)
         if r.status not in HOLDABLE or spec.wait_ms == 0:
             return self.answer(r, spec, batch)

@@ -15,13 +15,14 @@ from starlette.responses import Response
 from app.access_check import require
 from app.acl import SUB
 from app.broker import BrokerDep
+from app.latest_messages import latest_messages
 from app.message_view import message_json
 from app.models import Message, QueryResult, QueueOffset
 from app.params import OffsetMsgIdPath, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.responses import JsonResponse, docs
 from app.strict_route import StrictRoute
-from store import OFFSET_MSG_ID_LENGTHS, decode_offset_msg_id
+from store import OFFSET_MSG_ID_LENGTHS, PROPERTY_KEYS, decode_offset_msg_id, split_keys
 
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # Largest timestamp accepted (int64 milliseconds).
@@ -34,37 +35,50 @@ api = APIRouter(tags=["query"], route_class=StrictRoute)
 @api.get(
     "/v1/topics/{topic}/messages",
     operation_id="queryMessages",
-    summary="Find messages of a topic by key (KEYS) or by client message id (UNIQ_KEY) in a time range",
-    responses=docs(QueryResult, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "MAX_INVALID"),
+    summary="A topic's messages by key (KEYS), by client message id (UNIQ_KEY) or both, in a time range; with neither, its newest",
+    responses=docs(QueryResult, 200, "TOPIC_INVALID", "TOPIC_NOT_FOUND", "TOPIC_NOT_READABLE", "MAX_INVALID", "REQUEST_INVALID"),
 )
 async def query(
     broker: BrokerDep,
     topic: TopicPath,
     key: Annotated[
-        str | None, Query(description="A key given at send time (give key or msg_id)", json_schema_extra={"minLength": 1})
+        str | None, Query(description="A key given at send time (with msg_id: messages with both)", json_schema_extra={"minLength": 1})
     ] = None,
     msg_id: Annotated[
-        str | None, Query(description="A client message id, UNIQ_KEY (give key or msg_id)", json_schema_extra={"minLength": 1})
+        str | None, Query(description="A client message id, UNIQ_KEY (with key: messages with both)", json_schema_extra={"minLength": 1})
     ] = None,
-    begin_ms: Annotated[int, Query(ge=0, description="Earliest store time, ms since the epoch")] = 0,
-    end_ms: Annotated[int | None, Query(ge=0, description="Latest store time, ms since the epoch (default: now)")] = None,
+    begin_ms: Annotated[
+        int, Query(ge=0, le=MAX_TIMESTAMP_MS, description="Earliest store time, ms since the epoch (past end_ms: nothing is found)")
+    ] = 0,
+    end_ms: Annotated[
+        int | None, Query(ge=0, le=MAX_TIMESTAMP_MS, description="Latest store time, ms since the epoch (default: now)")
+    ] = None,
     max_count: Annotated[
         int,
         Query(alias="max", ge=1, description="Most messages to return: 1..max_msgs_num_batch (64 by default); more is 400 MAX_INVALID"),
     ] = 32,
 ) -> Response:
+    """By key or message id the index answers (newest first); with neither, the newest messages of every queue
+    (app/latest_messages.py)."""
     store = broker.store
-    broker.topic_config(topic)
-    if (key is None) == (msg_id is None) or not (key or msg_id):
-        raise ProblemError("REQUEST_INVALID", "give exactly one of key and msg_id, non-empty")
+    config = broker.topic_config(topic)
+    if key == "" or msg_id == "":
+        raise ProblemError("REQUEST_INVALID", "key and msg_id, when given, are non-empty")
     if max_count > store.config.max_msgs_num_batch:
         # Refused rather than clamped, so a caller never takes a short answer for all there is.
         raise ProblemError("MAX_INVALID", f"max is at most {store.config.max_msgs_num_batch} (the store's max_msgs_num_batch)")
     end = end_ms if end_ms is not None else int(time.time() * 1000) + 1
-    if begin_ms > end or end > MAX_TIMESTAMP_MS:
-        raise ProblemError("REQUEST_INVALID", "need begin_ms <= end_ms <= 2^63-1")
-    found = await broker.run(store.query_message, topic, key or msg_id, max_count, begin_ms, end)
+    if begin_ms > end:
+        return JsonResponse({"messages": []})  # an empty range holds nothing
     limit = store.config.max_message_size_bytes
+    if key is None and msg_id is None:
+        if "r" not in config.perm:
+            raise ProblemError("TOPIC_NOT_READABLE", f"topic {topic} has perm {config.perm!r}")
+        newest = await broker.run(latest_messages, store, topic, config.read_queue_nums, max_count, begin_ms, end_ms)
+        return JsonResponse({"messages": [message_json(m, limit) for m in newest]})
+    found = await broker.run(store.query_message, topic, msg_id or key, max_count, begin_ms, end)
+    if key is not None and msg_id is not None:  # found by its id; keep those that carry the key too
+        found = [m for m in found if key in split_keys(m["properties"].get(PROPERTY_KEYS, ""))]
     return JsonResponse({"messages": [message_json(m, limit) for m in found[:max_count]]})
 
 

@@ -69,7 +69,16 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         "/v1/groups/{group}/topics/{topic}/invisible",
         operation_id="changeInvisibleTime",
         summary="Make a received message invisible for invisible_ms from now; answers its new receipt handle",
-        responses=docs(InvisibleResult, 200, *topic_problems, "HANDLE_INVALID", "HANDLE_EXPIRED", "STORE_WRITE_FAILED"),
+        responses=docs(
+            InvisibleResult,
+            200,
+            *topic_problems,
+            "HANDLE_INVALID",
+            "HANDLE_EXPIRED",
+            "ALREADY_ACKED",
+            "HANDLE_SUPERSEDED",
+            "STORE_WRITE_FAILED",
+        ),  # fmt: skip
     )
     async def invisible(group: GroupPath, topic: TopicPath, body: Annotated[InvisibleRequest, Body()]) -> Response:
         return await receiver.change_invisible(group, topic, body)

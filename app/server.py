@@ -37,6 +37,7 @@ from app import (
     console,
     routes_admin,
     routes_cluster,
+    routes_dead_letters,
     routes_groups,
     routes_produce,
     routes_pull,
@@ -60,12 +61,14 @@ from app.logs import LISTEN_LOGGER, log_config
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
 from app.openapi_clients import API_VERSION, fit_for_generators
+from app.openapi_limits import apply_limits
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
 from app.query import ParsedQuery
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
+from app.suggestions import closest_route
 from cluster.forwarding import Forwarder
 from core import TidemqError
 from store import StateWriteFailed, StoreLocked
@@ -102,6 +105,15 @@ def _validation_code(errors: list[Any]) -> tuple[str, str]:
         why = (error.get("ctx") or {}).get("error")  # a JSON decode error's reason (e.g. a repeated name)
         parts.append(f"{'.'.join(loc)}: {error.get('msg', 'invalid')}" + (f" ({why})" if why else ""))
     return code, "; ".join(parts) or "invalid request"
+
+
+def not_found_detail(request: Request) -> str:
+    """NOT_FOUND's detail: the closest route (with its methods), and where every route is described."""
+    path = request.url.path[:200]
+    routes: dict[str, set[str]] = request.app.state.route_templates
+    similar = closest_route(path, routes)
+    hint = f"; did you mean {similar} ({', '.join(sorted(routes[similar]))})?" if similar is not None else "."
+    return f"no resource at {path}{hint} Every route is described at /docs (the spec: /openapi.json)"
 
 
 def allowed_methods(request: Request) -> list[str]:
@@ -149,7 +161,7 @@ class ErrorMapping:
             return self.counted(code, detail, request)
         if isinstance(exc, StarletteHTTPException):
             code = HTTP_STATUS_CODES.get(exc.status_code, "REQUEST_INVALID")
-            detail = str(exc.detail) if code != "NOT_FOUND" else f"no resource at {request.url.path[:200]}"
+            detail = str(exc.detail) if code != "NOT_FOUND" else not_found_detail(request)
             headers = dict(exc.headers or {})
             if exc.status_code == 405:
                 # Starlette names only the first matching route's methods; list every route of the path.
@@ -169,7 +181,8 @@ def install_error_handlers(app: FastAPI, mapping: ErrorMapping) -> None:
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:
-    """The spec: FastAPI's, with the hand-described schemas added and 422 replaced by problem 400s."""
+    """The spec: FastAPI's, with the hand-described schemas added, 422 replaced by problem 400s and the bounds
+    this broker's settings decide (app.openapi_limits)."""
     schema = get_openapi(title="tidemq", version=API_VERSION, description=DESCRIPTION, routes=app.routes)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for model in EXTRA_SCHEMAS:
@@ -182,6 +195,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     add_bearer_security(schema)
+    apply_limits(schema, app.state.broker.settings)
     fit_for_generators(schema)
     return schema
 
@@ -215,7 +229,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     pull_router, pull, pull_batch = routes_pull.router(broker)
     routers = [routes_status.api, routes_topics.api, produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
-    routers += [routes_groups.api, receive_router, routes_queries.api, routes_admin.api]
+    routers += [routes_groups.api, routes_dead_letters.api, receive_router, routes_queries.api, routes_admin.api]
     routers += [routes_push.api, routes_redrive.api, routes_transactions.api, routes_cluster.api]
     for api_router in routers:
         app.include_router(api_router)
@@ -224,6 +238,12 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.route_methods = [
         (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
     ]
+    # Route template -> methods, for NOT_FOUND's closest route.
+    app.state.route_templates = {}
+    for api_router in routers:
+        for r in api_router.routes:
+            if isinstance(r, APIRoute):
+                app.state.route_templates.setdefault(r.path, set()).update(set(r.methods or ()) - {"HEAD"})
     mapping = ErrorMapping(broker)
     app.state.problem = mapping.problem  # every error reply outside a handler goes through it, counted
     install_error_handlers(app, mapping)

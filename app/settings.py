@@ -49,8 +49,9 @@ class BrokerSettings:
     log_format: str = setting("text", choices=LOG_FORMATS)
     # Log one line per HTTP request on tidemq.access (method, path, route, status, duration, bytes, client).
     access_log: bool = setting(False)
-    # Producing to an unknown topic creates it with the store's default queue count.
-    auto_create_topics: bool = setting(True)
+    # Producing to an unknown topic creates it with the store's default queue count (off: 404 TOPIC_NOT_FOUND;
+    # with an ACL the account also needs CREATE on the topic).
+    auto_create_topics: bool = setting(False)
     # Largest request body that is not JSON (raw produce): the largest message plus slack for headers.
     max_request_body_bytes: int = setting(4 * MIB + 64 * 1024, 1024, GIB)
     # Largest JSON request body (base64 inflates bodies by 4/3 and a batch holds up to 1,000 messages).

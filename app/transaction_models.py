@@ -38,12 +38,21 @@ class TransactionResolved(BaseModel):
     changed: bool = Field(description="False when the transaction was already resolved this way (the request changed nothing)")
 
 
+# What store.check_url_problem takes: http or https, a host (a bracketed IPv6 address or a name without "@": no
+# credentials), an optional port of 0..65535, then printable ASCII without spaces.
+CHECK_URL_PATTERN = (
+    "^[Hh][Tt][Tt][Pp][Ss]?://(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)"
+    "(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?([/?#][!-~]*)?$"
+)
+
+
 class ProducerGroupSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"check_url": "http://127.0.0.1:9000/check"}})
     check_url: str | None = Field(
         None,
         description="Absolute http:// or https:// URL of at most 2,048 characters the broker POSTs check-backs to; "
         "null: none (the producer lists its unresolved transactions instead). Anything else is CHECK_URL_INVALID",
+        json_schema_extra={"maxLength": 2048, "pattern": CHECK_URL_PATTERN},
     )
 
 

@@ -13,6 +13,8 @@ import os
 import statistics
 import tempfile
 
+import httpx
+
 from bench.http_bench import BODY_BYTES, STORE_CONFIG, TOPIC, Broker, ensure_wrk, post_script, wrk
 
 TOKEN = "bench-token-0123456789abcdef0123456789abcdef"
@@ -26,7 +28,7 @@ def acl_config(root: str) -> str:
             f.write(f'[[accounts]]\nname = "other-{i}"\ntoken_sha256 = "{hashlib.sha256(str(i).encode()).hexdigest()}"\n')
             f.write(f'topics = {{ "team-{i}-*" = "PUB|SUB", "shared" = "SUB" }}\n')
         f.write(f'[[accounts]]\nname = "bench"\ntoken_sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"\n')
-        f.write(f'topics = {{ "{TOPIC}*" = "PUB|SUB", "{TOPIC}-secret" = "DENY" }}\n')
+        f.write(f'topics = {{ "{TOPIC}*" = "PUB|SUB|CREATE", "{TOPIC}-secret" = "DENY" }}\n')
     return STORE_CONFIG.replace("[broker]\n", f'[broker]\nacl_file = "{path}"\n', 1)
 
 
@@ -46,7 +48,10 @@ def main() -> None:
         brokers = {"without ACL": (Broker(open_root), plain_script), "with ACL": (Broker(acl_root, acl_config(acl_root)), acl_script)}
         try:
             rates: dict[str, list[float]] = {name: [] for name in brokers}
-            for broker, script in brokers.values():  # warm-up (creates the topic), not counted
+            for name, (broker, _) in brokers.items():  # topics are created explicitly
+                headers = {"Authorization": f"Bearer {TOKEN}"} if name == "with ACL" else {}
+                httpx.put(f"http://127.0.0.1:{broker.port}/v1/topics/{TOPIC}", json={"queues": 4}, headers=headers).raise_for_status()
+            for broker, script in brokers.values():  # warm-up, not counted
                 wrk(binary, f"http://127.0.0.1:{broker.port}", script, 2, args.connections, open_root)
             for _ in range(args.rounds):
                 for name, (broker, script) in brokers.items():

@@ -49,8 +49,9 @@ from store.filter.sql_parser import MAX_SQL_CHARS, FilterInvalid
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.metadata.rocketmq_system_topics import is_rocketmq_system_topic
 from store.metadata.topic_config_manager import TopicConfig
-from store.metadata.topic_names import dlq_topic, retry_topic
+from store.metadata.topic_names import dlq_topic, retry_topic, topic_kind
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
+from store.pop.dead_letter_resend import MAX_RESEND, Resent
 from store.pop.group_consumption import (
     AckOutcome,
     GroupConsumption,
@@ -99,6 +100,7 @@ __all__ = [
     "HALF_TOPIC",
     "INDEX_REBUILD_PHASE",
     "INTERNAL_TOPICS",
+    "MAX_RESEND",
     "MAX_SQL_CHARS",
     "OFFSET_MSG_ID_LENGTHS",
     "OP_TOPIC",
@@ -154,6 +156,7 @@ __all__ = [
     "Redrive",
     "RedriveState",
     "ReplicationWaiter",
+    "Resent",
     "Resolution",
     "ResolveStatus",
     "SqlFilter",
@@ -189,5 +192,6 @@ __all__ = [
     "retry_topic",
     "split_keys",
     "tags_hash",
+    "topic_kind",
     "topic_problem",
 ]

@@ -193,6 +193,9 @@ class MessageStoreConfig:
     pop_revive_interval_ms: int = setting(100, 10, 60_000)
     # Group consumption: checkpoints the revive service holds at most; past it, reading the revive queue waits.
     pop_revive_max_pending: int = setting(100_000, 1, 10_000_000)
+    # Group consumption: acked (or superseded) receipt handles remembered, each until its invisible time ends, so
+    # that a repeated ack answers ALREADY_ACKED; past it the soonest to expire are forgotten (store/pop/acked_handles.py).
+    pop_acked_handles_max: int = setting(100_000, 1, 10_000_000)
     # Transactions: a half message unresolved this long is checked back (RocketMQ's transactionTimeOut).
     transaction_timeout_ms: int = setting(6_000, 1, 86_400_000)
     # Transactions: checks of an unresolved half before it is rolled back (RocketMQ's transactionCheckMax).

@@ -219,6 +219,23 @@ def redrive(group: str) -> Call[dict[str, Any]]:
     return Call(Request("GET", path("v1", "groups", group, "dlq", "redrive")), (200,), _json)
 
 
+def group(name: str) -> Call[dict[str, Any]]:
+    """One group: settings, topics with lag and counts, dead letters, connected consumers (`GroupInfo`)."""
+    return Call(Request("GET", path("v1", "groups", name)), (200,), _json)
+
+
+def delete_group(name: str) -> Call[None]:
+    """Delete a group's settings and committed offsets."""
+    return Call(Request("DELETE", path("v1", "groups", name)), (204,), lambda r: None)
+
+
+def resend_dead_letters(group: str, offsets: Sequence[int]) -> Call[list[dict[str, Any]]]:
+    """Send dead letters (offsets in `%DLQ%{group}` queue 0) back to the group; each offset's result."""
+    body = orjson.dumps({"offsets": list(offsets)})
+    request = Request("POST", path("v1", "groups", group, "dead-letters", "resend"), headers=JSON, body=body)
+    return Call(request, (200,), lambda r: list(_json(r)["results"]))
+
+
 def configure_group(group: str, max_reconsume_times: int = 16, fifo: bool = False) -> Call[dict[str, Any]]:
     body = orjson.dumps({"max_reconsume_times": max_reconsume_times, "fifo": fifo})
     return Call(Request("PUT", path("v1", "groups", group), headers=JSON, body=body), (200, 201), _json)
@@ -231,6 +248,12 @@ def offsets(group: str, topic: str) -> Call[list[QueueLag]]:
 
 def commit_offset(group: str, topic: str, queue_id: int, offset: int) -> Call[None]:
     body = orjson.dumps({"topic": topic, "queue_id": queue_id, "offset": offset})
+    return Call(Request("PUT", path("v1", "groups", group, "offsets"), headers=JSON, body=body), (200,), lambda r: None)
+
+
+def commit_offsets(group: str, commits: Sequence[tuple[str, int, int]]) -> Call[None]:
+    """Commit several (topic, queue id, offset) positions of a group at once: all of them or none."""
+    body = orjson.dumps([{"topic": t, "queue_id": q, "offset": o} for t, q, o in commits])
     return Call(Request("PUT", path("v1", "groups", group, "offsets"), headers=JSON, body=body), (200,), lambda r: None)
 
 

@@ -25,6 +25,7 @@ from tidemq.async_client import AsyncClient
 from tidemq.cli_admin import add_admin_commands
 from tidemq.cli_consume import add_consume_command
 from tidemq.cli_dlq import add_dlq_command
+from tidemq.cli_groups import add_group_commands
 from tidemq.cli_output import UsageError
 from tidemq.cli_produce import add_produce_command
 from tidemq.errors import ProblemError, TidemqClientError
@@ -60,6 +61,7 @@ def add_client_commands(commands: argparse._SubParsersAction) -> None:
     add_produce_command(commands, common)
     add_consume_command(commands, common)
     add_admin_commands(commands, common)
+    add_group_commands(commands, common)
     add_dlq_command(commands, common)
 
 

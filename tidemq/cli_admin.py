@@ -1,5 +1,7 @@
-"""`tidemq topics|groups|offsets|lookup`: administration and queries, as aligned columns or
-(`--format json`) as the broker's JSON."""
+"""`tidemq topics|offsets|lookup`: administration and queries, as aligned columns or (`--format json`) as
+the broker's JSON. `topics` lists the topics producers and consumers use; the broker's own (delay levels,
+timers, transactions, the revive topic) and the groups' retry and dead-letter topics only with
+`--internal`, marked by their kind, as `rpk topic list -i` does. `tidemq groups` is tidemq.cli_groups."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import dataclasses
 import sys
 
 from tidemq.async_client import AsyncClient
-from tidemq.cli_output import FORMATS, UsageError, print_json, print_table, write_messages
+from tidemq.cli_format import message_printer, write_formatted
+from tidemq.cli_output import UsageError, print_json, print_table
 from tidemq.models import TopicInfo
 
 TABLE_FORMATS = ("table", "json")
@@ -23,10 +26,10 @@ def add_admin_commands(commands: argparse._SubParsersAction, common: argparse.Ar
     topics.add_argument("name", nargs="?", help="the topic (show, create, delete)")
     topics.add_argument("--queues", type=int, help="create: the number of queues (default: the broker's)")
     topics.add_argument("--perm", choices=("rw", "r", "w"), default="rw", help="create: r, w or rw (default)")
+    topics.add_argument(
+        "-i", "--internal", action="store_true", help="list: also the broker's own topics and the groups' retry and dead-letter topics"
+    )
     topics.set_defaults(client_command=topics_command)
-
-    groups = commands.add_parser("groups", parents=[common, output], help="the consumer groups with their topics and lag")
-    groups.set_defaults(client_command=groups_command)
 
     offsets = commands.add_parser("offsets", parents=[common, output], help="a group's committed offsets and lag per queue")
     offsets.add_argument("group")
@@ -43,7 +46,7 @@ def add_admin_commands(commands: argparse._SubParsersAction, common: argparse.Ar
     which.add_argument("--msg-id", dest="msg_id", help="the message with this client message id")
     which.add_argument("--id", dest="offset_msg_id", help="the message with this offset message id (no topic needed)")
     lookup.add_argument("--max-messages", dest="max_messages", type=int, default=32, help="at most this many (default 32)")
-    lookup.add_argument("--format", choices=FORMATS, default="json", help="json (default), lines or raw, as for consume")
+    lookup.add_argument("-f", "--format", default="json", help="json (default), lines, raw or a format string, as for consume")
     lookup.set_defaults(client_command=lookup_command)
 
 
@@ -55,9 +58,14 @@ async def topics_command(client: AsyncClient, args: argparse.Namespace) -> int:
     if args.action != "list" and not args.name:
         raise UsageError(f"topics {args.action} needs a topic name")
     if args.action == "list":
-        found = await client.topics()
+        found = [t for t in await client.topics() if args.internal or t.kind in (None, "user")]
         if args.format == "json":
             print_json([dataclasses.asdict(t) for t in found])
+        elif args.internal:
+            print_table(
+                ("TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM", "KIND"),
+                [(*row, t.kind or "user") for row, t in zip(_topic_rows(found), found, strict=True)],
+            )
         else:
             print_table(("TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"), _topic_rows(found))
         return 0
@@ -69,6 +77,13 @@ async def topics_command(client: AsyncClient, args: argparse.Namespace) -> int:
         if args.queues is not None and args.queues < 1:
             raise UsageError("--queues must be >= 1")
         info = await client.create_topic(args.name, args.queues, args.perm)
+        if info.changed:
+            changes = ", ".join(f"{name} {c['old']} -> {c['new']}" for name, c in info.changed.items())
+            print(f"tidemq: topic {args.name} existed; changed {changes}", file=sys.stderr)
+        elif info.changed is not None:
+            print(f"tidemq: topic {args.name} exists already as asked; nothing changed", file=sys.stderr)
+        if info.warning:
+            print(f"tidemq: warning: {info.warning}", file=sys.stderr)
     else:
         info = await client.topic(args.name)
     if args.format == "json":
@@ -77,19 +92,6 @@ async def topics_command(client: AsyncClient, args: argparse.Namespace) -> int:
         print_table(("TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"), _topic_rows([info]))
         print()
         print_table(("QUEUE", "MIN_OFFSET", "MAX_OFFSET"), [(q.queue_id, q.min_offset, q.max_offset) for q in info.queues or []])
-    return 0
-
-
-async def groups_command(client: AsyncClient, args: argparse.Namespace) -> int:
-    found = await client.groups()
-    if args.format == "json":
-        print_json(found)
-        return 0
-    rows = []
-    for g in found:
-        for t in g["topics"] or [{"topic": "-", "lag": "-", "in_flight": "-", "acked": "-"}]:
-            rows.append((g["group"], t["topic"], t["lag"], t["in_flight"], t["acked"], "yes" if g["fifo"] else "no"))
-    print_table(("GROUP", "TOPIC", "LAG", "IN_FLIGHT", "ACKED", "FIFO"), rows)
     return 0
 
 
@@ -119,5 +121,5 @@ async def lookup_command(client: AsyncClient, args: argparse.Namespace) -> int:
         if args.max_messages < 1:
             raise UsageError("--max-messages must be >= 1")
         messages = await client.query(args.topic, key=args.key, msg_id=args.msg_id, max_messages=args.max_messages)
-    write_messages(sys.stdout.buffer, messages, args.format)
+    write_formatted(sys.stdout.buffer, messages, message_printer(args.format))
     return 0

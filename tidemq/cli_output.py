@@ -1,39 +1,17 @@
-"""What the client commands share: their usage error and how they print messages and tables."""
+"""What the client commands share: their usage error and how they print JSON and tables (messages:
+tidemq.cli_format)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
-
-from tidemq.models import Message
-
-FORMATS = ("lines", "json", "raw")
 
 
 class UsageError(Exception):
     """Options that cannot work together (exit status 2)."""
-
-
-def write_messages(out: BinaryIO, messages: Iterable[Message], fmt: str) -> int:
-    """Print messages as `fmt` (lines: each body and a newline; json: one object per line; raw: the
-    bodies' bytes back to back) and flush, so a pipe sees them at once; returns how many."""
-    count = 0
-    chunks: list[bytes] = []
-    for m in messages:
-        if fmt == "json":
-            chunks.append(orjson.dumps(m.to_json()) + b"\n")
-        elif fmt == "raw":
-            chunks.append(m.body)
-        else:
-            chunks.append(m.body + b"\n")
-        count += 1
-    if chunks:
-        out.write(b"".join(chunks))
-        out.flush()
-    return count
 
 
 def print_json(value: Any) -> None:

@@ -155,7 +155,7 @@ class PullResult:
 @dataclass(slots=True)
 class AckResult:
     receipt_handle: str
-    status: str  # OK, HANDLE_EXPIRED, HANDLE_INVALID or NOT_STORED
+    status: str  # OK, HANDLE_EXPIRED, HANDLE_INVALID, NOT_STORED, ALREADY_ACKED or HANDLE_SUPERSEDED
 
 
 @dataclass(slots=True)
@@ -172,6 +172,9 @@ class TopicInfo:
     write_queues: int
     perm: str
     queues: list[QueueInfo] | None = None
+    kind: str | None = None  # in listings: user, system, retry or dead_letter
+    changed: dict[str, Any] | None = None  # a PUT of an existing topic: what it changed
+    warning: str | None = None  # a PUT of an existing topic: a consequence to know
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicInfo:
@@ -182,6 +185,9 @@ class TopicInfo:
             d["write_queues"],
             d["perm"],
             None if queues is None else [QueueInfo(q["queue_id"], q["min_offset"], q["max_offset"]) for q in queues],
+            d.get("kind"),
+            d.get("changed"),
+            d.get("warning"),
         )
 
 

@@ -38,9 +38,12 @@ def disk_free_bytes(path: str) -> int:
 
 
 def disk_used_ratio(path: str) -> float:
-    """Used share of the partition holding `path` ((total - free) / total, as RocketMQ computes it).
+    """Used share of the partition holding `path`, out of what the broker may use: used / (used + available),
+    as `df` shows it.
 
-    A path that does not exist yet is measured at its nearest existing parent; an
+    Available is f_bavail, the blocks an unprivileged writer may still allocate, not f_bfree: the blocks
+    reserved for root (and a quota's limit) are no room for the broker, so a disk it can no longer write
+    to reads 1.0 here. A path that does not exist yet is measured at its nearest existing parent; an
     unreadable partition answers UNKNOWN_RATIO.
     """
     try:
@@ -48,8 +51,8 @@ def disk_used_ratio(path: str) -> float:
     except OSError as exc:
         log.warning("cannot measure disk usage of %s: %s", path, exc)
         return UNKNOWN_RATIO
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = used + st.f_bavail * st.f_frsize
+    if st.f_blocks <= 0 or usable <= 0:
         return UNKNOWN_RATIO
-    free = st.f_bfree * st.f_frsize
-    return (total - free) / total
+    return used / usable

@@ -3,8 +3,8 @@
 Durability and replication: a commit is a record of the state topic (store/state/state_log.py): it is
 in the commitlog, applied in log order, and answered once the store's flush (and a SYNC_MASTER's
 slaves) confirmed it, exactly like a message; a slave applies the same records, so a new master
-resumes every group where it was. Records are `{"c": [[key, queue_id, offset], ...]}` for commits
-and `{"rt": topic}` for the removal of a topic's offsets.
+resumes every group where it was. Records are `{"c": [[key, queue_id, offset], ...]}` for commits,
+`{"rt": topic}` for the removal of a topic's offsets and `{"rg": group}` for a group's.
 
 `config/consumerOffset.json` is this table's local snapshot, in ConsumerOffsetManager's shape
 (`{"offsetTable": {"topic@group": {"<queue id>": offset}}}`, plus `stateLogOffset`: the first state
@@ -73,6 +73,10 @@ class ConsumerOffsetManager(StateTable):
         if isinstance(topic, str):
             prefix = f"{topic}{TOPIC_GROUP_SEPARATOR}"
             self._offsets = {k: v for k, v in self._offsets.items() if not k.startswith(prefix)}
+        group = payload.get("rg")
+        if isinstance(group, str):  # names hold no "@": a key ends in "@group" only for that group
+            suffix = f"{TOPIC_GROUP_SEPARATOR}{group}"
+            self._offsets = {k: v for k, v in self._offsets.items() if not k.endswith(suffix)}
 
     def rows_locked(self) -> list[Any]:
         return [[key, queue_id, offset] for key, queues in self._offsets.items() for queue_id, offset in queues.items()]
@@ -105,6 +109,11 @@ class ConsumerOffsetManager(StateTable):
 
     def remove_topic(self, topic: str) -> None:
         self.record({"rt": topic})
+
+    @staticmethod
+    def remove_group_payload(group: str) -> dict[str, Any]:
+        """The record removing every offset of a group (every topic, its retry topics included)."""
+        return {"rg": group}
 
     # Reads -------------------------------------------------------------------------------------
 

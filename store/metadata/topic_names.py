@@ -6,6 +6,8 @@ They live with the metadata, under group consumption, because the topic table re
 
 from __future__ import annotations
 
+from store.codec.message import SYSTEM_TOPICS
+
 # PopAckConstants.REVIVE_TOPIC + cluster; MixAll.RETRY_GROUP_TOPIC_PREFIX, MixAll.DLQ_GROUP_TOPIC_PREFIX.
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 RETRY_PREFIX = "%RETRY%"
@@ -29,3 +31,19 @@ def is_group_system_topic(topic: str) -> bool:
 def dlq_topic(group: str) -> str:
     """The group's dead-letter topic (RocketMQ's `%DLQ%{group}`)."""
     return DLQ_PREFIX + group
+
+
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX: topics the broker makes for itself (the revive topic, ...).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def topic_kind(topic: str) -> str:
+    """What a topic is for: "system" (the broker's own: delay levels, timers, transactions, the revive topic),
+    "retry" (a group's `%RETRY%` topic), "dead_letter" (a group's `%DLQ%` topic) or "user" (every other)."""
+    if topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        return "system"
+    if topic.startswith(RETRY_PREFIX):
+        return "retry"
+    if topic.startswith(DLQ_PREFIX):
+        return "dead_letter"
+    return "user"

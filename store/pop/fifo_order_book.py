@@ -91,6 +91,12 @@ class FifoOrderBook(StateTable):
                 prefix += 1
             return batch.next_offset if prefix == len(batch.offsets) else batch.offsets[prefix]
 
+    def was_acked(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> bool:
+        """Whether `offset` of the queue's batch taken at `pop_time` is acked already (the batch still held)."""
+        with self._lock:
+            batch = self._batches.get((group, topic, queue_id))
+            return batch is not None and batch.pop_time == pop_time and offset in batch.acked
+
     def acked(self, group: str, topic: str, queue_id: int, offset: int, pop_time: int) -> None:
         """Record the ack of `offset` once its commit (`ack_target`) is done; the batch goes when all
         its messages are acked. The log therefore never holds an ack whose commit is not before it."""

@@ -21,6 +21,8 @@ from store.codec.message import MessageInner
 from store.config import BrokerRole
 from store.errors import StoreError
 from store.metadata.topic_names import dlq_topic, retry_topic
+from store.pop.acked_handles import AckedHandles
+from store.pop.dead_letter_resend import Resent, resend_dead_letters
 from store.pop.dlq_redrive import DlqRedriveService, DlqRedriveTable, Redrive, RedriveState
 from store.pop.fifo_order_book import FifoOrderBook
 from store.pop.pop_consumer import AckOutcome, PopConsumer, Popped, PopSettings, dead_letter
@@ -30,6 +32,7 @@ from store.pop.pop_revive_service import PopReviveService
 from store.pop.push_subscription_table import PushSubscription, PushSubscriptionTable
 from store.pop.receipt_handle import PopSecret, ReceiptHandles
 from store.pop.subscription_group_manager import SubscriptionGroup, SubscriptionGroupManager
+from store.state.state_log import StateChange
 from store.state.state_table import StateTable
 from store.status import PutMessageResult
 
@@ -140,7 +143,8 @@ class GroupConsumption:
         """After the state records are applied: returns the revive and redrive services for the store to start."""
         cfg = self._store.config
         handles = ReceiptHandles(self.secret)
-        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo)
+        acked = AckedHandles(cfg.pop_acked_handles_max)
+        self.consumer = PopConsumer(self._adapter, self.groups, handles, self.settings, self._store.now_ms, self.fifo, acked)
         self.revive_service = PopReviveService(
             self._adapter, self.consumer, cfg.pop_revive_interval_ms, cfg.pop_revive_max_pending, self._store.now_ms, horizon
         )
@@ -179,6 +183,30 @@ class GroupConsumption:
         """Create or update a group's settings (blocking: persisted at once); True when created.
         `filter_sql` is an SQL92 expression SqlFilter.parse accepts (FilterInvalid otherwise, nothing changed)."""
         return self.groups.put(SubscriptionGroup(name, max_reconsume_times, fifo, filter_sql=filter_sql))
+
+    def delete_group(self, name: str) -> bool:
+        """Remove a group's settings, its push subscription and every offset it committed (its topics' and retry
+        topics'), in one write (blocking: recorded durably; StateWriteFailed when not confirmed) and its counts;
+        False when the store knew nothing of it. Its retry and dead-letter topics stay (their messages may still be
+        wanted); a group of that name consuming again starts at each queue's first message."""
+        offsets = self._store.consumer_offset_manager
+        configured = self.is_configured(name)
+        pushed = self.push.get(name) is not None
+        if not configured and not pushed and name not in offsets.groups():
+            return False
+        changes = [StateChange(offsets, offsets.remove_group_payload(name))]
+        if configured:
+            changes.append(StateChange(self.groups, {"del": name}))
+        if pushed:
+            changes.append(StateChange(self.push, {"del": name}))
+        self._store.state_log.write_all(changes)
+        self._loaded().counters.forget(name)
+        return True
+
+    def resend_dead_letters(self, group: str, offsets: list[int]) -> tuple[list[Resent], PutMessageResult | None]:
+        """Copy dead letters of the group back into its retry topics (store/pop/dead_letter_resend.py; blocking:
+        one put)."""
+        return resend_dead_letters(self._adapter, group, offsets)
 
     # Receive, ack, invisible time (blocking: they store records) ------------------------
 
@@ -258,4 +286,6 @@ class GroupConsumption:
         out = dataclasses.asdict(revive.stats) if revive is not None else {}
         out["revive_in_memory"] = revive.in_memory() if revive is not None else 0
         out["fifo_in_flight"] = consumer.fifo.in_flight()
+        out["acked_handles_held"] = len(consumer.acked)
+        out["acked_handles_forgotten"] = consumer.acked.forgotten
         return out

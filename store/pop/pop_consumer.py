@@ -16,6 +16,9 @@ Invariants:
   A FIFO group's ack takes the same lock, waiting for it, so its commit and a receive never interleave.
 - An ack is answered OK only before the message's invisible time ends; the revive service waits
   `pop_ack_margin_ms` past that time before reviving, so an answered ack is always seen.
+- A handle is answered OK (and counted) once: used again it answers ALREADY_ACKED, or HANDLE_SUPERSEDED
+  when a change of the invisible time gave its message a new handle (store/pop/acked_handles.py says how
+  long, and within which bound, that is remembered).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from store.codec.message_codec import decode_message, reconsume_times_at
 from store.errors import StoreError
 from store.filter.message_filter import with_group_filter
 from store.metadata.topic_names import dlq_topic, is_group_system_topic, retry_topic, revive_topic
+from store.pop.acked_handles import AckedHandles, HandleKey, HandleState
 from store.pop.fifo_order_book import FifoOrderBook
 from store.pop.pop_counters import PopCounters
 from store.pop.pop_records import ACK_TAG, BATCH_ACK_TAG, MAX_CHECKPOINT_MESSAGES, PROPERTY_RETRY_TOPIC, AckMsg, BatchAckMsg, PopCheckPoint
@@ -58,6 +62,12 @@ class AckOutcome(enum.Enum):
     HANDLE_EXPIRED = "HANDLE_EXPIRED"  # the invisible time passed: the message may have been delivered again
     HANDLE_INVALID = "HANDLE_INVALID"  # not a handle this broker issued for this group and topic
     NOT_STORED = "NOT_STORED"  # the ack record could not be stored (disk full, shutting down): ack again
+    ALREADY_ACKED = "ALREADY_ACKED"  # the handle was acked before: nothing is done or counted again
+    HANDLE_SUPERSEDED = "HANDLE_SUPERSEDED"  # a change of the invisible time replaced it: use the handle that change answered
+
+
+# What a handle already used answers when it is used again.
+USED_OUTCOMES = {HandleState.ACKED: AckOutcome.ALREADY_ACKED, HandleState.SUPERSEDED: AckOutcome.HANDLE_SUPERSEDED}
 
 
 class PopStore(Protocol):
@@ -99,9 +109,10 @@ class PopConsumer:
 
     def __init__(
         self, store: PopStore, groups: SubscriptionGroupManager, handles: ReceiptHandles, settings: PopSettings, clock: Callable[[], int],
-        fifo: FifoOrderBook,
+        fifo: FifoOrderBook, acked: AckedHandles,
     ) -> None:  # fmt: skip
         self.store = store
+        self.acked = acked
         self.groups = groups
         self.handles = handles
         self.settings = settings
@@ -244,32 +255,62 @@ class PopConsumer:
     # Ack and invisible time -----------------------------------------------------------
 
     def ack(self, group: str, topic: str, handle_texts: list[str]) -> list[AckOutcome]:
-        """Ack each handle; the ack records of one call are stored together."""
+        """Ack each handle; the ack records of one call are stored together. A handle used already (acked, or
+        replaced by a change of the invisible time) answers ALREADY_ACKED or HANDLE_SUPERSEDED and is not counted."""
         now = self.clock()
         outcomes: list[AckOutcome] = []
         by_checkpoint: dict[tuple[bool, int, int, int, int, int], list[int]] = {}
+        claimed: list[HandleKey] = []
         settings = self.group(group)
         for text in handle_texts:
             outcome, handle = self._check_handle(group, topic, text, now)
+            if handle is not None:
+                outcome = self._claim(group, topic, handle, settings.fifo, HandleState.ACKED, now)
             outcomes.append(outcome)
-            if handle is None:
+            if handle is None or outcome is not AckOutcome.OK:
                 continue
+            key = handle_key(group, topic, handle, settings.fifo)
             if settings.fifo:
-                queue_topic = retry_topic(group, topic) if handle.retry else topic
-                try:
-                    if not self._ack_fifo(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now):
-                        outcomes[-1] = AckOutcome.HANDLE_EXPIRED
-                except StoreError:
-                    outcomes[-1] = AckOutcome.NOT_STORED
+                outcomes[-1] = self._ack_fifo_outcome(group, topic, handle, now)
+                if outcomes[-1] is not AckOutcome.OK:
+                    self.acked.release(key)
                 continue
-            key = (handle.retry, handle.queue_id, handle.start_offset, handle.pop_time, handle.revive_queue_id, handle.invisible_until_ms)
-            by_checkpoint.setdefault(key, []).append(handle.offset)
+            claimed.append(key)
+            ck_key = (
+                handle.retry,
+                handle.queue_id,
+                handle.start_offset,
+                handle.pop_time,
+                handle.revive_queue_id,
+                handle.invisible_until_ms,
+            )
+            by_checkpoint.setdefault(ck_key, []).append(handle.offset)
         # One record per checkpoint (RocketMQ 5's batch ack): a receive's messages acked together cost one record.
         records = [self._ack_record(group, topic, key, offsets) for key, offsets in by_checkpoint.items()]
         if records and not self._put_records(records):
+            for key in claimed:
+                self.acked.release(key)
             outcomes = [AckOutcome.NOT_STORED if o is AckOutcome.OK else o for o in outcomes]
         self.counters.add(group, topic, acked=outcomes.count(AckOutcome.OK))
         return outcomes
+
+    def _claim(self, group: str, topic: str, handle: ReceiptHandle, fifo: bool, state: HandleState, now: int) -> AckOutcome:
+        """OK when the handle was not used before (it is recorded as `state` now); otherwise what its use again answers.
+        A FIFO group's order book remembers its acks durably, so it is asked first."""
+        queue_topic = retry_topic(group, topic) if handle.retry else topic
+        if fifo and self.fifo.was_acked(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time):
+            return AckOutcome.ALREADY_ACKED
+        used = self.acked.claim(handle_key(group, topic, handle, fifo), state, handle.invisible_until_ms, now)
+        return AckOutcome.OK if used is None else USED_OUTCOMES[used]
+
+    def _ack_fifo_outcome(self, group: str, topic: str, handle: ReceiptHandle, now: int) -> AckOutcome:
+        queue_topic = retry_topic(group, topic) if handle.retry else topic
+        try:
+            if not self._ack_fifo(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time, now):
+                return AckOutcome.HANDLE_EXPIRED
+        except StoreError:
+            return AckOutcome.NOT_STORED
+        return AckOutcome.OK
 
     def _ack_record(self, group: str, topic: str, key: tuple[bool, int, int, int, int, int], offsets: list[int]) -> MessageInner:
         retry, queue_id, start_offset, pop_time, revive_queue, until = key
@@ -322,6 +363,9 @@ class PopConsumer:
             return outcome, None, 0
         queue_topic = retry_topic(group, topic) if handle.retry else topic
         if self.group(group).fifo:
+            # The order book's batch keeps its pop time, so the old handle stays the message's: nothing is superseded.
+            if self.fifo.was_acked(group, queue_topic, handle.queue_id, handle.offset, handle.pop_time):
+                return AckOutcome.ALREADY_ACKED, None, 0
             try:
                 with self._queue_lock(group, queue_topic, handle.queue_id):  # the book's changes of a queue in one order
                     extended = self.fifo.extend(group, queue_topic, handle.queue_id, handle.pop_time, now + invisible_ms, now)
@@ -333,10 +377,14 @@ class PopConsumer:
             moved = ReceiptHandle(handle.start_offset, handle.pop_time, now + invisible_ms - handle.pop_time, handle.revive_queue_id,
                                   handle.queue_id, handle.offset, handle.retry, handle.reconsume_times)  # fmt: skip
             return AckOutcome.OK, self.handles.encode(group, topic, moved), now + invisible_ms
+        claim = self._claim(group, topic, handle, False, HandleState.SUPERSEDED, now)
+        if claim is not AckOutcome.OK:
+            return claim, None, 0  # acked, or moved to another handle already: a new checkpoint would deliver it again
         ck = self._checkpoint(group, queue_topic, handle.queue_id, [handle.offset], now, invisible_ms)
         old = AckMsg(queue_topic, group, handle.queue_id, handle.start_offset, handle.offset, handle.pop_time)
         revive_queue = self.revive_queue_of(group, queue_topic)
         if not self._put_records([ck_message(self.revive_topic, revive_queue, ck), ack_message(self.revive_topic, handle, old)]):
+            self.acked.release(handle_key(group, topic, handle, False))
             return AckOutcome.NOT_STORED, None, 0
         moved = ReceiptHandle(handle.offset, now, invisible_ms, revive_queue, handle.queue_id, handle.offset, handle.retry,
                               handle.reconsume_times)  # fmt: skip
@@ -346,6 +394,13 @@ class PopConsumer:
         """Store revive-topic records (one put, so a CK and the ACK it replaces land together)."""
         self.store.ensure_topic(self.revive_topic, self.settings.revive_queues)
         return self.store.put_messages(records).ok
+
+
+def handle_key(group: str, topic: str, handle: ReceiptHandle, fifo: bool) -> HandleKey:
+    """What names one delivery of a message. A FIFO group's invisible-time change keeps the pop time and the
+    delivery (the order book's batch), so its handles leave the invisible time out; a plain group's change
+    makes a new checkpoint, so the invisible time tells two checkpoints of one millisecond apart."""
+    return (group, topic, handle.retry, handle.queue_id, handle.offset, handle.pop_time, -1 if fifo else handle.invisible_time)
 
 
 def ck_message(topic: str, revive_queue: int, ck: PopCheckPoint) -> MessageInner:

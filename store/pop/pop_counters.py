@@ -48,6 +48,12 @@ class PopCounters:
             c.redelivered += redelivered
             c.dead_lettered += dead_lettered
 
+    def forget(self, group: str) -> None:
+        """Drop a deleted group's counts."""
+        with self._lock:
+            for key in [k for k in self._counts if k[0] == group]:
+                del self._counts[key]
+
     def snapshot(self) -> dict[tuple[str, str], PopCounts]:
         with self._lock:
             return {k: PopCounts(v.received, v.acked, v.redelivered, v.dead_lettered) for k, v in self._counts.items()}

@@ -61,3 +61,10 @@ def start_with_acl(
 
 def as_admin(broker: BrokerProcess) -> httpx.Client:
     return httpx.Client(base_url=broker.url, headers=bearer(OPS), timeout=15.0)
+
+
+def create_topics(broker: BrokerProcess, *topics: str, queues: int = 4) -> None:
+    """Create topics as the administrator (topics are not created by producing)."""
+    with as_admin(broker) as admin:
+        for topic in topics:
+            assert admin.put(f"/v1/topics/{topic}", json={"queues": queues}).status_code in (200, 201)

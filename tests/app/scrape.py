@@ -33,7 +33,8 @@ def value(scrape: dict[str, list[tuple[dict[str, str], float]]], name: str, **la
 
 
 def serve_hot_routes(client: httpx.Client, topic: str, group: str) -> None:
-    """One produce, pull, receive and ack (each answered 2xx), a GET and a HEAD /healthz."""
+    """The topic created, then one produce, pull, receive and ack (each answered 2xx), a GET and a HEAD /healthz."""
+    assert client.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code in (200, 201)
     send(client, topic, "hello", queue_id=0)
     pulled = client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0})
     assert pulled.status_code == 200 and pulled.json()["status"] == "FOUND", pulled.text

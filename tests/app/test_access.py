@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.acl import PUB, SUB, AclInvalid, parse_acl, token_hash
+from app.acl import CREATE, PUB, SUB, AclInvalid, parse_acl, token_hash
 from core import ConfigInvalid
-from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, sha, start_with_acl
+from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, create_topics, sha, start_with_acl
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
 
@@ -38,6 +38,13 @@ def test_most_specific_pattern_wins() -> None:
     assert not a.may(SUB, "anything", "no-group")  # a group not listed: no permission
 
 
+def test_rights_combine_in_any_order() -> None:
+    a = parse_acl(account({"x": "CREATE|PUB", "y": "SUB|CREATE|PUB"})).authenticate(b"t")
+    assert a is not None
+    assert a.may(PUB | CREATE, "x", None) and not a.may(SUB, "x", None)
+    assert a.may(PUB | SUB | CREATE, "y", None)
+
+
 def test_lookup_is_by_the_tokens_digest() -> None:
     acl = parse_acl(account({"x": "PUB"}))
     # The table is keyed by SHA-256 digests; the token itself is never stored or compared.
@@ -56,6 +63,9 @@ def test_lookup_is_by_the_tokens_digest() -> None:
         (account({"bad name*": "PUB"}), "invalid"),
         (account({"a*b": "PUB"}), "invalid"),
         (account({"x": "WRITE"}), "one of"),
+        (account({"x": "PUB|PUB"}), "one of"),
+        (account({"x": "PUB|DENY"}), "one of"),
+        ({"accounts": [{"name": "a", "token_sha256": sha("1"), "groups": {"g": "CREATE"}}]}, "one of"),
         ({"accounts": [{"name": "a", "token_sha256": sha("1"), "admin": "yes"}]}, "admin"),
         ({"accounts": [{"name": "a", "token_sha256": sha("1"), "rate_limit_per_s": 0}]}, "rate_limit_per_s"),
         ({"accounts": [{"name": "a", "token_sha256": sha("1"), "burst": 5}]}, "burst"),
@@ -70,6 +80,7 @@ def test_invalid_files_are_refused(data: dict, fault: str) -> None:
 
 def test_message_by_id_needs_sub_on_its_topic(make_broker, tmp_path) -> None:
     broker, _ = start_with_acl(make_broker, tmp_path)
+    create_topics(broker, "orders")
     with as_admin(broker) as admin:
         sent = admin.post("/v1/topics/orders/messages", json={"body": "o"}).json()
     client = broker.client
@@ -106,6 +117,7 @@ def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker, tmp_path) -
 
 def test_rate_limit_answers_429_with_retry_after(make_broker, tmp_path) -> None:
     broker, _ = start_with_acl(make_broker, tmp_path)
+    create_topics(broker, "limited")
     client = broker.client
     assert client is not None
     answers = [client.post("/v1/topics/limited/messages", json={"body": "x"}, headers=bearer(LIMITED)) for _ in range(3)]
@@ -124,12 +136,57 @@ def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
     assert client is not None
     assert client.put("/v1/topics/audited", json={}, headers=bearer(OPS)).status_code in (200, 201)
     client.delete("/v1/topics/audited", headers=bearer(BILLING))
+    client.delete("/v1/topics/audited")
+    client.delete("/v1/topics/audited", headers=bearer("no-such-token"))
     client.post("/v1/topics/billing-a/messages", json={"body": "x"}, headers=bearer(BILLING))
     time.sleep(0.2)
     log = broker.log()
     assert "tidemq.audit: PUT /v1/topics/audited account=ops status=20" in log
-    assert "tidemq.audit: DELETE /v1/topics/audited account=- status=403" in log
+    # A known account refused for lacking admin is named; no token or an unknown one is "-".
+    assert "tidemq.audit: DELETE /v1/topics/audited account=billing status=403" in log
+    assert log.count("tidemq.audit: DELETE /v1/topics/audited account=- status=401") == 2
     assert "tidemq.audit: POST /v1/topics/billing-a/messages" not in log  # produce is not an admin action
+
+
+CREATOR = "creator-token-5e0c7b"
+CREATOR_ACL = (
+    ACL_TEXT
+    + f"""
+[[accounts]]
+name = "creator"
+token_sha256 = "{sha(CREATOR)}"
+topics = {{ "team-*" = "PUB|SUB|CREATE", "team-fixed" = "PUB|SUB" }}
+"""
+)
+
+
+def test_creating_a_topic_needs_create_by_any_route(make_broker, tmp_path) -> None:
+    """With auto-creation on, a produce to a missing topic creates it only for an account with CREATE on it;
+    PUT creates with CREATE, and changes an existing topic only for an administrator."""
+    broker, _ = start_with_acl(make_broker, tmp_path, CREATOR_ACL, config="auto_create_topics = true\n")
+    client = broker.client
+    assert client is not None
+    # PUB on billing-* does not create billing-eu, by a produce or by PUT; nothing is created.
+    for r in (
+        client.post("/v1/topics/billing-eu/messages", json={"body": "x"}, headers=bearer(BILLING)),
+        client.put("/v1/topics/billing-eu", json={"queues": 2}, headers=bearer(BILLING)),
+    ):
+        body = problem(r, 403, "FORBIDDEN")
+        assert "billing" in body["detail"] and "CREATE" in body["detail"], body
+    assert client.get("/v1/topics/billing-eu", headers=bearer(OPS)).status_code == 404
+    # CREATE on team-*: a produce creates team-a, PUT creates team-b.
+    assert client.post("/v1/topics/team-a/messages", json={"body": "x"}, headers=bearer(CREATOR)).status_code == 201
+    assert client.put("/v1/topics/team-b", json={"queues": 2}, headers=bearer(CREATOR)).status_code == 201
+    assert client.get("/v1/topics/team-b", headers=bearer(CREATOR)).json()["read_queues"] == 2
+    # The same PUT again changes nothing and is answered; a change needs admin.
+    same = client.put("/v1/topics/team-b", json={"queues": 2}, headers=bearer(CREATOR))
+    assert same.status_code == 200 and same.json()["changed"] == {}, same.text
+    problem(client.put("/v1/topics/team-b", json={"queues": 8}, headers=bearer(CREATOR)), 403, "FORBIDDEN")
+    assert client.get("/v1/topics/team-b", headers=bearer(CREATOR)).json()["read_queues"] == 2
+    problem(client.delete("/v1/topics/team-b", headers=bearer(CREATOR)), 403, "FORBIDDEN")
+    # The more specific pattern without CREATE wins.
+    problem(client.post("/v1/topics/team-fixed/messages", json={"body": "x"}, headers=bearer(CREATOR)), 403, "FORBIDDEN")
+    assert client.put("/v1/topics/team-b", json={"queues": 8}, headers=bearer(OPS)).status_code == 200
 
 
 def test_metrics_needs_a_token_unless_public(make_broker, tmp_path) -> None:
@@ -189,6 +246,7 @@ def test_the_spec_declares_the_bearer_scheme(make_broker, tmp_path) -> None:
 
 def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
     broker, _ = start_with_acl(make_broker, tmp_path)
+    create_topics(broker, "billing-sdk")
     out = tmp_path / "client"
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -17,8 +17,9 @@ from tests.app.helpers import problem
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((ROOT / "openapi" / "openapi.json").read_text())
 MSG_ID = "0A0000010000000000000000DEADBEEF"
-# operationId -> who may call it: "open", "any" (any known account), "admin", or what the billing
-# account needs: "topic" (PUB/SUB on {topic}), "group" ({group} only) or "topic+group".
+# operationId -> who may call it: "open", "any" (any known account), "admin", "create" (CREATE on {topic},
+# which the billing account does not hold), or what the billing account needs: "topic" (PUB/SUB on
+# {topic}), "group" ({group} only) or "topic+group".
 RULES = {
     "health": "open",
     "healthHead": "open",
@@ -28,6 +29,8 @@ RULES = {
     "cleanup": "admin",
     "listGroups": "admin",
     "putGroup": "admin",
+    "deleteGroup": "admin",
+    "resendDeadLetters": "admin",
     "getProducerGroup": "admin",
     "putProducerGroup": "admin",
     "listTransactions": "admin",
@@ -37,7 +40,7 @@ RULES = {
     "storeFiles": "admin",
     "timerStatus": "admin",
     "listTopics": "admin",
-    "putTopic": "admin",
+    "putTopic": "create",  # CREATE on the topic creates it; changing an existing one needs admin (test_access.py)
     "deleteTopic": "admin",
     "getTopic": "topic",
     "getTopicRoute": "topic",
@@ -67,6 +70,7 @@ BODIES = {
     "produceBinaryBatch": pack_batch([(b"must-not-be-stored", b"", 0)]),
     "putTopic": {},
     "putGroup": {"max_reconsume_times": 3},
+    "resendDeadLetters": {"offsets": [0]},
     "commitOffsets": {"topic": "{topic}", "queue_id": 0, "offset": 1},
     "ack": {"receipt_handle": "x"},
     "changeInvisibleTime": {"receipt_handle": "x", "invisible_ms": 5000},
@@ -153,6 +157,7 @@ def acl_broker(make_broker, tmp_path):
     broker, _ = start_with_acl(make_broker, tmp_path)
     admin = as_admin(broker)
     for t in ("billing-a", "billingx", "orders"):
+        assert admin.put(f"/v1/topics/{t}", json={"queues": 4}).status_code == 201
         assert admin.post(f"/v1/topics/{t}/messages", json={"body": "seed", "queue_id": 0}).status_code == 201
     yield broker, admin
     admin.close()
@@ -176,7 +181,7 @@ def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker) -> None:
             assert headers["www-authenticate"] == "Bearer"
             checked += 1
         wrong: list[tuple[str, str]] = []
-        if rule == "admin":
+        if rule in ("admin", "create"):
             wrong = [("billing-a", "billing")]
         if "topic" in rule:
             wrong.append(("billingx", "billing"))  # billing-* must not match billingx
@@ -199,7 +204,7 @@ def test_allowed_requests_pass_the_gate(acl_broker) -> None:
     assert client is not None
     for method, path, op in operations():
         rule = RULES[op]
-        tokens = [OPS] if rule == "admin" else [OPS, BILLING]
+        tokens = [OPS] if rule in ("admin", "create") else [OPS, BILLING]
         for token in tokens:
             status, code, _ = call(client, method, path, op, "billing-a", "billing", token)
             assert code not in ("UNAUTHENTICATED", "FORBIDDEN"), (method, path, token, status, code)

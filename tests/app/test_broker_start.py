@@ -32,6 +32,7 @@ def test_a_server_that_does_not_own_logging_leaves_it_and_restarts_over_its_stor
     broker = InProcessBroker(tmp_path / "store", SMALL_STORE + SMALL_BROKER)
     broker.start()
     assert broker.client is not None
+    assert broker.client.put("/v1/topics/again", json={"queues": 1}).status_code == 201
     sent = broker.client.post("/v1/topics/again/messages", json={"body": "kept", "queue_id": 0})
     assert sent.status_code == 201, sent.text
     with pytest.raises(StoreLocked):  # held while it serves, against this process too

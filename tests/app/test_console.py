@@ -50,6 +50,15 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
     acked = c.post(f"/v1/groups/shipping/topics/{TOPIC}/ack", json={"receipt_handles": [got[0]["receipt_handle"]]})
     assert acked.status_code == 200, acked.text
     sent["received"] = len(got)
+    # A dead letter: a group allowed no redelivery leaves its message unacked (on a topic of its own).
+    assert c.put("/v1/topics/poison", json={"queues": 1}).status_code == 201
+    assert c.put("/v1/groups/dlq-g", json={"max_reconsume_times": 0}).status_code in (200, 201)
+    assert c.post("/v1/topics/poison/messages", json={"body": "bad order", "queue_id": 0}).status_code == 201
+    assert c.post("/v1/groups/dlq-g/topics/poison/receive?invisible_ms=1000").json()["messages"]
+    deadline = time.monotonic() + 30
+    while c.get("/v1/groups/dlq-g").json()["dead_letters"] < 1:
+        assert time.monotonic() < deadline, "no dead letter"
+        time.sleep(0.1)
     return sent
 
 
@@ -141,6 +150,19 @@ def test_a_bad_topic_name_shows_the_problem(context, broker) -> None:
 
 def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> None:
     page, watched = open_console(context, broker, f"topics/{TOPIC}")
+    # The newest messages are shown as the page opens, without a click.
+    assert page.locator("#results[data-by=newest] .messages >> text=" + seeded["text"]["msg_id"]).count() == 1
+    # A message produced from the form reaches the broker and heads the newest messages.
+    page.fill("#produce textarea[name=body]", "sent from the console")
+    page.fill("#produce input[name=keys]", "console-1")
+    page.fill("#produce textarea[name=properties]", "origin=console")
+    page.select_option("#produce select[name=queue]", "1")
+    page.click("#produce button[type=submit]")
+    page.wait_for_selector("#produce-result .ok")
+    page.wait_for_selector("#results[data-by=newest] .messages tbody tr:first-child >> text=sent from the console")
+    assert broker.client is not None
+    (made,) = broker.client.get(f"/v1/topics/{TOPIC}/messages", params={"key": "console-1"}).json()["messages"]
+    assert made["queue_id"] == 1 and made["properties"] == {"origin": "console"}
     page.click("#browse button[type=submit]")
     page.wait_for_selector("#results .messages >> text=" + seeded["text"]["msg_id"])
     # Search by key finds the produced message; open it and look at its body as JSON and hex.
@@ -169,12 +191,17 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     with page.expect_download() as download:
         page.click("#download")
     assert open(download.value.path(), "rb").read() == bytes([0, 1, 2, 250, 255])
+    # A time range reads every queue to its end (no cap per queue): 70 more in queue 0 are all found.
+    broker.client.post(
+        f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": f"bulk {i}"} for i in range(70)]}, params={"queue_id": "0"}
+    )
     page.select_option("#search select[name=by]", "time")
     page.fill("#search input[name=text]", "")
     page.click("#search button[type=submit]")
     page.wait_for_selector("#results[data-by=time]")
     found = page.locator("#results .messages").inner_text()
     assert all(seeded[kind]["msg_id"] in found for kind in ("text", "json", "binary"))
+    assert all(f"bulk {i}" in found for i in range(70))
     clean(page, watched, "topic")
 
 
@@ -203,6 +230,23 @@ def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker, s
     assert page.locator("table.offsets tbody td:nth-child(5)").all_inner_texts() == ["0"] * len(offsets)
     assert page.get_by_role("button", name="Yes, reset").count() == 0
     clean(page, watched, "group")
+
+
+def test_group_page_shows_consumers_and_sends_dead_letters_back(context, broker, seeded) -> None:
+    client = broker.client
+    assert client is not None
+    page, watched = open_console(context, broker, "groups/dlq-g")
+    consumer = page.locator("#consumers-table tbody tr").first.locator("td").all_inner_texts()
+    assert consumer[0] == "127.0.0.1" and consumer[1].startswith("python-httpx/") and consumer[5] == "poison", consumer
+    dead = page.locator("#dead-letters-table tbody tr").first.locator("td").all_inner_texts()
+    assert dead[:3] == ["0", "poison", "1"] and "bad order" in dead[5], dead
+    page.locator("#dead-letters-table tbody tr").first.get_by_role("button", name="Resend").click()
+    page.get_by_role("button", name="Yes, resend").click()
+    assert page.wait_for_selector("#resend-result .ok").inner_text().startswith("Sent 1 back to dlq-g")
+    again = client.post("/v1/groups/dlq-g/topics/poison/receive?wait_ms=3000").json()["messages"]
+    assert [(m["body"], m["reconsume_times"]) for m in again] == [("bad order", 0)]  # the group's, with its attempts from 0
+    assert client.post("/v1/groups/other-g/topics/poison/receive").json()["messages"][0]["body"] == "bad order"  # the topic's one
+    clean(page, watched, "group-dead-letters")
 
 
 def test_delayed_page_shows_waiting_messages(context, broker) -> None:

@@ -105,6 +105,7 @@ def assert_all_readable(client: httpx.Client, stored: list[tuple[int, int, str]]
 def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(small_disk: Path, tmp_path: Path) -> None:
     broker = start_on(small_disk, tmp_path)
     assert broker.client is not None
+    assert broker.client.put(f"/v1/topics/{TOPIC}", json={"queues": QUEUES}).status_code == 201
     stored = fill(broker.client)
     assert len(stored) > 100
     assert broker.proc is not None and broker.proc.poll() is None, broker.log()

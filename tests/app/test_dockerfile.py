@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tomllib
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from app.cli import parser
 from app.routes_status import HEALTH_PATH
-from app.settings import BrokerSettings
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,11 +98,41 @@ def test_entry_point_port_and_health_path_match_the_package() -> None:
     args = parser().parse_args(cmd[1:])  # the CMD is a valid `tidemq` command line
     assert args.command == "serve" and args.host == "0.0.0.0" and args.store_dir == "/data"
     assert args.acl_file or args.insecure_open, "a broker on 0.0.0.0 needs --acl (or --insecure-open) to start"
-    port = args.port if args.port is not None else BrokerSettings().port
+    assert args.port is None, "the port comes from TIDEMQ_PORT, which the health check reads too"
+    port = int(image_env()["TIDEMQ_PORT"])
     assert only("EXPOSE") == str(port)
-    health = exec_form(re.sub(r"^(--\S+\s+)*CMD\s+", "", only("HEALTHCHECK")))
-    assert health[0] == "python" and f"http://127.0.0.1:{port}{HEALTH_PATH}" in health[-1]
+    assert HEALTH_PATH in health_command()[-1]
     assert "--start-period" in only("HEALTHCHECK")
+
+
+def image_env() -> dict[str, str]:
+    """The runtime stage's ENV variables."""
+    out: dict[str, str] = {}
+    for keyword, args in stages()[-1]:
+        if keyword == "ENV":
+            out.update(pair.split("=", 1) for pair in shlex.split(args))
+    return out
+
+
+def health_command() -> list[str]:
+    health = exec_form(re.sub(r"^(--\S+\s+)*CMD\s+", "", only("HEALTHCHECK")))
+    assert health[0] == "python"
+    return health
+
+
+def test_the_health_check_follows_the_port_the_broker_serves(make_broker) -> None:
+    """The image's health command, run as the image runs it (this interpreter standing in for the image's
+    python), against a broker on another port than 8080: healthy with that port in TIDEMQ_PORT, unhealthy
+    without a broker there."""
+    broker = make_broker(SMALL_STORE + SMALL_BROKER)
+    command = [sys.executable, *health_command()[1:]]
+    done = subprocess.run(command, env={"TIDEMQ_PORT": str(broker.port)}, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        unused = free.getsockname()[1]
+    done = subprocess.run(command, env={"TIDEMQ_PORT": str(unused)}, capture_output=True, timeout=30)
+    assert done.returncode != 0
 
 
 def test_the_sources_the_package_needs_are_copied() -> None:

@@ -109,6 +109,47 @@ def test_dead_letter_after_exactly_max_reconsume_times(c: httpx.Client, topic: s
     assert row["dead_lettered"] == 1 and row["redelivered"] == 2 and row["received"] == 3
 
 
+def test_dead_letters_are_sent_back_to_the_group_only(c: httpx.Client, topic: str) -> None:
+    create(c, topic, queues=1)
+    assert c.put("/v1/groups/redrive-g", json={"max_reconsume_times": 0}).status_code in (200, 201)
+    sent = send(c, topic, "poison")
+    assert [m["body"] for m in receive(c, "redrive-g", topic, invisible_ms=1000)] == ["poison"]
+    deadline = time.monotonic() + 20
+    while c.get("/v1/groups/redrive-g").json()["dead_letters"] != 1:  # not acked: dead-lettered at once (0 redeliveries)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    problem(c.post("/v1/groups/no-dlq-g/dead-letters/resend", json={"offsets": [0]}), 404, "TOPIC_NOT_FOUND")
+    problem(c.post("/v1/groups/redrive-g/dead-letters/resend", json={"offsets": [0, 0]}), 400, "BODY_INVALID")
+    r = c.post("/v1/groups/redrive-g/dead-letters/resend", json={"offsets": [0, 7]})
+    assert r.status_code == 200, r.text
+    assert r.json()["results"] == [
+        {"offset": 0, "status": "RESENT", "topic": topic, "msg_id": sent["msg_id"]},
+        {"offset": 7, "status": "NOT_FOUND", "topic": None, "msg_id": None},
+    ]
+    (again,) = receive_until(c, "redrive-g", topic, 1, invisible_ms=5000)
+    assert again["body"] == "poison" and again["reconsume_times"] == 0 and again["msg_id"] == sent["msg_id"] and again["topic"] == topic
+    assert ack(c, "redrive-g", topic, [again["receipt_handle"]]) == ["OK"]
+    assert [m["body"] for m in receive(c, "fresh-g", topic, max=10)] == ["poison"]  # another group sees the topic's one message only
+
+
+def test_a_group_shows_its_consumers_and_can_be_deleted(c: httpx.Client, topic: str) -> None:
+    create(c, topic, queues=1)
+    send(c, topic, "a")
+    got = receive(c, "del-g", topic, invisible_ms=30_000)
+    assert ack(c, "del-g", topic, [got[0]["receipt_handle"]]) == ["OK"]
+    assert c.put("/v1/groups/del-g", json={"max_reconsume_times": 3}).status_code == 201
+    info = c.get("/v1/groups/del-g").json()
+    (consumer,) = info["consumers"]
+    assert consumer["address"] == "127.0.0.1" and consumer["user_agent"].startswith("python-httpx/"), consumer
+    assert consumer["requests"] == 2 and consumer["topics"] == [topic] and consumer["waiting"] is False
+    assert c.delete("/v1/groups/del-g").status_code == 204
+    problem(c.get("/v1/groups/del-g"), 404, "NOT_FOUND")
+    problem(c.delete("/v1/groups/del-g"), 404, "NOT_FOUND")
+    assert "del-g" not in {g["group"] for g in c.get("/v1/groups").json()["groups"]}
+    assert c.get("/v1/groups/del-g/offsets", params={"topic": topic}).json()["queues"][0]["committed_offset"] == -1
+    assert [m["body"] for m in receive(c, "del-g", topic)] == ["a"]  # consuming again starts at the first message
+
+
 def test_invisible_time_extends_and_the_new_handle_acks(c: httpx.Client, topic: str) -> None:
     create(c, topic, queues=1)
     send(c, topic, "slow")
@@ -121,6 +162,23 @@ def test_invisible_time_extends_and_the_new_handle_acks(c: httpx.Client, topic: 
     assert ack(c, "g1", topic, [moved["receipt_handle"]]) == ["OK"]
     expired = c.post(base("g1", topic) + "/invisible", json={"receipt_handle": m["receipt_handle"], "invisible_ms": 5_000})
     assert problem(expired, 409, "HANDLE_EXPIRED")
+
+
+def test_a_repeated_or_superseded_ack_says_so_and_counts_nothing(c: httpx.Client, topic: str) -> None:
+    create(c, topic, queues=1)
+    send(c, topic, "once")
+    send(c, topic, "moved")
+    once, moved = receive(c, "dup-g", topic, max=2, invisible_ms=30_000)
+    assert [ack(c, "dup-g", topic, [once["receipt_handle"]]) for _ in range(3)] == [["OK"], ["ALREADY_ACKED"], ["ALREADY_ACKED"]]
+    r = c.post(base("dup-g", topic) + "/invisible", json={"receipt_handle": moved["receipt_handle"], "invisible_ms": 30_000})
+    assert r.status_code == 200, r.text
+    assert ack(c, "dup-g", topic, [moved["receipt_handle"]]) == ["HANDLE_SUPERSEDED"]
+    again = c.post(base("dup-g", topic) + "/invisible", json={"receipt_handle": once["receipt_handle"], "invisible_ms": 5_000})
+    problem(again, 409, "ALREADY_ACKED")
+    row = next(t for t in c.get("/v1/groups/dup-g").json()["topics"] if t["topic"] == topic)
+    assert (row["received"], row["acked"], row["in_flight"]) == (2, 1, 1)
+    assert f'tidemq_group_acked_total{{group="dup-g",topic="{topic}"}} 1' in c.get("/metrics").text
+    assert ack(c, "dup-g", topic, [r.json()["receipt_handle"]]) == ["OK"]
 
 
 def test_forged_and_foreign_handles_are_invalid(c: httpx.Client, topic: str) -> None:

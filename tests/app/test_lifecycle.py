@@ -78,6 +78,7 @@ def test_sync_flush_replies_after_the_flush(make_broker) -> None:
     c = broker.client
     status = c.get("/v1/store").json()
     assert status["flush_mode"] == "SYNC_FLUSH"
+    assert c.put("/v1/topics/s", json={"queues": 1}).status_code == 201
     for i in range(5):
         r = c.post("/v1/topics/s/messages", json={"body": f"durable-{i}" * 50, "queue_id": 0})
         assert r.status_code == 201, r.text
@@ -93,6 +94,9 @@ def test_flush_timeout_is_504_and_the_message_is_stored(make_broker) -> None:
     config = SMALL_STORE + "max_group_commit_requests = 0\n" + SMALL_BROKER
     broker: BrokerProcess = make_broker(config, args=["--flush", "sync"])
     c = broker.client
+    # The topic's record is a put too: answered 504 as well, and stored.
+    problem(c.put("/v1/topics/s", json={"queues": 1}), 504, "FLUSH_DISK_TIMEOUT")
+    assert c.get("/v1/topics/s").json()["read_queues"] == 1
     r = c.post("/v1/topics/s/messages", json={"body": "maybe-durable", "queue_id": 0})
     body = problem(r, 504, "FLUSH_DISK_TIMEOUT")
     assert body["stored"] is True and "stored" in body["detail"]
@@ -101,14 +105,18 @@ def test_flush_timeout_is_504_and_the_message_is_stored(make_broker) -> None:
     assert got["messages"][0]["body"] == "maybe-durable"
 
 
-def test_auto_create_off_and_held_pull_bound(make_broker) -> None:
-    config = SMALL_STORE + SMALL_BROKER + "auto_create_topics = false\nmax_held_pulls = 1\n"
+def test_topics_are_not_created_by_default_and_held_pull_bound(make_broker) -> None:
+    config = SMALL_STORE + SMALL_BROKER + "max_held_pulls = 1\n"  # auto_create_topics left at its default: off
     broker: BrokerProcess = make_broker(config)
     c = broker.client
+    assert c.put("/v1/topics/orders", json={"queues": 1}).status_code == 201
     before = c.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
-    problem(c.post("/v1/topics/nope/messages", json={"body": "x"}), 404, "TOPIC_NOT_FOUND")
-    problem(c.get("/v1/topics/nope"), 404, "TOPIC_NOT_FOUND")
+    body = problem(c.post("/v1/topics/ordres/messages", json={"body": "x"}), 404, "TOPIC_NOT_FOUND")
+    assert "did you mean orders?" in body["detail"] and "PUT /v1/topics/ordres" in body["detail"], body
+    assert "did you mean" not in problem(c.post("/v1/topics/zzzzzz/messages", json={"body": "x"}), 404, "TOPIC_NOT_FOUND")["detail"]
+    problem(c.get("/v1/topics/ordres"), 404, "TOPIC_NOT_FOUND")
     assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] == before
+    assert "tidemq_topics_auto_created_total 0" in c.get("/metrics").text
     assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
     thread = threading.Thread(target=lambda: httpx.get(f"{broker.url}/v1/topics/t/queues/0/messages?offset=0&wait_ms=1500", timeout=10))
     thread.start()
@@ -181,7 +189,10 @@ def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path) -> None:
 def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
     # Every ratio at 1 %: any real disk is "full", so the cleanup service raises the flag.
     ratios = "disk_max_used_space_ratio_percent = 1\ndisk_clean_forcibly_ratio_percent = 1\ndisk_warning_ratio_percent = 1\n"
-    broker: BrokerProcess = make_broker(SMALL_STORE + ratios + "clean_resource_interval_ms = 50\n" + SMALL_BROKER)
+    # Auto-creation on: the topic's own record, a put made by the produce, is refused as well.
+    broker: BrokerProcess = make_broker(
+        SMALL_STORE + ratios + "clean_resource_interval_ms = 50\n" + SMALL_BROKER + "auto_create_topics = true\n"
+    )
     c = broker.client
     if c.get("/v1/store").json()["runtime"]["disk_used_ratio"] <= 0.01:
         pytest.skip("the temporary directory's disk is almost empty")

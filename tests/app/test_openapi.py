@@ -129,6 +129,7 @@ def test_each_reply_has_one_type_or_a_discriminator() -> None:
 def test_the_old_ways_to_the_binary_formats_still_work(client: httpx.Client) -> None:
     """Accept: application/x-tidemq-batch on pull and a batch body on produce, as before their own operations."""
     topic = "old-ways"
+    assert client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code in (200, 201)
     sent = client.post(f"/v1/topics/{topic}/messages", params={"queue_id": 0}, content=pack_batch([(b"a", b"", 0)]),
                        headers={"content-type": "application/x-tidemq-batch"})  # fmt: skip
     assert sent.status_code == 201 and sent.json()["kind"] == "binary_batch"

@@ -10,6 +10,7 @@ import zlib
 import httpx
 import pytest
 
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import commitlog_max, problem
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,6 +51,7 @@ def test_send_one_message_and_read_it_back(client: httpx.Client, topic: str) -> 
 
 
 def test_client_msg_id_is_kept(client: httpx.Client, topic: str) -> None:
+    create(client, topic)
     r = client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "msg_id": "my-id-1", "queue_id": 0})
     assert r.status_code == 201, r.text
     assert r.json()["msg_id"] == "my-id-1"
@@ -57,6 +59,7 @@ def test_client_msg_id_is_kept(client: httpx.Client, topic: str) -> None:
 
 
 def test_base64_body_round_trips_binary(client: httpx.Client, topic: str) -> None:
+    create(client, topic)
     payload = bytes(range(256))
     r = client.post(f"/v1/topics/{topic}/messages", json={"body": base64.b64encode(payload).decode(), "encoding": "base64", "queue_id": 0})
     assert r.status_code == 201, r.text
@@ -113,11 +116,13 @@ def test_raw_body_with_query_fields(client: httpx.Client, topic: str) -> None:
     assert base64.b64decode(got["body"]) == payload and got["tags"] == "TagR" and got["keys"] == ["k1", "k2"]
 
 
-def test_produce_auto_creates_topic_with_default_queues(client: httpx.Client, topic: str) -> None:
+def test_produce_auto_creates_topic_with_default_queues_when_it_is_on(make_broker, topic: str) -> None:
+    client = make_broker(SMALL_STORE + SMALL_BROKER + "auto_create_topics = true\n").client
     assert client.get(f"/v1/topics/{topic}").status_code == 404
     assert client.post(f"/v1/topics/{topic}/messages", json={"body": "x"}).status_code == 201
     info = client.get(f"/v1/topics/{topic}").json()
     assert info["read_queues"] == info["write_queues"] == 4 and info["perm"] == "rw"
+    assert "tidemq_topics_auto_created_total 1" in client.get("/metrics").text
 
 
 BAD_JSON = [
@@ -202,11 +207,13 @@ def test_sizes(quiet_client: httpx.Client, topic: str) -> None:
     problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_537}), 413, "MESSAGE_TOO_LARGE")
     raw = {"content-type": "application/octet-stream"}
     problem(quiet_client.post(f"/v1/topics/{topic}/messages", content=b"x" * 65_537, headers=raw), 413, "MESSAGE_TOO_LARGE")
-    problem(quiet_client.post(f"/v1/topics/{topic}/messages", content=b"x" * 200_000, headers=raw), 413, "BODY_TOO_LARGE")
+    too_large = problem(quiet_client.post(f"/v1/topics/{topic}/messages", content=b"x" * 200_000, headers=raw), 413, "BODY_TOO_LARGE")
+    assert "max_request_body_bytes" in too_large["detail"], too_large
     problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"messages": [{"body": "x"}] * 1001}), 413, "BATCH_TOO_LARGE")
     big_props = {f"p{i}": "v" * 100 for i in range(400)}
     problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x", "properties": big_props}), 413, "PROPERTIES_TOO_LARGE")
-    problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 1_100_000}), 413, "BODY_TOO_LARGE")
+    too_large = problem(quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 1_100_000}), 413, "BODY_TOO_LARGE")
+    assert "max_json_body_bytes" in too_large["detail"], too_large
     assert commitlog_max(quiet_client) == before
     assert quiet_client.post(f"/v1/topics/{topic}/messages", json={"body": "x" * 65_536}).status_code == 201
 
@@ -217,7 +224,7 @@ def test_chunked_body_over_the_limit_is_refused(client: httpx.Client, topic: str
             yield b"x" * 8192
 
     r = client.post(f"/v1/topics/{topic}/messages", content=chunks(), headers={"content-type": "application/octet-stream"})
-    problem(r, 413, "BODY_TOO_LARGE")
+    assert "131072 bytes, the broker's max_request_body_bytes" in problem(r, 413, "BODY_TOO_LARGE")["detail"]
     problem(client.get(f"/v1/topics/{topic}"), 404, "TOPIC_NOT_FOUND")
 
 
@@ -252,7 +259,8 @@ def test_raw_query_parameter_errors(client: httpx.Client, topic: str) -> None:
     problem(client.post(url, content=b"x", headers=raw, params={"delay_level": "1", "delay_ms": "10"}), 400, "REQUEST_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"keys": "a b"}), 400, "KEY_INVALID")
     problem(client.post(url, content=b"x", headers=raw, params={"nope": "1"}), 400, "REQUEST_INVALID")
-    problem(client.post(url, json={"body": "x"}, params={"tags": "A"}), 400, "REQUEST_INVALID")
+    problem(client.post(url, json={"body": "x"}, params={"nope": "1"}), 400, "REQUEST_INVALID")  # with JSON too
+    problem(client.post(url, json={"body": "x"}, params={"keys": "a b"}), 400, "KEY_INVALID")
     problem(client.post(url, content=b"x", headers={"content-type": "text/plain"}), 415, "UNSUPPORTED_MEDIA_TYPE")
     problem(client.post(url, content=b"x"), 415, "UNSUPPORTED_MEDIA_TYPE")
 
@@ -306,6 +314,7 @@ def test_delayed_message_reply_names_its_level_not_a_schedule_offset(client: htt
 
 def test_delay_ms_and_deliver_at_ms_are_timer_messages_due_when_asked(client: httpx.Client, topic: str) -> None:
     """delay_ms and deliver_at_ms are no longer rounded up to a level: the reply says the time asked for."""
+    create(client, topic)
     url = f"/v1/topics/{topic}/messages"
     one = client.post(url, json={"body": "a", "delay_ms": 1500, "queue_id": 0}).json()
     assert one["queue_offset"] is None and "delay_level" not in one
@@ -325,6 +334,7 @@ def test_delay_ms_and_deliver_at_ms_are_timer_messages_due_when_asked(client: ht
 
 
 def test_no_delay_and_past_times_deliver_now(client: httpx.Client, topic: str) -> None:
+    create(client, topic)
     url = f"/v1/topics/{topic}/messages"
     past = client.post(url, json={"body": "p", "deliver_at_ms": int(time.time() * 1000) - 60_000, "queue_id": 0}).json()
     zero = client.post(url, json={"body": "z", "delay_ms": 0, "queue_id": 0}).json()

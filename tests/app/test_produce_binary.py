@@ -89,6 +89,7 @@ def test_without_queue_id_each_request_goes_round_robin(client: httpx.Client, to
 )
 def test_a_batch_larger_than_the_raw_body_cap_is_taken_up_to_the_batch_cap(client: httpx.Client, topic: str, path: str, media: str) -> None:
     """Binary batches are capped like JSON ones (max_json_body_bytes, 1 MiB here), not like a raw body (128 KiB)."""
+    create(client, topic)
     body = pack_batch([(b"z" * 60_000, b"", 0)] * 10)
     assert 131_072 < len(body) < 1_048_576
     r = client.post(f"/v1/topics/{topic}/{path}", content=body, headers={"content-type": media})
@@ -96,7 +97,8 @@ def test_a_batch_larger_than_the_raw_body_cap_is_taken_up_to_the_batch_cap(clien
     wait_visible(client, topic, r.json()["queue_id"], 9)
     assert r.json()["count"] == 10
     over = pack_batch([(b"z" * 60_000, b"", 0)] * 18)
-    problem(client.post(f"/v1/topics/{topic}/{path}", content=over, headers={"content-type": media}), 413, "BODY_TOO_LARGE")
+    refused = problem(client.post(f"/v1/topics/{topic}/{path}", content=over, headers={"content-type": media}), 413, "BODY_TOO_LARGE")
+    assert "max_json_body_bytes" in refused["detail"], refused
 
 
 def corrupt(body: bytes, pos: int, value: bytes) -> bytes:

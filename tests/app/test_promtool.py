@@ -23,6 +23,7 @@ def test_a_scrape_after_every_hot_route_passes_promtool(make_broker) -> None:
     assert client.get("/no/such/path").status_code == 404  # a problem code and the `other` route
     # A timer message an hour away, so the series only a pending timer has are checked too.
     later = {"body": "later", "deliver_at_ms": int(time.time() * 1000) + 3_600_000}
+    assert client.put("/v1/topics/timers", json={"queues": 1}).status_code in (200, 201)
     assert client.post("/v1/topics/timers/messages", json=later).status_code == 201
     deadline = time.monotonic() + 10
     while "tidemq_timer_next_due_timestamp_seconds " not in (text := client.get("/metrics").text):

@@ -182,6 +182,8 @@ def test_group_offset_is_the_default_start(client: httpx.Client, topic: str) -> 
     assert pull(client, topic, group="g1")["messages"][0]["queue_offset"] == 0
     assert client.put("/v1/groups/g1/offsets", json={"topic": topic, "queue_id": 0, "offset": 2}).status_code == 200
     assert [m["body"] for m in pull(client, topic, group="g1")["messages"]] == ["m2"]
+    no_position = client.get(f"/v1/topics/{topic}/queues/0/messages").json()["messages"]  # neither: from the first kept message
+    assert [m["body"] for m in no_position] == ["m0", "m1", "m2"]
 
 
 def test_pull_parameter_errors(client: httpx.Client, topic: str) -> None:
@@ -189,7 +191,7 @@ def test_pull_parameter_errors(client: httpx.Client, topic: str) -> None:
     url = f"/v1/topics/{topic}/queues/0/messages"
     problem(client.get(url, params={"offset": -1}), 400, "OFFSET_INVALID")
     problem(client.get(url, params={"offset": "x"}), 400, "OFFSET_INVALID")
-    problem(client.get(url), 400, "OFFSET_INVALID")
+    assert client.get(url).json()["status"] == "NO_NEW_MSG"  # no offset, no group: from the queue's first kept message
     problem(client.get(url, params={"offset": 0, "wait_ms": 5001}), 400, "WAIT_TOO_LONG")
     problem(client.get(url, params={"offset": 0, "wait_ms": -1}), 400, "REQUEST_INVALID")
     problem(client.get(url, params={"offset": 0, "max": 0}), 400, "MAX_INVALID")

@@ -114,6 +114,7 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
     ]
     assert all(x["oldest_age_ms"] is None and x["oldest_due_in_ms"] is None for x in status["levels"])
     assert status["delivered"] == 0
+    assert c.put("/v1/topics/later", json={"queues": 1}).status_code == 201
     sent = [c.post("/v1/topics/later/messages", json={"body": f"h{i}", "delay_level": 4, "queue_id": 0}) for i in range(3)]
     assert all(r.status_code == 201 and r.json()["delay_level"] == 4 for r in sent), [r.text for r in sent]
     quick = c.post("/v1/topics/later/messages", json={"body": "soon", "delay_level": 1, "queue_id": 0}).json()

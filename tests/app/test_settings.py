@@ -21,7 +21,7 @@ def settings(argv: list[str], env: dict[str, str] | None = None) -> BrokerSettin
 def test_defaults() -> None:
     s = settings([])
     assert (s.host, s.port, s.store_dir, s.log_level) == ("127.0.0.1", 8080, "./data", "info")
-    assert s.auto_create_topics and s.max_wait_ms == 30_000
+    assert not s.auto_create_topics and s.max_wait_ms == 30_000  # topics are created explicitly by default
     assert s.store.store_path_root_dir == "./data" and s.store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
 
 

@@ -16,6 +16,7 @@ from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig
 from tests.app.helpers import problem, send
+from tests.app.test_produce import create
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,6 +37,7 @@ def test_metrics_count_puts_and_gets(client: httpx.Client, topic: str) -> None:
     assert before.headers["content-type"].startswith("text/plain")
     put_before = metric(before.text, "tidemq_put_messages_total")
     found_before = metric(before.text, "tidemq_get_found_total")
+    create(client, topic)
     for i in range(3):
         send(client, topic, f"m{i}")
     client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0})
@@ -80,6 +82,7 @@ def test_store_status(client: httpx.Client) -> None:
 
 
 def test_store_files_match_the_disk(shared_broker, client: httpx.Client, topic: str) -> None:
+    create(client, topic)
     send(client, topic, "x", queue_id=0)
     listing = client.get("/v1/store/files").json()
     root = Path(listing["root"])
@@ -94,7 +97,7 @@ def test_store_files_match_the_disk(shared_broker, client: httpx.Client, topic: 
 
 
 def test_framework_errors_are_problems(client: httpx.Client) -> None:
-    problem(client.get("/nope"), 404, "NOT_FOUND")
+    assert "/docs" in problem(client.get("/nope"), 404, "NOT_FOUND")["detail"]
     problem(client.get("/v1/topics/a/b/c/d"), 404, "NOT_FOUND")
     r = problem(client.patch("/v1/topics"), 405, "METHOD_NOT_ALLOWED")
     assert r["instance"] == "/v1/topics"

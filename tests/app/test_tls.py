@@ -54,6 +54,7 @@ def tls_broker(tmp_path: Path, certs: Certs) -> Iterator[Callable[..., InProcess
 def test_https_with_the_ca_serves_the_api(tls_broker, certs):
     broker = tls_broker()
     assert broker.url.startswith("https://")
+    assert broker.client.put("/v1/topics/tls-t", json={"queues": 1}).status_code == 201
     r = broker.client.post("/v1/topics/tls-t/messages", json={"body": "over tls", "queue_id": 0})
     assert r.status_code == 201, r.text
     r = broker.client.get("/v1/topics/tls-t/queues/0/messages", params={"offset": 0})
@@ -76,6 +77,7 @@ def test_plain_http_to_the_tls_port_fails_cleanly_and_the_server_keeps_serving(t
 def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one_signed_by_the_client_ca(tls_broker, certs):
     broker = tls_broker(mutual=True, client_cert=(certs.client_cert, certs.client_key))
     assert broker.client.get("/healthz").status_code == 200
+    assert broker.client.put("/v1/topics/mtls", json={"queues": 1}).status_code == 201
     assert broker.client.post("/v1/topics/mtls/messages", json={"body": "b", "queue_id": 0}).status_code == 201
     no_cert = ssl.create_default_context(cafile=str(certs.ca))
     stranger = ssl.create_default_context(cafile=str(certs.ca))

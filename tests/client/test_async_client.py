@@ -65,6 +65,7 @@ def test_receive_ack_and_stream(shared_broker: BrokerProcess, topic: str) -> Non
 
     async def main() -> None:
         async with AsyncClient(shared_broker.url) as c:
+            await c.create_topic(topic, 1)
             await c.produce_batch(topic, [b"r1", b"r2", b"r3"], queue_id=0)
             first = await c.receive(group, topic, max_messages=1, wait_ms=1000)
             assert [m.body for m in first] == [b"r1"]
@@ -117,6 +118,7 @@ def test_a_long_poll_may_outlast_the_timeout_but_a_silent_stream_may_not(shared_
 def test_a_cancelled_long_poll_leaves_the_client_usable(shared_broker: BrokerProcess, topic: str) -> None:
     async def main() -> None:
         async with AsyncClient(shared_broker.url, max_connections=1) as c:
+            await c.create_topic(topic, 1)
             await c.produce(topic, b"first", queue_id=0)
             poll = asyncio.create_task(c.pull(topic, 0, 1, wait_ms=4000))
             await asyncio.sleep(0.1)

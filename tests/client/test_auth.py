@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.acl_fixtures import BILLING, OPS, start_with_acl
+from tests.app.acl_fixtures import BILLING, OPS, create_topics, start_with_acl
 from tests.client.cli_helpers import tidemq
 from tidemq import Client, Forbidden, Unauthenticated
 
@@ -15,6 +15,7 @@ from tidemq import Client, Forbidden, Unauthenticated
 @pytest.fixture
 def acl_broker(make_broker, tmp_path: Path):  # type: ignore[no-untyped-def]
     broker, _ = start_with_acl(make_broker, tmp_path)
+    create_topics(broker, "billing-x", "billing-cli", "orders")
     return broker
 
 

@@ -27,6 +27,11 @@ def url(shared_broker: BrokerProcess) -> str:
     return shared_broker.url
 
 
+def create(url: str, topic: str, queues: int = 4) -> None:
+    with Client(url) as c:
+        c.create_topic(topic, queues)
+
+
 def as_json(done) -> list[dict]:  # type: ignore[no-untyped-def]
     return [json.loads(line) for line in done.lines()]
 
@@ -37,6 +42,7 @@ def test_version_prints_the_package_version() -> None:
 
 
 def test_produce_stdin_lines_with_key_tag_and_queue(url: str, topic: str) -> None:
+    create(url, topic)
     sent = tidemq(url, "produce", topic, "--key", "k1", "--key", "k2", "--tag", "created", "--queue", "2", stdin=b"one\ntwo\n\nthree")
     assert sent.returncode == 0 and sent.stderr.strip() == f"tidemq: produced 3 messages to {topic}"
     got = as_json(tidemq(url, "consume", topic, "--from-beginning", "--format", "json"))
@@ -45,6 +51,7 @@ def test_produce_stdin_lines_with_key_tag_and_queue(url: str, topic: str) -> Non
 
 
 def test_produce_batches_and_single_messages_alike(url: str, topic: str) -> None:
+    create(url, topic)
     lines = b"".join(b"line %d\n" % i for i in range(250))
     assert tidemq(url, "produce", topic, "--queue", "0", "--batch", "100", stdin=lines).returncode == 0
     assert tidemq(url, "produce", topic, "--queue", "0", "--batch", "1", "-q", stdin=b"single 1\nsingle 2\n").returncode == 0
@@ -53,6 +60,7 @@ def test_produce_batches_and_single_messages_alike(url: str, topic: str) -> None
 
 
 def test_produce_files_one_message_each_or_one_per_line(url: str, topic: str, tmp_path: Path) -> None:
+    create(url, topic)
     (tmp_path / "a.bin").write_bytes(b"\x00\x01binary\nfile")
     (tmp_path / "b.txt").write_bytes(b"x\ny\n")
     assert tidemq(url, "produce", topic, "--queue", "1", str(tmp_path / "a.bin"), str(tmp_path / "b.txt")).returncode == 0
@@ -65,6 +73,7 @@ def test_produce_files_one_message_each_or_one_per_line(url: str, topic: str, tm
 
 def test_delay_ms_holds_the_message_back(url: str, topic: str) -> None:
     # 8 s: two CLI starts must fit before it (a loaded machine takes seconds to start one).
+    create(url, topic, 1)
     assert tidemq(url, "produce", topic, "--queue", "0", "--delay-ms", "8000", stdin=b"later\n").returncode == 0
     assert tidemq(url, "consume", topic, "--from-beginning").stdout == b""  # not delivered yet
     follow = tidemq(url, "consume", topic, "--from-beginning", "--follow", "--wait-ms", "5000", "--max-messages", "1", "--format", "json")
@@ -119,6 +128,7 @@ def test_consume_follow_waits_for_new_messages(shared_broker: BrokerProcess, url
 def test_consume_as_a_group_receives_acks_and_resumes(url: str, topic: str) -> None:
     group = "cg-" + uuid.uuid4().hex[:8]
     with Client(url) as c:
+        c.create_topic(topic, 4)
         c.produce_batch(topic, [b"g1", b"g2", b"g3"], queue_id=0)
     first = tidemq(url, "consume", topic, "--group", group, "--max-messages", "2")
     assert first.returncode == 0 and first.lines() == ["g1", "g2"]
@@ -151,6 +161,62 @@ def test_topics_groups_offsets_and_lookup(url: str, topic: str) -> None:
     assert gone.returncode == 1 and gone.stderr.startswith("tidemq: 404 TOPIC_NOT_FOUND: ")
 
 
+def test_per_line_keys_properties_and_a_format_string_as_kcat_spells_them(url: str, topic: str) -> None:
+    create(url, topic, 2)
+    lines = b"k1:order 1\nk2:order 2:paid\nno key here\n:empty key\n"
+    sent = tidemq(url, "produce", topic, "-K", ":", "-H", "region=eu", "-H", "tier=1", "-p", "0", stdin=lines)
+    assert sent.returncode == 0, sent.stderr
+    out = tidemq(url, "consume", topic, "-o", "beginning", "-f", "%t %p %o [%k] %s {%h}\n")
+    assert out.lines() == [
+        f"{topic} 0 0 [k1] order 1 {{region=eu,tier=1}}",
+        f"{topic} 0 1 [k2] order 2:paid {{region=eu,tier=1}}",  # split at the first delimiter only
+        f"{topic} 0 2 [] no key here {{region=eu,tier=1}}",
+        f"{topic} 0 3 [] empty key {{region=eu,tier=1}}",
+    ]
+    last_two = as_json(tidemq(url, "consume", topic, "-o", "-2", "-J"))  # 2 before the end of each queue, JSON with metadata
+    assert [(m["queue_offset"], m["body"], m["properties"]) for m in last_two] == [
+        (2, "no key here", {"region": "eu", "tier": "1"}),
+        (3, "empty key", {"region": "eu", "tier": "1"}),
+    ]
+    assert tidemq(url, "consume", topic, "--since", "10m", "-c", "1").lines() == ["order 1"]
+    assert tidemq(url, "consume", topic, "-o", "end").lines() == []
+    bad = tidemq(url, "consume", topic, "-o", "yesterday")
+    assert bad.returncode == 2 and "-o/--offset" in bad.stderr
+    reserved = tidemq(url, "produce", topic, "-H", "KEYS=x", stdin=b"x\n")
+    assert reserved.returncode == 1 and "PROPERTIES_INVALID" in reserved.stderr
+
+
+def test_groups_describe_reset_delete_and_dead_letters(url: str, topic: str) -> None:
+    group = "dl-" + uuid.uuid4().hex[:8]
+    with Client(url) as c:
+        c.create_topic(topic, 1)
+        c.configure_group(group, max_reconsume_times=0)
+        c.produce_batch(topic, [b"poison", b"fine"], queue_id=0)
+        poison, fine = c.receive(group, topic, max_messages=2, invisible_ms=1000)
+        c.ack(group, topic, [fine.receipt_handle or ""])
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while c.group(group)["dead_letters"] < 1:  # not acked, no redelivery allowed: dead-lettered
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    listed = tidemq(url, "dlq", "list", group, "-f", "%o %s %h\n").lines()
+    assert len(listed) == 1 and listed[0].startswith("0 poison ") and f"RETRY_TOPIC={topic}" in listed[0], listed
+    resent = tidemq(url, "dlq", "resend", group, "--all")
+    assert resent.returncode == 0 and "sent 1 dead letter back" in resent.stderr, resent.stderr
+    assert tidemq(url, "consume", topic, "--group", group).lines() == ["poison"]  # received again, and acked
+    assert all(line.split()[0] != f"%DLQ%{group}" for line in tidemq(url, "topics").lines())  # internal topics hidden
+    kinds = {line.split()[0]: line.split()[-1] for line in tidemq(url, "topics", "-i").lines()[1:]}
+    assert kinds[f"%DLQ%{group}"] == "dead_letter" and kinds[f"%RETRY%{group}_{topic}"] == "retry" and kinds[topic] == "user"
+    described = tidemq(url, "groups", "describe", group).stdout.decode()
+    assert f"DEAD_LETTERS 1 (%DLQ%{group})" in described and "tidemq-client/" in described  # its consumer
+    plan = tidemq(url, "groups", "reset", group, topic, "--to-earliest", "--dry-run")
+    assert plan.lines()[1].split() == ["0", "2", "0", "2"] and "nothing committed" in plan.stderr
+    assert tidemq(url, "groups", "reset", group, topic, "--to-earliest").returncode == 0
+    assert tidemq(url, "consume", topic, "--group", group).lines() == ["poison", "fine"]  # from the start again
+    assert tidemq(url, "groups", "delete", group).returncode == 0
+    gone = tidemq(url, "groups", "describe", group)
+    assert gone.returncode == 1 and "404 NOT_FOUND" in gone.stderr
+
+
 def test_errors_are_one_line_with_a_documented_exit_status(url: str) -> None:
     unreachable = tidemq(f"http://127.0.0.1:{free_port()}", "topics")
     assert unreachable.returncode == 4 and unreachable.stderr.startswith("tidemq: CONNECT_FAILED: ")
@@ -169,6 +235,7 @@ def test_serve_is_still_a_command() -> None:
 
 def test_a_closed_stdout_ends_consume_quietly(url: str, topic: str, tmp_path: Path) -> None:
     with Client(url) as c:
+        c.create_topic(topic, 1)
         c.produce_batch(topic, [f"p{i}".encode() for i in range(200)], queue_id=0)
     command = shlex.join([sys.executable, "-m", "app", "consume", topic, "--from-beginning"])
     err = shlex.quote(str(tmp_path / "consume.err"))

@@ -41,12 +41,18 @@ def test_the_readme_client_examples_run(make_broker) -> None:
     cli = run_sh(block(README, "## Command-line client", "sh"), broker.url)
     assert cli.returncode == 0, cli.stderr
     out = cli.stdout.splitlines()
-    assert [line for line in out if '"keys":["batch-7"]' in line and '"tags":"created"' in line][:3] == out[:3]  # consume --format json
+    json_lines = [line for line in out if line.startswith("{")]  # consume --format json
+    assert len(json_lines) == 3 and all('"keys":["batch-7"]' in line and '"tags":"created"' in line for line in json_lines)
     bodies = [line for line in out if line.startswith("order ")]
-    # --offset 1 of queue 0, the group's 2 then its last 1, the key lookup's 3 (newest first).
-    assert bodies[:5] == ["order 2 created", "order 3 created", "order 1 created", "order 2 created", "order 3 created"]
-    assert sorted(bodies[5:]) == ["order 1 created", "order 2 created", "order 3 created"]
+    created = ["order 1 created", "order 2 created", "order 3 created"]
+    # --offset 1 of queue 0; the group's 2 then its last 3 (from every queue); the key lookup's 3.
+    assert bodies[:2] == ["order 2 created", "order 3 created"]
+    assert sorted(bodies[2:7]) == [*created, "order 4 paid", "order 5 paid"]
+    assert sorted(bodies[7:]) == created
+    # -K : split each line's key off, -H added a property, -o -2 -f printed the last two of queue 2.
+    assert "2/0 key=order-4 order 4 paid (source=cli)" in out and "2/1 key=order-5 order 5 paid (source=cli)" in out
     assert any(line.split()[:2] == ["shipping", "orders"] for line in out) and out[-1].startswith("tidemq ")
+    assert any(line.startswith("GROUP shipping") for line in out)  # groups describe
     python = run_python(block(README, "## Python client", "python"), broker.url)
     assert python.returncode == 0, python.stderr
     assert python.stdout.splitlines() == ["[b'order 4 created', b'order 5 created', b'order 6 created']", "QUEUE_NOT_FOUND 404"]

@@ -42,6 +42,7 @@ def test_produce_single_raw_and_json_then_pull_both_formats(tq: Client, topic: s
 
 
 def test_json_batch_keeps_binary_bodies(tq: Client, topic: str) -> None:
+    tq.create_topic(topic, 1)
     results = tq.produce_batch(topic, [b"text", b"\xff\x00\x01", BatchMessage(b"tagged", tags="t", keys=["k"])], queue_id=0)
     assert [r.queue_offset for r in results] == [0, 1, 2]
     got = tq.pull(topic, 0, 0)
@@ -51,6 +52,7 @@ def test_json_batch_keeps_binary_bodies(tq: Client, topic: str) -> None:
 
 
 def test_binary_batch_lands_in_one_queue_with_its_properties(tq: Client, topic: str) -> None:
+    tq.create_topic(topic, 1)
     messages = [b"plain", BatchMessage(b"full", tags="paid", keys=["a", "b"], msg_id="U-1", properties={"p": "v"})]
     result = tq.produce_binary(topic, messages, queue_id=0, with_crc=True)
     assert (result.queue_id, result.first_queue_offset, result.count) == (0, 0, 2)
@@ -80,6 +82,7 @@ def test_long_poll_with_nothing_arriving_answers_no_new_message(tq: Client, topi
 
 def test_receive_ack_and_change_invisible(tq: Client, topic: str) -> None:
     group = "g-" + uuid.uuid4().hex[:8]
+    tq.create_topic(topic, 1)
     tq.produce_batch(topic, [b"m1", b"m2", b"m3"], queue_id=0)
     received = tq.receive(group, topic, max_messages=2, invisible_ms=60_000)
     assert [m.body for m in received] == [b"m1", b"m2"] and all(m.receipt_handle for m in received)
@@ -98,6 +101,7 @@ def test_receive_ack_and_change_invisible(tq: Client, topic: str) -> None:
 
 def test_stream_yields_received_messages(tq: Client, topic: str) -> None:
     group = "s-" + uuid.uuid4().hex[:8]
+    tq.create_topic(topic, 1)
     tq.produce_batch(topic, [b"s1", b"s2"], queue_id=0)
     seen = []
     stream = tq.stream(group, topic, max_in_flight=8)

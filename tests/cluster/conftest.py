@@ -40,7 +40,8 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
     """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_store` and `extra_cluster` add
-    [store] and [cluster] lines."""
+    [store] and [cluster] lines, `auto_create` lets a produce create a missing topic (for the tests of how a cluster
+    places new topics)."""
     with Nodes() as nodes:
 
         def make(
@@ -54,9 +55,11 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             start: bool = True,
             extra_args: tuple[str, ...] = (),
             client_options: dict[str, Any] | None = None,
+            auto_create: bool = False,
         ) -> Node:
             ha_port = ha_port or free_port()
-            config = CLUSTER_STORE + extra_store + SMALL_BROKER + overridden(FAST_FAILOVER, extra_cluster) + extra_cluster
+            broker = SMALL_BROKER + ("auto_create_topics = true\n" if auto_create else "")
+            config = CLUSTER_STORE + extra_store + broker + overridden(FAST_FAILOVER, extra_cluster) + extra_cluster
             node = Node(tmp_path, name, [], config, client_options)
             node.args = [
                 "--cluster-etcd",

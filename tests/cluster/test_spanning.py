@@ -41,7 +41,10 @@ def stored_bodies(node: Node, topic: str, queues: int) -> list[str]:
 
 
 def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_in_one_group(brokers, etcd) -> None:
-    a1, b1 = two_groups(brokers)
+    # Produces that create their topic (auto_create_topics on), at both groups at once.
+    a1, b1 = brokers("a1", "a", replication="async", auto_create=True), brokers("b1", "b", replication="async", auto_create=True)
+    wait_master([a1])
+    wait_master([b1])
     topics = [f"fresh-{i}" for i in range(6)]
 
     def produce(args: tuple[Node, str, int]) -> int:

@@ -74,6 +74,7 @@ class Node:
         self.scheme = "https" if client_options else "http"
         self.client_options = client_options or {}
         self.client = httpx.Client(timeout=15.0)  # replaced by one with the node's address at its first start
+        self.topics_made: set[str] = set()  # topics this node created (produce creates a topic first)
 
     @property
     def url(self) -> str:
@@ -157,6 +158,12 @@ class Node:
         return end
 
     def produce(self, topic: str, body: str, queue_id: int = 0) -> httpx.Response:
+        """Produce one message; the first produce of a topic on this node creates it first (the default 4 queues; a PUT
+        without a queue count changes no existing topic), as topics are created explicitly (a slave refuses the
+        creation as it refuses the produce)."""
+        if topic not in self.topics_made:
+            if self.client.put(f"/v1/topics/{topic}", json={}).status_code in (200, 201):
+                self.topics_made.add(topic)
         return self.client.post(f"/v1/topics/{topic}/messages", json={"body": body, "queue_id": queue_id})
 
     def pull_all(self, topic: str, queue_id: int, count: int, timeout_s: float = 15.0) -> list[str]:

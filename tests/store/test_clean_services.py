@@ -10,6 +10,7 @@ File ages come from mtimes, set with os.utime.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -428,3 +429,12 @@ def test_real_probe_measures_the_partition(tmp_path: Path) -> None:
     ratio = disk_used_ratio(str(tmp_path))
     assert 0.0 < ratio < 1.0
     assert disk_used_ratio(str(tmp_path / "not" / "yet")) == pytest.approx(ratio, abs=0.01)
+
+
+def test_real_probe_counts_only_the_space_the_broker_may_use(tmp_path: Path) -> None:
+    """The ratio is df's Use% (used / (used + available to unprivileged writers)): root's reserved blocks
+    are no room for the broker, so a disk it cannot write to any more reads full, not 95 %."""
+    df = subprocess.run(["df", "--output=pcent", str(tmp_path)], capture_output=True, text=True, check=True)
+    percent = int(df.stdout.splitlines()[1].strip().rstrip("%"))
+    ratio = disk_used_ratio(str(tmp_path))
+    assert abs(100 * ratio - percent) <= 1.5, (ratio, percent)  # df rounds up; files may come and go between the two

@@ -65,6 +65,9 @@ def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path) ->
         (taken,) = master.group_consumption.receive("fifo-g", "orders", 1, 60_000)
         plain = master.group_consumption.receive("plain-g", "orders", 2, 60_000)
         assert master.delete_topic("gone")
+        master.commit_offsets("doomed", [("orders", 0, 1)])
+        master.group_consumption.put_group("doomed", max_reconsume_times=2, fifo=False)
+        assert master.group_consumption.delete_group("doomed") and not master.group_consumption.delete_group("doomed")
         master.state_snapshot_service.snapshot_pass()  # the pop secret and every other table, whole, for slaves
         replicate(master, slave)
 
@@ -72,6 +75,7 @@ def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path) ->
         assert slave.find_consume_queue("gone", 0) is None, "a deletion drops the slave's queues too"
         assert slave.query_offset("billing", "orders", 0) == 2 and slave.query_offset("billing", "orders", 1) == 1
         assert slave.group_consumption.group("fifo-g").fifo is True
+        assert slave.query_offset("doomed", "orders", 0) == -1 and not slave.group_consumption.is_configured("doomed")
         assert slave.transactions.producer_groups.get("payments") is not None
         assert slave.group_consumption.fifo.in_flight() == 1
         assert slave.group_consumption.secret.secret == master.group_consumption.secret.secret

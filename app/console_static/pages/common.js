@@ -5,8 +5,13 @@ import { enc, get } from "../api.js";
 // Topics whose queues are read at most per refresh (each is one request).
 export const MAX_TOPICS_DETAILED = 100;
 
-export function isSystemTopic(name) {
-  return name.startsWith("rmq_sys_") || name.startsWith("%") || name.startsWith("SCHEDULE_TOPIC") || name.startsWith("RMQ_SYS_");
+// A topic's kind as GET /v1/topics says it: user, system (the broker's own), retry or dead_letter (a group's).
+export function topicKind(t) {
+  return t.kind || "user";
+}
+
+export function isSystemTopic(t) {
+  return topicKind(t) !== "user";
 }
 
 // Every topic with its queues ({queue_id, min_offset, max_offset}) and message count (max - min summed).

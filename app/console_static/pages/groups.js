@@ -1,4 +1,4 @@
-// Consumer groups: each with its topics, lag and group-consumption counts.
+// Consumer groups: each with its topics, lag and group-consumption counts, its connected consumers and dead letters.
 
 import { get } from "../api.js";
 import { h, link, table } from "../dom.js";
@@ -17,10 +17,12 @@ export async function render(target) {
       t.dead_lettered,
       t.in_flight,
       g.configured ? `max ${g.max_reconsume_times} retries${g.fifo ? ", fifo" : ""}` : "defaults",
+      (g.consumers || []).length,
+      g.dead_letters ?? 0,
     ]);
   });
   target.append(
     h("h1", {}, "Consumer groups"),
-    table(["Group", "Topic", "Lag", "Received", "Acked", "Redelivered", "Dead-lettered", "In flight", "Settings"], rows, { id: "groups-table" }),
+    table(["Group", "Topic", "Lag", "Received", "Acked", "Redelivered", "Dead-lettered", "In flight", "Settings", "Consumers", "Dead letters"], rows, { id: "groups-table" }),
   );
 }

@@ -3,7 +3,7 @@
 
 import { lineChart, Sampler } from "../chart.js";
 import { bytes, h, link, problemBox, section, table } from "../dom.js";
-import { isSystemTopic, topicsWithCounts } from "./common.js";
+import { isSystemTopic, topicKind, topicsWithCounts } from "./common.js";
 
 function cards(store) {
   if (!store) return h("p", { class: "loading" }, "Waiting for the first sample…");
@@ -40,7 +40,7 @@ const TOPICS_REFRESH_MS = 5000;
 async function topicsPart() {
   try {
     const { topics, more } = await topicsWithCounts();
-    const rows = topics.map((t) => [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), isSystemTopic(t.topic) ? "system" : "", t.queues.length, t.messages]);
+    const rows = topics.map((t) => [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), isSystemTopic(t) ? topicKind(t).replace("_", " ") : "", t.queues.length, t.messages]);
     return [table(["Topic", "", "Queues", "Messages"], rows, { id: "overview-topics" }), more ? h("p", {}, `and ${more} more topics`) : ""];
   } catch (err) {
     return [problemBox(err)];

@@ -6,7 +6,7 @@
 import { call, enc, get, parseLabelledMetric } from "../api.js";
 import { lineChart, RateSeries, Sampler } from "../chart.js";
 import { confirmButton, h, link, problemBox, section, table, values } from "../dom.js";
-import { isSystemTopic, topicsWithCounts } from "./common.js";
+import { isSystemTopic, topicKind, topicsWithCounts } from "./common.js";
 
 const SAMPLE_MS = 3000;
 const rates = new Map(); // topic -> {put, pulled, received} RateSeries, kept while the console is open
@@ -72,7 +72,7 @@ function row(t, onDelete) {
     messages: h("span", {}, t.messages),
     spark: h("div", { class: "spark", "data-topic": t.topic }, lineChart([ratesOf(t.topic).put, ratesOf(t.topic).pulled, ratesOf(t.topic).received], { width: 240, height: 64 })),
   };
-  const del = isSystemTopic(t.topic) ? "system" : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
+  const del = isSystemTopic(t) ? topicKind(t).replace("_", " ") : confirmButton("Delete", `Delete ${t.topic} and its queues?`, () => onDelete(t.topic));
   const cellsRow = [link(`#/topics/${encodeURIComponent(t.topic)}`, t.topic), `${t.read_queues}/${t.write_queues}`, t.perm, cells.queues, cells.messages, cells.spark, del];
   return { cells, cellsRow, key: `${t.topic} ${t.read_queues} ${t.write_queues} ${t.perm}` };
 }
