@@ -3,12 +3,13 @@ strictly by FastAPI; replies written by the handlers and documented here for the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.models import example_of
+from app.models import example_of, integral
 from app.push_targets import MAX_PUSH_URL_BYTES
+from store import TOPIC_MAX_BYTES, TOPIC_NAME_PATTERN
 
 # A signing secret's length bounds, in characters (the store holds at most 256 bytes).
 MIN_SECRET_CHARS = 16
@@ -27,15 +28,18 @@ COUNTS_EXAMPLE: dict[str, Any] = {"delivered": 12, "failed": 1, "errors": 0, "to
 
 class PushSubscriptionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": SUBSCRIPTION_EXAMPLE})
-    topic: str = Field(min_length=1, max_length=255, description="The topic whose messages are pushed (it must exist)")
+    topic: str = Field(
+        min_length=1,
+        description="The topic whose messages are pushed (it must exist)",
+        json_schema_extra={"pattern": TOPIC_NAME_PATTERN, "maxLength": TOPIC_MAX_BYTES},  # the route checks: TOPIC_INVALID
+    )
     url: str = Field(min_length=1, max_length=MAX_PUSH_URL_BYTES,
                      description="Absolute http(s) URL each message is POSTed to; its host must be in the broker's push_allowed_hosts")  # fmt: skip
-    max_in_flight: int | None = Field(
-        None, ge=1, description=f"Deliveries under way at once, at most push_max_in_flight; none: {DEFAULT_MAX_IN_FLIGHT} (or that limit)"
+    max_in_flight: Annotated[int, Field(ge=1), BeforeValidator(integral)] | None = Field(
+        None, description=f"Deliveries under way at once, at most push_max_in_flight; none: {DEFAULT_MAX_IN_FLIGHT} (or that limit)"
     )
-    timeout_ms: int | None = Field(
+    timeout_ms: Annotated[int, Field(ge=100), BeforeValidator(integral)] | None = Field(
         None,
-        ge=100,
         description=f"One delivery's whole time, connect to status line, at most push_max_timeout_ms; none: {DEFAULT_TIMEOUT_MS} (or that limit)",
     )
     secret: str = Field(min_length=MIN_SECRET_CHARS, max_length=MAX_SECRET_CHARS,
@@ -79,7 +83,9 @@ class PushSubscriptionList(BaseModel):
 
 class RedriveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"example": {"max_messages": 1000}})
-    max_messages: int | None = Field(None, ge=1, le=MAX_REDRIVE_MESSAGES, description="Move at most this many; none: every dead letter")
+    max_messages: Annotated[int, Field(ge=1, le=MAX_REDRIVE_MESSAGES), BeforeValidator(integral)] | None = Field(
+        None, description="Move at most this many; none: every dead letter"
+    )
 
 
 class RedriveInfo(BaseModel):

@@ -176,7 +176,10 @@ class ErrorMapping:
 
 
 def install_error_handlers(app: FastAPI, mapping: ErrorMapping) -> None:
-    for exc_class in (ProblemError, RequestValidationError, StarletteHTTPException, Exception):
+    # Expected conditions are handled by the exception middleware, whose reply ends the request; a handler for
+    # Exception alone runs in Starlette's outer error middleware, which raises again after replying, so the
+    # server closes the keep-alive connection the next request of the client would use.
+    for exc_class in (ProblemError, StateWriteFailed, OSError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exc_class, mapping)  # type: ignore[arg-type]  # Starlette types handlers as functions; ours is a callable object
 
 

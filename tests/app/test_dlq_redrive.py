@@ -122,6 +122,7 @@ def test_a_second_redrive_while_one_runs_is_409_with_the_running_one(make_broker
     assert c.put("/v1/topics/T", json={"queues": 1}).status_code == 201
     # Dead letters as the revive service writes them: in %DLQ%{group}, naming their topic in RETRY_TOPIC.
     batch = [{"body": f"d{i}", "properties": {"RETRY_TOPIC": "T"}} for i in range(600)]
+    assert c.put("/v1/topics/%DLQ%slow", json={"queues": 1}).status_code == 201
     r = c.post("/v1/topics/%DLQ%slow/messages", json={"messages": batch})
     assert r.status_code == 201, r.text
     first = c.post("/v1/groups/slow/dlq/redrive")

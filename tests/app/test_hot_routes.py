@@ -125,7 +125,8 @@ def test_hot_routes_answer_like_the_fastapi_routes(tmp_path: Path) -> None:
     assert hot == plain
     assert hot[8] == (200, "FOUND:['a', 'b', 'c', 'raw']")
     assert hot[9] == (200, "FOUND:['raw']")
-    assert [status for status, _ in hot[11:22]] == [400, 400, 400, 400, 400, 400, 400, 400, 404, 404, 400]
+    assert [status for status, _ in hot[11:22]] == [400, 400, 200, 400, 400, 400, 400, 400, 404, 404, 400]
+    assert hot[13] == (200, "FOUND:['a', 'b', 'c', 'raw']"), "a pull without offset starts at the queue's first kept message"
     reply = str(sorted(["kind", "queue_id", "first_queue_offset", "count", "store_timestamp", "offset_msg_id_prefix", "commitlog_offsets"]))
     assert hot[GROUP_REQUESTS:BATCH_OPERATIONS] == [
         (200, "[('a', 0), ('b', 0)]"),

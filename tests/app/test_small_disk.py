@@ -69,6 +69,7 @@ def test_a_48_mib_volume_fills_past_80_percent_then_disk_full_reads_go_on_and_pu
     try:
         client = broker.client
         assert client is not None
+        assert client.put("/v1/topics/fill", json={"queues": 1}).status_code == 201
         stored: list[tuple[int, str]] = []
         ratio_at_first_refusal = None
         for n in range(10_000):
@@ -131,6 +132,7 @@ def test_an_empty_broker_with_default_settings_allocates_under_128_mb(tmp_path: 
         assert client is not None
         empty = allocated_bytes(store)
         assert empty < 128 * MIB, empty
+        assert client.put("/v1/topics/footprint", json={"queues": 4}).status_code == 201
         r = client.post("/v1/topics/footprint/messages", json={"body": "one", "keys": ["k1"]})
         assert r.status_code == 201, r.text
         deadline = time.monotonic() + 10

@@ -53,6 +53,7 @@ def producer_messages(topic: str) -> list[Message]:
 def test_a_rocketmq_producers_batch_is_stored_and_served(client: httpx.Client) -> None:
     sent = producer_messages("orders")
     body = encode_batch([(m.body, m.properties_bytes(), m.flag) for m in sent])
+    assert client.put("/v1/topics/orders", json={"queues": 4}).status_code == 201
     r = client.post("/v1/topics/orders/messages/batch", params={"queue_id": "0"}, content=body, headers={"content-type": BATCH})
     assert r.status_code == 201, r.text
     reply = r.json()
