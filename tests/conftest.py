@@ -1,4 +1,9 @@
-"""Fixtures every test package may use: one SparkSession for the whole run (starting one costs seconds)."""
+"""Fixtures every test package may use: one SparkSession for the whole run (starting one costs seconds).
+
+Hypothesis runs without its time checks (the per-example deadline and the slow-generation health
+check): they measure the machine, which the suite shares with other work, not the code; performance
+is measured by the benchmarks. Every other health check stays on.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("tidemq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tidemq")
 
 
 @pytest.fixture(scope="session")
