@@ -69,6 +69,10 @@ NewTopicCheck = Callable[[str, bool], bool]
 
 # Paths of consumer state: served by the group's master, reads included (`Forwarding.target`).
 CONSUMER_STATE_PREFIX = "/v1/groups/"
+# The reply header naming who served a consumer-state request: "{broker id}; role={role}; epoch={epoch}" (the
+# broker's role and epoch as its reply starts). Group consumption (`/v1/groups/{group}/topics/...`: receive, ack)
+# is a hot route and goes without it.
+SERVED_BY_HEADER = b"tidemq-served-by"
 
 
 class Forwarder:
@@ -101,7 +105,7 @@ class Forwarder:
                 # Forwarded here as to the master, but this broker no longer is one (or is fenced): its consumer
                 # state may be behind the group's, so it answers nothing of it; the client asks again.
                 return await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
-            await self.app(scope, receive, send)
+            await self.serve_here(scope, receive, send)
             return
         if group is None:
             if await self.spanning.handle(scope, receive, send):
@@ -133,11 +137,27 @@ class Forwarder:
         """Serve here when this broker can, else forward to the group's master (a read: any of its brokers)."""
         target = self.target(scope["method"], group, scope["path"])
         if target is None:
-            await self.app(scope, receive, send)
+            await self.serve_here(scope, receive, send)
         elif target == "":
             await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
         else:
             await self.forward(target, scope, receive, send)
+
+    async def serve_here(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request on this broker; a consumer-state reply names it, its role and epoch (SERVED_BY_HEADER)."""
+        path = scope["path"]
+        if not path.startswith(CONSUMER_STATE_PREFIX) or "/topics/" in path:
+            await self.app(scope, receive, send)
+            return
+        node = self.node
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                served_by = f"{node.broker_id}; role={node.role}; epoch={node.epoch()}".encode("latin-1")
+                message = {**message, "headers": [*message.get("headers", []), (SERVED_BY_HEADER, served_by)]}
+            await send(message)
+
+        await self.app(scope, receive, named)
 
     def target(self, method: str, group: str, path: str = "") -> str | None:
         """The group's base URL for this request; None to serve here; "" when the group has no broker that can.

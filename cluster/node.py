@@ -165,12 +165,13 @@ class ClusterNode(ServiceThread):
             self._update_in_sync(group)
         else:
             self._follow_or_campaign(group)
-        self.registration.refresh(self.registration.record(self.store, self.role, self._epoch()))
+        self.registration.refresh(self.registration.record(self.store, self.role, self.epoch()))
 
     def _read_view(self) -> ClusterView:
         return parse_view(self.keys, self.etcd.prefix(self.keys.root))
 
-    def _epoch(self) -> int:
+    def epoch(self) -> int:
+        """The epoch this broker leads, or that of the master it streams from; 0 otherwise."""
         if self.role == "master":
             return self.election.epoch
         client = self.node.client if self.node is not None else None
@@ -296,7 +297,7 @@ class ClusterNode(ServiceThread):
                 "1 while this broker is its group's master and accepts writes",
                 float(self.may_accept_puts()),
             ),
-            ("tidemq_cluster_epoch", "gauge", "The election epoch this broker leads or follows (0: none)", float(self._epoch())),
+            ("tidemq_cluster_epoch", "gauge", "The election epoch this broker leads or follows (0: none)", float(self.epoch())),
             ("tidemq_cluster_etcd_up", "gauge", "1 when the last round of etcd requests succeeded", float(self.etcd_error is None)),
             ("tidemq_cluster_elections_won_total", "counter", "Elections this broker won", float(self.elections_won_total)),
             ("tidemq_cluster_forwarded_total", "counter", "Requests forwarded to another broker", float(self.forwarded_total)),
@@ -315,7 +316,7 @@ class ClusterNode(ServiceThread):
             "broker_name": self.group_name,
             "broker_id": self.broker_id,
             "role": self.role,
-            "epoch": self._epoch(),
+            "epoch": self.epoch(),
             "master": group.master_id,
             "in_sync": sorted(self.in_sync.published) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),
             "joining": sorted(self.in_sync.joining) if self.role == "master" else [],

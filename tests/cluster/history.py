@@ -29,16 +29,23 @@ Checks:
 
 from __future__ import annotations
 
+import json
 import random
+import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from cluster.etcd_client import EtcdClient
+from store.codec.message_codec import decode_message
+from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store.state.state_log import STATE_TOPIC
+from store.state.state_table import StateKind
 
 TOPIC = "history"
 QUEUES = 2
@@ -55,6 +62,8 @@ PRODUCE_PAUSE_S = 0.005
 # as a client that knows the other brokers of the route would (a paused broker would hold every worker otherwise).
 REQUEST_TIMEOUT_S = 1.0
 AVOID_S = 5.0
+# The reply header naming the broker that served a consumer-state request, its role and epoch (cluster/forwarding.py).
+SERVED_BY = "tidemq-served-by"
 
 
 @dataclass
@@ -94,6 +103,8 @@ class History:
         self.faults: list[Fault] = []
         self.samples: list[Sample] = []
         self._lock = threading.Lock()
+        # Wall-clock seconds at monotonic 0: a broker's log and its records' store timestamps are wall-clock.
+        self.wall_offset = time.time() - time.monotonic()
 
     def record(self, op: Op) -> None:
         with self._lock:
@@ -106,6 +117,19 @@ class History:
     def acked_produces(self) -> list[Op]:
         return [op for op in self.of("produce") if op.ok]
 
+    def dump(self, path: Path, records: list[dict[str, Any]] | None = None) -> None:
+        """Every fault, sample and operation (and `records`: what the final log holds, e.g. `commit_records`), one JSON
+        object a line in time order, each with its wall-clock time too: what a failed check is read against."""
+        with self._lock:
+            rows = [{"at": f.at, "fault": asdict(f)} for f in self.faults]
+            rows += [{"at": s.at, "sample": asdict(s)} for s in self.samples]
+            rows += [{"at": op.invoked, "op": asdict(op)} for op in self.ops]
+        rows += [{"at": r["store_timestamp"] / 1000.0 - self.wall_offset, "record": r} for r in records or []]
+        with open(path, "w") as out:
+            for row in sorted(rows, key=lambda r: r["at"]):
+                row["wall"] = utc_text(row["at"] + self.wall_offset)
+                out.write(json.dumps(row, default=str) + "\n")
+
     def deliveries(self) -> dict[str, list[Op]]:
         """Message id -> the receives that delivered it, in completion order."""
         out: dict[str, list[Op]] = {}
@@ -113,6 +137,11 @@ class History:
             for message_id in op.value.get("ids", []):
                 out.setdefault(message_id, []).append(op)
         return out
+
+
+def utc_text(wall_s: float) -> str:
+    """A wall-clock time as the brokers' log lines print theirs (UTC, milliseconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall_s)) + f".{int(wall_s * 1000) % 1000:03d}Z"
 
 
 @dataclass
@@ -172,6 +201,9 @@ def commit_once(history: History, worker: str, client: httpx.Client, node: str, 
     try:
         r = client.put(f"{node}/v1/groups/{COMMIT_GROUP}/offsets", json={"topic": TOPIC, "queue_id": queue, "offset": offset})
         op.status = r.status_code
+        op.value["served_by"] = r.headers.get(SERVED_BY)
+        if not op.ok:
+            op.value["code"] = _code(r)
     except httpx.TransportError as exc:
         op.value["error"] = type(exc).__name__
     op.completed = time.monotonic()
@@ -184,6 +216,7 @@ def offsets_once(history: History, worker: str, client: httpx.Client, node: str)
     try:
         r = client.get(f"{node}/v1/groups/{COMMIT_GROUP}/offsets", params={"topic": TOPIC})
         op.status = r.status_code
+        op.value["served_by"] = r.headers.get(SERVED_BY)
         if r.status_code == 200:
             op.value["committed"] = {q["queue_id"]: q["committed_offset"] for q in r.json()["queues"]}
     except httpx.TransportError as exc:
@@ -415,6 +448,30 @@ def read_final(node: str, etcd_url: str, cluster: str, group: str) -> Final:
         etcd.close()
     epochs = sorted((int(kv.value["epoch"]), str(kv.value["broker"]), int(kv.value["start_offset"])) for kv in kvs)
     return Final(queues, epochs)
+
+
+def commit_records(store_dir: Path, group: str = COMMIT_GROUP) -> list[dict[str, Any]]:
+    """The offset commits of `group` (state records of consumer offsets) in a broker's commitlog, in log order: the
+    order its master applied them in. Read from the files (a stopped broker's, or a running one's written part)."""
+    key = f"{TOPIC}@{group}"
+    out = []
+    for path in sorted((store_dir / "commitlog").iterdir()):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 8 <= len(data):
+            size, magic = struct.unpack_from(">iI", data, pos)
+            if size <= 0 or pos + size > len(data) or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
+                break
+            if magic == MESSAGE_MAGIC_CODE:
+                m = decode_message(data, pos)
+                if m["topic"] == STATE_TOPIC and m["queue_id"] == int(StateKind.CONSUMER_OFFSETS):
+                    commits = json.loads(m["body"]).get("c") or []
+                    for k, queue, offset in commits:
+                        if k == key:
+                            out.append({"commitlog_offset": m["commitlog_offset"], "store_timestamp": m["store_timestamp"],
+                                        "store_host": m["store_host"], "queue": queue, "offset": offset})  # fmt: skip
+            pos += size
+    return out
 
 
 # Checks ---------------------------------------------------------------------------------------------
