@@ -118,6 +118,16 @@ class ClusterNode(ServiceThread):
     def may_accept_puts(self) -> bool:
         return self.write_refusal() is None
 
+    def serves_consumer_state(self) -> bool:
+        """Whether this broker may answer a read of consumer state (offsets, groups) from its own tables.
+
+        Only the master may (a slave applies its master's records a moment after it holds them), once its role is
+        "master": that is set after the store took over, having applied every state record it replicated, so a
+        request forwarded here between the campaign and the take-over does not read tables still behind the log.
+        And only while it holds its lease (`Election.holds_lease`): a master cut off from etcd may keep taking
+        writes under SYNC replication, but a successor elected meanwhile takes commits this broker never sees."""
+        return self.role == "master" and self.election.holds_lease()
+
     def write_refusal(self) -> tuple[str, str] | None:
         """(problem code, detail) when this broker, as master, must refuse a write now; None when it may take it.
 
