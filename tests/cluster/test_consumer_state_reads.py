@@ -1,4 +1,5 @@
-"""Reads of consumer state in a group of two on etcd: only a master that holds its lease answers them.
+"""Reads of consumer state in a group of two on etcd: only a master that holds its lease answers them; and what a
+read may rightly see after a commit whose client gave up.
 
 A master cut off from etcd keeps taking writes under SYNC replication (docs/cluster.md, "Losing etcd"): each needs
 its slave's acknowledgement, which a slave elected meanwhile no longer gives. A read needs none, so the same master
@@ -9,6 +10,10 @@ which still reaches etcd, is elected and takes a commit.
 
 from __future__ import annotations
 
+import os
+import signal
+
+import httpx
 import pytest
 
 from tests.cluster.helpers import DIRECT, cluster_status, is_master, wait_in_sync, wait_master
@@ -54,3 +59,26 @@ def test_a_master_cut_off_from_etcd_answers_no_consumer_state_read_once_a_succes
     reply = wait_for(lambda: (r := old.client.get(OFFSETS, params={"topic": TOPIC})).status_code == 200 and r, what="a read")
     assert committed(reply.json()) == 3
     assert reply.headers["tidemq-served-by"].startswith(f"{new.url}; role=master;")
+
+
+def test_a_commit_its_client_gave_up_on_may_take_effect_after_a_later_commit_answered_ok(brokers, etcd) -> None:
+    """Why the history checker lets a read below an answered commit pass when the log shows an unanswered commit
+    applied after it: a broker that was not running (paused here; on a loaded machine, starved) still holds the
+    request its client gave up on, and forwards it to the master once it runs, after a later commit was answered."""
+    nodes = [brokers("a1", "a"), brokers("a2", "a")]
+    master = wait_master(nodes)
+    slave = next(n for n in nodes if n is not master)
+    wait_in_sync(master, slave)
+    assert master.client.put(f"/v1/topics/{TOPIC}", json={"queues": 1}).status_code == 201
+    for i in range(4):
+        assert master.client.post(f"/v1/topics/{TOPIC}/messages", json={"body": f"m{i}", "queue_id": 0}).status_code == 201
+    assert slave.proc is not None
+    os.kill(slave.proc.pid, signal.SIGSTOP)
+    try:
+        with httpx.Client(timeout=1.0) as client, pytest.raises(httpx.TimeoutException):
+            client.put(f"{slave.url}{OFFSETS}", json={"topic": TOPIC, "queue_id": 0, "offset": 1})  # held by the slave
+        assert master.client.put(OFFSETS, json={"topic": TOPIC, "queue_id": 0, "offset": 3}).status_code == 200
+        assert committed(master.client.get(OFFSETS, params={"topic": TOPIC}).json()) == 3
+    finally:
+        os.kill(slave.proc.pid, signal.SIGCONT)
+    wait_for(lambda: committed(master.client.get(OFFSETS, params={"topic": TOPIC}).json()) == 1, what="the held commit applied")
