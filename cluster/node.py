@@ -169,7 +169,10 @@ class ClusterNode(ServiceThread):
         self.view = self._read_view()
         group = self.view.group(self.group_name)
         if self.role == "master":
-            if group.leader is None or group.leader.create_revision != self.election.leader_revision:
+            if group.leader is None:  # its lease ended at etcd (renewals that did not arrive in time)
+                self._deposed("its leader key is gone: the election lease expired at etcd")
+                return
+            if group.leader.create_revision != self.election.leader_revision:
                 self._deposed("another broker leads the group")
                 return
             self._update_in_sync(group)
