@@ -83,6 +83,12 @@ class Election:
             return False
         return time.monotonic() < self.deadline or (self.etcd_lost and self.sync)
 
+    def holds_lease(self) -> bool:
+        """Whether the lease is surely this broker's now: renewed within the fence (`may_accept_puts` without the
+        etcd-lost allowance, which only writes get: each still needs the acknowledgement of every slave of the set,
+        which a successor gives no longer; a read needs no acknowledgement, so only the lease keeps it current)."""
+        return self.lease != 0 and time.monotonic() < self.deadline
+
     def campaign(self, group: GroupView, start_offset: int, leader_value: dict[str, Any]) -> bool:
         """Try to become the group's master at epoch E+1 starting at `start_offset`; True when won."""
         sent = time.monotonic()

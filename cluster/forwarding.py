@@ -69,6 +69,10 @@ NewTopicCheck = Callable[[str, bool], bool]
 
 # Paths of consumer state: served by the group's master, reads included (`Forwarding.target`).
 CONSUMER_STATE_PREFIX = "/v1/groups/"
+# The reply header naming who served a consumer-state request: "{broker id}; role={role}; epoch={epoch}" (the
+# broker's role and epoch as its reply starts). Group consumption (`/v1/groups/{group}/topics/...`: receive, ack)
+# is a hot route and goes without it.
+SERVED_BY_HEADER = b"tidemq-served-by"
 
 
 class Forwarder:
@@ -97,11 +101,11 @@ class Forwarder:
             raw = scope.get("raw_path") or scope["path"].encode()
             scope = {**scope, "path": QUALIFIED_QUEUE.sub(r"\1\3\4", scope["path"]), "raw_path": QUALIFIED_RAW.sub(rb"\1\3\4", raw)}
         if any(name == FORWARDED_HEADER for name, _ in scope["headers"]):
-            if scope["path"].startswith(CONSUMER_STATE_PREFIX) and not self.node.may_accept_puts():
-                # Forwarded here as to the master, but this broker no longer is one (or is fenced): its consumer
-                # state may be behind the group's, so it answers nothing of it; the client asks again.
+            if scope["path"].startswith(CONSUMER_STATE_PREFIX) and not self._serves_consumer_state(scope["method"]):
+                # Forwarded here as to the master, but this broker is not one (yet, or any more, or is fenced): its
+                # consumer state may be behind the group's, so it answers nothing of it; the client asks again.
                 return await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
-            await self.app(scope, receive, send)
+            await self.serve_here(scope, receive, send)
             return
         if group is None:
             if await self.spanning.handle(scope, receive, send):
@@ -133,11 +137,27 @@ class Forwarder:
         """Serve here when this broker can, else forward to the group's master (a read: any of its brokers)."""
         target = self.target(scope["method"], group, scope["path"])
         if target is None:
-            await self.app(scope, receive, send)
+            await self.serve_here(scope, receive, send)
         elif target == "":
             await self.problem("NO_MASTER", NO_MASTER, scope["path"])(scope, receive, send)
         else:
             await self.forward(target, scope, receive, send)
+
+    async def serve_here(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request on this broker; a consumer-state reply names it, its role and epoch (SERVED_BY_HEADER)."""
+        path = scope["path"]
+        if not path.startswith(CONSUMER_STATE_PREFIX) or "/topics/" in path:
+            await self.app(scope, receive, send)
+            return
+        node = self.node
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                served_by = f"{node.broker_id}; role={node.role}; epoch={node.epoch()}".encode("latin-1")
+                message = {**message, "headers": [*message.get("headers", []), (SERVED_BY_HEADER, served_by)]}
+            await send(message)
+
+        await self.app(scope, receive, named)
 
     def target(self, method: str, group: str, path: str = "") -> str | None:
         """The group's base URL for this request; None to serve here; "" when the group has no broker that can.
@@ -150,13 +170,22 @@ class Forwarder:
         if group == node.group_name and not write:
             return None
         if group == node.group_name and node.role == "master":
-            # A fenced master (paused past its lease) may hold stale consumer state: no read of it either.
-            return None if node.may_accept_puts() or method in WRITE_METHODS else ""
+            # A write is served here (the store and the fence refuse it if they must); a read of consumer state only
+            # while this master holds its lease (ClusterNode.serves_consumer_state).
+            return None if method in WRITE_METHODS or node.serves_consumer_state() else ""
         address = master_address(view, group) if write else read_address(view, group)
         if address == node.broker_id:
-            # This broker's view still names it master: served here when it is one, else nothing to serve yet.
-            return None if not write or node.may_accept_puts() or method in WRITE_METHODS else ""
+            # This broker's view still names it master (it is taking over, or was deposed): a write is served here,
+            # which refuses it; a read of consumer state waits for a master that serves it.
+            return None if not write or method in WRITE_METHODS or node.serves_consumer_state() else ""
         return address or ""
+
+    def _serves_consumer_state(self, method: str) -> bool:
+        """Whether a consumer-state request forwarded here as to the group's master is answered here."""
+        node = self.node
+        if method in WRITE_METHODS:
+            return node.role == "master" and node.may_accept_puts()
+        return node.serves_consumer_state()
 
     async def call(self, group: str, scope: Scope, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """One request to a group, served here or there, its whole reply kept: for the replies SpanningRequests merges."""

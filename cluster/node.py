@@ -118,6 +118,16 @@ class ClusterNode(ServiceThread):
     def may_accept_puts(self) -> bool:
         return self.write_refusal() is None
 
+    def serves_consumer_state(self) -> bool:
+        """Whether this broker may answer a read of consumer state (offsets, groups) from its own tables.
+
+        Only the master may (a slave applies its master's records a moment after it holds them), once its role is
+        "master": that is set after the store took over, having applied every state record it replicated, so a
+        request forwarded here between the campaign and the take-over does not read tables still behind the log.
+        And only while it holds its lease (`Election.holds_lease`): a master cut off from etcd may keep taking
+        writes under SYNC replication, but a successor elected meanwhile takes commits this broker never sees."""
+        return self.role == "master" and self.election.holds_lease()
+
     def write_refusal(self) -> tuple[str, str] | None:
         """(problem code, detail) when this broker, as master, must refuse a write now; None when it may take it.
 
@@ -159,18 +169,22 @@ class ClusterNode(ServiceThread):
         self.view = self._read_view()
         group = self.view.group(self.group_name)
         if self.role == "master":
-            if group.leader is None or group.leader.create_revision != self.election.leader_revision:
+            if group.leader is None:  # its lease ended at etcd (renewals that did not arrive in time)
+                self._deposed("its leader key is gone: the election lease expired at etcd")
+                return
+            if group.leader.create_revision != self.election.leader_revision:
                 self._deposed("another broker leads the group")
                 return
             self._update_in_sync(group)
         else:
             self._follow_or_campaign(group)
-        self.registration.refresh(self.registration.record(self.store, self.role, self._epoch()))
+        self.registration.refresh(self.registration.record(self.store, self.role, self.epoch()))
 
     def _read_view(self) -> ClusterView:
         return parse_view(self.keys, self.etcd.prefix(self.keys.root))
 
-    def _epoch(self) -> int:
+    def epoch(self) -> int:
+        """The epoch this broker leads, or that of the master it streams from; 0 otherwise."""
         if self.role == "master":
             return self.election.epoch
         client = self.node.client if self.node is not None else None
@@ -296,7 +310,7 @@ class ClusterNode(ServiceThread):
                 "1 while this broker is its group's master and accepts writes",
                 float(self.may_accept_puts()),
             ),
-            ("tidemq_cluster_epoch", "gauge", "The election epoch this broker leads or follows (0: none)", float(self._epoch())),
+            ("tidemq_cluster_epoch", "gauge", "The election epoch this broker leads or follows (0: none)", float(self.epoch())),
             ("tidemq_cluster_etcd_up", "gauge", "1 when the last round of etcd requests succeeded", float(self.etcd_error is None)),
             ("tidemq_cluster_elections_won_total", "counter", "Elections this broker won", float(self.elections_won_total)),
             ("tidemq_cluster_forwarded_total", "counter", "Requests forwarded to another broker", float(self.forwarded_total)),
@@ -315,7 +329,7 @@ class ClusterNode(ServiceThread):
             "broker_name": self.group_name,
             "broker_id": self.broker_id,
             "role": self.role,
-            "epoch": self._epoch(),
+            "epoch": self.epoch(),
             "master": group.master_id,
             "in_sync": sorted(self.in_sync.published) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),
             "joining": sorted(self.in_sync.joining) if self.role == "master" else [],

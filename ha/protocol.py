@@ -146,6 +146,10 @@ def log_crc(data: bytes) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
+# The shortest end-of-file marker: its total size and magic code (RocketMQ's END_FILE_MIN_BLANK_LENGTH).
+END_MARKER_BYTES = 8
+
+
 def whole_messages_length(view: memoryview, size: int, batch_bytes: int) -> int:
     """Length of the longest prefix of `view[:size]` made of whole messages and at most `batch_bytes`.
 
@@ -156,7 +160,10 @@ def whole_messages_length(view: memoryview, size: int, batch_bytes: int) -> int:
     unpack = _TOTAL_AND_MAGIC.unpack_from
     while pos + 8 <= size:
         total, magic = unpack(view, pos)
-        if total <= 8 or pos + total > size or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
+        # A file's end marker is its total and magic alone when a file ends with 8 bytes free (RocketMQ's
+        # END_FILE_MIN_BLANK_LENGTH); a message is always longer.
+        shortest = END_MARKER_BYTES if magic == BLANK_MAGIC_CODE else END_MARKER_BYTES + 1
+        if total < shortest or pos + total > size or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
             break
         if pos > 0 and pos + total > batch_bytes:
             break

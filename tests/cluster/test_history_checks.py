@@ -55,3 +55,23 @@ def test_each_broken_property_is_reported() -> None:
 
 def test_an_offset_message_id_names_the_broker_that_stored_it() -> None:
     assert broker_of("7F00000100002329" + "0" * 16) == A
+
+
+def commit(offset: int, invoked: float, completed: float, status: int | None) -> Op:
+    return Op("commit", "o0", A, invoked, completed, status, {"queue": 0, "offset": offset})
+
+
+def offsets_read(value: int, invoked: float) -> Op:
+    return Op("offsets", "o0", A, invoked, invoked + 0.1, 200, {"committed": {0: value}})
+
+
+def test_an_offset_read_below_an_answered_commit_is_reported_unless_the_log_shows_an_unanswered_one_applied_after_it() -> None:
+    history = history_of(commit(4, 1.0, 2.0, None), commit(5, 2.1, 2.2, 200), offsets_read(4, 2.3))
+    in_order = Final({}, EPOCHS, offset_commits=[(0, 4), (0, 5)])
+    late = Final({}, EPOCHS, offset_commits=[(0, 5), (0, 4)])
+    assert check(history, late, window_s=4.0) == [], "the unanswered commit of 4 took effect after the one of 5"
+    for final in (in_order, Final({}, EPOCHS)):
+        assert [p for p in check(history, final, window_s=4.0) if "offset 4 read" in p], "nothing in the log explains 4"
+    refused = history_of(commit(4, 1.0, 2.0, 503), commit(5, 2.1, 2.2, 200), offsets_read(4, 2.3))
+    refused.of("commit")[0].value["code"] = "NO_MASTER"  # nothing stored: it cannot take effect later
+    assert [p for p in check(refused, late, window_s=4.0) if "offset 4 read" in p]

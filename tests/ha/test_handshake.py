@@ -24,6 +24,7 @@ from ha.protocol import (
     whole_messages_length,
 )
 from store import DefaultMessageStore, MessageStoreConfig, build_message
+from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.ha.cluster import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -240,6 +241,12 @@ def test_whole_messages_length_never_splits_a_message(master):
         broken = bytearray(res.view[: sizes[0]])
         broken[4:8] = b"\x00\x00\x00\x01"
         assert whole_messages_length(memoryview(broken), len(broken), 10**9) == 0
+        # A file with 8 bytes left after its last message ends with an 8-byte end marker: it is sent too.
+        ended = bytes(res.view[: sizes[0]]) + struct.pack(">iI", 8, BLANK_MAGIC_CODE)
+        assert whole_messages_length(memoryview(ended), len(ended), 10**9) == sizes[0] + 8
+        assert whole_messages_length(memoryview(ended[sizes[0] :]), 8, 10**9) == 8
+        short = bytes(res.view[: sizes[0]]) + struct.pack(">iI", 8, MESSAGE_MAGIC_CODE)
+        assert whole_messages_length(memoryview(short), len(short), 10**9) == sizes[0], "a message is never 8 bytes"
     finally:
         res.release()
 

@@ -202,3 +202,33 @@ def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster)
     assert [m["born_host"] for m in decoded[:40]] == [host_text(rec.born_host) for rec in records]
     assert [m["store_host"] for m in decoded[:40]] == [host_text(rec.store_host) for rec in records]
     assert decoded[40]["born_host"].startswith("127.0.0.1:") and decoded[40]["sys_flag"] & 0x30 == 0
+
+
+FILE_BYTES = 262_144  # tests/app/conftest.py's commitlog file size
+
+
+def test_a_file_ending_in_an_eight_byte_end_marker_is_replicated_past(cluster):
+    """A file whose last message leaves exactly 8 bytes ends with an end marker of 8 bytes (RocketMQ's
+    END_FILE_MIN_BLANK_LENGTH): the master streams it like any marker, and the slave goes on into the next file."""
+    master = cluster("master", "master")
+    assert master.client.put("/v1/topics/T", json={"queues": 1}).status_code == 201
+
+    def put(body: str) -> int:
+        r = master.client.post("/v1/topics/T/messages", json={"body": body, "queue_id": 0})
+        assert r.status_code == 201, r.text
+        return int(r.json()["commitlog_offset"])
+
+    base = "x" * 200
+    first, second = put(base), put(base)
+    size = second - first  # one message of this body; a longer body adds its length exactly
+    end = second + size
+    while FILE_BYTES - end >= 2 * size + 8:
+        end = put(base) + size
+    last_size = FILE_BYTES - end - 8
+    assert put(base + "y" * (last_size - size)) + last_size == FILE_BYTES - 8
+    assert put("next") == FILE_BYTES, "the next message starts the next file, after an end marker of 8 bytes"
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
+    wait_for(lambda: caught_up(master, slave), timeout_s=20, what="the slave past the 8-byte end marker")
+    last = slave.client.get("/v1/topics/T/queues/0/messages", params={"offset": 0, "max": 1}).json()["max_offset"] - 1
+    r = slave.client.get("/v1/topics/T/queues/0/messages", params={"offset": last, "max": 1})
+    assert r.status_code == 200 and [m["body"] for m in r.json()["messages"]] == ["next"]
