@@ -65,6 +65,9 @@ api = APIRouter(tags=["groups"], route_class=StrictRoute)
         "BODY_TOO_LARGE",
         "STORE_WRITE_FAILED",
         "SHUTTING_DOWN",
+        "NOT_MASTER",
+        "NO_MASTER",
+        "NOT_ENOUGH_REPLICAS",
     ),
 )
 async def commit(
@@ -72,6 +75,7 @@ async def commit(
 ) -> Response:
     store = broker.store
     check_group(group)
+    broker.check_master()  # a slave or a fenced master refuses before anything is stored, as a produce does
     commits = body if isinstance(body, list) else [body]
     if len(commits) > MAX_COMMITS_PER_REQUEST:
         raise ProblemError("REQUEST_INVALID", f"at most {MAX_COMMITS_PER_REQUEST} commits per request")

@@ -58,6 +58,10 @@ def test_a_promoted_slave_holds_every_state_of_its_master(cluster) -> None:
     assert ack(master, [m["receipt_handle"] for m in acked]) == ["OK"] * 20
     end = master.max_offset()
     wait_for(lambda: slave.max_offset() == end, what="the slave to hold the master's whole log")
+    # A slave takes no commit: nothing is stored there, the client is sent to the master.
+    refused = slave.client.put("/v1/groups/billing/offsets", json={"topic": "orders", "queue_id": 0, "offset": 1})
+    assert refused.status_code == 403 and refused.json()["code"] == "NOT_MASTER", refused.text
+    assert slave.max_offset() == end
 
     master.kill()
     slave.stop()
