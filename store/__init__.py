@@ -62,6 +62,7 @@ from store.pop.group_consumption import (
     RedriveState,
     SubscriptionGroup,
 )
+from store.put.put_batch import MessageFields, PutBatch
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.schedule.schedule_message_service import level_for_delay_ms
 from store.state.state_log import StateWriteFailed
@@ -140,6 +141,7 @@ __all__ = [
     "GetMessageResult",
     "GetMessageStatus",
     "GroupConsumption",
+    "MessageFields",
     "MessageFilter",
     "MessageInner",
     "MessageStore",
@@ -150,6 +152,7 @@ __all__ = [
     "Popped",
     "ProducerGroup",
     "PushSubscription",
+    "PutBatch",
     "PutMessageResult",
     "PutMessageStatus",
     "PutRefusal",
