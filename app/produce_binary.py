@@ -15,6 +15,9 @@ Invariants:
 - `delay_ms` / `deliver_at_ms` make every message of the batch a timer message due then
   (the batch's `deliver_at_ms`; the store's timer hook makes messages of it), its first_queue_offset
   is null (the messages get offsets in the queue when delivered) and the reply has deliver_at_ms.
+- A message carrying the TIDEMQ_DEDUP_ID property (idempotent produce, docs/http-api.md) makes the
+  store put the batch message by message (each id joins its KEYS); a batch whose every id was seen
+  is answered 200 with `duplicate` and the first messages' offsets, nothing stored.
 - With the X-Tidemq-Transaction header every message is a half message of that producer group
   (its own transaction); the reply has `transaction_ids` and a null first_queue_offset.
 """
@@ -84,6 +87,24 @@ def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
     }
 
 
+def items_reply_of(queue_id: int, items: Any, store_host: bytes, duplicate: bool) -> dict[str, Any]:
+    """The reply of a batch with dedup ids: stored (their queue offsets follow the first) or, `duplicate`, the
+    first messages' (store.DuplicateItem: nothing was stored)."""
+    first = items[0]
+    reply = {
+        "kind": "binary_batch",
+        "queue_id": queue_id,
+        "first_queue_offset": None if getattr(first, "moved", False) else first.logics_offset,
+        "count": len(items),
+        "store_timestamp": first.store_timestamp,
+        "offset_msg_id_prefix": store_host.hex().upper(),
+        "commitlog_offsets": [item.wrote_offset for item in items],
+    }
+    if duplicate:
+        reply["duplicate"] = True
+    return reply
+
+
 def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: bytes) -> dict[str, Any]:
     """The reply of a batch the store took as timer messages (or, for a past time, put at once to the queue)."""
     first = items[0]
@@ -135,13 +156,16 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     if group is not None and deliver_at_ms is not None:
         raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
     producer_group = None if group is None else check_producer_group(group)
-    future = store.put(PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group))
+    future = store.put(PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True))
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)
+    if result.duplicate:
+        return JsonResponse(items_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes(), True), 200)
     if producer_group is not None:
         return JsonResponse(transaction_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes()), 201)
     if deliver_at_ms is not None:
         return JsonResponse(timer_reply_of(queue_id, result.items, deliver_at_ms, producer.broker.config.store_host_bytes()), 201)
-    assert isinstance(result.items, EncodedItems)
+    if not isinstance(result.items, EncodedItems):  # messages with TIDEMQ_DEDUP_ID are put one by one (their KEYS get the id)
+        return JsonResponse(items_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes(), False), 201)
     return JsonResponse(reply_of(queue_id, result.items), 201)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -36,9 +37,11 @@ from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_parse import (
+    IDEMPOTENCY_HEADER,
     TRANSACTION_HEADER,
     Draft,
     Limits,
+    apply_idempotency_key,
     apply_query_defaults,
     check_producer_group,
     check_transactional,
@@ -99,6 +102,10 @@ PRODUCE_PROBLEMS = (
     "FLUSH_SLAVE_TIMEOUT",
     "DISK_FULL",
     "DISPATCH_BEHIND",
+    "DEDUP_ID_INVALID",
+    "DEDUP_PARTIAL",
+    "DEDUP_PENDING",
+    "DEDUP_WINDOW_FULL",
 )
 
 
@@ -113,6 +120,15 @@ TRANSACTION_PARAMETER = {
     "required": False,
     "description": "Raw bodies and binary batches only: store as half messages of this producer group (see POST /v1/transactions)",
     "schema": {"type": "string", **NAME_SCHEMA},
+}
+# A single produce's dedup id (a batch gives dedup_id per message; a binary batch the TIDEMQ_DEDUP_ID property).
+IDEMPOTENCY_PARAMETER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "One message only (JSON or raw): a key seen on this topic within dedup_window_s is answered 200 with the "
+    "first message's ids and duplicate: true, and nothing is stored",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[!-~]+$"},
 }
 PRODUCE_OPENAPI: dict[str, Any] = {
     "parameters": [
@@ -133,6 +149,7 @@ PRODUCE_OPENAPI: dict[str, Any] = {
             {"type": "integer", "minimum": 0},
         ),
         TRANSACTION_PARAMETER,
+        IDEMPOTENCY_PARAMETER,
     ],
     # A binary batch (application/x-tidemq-batch) is taken here too, but declared on produceBinaryBatch, its own
     # operation: a generator that knows no such media type would otherwise drop or mistype this operation.
@@ -208,6 +225,11 @@ PRODUCE_REPLY_DOC = {
 }
 
 
+DUPLICATE_TEXT = "Not stored: every message's dedup id was seen on this topic within dedup_window_s; the reply names the first messages (duplicate: true)"
+DUPLICATE_REPLY_DOC = {"description": DUPLICATE_TEXT, "content": PRODUCE_REPLY_DOC["content"]}
+BINARY_DUPLICATE_REPLY_DOC = {"description": DUPLICATE_TEXT, "content": BINARY_BATCH_REPLY_DOC["content"]}
+
+
 def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
@@ -235,6 +257,24 @@ def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> d
         for i, (key, offset) in enumerate(zip(uniq_keys, offsets, strict=True))
     ]
     return {"kind": "batch", "results": results} if is_batch else results[0]
+
+
+def duplicate_reply(items: Sequence[Any], is_batch: bool) -> JsonResponse:
+    """The 200 of a produce whose dedup ids were all seen: the first messages' ids (store.DuplicateItem), nothing stored."""
+    results = [
+        {
+            "kind": "message",
+            "msg_id": item.uniq_key,
+            "offset_msg_id": item.msg_id,
+            "queue_id": item.queue_id,
+            "queue_offset": None if item.moved else item.logics_offset,
+            "commitlog_offset": item.wrote_offset,
+            "store_timestamp": item.store_timestamp,
+            "duplicate": True,
+        }
+        for item in items
+    ]
+    return JsonResponse({"kind": "batch", "results": results, "duplicate": True} if is_batch else results[0], 200)
 
 
 def result_of(msg: Any, queue_id: int, item: Any, draft: Draft, levels_ms: list[int]) -> dict[str, Any]:
@@ -354,14 +394,19 @@ class Producer:
             for draft in drafts:  # a JSON message's own transaction field wins
                 if draft.transaction is None:
                     draft.transaction = header_group
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None:
+            apply_idempotency_key(drafts, is_batch, key)
         group = check_transactional(drafts)
         queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
         if group is None and packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
-            batch = PutBatch.of_fields(topic, queue_ids[0], drafts, born_host)
+            batch = PutBatch.of_fields(topic, queue_ids[0], drafts, born_host, dedup=True)
             result = await self.stored(batch)
+            if result.duplicate:
+                return duplicate_reply(result.items, is_batch)
             assert isinstance(result.items, EncodedItems)
             return JsonResponse(packed_reply(batch.uniq_keys, result.items, is_batch), 201)
         msgs = [
@@ -380,7 +425,9 @@ class Producer:
             # a transactional one to the half topic.
             for d, q in zip(drafts, queue_ids, strict=True)
         ]
-        result = await self.stored(PutBatch.of(msgs, producer_group=group))
+        result = await self.stored(PutBatch.of(msgs, producer_group=group, dedup=True))
+        if result.duplicate:
+            return duplicate_reply(result.items, is_batch)
         levels_ms = self.levels_ms
         if is_batch:
             results = [result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)]
@@ -399,7 +446,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="produce",
         summary='Send one message, a batch ({"messages": [...]}) or a raw body (a binary batch: see produceBinaryBatch)',
         status_code=201,
-        responses={201: PRODUCE_REPLY_DOC, **problems},
+        responses={201: PRODUCE_REPLY_DOC, 200: DUPLICATE_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_OPENAPI,
     )
     async def produce(topic: TopicPath, request: Request) -> Response:
@@ -410,7 +457,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="produceBinaryBatch",
         summary="Send a binary batch (RocketMQ's batch encoding) to one queue",
         status_code=201,
-        responses={201: BINARY_BATCH_REPLY_DOC, **problems},
+        responses={201: BINARY_BATCH_REPLY_DOC, 200: BINARY_DUPLICATE_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_BATCH_OPENAPI,
     )
     async def produce_binary_batch(topic: TopicPath, request: Request) -> Response:

@@ -26,6 +26,10 @@ for a reason:
      file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
+Puts: `put(PutBatch)` is the one way in (store/put/put_batch.py). A FIELDS batch is packed, the
+put hooks run in order (dedup ids, half messages, timer messages, validation, delay levels:
+store/put/put_hook.py), then the commitlog appends; put_message and put_messages wait for it.
+
 Locks, their order and the threads: docs/concurrency.md.
 
 Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
@@ -57,7 +61,11 @@ from typing import TYPE_CHECKING, Any
 from core import SYSTEM_CLOCK, Clock
 from core.service_thread import ServiceThread
 from store import native
-from store.codec.message import SYSTEM_TOPICS, MessageInner, topic_problem
+from store.codec.message import (
+    SYSTEM_TOPICS,
+    MessageInner,
+    topic_problem,
+)
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.disk.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.disk.lock_file import StoreLockFile
@@ -89,6 +97,8 @@ from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
 from store.metadata.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
 from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
+from store.put.dedup_hook import DedupHook
+from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
 from store.put.put_batch import BatchForm, PutBatch, packed_fields
 from store.put.put_hook import PutHook
 from store.put_validation import PutValidator
@@ -103,7 +113,13 @@ from store.state.state_log import STATE_TOPIC, StateLog, StateStore
 from store.state.state_snapshot_service import StateSnapshotService
 from store.state.state_table import StateTable
 from store.stats.store_stats_service import StoreStatsService
-from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
+from store.status import (
+    AppendedHook,
+    PutMessageResult,
+    PutMessageStatus,
+    PutRefusal,
+    total_bytes,
+)
 from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
 from store.timer.timer_message_store import TimerMessageStore
@@ -229,8 +245,10 @@ class DefaultMessageStore:
         self.transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
         # The put hooks, in order (store/put/put_hook.py): each may rewrite the batch or refuse it.
+        self.dedup_window = DedupWindow(config.dedup_window_s * 1000, config.dedup_max_keys, self.now_ms, self._dedup_lookup)
         self.put_hooks: list[PutHook] = [
-            HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator, DelayLevelHook(config.delay_levels_ms()),
+            DedupHook(self.dedup_window), HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator,
+            DelayLevelHook(config.delay_levels_ms()),
         ]  # fmt: skip
         # State in the log (store/state/state_log.py): every table a consumer or a scheduler depends on.
         tables: list[StateTable] = [
@@ -358,6 +376,7 @@ class DefaultMessageStore:
         self.state_snapshot_service.start()
         for service in self.extra_services:
             service.start()
+        self.dedup_window.restart()  # ids put before this start are read from the index for one window
         self._running = True
 
     def shutdown(self) -> None:
@@ -456,7 +475,8 @@ class DefaultMessageStore:
                 if refusal is not None:
                     break
         if refusal is not None:
-            self.stats.put_failures += 1
+            if not refusal.duplicate:  # a duplicate is answered with the first ids: not a failure
+                self.stats.put_failures += 1
             batch.refused()
             return refusal, None
         t0 = time.perf_counter_ns()
@@ -469,6 +489,12 @@ class DefaultMessageStore:
         if not result.items:
             batch.refused()
         return self._after_put(result, t0, batch.state_records)
+
+    def _dedup_lookup(self, topic: str, dedup_id: str, since_ms: int) -> DuplicateItem | None:
+        """The first message of `topic` stored since `since_ms` under `dedup_id`, through the index; None when none."""
+        if not self.config.message_index_enable:
+            return None
+        return first_in_index(self.query_message, topic, dedup_id, since_ms)
 
     def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
         """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
@@ -692,7 +718,8 @@ class DefaultMessageStore:
 
     def set_broker_role(self, role: BrokerRole) -> None:
         slave = role is BrokerRole.SLAVE
-        taking_over = self.validator.is_slave and not slave and self._running
+        was_slave = self.validator.is_slave
+        taking_over = was_slave and not slave and self._running
         if taking_over:
             self._take_over_queue_offsets()
             self.state_log.catch_up_all()  # everything the old master recorded, before a put of this one
@@ -703,6 +730,8 @@ class DefaultMessageStore:
         self.group_consumption.set_slave(slave)
         if taking_over:
             self._take_over_services()
+        if slave != was_slave:
+            self.dedup_window.restart()  # a master's window begins now; before it, the index (what this store dispatched)
 
     def _take_over_services(self) -> None:
         """A slave became master: the services that deliver start from the progress its old master recorded."""

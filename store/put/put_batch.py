@@ -31,10 +31,15 @@ from store.codec.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageInner,
+    decode_properties,
     new_uniq_keys,
 )
-from store.native import CheckedBatch, pack_batch
+from store.native import BATCH_ITEM_HEAD, CheckedBatch, pack_batch
 from store.status import AppendedHook
+
+# The property a producer's dedup id travels in (docs/http-api.md, "Idempotent produce"); the store also
+# adds the id to the message's KEYS, so the index finds it after a restart or on a promoted slave.
+DEDUP_PROPERTY = "TIDEMQ_DEDUP_ID"
 
 
 class BatchForm(enum.Enum):
@@ -56,6 +61,8 @@ class MessageFields(Protocol):
     def properties(self) -> dict[str, str] | None: ...
     @property
     def msg_id(self) -> str | None: ...
+    @property
+    def dedup_id(self) -> str | None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +76,7 @@ class PutBatch:
     born_host: bytes = DEFAULT_BORN_HOST  # FIELDS and ENCODED: every message's BORNHOST (8 or 20 bytes)
     deliver_at_ms: int | None = None  # ENCODED: every message is due then (ms since the epoch)
     producer_group: str | None = None  # store the messages as half messages of this producer group
+    dedup: bool = False  # a producer's put: its messages' dedup ids are honoured (store/put/dedup_hook.py)
     on_appended_locked: AppendedHook | None = None  # the store's own puts: run under the put lock after the append
     state_records: int = 0  # the last so many messages are state records (store/state/state_log.py)
     # FIELDS: each message's UNIQ_KEY (its msg_id, or one the store made), known once packed.
@@ -79,29 +87,31 @@ class PutBatch:
     @classmethod
     def of(
         cls, messages: Sequence[MessageInner], producer_group: str | None = None, on_appended_locked: AppendedHook | None = None,
-        state_records: int = 0,
+        state_records: int = 0, dedup: bool = False,
     ) -> PutBatch:  # fmt: skip
         """A MESSAGES batch (a single message is a batch of one)."""
         return cls(
             BatchForm.MESSAGES, messages=messages, producer_group=producer_group, on_appended_locked=on_appended_locked,
-            state_records=state_records,
+            state_records=state_records, dedup=dedup,
         )  # fmt: skip
 
     @classmethod
-    def of_fields(cls, topic: str, queue_id: int, fields: Sequence[MessageFields], born_host: bytes = DEFAULT_BORN_HOST) -> PutBatch:
+    def of_fields(
+        cls, topic: str, queue_id: int, fields: Sequence[MessageFields], born_host: bytes = DEFAULT_BORN_HOST, dedup: bool = False
+    ) -> PutBatch:
         """A FIELDS batch: parsed messages to one queue, packed by the store."""
-        return cls(BatchForm.FIELDS, fields=fields, topic=topic, queue_id=queue_id, born_host=born_host)
+        return cls(BatchForm.FIELDS, fields=fields, topic=topic, queue_id=queue_id, born_host=born_host, dedup=dedup)
 
     @classmethod
     def of_encoded(
         cls, topic: str, queue_id: int, encoded: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST, deliver_at_ms: int | None = None,
-        producer_group: str | None = None,
+        producer_group: str | None = None, dedup: bool = False,
     ) -> PutBatch:  # fmt: skip
         """An ENCODED batch: a checked RocketMQ batch to one queue (timer messages when `deliver_at_ms` is given,
         half messages when `producer_group` is)."""
         return cls(
             BatchForm.ENCODED, encoded=encoded, topic=topic, queue_id=queue_id, born_host=born_host, deliver_at_ms=deliver_at_ms,
-            producer_group=producer_group,
+            producer_group=producer_group, dedup=dedup,
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -137,11 +147,31 @@ def packed_fields(fields: Sequence[MessageFields]) -> tuple[bytes, list[str]]:
 
 
 def properties_of(fields: MessageFields, uniq_key: str) -> bytes:
-    """A message's properties in RocketMQ's `name \\x01 value \\x02` encoding."""
+    """A message's properties in RocketMQ's `name \\x01 value \\x02` encoding (a dedup id joins KEYS and its property)."""
     props = fields.properties
     text = "".join(f"{k}\x01{v}\x02" for k, v in props.items()) if props else ""
     if fields.tags:
         text += f"{PROPERTY_TAGS}\x01{fields.tags}\x02"
-    if fields.keys:
-        text += f"{PROPERTY_KEYS}\x01{KEY_SEPARATOR.join(fields.keys)}\x02"
+    dedup_id = fields.dedup_id
+    if fields.keys or dedup_id:
+        keys = [*(fields.keys or ()), dedup_id] if dedup_id else fields.keys or []
+        text += f"{PROPERTY_KEYS}\x01{KEY_SEPARATOR.join(keys)}\x02"
+    if dedup_id:
+        text += f"{DEDUP_PROPERTY}\x01{dedup_id}\x02"
     return f"{text}{PROPERTY_UNIQ_KEY}\x01{uniq_key}\x02".encode()
+
+
+def batch_messages(topic: str, queue_id: int, data: bytes, born_host: bytes) -> list[MessageInner]:
+    """The messages of a checked batch (RocketMQ's batch encoding) as MessageInner objects (a hook that gives
+    each message its own properties)."""
+    msgs: list[MessageInner] = []
+    pos = 0
+    while pos < len(data):
+        total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(data, pos)
+        body_at = pos + BATCH_ITEM_HEAD.size
+        props_at = body_at + body_len
+        props_len = int.from_bytes(data[props_at : props_at + 2], "big")
+        props = decode_properties(data[props_at + 2 : props_at + 2 + props_len])
+        msgs.append(MessageInner(topic, data[body_at:props_at], queue_id, props, flag=flag, born_host=born_host))
+        pos += total
+    return msgs

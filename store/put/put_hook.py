@@ -4,8 +4,10 @@ DefaultMessageStore runs its hooks in order on every batch: each may rewrite the
 messages to another topic, turn an encoded batch into messages, add an appended-hook) or refuse
 it with a PutMessageResult, which is then the put's answer with nothing stored. After the hooks
 the commitlog only appends. The store's order (store/default_message_store.py, `put_hooks`):
-half messages, timer messages, validation, delay levels — the order the checks had before they
-were hooks, so a timer or half message is validated in the topic it is stored in.
+producers' dedup ids (first: they are checked against the topic the producer named, before a
+hook moves a message), half messages, timer messages, validation, delay levels (the order the
+checks had before they were hooks, so a timer or half message is validated in the topic it is
+stored in).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from store.put.put_batch import BatchForm, PutBatch
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
-from store.timer.timer_message import is_timer_request, timer_batch_messages
+from store.timer.timer_message import deliver_at, is_timer_request, timer_batch_messages
 
 if TYPE_CHECKING:
     from store.timer.timer_message_store import TimerMessageStore
@@ -28,6 +28,9 @@ class TimerPutHook:
         if batch.deliver_at_ms is not None and batch.form is BatchForm.ENCODED:
             assert batch.encoded is not None
             batch.set_messages(timer_batch_messages(batch.topic, batch.queue_id, batch.encoded.data, batch.deliver_at_ms, batch.born_host))
+        elif batch.deliver_at_ms is not None:  # an encoded batch an earlier hook made messages of
+            for msg in batch.messages:
+                deliver_at(msg, batch.deliver_at_ms)
         if batch.form is not BatchForm.MESSAGES:
             return None
         if self.timer is not None:

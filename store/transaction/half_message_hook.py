@@ -17,9 +17,8 @@ import functools
 from typing import TYPE_CHECKING
 
 from store.codec.message import PROPERTY_UNIQ_KEY, new_uniq_key
-from store.put.put_batch import BatchForm, PutBatch
+from store.put.put_batch import BatchForm, PutBatch, batch_messages
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
-from store.timer.timer_message import batch_messages
 from store.transaction.transaction_message import is_delayed, make_half, producer_group_problem
 
 if TYPE_CHECKING:
