@@ -17,12 +17,10 @@ MESSAGES, so each message gets the id in its KEYS). The rule for a batch, exactl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from store.codec.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, MessageInner
 from store.put.dedup_window import DedupWindow, DuplicateItem, Verdict, dedup_id_problem
 from store.put.put_batch import DEDUP_PROPERTY, BatchForm, PutBatch, batch_messages
-from store.status import AppendMessageResult, PutMessageResult, PutMessageStatus, PutRefusal
+from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
 _PROPERTY_MARK = DEDUP_PROPERTY.encode() + b"\x01"
 
@@ -69,30 +67,25 @@ class DedupHook:
         return ids if any(i is not None for i in ids) else None
 
     def _follow(self, batch: PutBatch, topic: str, ids: list[str | None]) -> None:
-        """Record the appended messages' ids under their dedup ids, or release the ids when nothing is stored."""
-        reserved = [i for i in ids if i is not None]
+        """Record the appended messages under their dedup ids, or release the ids when nothing is stored."""
         window = self.window
-        batch.on_refused.append(lambda: window.release(topic, reserved))
-        messages = list(batch.messages) if batch.form is BatchForm.MESSAGES else None
-        queue_ids = [m.queue_id for m in messages] if messages is not None else None  # before a delay or timer moves them
-        uniq_keys = batch.uniq_keys
+        batch.on_refused.append(lambda: window.release(topic, ids))
+        if batch.form is BatchForm.MESSAGES:
+            messages = list(batch.messages)
+            queue_ids = [m.queue_id for m in messages]  # before a delay or timer moves them
 
-        def appended_locked(items: Sequence[AppendMessageResult]) -> None:
-            found: list[DuplicateItem] = []
-            for i, dedup_id in enumerate(ids):
-                if i >= len(items):
-                    break
-                if dedup_id is None:
-                    continue
-                if messages is not None and queue_ids is not None:
-                    msg = messages[i]
-                    found.append(DuplicateItem(items[i], queue_ids[i], msg.properties.get(PROPERTY_UNIQ_KEY, ""), msg.topic != topic))
-                else:
-                    found.append(DuplicateItem(items[i], batch.queue_id, uniq_keys[i] if uniq_keys else "", False))
-            window.appended_locked(topic, reserved, found)
+            def described(i: int) -> tuple[int, str, bool]:
+                msg = messages[i]
+                return queue_ids[i], msg.properties.get(PROPERTY_UNIQ_KEY, ""), msg.topic != topic
+
+        else:
+            queue_id, uniq_keys = batch.queue_id, batch.uniq_keys
+
+            def described(i: int) -> tuple[int, str, bool]:
+                return queue_id, uniq_keys[i] if uniq_keys else "", False
 
         assert batch.on_appended_locked is None, "a producer's batch carries no other appended-hook"
-        batch.on_appended_locked = appended_locked
+        batch.on_appended_locked = lambda items: window.appended_locked(topic, ids, items, described)
 
 
 def _problem(ids: list[str | None], batch: PutBatch) -> str | None:

@@ -13,8 +13,9 @@ in the log and the index dispatch built from it (a slave indexes what it replica
 (`IndexLookup`): after a SIGKILL and recovery, or on a promoted slave, a resent id is found.
 
 Concurrency: `reserve` checks and inserts under `_lock` in one step, marking new ids PENDING; the
-put's appended-hook (`appended_locked`, under the commitlog's put lock) turns them into the stored
-messages' ids, and a put that stores nothing releases them (`release`). A put meeting another's
+put's appended-hook (`appended_locked`, under the commitlog's put lock) records the stored messages
+under them (the put's items and an index: a DuplicateItem is built only when a duplicate is
+answered), and a put that stores nothing releases them (`release`); both notify `_pending_ended`. A put meeting another's
 PENDING id waits at most PENDING_WAIT_S for it, then answers DEDUP_PENDING. The memory is bounded
 by `dedup_max_keys`: a put that would pass it is refused DEDUP_WINDOW_FULL, never admitted unchecked.
 """
@@ -82,10 +83,22 @@ class Verdict(enum.Enum):
 @dataclass(slots=True)
 class Entry:
     expires_ms: int
-    item: DuplicateItem | None = None  # None while PENDING
-    appended: threading.Event | None = None  # set when PENDING ends (stored or released)
+    # While PENDING None; once appended, the put's items and this message's index in them, with what the
+    # DuplicateItem adds (built only when a duplicate is answered, so a put pays no object per message).
+    items: Sequence[AppendMessageResult] | None = None
+    index: int = 0
+    queue_id: int = 0
+    uniq_key: str = ""
+    moved: bool = False
+
+    def item(self) -> DuplicateItem | None:
+        if self.items is None:
+            return None
+        return DuplicateItem(self.items[self.index], self.queue_id, self.uniq_key, self.moved)
 
 
+# Message i of an appended put -> (the queue it was sent to, its UNIQ_KEY, whether a hook moved it).
+Described = Callable[[int], tuple[int, str, bool]]
 # (topic, dedup id, since_ms) -> the first message stored under the id since then, from the index; None when none.
 IndexLookup = Callable[[str, str, int], DuplicateItem | None]
 
@@ -99,6 +112,7 @@ class DedupWindow:
         self.complete_since_ms = now_ms()  # memory holds every id appended since then
         self._entries: collections.OrderedDict[tuple[str, str], Entry] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._pending_ended = threading.Condition(self._lock)  # notified when PENDING ids end (appended or released)
         self.duplicates = 0  # puts answered as duplicates
         self.refused_full = 0  # puts refused DEDUP_WINDOW_FULL
 
@@ -117,45 +131,46 @@ class DedupWindow:
         NEW: reserved (the caller must `appended_locked` or `release`); DUPLICATE: with the first ids,
         one per message; the others with no items and nothing reserved.
         """
-        for _ in range(2):  # a PENDING id is waited for once
+        waited = False
+        while True:
             now = self.now_ms()
             found = self._in_log(topic, ids, now) if now < self.complete_since_ms + self.window_ms else {}
             with self._lock:
                 self._expire_locked(now)
-                verdict, items, waiting = self._check_locked(topic, ids, found)
+                verdict, items = self._check_locked(topic, ids, found)
                 if verdict is Verdict.NEW:
                     if len(self._entries) + sum(1 for i in ids if i is not None) > self.max_keys:
                         self.refused_full += 1
                         return Verdict.FULL, []
+                    entries = self._entries
+                    expires = now + self.window_ms
                     for dedup_id in ids:
                         if dedup_id is not None:
-                            self._entries[(topic, dedup_id)] = Entry(now + self.window_ms, None, threading.Event())
+                            entries[(topic, dedup_id)] = Entry(expires)
                     return verdict, []
-            if verdict is not Verdict.PENDING:
-                if verdict is Verdict.DUPLICATE:
-                    self.duplicates += 1
-                return verdict, items
-            assert waiting is not None
-            waiting.wait(PENDING_WAIT_S)
-        return Verdict.PENDING, []
+                if verdict is Verdict.PENDING and not waited:
+                    waited = True  # a PENDING id is waited for once
+                    self._pending_ended.wait(PENDING_WAIT_S)
+                    continue
+            if verdict is Verdict.DUPLICATE:
+                self.duplicates += 1
+            return verdict, items
 
-    def _check_locked(
-        self, topic: str, ids: Sequence[str | None], found: dict[str, DuplicateItem]
-    ) -> tuple[Verdict, list[DuplicateItem], threading.Event | None]:
+    def _check_locked(self, topic: str, ids: Sequence[str | None], found: dict[str, DuplicateItem]) -> tuple[Verdict, list[DuplicateItem]]:
         items: list[DuplicateItem] = []
         unseen = 0
         for dedup_id in ids:
             entry = self._entries.get((topic, dedup_id)) if dedup_id is not None else None
-            if entry is not None and entry.item is None:
-                return Verdict.PENDING, [], entry.appended
-            item = entry.item if entry is not None else found.get(dedup_id) if dedup_id is not None else None
+            if entry is not None and entry.items is None:
+                return Verdict.PENDING, []
+            item = entry.item() if entry is not None else found.get(dedup_id) if dedup_id is not None else None
             if item is None:
                 unseen += 1
             else:
                 items.append(item)
         if not items:
-            return Verdict.NEW, [], None
-        return (Verdict.DUPLICATE if not unseen else Verdict.PARTIAL), items, None
+            return Verdict.NEW, []
+        return (Verdict.DUPLICATE if not unseen else Verdict.PARTIAL), items
 
     def _in_log(self, topic: str, ids: Sequence[str | None], now: int) -> dict[str, DuplicateItem]:
         """The ids of `ids` not in memory that the index holds, stored within the window before memory began."""
@@ -172,35 +187,40 @@ class DedupWindow:
         entries = self._entries
         while entries:
             key, entry = next(iter(entries.items()))
-            if entry.expires_ms > now or entry.item is None:
+            if entry.expires_ms > now or entry.items is None:
                 break  # a PENDING entry ends when its put does; the ones behind it wait (they expire later)
             del entries[key]
 
-    def appended_locked(self, topic: str, ids: Sequence[str], found: Sequence[DuplicateItem]) -> None:
-        """A reserving put appended (under the commitlog's put lock): `found[i]` are the ids of message i;
-        ids past `len(found)` (a prefix was appended) are released."""
+    def appended_locked(self, topic: str, ids: Sequence[str | None], items: Sequence[AppendMessageResult], described: Described) -> None:
+        """A reserving put appended (under the commitlog's put lock): message i of `items` is recorded under `ids[i]`
+        (`described(i)` gives its queue id, UNIQ_KEY and whether it was moved); ids past `len(items)` (a prefix was
+        appended) are released."""
+        n = len(items)
         with self._lock:
+            entries = self._entries
             for i, dedup_id in enumerate(ids):
-                entry = self._entries.get((topic, dedup_id))
+                if dedup_id is None:
+                    continue
+                entry = entries.get((topic, dedup_id))
                 if entry is None:
                     continue
-                if i < len(found):
-                    entry.item = found[i]
+                if i < n:
+                    entry.items, entry.index = items, i
+                    entry.queue_id, entry.uniq_key, entry.moved = described(i)
                 else:
-                    del self._entries[(topic, dedup_id)]
-                if entry.appended is not None:
-                    entry.appended.set()
-                    entry.appended = None
+                    del entries[(topic, dedup_id)]
+            self._pending_ended.notify_all()
 
-    def release(self, topic: str, ids: Sequence[str]) -> None:
+    def release(self, topic: str, ids: Sequence[str | None]) -> None:
         """A reserving put stored nothing: its PENDING ids are forgotten (a retry is a new put)."""
         with self._lock:
             for dedup_id in ids:
+                if dedup_id is None:
+                    continue
                 entry = self._entries.get((topic, dedup_id))
-                if entry is not None and entry.item is None:
+                if entry is not None and entry.items is None:
                     del self._entries[(topic, dedup_id)]
-                    if entry.appended is not None:
-                        entry.appended.set()
+            self._pending_ended.notify_all()
 
     def status(self) -> dict[str, int]:
         return {"keys": len(self._entries), "max_keys": self.max_keys, "duplicates": self.duplicates, "refused_full": self.refused_full}
