@@ -376,7 +376,7 @@ class DefaultMessageStore:
         self.state_snapshot_service.start()
         for service in self.extra_services:
             service.start()
-        self.dedup_window.restart()  # ids put before this start are read from the index for one window
+        self.dedup_window.restart(self._last_stored_ms())  # ids put before this start are read from the index
         self._running = True
 
     def shutdown(self) -> None:
@@ -489,6 +489,14 @@ class DefaultMessageStore:
         if not result.items:
             batch.refused()
         return self._after_put(result, t0, batch.state_records)
+
+    def _last_stored_ms(self) -> int | None:
+        """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
+        without messages (the dedup window's lookups: store/put/dedup_window.py)."""
+        if self.commit_log.get_max_offset() <= max(0, self.commit_log.get_min_offset()):
+            return None
+        checkpointed = self.checkpoint.physic_msg_timestamp if self.checkpoint is not None else 0
+        return max(checkpointed, self.commit_log.mapped_file_queue.store_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
 
     def _dedup_lookup(self, topic: str, dedup_id: str, since_ms: int) -> DuplicateItem | None:
         """The first message of `topic` stored since `since_ms` under `dedup_id`, through the index; None when none."""
@@ -731,7 +739,7 @@ class DefaultMessageStore:
         if taking_over:
             self._take_over_services()
         if slave != was_slave:
-            self.dedup_window.restart()  # a master's window begins now; before it, the index (what this store dispatched)
+            self.dedup_window.restart(self._last_stored_ms())  # a master's window begins now; before it, the index
 
     def _take_over_services(self) -> None:
         """A slave became master: the services that deliver start from the progress its old master recorded."""

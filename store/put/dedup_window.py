@@ -8,9 +8,11 @@ it (store/put/dedup_hook.py writes both).
 
 State lives in the log: the window in memory holds every id this store appended since
 `complete_since_ms` (its start, or the moment it became master). Before that moment the ids are
-in the log and the index dispatch built from it (a slave indexes what it replicates), so while
-`now < complete_since_ms + window` an id not in memory is looked up in the index
-(`IndexLookup`): after a SIGKILL and recovery, or on a promoted slave, a resent id is found.
+in the log and the index dispatch built from it (a slave indexes what it replicates), so while an
+id stored before then may still be in the window (`lookup_until_ms`: the last store time known at
+that moment, plus LOOKUP_MARGIN_MS, plus the window; none for a log without messages) an id not in
+memory is looked up in the index (`IndexLookup`): after a SIGKILL and recovery, or on a promoted
+slave, a resent id is found.
 
 Concurrency: `reserve` checks and inserts under `_lock` in one step, marking new ids PENDING; the
 put's appended-hook (`appended_locked`, under the commitlog's put lock) records the stored messages
@@ -40,6 +42,9 @@ DEDUP_LOOKUP_MAX = 8
 MAX_DEDUP_ID_CHARS = 128
 # Longest a put waits for another put of the same id to be appended before it answers DEDUP_PENDING.
 PENDING_WAIT_S = 1.0
+# How far the last store time a restart knows of (the checkpoint's, flushed about every second) may trail
+# the last message stored before it: ids are looked up in the index this much longer.
+LOOKUP_MARGIN_MS = 60_000
 
 
 def dedup_id_problem(dedup_id: str) -> str | None:
@@ -110,6 +115,7 @@ class DedupWindow:
         self.now_ms = now_ms
         self.lookup = lookup
         self.complete_since_ms = now_ms()  # memory holds every id appended since then
+        self.lookup_until_ms = 0  # before it, an id not in memory is looked up in the index
         self._entries: collections.OrderedDict[tuple[str, str], Entry] = collections.OrderedDict()
         self._lock = threading.Lock()
         self._pending_ended = threading.Condition(self._lock)  # notified when PENDING ids end (appended or released)
@@ -119,11 +125,22 @@ class DedupWindow:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def restart(self) -> None:
-        """Forget the memory and rely on the log for one window (the store became master, or a slave)."""
+    def restart(self, last_stored_ms: int | None) -> None:
+        """Forget the memory and rely on the log (the store started, became master, or a slave): ids stored
+        before now are looked up in the index while they may be in the window. `last_stored_ms` is the latest
+        store time known of the log (0: unknown; None: the log holds no message), so a new or idle store
+        makes no lookup."""
+        now = self.now_ms()
+        if last_stored_ms is None:
+            until = 0
+        elif last_stored_ms <= 0:
+            until = now + self.window_ms
+        else:
+            until = min(now, last_stored_ms + LOOKUP_MARGIN_MS) + self.window_ms
         with self._lock:
             self._entries.clear()
-            self.complete_since_ms = self.now_ms()
+            self.complete_since_ms = now
+            self.lookup_until_ms = until
 
     def reserve(self, topic: str, ids: Sequence[str | None]) -> tuple[Verdict, list[DuplicateItem]]:
         """Check `ids` (one per message; None: no id) and reserve the new ones as PENDING, in one step.
@@ -134,7 +151,7 @@ class DedupWindow:
         waited = False
         while True:
             now = self.now_ms()
-            found = self._in_log(topic, ids, now) if now < self.complete_since_ms + self.window_ms else {}
+            found = self._in_log(topic, ids, now) if now < self.lookup_until_ms else {}
             with self._lock:
                 self._expire_locked(now)
                 verdict, items = self._check_locked(topic, ids, found)

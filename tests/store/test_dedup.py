@@ -177,6 +177,7 @@ def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(
     root = str(tmp_path / "s")
     store = open_at(root)
     try:
+        assert store.dedup_window.lookup_until_ms == 0  # a log without messages: no index lookups
         delayed = store.put(keyed(b"later", "d1", queue_id=1, delay_level=3)).result()
         plain = store.put(keyed(b"now", "p1", queue_id=2)).result()
         dup = store.put(keyed(b"later", "d1", queue_id=1)).result()
@@ -186,6 +187,7 @@ def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(
         store.shutdown()
     store = open_at(root)  # a new process's memory: the ids come from the index
     try:
+        assert store.dedup_window.lookup_until_ms > store.now_ms()
         again = store.put(keyed(b"now", "p1", queue_id=2)).result()
         assert again.duplicate and again.items[0].wrote_offset == plain.items[0].wrote_offset
         assert again.items[0].logics_offset == 0 and again.items[0].msg_id == plain.items[0].msg_id
