@@ -39,6 +39,8 @@ max_json_body_bytes = 33554432
 [store]
 mapped_file_size_commit_log_bytes = 268435456
 """
+# dedup_max_keys of the broker the keyed rows run on.
+KEYED_MAX_KEYS = 5_000_000
 # The in-process put row: messages per round and rounds.
 STORE_ROUNDS = 300
 
@@ -53,11 +55,11 @@ def cpu_seconds(pid: int) -> float:
 class TreeBroker:
     """A broker process run from one source tree."""
 
-    def __init__(self, tree: str, root: str) -> None:
+    def __init__(self, tree: str, root: str, extra_store_config: str = "") -> None:
         self.port = free_port()
         config = os.path.join(root, "bench.toml")
         with open(config, "w") as f:
-            f.write(STORE_CONFIG)
+            f.write(STORE_CONFIG + extra_store_config)
         env = dict(os.environ, PYTHONPATH=tree)
         cmd = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--store", os.path.join(root, "store"), "--config", config]
         self.log = open(os.path.join(root, "broker.log"), "wb")
@@ -154,7 +156,8 @@ def measure_tree(tree: str, binary: str, seconds: int, connections: int, keys: b
     """Per scenario: (messages/s, broker CPU µs per message, non-2xx and socket errors)."""
     out: dict[str, tuple[float, float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="tidemq-cpu-bench-") as root:
-        broker = TreeBroker(tree, root)
+        # The keyed rows remember every id they send: room for all of them (the default bound would refuse past it).
+        broker = TreeBroker(tree, root, f"dedup_max_keys = {KEYED_MAX_KEYS}\n" if keys else "")
         try:
             url = f"http://127.0.0.1:{broker.port}"
             for name, script, per_request in scenarios(keys):
