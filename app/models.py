@@ -167,6 +167,15 @@ class ProduceMessage(BaseModel):
     transaction: TransactionRef | None = Field(
         None, description="Store as a transactional (half) message, invisible until committed (POST /v1/transactions/{transaction_id})"
     )
+    dedup_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern="^[!-~]+$",
+        description="Idempotent produce: a message with an id seen on this topic within dedup_window_s is not stored again "
+        "(the reply is 200 with the first message's ids); printable ASCII, no space. A single message may give it as the "
+        "Idempotency-Key header instead",
+    )
 
 
 class ProduceBatch(BaseModel):
@@ -204,6 +213,10 @@ class SendResult(BaseModel):
         None, description="Delayed messages only: when the message is due (the time asked for, or store time + the level's delay)"
     )
     transaction_id: str | None = Field(None, description="Transactional messages only: the id to commit or roll back it by")
+    duplicate: bool | None = Field(
+        None,
+        description="Idempotent produce only: true when nothing was stored because the dedup id was seen; the ids are the first message's",
+    )
 
 
 class BatchSendResult(BaseModel):
@@ -211,6 +224,9 @@ class BatchSendResult(BaseModel):
 
     kind: Literal["batch"] = Field(description="Tells the produce replies apart: message, batch or binary_batch")
     results: list[SendResult]
+    duplicate: bool | None = Field(
+        None, description="Idempotent produce only: true when every message's dedup id was seen; nothing was stored"
+    )
 
 
 class BinaryBatchSendResult(BaseModel):
@@ -242,6 +258,9 @@ class BinaryBatchSendResult(BaseModel):
     commitlog_offsets: list[int]
     deliver_at_ms: int | None = Field(None, description="Timer batches only: when its messages are due")
     transaction_ids: list[str] | None = Field(None, description="Transactional batches only: each message's transaction id")
+    duplicate: bool | None = Field(
+        None, description="Idempotent produce only: true when every message's TIDEMQ_DEDUP_ID was seen; nothing was stored"
+    )
 
 
 class Message(BaseModel):

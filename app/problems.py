@@ -54,6 +54,12 @@ PROBLEMS: dict[str, ProblemKind] = {
     "PRODUCER_GROUP_INVALID": ProblemKind(400, "The producer group name is invalid"),
     "CHECK_URL_INVALID": ProblemKind(400, "The check URL is not an absolute http or https URL of bounded length"),
     "TRANSACTION_INVALID": ProblemKind(400, "A transactional message cannot be delayed"),
+    "DEDUP_ID_INVALID": ProblemKind(
+        400, "A dedup id (Idempotency-Key, dedup_id, TIDEMQ_DEDUP_ID) is malformed, repeated in one batch, or on a transactional message"
+    ),
+    "DEDUP_PARTIAL": ProblemKind(
+        409, "Some messages of the batch were stored before under their dedup ids and others not; nothing was stored"
+    ),
     "PUSH_URL_INVALID": ProblemKind(400, "The push URL is not an absolute http or https URL without credentials or fragment"),
     "PUSH_TARGET_FORBIDDEN": ProblemKind(400, "The push URL's host is not in the broker's push_allowed_hosts"),
     "UNAUTHENTICATED": ProblemKind(401, "A known bearer token is required"),
@@ -102,6 +108,8 @@ PROBLEMS: dict[str, ProblemKind] = {
     "FLUSH_SLAVE_TIMEOUT": ProblemKind(504, "Stored, but the slave did not confirm in time"),
     "DISK_FULL": ProblemKind(503, "The disk is too full to accept messages; retry once space is freed"),
     "DISPATCH_BEHIND": ProblemKind(503, "Dispatch to the consume queues is behind or failing; retry shortly"),
+    "DEDUP_PENDING": ProblemKind(503, "A put with the same dedup id is being stored now; retry shortly to learn its ids"),
+    "DEDUP_WINDOW_FULL": ProblemKind(503, "The broker remembers dedup_max_keys dedup ids already; retry once older ids expire"),
     "RESOURCES_EXHAUSTED": ProblemKind(503, "The broker is out of file descriptors or memory for this request; retry shortly"),
     "NO_MASTER": ProblemKind(503, "The broker group has no master accepting writes now (election or fencing); retry shortly"),
     "NOT_ENOUGH_REPLICAS": ProblemKind(
@@ -128,6 +136,10 @@ PUT_REFUSALS: dict[PutRefusal, str] = {
     PutRefusal.DELAY_TOO_LONG: "DELAY_TOO_LONG",
     PutRefusal.TIMER_INVALID: "PROPERTIES_INVALID",
     PutRefusal.TIMER_NOT_ENABLED: "TIMER_NOT_ENABLED",
+    PutRefusal.DEDUP_ID_INVALID: "DEDUP_ID_INVALID",
+    PutRefusal.DEDUP_PARTIAL: "DEDUP_PARTIAL",
+    PutRefusal.DEDUP_PENDING: "DEDUP_PENDING",
+    PutRefusal.DEDUP_WINDOW_FULL: "DEDUP_WINDOW_FULL",
 }
 
 # A non-OK put status without a refusal -> code.

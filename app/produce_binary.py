@@ -9,12 +9,15 @@ Invariants:
   store's limits, each message's properties as the JSON produce checks them) before the topic is
   looked at; a refused batch stores nothing and answers a 4xx problem naming the message.
 - The messages go to one queue (`queue_id`, else round-robin, one queue per request) in one
-  put_batch_future call: no per-message Python work on the way in or in the reply.
+  store `put` of an ENCODED PutBatch: no per-message Python work on the way in or in the reply.
 - The reply is compact: the first queue offset (message i has first_queue_offset + i), the
   commitlog offsets, and the offset message id prefix (the store host as 16 hex digits).
 - `delay_ms` / `deliver_at_ms` make every message of the batch a timer message due then
-  (store.put_batch_at_future); such a batch goes the MessageInner way, its first_queue_offset
+  (the batch's `deliver_at_ms`; the store's timer hook makes messages of it), its first_queue_offset
   is null (the messages get offsets in the queue when delivered) and the reply has deliver_at_ms.
+- A message carrying the TIDEMQ_DEDUP_ID property (idempotent produce, docs/http-api.md) makes the
+  store put the batch message by message (each id joins its KEYS); a batch whose every id was seen
+  is answered 200 with `duplicate` and the first messages' offsets, nothing stored.
 - With the X-Tidemq-Transaction header every message is a half message of that producer group
   (its own transaction); the reply has `transaction_ids` and a null first_queue_offset.
 """
@@ -31,7 +34,7 @@ from app.problems import ProblemError, put_problem
 from app.produce_parse import TRANSACTION_HEADER, check_producer_group, parse_batch_query
 from app.query import query_of
 from app.responses import JsonResponse
-from store import BatchError, BatchErrorCode, EncodedItems
+from store import BatchError, BatchErrorCode, EncodedItems, PutBatch
 
 if TYPE_CHECKING:
     from app.routes_produce import Producer
@@ -84,6 +87,24 @@ def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
     }
 
 
+def items_reply_of(queue_id: int, items: Any, store_host: bytes, duplicate: bool) -> dict[str, Any]:
+    """The reply of a batch with dedup ids: stored (their queue offsets follow the first) or, `duplicate`, the
+    first messages' (store.DuplicateItem: nothing was stored)."""
+    first = items[0]
+    reply = {
+        "kind": "binary_batch",
+        "queue_id": queue_id,
+        "first_queue_offset": None if getattr(first, "moved", False) else first.logics_offset,
+        "count": len(items),
+        "store_timestamp": first.store_timestamp,
+        "offset_msg_id_prefix": store_host.hex().upper(),
+        "commitlog_offsets": [item.wrote_offset for item in items],
+    }
+    if duplicate:
+        reply["duplicate"] = True
+    return reply
+
+
 def timer_reply_of(queue_id: int, items: Any, deliver_at_ms: int, store_host: bytes) -> dict[str, Any]:
     """The reply of a batch the store took as timer messages (or, for a past time, put at once to the queue)."""
     first = items[0]
@@ -132,22 +153,19 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
     born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
     group = request.headers.get(TRANSACTION_HEADER)
-    if group is not None:
-        if deliver_at_ms is not None:
-            raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
-        future = store.transactions.prepare_batch_future(topic, queue_id, checked, check_producer_group(group), born_host)
-        result = future.result() if future.done() else await producer.wait_durable(future)
-        if not result.ok:
-            raise put_problem(result)
-        return JsonResponse(transaction_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes()), 201)
-    if deliver_at_ms is not None:
-        future = store.put_batch_at_future(topic, queue_id, checked, deliver_at_ms, born_host)
-    else:
-        future = store.put_batch_future(topic, queue_id, checked, born_host)
+    if group is not None and deliver_at_ms is not None:
+        raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
+    producer_group = None if group is None else check_producer_group(group)
+    future = store.put(PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True))
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)
+    if result.duplicate:
+        return JsonResponse(items_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes(), True), 200)
+    if producer_group is not None:
+        return JsonResponse(transaction_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes()), 201)
     if deliver_at_ms is not None:
         return JsonResponse(timer_reply_of(queue_id, result.items, deliver_at_ms, producer.broker.config.store_host_bytes()), 201)
-    assert isinstance(result.items, EncodedItems)
+    if not isinstance(result.items, EncodedItems):  # messages with TIDEMQ_DEDUP_ID are put one by one (their KEYS get the id)
+        return JsonResponse(items_reply_of(queue_id, result.items, producer.broker.config.store_host_bytes(), False), 201)
     return JsonResponse(reply_of(queue_id, result.items), 201)

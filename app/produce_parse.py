@@ -26,6 +26,7 @@ import orjson
 from app.problems import ProblemError
 from app.strict_json import duplicate_name
 from store import (
+    DEDUP_PROPERTY,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_REAL_QID,
@@ -37,19 +38,25 @@ from store import (
     PROPERTY_WAIT,
     TIMER_PROPERTIES,
     TRANSACTION_PROPERTIES,
+    dedup_id_problem,
     producer_group_problem,
     properties_are_encodable,
 )
 from store.layouts import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 DELAY_FIELDS = ("delay_level", "delay_ms", "deliver_at_ms")
-FIELDS = frozenset({"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", "transaction", *DELAY_FIELDS})
+FIELDS = frozenset(
+    {"body", "encoding", "tags", "keys", "properties", "msg_id", "queue_id", "sharding_key", "transaction", "dedup_id", *DELAY_FIELDS}
+)
 RAW_PARAMS = frozenset({"tags", "keys", "msg_id", "queue_id", "sharding_key", *DELAY_FIELDS})
 RESERVED_PROPERTIES = (
     frozenset({PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_DELAY, PROPERTY_WAIT, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID})
     | TIMER_PROPERTIES
     | TRANSACTION_PROPERTIES
+    | {DEDUP_PROPERTY}
 )
+# The header carrying a single produce's dedup id (a batch gives one per message: dedup_id).
+IDEMPOTENCY_HEADER = "idempotency-key"
 # The header naming the producer group of a transactional raw or binary batch produce.
 TRANSACTION_HEADER = "x-tidemq-transaction"
 # Longest tag (matches the spec's maxLength).
@@ -91,12 +98,19 @@ class Draft:
     timer: tuple[str, str] | None = None
     # The producer group of a transactional message (stored as a half message); None: not transactional.
     transaction: str | None = None
+    # Idempotent produce: the message's dedup id (dedup_id, or the Idempotency-Key header); None: none.
+    dedup_id: str | None = None
 
     def all_properties(self) -> dict[str, str] | None:
-        """The user properties plus the timer property, as the store gets them."""
-        if self.timer is None:
+        """The user properties plus the timer property and the dedup id, as the store gets them."""
+        if self.timer is None and self.dedup_id is None:
             return self.properties
-        return {**(self.properties or {}), self.timer[0]: self.timer[1]}
+        props = dict(self.properties or {})
+        if self.timer is not None:
+            props[self.timer[0]] = self.timer[1]
+        if self.dedup_id is not None:
+            props[DEDUP_PROPERTY] = self.dedup_id
+        return props
 
 
 def parse_json(data: bytes, limits: Limits) -> tuple[list[Draft], bool]:
@@ -256,6 +270,29 @@ def _set_transaction(draft: Draft, value: Any, limits: Limits) -> None:
     draft.transaction = check_producer_group(value["producer_group"])
 
 
+def _set_dedup_id(draft: Draft, value: Any, limits: Limits) -> None:
+    if type(value) is not str:
+        raise ProblemError("DEDUP_ID_INVALID", "dedup_id must be a string")
+    draft.dedup_id = check_dedup_id(value)
+
+
+def check_dedup_id(dedup_id: str) -> str:
+    problem = dedup_id_problem(dedup_id)
+    if problem is not None:
+        raise ProblemError("DEDUP_ID_INVALID", problem)
+    return dedup_id
+
+
+def apply_idempotency_key(drafts: list[Draft], is_batch: bool, header: str) -> None:
+    """The Idempotency-Key header of a single produce becomes its message's dedup id."""
+    if is_batch:
+        raise ProblemError("DEDUP_ID_INVALID", "a batch gives a dedup_id per message, not the Idempotency-Key header")
+    key = check_dedup_id(header)
+    if drafts[0].dedup_id is not None and drafts[0].dedup_id != key:
+        raise ProblemError("DEDUP_ID_INVALID", "the Idempotency-Key header and the message's dedup_id differ")
+    drafts[0].dedup_id = key
+
+
 def check_producer_group(name: str) -> str:
     problem = producer_group_problem(name)
     if problem is not None:
@@ -285,6 +322,7 @@ _SETTERS: dict[str, Callable[[Draft, Any, Limits], None]] = {
     "delay_ms": _set_delay_ms,
     "deliver_at_ms": _set_deliver_at_ms,
     "transaction": _set_transaction,
+    "dedup_id": _set_dedup_id,
 }
 assert FIELDS == {"body", "encoding", *_SETTERS}
 

@@ -2,7 +2,9 @@
 
 Invariants:
 - Nothing is stored unless every message of the request passed its checks.
-- A batch is one `put_messages_future` call: one put-lock acquisition for all its messages.
+- A request is one store `put` (store.PutBatch): one put-lock acquisition for all its messages. Drafts
+  to one queue without a delay or a transaction go as a FIELDS batch (the store packs them into
+  RocketMQ's batch encoding: no MessageInner per message); the others as MessageInner objects.
 - The put itself (a memory copy) runs on the loop; a SYNC_FLUSH put's group commit is awaited
   as a future, so the loop never waits on a flush.
 - Queue choice: queue_id, else crc32(sharding_key) mod the write queue count, else round-robin
@@ -10,7 +12,7 @@ Invariants:
 - A delayed message's reply names its real queue, its level and when it is due, never the
   offset of the SCHEDULE_TOPIC_XXXX copy: `queue_offset` is null until it is delivered.
 - A transactional message (JSON `transaction`, or the X-Tidemq-Transaction header on a raw or
-  binary body) is stored as a half message (store.Transactions.prepare_future): invisible until
+  binary body) is stored as a half message (a PutBatch with the producer group): invisible until
   `POST /v1/transactions/{transaction_id}` commits it; its reply has `transaction_id` and no queue_offset.
 - Under SYNC_MASTER the reply awaits the slave's acknowledgement as a future (the store's
   GroupTransferService completes it), so the loop never waits on replication either.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -33,11 +36,12 @@ from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, Send
 from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
-from app.produce_packed import packable, serve_packed
 from app.produce_parse import (
+    IDEMPOTENCY_HEADER,
     TRANSACTION_HEADER,
     Draft,
     Limits,
+    apply_idempotency_key,
     apply_query_defaults,
     check_producer_group,
     check_transactional,
@@ -47,7 +51,18 @@ from app.produce_parse import (
 from app.query import query_of
 from app.responses import JsonResponse, docs
 from app.strict_route import StrictRoute
-from store import HALF_TOPIC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_UNIQ_KEY, TIMER_TOPIC, BrokerRole, FlushDiskType, build_message
+from store import (
+    HALF_TOPIC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    TIMER_TOPIC,
+    BrokerRole,
+    EncodedItems,
+    FlushDiskType,
+    PutBatch,
+    PutMessageResult,
+    build_message,
+)
 
 # produceBinaryBatch's path: a binary batch's own operation (application/octet-stream is taken as one there).
 BATCH_PATH = "/v1/topics/{topic}/messages/batch"
@@ -87,6 +102,10 @@ PRODUCE_PROBLEMS = (
     "FLUSH_SLAVE_TIMEOUT",
     "DISK_FULL",
     "DISPATCH_BEHIND",
+    "DEDUP_ID_INVALID",
+    "DEDUP_PARTIAL",
+    "DEDUP_PENDING",
+    "DEDUP_WINDOW_FULL",
 )
 
 
@@ -101,6 +120,15 @@ TRANSACTION_PARAMETER = {
     "required": False,
     "description": "Raw bodies and binary batches only: store as half messages of this producer group (see POST /v1/transactions)",
     "schema": {"type": "string", **NAME_SCHEMA},
+}
+# A single produce's dedup id (a batch gives dedup_id per message; a binary batch the TIDEMQ_DEDUP_ID property).
+IDEMPOTENCY_PARAMETER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "One message only (JSON or raw): a key seen on this topic within dedup_window_s is answered 200 with the "
+    "first message's ids and duplicate: true, and nothing is stored",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[!-~]+$"},
 }
 PRODUCE_OPENAPI: dict[str, Any] = {
     "parameters": [
@@ -121,6 +149,7 @@ PRODUCE_OPENAPI: dict[str, Any] = {
             {"type": "integer", "minimum": 0},
         ),
         TRANSACTION_PARAMETER,
+        IDEMPOTENCY_PARAMETER,
     ],
     # A binary batch (application/x-tidemq-batch) is taken here too, but declared on produceBinaryBatch, its own
     # operation: a generator that knows no such media type would otherwise drop or mistype this operation.
@@ -196,8 +225,56 @@ PRODUCE_REPLY_DOC = {
 }
 
 
+DUPLICATE_TEXT = "Not stored: every message's dedup id was seen on this topic within dedup_window_s; the reply names the first messages (duplicate: true)"
+DUPLICATE_REPLY_DOC = {"description": DUPLICATE_TEXT, "content": PRODUCE_REPLY_DOC["content"]}
+BINARY_DUPLICATE_REPLY_DOC = {"description": DUPLICATE_TEXT, "content": BINARY_BATCH_REPLY_DOC["content"]}
+
+
 def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def packable(drafts: list[Draft]) -> bool:
+    """Whether the drafts can go as one FIELDS batch: none is delayed."""
+    return not any(d.delay_level or d.timer for d in drafts)
+
+
+def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> dict[str, Any]:
+    """The SendResult (one message) or BatchSendResult of a FIELDS put, built in one pass over the offsets."""
+    host = items.store_host.hex().upper()
+    queue_id, first, stamp = items.queue_id, items.first_queue_offset, items.store_timestamp
+    offsets = items.commitlog_offsets()
+    results: list[dict[str, Any]] = [
+        {
+            "kind": "message",
+            "msg_id": key,
+            "offset_msg_id": f"{host}{offset:016X}",
+            "queue_id": queue_id,
+            "queue_offset": first + i,
+            "commitlog_offset": offset,
+            "store_timestamp": stamp,
+        }
+        for i, (key, offset) in enumerate(zip(uniq_keys, offsets, strict=True))
+    ]
+    return {"kind": "batch", "results": results} if is_batch else results[0]
+
+
+def duplicate_reply(items: Sequence[Any], is_batch: bool) -> JsonResponse:
+    """The 200 of a produce whose dedup ids were all seen: the first messages' ids (store.DuplicateItem), nothing stored."""
+    results = [
+        {
+            "kind": "message",
+            "msg_id": item.uniq_key,
+            "offset_msg_id": item.msg_id,
+            "queue_id": item.queue_id,
+            "queue_offset": None if item.moved else item.logics_offset,
+            "commitlog_offset": item.wrote_offset,
+            "store_timestamp": item.store_timestamp,
+            "duplicate": True,
+        }
+        for item in items
+    ]
+    return JsonResponse({"kind": "batch", "results": results, "duplicate": True} if is_batch else results[0], 200)
 
 
 def result_of(msg: Any, queue_id: int, item: Any, draft: Draft, levels_ms: list[int]) -> dict[str, Any]:
@@ -289,6 +366,14 @@ class Producer:
         finally:
             deadline.cancel()
 
+    async def stored(self, batch: PutBatch) -> PutMessageResult:
+        """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
+        future = self.store.put(batch)
+        result = future.result() if future.done() else await self.wait_durable(future)
+        if not result.ok:
+            raise put_problem(result)
+        return result
+
     async def serve_batch(self, request: Request) -> Response:
         """Serve produceBinaryBatch: the body is a binary batch, sent as application/x-tidemq-batch or octet-stream."""
         if media_type(request) not in (BATCH_MEDIA_TYPE, OCTET_STREAM):
@@ -309,13 +394,21 @@ class Producer:
             for draft in drafts:  # a JSON message's own transaction field wins
                 if draft.transaction is None:
                     draft.transaction = header_group
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None:
+            apply_idempotency_key(drafts, is_batch, key)
         group = check_transactional(drafts)
         queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
         if group is None and packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
-            return await serve_packed(self, topic, queue_ids[0], drafts, is_batch, born_host)
+            batch = PutBatch.of_fields(topic, queue_ids[0], drafts, born_host, dedup=True)
+            result = await self.stored(batch)
+            if result.duplicate:
+                return duplicate_reply(result.items, is_batch)
+            assert isinstance(result.items, EncodedItems)
+            return JsonResponse(packed_reply(batch.uniq_keys, result.items, is_batch), 201)
         msgs = [
             build_message(
                 topic,
@@ -328,16 +421,13 @@ class Producer:
                 delay_level=d.delay_level,
                 born_host=born_host,
             )
-            # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX or the timer topic.
+            # Chosen before the put: the store moves a delayed message to SCHEDULE_TOPIC_XXXX or the timer topic,
+            # a transactional one to the half topic.
             for d, q in zip(drafts, queue_ids, strict=True)
         ]
-        if group is not None:
-            future = self.store.transactions.prepare_future(msgs, group)  # half messages, in RMQ_SYS_TRANS_HALF_TOPIC
-        else:
-            future = self.store.put_messages_future(msgs) if is_batch else self.store.put_message_future(msgs[0])
-        result = future.result() if future.done() else await self.wait_durable(future)
-        if not result.ok:
-            raise put_problem(result)
+        result = await self.stored(PutBatch.of(msgs, producer_group=group, dedup=True))
+        if result.duplicate:
+            return duplicate_reply(result.items, is_batch)
         levels_ms = self.levels_ms
         if is_batch:
             results = [result_of(m, q, item, d, levels_ms) for m, q, item, d in zip(msgs, queue_ids, result.items, drafts, strict=True)]
@@ -356,7 +446,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="produce",
         summary='Send one message, a batch ({"messages": [...]}) or a raw body (a binary batch: see produceBinaryBatch)',
         status_code=201,
-        responses={201: PRODUCE_REPLY_DOC, **problems},
+        responses={201: PRODUCE_REPLY_DOC, 200: DUPLICATE_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_OPENAPI,
     )
     async def produce(topic: TopicPath, request: Request) -> Response:
@@ -367,7 +457,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="produceBinaryBatch",
         summary="Send a binary batch (RocketMQ's batch encoding) to one queue",
         status_code=201,
-        responses={201: BINARY_BATCH_REPLY_DOC, **problems},
+        responses={201: BINARY_BATCH_REPLY_DOC, 200: BINARY_DUPLICATE_REPLY_DOC, **problems},
         openapi_extra=PRODUCE_BATCH_OPENAPI,
     )
     async def produce_binary_batch(topic: TopicPath, request: Request) -> Response:

@@ -229,7 +229,7 @@ def rates(broker: Broker, binary: str, seconds: int, connections: int, workdir: 
 
 def store_baselines(root: str) -> tuple[float, float]:
     """Messages/s of the store itself, in this process: 100-message build + put_messages, 256-message get_message."""
-    from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
+    from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
 
     config = MessageStoreConfig(
         store_path_root_dir=os.path.join(root, "baseline"),
@@ -245,7 +245,7 @@ def store_baselines(root: str) -> tuple[float, float]:
         rounds = 200
         started = time.perf_counter()
         for _ in range(rounds):  # build_message is timed too: every front end pays it
-            assert store.put_messages_future([build_message(TOPIC, body, 0) for _ in range(BATCH)]).result().ok
+            assert store.put(PutBatch.of([build_message(TOPIC, body, 0) for _ in range(BATCH)])).result().ok
         put_rate = rounds * BATCH / (time.perf_counter() - started)
         total = rounds * BATCH
         deadline = time.monotonic() + 60

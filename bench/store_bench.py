@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.raw_append import raw_append_rate
 from bench.threaded_rate import calls_per_second
-from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, build_message
+from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
 from store.codec.message import MessageInner
 from store.codec.message_codec import encode_message
 from store.logfile.mapped_file import MappedFile, offset_to_file_name
@@ -275,7 +275,7 @@ def bench_delivery(root: str, size: int, count: int, file_bytes: int) -> tuple[f
 
 
 def bench_native_batches(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:
-    """Messages/s of put_batch_future of checked batches (RocketMQ's encoding, one queue each, as
+    """Messages/s of put of checked (ENCODED) batches (RocketMQ's encoding, one queue each, as
     the binary produce puts them), the checks included."""
     d = tempfile.mkdtemp(dir=root)
     store = make_store(d, FlushDiskType.ASYNC_FLUSH, file_bytes)
@@ -285,7 +285,7 @@ def bench_native_batches(root: str, size: int, count: int, file_bytes: int, batc
 
         def put_all() -> None:
             for i in range(count // batch):
-                assert store.put_batch_future(TOPIC, i % QUEUES, store.check_batch(data)).result().ok
+                assert store.put(PutBatch.of_encoded(TOPIC, i % QUEUES, store.check_batch(data))).result().ok
 
         return count // batch * batch / timed(put_all)
     finally:

@@ -62,6 +62,8 @@ from store.pop.group_consumption import (
     RedriveState,
     SubscriptionGroup,
 )
+from store.put.dedup_window import DuplicateItem, dedup_id_problem
+from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PutBatch
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.schedule.schedule_message_service import level_for_delay_ms
 from store.state.state_log import StateWriteFailed
@@ -95,6 +97,7 @@ from store.transaction.transaction_store import (
 
 __all__ = [
     "COMPRESSED_FLAG",
+    "DEDUP_PROPERTY",
     "DEFAULT_BORN_HOST",
     "GROUP_MAX_BYTES",
     "HALF_TOPIC",
@@ -134,12 +137,14 @@ __all__ = [
     "CheckedBatch",
     "CommitLogView",
     "DefaultMessageStore",
+    "DuplicateItem",
     "EncodedItems",
     "FilterInvalid",
     "FlushDiskType",
     "GetMessageResult",
     "GetMessageStatus",
     "GroupConsumption",
+    "MessageFields",
     "MessageFilter",
     "MessageInner",
     "MessageStore",
@@ -150,6 +155,7 @@ __all__ = [
     "Popped",
     "ProducerGroup",
     "PushSubscription",
+    "PutBatch",
     "PutMessageResult",
     "PutMessageStatus",
     "PutRefusal",
@@ -177,6 +183,7 @@ __all__ = [
     "decode_message",
     "decode_offset_msg_id",
     "decode_properties",
+    "dedup_id_problem",
     "deliver_at",
     "dlq_topic",
     "group_problem",

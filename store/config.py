@@ -196,6 +196,12 @@ class MessageStoreConfig:
     # Group consumption: acked (or superseded) receipt handles remembered, each until its invisible time ends, so
     # that a repeated ack answers ALREADY_ACKED; past it the soonest to expire are forgotten (store/pop/acked_handles.py).
     pop_acked_handles_max: int = setting(100_000, 1, 10_000_000)
+    # Idempotent produce: how long a producer's dedup id is remembered per topic; a put with an id seen within it is
+    # answered with the first message's ids and stores nothing (store/put/dedup_window.py).
+    dedup_window_s: int = setting(120, 1, 86_400)
+    # Idempotent produce: dedup ids remembered at most; past it a put with a new id is refused (DEDUP_WINDOW_FULL)
+    # until ids expire, so the guarantee is never dropped silently.
+    dedup_max_keys: int = setting(100_000, 1, 10_000_000)
     # Transactions: a half message unresolved this long is checked back (RocketMQ's transactionTimeOut).
     transaction_timeout_ms: int = setting(6_000, 1, 86_400_000)
     # Transactions: checks of an unresolved half before it is rolled back (RocketMQ's transactionCheckMax).

@@ -26,6 +26,10 @@ for a reason:
      file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
+Puts: `put(PutBatch)` is the one way in (store/put/put_batch.py). A FIELDS batch is packed, the
+put hooks run in order (dedup ids, half messages, timer messages, validation, delay levels:
+store/put/put_hook.py), then the commitlog appends; put_message and put_messages wait for it.
+
 Locks, their order and the threads: docs/concurrency.md.
 
 Faults: a file whose space cannot be reserved (a full disk) sets `space_exhausted` at once
@@ -51,12 +55,17 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from core import SYSTEM_CLOCK, Clock
 from core.service_thread import ServiceThread
 from store import native
-from store.codec.message import DEFAULT_BORN_HOST, SYSTEM_TOPICS, MessageInner, topic_problem
+from store.codec.message import (
+    SYSTEM_TOPICS,
+    MessageInner,
+    topic_problem,
+)
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.disk.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.disk.lock_file import StoreLockFile
@@ -88,28 +97,47 @@ from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
 from store.metadata.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
 from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
+from store.put.dedup_hook import DedupHook
+from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
+from store.put.put_batch import BatchForm, PutBatch, packed_fields
+from store.put.put_hook import PutHook
 from store.put_validation import PutValidator
 from store.queue.consume_queue import ConsumeQueue
 from store.queue.get_message_result import Filter, GetMessageResult
 from store.queue.message_getter import MessageGetter
 from store.retention.clean_commit_log_service import CleanCommitLogService
 from store.retention.clean_consume_queue_service import CleanConsumeQueueService
+from store.schedule.delay_level_hook import DelayLevelHook
 from store.schedule.schedule_message_service import ScheduleMessageService
 from store.state.state_log import STATE_TOPIC, StateLog, StateStore
 from store.state.state_snapshot_service import StateSnapshotService
 from store.state.state_table import StateTable
 from store.stats.store_stats_service import StoreStatsService
-from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
+from store.status import (
+    AppendedHook,
+    PutMessageResult,
+    PutMessageStatus,
+    PutRefusal,
+    total_bytes,
+)
 from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
-from store.timer.timer_message import is_timer_request, timer_batch_messages
 from store.timer.timer_message_store import TimerMessageStore
+from store.timer.timer_put_hook import TimerPutHook
+from store.transaction.half_message_hook import HalfMessageHook
 from store.transaction.transaction_check_service import TransactionCheckService
 from store.transaction.transaction_store import Transactions
 
 log = logging.getLogger("tidemq.store")
 
 SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
+# Why the check of a packed FIELDS batch refused it -> the refusal the put answers.
+_BATCH_REFUSALS = {
+    native.BatchErrorCode.BODY_TOO_LARGE: PutRefusal.MESSAGE_TOO_LARGE,
+    native.BatchErrorCode.PROPERTIES_TOO_LARGE: PutRefusal.PROPERTIES_TOO_LARGE,
+    native.BatchErrorCode.BAD_PROPERTIES: PutRefusal.PROPERTIES_TOO_LARGE,
+    native.BatchErrorCode.TOO_MANY: PutRefusal.BATCH_TOO_LARGE,
+}
 # Longest a slave becoming master waits for its dispatch to reach the end of what it replicated.
 TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
 
@@ -216,6 +244,12 @@ class DefaultMessageStore:
         # --- end of delay levels and retention
         self.transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
+        # The put hooks, in order (store/put/put_hook.py): each may rewrite the batch or refuse it.
+        self.dedup_window = DedupWindow(config.dedup_window_s * 1000, config.dedup_max_keys, self.now_ms, self._dedup_lookup)
+        self.put_hooks: list[PutHook] = [
+            DedupHook(self.dedup_window), HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator,
+            DelayLevelHook(config.delay_levels_ms()),
+        ]  # fmt: skip
         # State in the log (store/state/state_log.py): every table a consumer or a scheduler depends on.
         tables: list[StateTable] = [
             self.consumer_offset_manager, self.topic_config_manager, self.schedule_service.offsets,
@@ -342,6 +376,7 @@ class DefaultMessageStore:
         self.state_snapshot_service.start()
         for service in self.extra_services:
             service.start()
+        self.dedup_window.restart(self._last_stored_ms())  # ids put before this start are read from the index
         self._running = True
 
     def shutdown(self) -> None:
@@ -405,22 +440,22 @@ class DefaultMessageStore:
 
     # Putting -------------------------------------------------------------------------
 
+    def put(self, batch: PutBatch) -> concurrent.futures.Future[PutMessageResult]:
+        """The one way in: run the put hooks, append, and answer a future (done at once, or when the
+        flush and slave waits end). See `_put`."""
+        return as_future(*self._put(batch))
+
     def put_message(self, msg: MessageInner) -> PutMessageResult:
-        return self.put_messages((msg,))
+        """Blocking helper: `put` of a batch of one, waited for."""
+        return self.durability.wait(*self._put(PutBatch.of((msg,))))
 
-    def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
-        result, waiter = self._append(msgs)
-        return self.durability.wait(result, waiter)
-
-    def put_message_future(self, msg: MessageInner) -> concurrent.futures.Future[PutMessageResult]:
-        return self.put_messages_future((msg,))
-
-    def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]:
-        return as_future(*self._append(msgs))
+    def put_messages(self, msgs: Sequence[MessageInner]) -> PutMessageResult:
+        """Blocking helper: `put` of a MESSAGES batch, waited for."""
+        return self.durability.wait(*self._put(PutBatch.of(msgs)))
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
         """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
-        with check_properties), for put_batch_future; BatchError when it is refused."""
+        with check_properties), for an ENCODED PutBatch; BatchError when it is refused."""
         cfg = self.config
         data = bytes(batch)
         count, stored, crcs = native.check_batch_crcs(
@@ -429,33 +464,57 @@ class DefaultMessageStore:
         )  # fmt: skip
         return CheckedBatch(data, count, stored, crcs)
 
-    def put_batch_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        """Append a checked batch to one queue as it came: every message gets `topic`, `queue_id`,
-        sys flag 0 and the put's time as born and store time; its items are EncodedItems."""
-        return as_future(*self._append_batch(topic, queue_id, batch, born_host))
-
-    def _append_batch(
-        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes
-    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        refusal = self.validator.check_batch(topic, queue_id, batch.messages)
+    def _put(self, batch: PutBatch) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
+        """A FIELDS batch is packed, the hooks run in order (the first refusal answers), then the commitlog
+        appends the batch: MESSAGES with their runs, ENCODED as it came. With nothing stored the batch's
+        `on_refused` callbacks run."""
+        refusal = self._pack_fields(batch) if batch.form is BatchForm.FIELDS else None
+        if refusal is None:
+            for hook in self.put_hooks:
+                refusal = hook.before_put(batch)
+                if refusal is not None:
+                    break
         if refusal is not None:
-            self.stats.put_failures += 1
+            if not refusal.duplicate:  # a duplicate is answered with the first ids: not a failure
+                self.stats.put_failures += 1
+            batch.refused()
             return refusal, None
         t0 = time.perf_counter_ns()
-        head = BatchHead(topic, topic.encode("utf-8"), queue_id, self.commit_log.now_ms(), born_host)
-        return self._after_put(self.commit_log.put_batch(batch, head), t0)
+        if batch.form is BatchForm.MESSAGES:
+            result = self.commit_log.put_messages(batch.messages, batch.on_appended_locked)
+        else:
+            assert batch.encoded is not None
+            head = BatchHead(batch.topic, batch.topic.encode("utf-8"), batch.queue_id, self.commit_log.now_ms(), batch.born_host)
+            result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
+        if not result.items:
+            batch.refused()
+        return self._after_put(result, t0, batch.state_records)
 
-    def _append(
-        self, msgs: list[MessageInner] | tuple[MessageInner, ...], on_appended_locked: AppendedHook | None = None, state_records: int = 0
-    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        refusal = self._prepare_timer_messages(msgs) or self.validator.check(msgs)
-        if refusal is not None:
-            self.stats.put_failures += 1
-            return refusal, None
-        t0 = time.perf_counter_ns()
-        return self._after_put(self.commit_log.put_messages(msgs, on_appended_locked), t0, state_records)
+    def _last_stored_ms(self) -> int | None:
+        """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
+        without messages (the dedup window's lookups: store/put/dedup_window.py)."""
+        if self.commit_log.get_max_offset() <= max(0, self.commit_log.get_min_offset()):
+            return None
+        checkpointed = self.checkpoint.physic_msg_timestamp if self.checkpoint is not None else 0
+        return max(checkpointed, self.commit_log.mapped_file_queue.store_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
+
+    def _dedup_lookup(self, topic: str, dedup_id: str, since_ms: int) -> DuplicateItem | None:
+        """The first message of `topic` stored since `since_ms` under `dedup_id`, through the index; None when none."""
+        if not self.config.message_index_enable:
+            return None
+        return first_in_index(self.query_message, topic, dedup_id, since_ms)
+
+    def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
+        """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
+        data, batch.uniq_keys = packed_fields(batch.fields)
+        try:
+            checked = self.check_batch(data)
+        except native.BatchError as e:
+            reason = native.BatchErrorCode(e.args[1])
+            detail = f"message {e.index}: refused by the batch check ({reason.name}); nothing was stored"
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, _BATCH_REFUSALS.get(reason, PutRefusal.NONE), detail)
+        batch.form, batch.encoded = BatchForm.ENCODED, checked
+        return None
 
     # The state log's view of the store (store/state/state_log.py) ---------------------------------
 
@@ -465,8 +524,7 @@ class DefaultMessageStore:
     def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult:
         """Put `msgs` (the last `state_records` of them the broker's own state, not counted as messages
         stored) with `hook` run under the put lock after the append, then wait for durability."""
-        result, waiter = self._append(msgs, hook, state_records)
-        return self.durability.wait(result, waiter)
+        return self.durability.wait(*self._put(PutBatch.of(msgs, on_appended_locked=hook, state_records=state_records)))
 
     def read_stored(self, offset: int, size: int) -> bytes | None:
         """The stored bytes of the message at commitlog `offset`; None when they are gone."""
@@ -668,7 +726,8 @@ class DefaultMessageStore:
 
     def set_broker_role(self, role: BrokerRole) -> None:
         slave = role is BrokerRole.SLAVE
-        taking_over = self.validator.is_slave and not slave and self._running
+        was_slave = self.validator.is_slave
+        taking_over = was_slave and not slave and self._running
         if taking_over:
             self._take_over_queue_offsets()
             self.state_log.catch_up_all()  # everything the old master recorded, before a put of this one
@@ -679,6 +738,8 @@ class DefaultMessageStore:
         self.group_consumption.set_slave(slave)
         if taking_over:
             self._take_over_services()
+        if slave != was_slave:
+            self.dedup_window.restart(self._last_stored_ms())  # a master's window begins now; before it, the index
 
     def _take_over_services(self) -> None:
         """A slave became master: the services that deliver start from the progress its old master recorded."""
@@ -774,24 +835,6 @@ class DefaultMessageStore:
     def execute_delete_files_manually(self) -> dict[str, Any]:
         """Delete expired commitlog files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
         return self.clean_commit_log_service.execute_delete_files_manually()
-
-    def _prepare_timer_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
-        """Move messages asking for a later delivery (TIMER_* properties) to the timer topic, before validation."""
-        if self.timer is not None:
-            return self.timer.prepare_put(msgs)
-        if any(is_timer_request(m.properties) for m in msgs):
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                PutRefusal.TIMER_NOT_ENABLED,
-                "timer messages are off (timer_wheel_enable); nothing was stored",
-            )
-        return None
-
-    def put_batch_at_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int, born_host: bytes = DEFAULT_BORN_HOST
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        """A checked batch whose every message is due at `deliver_at_ms` (ms since the epoch); a past time puts it now."""
-        return self.put_messages_future(timer_batch_messages(topic, queue_id, batch.data, deliver_at_ms, born_host))
 
     def timer_status(self) -> dict[str, Any]:
         """Timer messages: pending count, next due time, lateness of deliveries, counters; {} when the timer is off."""

@@ -12,9 +12,9 @@ a thread.
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from store.codec.message import DEFAULT_BORN_HOST
 from store.dispatch.bulk_dispatch import ArrivingListener
 from store.logfile.put_durability import ReplicationWaiter
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from store.metadata.topic_config_manager import TopicConfig
     from store.native import CheckedBatch
     from store.pop.group_consumption import GroupConsumption
+    from store.put.put_batch import PutBatch
     from store.queue.get_message_result import Filter, GetMessageResult
     from store.status import PutMessageResult
     from store.transaction.transaction_store import Transactions
@@ -100,39 +101,25 @@ class MessageStore(Protocol):
 
     # Put ---------------------------------------------------------------------------------
 
+    def put(self, batch: PutBatch) -> concurrent.futures.Future[PutMessageResult]:
+        """The one way in: store a batch (MESSAGES, FIELDS or ENCODED: store/put/put_batch.py) after the put
+        hooks (half messages, timers, validation, delay levels) took or refused it.
+
+        Appends now, in the calling thread; the future is done at once, or when the flush (and slave)
+        wait ends. A refused batch answers a result with a refusal and stores nothing.
+        """
+        ...
+
     def put_message(self, msg: MessageInner) -> PutMessageResult:
-        """Store one message and wait for its flush (and slave) as the flush mode and role ask."""
+        """Blocking helper: `put` of one message, waited for (a flush or slave wait bounded by sync_flush_timeout_ms)."""
         ...
 
-    def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult:
-        """Store messages under one put lock acquisition; waits as put_message does."""
+    def put_messages(self, msgs: Sequence[MessageInner]) -> PutMessageResult:
+        """Blocking helper: `put` of a MESSAGES batch (one put lock acquisition), waited for as put_message."""
         ...
-
-    def put_message_future(self, msg: MessageInner) -> concurrent.futures.Future[PutMessageResult]:
-        """Append now, in the calling thread; the future is done at once, or when the flush (and slave) wait ends."""
-        ...
-
-    def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]:
-        """put_messages without blocking: the future of put_message_future for a batch."""
-        ...
-
-    # Put batch bytes ---------------------------------------------------------------------
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
-        """A batch in RocketMQ's encoding checked against the store's limits; BatchError when refused."""
-        ...
-
-    def put_batch_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        """Append a checked batch to one queue as it came; its result's items are EncodedItems.
-        `born_host` (8 bytes IPv4 + port, or 20 IPv6 + port) is every message's BORNHOST."""
-        ...
-
-    def put_batch_at_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, deliver_at_ms: int, born_host: bytes = DEFAULT_BORN_HOST
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        """Put a checked batch as timer messages due at `deliver_at_ms` (a past time: now); items per message."""
+        """A batch in RocketMQ's encoding checked against the store's limits, for an ENCODED PutBatch; BatchError when refused."""
         ...
 
     # Get (one queue; the result holds the messages as one batch of stored bytes) -----------

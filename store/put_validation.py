@@ -1,4 +1,4 @@
-"""PutValidator: every check a put must pass before a byte is written.
+"""PutValidator: every check a put must pass before a byte is written (a put hook: store/put/put_hook.py).
 
 A refused put answers a PutMessageResult with a status and a PutRefusal saying why;
 nothing is appended. Topic names are checked once and remembered (bounded), so the
@@ -8,10 +8,12 @@ regular expression stays off the hot path.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from store.codec.message import MessageInner, topic_problem
 from store.config import BrokerRole
+from store.put.put_batch import BatchForm, PutBatch
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ class ValidatedStore(Protocol):
 
 
 class PutValidator:
+    hook_name = "validation"
+
     def __init__(self, store: ValidatedStore) -> None:
         self.store = store
         cfg = store.config
@@ -49,7 +53,14 @@ class PutValidator:
         self.is_slave = cfg.broker_role is BrokerRole.SLAVE
         self.max_dispatch_lag = cfg.max_dispatch_lag_bytes
 
-    def check(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult | None:
+    def before_put(self, batch: PutBatch) -> PutMessageResult | None:
+        """The checks of a MESSAGES batch (`check`) or of an ENCODED one appended as it came (`check_batch`)."""
+        if batch.form is BatchForm.MESSAGES:
+            return self.check(batch.messages)
+        assert batch.form is BatchForm.ENCODED and batch.encoded is not None, "a FIELDS batch is packed before the hooks"
+        return self.check_batch(batch.topic, batch.queue_id, batch.encoded.messages)
+
+    def check(self, msgs: Sequence[MessageInner]) -> PutMessageResult | None:
         refusal = self.check_state()
         if refusal is not None:
             return refusal

@@ -42,6 +42,10 @@ class PutRefusal(enum.Enum):
     DELAY_TOO_LONG = "DELAY_TOO_LONG"  # a timer message past timer_max_delay_ms
     TIMER_INVALID = "TIMER_INVALID"  # a TIMER_* property is not an integer
     TIMER_NOT_ENABLED = "TIMER_NOT_ENABLED"  # timer_wheel_enable is off (RocketMQ's WHEEL_TIMER_NOT_ENABLE)
+    DEDUP_ID_INVALID = "DEDUP_ID_INVALID"  # a dedup id is malformed, or repeated within one batch
+    DEDUP_PARTIAL = "DEDUP_PARTIAL"  # some messages of a batch were stored before under their dedup ids, others not
+    DEDUP_PENDING = "DEDUP_PENDING"  # another put of the same dedup id is being appended now
+    DEDUP_WINDOW_FULL = "DEDUP_WINDOW_FULL"  # dedup_max_keys ids are remembered already
 
 
 class AppendMessageStatus(enum.Enum):
@@ -191,7 +195,7 @@ class PutMessageResult:
     A plain slotted class: one is made per put, so its constructor stays minimal.
     """
 
-    __slots__ = ("status", "refusal", "detail", "items")
+    __slots__ = ("status", "refusal", "detail", "items", "duplicate")
 
     def __init__(
         self,
@@ -199,12 +203,16 @@ class PutMessageResult:
         refusal: PutRefusal = PutRefusal.NONE,
         detail: str = "",
         items: Sequence[AppendMessageResult] | None = None,
+        duplicate: bool = False,
     ) -> None:
         self.status = status
         self.refusal = refusal
         self.detail = detail
         # One per message stored: a list, or EncodedItems for a batch appended as it came.
         self.items: Sequence[AppendMessageResult] = items if items is not None else []
+        # PUT_OK without a write: every message's dedup id was seen in the window; `items` are the first
+        # messages' (store/put/dedup_window.py DuplicateItem), nothing was stored.
+        self.duplicate = duplicate
 
     def __repr__(self) -> str:
         return f"PutMessageResult({self.status.value}, refusal={self.refusal.value}, items={len(self.items)}, detail={self.detail!r})"

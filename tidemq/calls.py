@@ -83,29 +83,46 @@ def produce(
     delay_ms: int | None = None,
     deliver_at_ms: int | None = None,
     properties: dict[str, str] | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[SendResult]:
     """One message. Without user properties it is a raw body with the fields as query parameters
-    (the broker's cheapest path); with them, one JSON message."""
+    (the broker's cheapest path); with them, one JSON message. With `idempotency_key` (1..128 printable
+    ASCII characters, no space) a resend within the broker's dedup_window_s stores nothing and returns
+    the first message's ids with `duplicate` True, so a retry after a timeout or a failover is safe."""
+    extra = {} if idempotency_key is None else {"idempotency-key": idempotency_key}
     target = path("v1", "topics", topic, "messages")
     fields: dict[str, Any] = {"tags": tags, "msg_id": msg_id, "queue_id": queue_id, "sharding_key": sharding_key}
     fields.update(delay_level=delay_level, delay_ms=delay_ms, deliver_at_ms=deliver_at_ms)
     if properties:
         doc = _message_json(BatchMessage(_as_bytes(body), tags, list(keys), msg_id, properties), queue_id)
         doc.update({k: v for k, v in fields.items() if v is not None and k not in doc})
-        request = Request("POST", target, headers=JSON, body=orjson.dumps(doc))
+        request = Request("POST", target, headers={**JSON, **extra}, body=orjson.dumps(doc))
     else:
         query: Query = {**fields, "keys": ",".join(keys) if keys else None}
-        request = Request("POST", target, query, {"content-type": "application/octet-stream"}, _as_bytes(body))
-    return Call(request, (201,), lambda r: SendResult.from_json(_json(r)))
+        request = Request("POST", target, query, {"content-type": "application/octet-stream", **extra}, _as_bytes(body))
+    return Call(request, (201, 200), lambda r: SendResult.from_json(_json(r)))
 
 
 def produce_batch(
-    topic: str, messages: Sequence[OutgoingMessage], queue_id: int | None = None, delay_ms: int | None = None
+    topic: str,
+    messages: Sequence[OutgoingMessage],
+    queue_id: int | None = None,
+    delay_ms: int | None = None,
+    dedup_ids: Sequence[str | None] | None = None,
 ) -> Call[list[SendResult]]:
-    """Messages as one JSON batch (each may carry its own tag, keys, id and properties)."""
-    doc = {"messages": [_message_json(m, queue_id, delay_ms) for m in messages]}
-    request = Request("POST", path("v1", "topics", topic, "messages"), headers=JSON, body=orjson.dumps(doc))
-    return Call(request, (201,), lambda r: [SendResult.from_json(d) for d in _json(r)["results"]])
+    """Messages as one JSON batch (each may carry its own tag, keys, id and properties). `dedup_ids`, one per
+    message, makes the batch idempotent: when every id was seen within the broker's dedup_window_s nothing is
+    stored and the results are the first messages' (each `duplicate`); a batch mixing seen and new ids is
+    refused (409 DEDUP_PARTIAL)."""
+    docs = [_message_json(m, queue_id, delay_ms) for m in messages]
+    if dedup_ids is not None:
+        if len(dedup_ids) != len(docs):
+            raise ValueError(f"dedup_ids has {len(dedup_ids)} ids for {len(docs)} messages")
+        for doc, dedup_id in zip(docs, dedup_ids, strict=True):
+            if dedup_id is not None:
+                doc["dedup_id"] = dedup_id
+    request = Request("POST", path("v1", "topics", topic, "messages"), headers=JSON, body=orjson.dumps({"messages": docs}))
+    return Call(request, (201, 200), lambda r: [SendResult.from_json(d) for d in _json(r)["results"]])
 
 
 def produce_binary(
@@ -115,11 +132,12 @@ def produce_binary(
     with_crc: bool = False,
     delay_ms: int | None = None,
 ) -> Call[BinaryBatchResult]:
-    """Messages as one binary batch (RocketMQ's batch encoding), all into one queue."""
+    """Messages as one binary batch (RocketMQ's batch encoding), all into one queue; a message whose properties
+    hold TIDEMQ_DEDUP_ID is idempotent as produce_batch's dedup ids are (the reply's `duplicate`)."""
     query: Query = {"queue_id": queue_id, "delay_ms": delay_ms}
     body = encode_batch(messages, with_crc)
     request = Request("POST", path("v1", "topics", topic, "messages"), query, {"content-type": BATCH_MEDIA_TYPE}, body)
-    return Call(request, (201,), lambda r: BinaryBatchResult.from_json(_json(r)))
+    return Call(request, (201, 200), lambda r: BinaryBatchResult.from_json(_json(r)))
 
 
 def _pull_from_headers(r: Response) -> PullResult:

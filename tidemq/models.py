@@ -10,7 +10,8 @@ from typing import Any
 
 @dataclass(slots=True)
 class SendResult:
-    """One stored message; `queue_offset` is None for a delayed or transactional one."""
+    """One stored message; `queue_offset` is None for a delayed or transactional one. `duplicate`: its dedup id
+    (idempotency key) was seen, nothing was stored and the ids are the first message's."""
 
     msg_id: str
     offset_msg_id: str
@@ -20,6 +21,7 @@ class SendResult:
     store_timestamp: int
     deliver_at_ms: int | None = None
     transaction_id: str | None = None
+    duplicate: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> SendResult:
@@ -32,6 +34,7 @@ class SendResult:
             d["store_timestamp"],
             d.get("deliver_at_ms"),
             d.get("transaction_id"),
+            bool(d.get("duplicate")),
         )
 
 
@@ -45,12 +48,14 @@ class BinaryBatchResult:
     store_timestamp: int
     offset_msg_id_prefix: str
     commitlog_offsets: list[int]
+    duplicate: bool = False  # every TIDEMQ_DEDUP_ID was seen: nothing stored, the offsets are the first messages'
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BinaryBatchResult:
         return cls(
-            d["queue_id"], d["first_queue_offset"], d["count"], d["store_timestamp"], d["offset_msg_id_prefix"], d["commitlog_offsets"]
-        )
+            d["queue_id"], d["first_queue_offset"], d["count"], d["store_timestamp"], d["offset_msg_id_prefix"], d["commitlog_offsets"],
+            bool(d.get("duplicate")),
+        )  # fmt: skip
 
     def offset_msg_ids(self) -> list[str]:
         return [f"{self.offset_msg_id_prefix}{offset:016X}" for offset in self.commitlog_offsets]

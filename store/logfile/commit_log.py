@@ -12,6 +12,8 @@ Invariants:
   fit, the rest of the file becomes a blank end marker and the message goes to the
   next file.
 - Nothing is written for a refused message (validation happens before the lock).
+- The commitlog only appends what it is given: delay levels, timers and half messages are put
+  hooks the store runs before (store/put/put_hook.py).
 - Readers see only bytes below a file's read position.
 - `damaged_ranges` (sorted, disjoint, persisted in damaged_ranges.json) lists byte ranges
   recovery found damaged with valid messages after them; dispatch and reads skip them.
@@ -27,13 +29,14 @@ import operator
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from core import Clock
 from store import _kernels
 from store._kernels import Mapping
-from store.codec.message import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, MessageInner, delay_requested
+from store.codec.message import MessageInner
 from store.codec.message_codec import (
     FIXED_PART_BYTES,
     MESSAGE_MAGIC_CODE,
@@ -180,9 +183,7 @@ class CommitLog:
         """Append one message (the caller has validated it). Never raises for I/O trouble."""
         return self.put_messages((msg,))
 
-    def put_messages(
-        self, msgs: tuple[MessageInner, ...] | list[MessageInner], on_appended_locked: AppendedHook | None = None
-    ) -> PutMessageResult:
+    def put_messages(self, msgs: Sequence[MessageInner], on_appended_locked: AppendedHook | None = None) -> PutMessageResult:
         """Append messages under one lock acquisition; all or, on a failure mid-way, a prefix.
 
         `on_appended_locked(items)`, when given, runs under the put lock right after the append with
@@ -225,9 +226,6 @@ class CommitLog:
 
     def _put_one(self, msg: MessageInner, on_appended_locked: AppendedHook | None = None) -> PutMessageResult:
         """put_messages for one message, without the runs."""
-        # The membership test first keeps the call off the put of a message without DELAY.
-        if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
-            self._rewrite_for_delay(msg)
         body, tail = msg.body, msg.tail
         batch = b"".join((BATCH_ITEM_HEAD.pack(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail))
         items: list[AppendMessageResult] = []
@@ -243,10 +241,11 @@ class CommitLog:
             return PutMessageResult(_FAILED[pos])
         return PutMessageResult(PutMessageStatus.PUT_OK, items=items)
 
-    def put_batch(self, checked: CheckedBatch, head: RunHead) -> PutMessageResult:
+    def put_batch(self, checked: CheckedBatch, head: RunHead, on_appended_locked: AppendedHook | None = None) -> PutMessageResult:
         """Append a batch check_batch accepted, every message to `head`'s topic and queue, as it came.
 
         No per-message Python work: the items are the kernel's offsets and sizes (EncodedItems).
+        `on_appended_locked` as put_messages runs it.
         """
         offsets = bytearray()
         with self.put_lock:
@@ -256,12 +255,14 @@ class CommitLog:
                 first = self.topic_queue_table.get((head.topic, head.queue_id), 0) if enters_consume_queue(head.sys_flag) else 0
                 crcs = memoryview(checked.crcs) if len(checked.crcs) == 4 * checked.messages else None
                 pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs)
+                items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
+                if on_appended_locked is not None and len(items):
+                    on_appended_locked(items)
             finally:
                 self.begin_time_in_lock_ms = 0
-        items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
         return PutMessageResult(_FAILED[pos] if pos < 0 else PutMessageStatus.PUT_OK, items=items)
 
-    def _pack(self, msgs: tuple[MessageInner, ...] | list[MessageInner]) -> tuple[bytes, list[tuple[MessageInner, int]]]:
+    def _pack(self, msgs: Sequence[MessageInner]) -> tuple[bytes, list[tuple[MessageInner, int]]]:
         """The messages in RocketMQ's batch encoding, and its runs: (first message, count) of
         consecutive messages whose common fields (`_run_key`) agree, one kernel call each."""
         parts: list[bytes | bytearray | memoryview] = []
@@ -271,8 +272,6 @@ class CommitLog:
         count = 0
         head = BATCH_ITEM_HEAD.pack
         for msg in msgs:
-            if PROPERTY_DELAY in msg.properties and msg.topic != SCHEDULE_TOPIC and delay_requested(msg.properties):
-                self._rewrite_for_delay(msg)
             body, tail = msg.body, msg.tail
             parts += (head(20 + len(body) + len(tail), 0, 0, msg.flag, len(body)), body, tail)
             key = _run_key(msg)
@@ -368,24 +367,6 @@ class CommitLog:
         if last is not None and mfq.allocate_service is not None:
             next_offset = last.file_from_offset + self.file_size
             mfq.allocate_service.order(os.path.join(mfq.store_path, offset_to_file_name(next_offset)), self.file_size)
-
-    def _rewrite_for_delay(self, msg: MessageInner) -> None:
-        """Send a delayed message to SCHEDULE_TOPIC_XXXX, queue level-1 (RocketMQ's putMessage)."""
-        try:
-            level = int(msg.properties[PROPERTY_DELAY])
-        except ValueError:
-            level = 0
-        if level <= 0:
-            del msg.properties[PROPERTY_DELAY]
-            msg.refresh()
-            return
-        level = min(level, len(self.delay_levels_ms))
-        msg.properties[PROPERTY_DELAY] = str(level)
-        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
-        msg.properties[PROPERTY_REAL_QID] = str(msg.queue_id)
-        msg.topic = SCHEDULE_TOPIC
-        msg.queue_id = level - 1
-        msg.refresh()
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Append raw log bytes at `start_offset` (a slave replicating its master).

@@ -47,6 +47,7 @@ from store.codec.message import (
 from store.codec.stored_copy import copy_of, real_target
 from store.config import BrokerRole
 from store.errors import StoreError
+from store.put.put_batch import PutBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.schedule.delay_offset_table import DelayOffsetTable
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
@@ -68,7 +69,7 @@ class ScheduledStore(Protocol):
     def last_exit_ok(self) -> bool: ...
     def is_running(self) -> bool: ...
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
-    def put_message_future(self, msg: MessageInner) -> concurrent.futures.Future[PutMessageResult]: ...
+    def put(self, batch: PutBatch) -> concurrent.futures.Future[PutMessageResult]: ...
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]: ...
 
 
@@ -266,7 +267,7 @@ class ScheduleMessageService(ServiceThread):
         if offset < self._verify_below.get(level, 0) and self._already_delivered(msg, stored["store_timestamp"]):
             self.deduplicated += 1
             return Delivery.SKIPPED
-        future = store.put_message_future(msg)
+        future = store.put(PutBatch.of((msg,)))
         if not future.done():
             self.delivered += 1  # appended; only its flush (or slave copy) is pending
             return Delivery.DELIVERED

@@ -25,6 +25,7 @@ from core.service_thread import ServiceThread
 from store.codec.message import PROPERTY_UNIQ_KEY, MessageInner
 from store.codec.message_codec import decode_message
 from store.config import BrokerRole
+from store.put.put_batch import PutBatch
 from store.schedule.schedule_message_service import PUT_RETRY_DELAY_MS
 from store.status import PutMessageStatus, PutRefusal
 from store.timer.timer_log import MAGIC_ROLL, TimerRecord
@@ -200,7 +201,7 @@ class TimerDequeueService(ServiceThread):
         if not batch:
             return 0
         timer = self.timer
-        result = timer.store.put_messages_future([d.msg for d in batch])
+        result = timer.store.put(PutBatch.of([d.msg for d in batch]))
         if result.done():
             outcome = result.result()
             stored = len(outcome.items) if outcome.stored or outcome.items else 0
@@ -221,7 +222,7 @@ class TimerDequeueService(ServiceThread):
         """A batch refused for good: put each alone so one bad message skips only itself."""
         timer = self.timer
         for i, due in enumerate(batch):
-            outcome = timer.store.put_messages_future([due.msg])
+            outcome = timer.store.put(PutBatch.of((due.msg,)))
             if outcome.done() and not outcome.result().items:
                 refused = outcome.result()
                 if refused.refusal not in _PERMANENT_REFUSALS and refused.status not in _PERMANENT_STATUSES:

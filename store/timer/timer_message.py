@@ -21,7 +21,6 @@ path does the rest.
 from __future__ import annotations
 
 import enum
-import struct
 from typing import Any
 
 from store.codec.message import (
@@ -30,11 +29,11 @@ from store.codec.message import (
     PROPERTY_UNIQ_KEY,
     TIMER_TOPIC,
     MessageInner,
-    decode_properties,
     delay_requested,
     new_uniq_key,
 )
 from store.codec.stored_copy import copy_of, real_target
+from store.put.put_batch import batch_messages
 
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
@@ -157,9 +156,6 @@ def target_deliver_ms(props: dict[str, str], precision_ms: int) -> int | None:
     return None
 
 
-_ITEM_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length (store.native.BATCH_ITEM_HEAD)
-
-
 def timer_batch_messages(topic: str, queue_id: int, data: bytes, deliver_ms: int, born_host: bytes) -> list[MessageInner]:
     """The messages of a checked batch (RocketMQ's batch encoding), each asking for delivery at `deliver_ms`.
 
@@ -167,18 +163,3 @@ def timer_batch_messages(topic: str, queue_id: int, data: bytes, deliver_ms: int
     UNIQ_KEY (the key crash recovery checks deliveries by), so it goes the MessageInner way.
     """
     return [deliver_at(msg, deliver_ms) for msg in batch_messages(topic, queue_id, data, born_host)]
-
-
-def batch_messages(topic: str, queue_id: int, data: bytes, born_host: bytes) -> list[MessageInner]:
-    """The messages of a checked batch (RocketMQ's batch encoding) as MessageInner objects."""
-    msgs: list[MessageInner] = []
-    pos = 0
-    while pos < len(data):
-        total, _magic, _crc, flag, body_len = _ITEM_HEAD.unpack_from(data, pos)
-        body_at = pos + _ITEM_HEAD.size
-        props_at = body_at + body_len
-        props_len = int.from_bytes(data[props_at : props_at + 2], "big")
-        props = decode_properties(data[props_at + 2 : props_at + 2 + props_len])
-        msgs.append(MessageInner(topic, data[body_at:props_at], queue_id, props, flag=flag, born_host=born_host))
-        pos += total
-    return msgs

@@ -35,6 +35,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.service_thread import ServiceThread
@@ -50,6 +51,7 @@ from store.codec.message_codec import (
 )
 from store.config import TIMER_BLANK_SLOTS, BrokerRole
 from store.errors import StoreNotRunning
+from store.put.put_batch import PutBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer.timer_checkpoint import TimerCheckpoint
@@ -64,7 +66,6 @@ from store.timer.timer_wheel import TimerWheel
 
 if TYPE_CHECKING:
     from core import Clock
-    from store.codec.message import MessageInner
     from store.config import MessageStoreConfig
     from store.disk.space_reservation import SpaceReservation
     from store.dispatch.reput_message_service import ReputMessageService
@@ -88,7 +89,7 @@ class TimedStore(Protocol):
     def is_running(self) -> bool: ...
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[dict[str, Any]]: ...
-    def put_messages_future(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> concurrent.futures.Future[PutMessageResult]: ...
+    def put(self, batch: PutBatch) -> concurrent.futures.Future[PutMessageResult]: ...
 
 
 log = logging.getLogger("tidemq.store")
@@ -143,7 +144,7 @@ class TimerMessageStore:
 
     # Put side --------------------------------------------------------------------------------
 
-    def prepare_put(self, msgs: list[Any] | tuple[Any, ...]) -> PutMessageResult | None:
+    def prepare_put(self, msgs: Sequence[Any]) -> PutMessageResult | None:
         """Move the messages asking for a later delivery to the timer topic; a refusal when one cannot be."""
         now = 0
         for msg in msgs:

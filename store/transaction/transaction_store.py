@@ -24,20 +24,21 @@ writes the op record only. This needs the index (message_index_enable and
 message_index_uniq_key_enable, both on by default); without it a commit interrupted between
 the two puts may be delivered twice.
 
-Locks (their order: docs/concurrency.md): `_prepare_lock` makes a half's append and its
-registration as pending one step, so the progress never passes a half that is appended but not
-yet pending; a stripe of `_stripes` serializes one transaction's resolutions and is held across
+A half is put through the store's one `put` (a batch with a producer group); the half message hook
+(store/transaction/half_message_hook.py) rewrites it and registers the halves as pending under the
+put lock, right after their append.
+
+Locks (their order: docs/concurrency.md): a stripe of `_stripes` serializes one transaction's resolutions and is held across
 its puts; `_state_lock` guards the state.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import enum
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,16 +49,12 @@ from store.codec.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     MessageInner,
-    new_uniq_key,
     split_keys,
 )
 from store.codec.stored_copy import born_host_bytes
 from store.disk.json_file import read_json, write_json_atomically
-from store.logfile.put_durability import as_future
-from store.native import CheckedBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
-from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal
-from store.timer.timer_message import batch_messages
+from store.status import AppendMessageResult, PutMessageResult
 from store.transaction.producer_group_manager import ProducerGroup, ProducerGroupManager
 from store.transaction.transaction_message import (
     CHECK_GROUP,
@@ -70,11 +67,8 @@ from store.transaction.transaction_message import (
     TransactionState,
     committed_message,
     half_offset_of,
-    is_delayed,
-    make_half,
     op_message,
     op_record,
-    producer_group_problem,
     transaction_type,
 )
 
@@ -95,9 +89,6 @@ class TransactedStore(Protocol):
     def query_offset(self, group: str, topic: str, queue_id: int) -> int: ...
     def commit_offsets(self, group: str, commits: list[tuple[str, int, int]]) -> None: ...
     def put_message(self, msg: MessageInner) -> PutMessageResult: ...
-    def _append(
-        self, msgs: list[MessageInner] | tuple[MessageInner, ...], on_appended_locked: AppendedHook | None = None, state_records: int = 0
-    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]: ...
 
 
 log = logging.getLogger("tidemq.store")
@@ -207,7 +198,6 @@ class Transactions:
         self.counters = TransactionCounters()
         self.check_answers: dict[CheckAnswer, int] = dict.fromkeys(CheckAnswer, 0)  # check-back answers by kind
         self.check_transport: CheckTransport | None = None  # set before start (the front end's HTTP check-back)
-        self._prepare_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(STRIPES)]
 
@@ -298,42 +288,20 @@ class Transactions:
 
     # Prepare -------------------------------------------------------------------------------
 
-    def prepare_future(self, msgs: list[MessageInner], producer_group: str) -> concurrent.futures.Future[PutMessageResult]:
-        """Store `msgs` (to their real topics and queues) as half messages of `producer_group`.
-
-        Each stored item's offset message id is its transaction id. A delayed message or an
-        invalid group name is refused (MESSAGE_ILLEGAL) with nothing stored.
-        """
-        problem = producer_group_problem(producer_group)
-        if problem is not None or any(is_delayed(m.properties) for m in msgs):
-            detail = f"producer group {problem}" if problem else "a transactional message cannot be delayed"
-            return as_future(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.NONE, detail + "; nothing was stored"), None)
-        halves = [(m.topic, m.queue_id) for m in msgs]
-        for msg in msgs:
-            make_half(msg, producer_group)
-        with self._prepare_lock:
-            result, waiter = self._store._append(msgs)
-            with self._state_lock:
-                for msg, (topic, queue_id), item in zip(msgs, halves, result.items or (), strict=False):
-                    props = msg.properties
-                    self.pending[item.logics_offset] = PendingHalf(
-                        item.logics_offset, item.wrote_offset, item.store_timestamp, producer_group, item.msg_id,
-                        props[PROPERTY_UNIQ_KEY], topic, queue_id, props.get(PROPERTY_TAGS), split_keys(props.get(PROPERTY_KEYS, "")),
-                    )  # fmt: skip
-                    self._registered_end = max(self._registered_end, item.logics_offset + 1)
-        return as_future(result, waiter)
-
-    def prepare_batch_future(
-        self, topic: str, queue_id: int, batch: CheckedBatch, producer_group: str, born_host: bytes | None = None
-    ) -> concurrent.futures.Future[PutMessageResult]:
-        """A checked batch's messages as half messages of `producer_group` (each its own transaction);
-        `born_host` (8 or 20 bytes) is their BORNHOST, the store host when None."""
-        host = self._store.config.store_host_bytes() if born_host is None else born_host
-        msgs = batch_messages(topic, queue_id, batch.data, host)
-        for msg in msgs:
-            if PROPERTY_UNIQ_KEY not in msg.properties:
-                msg.properties[PROPERTY_UNIQ_KEY] = new_uniq_key()
-        return self.prepare_future(msgs, producer_group)
+    def register_halves_locked(
+        self, producer_group: str, targets: list[tuple[str, int]], msgs: Sequence[MessageInner], items: Sequence[AppendMessageResult]
+    ) -> None:
+        """Record the halves just appended as pending (the half message hook's appended-hook: it runs under the
+        put lock, so a half is pending before dispatch makes it visible and the progress never passes it).
+        `targets` are the messages' real topics and queues; `items` the appended ones (all, or a prefix)."""
+        with self._state_lock:
+            for msg, (topic, queue_id), item in zip(msgs, targets, items, strict=False):
+                props = msg.properties
+                self.pending[item.logics_offset] = PendingHalf(
+                    item.logics_offset, item.wrote_offset, item.store_timestamp, producer_group, item.msg_id,
+                    props[PROPERTY_UNIQ_KEY], topic, queue_id, props.get(PROPERTY_TAGS), split_keys(props.get(PROPERTY_KEYS, "")),
+                )  # fmt: skip
+                self._registered_end = max(self._registered_end, item.logics_offset + 1)
 
     # Resolve -------------------------------------------------------------------------------
 

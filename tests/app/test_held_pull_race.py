@@ -21,7 +21,7 @@ from starlette.requests import Request
 from app.broker import Broker
 from app.routes_pull import Puller
 from app.settings import BrokerSettings
-from store import MessageStoreConfig, build_message
+from store import MessageStoreConfig, PutBatch, build_message
 
 pytestmark = pytest.mark.timeout(60)
 WAIT_MS = 200
@@ -60,7 +60,7 @@ def test_a_wake_up_overtaken_by_the_deadline_still_answers_the_message(tmp_path:
 
             def put_and_wait_dispatched() -> None:
                 # Runs on the loop, after the wait's timeout was released but before the pull resumes.
-                future = store.put_message_future(build_message("t", b"late", 0))
+                future = store.put(PutBatch.of((build_message("t", b"late", 0),)))
                 assert future.result(5).ok
                 deadline = time.monotonic() + 5
                 while store.get_max_offset_in_queue("t", 0) < 1:

@@ -62,6 +62,21 @@ def test_binary_batch_lands_in_one_queue_with_its_properties(tq: Client, topic: 
     assert got[0].msg_id == got[0].offset_msg_id  # no UNIQ_KEY given: the broker adds none
 
 
+def test_idempotent_produce_returns_the_first_ids_on_a_resend(tq: Client, topic: str) -> None:
+    tq.create_topic(topic, 1)
+    first = tq.produce(topic, b"charge", queue_id=0, idempotency_key="charge-1")
+    again = tq.produce(topic, b"charge", queue_id=0, idempotency_key="charge-1")
+    assert not first.duplicate and again.duplicate
+    assert (again.msg_id, again.commitlog_offset, again.queue_offset) == (first.msg_id, first.commitlog_offset, first.queue_offset)
+    batch = tq.produce_batch(topic, [b"a", b"b"], queue_id=0, dedup_ids=["b-1", "b-2"])
+    resent = tq.produce_batch(topic, [b"a", b"b"], queue_id=0, dedup_ids=["b-1", "b-2"])
+    assert [r.duplicate for r in resent] == [True, True] and [r.msg_id for r in resent] == [r.msg_id for r in batch]
+    binary = [BatchMessage(b"x", properties={"TIDEMQ_DEDUP_ID": "bin-1"})]
+    assert not tq.produce_binary(topic, binary, queue_id=0).duplicate
+    assert tq.produce_binary(topic, binary, queue_id=0).duplicate
+    assert tq.pull(topic, 0, 0).max_offset == 4
+
+
 def test_long_poll_returns_the_message_produced_while_it_waits(tq: Client, topic: str) -> None:
     tq.create_topic(topic, 1)
     results = []

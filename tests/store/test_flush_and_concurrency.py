@@ -9,7 +9,7 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import FlushDiskType, GetMessageStatus, PutMessageStatus, build_message
+from store import FlushDiskType, GetMessageStatus, PutBatch, PutMessageStatus, build_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 
@@ -47,7 +47,7 @@ def test_one_flush_serves_many_waiters(tmp_path) -> None:
         s.shutdown()
 
 
-def test_put_message_future_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypatch) -> None:
+def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypatch) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     # A slow disk: no flush of the commitlog finishes until the gate opens (the only way to hold a
     # flush still while a put is under way).
@@ -63,12 +63,12 @@ def test_put_message_future_returns_before_its_flush_and_completes_after_it(tmp_
         returned: list = []
 
         def put() -> None:
-            returned.extend(s.put_message_future(build_message("A", b"x" * 200)) for _ in range(100))
+            returned.extend(s.put(PutBatch.of((build_message("A", b"x" * 200),))) for _ in range(100))
 
         caller = threading.Thread(target=put)
         caller.start()
         caller.join(30)
-        assert len(returned) == 100, "put_message_future waited for the flush instead of returning its future"
+        assert len(returned) == 100, "put waited for the flush instead of returning its future"
         assert not any(f.done() for f in returned), "answered before the flush: not durable yet"
 
         async def gather() -> list:
@@ -96,9 +96,9 @@ def test_group_commit_bound_answers_flush_timeout(tmp_path) -> None:
 
 
 def test_async_flush_future_is_done_at_once(store) -> None:
-    fut = store.put_message_future(build_message("A", b"x"))
+    fut = store.put(PutBatch.of((build_message("A", b"x"),)))
     assert fut.done() and fut.result().ok
-    batch = store.put_messages_future([build_message("A", b"y") for _ in range(5)])
+    batch = store.put(PutBatch.of([build_message("A", b"y") for _ in range(5)]))
     assert [i.logics_offset for i in batch.result().items] == [1, 2, 3, 4, 5]
 
 

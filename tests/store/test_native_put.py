@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core import FakeClock
-from store import DefaultMessageStore, PutMessageStatus, PutRefusal, build_message
+from store import DefaultMessageStore, PutBatch, PutMessageStatus, PutRefusal, build_message
 from store import native as nk
 from store.codec.message import MessageInner, encode_properties
 from store.codec.message_codec import encode_message, message_length, write_blank_into
@@ -235,7 +235,7 @@ def test_store_puts_json_and_binary_batches_in_pool_mode_as_the_reference_does(p
             expected.add_message(msg, clock.now_ms())
         items = [(b"\xff" * 700, encode_properties({"TAGS": "t", "UNIQ_KEY": f"U{round_}"}), 9), (b"", b"", 0)]
         checked = pooled_store.check_batch(nk.pack_batch(items))
-        assert pooled_store.put_batch_future("S", 1, checked).result().ok
+        assert pooled_store.put(PutBatch.of_encoded("S", 1, checked)).result().ok
         fields = {"queue_id": 1, "sys_flag": 0, "born_timestamp": clock.now_ms(), "born_host": bytes([127, 0, 0, 1, 0, 0, 0, 0])}
         for body, props, flag in items:
             expected.add(b"S", body, props, dict(fields, flag=flag), clock.now_ms())
@@ -266,10 +266,10 @@ def test_store_check_batch_refuses_what_the_store_would_not_take(pooled_store: D
 
 def test_put_batch_refusals_store_nothing(pooled_store: DefaultMessageStore) -> None:
     checked = pooled_store.check_batch(nk.pack_batch([(b"x", b"", 0)]))
-    assert pooled_store.put_batch_future("a b", 0, checked).result().refusal is PutRefusal.TOPIC_INVALID
-    assert pooled_store.put_batch_future("t", 1024, checked).result().refusal is PutRefusal.QUEUE_NOT_FOUND
+    assert pooled_store.put(PutBatch.of_encoded("a b", 0, checked)).result().refusal is PutRefusal.TOPIC_INVALID
+    assert pooled_store.put(PutBatch.of_encoded("t", 1024, checked)).result().refusal is PutRefusal.QUEUE_NOT_FOUND
     empty = pooled_store.check_batch(b"")
-    assert pooled_store.put_batch_future("t", 0, empty).result().refusal is PutRefusal.BATCH_EMPTY
+    assert pooled_store.put(PutBatch.of_encoded("t", 0, empty)).result().refusal is PutRefusal.BATCH_EMPTY
     assert pooled_store.commit_log.get_max_offset() == 0  # a full disk: tests/app/test_disk_full.py fills a real one
 
 
@@ -291,7 +291,7 @@ def test_a_put_holding_the_lock_too_long_makes_puts_answer_busy(pooled_store: De
     try:
         assert held.wait(10)
         if binary:
-            r = pooled_store.put_batch_future("t", 0, pooled_store.check_batch(nk.pack_batch([(b"x", b"", 0)]))).result()
+            r = pooled_store.put(PutBatch.of_encoded("t", 0, pooled_store.check_batch(nk.pack_batch([(b"x", b"", 0)])))).result()
         else:
             r = pooled_store.put_message(build_message("t", b"x"))
         assert r.status is PutMessageStatus.OS_PAGECACHE_BUSY and not r.items

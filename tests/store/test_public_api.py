@@ -107,7 +107,7 @@ def test_the_reach_check_catches_internals(source: str, offences: list[tuple[int
 
 
 def test_the_protocol_lists_what_the_other_packages_need() -> None:
-    for name in ("put_message_future", "put_batch_future", "get_message", "commit_offsets", "register_service", "set_replication_waiter"):
+    for name in ("put", "put_message", "get_message", "commit_offsets", "register_service", "set_replication_waiter"):
         assert name in PROTOCOL_MEMBERS
     assert len(PROTOCOL_MEMBERS) > 40
 

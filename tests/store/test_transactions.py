@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, ResolveStatus, TransactionAction, TransactionState, build_message
+from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, PutBatch, ResolveStatus, TransactionAction, TransactionState, build_message
 from store.transaction.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
@@ -30,7 +30,7 @@ def messages(store: DefaultMessageStore, topic: str, queue_id: int = 0) -> list[
 
 
 def test_half_commit_and_op_are_stored_as_rocketmq_stores_them(store: DefaultMessageStore) -> None:
-    result = store.transactions.prepare_future([build_message("Txn", b"body", 2, tags="t")], "pg-a").result()
+    result = store.put(PutBatch.of([build_message("Txn", b"body", 2, tags="t")], producer_group="pg-a")).result()
     item = result.items[0]
     wait_dispatched(store)
     assert store.get_max_offset_in_queue("Txn", 2) == 0

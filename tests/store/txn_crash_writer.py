@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from store import DefaultMessageStore, build_message
+from store import DefaultMessageStore, PutBatch, build_message
 from store.transaction.transaction_message import committed_message
 from tests.store.conftest import small_config, wait_dispatched
 
@@ -22,7 +22,7 @@ def main() -> None:
     store.start()
     ids = []
     for body in (b"committed-before-crash", b"still-pending"):
-        result = store.transactions.prepare_future([build_message("TxnCrash", body, 1)], "pg").result()
+        result = store.put(PutBatch.of([build_message("TxnCrash", body, 1)], producer_group="pg")).result()
         ids.append(result.items[0].msg_id)
     first = store.look_message_by_offset(int(ids[0][16:], 16))  # the transaction id is the half's offset message id
     assert first is not None
