@@ -82,6 +82,7 @@ def free_port() -> int:
 class Broker:
     def __init__(self, root: str, config_text: str = STORE_CONFIG) -> None:
         self.root = root
+        os.makedirs(root, exist_ok=True)
         self.port = free_port()
         config = os.path.join(root, "bench.toml")
         with open(config, "w") as f:
