@@ -33,7 +33,7 @@ from app.receive_models import (
     InvisibleRequest,
     received_json,
 )
-from app.responses import JsonResponse
+from app.responses import JsonResponse, Reply
 from app.routes_groups import check_group
 from app.strict_json import duplicate_name
 from store import MAX_SQL_CHARS, AckOutcome, Popped, decode_message, retry_topic
@@ -141,7 +141,7 @@ class Receiver:
             )  # fmt: skip
             for p in popped
         ]
-        return Response(orjson.dumps({"messages": messages}), media_type="application/json")
+        return Reply(orjson.dumps({"messages": messages}))
 
     async def receive(self, request: Request) -> Response:
         spec = self.parse(request)
@@ -210,7 +210,7 @@ class Receiver:
             self.broker.consumers.end(consumer)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
         results = [{"receipt_handle": h, "status": o.value} for h, o in zip(given, outcomes, strict=True)]
-        return Response(orjson.dumps({"results": results}), media_type="application/json")
+        return Reply(orjson.dumps({"results": results}))
 
     async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
         check_group(group)

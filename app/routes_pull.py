@@ -33,7 +33,7 @@ from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.query import query_of
-from app.responses import BATCH_MEDIA_TYPE, docs
+from app.responses import BATCH_MEDIA_TYPE, Reply, docs
 from app.strict_route import StrictRoute
 from store import MAX_SQL_CHARS, GetMessageStatus, group_problem
 
@@ -107,6 +107,7 @@ BATCH_HEADERS = {
 }
 # The batch format never inflates: it is the commitlog's bytes (X-Tidemq-Body-Encoding).
 BODY_ENCODING_STORED = "stored"
+BODY_ENCODING_STORED_BYTES = BODY_ENCODING_STORED.encode()
 BATCH_BODY = {"schema": {"type": "string", "format": "binary"}, "example": ""}
 PULL_BATCH_DOC = docs(None, 200, *PULL_PROBLEMS)
 PULL_BATCH_DOC[200] = {
@@ -267,16 +268,16 @@ class Puller:
     @staticmethod
     def reply(r: Read, batch: str | None) -> Response:
         if batch is None:
-            return Response(r.body, media_type="application/json")
-        headers = {
-            "X-Tidemq-Status": r.status,
-            "X-Tidemq-Next-Offset": str(r.next_offset),
-            "X-Tidemq-Min-Offset": str(r.min_offset),
-            "X-Tidemq-Max-Offset": str(r.max_offset),
-            "X-Tidemq-Count": str(r.count),
-            "X-Tidemq-Body-Encoding": BODY_ENCODING_STORED,
-        }
-        return Response(r.body, media_type=batch, headers=headers)
+            return Reply(r.body)
+        headers = [
+            (b"x-tidemq-status", r.status.encode()),
+            (b"x-tidemq-next-offset", b"%d" % r.next_offset),
+            (b"x-tidemq-min-offset", b"%d" % r.min_offset),
+            (b"x-tidemq-max-offset", b"%d" % r.max_offset),
+            (b"x-tidemq-count", b"%d" % r.count),
+            (b"x-tidemq-body-encoding", BODY_ENCODING_STORED_BYTES),
+        ]
+        return Reply(r.body, media_type=batch.encode(), headers=headers)
 
     def answer(self, r: Read, spec: PullSpec, batch: str | None) -> Response:
         """The reply, with the messages it returns counted for the topic (on the event loop: no lost updates)."""
