@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from app.broker import FIFO_RECHECK_MS, Broker
 from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
+from app.long_poll import Departure, Wake, wait_held
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.query import query_of
@@ -162,15 +163,16 @@ class Receiver:
         queues = [(spec.topic, q) for q in range(self.broker.topic_config(spec.topic).read_queue_nums)]
         queues.append((retry_topic(spec.group, spec.topic), 0))
         fifo = self.store.group_consumption.group(spec.group).fifo
-        watcher = asyncio.ensure_future(_disconnected(request))
+        departure = Departure(request.scope, request.receive)
         access = self.broker.revocations.watch(request.scope)
-        revoked = () if access is None else (access.future,)
+        revoked = None if access is None else access.future
         try:
             while not self.held.closed:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
-                waiters = [self.held.register(t, q, spec.codes) for t, q in queues]
+                wake: asyncio.Future[Wake] = loop.create_future()  # one future for every queue's registration
+                waiters = [self.held.register(t, q, spec.codes, wake) for t, q in queues]
                 try:
                     if any(w is None for w in waiters):
                         if self.held.closed:
@@ -180,9 +182,8 @@ class Receiver:
                     if popped:
                         return popped
                     timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
-                    futures = [w.future for w in waiters if w is not None]
-                    done, _ = await asyncio.wait((*futures, watcher, *revoked), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                    if watcher in done:
+                    why = await wait_held(wake, timeout, departure.future, revoked)
+                    if why is Wake.GONE:
                         return []  # the client went away; whatever a take would get stays visible
                     if access is not None and access.future.done():
                         raise ProblemError(*access.future.result())
@@ -193,7 +194,7 @@ class Receiver:
             return []
         finally:
             self.broker.revocations.release(access)
-            watcher.cancel()
+            departure.close()
 
     async def ack(self, request: Request) -> Response:
         """Serve an ack; the path parameters are `request.path_params` strings (see app.hot_routes)."""
@@ -251,10 +252,3 @@ def parse_ack_body(data: bytes) -> list[str]:
     if type(handles) is not list or not 1 <= len(handles) <= MAX_ACK_HANDLES or not all(type(h) is str for h in handles):
         raise ProblemError("BODY_INVALID", f"receipt_handles must be an array of 1..{MAX_ACK_HANDLES} strings")
     return handles
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
