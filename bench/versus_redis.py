@@ -200,6 +200,8 @@ def requests_section(root: str, args: argparse.Namespace) -> None:
             scenarios.append(
                 Scenario(f"redis XADD 1 KiB, {BATCH} pipelined", peer.port, peer.proc.pid, xadd * BATCH, "resp", BATCH, BATCH, flush)
             )
+        ports = [str(noop.port), str(broker.port)] + ([str(peer.port)] if peer is not None else [])
+        print(f"servers on ports {', '.join(ports)} (no-op, tidemq, redis)", flush=True)
         got = measure_rounds(scenarios, args.rounds, args.connections, args.seconds)
     finally:
         broker.stop()
