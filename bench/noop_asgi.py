@@ -10,10 +10,16 @@ Usage: python bench/noop_asgi.py PORT
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from typing import Any
 
 import uvicorn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BODY = b'{"status":"ok"}'
 START = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"15"), (b"content-type", b"application/json")]}
@@ -25,6 +31,30 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     await send(START)
     await send(REPLY)
+
+
+class NoopServer:
+    """This module served in a process of its own on a free loopback port."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, ROOT)
+        from bench.compare_peers import free_port, tcp_open
+
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(self.port)], cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while not tcp_open(self.port):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError("the no-op server did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 if __name__ == "__main__":

@@ -37,8 +37,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +47,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.compare_peers import RedisPeer, free_port, tcp_open
-from bench.http_bench import ROOT, STORE_CONFIG, Broker, binary_batch
+from bench.compare_peers import RedisPeer
+from bench.http_bench import STORE_CONFIG, Broker, binary_batch
 from bench.load_generator import Measured, cpu_seconds, http_request, load_average, loadgen, median_of, resp_command
+from bench.noop_asgi import NoopServer
 from bench.raw_append import raw_append
 
 BODY_BYTES = 1024
@@ -94,27 +93,6 @@ def redis_flush(port: int) -> None:
     import redis
 
     redis.Redis(port=port).flushall()
-
-
-class NoopServer:
-    """bench/noop_asgi.py in its own process."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        script = os.path.join(ROOT, "bench", "noop_asgi.py")
-        self.proc = subprocess.Popen([sys.executable, script, str(self.port)], cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while not tcp_open(self.port):
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("the no-op server did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 @dataclass
