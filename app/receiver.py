@@ -2,7 +2,13 @@
 
 Invariants:
 - A receive, an ack and an invisible-time change store records (checkpoints, acks), so they run
-  in the broker's pool; the event loop never waits on the store's files.
+  in the broker's pool; the event loop never waits on the store's files. Two exceptions run on the
+  loop, where a thread hop would cost more than the work, and only while the store answers a put at
+  once (ASYNC_FLUSH, not a SYNC_MASTER: the record is a memory copy, as a produce's put on the loop
+  is) and the group is not FIFO (whose ack waits for its queue's lock): an ack, and a take whose
+  messages are in memory: a held receive's just woken by an arrival, or one whose group's committed
+  offsets are within `inline_read_window_messages` of the queues' ends, in all (as a pull reads
+  near the tail inline); a take returns at most 32 messages.
 - A receive with nothing visible is held (futures in `HeldPulls` on every queue of the topic and
   on the group's retry queue, no thread) until a message arrives in one of them, the wait ends,
   the client goes away or the broker stops. A FIFO group's queue also frees up when an ack comes
@@ -37,7 +43,7 @@ from app.receive_models import (
 from app.responses import JsonResponse, Reply
 from app.routes_groups import check_group
 from app.strict_json import duplicate_name
-from store import MAX_SQL_CHARS, AckOutcome, Popped, decode_message, retry_topic
+from store import MAX_SQL_CHARS, AckOutcome, BrokerRole, FlushDiskType, Popped, decode_message, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
 MAX_RECEIVE_MESSAGES = 32
@@ -134,6 +140,32 @@ class Receiver:
         return await self.broker.run(self.store.group_consumption.receive, spec.group, spec.topic, spec.max_count, spec.invisible_ms,
                                      spec.message_filter)  # fmt: skip
 
+    def on_loop(self, group: str) -> bool:
+        """True when a take or an ack of `group` may run on the event loop (see the module's invariants)."""
+        config = self.broker.config
+        if config.flush_disk_type is not FlushDiskType.ASYNC_FLUSH or config.broker_role is BrokerRole.SYNC_MASTER:
+            return False
+        return not self.store.group_consumption.group(group).fifo
+
+    def near_tail(self, spec: ReceiveSpec, queues: int) -> bool:
+        """True when the group's committed offsets lie within `inline_read_window_messages` of the ends of the
+        topic's queues and of its retry queue, in all (what a take reads was just written: in memory)."""
+        store = self.store
+        left = self.broker.settings.inline_read_window_messages
+        for topic, count in ((spec.topic, queues), (retry_topic(spec.group, spec.topic), 1)):
+            for queue_id in range(count):
+                committed = store.query_offset(spec.group, topic, queue_id)
+                left -= store.get_max_offset_in_queue(topic, queue_id) - (committed if committed >= 0 else 0)
+                if left < 0:
+                    return False
+        return True
+
+    async def take_soon(self, spec: ReceiveSpec, queues: int, woken: bool) -> list[Popped]:
+        """A take on the loop when it may run there (a held receive just woken, or offsets near the queues' ends), else in the pool."""
+        if self.on_loop(spec.group) and (woken or self.near_tail(spec, queues)):
+            return self.store.group_consumption.receive(spec.group, spec.topic, spec.max_count, spec.invisible_ms, spec.message_filter)
+        return await self.take(spec)
+
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
         limit = self.store.config.max_message_size_bytes
         messages = [
@@ -148,7 +180,7 @@ class Receiver:
         spec = self.parse(request)
         consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
         try:
-            popped = await self.take(spec)
+            popped = await self.take_soon(spec, self.broker.topic_config(spec.topic).read_queue_nums, False)
             if not popped and spec.wait_ms > 0:
                 popped = await self.hold(request, spec)
         finally:
@@ -160,12 +192,14 @@ class Receiver:
         reload that revokes the request's access: 401/403) and take again."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
-        queues = [(spec.topic, q) for q in range(self.broker.topic_config(spec.topic).read_queue_nums)]
+        read_queues = self.broker.topic_config(spec.topic).read_queue_nums
+        queues = [(spec.topic, q) for q in range(read_queues)]
         queues.append((retry_topic(spec.group, spec.topic), 0))
         fifo = self.store.group_consumption.group(spec.group).fifo
         departure = Departure(request.scope, request.receive)
         access = self.broker.revocations.watch(request.scope)
         revoked = None if access is None else access.future
+        woken = False
         try:
             while not self.held.closed:
                 remaining = deadline - loop.time()
@@ -178,11 +212,13 @@ class Receiver:
                         if self.held.closed:
                             return []
                         raise ProblemError("TOO_MANY_WAITERS", f"{self.held.max_held} requests are held already")
-                    popped = await self.take(spec)  # after registering: an arrival before it is not missed
+                    # After registering: an arrival before it is not missed. Once woken, what arrived is in memory.
+                    popped = await self.take_soon(spec, read_queues, woken)
                     if popped:
                         return popped
                     timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
                     why = await wait_held(wake, timeout, departure.future, revoked)
+                    woken = why is Wake.ARRIVED
                     if why is Wake.GONE:
                         return []  # the client went away; whatever a take would get stays visible
                     if access is not None and access.future.done():
@@ -206,7 +242,10 @@ class Receiver:
         handles = [self.own_handle(h) for h in given] if self.handle_prefix else given
         consumer = self.broker.consumers.begin(group, topic, request.scope)
         try:
-            outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+            if self.on_loop(group):
+                outcomes = self.store.group_consumption.ack(group, topic, handles)
+            else:
+                outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
         finally:
             self.broker.consumers.end(consumer)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])

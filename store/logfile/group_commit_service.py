@@ -52,7 +52,7 @@ class CommitFuture(concurrent.futures.Future[Any]):
     Not for `concurrent.futures.wait`/`as_completed`, which read a Future's condition."""
 
     def __init__(self) -> None:  # not Future.__init__: that makes the Condition this class avoids
-        self._lock = _thread.allocate_lock()
+        self._lock = threading.Lock()
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
@@ -175,10 +175,12 @@ class GroupCommitService(ServiceThread):
     def put_request(self, request: GroupCommitRequest) -> None:
         with self._lock:
             pending = len(self._requests_write)
-            if pending >= self.max_requests:
-                request.wakeup_customer(False)
-                return
-            self._requests_write.append(request)
+            full = pending >= self.max_requests
+            if not full:
+                self._requests_write.append(request)
+        if full:
+            request.wakeup_customer(False)  # answered outside the lock: its callbacks take locks of their own
+            return
         if pending == 0:
             self._bell.put(True)  # the first of a group: the service may be asleep
 
