@@ -47,6 +47,7 @@ from bench.load_generator import cpu_seconds  # noqa: E402
 from bench.noop_asgi import NoopServer  # noqa: E402
 
 BODY_BYTES = 1024
+READY_TIMEOUT_S = 60  # longest a broker may take to answer /readyz 200 after its start
 STAMP_DIGITS = 20  # the send time at the head of a delivery body, zero-padded nanoseconds
 BATCH = 100
 TOPIC = "bench"
@@ -108,14 +109,15 @@ class Broker:
         cmd = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--store", os.path.join(root, "store"), "--config", config]
         self.log = open(os.path.join(root, "broker.log"), "wb")
         self.proc = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
                 if self.request("GET", "/readyz")[0] == 200:
                     return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("broker did not become ready")
+        self.stop()  # not left running behind the error
+        raise RuntimeError(f"broker did not become ready within {READY_TIMEOUT_S} s")
 
     def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
