@@ -13,7 +13,6 @@ import ctypes
 import hashlib
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -172,7 +171,3 @@ class CopyBaseline:
     def copy(self, dst: ctypes.c_void_p | int, src: ctypes.c_void_p | int, sizes: ctypes.Array[ctypes.c_uint32]) -> int:
         """Copy len(sizes) consecutive messages of the given sizes from `src` to `dst`; the bytes copied."""
         return int(self._copy(dst, src, sizes, len(sizes)))
-
-
-def mean(values: list[float]) -> float:
-    return statistics.fmean(values) if values else float("nan")
