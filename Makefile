@@ -89,8 +89,10 @@ openapi: $(STAMP)
 settings-doc: $(STAMP)
 	$(PY) -m app.settings_doc docs/settings.md
 
+# Puts, gets, dispatch and SYNC_FLUSH group commit beside memcpy/write/fdatasync baselines, CPU per message on every row
+# (QUICK=1: small counts).
 bench-store: $(STAMP) native
-	$(PY) bench/store_bench.py
+	$(PY) bench/store_bench.py $(if $(QUICK),--quick)
 
 # Put throughput and CPU per put with blocks reserved ahead against whole files reserved at creation (QUICK=1: a smoke test).
 bench-reserve: $(STAMP) native
@@ -112,8 +114,9 @@ bench-schedule: $(STAMP)
 bench-timer: $(STAMP) native
 	$(PY) bench/timer_bench.py
 
+# wrk against the broker and a plain-ASGI no-op: rates, server CPU per request, CPU ratios (QUICK=1: 2 s per scenario).
 bench-http: $(BENCH_STAMP)
-	$(PY) bench/http_bench.py
+	$(PY) bench/http_bench.py $(if $(QUICK),--quick)
 
 # What counting each HTTP request (and the access log) adds per request, in process (QUICK=1: a smoke test).
 bench-request-metrics: $(STAMP) native
@@ -141,12 +144,14 @@ bench-streams: $(BENCH_STAMP)
 bench-http-clients: $(BENCH_STAMP)
 	$(PY) bench/http_clients_bench.py $(if $(QUICK),--quick)
 
+# tidemq beside Redis Streams and a plain-ASGI no-op, one C load generator for both (bench/loadgen.c): requests,
+# SYNC_FLUSH against appendfsync always, 1 KiB delivery and receive + ack latency, Python clients (QUICK=1: 2 s runs).
 bench-vs-redis: $(BENCH_STAMP)
-	$(PY) bench/versus_redis.py
+	$(PY) bench/versus_redis.py $(if $(QUICK),--quick)
 
-# Binary batch produce beside redis-benchmark -P 100 XADD and redis-py pipelines (QUICK=1: a smoke test).
+# Batch produce beside 100 pipelined XADDs from one C load generator, and httpx beside redis-py pipelines (QUICK=1: a smoke test).
 bench-batch-vs-redis: $(BENCH_STAMP)
-	$(PY) bench/versus_redis.py --only batch $(if $(QUICK),--quick)
+	$(PY) bench/versus_redis.py --only requests,batch $(if $(QUICK),--quick)
 
 # Group consumption: receive + ack against the offset pull and Redis Streams XREADGROUP + XACK, 8 consumers
 # (QUICK=1: a smoke test; PROFILE=FILE: py-spy profile of the broker during receive + ack).

@@ -1,6 +1,7 @@
 """BodyLimit: request bodies are capped in size, and a body that stopped arriving is answered 408.
 
-Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
+`body_limit` decides from a request's headers; `BodyLimit` applies it as middleware (the FastAPI app's),
+app.hot_routes applies it itself. Invariants: a Content-Length over the limit is answered 413 BODY_TOO_LARGE at once, without
 reading the body; a body without one (chunked) stops being read as soon as it passes the limit
 (BodyTooLarge, mapped to the same problem). JSON bodies and binary batches
 (application/x-tidemq-batch, or application/octet-stream to `.../messages/batch`) have their own, larger limit.
@@ -51,6 +52,52 @@ class BodyTimeout(StarletteHTTPException):
         super().__init__(408, f"the request body did not arrive whole within {timeout_s:g} s", {"Connection": "close"})
 
 
+class Limit:
+    """What `body_limit` decided for one request: a refusal (problem code and detail) or the cap to read the body under."""
+
+    __slots__ = ("refusal", "limit", "setting")
+
+    def __init__(self, refusal: tuple[str, str] | None, limit: int, setting: str) -> None:
+        self.refusal = refusal
+        self.limit = limit  # bytes a body may have while it is read; -1: its Content-Length was checked, count nothing
+        self.setting = setting  # the broker setting `limit` comes from, named in a 413
+
+
+NO_BODY = Limit(None, -1, REQUEST_LIMIT)
+
+
+def body_limit(scope: Scope, max_bytes: int, max_json_bytes: int) -> Limit:
+    """The request's body limit from its headers: refused at once (400 for a Content-Length that is not a
+    number, 413 past the limit), or the cap its reading is held to."""
+    length: bytes | None = None
+    chunked = False
+    limit = max_bytes
+    setting = REQUEST_LIMIT
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            length = value
+        elif name == b"content-type":
+            media = value[:26].lower()
+            if media.startswith(BATCH_TYPES) or (media.startswith(OCTET_STREAM) and scope["path"].endswith(BATCH_PATH_SUFFIX)):
+                limit = max_json_bytes
+                setting = JSON_LIMIT
+        elif name == b"transfer-encoding":
+            chunked = True
+    if length is not None:
+        if not length.isdigit():
+            return Limit(("REQUEST_INVALID", "Content-Length is not a number"), -1, setting)
+        if int(length) > limit:
+            detail = (
+                f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes, the broker's {setting} "
+                f"({SETTING_SCOPE[setting]}); send less, or raise {setting} in the [broker] settings"
+            )
+            return Limit(("BODY_TOO_LARGE", detail), -1, setting)
+        return Limit(None, -1, setting)  # the length is checked: count nothing, only time the body
+    if not chunked:
+        return NO_BODY
+    return Limit(None, limit, setting)
+
+
 class BodyLimit:
     """ASGI middleware capping request bodies (JSON and binary batch bodies have their own, larger cap)."""
 
@@ -64,39 +111,14 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length: bytes | None = None
-        chunked = False
-        limit = self.max_bytes
-        setting = REQUEST_LIMIT
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                length = value
-            elif name == b"content-type":
-                media = value[:26].lower()
-                if media.startswith(BATCH_TYPES) or (media.startswith(OCTET_STREAM) and scope["path"].endswith(BATCH_PATH_SUFFIX)):
-                    limit = self.max_json_bytes
-                    setting = JSON_LIMIT
-            elif name == b"transfer-encoding":
-                chunked = True
-        if length is not None:
-            if not length.isdigit():
-                await self.problem("REQUEST_INVALID", "Content-Length is not a number", scope.get("path"), None)(scope, receive, send)
-                return
-            if int(length) > limit:
-                detail = (
-                    f"Content-Length {length[:20].decode('latin-1')} is over the limit of {limit} bytes, the broker's {setting} "
-                    f"({SETTING_SCOPE[setting]}); send less, or raise {setting} in the [broker] settings"
-                )
-                await self.problem("BODY_TOO_LARGE", detail, scope.get("path"), None)(scope, receive, send)
-                return
-            if int(length) == 0:
-                await self.app(scope, receive, send)
-                return
-            limit = -1  # the length is checked: count nothing, only time the body
-        elif not chunked:
+        decided = body_limit(scope, self.max_bytes, self.max_json_bytes)
+        if decided.refusal is not None:
+            await self.problem(*decided.refusal, scope.get("path"), None)(scope, receive, send)
+            return
+        if decided is NO_BODY:
             await self.app(scope, receive, send)  # no body at all
             return
-        await self.app(scope, bounded(scope, receive, limit, setting), send)
+        await self.app(scope, bounded(scope, receive, decided.limit, decided.setting), send)
 
 
 def bounded(scope: Scope, receive: Receive, limit: int, setting: str) -> Receive:

@@ -22,6 +22,8 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
+- A request's scope offers (`LOST_KEY`, app.long_poll) a future completed when its connection is
+  lost, which held requests wait on instead of reading the request's messages until a disconnect.
 - A reply whose client takes nothing for `send_stall_timeout_ms` while the connection's buffers
   are full (the transport paused writing: the kernel's buffers and the transport's high-water
   mark are full) is cut: the connection is aborted, which the app sees as a disconnect. So an
@@ -43,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.body_limit import BODY_TIMED_OUT
+from app.long_poll import LOST_KEY
 from app.problems import ProblemReply
 from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
@@ -103,6 +106,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.header_bytes = 0  # bytes received towards the current request's line and headers
         self.header_tail = b""  # the last 3 header bytes received, to find a blank line split over two reads
         self.in_body = False  # between a request's complete headers and its complete message
+        self.lost: asyncio.Future[None] | None = None  # completed when the connection closes (made when a request asks)
+        self.gone = False  # the connection was lost
 
     def data_received(self, data: bytes) -> None:
         if not self._count_header_bytes(data):
@@ -167,6 +172,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        if self.lost is not None and not self.lost.done():
+            self.lost.set_result(None)
         self._release_header_bytes()
         self._disarm_header_timer()
         self._disarm_body_timer()
@@ -198,6 +206,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.reading_headers = True
+        self.scope[LOST_KEY] = self.lost_future  # type: ignore[literal-required]  # tidemq's own scope key
+
+    def lost_future(self) -> asyncio.Future[None]:
+        """A future completed when this connection is lost (at once when it is already): a held request's
+        way to learn that its client went away without reading the request's messages."""
+        if self.lost is None:
+            self.lost = self.loop.create_future()
+            if self.gone:
+                self.lost.set_result(None)
+        return self.lost
 
     def on_headers_complete(self) -> None:
         self.reading_headers = False

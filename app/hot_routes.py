@@ -1,32 +1,47 @@
-"""HotRoutes: produce, pull, receive and ack served without FastAPI, its router and its middleware.
+"""HotRoutes: the server's outermost ASGI callable; produce, pull, receive and ack served without FastAPI.
 
 Matching a path through FastAPI's included routers, solving an endpoint's parameters and passing
-through Starlette's middleware stack cost more than the store's put on these two paths, so this
-plain ASGI callable is the server's outermost app: it recognises them by splitting the path and
-calls the same handler the FastAPI route calls, behind the same body limit and start-up gate
-the FastAPI app has as middleware (the route stays, for the spec and as the fallback). Invariants:
+through Starlette's middleware stack cost more than the store's put on these paths, and so did a
+stack of ASGI wrappers (counting, query, body limit, start-up gate) each with its own coroutine
+frame and send wrapper. So this one callable, per HTTP request: counts it (app.http_requests:
+`RequestStats`, the access log), parses its query once (app.query: 400 REQUEST_INVALID for a bad
+one), and serves a hot route itself: the start-up gate (503 STARTING), the body limit (413
+BODY_TOO_LARGE before reading; a chunked body cut at the limit; 408 when the connection marked
+it late), the handler the FastAPI route calls too, and the reply written as two ASGI messages.
+Every other request goes on to the FastAPI app (whose own middleware gates it the same way).
+
+Invariants:
 - Only `POST /v1/topics/{topic}/messages`, `GET /v1/topics/{topic}/queues/{queue_id}/messages`
   (and both with `/batch` appended: produceBinaryBatch, pullBatch),
   `POST /v1/groups/{group}/topics/{topic}/receive` and `.../ack` with non-empty segments, and
-  `GET` and `HEAD /healthz` (a constant reply), are taken; every other request goes on unchanged.
-- A request taken here carries its route template in `scope[ROUTE_KEY]` (app.http_requests).
-- The handlers read `request.path_params` as strings and parse everything themselves, so both
-  ways in give the same answers; errors go through the same problem mapping as the app's.
+  `GET` and `HEAD /healthz` (a constant reply), are served here.
+- With a guard (the ACL gate, the cluster's forwarder: `guard`), every request passes the
+  guard after being counted and its query parsed, and the guard's innermost app is `dispatch`,
+  which serves the hot routes the same way; so nothing reaches a handler unjudged.
+- A request served here carries its route template in `scope[ROUTE_KEY]` (app.http_requests).
+- A handler gets a `HotRequest` (its `path_params` are strings; `body()` reads through the body
+  limit) and its errors go through the app's one problem mapping, so both ways in give the same
+  answers.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-from starlette.requests import Request
+from starlette.datastructures import Headers
+from starlette.requests import Request, empty_send
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.body_limit import BodyLimit
-from app.http_requests import ROUTE_KEY
-from app.problems import ProblemReply
-from app.startup import StartupGate
+from app.body_limit import BODY_TIMED_OUT, BodyTimeout, BodyTooLarge, body_limit
+from app.http_requests import METHODS, ROUTE_KEY, RequestStats, log_request, route_of
+from app.problems import ProblemError, ProblemReply
+from app.query import QUERY_KEY, parse_query
+from app.responses import is_plain
+from app.startup import SERVED_WHILE_STARTING
 
 Handler = Callable[[Request], Awaitable[Response]]
 HEALTH_PATH = "/healthz"
@@ -44,6 +59,7 @@ PULL_ROUTE = "/v1/topics/{topic}/queues/{queue_id}/messages"
 PRODUCE_BATCH_ROUTE = PRODUCE_ROUTE + "/batch"
 PULL_BATCH_ROUTE = PULL_ROUTE + "/batch"
 GROUP_ROUTES = {"receive": "/v1/groups/{group}/topics/{topic}/receive", "ack": "/v1/groups/{group}/topics/{topic}/ack"}
+STARTING_DETAIL = "the store is being loaded and recovered; see /readyz for the progress"
 ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
 
 
@@ -59,16 +75,91 @@ class HotHandlers:
     ack: Handler
 
 
+class HotRequest(Request):
+    """What a handler reads of a request served here: the scope, path parameters, headers, the body.
+
+    A Starlette `Request` by type only (the handlers are shared with the FastAPI routes): none of
+    its per-request work runs. The constructor sets the scope and nothing else; `body()` reads the
+    whole body in one `receive()` when it came with the headers, checked by the body limit the
+    hot path decided (`limit` bytes named by `setting`; -1: the Content-Length was checked already)."""
+
+    def __init__(self, scope: Scope, receive: Receive, limit: int, setting: str) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = empty_send
+        self._stream_consumed = False
+        self._form = None
+        self._limit = limit
+        self._setting = setting
+        self._is_disconnected = False
+
+    @property
+    def headers(self) -> Headers:
+        headers: Headers | None = getattr(self, "_headers", None)
+        if headers is None:
+            headers = self._headers = HotHeaders(raw=self.scope["headers"])
+        return headers
+
+    async def body(self) -> bytes:
+        body: bytes | None = getattr(self, "_body", None)
+        if body is None:
+            body = self._body = await self._read_body()
+        return body
+
+    async def _read_body(self) -> bytes:
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await self._receive()
+            if self.scope.get(BODY_TIMED_OUT):
+                raise BodyTimeout(self.scope[BODY_TIMED_OUT])
+            if message["type"] != "http.request":  # http.disconnect: what arrived is all there is
+                self._is_disconnected = True
+                break
+            chunk = message.get("body", b"")
+            if not chunks and not message.get("more_body", False):
+                if 0 <= self._limit < len(chunk):
+                    raise BodyTooLarge(self._limit, self._setting)
+                return chunk  # the common case: the whole body in one message, not copied
+            seen += len(chunk)
+            if 0 <= self._limit < seen:
+                raise BodyTooLarge(self._limit, self._setting)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def receive(self) -> Message:
+        """The next ASGI message (a held request watches for `http.disconnect` with it)."""
+        return await self._receive()
+
+
+class HotHeaders(Headers):
+    """Starlette's read-only headers with a direct `get` (the handlers' one use: a header or a default)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        name = key.lower().encode("latin-1")
+        for item, value in self._list:
+            if item == name:
+                return value.decode("latin-1")
+        return default
+
+
 class HotRoutes:
+    """The outermost ASGI callable: counting, the query, the hot routes; everything else goes to `app`."""
+
     def __init__(
         self,
         app: ASGIApp,
         handlers: HotHandlers,
         on_error: ErrorMapper,
         problem: ProblemReply,
-        broker: object,
+        broker: Any,
+        stats: RequestStats,
+        log_requests: bool,
         max_bytes: int,
         max_json_bytes: int,
+        serve_hot: bool = True,
     ) -> None:
         self.app = app
         self.produce = handlers.produce
@@ -77,64 +168,144 @@ class HotRoutes:
         self.pull_batch = handlers.pull_batch
         self.group_actions = {"receive": handlers.receive, "ack": handlers.ack}
         self.on_error = on_error
-        # The hot requests pass the gates every other request passes inside the FastAPI app.
-        self.gated = BodyLimit(StartupGate(self._serve, broker, problem), max_bytes, max_json_bytes, problem)
+        self.problem = problem
+        self.broker = broker
+        self.stats = stats
+        self.log_requests = log_requests
+        self.max_bytes = max_bytes
+        self.max_json_bytes = max_json_bytes
+        self.serve_hot = serve_hot  # False: the hot routes go to the FastAPI app too (settings.hot_routes off)
+        # The ACL gate and the forwarder (app.server sets it): every request passes it, `dispatch` innermost.
+        self.guard: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path: str = scope["path"]
-            if path == HEALTH_PATH and (scope["method"] == "GET" or scope["method"] == "HEAD"):
-                # The liveness answer, also the no-op ceiling the HTTP benchmark measures this server by.
-                scope[ROUTE_KEY] = HEALTH_PATH
-                await send(HEALTH_START)
-                await send(HEALTH_BODY if scope["method"] == "GET" else HEAD_BODY)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter_ns()
+        stats = self.stats
+        stats.in_flight += 1
+        reply = [500, 0]  # status (500 unless a reply starts), body bytes sent
+        try:
+            query = scope["query_string"]
+            try:
+                scope[QUERY_KEY] = parse_query(query) if query else {}
+            except ProblemError as e:
+                await self._send_problem(e.code, e.detail, scope, receive, _Observed(send, reply))
                 return
-            if path.startswith("/v1/topics/") and path.endswith("/messages"):
+            if self.guard is None:
+                await self._route(scope, receive, send, reply)
+            else:
+                await self.guard(scope, receive, _Observed(send, reply))
+        finally:
+            stats.in_flight -= 1
+            duration_ns = time.perf_counter_ns() - start
+            route = scope.get(ROUTE_KEY) or route_of(scope)
+            method = METHODS.get(scope["method"], "OTHER")
+            stats.add(route, method, reply[0], duration_ns, reply[1])
+            if self.log_requests:
+                log_request(scope, method, route, reply[0], duration_ns, reply[1])
+
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The guard's inner app: the hot routes and the rest, as `__call__` serves them without a guard."""
+        await self._route(scope, receive, send, None)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> None:
+        """Serve a hot route or the health check; anything else goes to the app (watched when `reply` counts)."""
+        path: str = scope["path"]
+        method: str = scope["method"]
+        handler: Handler | None = None
+        if path.startswith("/v1/topics/"):
+            if path.endswith("/messages"):
                 parts = path.split("/")  # "", "v1", "topics", topic, ("queues", id,) "messages"
-                handler = None
-                if len(parts) == 5 and parts[3] and scope["method"] == "POST":
+                if len(parts) == 5 and parts[3] and method == "POST":
                     handler = self.produce
                     scope["path_params"] = {"topic": parts[3]}
                     scope[ROUTE_KEY] = PRODUCE_ROUTE
-                elif len(parts) == 7 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
+                elif len(parts) == 7 and parts[4] == "queues" and parts[3] and parts[5] and method == "GET":
                     handler = self.pull
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
                     scope[ROUTE_KEY] = PULL_ROUTE
-                if handler is not None:
-                    scope["tidemq.handler"] = handler
-                    await self.gated(scope, receive, send)
-                    return
-            elif path.startswith("/v1/groups/") and scope["method"] == "POST":
-                parts = path.split("/")  # "", "v1", "groups", group, "topics", topic, action
-                handler = self.group_actions.get(parts[-1]) if len(parts) == 7 and parts[4] == "topics" else None
-                if handler is not None and parts[3] and parts[5]:
-                    scope["path_params"] = {"group": parts[3], "topic": parts[5]}
-                    scope[ROUTE_KEY] = GROUP_ROUTES[parts[-1]]
-                    scope["tidemq.handler"] = handler
-                    await self.gated(scope, receive, send)
-                    return
-            elif path.endswith("/messages/batch") and path.startswith("/v1/topics/"):
-                # Checked after the other hot paths, so that they pay nothing for it.
+            elif path.endswith("/messages/batch"):
                 parts = path.split("/")  # "", "v1", "topics", topic, ("queues", id,) "messages", "batch"
-                handler = None
-                if len(parts) == 6 and parts[3] and scope["method"] == "POST":
+                if len(parts) == 6 and parts[3] and method == "POST":
                     handler = self.produce_batch
                     scope["path_params"] = {"topic": parts[3]}
                     scope[ROUTE_KEY] = PRODUCE_BATCH_ROUTE
-                elif len(parts) == 8 and parts[4] == "queues" and parts[3] and parts[5] and scope["method"] == "GET":
+                elif len(parts) == 8 and parts[4] == "queues" and parts[3] and parts[5] and method == "GET":
                     handler = self.pull_batch
                     scope["path_params"] = {"topic": parts[3], "queue_id": parts[5]}
                     scope[ROUTE_KEY] = PULL_BATCH_ROUTE
+        elif path.startswith("/v1/groups/") and method == "POST":
+            parts = path.split("/")  # "", "v1", "groups", group, "topics", topic, action
+            if len(parts) == 7 and parts[4] == "topics" and parts[3] and parts[5]:
+                handler = self.group_actions.get(parts[6])
                 if handler is not None:
-                    scope["tidemq.handler"] = handler
-                    await self.gated(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+                    scope["path_params"] = {"group": parts[3], "topic": parts[5]}
+                    scope[ROUTE_KEY] = GROUP_ROUTES[parts[6]]
+        elif path == HEALTH_PATH and (method == "GET" or method == "HEAD"):
+            # The liveness answer, served whatever the store does (also while it loads).
+            scope[ROUTE_KEY] = HEALTH_PATH
+            if reply is not None:
+                reply[0], reply[1] = 200, len(_HEALTH) if method == "GET" else 0
+            await send(HEALTH_START)
+            await send(HEALTH_BODY if method == "GET" else HEAD_BODY)
+            return
+        if handler is None or not self.serve_hot:
+            scope.pop(ROUTE_KEY, None)  # the FastAPI router names the route it matches
+            await self.app(scope, receive, send if reply is None else _Observed(send, reply))
+            return
+        await self._serve(handler, scope, receive, send, reply)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
+    async def _serve(self, handler: Handler, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> None:
+        """The gates, the handler, the reply: what the FastAPI app's middleware and route do, in one frame."""
+        if self.broker.loading and scope["path"] not in SERVED_WHILE_STARTING:
+            await self._send_problem("STARTING", STARTING_DETAIL, scope, receive, send, reply)
+            return
+        limit = body_limit(scope, self.max_bytes, self.max_json_bytes)
+        if limit.refusal is not None:
+            await self._send_problem(limit.refusal[0], limit.refusal[1], scope, receive, send, reply)
+            return
+        request = HotRequest(scope, receive, limit.limit, limit.setting)
         try:
-            response = await scope["tidemq.handler"](request)
+            response = await handler(request)
         except Exception as exc:  # mapped like the app's own exception handlers
             response = await self.on_error(request, exc)
-        await response(scope, receive, send)
+        await self._send(response, scope, receive, send, reply)
+
+    async def _send_problem(
+        self, code: str, detail: str, scope: Scope, receive: Receive, send: Send, reply: list[int] | None = None
+    ) -> None:
+        await self._send(self.problem(code, detail, scope["path"][:200], None), scope, receive, send, reply)
+
+    @staticmethod
+    async def _send(response: Response, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> None:
+        """Write `response`: a plain one as its two messages, anything else (a stream) by calling it."""
+        if not is_plain(response):
+            await response(scope, receive, send if reply is None else _Observed(send, reply))
+            return
+        body = response.body
+        if reply is not None:
+            reply[0] = response.status_code
+        await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": body})
+        if reply is not None:
+            reply[1] = len(body)
+
+
+class _Observed:
+    """A send that notes the reply's status and body bytes in `reply` (requests not written by HotRoutes itself)."""
+
+    __slots__ = ("send", "reply")
+
+    def __init__(self, send: Send, reply: list[int]) -> None:
+        self.send = send
+        self.reply = reply
+
+    async def __call__(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            self.reply[1] += len(message.get("body", b""))
+        elif kind == "http.response.start":
+            self.reply[0] = message["status"]
+        await self.send(message)

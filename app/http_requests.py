@@ -1,8 +1,8 @@
 """HTTP requests observed: counts, latency and bytes per route, method and status, and the access log.
 
-`ObservedRequests` is the server's outermost ASGI callable. Per request it reads a monotonic
-clock twice, watches the reply's start (status) and body (bytes) messages, and adds integers to
-`RequestStats`; with `access_log` on it also logs one line on `tidemq.access`.
+The server's outermost ASGI callable (app.hot_routes) records each request here: per request it
+reads a monotonic clock twice, notes the reply's status and body bytes, and adds integers to
+`RequestStats`; with `access_log` on it also logs one line on `tidemq.access` (`log_request`).
 
 Invariants that bound what /metrics exports:
 - The route label is a route template, never the raw path: the hot routes put their template
@@ -15,11 +15,10 @@ So the series are at most routes x methods x statuses, whatever the clients send
 from __future__ import annotations
 
 import logging
-import time
 from bisect import bisect_left
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.logs import ACCESS_LOGGER
 
@@ -87,43 +86,6 @@ def route_of(scope: Scope) -> str:
     matched = scope.get("route")
     path = getattr(matched, "path", None)
     return path if isinstance(path, str) else ROUTE_OTHER
-
-
-class ObservedRequests:
-    """ASGI wrapper recording every HTTP request in `stats` (and the access log when on)."""
-
-    def __init__(self, app: ASGIApp, stats: RequestStats, log_requests: bool) -> None:
-        self.app = app
-        self.stats = stats
-        self.log_requests = log_requests
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter_ns()
-        reply = [500, 0]  # status (500 unless a reply starts), body bytes sent
-
-        async def observed(message: Message) -> None:
-            kind = message["type"]
-            if kind == "http.response.body":
-                reply[1] += len(message.get("body", b""))
-            elif kind == "http.response.start":
-                reply[0] = message["status"]
-            await send(message)
-
-        stats = self.stats
-        stats.in_flight += 1
-        try:
-            await self.app(scope, receive, observed)
-        finally:
-            stats.in_flight -= 1
-            duration_ns = time.perf_counter_ns() - start
-            method = METHODS.get(scope["method"], "OTHER")
-            route = route_of(scope)
-            stats.add(route, method, reply[0], duration_ns, reply[1])
-            if self.log_requests:
-                log_request(scope, method, route, reply[0], duration_ns, reply[1])
 
 
 def log_request(scope: Scope, method: str, route: str, status: int, duration_ns: int, sent: int) -> None:

@@ -5,8 +5,11 @@ Invariants:
 - A held pull is one asyncio future in `_waiters[(topic, queue_id)]`; no thread per pull.
 - The arriving listener runs on the thread that dispatched (a putting thread, or the store's
   ReputMessageService thread), once per queue a dispatch pass extended, under the store's
-  dispatch lock; it does no more than a dict look-up under a short lock and, at most once per
-  queue until the loop has run it, `loop.call_soon_threadsafe`: wake-ups are coalesced per queue.
+  dispatch lock. On the event loop's own thread (an HTTP put's inline dispatch: the common case)
+  it completes the matching waiters' futures at once, so a held request runs in the same loop
+  turn as the put that woke it. On any other thread it does no more than a dict look-up under a
+  short lock and, at most once per queue until the loop has run it, `loop.call_soon_threadsafe`:
+  wake-ups are coalesced per queue.
 - A waiter with a tag filter is only woken by messages whose tags codes it accepts; the
   codes seen while a wake-up is pending are collected (up to `MAX_PENDING_CODES`, past
   which every waiter of the queue is woken, which is always safe: waiters re-check). The
@@ -14,6 +17,9 @@ Invariants:
   every waiter of the queue is woken too.
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
+- A held request waits on one future (`wait_held`): an arrival, the client going away (the
+  connection's future under `LOST_KEY`, app.connections), an ACL revocation or the deadline
+  completes it with the `Wake` that says which; no task or `asyncio.wait` per held request.
 - Event streams do not hold pulls: they watch whole topics (`watch`, counted per topic, never in
   `max_held`), and an arrival in a watched topic calls `on_topic_arrival(topic, codes)` on the
   loop, coalesced per topic as the queues' wake-ups are (app.stream_registry decides whom to wake).
@@ -22,11 +28,82 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from starlette.types import Receive, Scope
 
 # Distinct tags codes remembered per queue between two wake-ups before waking everyone.
 MAX_PENDING_CODES = 64
+# The scope key of a callable the connection (app.connections) offers: it returns a future completed when the client goes away.
+LOST_KEY = "tidemq.connection_lost"
+
+
+class Wake(enum.Enum):
+    """Why a held request's future completed."""
+
+    ARRIVED = "arrived"  # a matching message arrived, or the registry closed (the caller checks `closed`)
+    GONE = "gone"  # the client went away
+    REVOKED = "revoked"  # an ACL reload took the request's access away
+    DEADLINE = "deadline"  # its wait ended
+
+
+def _complete(future: asyncio.Future[Wake], why: Wake, *_source: object) -> None:
+    if not future.done():
+        future.set_result(why)
+
+
+async def wait_held(future: asyncio.Future[Wake], timeout_s: float, gone: asyncio.Future[Any], revoked: asyncio.Future[Any] | None) -> Wake:
+    """Wait until `future` completes: by an arrival (HeldPulls), `gone`, `revoked` or `timeout_s` passing."""
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(timeout_s, _complete, future, Wake.DEADLINE)
+    links: list[tuple[asyncio.Future[Any], Callable[..., None]]] = []
+    for source, why in ((gone, Wake.GONE), (revoked, Wake.REVOKED)):
+        if source is None:
+            continue
+        if source.done():
+            _complete(future, why)
+            break
+        relay = partial(_complete, future, why)
+        source.add_done_callback(relay)
+        links.append((source, relay))
+    try:
+        return await future
+    finally:
+        timer.cancel()
+        for source, link in links:
+            source.remove_done_callback(link)
+
+
+class Departure:
+    """A future completed when a request's client goes away: the connection's (LOST_KEY), else a task
+    reading the request's ASGI messages until `http.disconnect` (an app served without app.connections)."""
+
+    __slots__ = ("future", "_task")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        offer = scope.get(LOST_KEY)
+        self._task: asyncio.Task[None] | None = None
+        if offer is not None:
+            self.future: asyncio.Future[Any] = offer()
+        else:
+            self._task = asyncio.ensure_future(_disconnected(receive))
+            self.future = self._task
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return when the client has gone away (an ASGI http.disconnect)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 class Waiter:
@@ -34,7 +111,7 @@ class Waiter:
 
     __slots__ = ("key", "codes", "future")
 
-    def __init__(self, key: tuple[str, int], codes: frozenset[int] | None, future: asyncio.Future[None]) -> None:
+    def __init__(self, key: tuple[str, int], codes: frozenset[int] | None, future: asyncio.Future[Wake]) -> None:
         self.key = key
         self.codes = codes
         self.future = future
@@ -44,6 +121,7 @@ class HeldPulls:
     def __init__(self, max_held: int) -> None:
         self.max_held = max_held
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # the thread running the loop (set by bind, which runs on it)
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, int], set[Waiter]] = {}
         # Queues with a wake-up scheduled on the loop -> tags codes seen (None = wake all).
@@ -60,7 +138,9 @@ class HeldPulls:
         self.on_topic_arrival: Callable[[str, set[int] | None], None] | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve waiters of `loop`; called on the loop's thread."""
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._closed = False
 
     @property
@@ -73,14 +153,17 @@ class HeldPulls:
 
     # Loop side -------------------------------------------------------------------
 
-    def register(self, topic: str, queue_id: int, codes: frozenset[int] | None) -> Waiter | None:
-        """Hold a pull; None when closed or at the bound (the caller answers at once)."""
+    def register(
+        self, topic: str, queue_id: int, codes: frozenset[int] | None, future: asyncio.Future[Wake] | None = None
+    ) -> Waiter | None:
+        """Hold a pull (on `future`, which several registrations of one request may share; a new one
+        when None); None when closed or at the bound (the caller answers at once)."""
         assert self._loop is not None, "bind() first"
         if self._closed or self._count >= self.max_held:
             self.refused_total += 1
             return None
         key = (topic, queue_id)
-        waiter = Waiter(key, codes, self._loop.create_future())
+        waiter = Waiter(key, codes, future if future is not None else self._loop.create_future())
         with self._lock:
             self._waiters.setdefault(key, set()).add(waiter)
             self._count += 1
@@ -115,17 +198,21 @@ class HeldPulls:
             everyone = [w for ws in self._waiters.values() for w in ws]
         for waiter in everyone:
             if not waiter.future.done():
-                waiter.future.set_result(None)
+                waiter.future.set_result(Wake.ARRIVED)
 
     def _wake(self, key: tuple[str, int]) -> None:
         with self._lock:
             codes = self._pending.pop(key, None)
             waiters = list(self._waiters.get(key, ()))
+        self._wake_waiters(waiters, codes)
+
+    def _wake_waiters(self, waiters: list[Waiter], codes: set[int] | tuple[int, ...] | None) -> None:
+        """Complete the futures of `waiters` that accept one of `codes` (None: every one); on the loop."""
         for waiter in waiters:
             if waiter.future.done():
                 continue
             if waiter.codes is None or codes is None or not waiter.codes.isdisjoint(codes):
-                waiter.future.set_result(None)
+                waiter.future.set_result(Wake.ARRIVED)
                 self.woken_total += 1
 
     def _arrived_in_topic(self, topic: str) -> None:
@@ -146,6 +233,12 @@ class HeldPulls:
             return
         loop = self._loop
         if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:  # an HTTP put's inline dispatch: wake now, in this loop turn
+            with self._lock:
+                woken = list(self._waiters.get(key, ()))
+            many = tags_codes is None or len(tags_codes) > MAX_PENDING_CODES
+            self._wake_waiters(woken, None if many else tags_codes)
             return
         with self._lock:
             waiters = self._waiters.get(key)
@@ -185,7 +278,10 @@ class HeldPulls:
             many = tags_codes is None or len(tags_codes) > MAX_PENDING_CODES
             self._pending_topics[topic] = None if many else set(tags_codes or ())
         try:
-            loop.call_soon_threadsafe(self._arrived_in_topic, topic)
+            if threading.get_ident() == self._loop_thread:
+                loop.call_soon(self._arrived_in_topic, topic)  # on the loop: no wake-up of the loop needed
+            else:
+                loop.call_soon_threadsafe(self._arrived_in_topic, topic)
         except RuntimeError:  # the loop is closed: shutting down, nobody left to wake
             with self._lock:
                 self._pending_topics.pop(topic, None)

@@ -2,7 +2,13 @@
 
 Invariants:
 - A receive, an ack and an invisible-time change store records (checkpoints, acks), so they run
-  in the broker's pool; the event loop never waits on the store's files.
+  in the broker's pool; the event loop never waits on the store's files. Two exceptions run on the
+  loop, where a thread hop would cost more than the work, and only while the store answers a put at
+  once (ASYNC_FLUSH, not a SYNC_MASTER: the record is a memory copy, as a produce's put on the loop
+  is) and the group is not FIFO (whose ack waits for its queue's lock): an ack, and a take whose
+  messages are in memory: a held receive's just woken by an arrival, or one whose group's committed
+  offsets are within `inline_read_window_messages` of the queues' ends, in all (as a pull reads
+  near the tail inline); a take returns at most 32 messages.
 - A receive with nothing visible is held (futures in `HeldPulls` on every queue of the topic and
   on the group's retry queue, no thread) until a message arrives in one of them, the wait ends,
   the client goes away or the broker stops. A FIFO group's queue also frees up when an ack comes
@@ -23,6 +29,7 @@ from starlette.responses import Response
 
 from app.broker import FIFO_RECHECK_MS, Broker
 from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
+from app.long_poll import Departure, Wake, wait_held
 from app.message_view import message_json
 from app.problems import ProblemError
 from app.query import query_of
@@ -33,10 +40,10 @@ from app.receive_models import (
     InvisibleRequest,
     received_json,
 )
-from app.responses import JsonResponse
+from app.responses import JsonResponse, Reply
 from app.routes_groups import check_group
 from app.strict_json import duplicate_name
-from store import MAX_SQL_CHARS, AckOutcome, Popped, decode_message, retry_topic
+from store import MAX_SQL_CHARS, AckOutcome, BrokerRole, FlushDiskType, Popped, decode_message, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
 MAX_RECEIVE_MESSAGES = 32
@@ -133,6 +140,32 @@ class Receiver:
         return await self.broker.run(self.store.group_consumption.receive, spec.group, spec.topic, spec.max_count, spec.invisible_ms,
                                      spec.message_filter)  # fmt: skip
 
+    def on_loop(self, group: str) -> bool:
+        """True when a take or an ack of `group` may run on the event loop (see the module's invariants)."""
+        config = self.broker.config
+        if config.flush_disk_type is not FlushDiskType.ASYNC_FLUSH or config.broker_role is BrokerRole.SYNC_MASTER:
+            return False
+        return not self.store.group_consumption.group(group).fifo
+
+    def near_tail(self, spec: ReceiveSpec, queues: int) -> bool:
+        """True when the group's committed offsets lie within `inline_read_window_messages` of the ends of the
+        topic's queues and of its retry queue, in all (what a take reads was just written: in memory)."""
+        store = self.store
+        left = self.broker.settings.inline_read_window_messages
+        for topic, count in ((spec.topic, queues), (retry_topic(spec.group, spec.topic), 1)):
+            for queue_id in range(count):
+                committed = store.query_offset(spec.group, topic, queue_id)
+                left -= store.get_max_offset_in_queue(topic, queue_id) - (committed if committed >= 0 else 0)
+                if left < 0:
+                    return False
+        return True
+
+    async def take_soon(self, spec: ReceiveSpec, queues: int, woken: bool) -> list[Popped]:
+        """A take on the loop when it may run there (a held receive just woken, or offsets near the queues' ends), else in the pool."""
+        if self.on_loop(spec.group) and (woken or self.near_tail(spec, queues)):
+            return self.store.group_consumption.receive(spec.group, spec.topic, spec.max_count, spec.invisible_ms, spec.message_filter)
+        return await self.take(spec)
+
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
         limit = self.store.config.max_message_size_bytes
         messages = [
@@ -141,13 +174,13 @@ class Receiver:
             )  # fmt: skip
             for p in popped
         ]
-        return Response(orjson.dumps({"messages": messages}), media_type="application/json")
+        return Reply(orjson.dumps({"messages": messages}))
 
     async def receive(self, request: Request) -> Response:
         spec = self.parse(request)
         consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
         try:
-            popped = await self.take(spec)
+            popped = await self.take_soon(spec, self.broker.topic_config(spec.topic).read_queue_nums, False)
             if not popped and spec.wait_ms > 0:
                 popped = await self.hold(request, spec)
         finally:
@@ -159,30 +192,34 @@ class Receiver:
         reload that revokes the request's access: 401/403) and take again."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
-        queues = [(spec.topic, q) for q in range(self.broker.topic_config(spec.topic).read_queue_nums)]
+        read_queues = self.broker.topic_config(spec.topic).read_queue_nums
+        queues = [(spec.topic, q) for q in range(read_queues)]
         queues.append((retry_topic(spec.group, spec.topic), 0))
         fifo = self.store.group_consumption.group(spec.group).fifo
-        watcher = asyncio.ensure_future(_disconnected(request))
+        departure = Departure(request.scope, request.receive)
         access = self.broker.revocations.watch(request.scope)
-        revoked = () if access is None else (access.future,)
+        revoked = None if access is None else access.future
+        woken = False
         try:
             while not self.held.closed:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return []
-                waiters = [self.held.register(t, q, spec.codes) for t, q in queues]
+                wake: asyncio.Future[Wake] = loop.create_future()  # one future for every queue's registration
+                waiters = [self.held.register(t, q, spec.codes, wake) for t, q in queues]
                 try:
                     if any(w is None for w in waiters):
                         if self.held.closed:
                             return []
                         raise ProblemError("TOO_MANY_WAITERS", f"{self.held.max_held} requests are held already")
-                    popped = await self.take(spec)  # after registering: an arrival before it is not missed
+                    # After registering: an arrival before it is not missed. Once woken, what arrived is in memory.
+                    popped = await self.take_soon(spec, read_queues, woken)
                     if popped:
                         return popped
                     timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
-                    futures = [w.future for w in waiters if w is not None]
-                    done, _ = await asyncio.wait((*futures, watcher, *revoked), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-                    if watcher in done:
+                    why = await wait_held(wake, timeout, departure.future, revoked)
+                    woken = why is Wake.ARRIVED
+                    if why is Wake.GONE:
                         return []  # the client went away; whatever a take would get stays visible
                     if access is not None and access.future.done():
                         raise ProblemError(*access.future.result())
@@ -193,7 +230,7 @@ class Receiver:
             return []
         finally:
             self.broker.revocations.release(access)
-            watcher.cancel()
+            departure.close()
 
     async def ack(self, request: Request) -> Response:
         """Serve an ack; the path parameters are `request.path_params` strings (see app.hot_routes)."""
@@ -205,12 +242,15 @@ class Receiver:
         handles = [self.own_handle(h) for h in given] if self.handle_prefix else given
         consumer = self.broker.consumers.begin(group, topic, request.scope)
         try:
-            outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
+            if self.on_loop(group):
+                outcomes = self.store.group_consumption.ack(group, topic, handles)
+            else:
+                outcomes = await self.broker.run(self.store.group_consumption.ack, group, topic, handles)
         finally:
             self.broker.consumers.end(consumer)
         self.streams.acked([h for h, o in zip(handles, outcomes, strict=True) if o is AckOutcome.OK])
         results = [{"receipt_handle": h, "status": o.value} for h, o in zip(given, outcomes, strict=True)]
-        return Response(orjson.dumps({"results": results}), media_type="application/json")
+        return Reply(orjson.dumps({"results": results}))
 
     async def change_invisible(self, group: str, topic: str, body: InvisibleRequest) -> Response:
         check_group(group)
@@ -251,10 +291,3 @@ def parse_ack_body(data: bytes) -> list[str]:
     if type(handles) is not list or not 1 <= len(handles) <= MAX_ACK_HANDLES or not all(type(h) is str for h in handles):
         raise ProblemError("BODY_INVALID", f"receipt_handles must be an array of 1..{MAX_ACK_HANDLES} strings")
     return handles
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

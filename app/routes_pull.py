@@ -5,9 +5,9 @@ Invariants:
   `inline_read_window_messages` of the queue's tail, where they run inline. A result owns
   the bytes it copied out of the commitlog and pins no mapped file; the batch format is sent
   from its buffer as it is.
-- A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread) until a
-  matching message arrives in its queue, the wait ends, the client disconnects or the broker
-  stops; it then re-reads. A disconnected client is unregistered at once.
+- A pull with nothing to return is held (an asyncio future in `HeldPulls`, no thread, no task:
+  app.long_poll.wait_held) until a matching message arrives in its queue, the wait ends, the
+  client disconnects or the broker stops; it then re-reads. A disconnected client is unregistered at once.
 - After registering, the queue's max offset is checked once more, so a message that arrived
   between the read and the registration is never missed; and before an empty answer it is
   checked again, so a wake-up that the deadline overtook is late, never lost.
@@ -28,12 +28,13 @@ from starlette.responses import Response
 from app.broker import Broker
 from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
 from app.hot_routes import Handler
+from app.long_poll import Departure, Wake, wait_held
 from app.message_view import message_json
 from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.query import query_of
-from app.responses import BATCH_MEDIA_TYPE, docs
+from app.responses import BATCH_MEDIA_TYPE, Reply, docs
 from app.strict_route import StrictRoute
 from store import MAX_SQL_CHARS, GetMessageStatus, group_problem
 
@@ -107,6 +108,7 @@ BATCH_HEADERS = {
 }
 # The batch format never inflates: it is the commitlog's bytes (X-Tidemq-Body-Encoding).
 BODY_ENCODING_STORED = "stored"
+BODY_ENCODING_STORED_BYTES = BODY_ENCODING_STORED.encode()
 BATCH_BODY = {"schema": {"type": "string", "format": "binary"}, "example": ""}
 PULL_BATCH_DOC = docs(None, 200, *PULL_PROBLEMS)
 PULL_BATCH_DOC[200] = {
@@ -176,14 +178,6 @@ def parse_queue_id(text: str) -> int:
     if text.isascii() and text.lstrip("-").isdigit() and text.count("-") <= 1 and text[1:].isdigit():
         raise ProblemError("QUEUE_NOT_FOUND", f"there is no queue {text[:40]}")  # negative, or past any queue id
     raise ProblemError("REQUEST_INVALID", f"queue_id must be an integer, not {text[:40]!r}")
-
-
-async def _disconnected(request: Request) -> None:
-    """Return when the client has gone away (an ASGI http.disconnect)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 @dataclass(slots=True)
@@ -267,16 +261,16 @@ class Puller:
     @staticmethod
     def reply(r: Read, batch: str | None) -> Response:
         if batch is None:
-            return Response(r.body, media_type="application/json")
-        headers = {
-            "X-Tidemq-Status": r.status,
-            "X-Tidemq-Next-Offset": str(r.next_offset),
-            "X-Tidemq-Min-Offset": str(r.min_offset),
-            "X-Tidemq-Max-Offset": str(r.max_offset),
-            "X-Tidemq-Count": str(r.count),
-            "X-Tidemq-Body-Encoding": BODY_ENCODING_STORED,
-        }
-        return Response(r.body, media_type=batch, headers=headers)
+            return Reply(r.body)
+        headers = [
+            (b"x-tidemq-status", r.status.encode()),
+            (b"x-tidemq-next-offset", b"%d" % r.next_offset),
+            (b"x-tidemq-min-offset", b"%d" % r.min_offset),
+            (b"x-tidemq-max-offset", b"%d" % r.max_offset),
+            (b"x-tidemq-count", b"%d" % r.count),
+            (b"x-tidemq-body-encoding", BODY_ENCODING_STORED_BYTES),
+        ]
+        return Reply(r.body, media_type=batch.encode(), headers=headers)
 
     def answer(self, r: Read, spec: PullSpec, batch: str | None) -> Response:
         """The reply, with the messages it returns counted for the topic (on the event loop: no lost updates)."""
@@ -319,9 +313,8 @@ class Puller:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
         held = self.held
-        watcher: asyncio.Future[None] | None = None
+        departure: Departure | None = None
         access = self.broker.revocations.watch(request.scope)
-        revoked = () if access is None else (access.future,)
         try:
             while r.status in HOLDABLE and not held.closed:
                 offset = r.next_offset
@@ -336,17 +329,15 @@ class Puller:
                 try:
                     # Checked after registering: a message dispatched before that would be missed otherwise.
                     if self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) <= offset:
-                        if watcher is None:
-                            watcher = asyncio.ensure_future(_disconnected(request))
-                        done, _ = await asyncio.wait(
-                            (waiter.future, watcher, *revoked), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-                        )
-                        if watcher in done:
+                        if departure is None:
+                            departure = Departure(request.scope, request.receive)
+                        why = await wait_held(waiter.future, remaining, departure.future, None if access is None else access.future)
+                        if why is Wake.GONE:
                             self.broker.pulls_abandoned_total += 1
                             return Response(status_code=204)
                         if access is not None and access.future.done():
                             raise ProblemError(*access.future.result())
-                        if not done:
+                        if why is Wake.DEADLINE:
                             break
                 finally:
                     held.unregister(waiter)
@@ -356,8 +347,8 @@ class Puller:
                 r = await self.read_at(spec, offset)
         finally:
             self.broker.revocations.release(access)
-            if watcher is not None:
-                watcher.cancel()
+            if departure is not None:
+                departure.close()
         # The deadline (or the stop) may win against a wake-up already on its way: the reput thread
         # schedules it on the loop, which runs it late under load. The queue's max offset is the
         # truth, so an empty answer is given only when nothing was dispatched past the offset read.

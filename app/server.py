@@ -56,7 +56,6 @@ from app.broker import Broker
 from app.connections import bounded_protocol
 from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
-from app.http_requests import ObservedRequests
 from app.logs import LISTEN_LOGGER, log_config
 from app.models import BatchSendResult, BinaryBatchSendResult, Problem, ProduceBatch, ProduceMessage, SendResult
 from app.open_files import fit_descriptors
@@ -64,7 +63,6 @@ from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_limits import apply_limits
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
-from app.query import ParsedQuery
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -254,28 +252,25 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.add_middleware(
         BodyLimit, max_bytes=settings.max_request_body_bytes, max_json_bytes=settings.max_json_body_bytes, problem=mapping.problem
     )
-    # What the server serves: the hot routes outermost, in front of the FastAPI app and its middleware.
-    app.state.entry = app
-    if settings.hot_routes:
-        handlers = HotHandlers(produce, produce_batch, pull, pull_batch, receive, ack)
-        app.state.entry = HotRoutes(
-            app, handlers, mapping, mapping.problem, broker, settings.max_request_body_bytes, settings.max_json_body_bytes
-        )
+    # What the server serves: one ASGI callable outermost, which counts every request (and logs it), parses its
+    # query once (a repeated name is 400) and serves the hot routes itself, in front of the FastAPI app.
+    handlers = HotHandlers(produce, produce_batch, pull, pull_batch, receive, ack)
+    front = HotRoutes(
+        app, handlers, mapping, mapping.problem, broker, broker.http_requests, settings.access_log,
+        settings.max_request_body_bytes, settings.max_json_body_bytes, serve_hot=settings.hot_routes,
+    )  # fmt: skip
     if broker.cluster is not None:
         # Requests this broker does not own go to their owner's master before anything else serves them.
-        forwarder = Forwarder(app.state.entry, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
-        app.state.entry = forwarder
+        forwarder = Forwarder(front.dispatch, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
+        front.guard = forwarder
         app.state.forwarder = forwarder
     if acl_source is not None:
         # Held requests and streams are re-judged when the ACL is reloaded (app.access_revocation).
         acl_source.listeners.append(broker.revocations.reloaded)
         broker.revocations.attach(acl_source.current)
-        # In front of the hot routes: tokens and permissions are checked before they see a request.
-        app.state.entry = AccessGate(app.state.entry, acl_source, settings.metrics_public, mapping.problem)
-    # In front of the gate: the query is parsed once (a repeated name is 400), and everyone behind reads that parse.
-    app.state.entry = ParsedQuery(app.state.entry, mapping.problem)
-    # Outermost: every request is counted (and logged), the ones the gates refuse included.
-    app.state.entry = ObservedRequests(app.state.entry, broker.http_requests, settings.access_log)
+        # In front of the routes and the forwarder: tokens and permissions are checked before they see a request.
+        front.guard = AccessGate(front.guard or front.dispatch, acl_source, settings.metrics_public, mapping.problem)
+    app.state.entry = front
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import shlex
 import signal
 import sys
@@ -36,6 +37,7 @@ from bench.compare_machine import describe, load_average  # noqa: E402
 from bench.compare_peers import TIDEMQ_BENCH_TOML, NatsPeer, Peer, RedisPeer, TidemqPeer, Unavailable  # noqa: E402
 from bench.compare_report import write_report  # noqa: E402
 from bench.compare_workloads import catch_up, latency, make_bodies, produce, warm_up  # noqa: E402
+from bench.load_generator import cpu_seconds  # noqa: E402
 
 SYSTEMS = ("tidemq", "nats", "redis")
 
@@ -92,10 +94,17 @@ class Recorder:
     def __init__(self) -> None:
         self.rows: dict[str, list[dict[str, Any]]] = {"produce": [], "catch_up": [], "latency": [], "durable": []}
         self.failures: list[str] = []
+        self.server_pid: int | None = None  # the peer's server process, whose CPU each attempt reads around it
+        self.server_cpu_s = float("nan")  # the server's CPU seconds during the last attempt
+        self.load = float("nan")  # the 1-minute load average at the end of the last attempt
 
     async def attempt(self, what: str, coro: Any) -> Any:
+        before = cpu_seconds(self.server_pid) if self.server_pid is not None else float("nan")
         try:
-            return await coro
+            got = await coro
+            self.server_cpu_s = cpu_seconds(self.server_pid) - before if self.server_pid is not None else float("nan")
+            self.load = os.getloadavg()[0]
+            return got
         except Exception as e:  # a failed workload is reported, the run goes on
             self.failures.append(f"{what}: {type(e).__name__}: {e}")
             log(f"FAILED {what}: {type(e).__name__}: {e}")
@@ -115,7 +124,7 @@ async def run_fast_suite(client: BrokerClient, peer: Peer, plan: Plan, rec: Reco
             )
             await client.teardown(channel)
             if got is not None:
-                rec.rows["produce"].append({"label": peer.label, "system": peer.system, "size": size, "mode": mode, **_tp(got)})
+                rec.rows["produce"].append({"label": peer.label, "system": peer.system, "size": size, "mode": mode, **_tp(got, rec)})
                 log(f"{peer.label} produce {mode} {size} B: {got.per_s:,.0f} msg/s")
     channel = "catch-up"
     await client.setup(channel)
@@ -125,7 +134,7 @@ async def run_fast_suite(client: BrokerClient, peer: Peer, plan: Plan, rec: Reco
     if got is not None:
         stored, read = got
         rec.rows["catch_up"].append(
-            {"label": peer.label, "system": peer.system, "size": plan.catch_up_size, "store_per_s": stored.per_s, **_tp(read)}
+            {"label": peer.label, "system": peer.system, "size": plan.catch_up_size, "store_per_s": stored.per_s, **_tp(read, rec)}
         )
         log(f"{peer.label} catch-up {read.messages:,} msgs: {read.per_s:,.0f} msg/s (stored at {stored.per_s:,.0f} msg/s)")
     channel = "latency"
@@ -152,17 +161,20 @@ async def run_durable_suite(client: BrokerClient, peer: Peer, plan: Plan, rec: R
         got = await rec.attempt(f"{peer.label} durable x{producers}", produce(client, channel, bodies, count, producers, 1))
         await client.teardown(channel)
         if got is not None:
-            rec.rows["durable"].append({"label": peer.label, "system": peer.system, "producers": producers, **_tp(got)})
+            rec.rows["durable"].append({"label": peer.label, "system": peer.system, "producers": producers, **_tp(got, rec)})
             log(f"{peer.label} durable produce x{producers}: {got.per_s:,.0f} msg/s")
 
 
-def _tp(t: Any) -> dict[str, Any]:
-    return {"messages": t.messages, "seconds": t.seconds, "per_s": t.per_s}
+def _tp(t: Any, rec: Recorder) -> dict[str, Any]:
+    """A throughput's row, with the server's CPU per message during its attempt and the load average."""
+    cpu_us = rec.server_cpu_s / t.messages * 1e6 if t.messages else float("nan")
+    return {"messages": t.messages, "seconds": t.seconds, "per_s": t.per_s, "server_cpu_us_per_msg": cpu_us, "load": rec.load}
 
 
 async def drive(peer: Peer, plan: Plan, rec: Recorder, durable: bool) -> None:
     concurrency = max(plan.concurrency, *plan.durable_count) if durable else plan.concurrency
     client = client_for(peer.system, peer.port)
+    rec.server_pid = peer.proc.pid if peer.proc is not None else None
     await client.open(concurrency)
     try:
         await warm_up(client, concurrency)

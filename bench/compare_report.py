@@ -69,12 +69,14 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
     return lines
 
 
-def _figure_table(rows: list[dict[str, Any]], labels: dict[str, str], keys: list[tuple[str, dict[str, Any]]], key: str) -> list[str]:
+def _figure_table(
+    rows: list[dict[str, Any]], labels: dict[str, str], keys: list[tuple[str, dict[str, Any]]], key: str, digits: int = 0
+) -> list[str]:
     header = ["test", *[labels.get(s, s) for s in SYSTEMS], *[f"tidemq / {p}" for p in PEERS]]
     body = []
     for name, match in keys:
         values = {s: _pick(rows, s, key, **match) for s in SYSTEMS}
-        body.append([name, *[_fmt(values[s]) for s in SYSTEMS], *[_ratio_text(_ratio(values["tidemq"], values[p])) for p in PEERS]])
+        body.append([name, *[_fmt(values[s], digits) for s in SYSTEMS], *[_ratio_text(_ratio(values["tidemq"], values[p])) for p in PEERS]])
     return _table(header, body)
 
 
@@ -167,6 +169,10 @@ def _figure_sections(plan: dict[str, Any], systems: dict[str, dict[str, Any]], r
         "",
         *_figure_table(rows["produce"], fast, produce_tests, "per_s"),
         "",
+        "Server CPU per message stored (µs, /proc/PID/stat around the run; lower is better):",
+        "",
+        *_figure_table(rows["produce"], fast, produce_tests, "server_cpu_us_per_msg", 1),
+        "",
         "## Catch-up consume",
         "",
         f"{plan['catch_up_count']:,} stored messages of {plan['catch_up_size']} B read from the start by one consumer, up to 1,000 per"
@@ -177,6 +183,10 @@ def _figure_sections(plan: dict[str, Any], systems: dict[str, dict[str, Any]], r
         "Storing the backlog (untimed in the figure above, batches of 1,000 from 4 tasks), messages/s:",
         "",
         *_figure_table(rows["catch_up"], fast, [("store", {})], "store_per_s"),
+        "",
+        "Server CPU per message read, storing the backlog included (µs):",
+        "",
+        *_figure_table(rows["catch_up"], fast, [("store + read", {})], "server_cpu_us_per_msg", 1),
         "",
         "## End-to-end latency",
         "",
@@ -193,6 +203,12 @@ def _figure_sections(plan: dict[str, Any], systems: dict[str, dict[str, Any]], r
         " appendfsync always = fsynced; JetStream default = stored, fsynced within 2 minutes (not per message). Messages/s:",
         "",
         *_figure_table(rows["durable"], durable, [(f"{p} producer(s)", {"producers": p}) for p in plan["durable_count"]], "per_s"),
+        "",
+        "Server CPU per durable message (µs):",
+        "",
+        *_figure_table(
+            rows["durable"], durable, [(f"{p} producer(s)", {"producers": p}) for p in plan["durable_count"]], "server_cpu_us_per_msg", 1
+        ),
         "",
     ]
 

@@ -1,8 +1,12 @@
-"""HTTP front end benchmark: request rates against a no-op ceiling, and long-poll delivery latency.
+"""HTTP front end benchmark: request rates and server CPU per request against a no-op, and long-poll delivery latency.
 
 One broker process (`python -m app serve`, uvicorn + uvloop + httptools) over a temporary
-store, measured in one run on one machine:
-1. GET /healthz: the no-op ceiling, answered by the plain ASGI layer in front of FastAPI (app.hot_routes);
+store, beside a plain-ASGI no-op server (bench/noop_asgi.py: a bare ASGI callable under the same
+uvicorn), measured in one run on one machine; every row gives the server's CPU per request and per
+message (/proc/PID/stat around the wrk run) and the load average at its end, and its CPU ratio to
+the no-op's, which is what the targets are judged by:
+0. GET on the plain-ASGI no-op: the floor of a request through uvicorn;
+1. GET /healthz: the broker's no-op, answered by its ASGI entry in front of FastAPI (app.hot_routes);
 2. single-message produce (JSON, 1 KiB body);
 3. 100-message JSON batch produce (1 KiB bodies), and the same batch in the binary encoding
    (application/x-tidemq-batch, each message with its UNIQ_KEY as a client sets it);
@@ -37,7 +41,14 @@ from dataclasses import dataclass
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.load_generator import cpu_seconds  # noqa: E402
+from bench.noop_asgi import NoopServer  # noqa: E402
+
 BODY_BYTES = 1024
+READY_TIMEOUT_S = 60  # longest a broker may take to answer /readyz 200 after its start
+STAMP_DIGITS = 20  # the send time at the head of a delivery body, zero-padded nanoseconds
 BATCH = 100
 TOPIC = "bench"
 # Messages in the queue the catch-up pulls read (wrapping around); 1 KiB each.
@@ -54,10 +65,11 @@ max_transfer_count_on_message_in_memory = {PULL_MAX}
 max_transfer_bytes_on_message_in_memory = 1048576
 """
 TARGETS = {
-    "produce, single (JSON)": ("ratio", 0.7),  # of the raw-ASGI no-op on the same server
+    "produce, single (JSON)": ("cpu", 2.0),  # server CPU per request, at most this many times the plain-ASGI no-op's
     "produce, 100-message batch (JSON)": ("messages", 100_000),
     "pull catch-up (batch format)": ("messages", 150_000),
 }
+NOOP_ROW = "plain-ASGI no-op GET (bench/noop_asgi.py)"
 
 
 @dataclass
@@ -67,10 +79,17 @@ class Row:
     messages_per_s: float
     ceiling: float
     errors: int
+    cpu_us: float = float("nan")  # the server's CPU per request
+    load: float = float("nan")  # 1-minute load average at the end of the run
 
     @property
     def ratio(self) -> float:
         return self.requests_per_s / self.ceiling if self.ceiling else 0.0
+
+    @property
+    def cpu_us_per_message(self) -> float:
+        per_request = self.messages_per_s / self.requests_per_s if self.requests_per_s and self.messages_per_s else 1.0
+        return self.cpu_us / per_request
 
 
 def free_port() -> int:
@@ -82,6 +101,7 @@ def free_port() -> int:
 class Broker:
     def __init__(self, root: str, config_text: str = STORE_CONFIG) -> None:
         self.root = root
+        os.makedirs(root, exist_ok=True)
         self.port = free_port()
         config = os.path.join(root, "bench.toml")
         with open(config, "w") as f:
@@ -89,14 +109,15 @@ class Broker:
         cmd = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--store", os.path.join(root, "store"), "--config", config]
         self.log = open(os.path.join(root, "broker.log"), "wb")
         self.proc = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
                 if self.request("GET", "/readyz")[0] == 200:
                     return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("broker did not become ready")
+        self.stop()  # not left running behind the error
+        raise RuntimeError(f"broker did not become ready within {READY_TIMEOUT_S} s")
 
     def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -193,26 +214,41 @@ def fill_queue(broker: Broker, queue: int, count: int) -> None:
         time.sleep(0.1)
 
 
+def wrk_cpu(binary: str, url: str, script: str, seconds: int, connections: int, workdir: str, pid: int) -> tuple[float, int, float]:
+    """(requests/s, errors, server CPU microseconds per request) of one wrk run."""
+    before = cpu_seconds(pid)
+    rate, errors = wrk(binary, url, script, seconds, connections, workdir)
+    used = cpu_seconds(pid) - before
+    return rate, errors, used / max(1.0, rate * seconds) * 1e6
+
+
 def rates(broker: Broker, binary: str, seconds: int, connections: int, workdir: str) -> list[Row]:
     url = f"http://127.0.0.1:{broker.port}"
     body = "x" * BODY_BYTES
+    pid = broker.proc.pid
     status, _ = broker.request("PUT", f"/v1/topics/{TOPIC}", json.dumps({"queues": 4}).encode())
     assert status in (200, 201)
     # Warm-up, not counted: the first commitlog file, the topic's queues, the server's code paths.
     single = post_script(json.dumps({"body": body, "queue_id": 1}), "application/json", f"/v1/topics/{TOPIC}/messages")
     wrk(binary, url, single, 2, connections, workdir)
-    # The ceiling is measured before and after every scenario; a scenario's ratio uses the mean of the
-    # two around it, so that load from elsewhere on a shared machine shifts both sides alike.
+    noop = NoopServer()
+    try:
+        rate, errors, cpu = wrk_cpu(binary, f"http://127.0.0.1:{noop.port}/", "", seconds, connections, workdir, noop.proc.pid)
+    finally:
+        noop.stop()
+    rows = [Row(NOOP_ROW, rate, 0.0, rate, errors, cpu, os.getloadavg()[0])]
+    # The broker's own no-op is measured before and after every scenario; a scenario's rate ratio uses the mean
+    # of the two around it, so that load from elsewhere on a shared machine shifts both sides alike.
     ceilings = [wrk(binary, url + "/healthz", "", seconds, connections, workdir)[0]]
-    rows = [Row("no-op GET /healthz (ceiling)", ceilings[0], 0.0, ceilings[0], 0)]
 
     def measure(name: str, script: str, per_request: int) -> None:
-        rate, errors = wrk(binary, url, script, seconds, connections, workdir)
+        rate, errors, cpu = wrk_cpu(binary, url, script, seconds, connections, workdir, pid)
         ceilings.append(wrk(binary, url + "/healthz", "", seconds, connections, workdir)[0])
         ceiling = (ceilings[-2] + ceilings[-1]) / 2
-        rows.append(Row(name, rate, rate * per_request, ceiling, errors))
-        print(f"  {name}: {rate:,.0f} req/s, ceiling around it {ceiling:,.0f} req/s", flush=True)
+        rows.append(Row(name, rate, rate * per_request, ceiling, errors, cpu, os.getloadavg()[0]))
+        print(f"  {name}: {rate:,.0f} req/s, {cpu:.1f} us server CPU/req, /healthz around it {ceiling:,.0f} req/s", flush=True)
 
+    measure("GET /healthz (the broker's no-op)", 'wrk.path = "/healthz"\n', 1)
     path = f"/v1/topics/{TOPIC}/messages"
     measure("produce, single (JSON)", single, 1)
     batch = json.dumps({"messages": [{"body": body, "queue_id": 2}] * BATCH})
@@ -223,12 +259,12 @@ def rates(broker: Broker, binary: str, seconds: int, connections: int, workdir: 
     fill_queue(broker, 0, CATCH_UP_MESSAGES)
     measure("pull catch-up (JSON)", pull_script(0, CATCH_UP_MESSAGES, None), PULL_MAX)
     measure("pull catch-up (batch format)", pull_script(0, CATCH_UP_MESSAGES, "application/x-tidemq-batch"), PULL_MAX)
-    rows[0] = Row("no-op GET /healthz (ceiling, mean of all runs)", sum(ceilings) / len(ceilings), 0.0, sum(ceilings) / len(ceilings), 0)
     return rows
 
 
-def store_baselines(root: str) -> tuple[float, float]:
-    """Messages/s of the store itself, in this process: 100-message build + put_messages, 256-message get_message."""
+def store_baselines(root: str) -> tuple[float, float, float, float]:
+    """Messages/s and CPU µs per message (this process, every thread) of the store itself: 100-message build +
+    put_messages, 256-message get_message."""
     from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
 
     config = MessageStoreConfig(
@@ -243,17 +279,18 @@ def store_baselines(root: str) -> tuple[float, float]:
     try:
         body = b"x" * BODY_BYTES
         rounds = 200
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for _ in range(rounds):  # build_message is timed too: every front end pays it
             assert store.put(PutBatch.of([build_message(TOPIC, body, 0) for _ in range(BATCH)])).result().ok
         put_rate = rounds * BATCH / (time.perf_counter() - started)
+        put_cpu = (time.process_time() - cpu) / (rounds * BATCH) * 1e6
         total = rounds * BATCH
         deadline = time.monotonic() + 60
         while store.get_max_offset_in_queue(TOPIC, 0) < total:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         read = 0
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for offset in range(0, total - PULL_MAX, PULL_MAX):
             result = store.get_message("", TOPIC, 0, offset, PULL_MAX, None)
             try:
@@ -263,9 +300,10 @@ def store_baselines(root: str) -> tuple[float, float]:
             finally:
                 result.release()
         get_rate = read / (time.perf_counter() - started)
+        get_cpu = (time.process_time() - cpu) / max(1, read) * 1e6
     finally:
         store.shutdown()
-    return put_rate, get_rate
+    return put_rate, put_cpu, get_rate, get_cpu
 
 
 def consume_latencies(port: int, topic: str, offset: int, stop_at_count: int, deadline_s: float, out: Any) -> None:
@@ -277,7 +315,7 @@ def consume_latencies(port: int, topic: str, offset: int, stop_at_count: int, de
         conn.request("GET", f"/v1/topics/{topic}/queues/0/messages?offset={offset}&max=32&wait_ms=1000")
         reply = json.loads(conn.getresponse().read())
         now = time.monotonic_ns()
-        latencies.extend((now - int(m["body"])) / 1e6 for m in reply["messages"])
+        latencies.extend((now - int(m["body"][:STAMP_DIGITS])) / 1e6 for m in reply["messages"])
         offset = reply["next_offset"]
     conn.close()
     out.put(latencies)
@@ -286,8 +324,8 @@ def consume_latencies(port: int, topic: str, offset: int, stop_at_count: int, de
 def delivery_latency(broker: Broker, rate_per_s: int, seconds: float) -> tuple[float, float, int]:
     """p50 and p99 (ms) from the start of a produce request to the held pull's reply carrying it.
 
-    The consumer is another process (no GIL shared with the producer); each body is the
-    CLOCK_MONOTONIC time its send started, which both processes read alike.
+    The consumer is another process (no GIL shared with the producer); each body is 1 KiB whose
+    first STAMP_DIGITS bytes are the CLOCK_MONOTONIC time its send started, which both processes read alike.
     """
     topic = "latency"
     broker.request("PUT", f"/v1/topics/{topic}", json.dumps({"queues": 1}).encode())
@@ -303,7 +341,7 @@ def delivery_latency(broker: Broker, rate_per_s: int, seconds: float) -> tuple[f
     for _ in range(count):
         while time.monotonic() < next_send:
             time.sleep(max(0.0, next_send - time.monotonic() - 0.0005))
-        body = json.dumps({"body": str(time.monotonic_ns()), "queue_id": 0})
+        body = json.dumps({"body": f"{time.monotonic_ns():0{STAMP_DIGITS}d}".ljust(BODY_BYTES, "x"), "queue_id": 0})
         conn.request("POST", f"/v1/topics/{topic}/messages", body=body, headers={"content-type": "application/json"})
         conn.getresponse().read()
         next_send += interval
@@ -315,28 +353,39 @@ def delivery_latency(broker: Broker, rate_per_s: int, seconds: float) -> tuple[f
     return latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], len(latencies)
 
 
-def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, baselines: tuple[float, float]) -> str:
+def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, baselines: tuple[float, float, float, float]) -> str:
+    noop = next((row for row in rows if row.name == NOOP_ROW), None)
     lines = [
         f"tidemq HTTP benchmark ({platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
-        f"bodies of {BODY_BYTES} B; ceiling = no-op GET /healthz on the same server",
+        f"bodies of {BODY_BYTES} B; wrk for every row; server CPU from /proc/PID/stat around each run; load average "
+        f"{os.getloadavg()[0]:.2f} at the end",
         "",
-        "| Scenario | Requests/s | Messages/s | Ratio to the ceiling runs around it | Errors | Target |",
-        "|---|---:|---:|---:|---:|---|",
+        "| Scenario | Requests/s | Messages/s | server CPU µs/req | µs/msg | CPU/req ratio to the no-op | rate ratio to /healthz around it "
+        "| Errors | load | Target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:
+        cpu_ratio = row.cpu_us / noop.cpu_us if noop is not None and noop.cpu_us else float("nan")
         target = ""
         if row.name in TARGETS:
             kind, value = TARGETS[row.name]
-            met = row.ratio >= value if kind == "ratio" else row.messages_per_s >= value
-            target = f"{'>=' if kind == 'ratio' else '>='} {value:,} {'of ceiling' if kind == 'ratio' else 'msg/s'}: {'met' if met else 'NOT met'}"
+            if kind == "cpu":
+                met = cpu_ratio <= value
+                target = f"<= {value:g}x the no-op's CPU/req: {'met' if met else 'NOT met'}"
+            else:
+                met = row.messages_per_s >= value
+                target = f">= {value:,} msg/s: {'met' if met else 'NOT met'}"
         messages = f"{row.messages_per_s:,.0f}" if row.messages_per_s else "-"
-        lines.append(f"| {row.name} | {row.requests_per_s:,.0f} | {messages} | {row.ratio:.2f} | {row.errors} | {target} |")
-    put_rate, get_rate = baselines
+        lines.append(
+            f"| {row.name} | {row.requests_per_s:,.0f} | {messages} | {row.cpu_us:.1f} | {row.cpu_us_per_message:.2f} | {cpu_ratio:.2f} "
+            f"| {row.ratio:.2f} | {row.errors} | {row.load:.2f} | {target} |"
+        )
+    put_rate, put_cpu, get_rate, get_cpu = baselines
     by_name = {row.name: row for row in rows}
     lines += [
         "",
-        f"Store alone, in-process, same run: build_message + put_messages of {BATCH} x {BODY_BYTES} B {put_rate:,.0f} msg/s; "
-        f"get_message of {PULL_MAX} + to_bytes {get_rate:,.0f} msg/s.",
+        f"Store alone, in-process, same run: build_message + put_messages of {BATCH} x {BODY_BYTES} B {put_rate:,.0f} msg/s, "
+        f"{put_cpu:.2f} µs CPU/msg; get_message of {PULL_MAX} + to_bytes {get_rate:,.0f} msg/s, {get_cpu:.2f} µs CPU/msg.",
     ]
     batch_row = by_name.get(f"produce, {BATCH}-message batch (JSON)")
     binary_row = by_name.get(f"produce, {BATCH}-message batch (binary)")
@@ -345,7 +394,9 @@ def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, 
         lines.append(f"Binary batch produce / JSON batch produce (messages/s): {binary_row.messages_per_s / batch_row.messages_per_s:.2f}.")
     if batch_row and pull_row:
         lines.append(
-            f"HTTP / store: batch produce {batch_row.messages_per_s / put_rate:.2f}, batch-format pull {pull_row.messages_per_s / get_rate:.2f}."
+            f"HTTP / store: batch produce {batch_row.messages_per_s / put_rate:.2f} of the rate at {batch_row.cpu_us_per_message / put_cpu:.2f}x "
+            f"the CPU per message, batch-format pull {pull_row.messages_per_s / get_rate:.2f} of the rate at "
+            f"{pull_row.cpu_us_per_message / get_cpu:.2f}x the CPU per message."
         )
     p50, p99, samples = latency
     met = "met" if p99 <= 5.0 else "NOT met"

@@ -1,13 +1,13 @@
-"""What counting each request (app.http_requests) costs: the same requests with and without it, in process.
+"""What the broker's ASGI work costs per request beside a no-op ASGI app, and what the access log adds, in process.
 
-The broker's real ASGI entry is built over a temporary store (loaded and started); requests are
-driven straight into it, without sockets or uvicorn, so the figures are the ASGI work alone and
-the wrapper's share of it is an upper bound of its share of a served request. Three ways in,
+The broker's real ASGI entry (app.hot_routes: counting, the query, the gates and the hot routes in
+one callable) is built over a temporary store (loaded and started); requests are driven straight
+into it, without sockets or uvicorn, so the figures are the ASGI work alone. Three ways in,
 alternated round by round so that a shared machine's drift hits all of them alike:
-1. bare: the hot routes (app.hot_routes) as the server ran them before the counting layer;
-2. counted: the same behind `ObservedRequests` (the default);
-3. counted + access log: with `--access-log`, its lines formatted as JSON into /dev/null.
-Requests: GET /healthz (the no-op) and a single-message JSON produce (the cheapest store request).
+1. no-op: bench/noop_asgi.py's bare ASGI callable (the constant reply /healthz sends);
+2. counted: the broker's entry (every request counted in app.http_requests, the default);
+3. counted + access log: the same with `--access-log`, its lines formatted as JSON into /dev/null.
+Requests: GET /healthz and a single-message JSON produce (the cheapest store request).
 
 Usage: python bench/request_metrics_bench.py [--quick] [--rounds N] [--requests N]
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import logging
 import os
 import platform
@@ -29,10 +30,11 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from app.http_requests import ObservedRequests, RequestStats  # noqa: E402
+from app.hot_routes import HotRoutes  # noqa: E402
 from app.logs import ACCESS_LOGGER, JsonFormatter  # noqa: E402
 from app.server import create_app  # noqa: E402
 from app.settings import build_settings  # noqa: E402
+from bench.noop_asgi import app as noop_app  # noqa: E402
 
 ASGI = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 BODY = b'{"body": "' + b"x" * 1000 + b'", "queue_id": 0}'
@@ -71,10 +73,10 @@ async def measure(rounds: int, count: int, store_dir: str) -> dict[str, dict[str
     await broker.start()
     try:
         await broker.run(broker.store.create_or_update_topic, "bench", 4, "rw")  # topics are created explicitly
-        counted: ObservedRequests = app.state.entry
-        bare = counted.app
-        logged = ObservedRequests(bare, RequestStats(), True)
-        ways: dict[str, ASGI] = {"bare": bare, "counted": counted, "counted + access log": logged}
+        counted: HotRoutes = app.state.entry
+        logged = copy.copy(counted)
+        logged.log_requests = True
+        ways: dict[str, ASGI] = {"no-op": noop_app, "counted": counted, "counted + access log": logged}
         requests = {
             "GET /healthz": (scope_of("GET", "/healthz", b""), b""),
             "produce, single (JSON)": (scope_of("POST", "/v1/topics/bench/messages", BODY), BODY),
@@ -108,13 +110,13 @@ def main() -> None:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="tidemq-request-metrics-") as store_dir:
         figures = asyncio.run(measure(rounds, count, store_dir))
-    print(f"tidemq request counting cost, in process ({platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()});"
+    print(f"tidemq ASGI work per request beside a no-op ASGI app, in process ({platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()});"
           f" {rounds} rounds x {count:,} requests per way; load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")  # fmt: skip
     print()
-    print("| request | way | median us/request | added us (median) | ratio to bare (median of rounds) |")
+    print("| request | way | median us/request | added us (median) | ratio to the no-op (median of rounds) |")
     print("|---|---|---:|---:|---:|")
     for name, ways in figures.items():
-        bare = ways["bare"]
+        bare = ways["no-op"]
         for way, values in ways.items():
             ratios = [v / b for v, b in zip(values, bare, strict=True)]
             added = statistics.median(v - b for v, b in zip(values, bare, strict=True)) / 1000

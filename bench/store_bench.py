@@ -1,13 +1,18 @@
 """In-process store benchmark: puts, batched puts, dispatch, delivery, gets and SYNC_FLUSH group commit.
 
-Every figure is printed beside a baseline measured in the same run on the same disk,
-because the machines are shared and absolute numbers drift:
+Every figure is printed with its CPU per message (the process's CPU, all threads, around the
+measurement) and the 1-minute load average, beside a baseline measured in the same run on the
+same disk, because the machines are shared and absolute numbers drift; the ratio a target is
+judged by is the ratio of CPU per message. Baselines:
 - raw write: the same encoded bytes written sequentially with os.write in 1 MiB chunks;
-- raw copy: the same bytes copied message by message into a mapped file (the least a
-  put must do);
-- raw read: the same bytes sliced message by message out of a mapped file;
+- raw copy: the same bytes copied message by message (one memcpy each, in C: bench/baseline_copy.c,
+  one call for all of them) into a mapped file whose pages were faulted in first (the least a
+  put must do: the store prefaults its files too);
+- raw read: the same bytes copied message by message out of a mapped file whose pages were read
+  first, into a prefaulted buffer (the least a get that copies out must do);
 - raw fsync: one os.write + os.fdatasync per message, one thread (what SYNC_FLUSH would
-  cost without group commit);
+  cost without group commit); its CPU per call is the commit thread's baseline: the SYNC_FLUSH
+  rows give the group commit thread's own CPU per flush (its thread CPU clock);
 - put p50: the put's own latency, for the delivery figures (put called -> arrival notice,
   the moment a held pull of the queue is woken).
 
@@ -28,6 +33,7 @@ the append and the stats, with the dispatch thread running beside it.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import mmap
 import os
@@ -40,7 +46,8 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.raw_append import raw_append_rate
+from bench.load_generator import CopyBaseline
+from bench.raw_append import raw_append
 from bench.threaded_rate import calls_per_second
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
 from store.codec.message import MessageInner
@@ -52,17 +59,32 @@ TOPIC = "Bench"
 QUEUES = 4
 CHUNK_BYTES = 1 << 20
 GROUP_SIZES: dict[int, float] = {}  # producer threads -> mean requests answered by one group commit
+FLUSH_CPU_US: dict[int, float] = {}  # producer threads -> CPU microseconds of the group commit thread per flush
+CPU_US: list[float] = [0.0]  # CPU microseconds per message of the last measurement (`timed` sets it)
 PREFAULT = [True]  # the stores' prefault_mapped_file_enable (--no-prefault turns it off)
+LOAD_AT_START = [0.0]  # the 1-minute load average when the run began
 
 
 class Row:
-    def __init__(self, name: str, value: float, unit: str, baseline_name: str, baseline: float, target: str = "") -> None:
+    """One figure beside its baseline: rate (or time) and CPU per message of each, and the load average then."""
+
+    def __init__(
+        self, name: str, value: float, unit: str, baseline_name: str, baseline: float, target: str = "",
+        cpu_us: float = float("nan"), baseline_cpu_us: float = float("nan"),
+    ) -> None:  # fmt: skip
         self.name, self.value, self.unit = name, value, unit
         self.baseline_name, self.baseline, self.target = baseline_name, baseline, target
+        self.cpu_us, self.baseline_cpu_us = cpu_us, baseline_cpu_us
+        self.load = os.getloadavg()[0]
 
     @property
     def ratio(self) -> float:
         return self.value / self.baseline if self.baseline else 0.0
+
+    @property
+    def cpu_ratio(self) -> float:
+        """CPU per message of the figure over the baseline's (nan when either is not measured)."""
+        return self.cpu_us / self.baseline_cpu_us if self.baseline_cpu_us else float("nan")
 
 
 def make_store(root: str, flush: FlushDiskType, file_bytes: int) -> DefaultMessageStore:
@@ -89,10 +111,13 @@ def encoded(count: int, size: int) -> list[bytes]:
     return [encode_message(TOPIC.encode(), body, b"", i % QUEUES, i, i) for i in range(count)]
 
 
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
+def timed(fn: Callable[[], object], count: int = 1) -> float:
+    """Seconds `fn` took; CPU_US[0] becomes the process's CPU microseconds per one of `count` messages meanwhile."""
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    CPU_US[0] = (time.process_time() - c0) / max(1, count) * 1e6
+    return elapsed
 
 
 def raw_write_rate(root: str, images: list[bytes]) -> float:
@@ -102,30 +127,36 @@ def raw_write_rate(root: str, images: list[bytes]) -> float:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
-        elapsed = timed(lambda: [os.write(fd, view[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES)])
+        elapsed = timed(lambda: [os.write(fd, view[i : i + CHUNK_BYTES]) for i in range(0, len(data), CHUNK_BYTES)], len(images))
     finally:
         os.close(fd)
         os.unlink(path)
     return len(data) / elapsed
 
 
+def _sizes(images: list[bytes]) -> ctypes.Array[ctypes.c_uint32]:
+    return (ctypes.c_uint32 * len(images))(*(len(i) for i in images))
+
+
+def _address(buffer: mmap.mmap | bytearray) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+
+
 def raw_copy_rate(root: str, images: list[bytes]) -> float:
-    """Messages/s of copying each image into a fresh mapped file, one slice assignment per message."""
+    """Messages/s of copying each image (one memcpy each, one C call for all) into a mapped file
+    whose pages were written once before (prefaulted, as the store's files are)."""
     total = sum(len(i) for i in images)
     path = os.path.join(root, "raw-copy")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     os.ftruncate(fd, total)
     mm = mmap.mmap(fd, total)
-
-    def copy() -> None:
-        pos = 0
-        for image in images:
-            n = len(image)
-            mm[pos : pos + n] = image
-            pos += n
-
+    source = bytearray(b"".join(images))
+    sizes = _sizes(images)
+    copier = CopyBaseline()
     try:
-        elapsed = timed(copy)
+        mm[:] = bytes(total)  # every page faulted in and dirtied before the timed copy
+        dst, src = _address(mm), _address(source)
+        elapsed = timed(lambda: copier.copy(dst, src, sizes), len(images))
     finally:
         mm.close()
         os.close(fd)
@@ -134,29 +165,22 @@ def raw_copy_rate(root: str, images: list[bytes]) -> float:
 
 
 def raw_read_rate(root: str, images: list[bytes]) -> float:
-    """Messages/s of slicing each image out of a mapped file (memoryviews, like a get)."""
+    """Messages/s of copying each image out of a mapped file (one memcpy each, one C call for all) into
+    a buffer; the file's pages were read and the buffer's written before (no page faults timed)."""
     data = b"".join(images)
     path = os.path.join(root, "raw-read")
     with open(path, "wb") as fh:
         fh.write(data)
-    fd = os.open(path, os.O_RDONLY)
-    mm = mmap.mmap(fd, len(data), prot=mmap.PROT_READ)
-    view = memoryview(mm)
-    sizes = [len(i) for i in images]
-
-    def read() -> None:
-        pos = 0
-        out = []
-        for n in sizes:
-            out.append(view[pos : pos + n])
-            pos += n
-        for v in out:
-            v.release()
-
+    fd = os.open(path, os.O_RDWR)
+    mm = mmap.mmap(fd, len(data))
+    target = bytearray(len(data))
+    sizes = _sizes(images)
+    copier = CopyBaseline()
     try:
-        elapsed = timed(read)
+        assert bytes(mm[:]) == data  # every page of the map read in
+        src, dst = _address(mm), _address(target)
+        elapsed = timed(lambda: copier.copy(dst, src, sizes), len(images))
     finally:
-        view.release()
         mm.close()
         os.close(fd)
         os.unlink(path)
@@ -164,7 +188,9 @@ def raw_read_rate(root: str, images: list[bytes]) -> float:
 
 
 def raw_fsync_rate(root: str, image: bytes, seconds: float) -> float:
-    return raw_append_rate(os.path.join(root, "raw-fsync"), image, seconds, sync=True)
+    """write + fdatasync calls per second of one thread; CPU_US[0] becomes that thread's CPU per call."""
+    rate, CPU_US[0] = raw_append(os.path.join(root, "raw-fsync"), image, seconds, sync=True)
+    return rate
 
 
 def bench_puts(root: str, size: int, count: int, file_bytes: int, batch: int) -> float:
@@ -174,10 +200,10 @@ def bench_puts(root: str, size: int, count: int, file_bytes: int, batch: int) ->
     try:
         if batch == 1:
             put = store.put_message
-            elapsed = timed(lambda: [put(m) for m in msgs])
+            elapsed = timed(lambda: [put(m) for m in msgs], count)
         else:
             put_many = store.put_messages
-            elapsed = timed(lambda: [put_many(msgs[i : i + batch]) for i in range(0, count, batch)])
+            elapsed = timed(lambda: [put_many(msgs[i : i + batch]) for i in range(0, count, batch)], count)
         assert store.commit_log.topic_queue_table[(TOPIC, 0)] == (count + QUEUES - 1) // QUEUES
         return count / elapsed
     finally:
@@ -198,7 +224,7 @@ def bench_put_dispatch(root: str, size: int, count: int, file_bytes: int, batch:
             while store.reput_service.behind() > 0:
                 time.sleep(0.0002)
 
-        return count / timed(put_and_dispatch)
+        return count / timed(put_and_dispatch, count)
     finally:
         store.shutdown()
         shutil.rmtree(d, ignore_errors=True)
@@ -287,7 +313,7 @@ def bench_native_batches(root: str, size: int, count: int, file_bytes: int, batc
             for i in range(count // batch):
                 assert store.put(PutBatch.of_encoded(TOPIC, i % QUEUES, store.check_batch(data))).result().ok
 
-        return count // batch * batch / timed(put_all)
+        return count // batch * batch / timed(put_all, count // batch * batch)
     finally:
         store.shutdown()
         shutil.rmtree(d, ignore_errors=True)
@@ -299,8 +325,8 @@ def _write_in_slices(mm: mmap.mmap, chunk: bytes) -> None:
         mm[pos : pos + n] = chunk
 
 
-def first_write_rates(root: str, file_bytes: int) -> tuple[float, float]:
-    """Bytes/s of writing a new mapped file in 1 KiB slices (as puts do), prefaulted and not.
+def first_write_rates(root: str, file_bytes: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(bytes/s, CPU µs per 1 KiB slice) of writing a new mapped file in 1 KiB slices (as puts do), prefaulted and not.
 
     The prefault itself is not timed: the allocation service does it off the put path.
     """
@@ -309,9 +335,11 @@ def first_write_rates(root: str, file_bytes: int) -> tuple[float, float]:
     for i, prefault in enumerate((True, False)):
         mf = MappedFile(os.path.join(root, offset_to_file_name(i * file_bytes)), file_bytes)
         try:
+            mf.ensure_reserved(file_bytes)  # both files' blocks reserved: only the page faults differ
             if prefault:
                 mf.prefault(0, file_bytes)
-            rates.append(file_bytes / timed(functools.partial(_write_in_slices, mf.mm, chunk)))
+            rate = file_bytes / timed(functools.partial(_write_in_slices, mf.mm, chunk), file_bytes // len(chunk))
+            rates.append((rate, CPU_US[0]))
         finally:
             mf.destroy()
     return rates[0], rates[1]
@@ -343,13 +371,15 @@ def bench_gets(root: str, size: int, count: int, file_bytes: int) -> float:
             assert got == count, got
             return got
 
-        return count / timed(read_all)
+        return count / timed(read_all, count)
     finally:
         store.shutdown()
         shutil.rmtree(d, ignore_errors=True)
 
 
 def bench_sync_flush(root: str, threads: int, seconds: float, file_bytes: int) -> float:
+    """SYNC_FLUSH puts per second of `threads` threads; CPU_US[0] becomes the process's CPU per put, and
+    FLUSH_CPU_US[threads] the group commit thread's own CPU per flush (its thread CPU clock)."""
     d = tempfile.mkdtemp(dir=root)
     store = make_store(d, FlushDiskType.SYNC_FLUSH, file_bytes)
     body = os.urandom(1024)
@@ -358,63 +388,87 @@ def bench_sync_flush(root: str, threads: int, seconds: float, file_bytes: int) -
         r = store.put_message(MessageInner(TOPIC, body, n % QUEUES))
         assert r.ok, r.status
 
-    rate = calls_per_second(put, threads, seconds)
     service = store.flush_service
+    commit_thread = getattr(service, "_thread", None)
+    clock = time.pthread_getcpuclockid(commit_thread.ident) if commit_thread is not None and commit_thread.ident else None
+    flushes = getattr(service, "group_commits", 0)
+    thread_cpu = time.clock_gettime(clock) if clock is not None else 0.0
+    cpu = time.process_time()
+    rate = calls_per_second(put, threads, seconds)
+    CPU_US[0] = (time.process_time() - cpu) / max(1.0, rate * seconds) * 1e6
+    flushes = getattr(service, "group_commits", 0) - flushes
+    if clock is not None and flushes:
+        FLUSH_CPU_US[threads] = (time.clock_gettime(clock) - thread_cpu) / flushes * 1e6
     GROUP_SIZES[threads] = getattr(service, "requests_served", 0) / max(1, getattr(service, "group_commits", 0))
     store.shutdown()
     shutil.rmtree(d, ignore_errors=True)
     return rate
 
 
+def with_cpu(value: float) -> tuple[float, float]:
+    """(value, CPU microseconds per message of the measurement that produced it)."""
+    return value, CPU_US[0]
+
+
 def run(quick: bool) -> list[Row]:
     scale = 0.05 if quick else 1.0
     root = tempfile.mkdtemp(prefix="tidemq-bench-", dir=os.environ.get("TIDEMQ_BENCH_DIR"))
     file_bytes = (32 if quick else 256) * 1024 * 1024
-    sync_seconds = 0.5 if quick else 3.0
+    sync_seconds = 1.0 if quick else 3.0
     rows: list[Row] = []
     try:
         for size, count in ((128, 200_000), (1024, 100_000), (4096, 50_000)):
             n = max(1000, int(count * scale))
             images = encoded(n, size)
             avg = sum(len(i) for i in images) / n
-            write_bps = raw_write_rate(root, images)
-            copy_mps = raw_copy_rate(root, images)
-            single = bench_puts(root, size, n, file_bytes, 1)
+            write_bps, write_cpu = with_cpu(raw_write_rate(root, images))
+            copy_mps, copy_cpu = with_cpu(raw_copy_rate(root, images))
+            single, cpu = with_cpu(bench_puts(root, size, n, file_bytes, 1))
             target = ">= 250,000 msg/s" if size == 128 else ""
-            rows.append(Row(f"put {size} B, single", single, "msg/s", "raw copy (msg/s)", copy_mps, target))
+            rows.append(Row(f"put {size} B, single", single, "msg/s", "raw copy (msg/s)", copy_mps, target, cpu, copy_cpu))
             if size == 128:
-                both = bench_put_dispatch(root, size, n, file_bytes, 1)
-                rows.append(Row(f"put + dispatch {size} B, single", both, "msg/s", "raw copy (msg/s)", copy_mps))
-            batched = bench_puts(root, size, n, file_bytes, 100)
-            rows.append(Row(f"put {size} B, batch of 100", batched, "msg/s", "raw copy (msg/s)", copy_mps))
+                both, cpu = with_cpu(bench_put_dispatch(root, size, n, file_bytes, 1))
+                rows.append(Row(f"put + dispatch {size} B, single", both, "msg/s", "raw copy (msg/s)", copy_mps, "", cpu, copy_cpu))
+            batched, cpu = with_cpu(bench_puts(root, size, n, file_bytes, 100))
+            rows.append(Row(f"put {size} B, batch of 100", batched, "msg/s", "raw copy (msg/s)", copy_mps, "", cpu, copy_cpu))
             target = ">= 0.4 of raw write" if size == 1024 else ""
-            rows.append(Row(f"put {size} B, batch of 100 (bytes)", batched * avg, "B/s", "raw write (B/s)", write_bps, target))
+            rows.append(
+                Row(f"put {size} B, batch of 100 (bytes)", batched * avg, "B/s", "raw write (B/s)", write_bps, target, cpu, write_cpu)
+            )
             if size == 1024:
-                native = bench_native_batches(root, size, max(n, 20_000), file_bytes, 100)
-                rows.append(Row(f"put {size} B, checked batch of 100 (bytes)", native * avg, "B/s", "raw write (B/s)", write_bps))
-        prefaulted, faulting = first_write_rates(root, file_bytes)
-        rows.append(Row("first writes into a new file, 1 KiB slices, prefaulted", prefaulted, "B/s", "not prefaulted (B/s)", faulting))
+                native, cpu = with_cpu(bench_native_batches(root, size, max(n, 20_000), file_bytes, 100))
+                name = f"put {size} B, checked batch of 100 (bytes)"
+                rows.append(Row(name, native * avg, "B/s", "raw write (B/s)", write_bps, "", cpu, write_cpu))
+        (prefaulted, cpu), (faulting, faulting_cpu) = first_write_rates(root, file_bytes)
+        rows.append(Row("first writes into a new file, 1 KiB slices, prefaulted", prefaulted, "B/s", "not prefaulted (B/s)", faulting, "",
+                        cpu, faulting_cpu))  # fmt: skip
         n = max(2000, int(100_000 * scale))
         images = encoded(n, 1024)
-        write_bps, avg = raw_write_rate(root, images), sum(len(i) for i in images) / n
-        rate = bench_put_dispatch(root, 1024, n, file_bytes, 100)
-        rows.append(Row("put + dispatch 1024 B, batch of 100 (bytes)", rate * avg, "B/s", "raw write (B/s)", write_bps))
-        read_us = 1e6 / raw_read_rate(root, images)
+        write_bps, write_cpu = with_cpu(raw_write_rate(root, images))
+        avg = sum(len(i) for i in images) / n
+        rate, cpu = with_cpu(bench_put_dispatch(root, 1024, n, file_bytes, 100))
+        rows.append(Row("put + dispatch 1024 B, batch of 100 (bytes)", rate * avg, "B/s", "raw write (B/s)", write_bps, "", cpu, write_cpu))
+        read_mps, read_cpu = with_cpu(raw_read_rate(root, images))
         cpu_us = bench_dispatch_cpu(root, 1024, n, file_bytes) * 1e6
-        rows.append(Row("dispatch CPU 1 KiB, TAGS + UNIQ_KEY + 2 keys", cpu_us, "µs/msg", "raw read (µs/msg)", read_us, "<= 0.5 µs"))
+        rows.append(Row("dispatch CPU 1 KiB, TAGS + UNIQ_KEY + 2 keys", cpu_us, "µs/msg", "raw read (µs/msg)", 1e6 / read_mps, "<= 0.5 µs",
+                        cpu_us, read_cpu))  # fmt: skip
         p50, p99, put_p50 = bench_delivery(root, 1024, max(1000, int(20_000 * scale)), file_bytes)
         rows.append(Row("delivery 1 KiB, put called -> notice, p50", p50, "µs", "put p50 (µs)", put_p50))
         rows.append(Row("delivery 1 KiB, put called -> notice, p99", p99, "µs", "put p50 (µs)", put_p50))
-        rows.append(
-            Row("get 1 KiB, 32 per call", bench_gets(root, 1024, n, file_bytes), "msg/s", "raw read (msg/s)", raw_read_rate(root, images))
-        )
-        fsync_rate = raw_fsync_rate(root, images[0], sync_seconds)
-        single_sync = bench_sync_flush(root, 1, sync_seconds, file_bytes)
-        rows.append(Row("SYNC_FLUSH 1 KiB, 1 producer", single_sync, "msg/s", "raw write+fdatasync (msg/s)", fsync_rate))
+        gets, cpu = with_cpu(bench_gets(root, 1024, n, file_bytes))
+        rows.append(Row("get 1 KiB, 32 per call", gets, "msg/s", "raw read (msg/s)", read_mps, "", cpu, read_cpu))
+        fsync_rate, fsync_cpu = with_cpu(raw_fsync_rate(root, images[0], sync_seconds))
+        single_sync, single_cpu = with_cpu(bench_sync_flush(root, 1, sync_seconds, file_bytes))
+        rows.append(Row("SYNC_FLUSH 1 KiB, 1 producer", single_sync, "msg/s", "raw write+fdatasync (msg/s)", fsync_rate, "",
+                        single_cpu, fsync_cpu))  # fmt: skip
         for threads in (16, 64):
-            rate = bench_sync_flush(root, threads, sync_seconds, file_bytes)
+            rate, cpu = with_cpu(bench_sync_flush(root, threads, sync_seconds, file_bytes))
             target = ">= 20x 1 producer" if threads == 64 else ""
-            rows.append(Row(f"SYNC_FLUSH 1 KiB, {threads} producers", rate, "msg/s", "SYNC_FLUSH 1 producer", single_sync, target))
+            rows.append(Row(f"SYNC_FLUSH 1 KiB, {threads} producers", rate, "msg/s", "SYNC_FLUSH 1 producer", single_sync, target,
+                            cpu, single_cpu))  # fmt: skip
+        for threads, flush_cpu in sorted(FLUSH_CPU_US.items()):
+            rows.append(Row(f"group commit thread CPU per flush, {threads} producer(s)", flush_cpu, "µs", "raw write+fdatasync CPU (µs)",
+                            fsync_cpu, "<= 1.2x raw" if threads == 1 else "", flush_cpu, fsync_cpu))  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return rows
@@ -426,13 +480,19 @@ def _num(value: float) -> str:
 
 def render(rows: list[Row]) -> str:
     lines = [
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}",
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load at the start "
+        f"{LOAD_AT_START[0]:.1f}, at the end {os.getloadavg()[0]:.1f}",
+        "CPU µs/msg: the process's CPU (every thread) per message during the figure's measurement; CPU ratio: the figure's "
+        "over its baseline's, the ratio targets are judged by",
         "",
-        "| figure | value | unit | baseline | baseline value | ratio | target |",
-        "|---|---:|---|---|---:|---:|---|",
+        "| figure | value | unit | CPU µs/msg | baseline | baseline value | baseline CPU µs/msg | ratio | CPU ratio | load | target |",
+        "|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        lines.append(f"| {r.name} | {_num(r.value)} | {r.unit} | {r.baseline_name} | {_num(r.baseline)} | {r.ratio:.3f} | {r.target} |")
+        lines.append(
+            f"| {r.name} | {_num(r.value)} | {r.unit} | {r.cpu_us:.3g} | {r.baseline_name} | {_num(r.baseline)} | {r.baseline_cpu_us:.3g} "
+            f"| {r.ratio:.3f} | {r.cpu_ratio:.3f} | {r.load:.1f} | {r.target} |"
+        )
     if GROUP_SIZES:
         sizes = ", ".join(f"{n} producers: {size:.1f}" for n, size in sorted(GROUP_SIZES.items()))
         lines += ["", f"mean requests answered per group commit (one flush each): {sizes}"]
@@ -446,6 +506,7 @@ def main() -> None:
     parser.add_argument("--no-prefault", action="store_true", help="stores without prefault_mapped_file_enable")
     args = parser.parse_args()
     PREFAULT[0] = not args.no_prefault
+    LOAD_AT_START[0] = os.getloadavg()[0]
     started = time.perf_counter()
     table = render(run(args.quick))
     print(table)

@@ -1,145 +1,71 @@
-"""tidemq beside Redis Streams, measured in one run on one machine.
+"""tidemq beside Redis Streams and a plain-ASGI no-op, measured in one run on one machine.
 
-1. Delivery: a producer sends at a fixed rate (default 1,000 msg/s) and a consumer in another
-   process reads with a held long poll (tidemq) or `XREAD BLOCK` (Redis); p50/p99 from the start of
-   the send to the consumer holding the message.
-2. Durable puts with many producers: tidemq with `--flush sync` (a produce is answered after its
-   group commit reached the disk) and Redis with `appendfsync always`, each with 1 and with N
-   concurrent producers of 1 KiB messages; tidemq's producers are asyncio connections in this
-   process, Redis's are `redis-benchmark -c N XADD`.
-3. Batch produce without fsync: binary batches of 100 x 1 KiB (application/x-tidemq-batch) driven
-   by wrk against `redis-benchmark -P 100` XADD with as many connections, and sent from Python
-   (httpx) against redis-py pipelines of 100 XADDs, from 1 and from N client processes; tidemq
-   with ASYNC_FLUSH (page cache, flushed in the background), Redis with no persistence at all.
+Every figure gives the server's CPU per request or message (/proc/PID/stat around the
+measurement) beside its rate, and the 1-minute load average at its end; a ratio of CPU per
+message is what a target is judged by, because the machine is shared and rates drift with the
+other work on it. Both sides of every comparison use the same load generator and the payload
+the label says:
 
-Redis is started here from Debian's redis-server (installed with apt-get when missing and possible;
-else its rows say why they are empty). Every tidemq figure is printed beside the Redis figure of
-the same run, because the machine is shared and absolute numbers drift.
+1. requests: one C generator (bench/loadgen.c: one thread, epoll, closed loop, `--connections`
+   keep-alive connections) drives the plain-ASGI no-op (bench/noop_asgi.py), tidemq (ASYNC_FLUSH)
+   and Redis without persistence alike: no-op GET, GET /healthz, single JSON produce of a 1 KiB
+   body, JSON and binary batches of 100 x 1 KiB, against XADD of a 1 KiB field and 100 XADDs
+   pipelined in one write. `--rounds` interleaved rounds (default 3); each figure is the round
+   with the median server CPU per request.
+2. durable: the same generator with 1 and `--producers` connections posting 1 KiB raw bodies to
+   tidemq with SYNC_FLUSH (answered after the group commit's flush) and sending XADD of 1 KiB to
+   Redis with `appendfsync always`, rounds interleaved; beside them one thread's raw
+   write + fdatasync of a 1 KiB record on the same disk, and the tidemq load on ASYNC_FLUSH.
+3. delivery: a Python producer sends 1 KiB messages at `--rate` per second, whose first 20 bytes
+   are the send's start on CLOCK_MONOTONIC, and a Python consumer in another process holds a
+   long poll (tidemq's pull; Redis `XREAD BLOCK`) or a group receive that it acks at once
+   (tidemq's receive + ack; Redis `XREADGROUP BLOCK` + `XACK`): p50/p99 from the send's start to
+   the consumer holding the message, and to the ack answered.
+4. batch: Python client processes (httpx posting binary batches; redis-py pipelines of 100 XADDs),
+   1 and `--py-clients` of them, 100 x 1 KiB per request.
 
-Usage: python bench/versus_redis.py [--only delivery,durable,batch] [--quick] [--rate N] [--seconds S]
-       [--producers N] [--connections N] [--py-clients N]
+Redis is Debian's redis-server (installed with apt-get when missing and possible; else its rows
+say why they are empty).
+
+Usage: python bench/versus_redis.py [--only requests,durable,delivery,batch] [--quick] [--rounds N]
+       [--seconds S] [--rate N] [--producers N] [--connections N] [--py-clients N]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import csv
-import io
+import json
 import multiprocessing
 import os
-import re
-import resource
-import shlex
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.compare_peers import RedisPeer, Unavailable
-from bench.http_bench import STORE_CONFIG, Broker, binary_batch, delivery_latency, ensure_wrk, post_script, wrk
+from bench.compare_peers import RedisPeer
+from bench.http_bench import STORE_CONFIG, Broker, binary_batch
+from bench.load_generator import Measured, cpu_seconds, http_request, load_average, loadgen, median_of, resp_command
+from bench.noop_asgi import NoopServer
+from bench.raw_append import raw_append
 
 BODY_BYTES = 1024
-BATCH = 100  # messages per binary batch, XADDs per redis-benchmark -P pipeline and per redis-py execute
-BATCH_TOPIC = "batch"
+BATCH = 100  # messages per batch request, XADDs per pipelined write and per redis-py execute
 BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
-# Most XADDs of one measured redis-benchmark run: 3 M entries of 1 KiB hold about 3.5 GB in Redis.
-BENCH_MAX_REQUESTS = 3_000_000
-SECTIONS = ("delivery", "durable", "batch")
+SECTIONS = ("requests", "durable", "delivery", "batch")
+STAMP_DIGITS = 20  # the send time at the head of a delivery test's body, zero-padded nanoseconds
 
 
 def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
 
 
-# Redis delivery ---------------------------------------------------------------------------
-
-
-def redis_consume(port: int, count: int, deadline_s: float, out: Any) -> None:
-    import redis
-
-    client = redis.Redis(port=port)
-    last, latencies = "$", []
-    end = time.monotonic() + deadline_s
-    while len(latencies) < count and time.monotonic() < end:
-        reply = client.xread({"lat": last}, block=1000, count=32)
-        now = time.monotonic_ns()
-        for _, entries in reply or ():
-            for entry_id, fields in entries:
-                latencies.append((now - int(fields[b"t"])) / 1e6)
-                last = entry_id
-    out.put(latencies)
-
-
-def redis_delivery(port: int, rate: int, seconds: float) -> tuple[float, float, int]:
-    import redis
-
-    count = int(rate * seconds)
-    results: multiprocessing.Queue = multiprocessing.Queue()
-    consumer = multiprocessing.Process(target=redis_consume, args=(port, count, seconds + 30, results))
-    consumer.start()
-    time.sleep(0.5)  # the consumer's first XREAD is blocked before the first send
-    client = redis.Redis(port=port)
-    interval, next_send = 1.0 / rate, time.monotonic()
-    for _ in range(count):
-        while time.monotonic() < next_send:
-            time.sleep(max(0.0, next_send - time.monotonic() - 0.0005))
-        client.xadd("lat", {"t": str(time.monotonic_ns())})
-        next_send += interval
-    latencies = sorted(results.get(timeout=seconds + 60))
-    consumer.join(10)
-    return percentile(latencies, 0.5), percentile(latencies, 0.99), len(latencies)
-
-
-# Durable puts -----------------------------------------------------------------------------
-
-
-async def tidemq_producer(port: int, stop_at: float, counts: list[int], i: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = b"x" * BODY_BYTES
-    head = f"POST /v1/topics/sync/messages?queue_id={i % 4} HTTP/1.1\r\nhost: b\r\ncontent-type: application/octet-stream\r\n"
-    request = (head + f"content-length: {len(body)}\r\n\r\n").encode() + body
-    n = 0
-    while time.perf_counter() < stop_at:
-        writer.write(request)
-        reply = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":", 1)[1]) for line in reply.split(b"\r\n") if line.lower().startswith(b"content-length:"))
-        await reader.readexactly(length)
-        n += reply.startswith(b"HTTP/1.1 201")
-    counts[i] = n
-    writer.close()
-
-
-async def tidemq_durable_rate(port: int, producers: int, seconds: float) -> float:
-    counts = [0] * producers
-    stop_at = time.perf_counter() + seconds
-    await asyncio.gather(*(tidemq_producer(port, stop_at, counts, i) for i in range(producers)))
-    return sum(counts) / seconds
-
-
-def redis_durable_rate(port: int, producers: int, seconds: float) -> float:
-    """XADD of 1 KiB values with `producers` connections, for about `seconds`."""
-    binary = shutil.which("redis-benchmark")
-    if binary is None:
-        raise Unavailable("redis-benchmark is not installed")
-    value = "v" * BODY_BYTES
-    requests = max(producers * 20, int(2_000 * seconds))
-    argv = [binary, "-p", str(port), "-c", str(producers), "-n", str(requests), "-q", "XADD", "dur", "*", "f", value]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False).stdout
-    match = re.search(r"([\d.]+) requests per second", out.replace("\r", "\n"))
-    if match is None:
-        raise Unavailable(f"redis-benchmark printed no rate: {out[-200:]!r}")
-    return float(match.group(1))
-
-
-# Batch produce without fsync -------------------------------------------------------------
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and b == b and a == a else "-"
 
 
 class RedisInMemory(RedisPeer):
@@ -157,37 +83,401 @@ class RedisInMemory(RedisPeer):
         ]  # fmt: skip
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def redis_benchmark_argv(port: int, clients: int, requests: int) -> list[str]:
-    """XADD of one 1 KiB field, BATCH commands pipelined per connection (-d only sizes the built-in tests)."""
-    binary = shutil.which("redis-benchmark")
-    if binary is None:
-        raise Unavailable("redis-benchmark is not installed")
-    value = "v" * BODY_BYTES
-    return [binary, "-p", str(port), "-c", str(clients), "-n", str(requests), "-P", str(BATCH), "--csv", "XADD", "batch", "*", "f", value]
-
-
-def redis_benchmark_xadd(port: int, clients: int, requests: int) -> float:
-    """XADDs per second of one redis-benchmark run (its --csv `rps` column)."""
-    argv = redis_benchmark_argv(port, clients, requests)
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    if not rows or "rps" not in rows[-1]:
-        raise Unavailable(f"redis-benchmark printed no rate: {out[-200:]!r}")
-    return float(rows[-1]["rps"])
+def start_redis(peer: RedisPeer, root: str) -> tuple[RedisPeer | None, str]:
+    reason = peer.start_or_reason(Path(root))
+    return (None, reason) if reason is not None else (peer, "")
 
 
 def redis_flush(port: int) -> None:
-    """Drop the stream between runs: each run starts from an empty server, and memory stays bounded."""
+    """Drop every stream between runs: each run starts from an empty server, and memory stays bounded."""
     import redis
 
     redis.Redis(port=port).flushall()
+
+
+@dataclass
+class Scenario:
+    """One load the generator applies: a request, where to, and how its replies are counted."""
+
+    name: str
+    port: int
+    pid: int
+    request: bytes
+    protocol: str = "http"
+    replies: int = 1
+    messages: int = 1
+    after: Callable[[], None] | None = None  # run after each measurement (Redis: drop the stream)
+
+
+def measure_rounds(scenarios: list[Scenario], rounds: int, connections: int, seconds: float) -> dict[str, Measured]:
+    """Every scenario once per round, rounds interleaved; per scenario the round with the median CPU per request."""
+    runs: dict[str, list[Measured]] = {s.name: [] for s in scenarios}
+    for r in range(rounds):
+        for s in scenarios:
+            m = loadgen(s.port, s.request, s.protocol, s.pid, connections, seconds, s.replies, s.messages)
+            runs[s.name].append(m)
+            if s.after is not None:
+                s.after()
+            print(f"  round {r + 1}: {s.name}: {m.messages_per_s:,.0f} msg/s, {m.server_us_per_message:.2f} us CPU/msg", flush=True)
+    return {name: median_of(got) for name, got in runs.items()}
+
+
+def print_table(rows: list[tuple[str, Measured | None, str]]) -> None:
+    """rows: (figure, measurement, comparison text)."""
+    print("| figure | msg/s | req/s | server CPU us/req | us/msg | server cores | generator cores | errors | load | vs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, m, versus in rows:
+        if m is None:
+            print(f"| {name} | - | - | - | - | - | - | - | - | {versus} |")
+            continue
+        print(
+            f"| {name} | {m.messages_per_s:,.0f} | {m.requests_per_s:,.0f} | {m.server_us_per_request:.1f} | "
+            f"{m.server_us_per_message:.2f} | {m.server_cores:.2f} | {m.client_cores:.2f} | {m.errors} | {m.load:.2f} | {versus} |"
+        )
+
+
+# 1. Requests ----------------------------------------------------------------------------
+
+
+def requests_section(root: str, args: argparse.Namespace) -> None:
+    noop = NoopServer()
+    broker = Broker(os.path.join(root, "requests"), STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
+    peer, why = start_redis(RedisInMemory(), root)
+    try:
+        status, reply = broker.request("PUT", "/v1/topics/bench", b'{"queues": 4}')
+        assert status in (200, 201), reply[:200]
+        body = "x" * BODY_BYTES
+        path = "/v1/topics/bench/messages"
+        single = json.dumps({"body": body, "queue_id": 1}).encode()
+        batch = json.dumps({"messages": [{"body": body, "queue_id": 2}] * BATCH}).encode()
+        pid = broker.proc.pid
+        scenarios = [
+            Scenario("plain-ASGI no-op GET", noop.port, noop.proc.pid, http_request("GET", "/")),
+            Scenario("tidemq GET /healthz", broker.port, pid, http_request("GET", "/healthz")),
+            Scenario("tidemq single JSON produce, 1 KiB", broker.port, pid, http_request("POST", path, single, "application/json")),
+            Scenario(
+                f"tidemq JSON batch {BATCH} x 1 KiB",
+                broker.port,
+                pid,
+                http_request("POST", path, batch, "application/json"),
+                messages=BATCH,
+            ),
+            Scenario(
+                f"tidemq binary batch {BATCH} x 1 KiB",
+                broker.port,
+                pid,
+                http_request("POST", path + "?queue_id=3", binary_batch(body.encode(), BATCH), BATCH_MEDIA_TYPE),
+                messages=BATCH,
+            ),
+        ]
+        if peer is not None:
+            assert peer.proc is not None
+            xadd = resp_command(b"XADD", b"bench", b"*", b"f", b"v" * BODY_BYTES)
+            flush = lambda: redis_flush(peer.port)  # a small closure per scenario
+            scenarios.append(Scenario("redis XADD 1 KiB", peer.port, peer.proc.pid, xadd, "resp", after=flush))
+            scenarios.append(
+                Scenario(f"redis XADD 1 KiB, {BATCH} pipelined", peer.port, peer.proc.pid, xadd * BATCH, "resp", BATCH, BATCH, flush)
+            )
+        ports = [str(noop.port), str(broker.port)] + ([str(peer.port)] if peer is not None else [])
+        print(f"servers on ports {', '.join(ports)} (no-op, tidemq, redis)", flush=True)
+        got = measure_rounds(scenarios, args.rounds, args.connections, args.seconds)
+    finally:
+        broker.stop()
+        noop.stop()
+        if peer is not None:
+            peer.stop()
+    noop_us = got["plain-ASGI no-op GET"].server_us_per_request
+    redis_one = got.get("redis XADD 1 KiB")
+    redis_many = got.get(f"redis XADD 1 KiB, {BATCH} pipelined")
+    print(
+        f"\nRequests: bench/loadgen.c with {args.connections} connections for every row, {args.seconds:g} s per run, "
+        f"{args.rounds} interleaved rounds, the median round by server CPU per request; tidemq ASYNC_FLUSH, Redis without persistence"
+        + (f" ({why})" if why else "")
+    )
+
+    def versus(name: str, against: Measured | None, label: str, per: str = "message") -> str:
+        m = got[name]
+        parts = [f"{m.server_us_per_request / noop_us:.2f}x no-op CPU/req"]
+        if against is not None:
+            mine = m.server_us_per_message if per == "message" else m.server_us_per_request
+            parts.append(f"{mine / against.server_us_per_message:.2f}x {label} CPU/msg")
+        return "; ".join(parts)
+
+    rows: list[tuple[str, Measured | None, str]] = [
+        ("plain-ASGI no-op GET", got["plain-ASGI no-op GET"], "1.00x no-op CPU/req"),
+        ("tidemq GET /healthz", got["tidemq GET /healthz"], versus("tidemq GET /healthz", None, "")),
+        ("tidemq single JSON produce, 1 KiB", got["tidemq single JSON produce, 1 KiB"],
+         versus("tidemq single JSON produce, 1 KiB", redis_one, "XADD")),
+        (f"tidemq JSON batch {BATCH} x 1 KiB", got[f"tidemq JSON batch {BATCH} x 1 KiB"],
+         versus(f"tidemq JSON batch {BATCH} x 1 KiB", redis_many, f"XADD x{BATCH} pipelined")),
+        (f"tidemq binary batch {BATCH} x 1 KiB", got[f"tidemq binary batch {BATCH} x 1 KiB"],
+         versus(f"tidemq binary batch {BATCH} x 1 KiB", redis_many, f"XADD x{BATCH} pipelined")),
+        ("redis XADD 1 KiB", redis_one, ""),
+        (f"redis XADD 1 KiB, {BATCH} pipelined", redis_many, ""),
+    ]  # fmt: skip
+    print_table(rows)
+    produce = got["tidemq single JSON produce, 1 KiB"].server_us_per_request / noop_us
+    print(f"target single JSON produce <= 2x the no-op's CPU per request: {produce:.2f}x, {'met' if produce <= 2.0 else 'NOT met'}")
+
+
+# 2. Durable puts ------------------------------------------------------------------------
+
+
+def durable_section(root: str, args: argparse.Namespace) -> None:
+    fsync_rate, fsync_cpu_us = raw_append(os.path.join(root, "raw-fsync"), b"r" * BODY_BYTES, min(args.seconds, 3.0), sync=True)
+    sync_root = os.path.join(root, "sync")
+    broker = Broker(sync_root, STORE_CONFIG + 'flush_disk_type = "SYNC_FLUSH"\n')
+    peer, why = start_redis(RedisPeer("always"), root)
+    try:
+        broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
+        raw = http_request("POST", "/v1/topics/sync/messages", b"x" * BODY_BYTES, "application/octet-stream")
+        runs: dict[str, list[Measured]] = {}
+        for _ in range(args.rounds):
+            for producers in (1, args.producers):
+                m = loadgen(broker.port, raw, "http", broker.proc.pid, producers, args.seconds)
+                runs.setdefault(f"tidemq {producers}", []).append(m)
+                if peer is not None:
+                    assert peer.proc is not None
+                    xadd = resp_command(b"XADD", b"dur", b"*", b"f", b"v" * BODY_BYTES)
+                    runs.setdefault(f"redis {producers}", []).append(
+                        loadgen(peer.port, xadd, "resp", peer.proc.pid, producers, args.seconds)
+                    )
+                    redis_flush(peer.port)
+            print(f"  durable round done: {', '.join(f'{k} {v[-1].messages_per_s:,.0f}/s' for k, v in runs.items())}", flush=True)
+    finally:
+        broker.stop()
+        if peer is not None:
+            peer.stop()
+    async_broker = Broker(os.path.join(root, "async"), STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
+    try:
+        async_broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
+        ceiling = loadgen(async_broker.port, raw, "http", async_broker.proc.pid, args.producers, args.seconds)
+    finally:
+        async_broker.stop()
+    got = {k: median_of(v) for k, v in runs.items()}
+    print(
+        f"\nDurable puts of 1 KiB: bench/loadgen.c for both, 1 and {args.producers} connections, {args.rounds} interleaved rounds "
+        f"(median by server CPU per message); tidemq SYNC_FLUSH raw-body produce, Redis appendfsync always XADD"
+        + (f" ({why})" if why else "")
+    )
+    print(f"raw write + fdatasync of 1 KiB, one thread, same disk: {fsync_rate:,.0f}/s, {fsync_cpu_us:.1f} us CPU per call")
+    rows: list[tuple[str, Measured | None, str]] = []
+    for producers in (1, args.producers):
+        ours, theirs = got[f"tidemq {producers}"], got.get(f"redis {producers}")
+        versus = f"{ours.messages_per_s / fsync_rate:.2f} of raw fdatasync rate" if producers == 1 else ""
+        if theirs is not None:
+            versus += f"{'; ' if versus else ''}rate {ratio(ours.messages_per_s, theirs.messages_per_s)} of redis; "
+            versus += f"CPU/msg redis/tidemq {ratio(theirs.server_us_per_message, ours.server_us_per_message)}"
+        rows.append((f"tidemq SYNC_FLUSH, {producers} producer(s)", ours, versus))
+        rows.append((f"redis appendfsync always, {producers} producer(s)", theirs, ""))
+    rows.append((f"tidemq ASYNC_FLUSH, {args.producers} producers (no durability wait)", ceiling, ""))
+    print_table(rows)
+    ours, theirs = got[f"tidemq {args.producers}"], got.get(f"redis {args.producers}")
+    if theirs is not None:
+        rate = ours.messages_per_s / theirs.messages_per_s
+        cpu = theirs.server_us_per_message / ours.server_us_per_message
+        met = "met" if rate >= 0.5 and cpu >= 0.5 else "NOT met"
+        print(f"target {args.producers} producers >= 0.5 of redis: rate {rate:.2f}, CPU per message (redis/tidemq) {cpu:.2f}: {met}")
+
+
+# 3. Delivery ----------------------------------------------------------------------------
+
+
+def stamped_body() -> str:
+    """A 1 KiB body whose first STAMP_DIGITS bytes are now on CLOCK_MONOTONIC, in nanoseconds."""
+    return f"{time.monotonic_ns():0{STAMP_DIGITS}d}".ljust(BODY_BYTES, "x")
+
+
+def paced(rate: int, count: int, send: Callable[[], None]) -> None:
+    interval, next_send = 1.0 / rate, time.monotonic()
+    for _ in range(count):
+        while time.monotonic() < next_send:
+            time.sleep(max(0.0, next_send - time.monotonic() - 0.0005))
+        send()
+        next_send += interval
+
+
+def tidemq_pull_consumer(port: int, topic: str, offset: int, count: int, deadline_s: float, out: Any) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    held: list[float] = []
+    end = time.monotonic() + deadline_s
+    while len(held) < count and time.monotonic() < end:
+        conn.request("GET", f"/v1/topics/{topic}/queues/0/messages?offset={offset}&max=32&wait_ms=1000")
+        reply = json.loads(conn.getresponse().read())
+        now = time.monotonic_ns()
+        held.extend((now - int(m["body"][:STAMP_DIGITS])) / 1e6 for m in reply["messages"])
+        offset = reply["next_offset"]
+    out.put((held, []))
+
+
+def tidemq_receive_consumer(port: int, topic: str, count: int, deadline_s: float, out: Any) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    held: list[float] = []
+    acked: list[float] = []
+    end = time.monotonic() + deadline_s
+    while len(acked) < count and time.monotonic() < end:
+        conn.request("POST", f"/v1/groups/lat/topics/{topic}/receive?max=32&wait_ms=1000&invisible_ms=60000")
+        reply = json.loads(conn.getresponse().read())
+        now = time.monotonic_ns()
+        stamps = [int(m["body"][:STAMP_DIGITS]) for m in reply["messages"]]
+        if not stamps:
+            continue
+        held.extend((now - t) / 1e6 for t in stamps)
+        body = json.dumps({"receipt_handles": [m["receipt_handle"] for m in reply["messages"]]})
+        conn.request("POST", f"/v1/groups/lat/topics/{topic}/ack", body=body, headers={"content-type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200, answer.status
+        now = time.monotonic_ns()
+        acked.extend((now - t) / 1e6 for t in stamps)
+    out.put((held, acked))
+
+
+def redis_consumer(port: int, count: int, deadline_s: float, group: bool, out: Any) -> None:
+    import redis
+
+    client = redis.Redis(port=port)
+    held: list[float] = []
+    acked: list[float] = []
+    end = time.monotonic() + deadline_s
+    last = "$"
+    while len(held) < count and time.monotonic() < end:
+        if group:
+            reply = client.xreadgroup("g", "c", {"lat": ">"}, count=32, block=1000)
+        else:
+            reply = client.xread({"lat": last}, count=32, block=1000)
+        now = time.monotonic_ns()
+        for _, entries in reply or ():
+            stamps = [int(fields[b"b"][:STAMP_DIGITS]) for _, fields in entries]
+            held.extend((now - t) / 1e6 for t in stamps)
+            last = entries[-1][0]
+            if group:
+                client.xack("lat", "g", *(entry_id for entry_id, _ in entries))
+                now = time.monotonic_ns()
+                acked.extend((now - t) / 1e6 for t in stamps)
+    out.put((held, acked))
+
+
+@dataclass
+class Latency:
+    held: list[float]
+    acked: list[float]
+    server_us_per_message: float
+    load: float
+
+    def figure(self, values: list[float]) -> str:
+        return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f}" if values else "-"
+
+
+def run_delivery(consumer: Any, consumer_args: tuple[Any, ...], send: Callable[[], None], rate: int, count: int, pid: int) -> Latency:
+    results: multiprocessing.Queue = multiprocessing.Queue()
+    proc = multiprocessing.Process(target=consumer, args=(*consumer_args, results))
+    proc.start()
+    time.sleep(0.5)  # the consumer's first read is held before the first send
+    before = cpu_seconds(pid)
+    paced(rate, count, send)
+    held, acked = results.get(timeout=120)
+    used = cpu_seconds(pid) - before
+    proc.join(10)
+    return Latency(sorted(held), sorted(acked), used / max(1, count) * 1e6, load_average())
+
+
+def tidemq_delivery(root: str, rate: int, count: int) -> tuple[Latency, Latency]:
+    import http.client
+
+    broker = Broker(os.path.join(root, "delivery"), STORE_CONFIG)
+    try:
+        for topic in ("lat", "latpop"):
+            broker.request("PUT", f"/v1/topics/{topic}", b'{"queues": 1}')
+        conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=30)
+
+        def sender(topic: str) -> Callable[[], None]:
+            def send() -> None:
+                body = json.dumps({"body": stamped_body(), "queue_id": 0})
+                conn.request("POST", f"/v1/topics/{topic}/messages", body=body, headers={"content-type": "application/json"})
+                answer = conn.getresponse()
+                answer.read()
+                assert answer.status == 201, answer.status
+
+            return send
+
+        pull = run_delivery(tidemq_pull_consumer, (broker.port, "lat", 0, count, 60.0), sender("lat"), rate, count, broker.proc.pid)
+        receive = run_delivery(
+            tidemq_receive_consumer, (broker.port, "latpop", count, 60.0), sender("latpop"), rate, count, broker.proc.pid
+        )
+        conn.close()
+        return pull, receive
+    finally:
+        broker.stop()
+
+
+def redis_delivery(root: str, rate: int, count: int) -> tuple[Latency | None, Latency | None, str]:
+    import redis
+
+    peer, why = start_redis(RedisPeer("everysec"), root)
+    if peer is None:
+        return None, None, why
+    try:
+        assert peer.proc is not None
+        client = redis.Redis(port=peer.port)
+        send = lambda: client.xadd("lat", {"b": stamped_body()})
+        read = run_delivery(redis_consumer, (peer.port, count, 60.0, False), send, rate, count, peer.proc.pid)
+        client.delete("lat")
+        client.xgroup_create("lat", "g", id="$", mkstream=True)
+        group = run_delivery(redis_consumer, (peer.port, count, 60.0, True), send, rate, count, peer.proc.pid)
+        return read, group, ""
+    finally:
+        peer.stop()
+
+
+def delivery_section(root: str, args: argparse.Namespace) -> None:
+    count = int(args.rate * args.seconds)
+    pull, receive = tidemq_delivery(root, args.rate, count)
+    read, group, why = redis_delivery(root, args.rate, count)
+    print(
+        f"\nDelivery of 1 KiB messages at {args.rate}/s for {args.seconds:g} s: a Python producer (http.client / redis-py) and a "
+        "Python consumer process; p50 / p99 in ms from the send's start" + (f" (redis: {why})" if why else "")
+    )
+    print("| figure | tidemq p50 / p99 ms | redis p50 / p99 ms | p50 ratio | p99 ratio | server CPU us/msg tidemq / redis | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+
+    def line(name: str, ours: Latency, ours_values: list[float], theirs: Latency | None, theirs_values: list[float]) -> None:
+        r50 = ratio(percentile(ours_values, 0.5), percentile(theirs_values, 0.5)) if theirs else "-"
+        r99 = ratio(percentile(ours_values, 0.99), percentile(theirs_values, 0.99)) if theirs else "-"
+        cpu = (
+            f"{ours.server_us_per_message:.1f} / {theirs.server_us_per_message:.1f}" if theirs else f"{ours.server_us_per_message:.1f} / -"
+        )
+        print(
+            f"| {name} | {ours.figure(ours_values)} | {theirs.figure(theirs_values) if theirs else '-'} | {r50} | {r99} | {cpu} | {ours.load:.2f} |"
+        )
+
+    line("held pull / XREAD BLOCK: message held", pull, pull.held, read, read.held if read else [])
+    line("held receive / XREADGROUP BLOCK: message held", receive, receive.held, group, group.held if group else [])
+    line("held receive + ack / XREADGROUP + XACK: ack answered", receive, receive.acked, group, group.acked if group else [])
+    print(f"messages measured: pull {len(pull.held)}, receive {len(receive.held)}, acked {len(receive.acked)} of {count}")
+    if read is not None:
+        p99 = percentile(pull.held, 0.99) / percentile(read.held, 0.99)
+        print(f"target delivery p99 <= 2x XREAD BLOCK's: {p99:.2f}x, {'met' if p99 <= 2.0 else 'NOT met'}")
+    p50 = percentile(receive.acked, 0.5)
+    print(f"target held receive + ack p50 <= 1.5 ms: {p50:.2f} ms, {'met' if p50 <= 1.5 else 'NOT met'}")
+
+
+# 4. Batches from Python clients ------------------------------------------------------------
+
+
+def timed_sends(send: Callable[[], int], seconds: float, start: Any, out: Any) -> None:
+    """A client process's run: one `send` to warm up, then, from `start`, sends for `seconds`;
+    (messages sent, CPU seconds used) go to `out`."""
+    send()
+    start.wait()
+    sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
+    while time.perf_counter() < stop_at:
+        sent += send()
+    out.put((sent, time.process_time() - used))
 
 
 def redis_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
@@ -206,17 +496,6 @@ def redis_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
     timed_sends(send, seconds, start, out)
 
 
-def timed_sends(send: Callable[[], int], seconds: float, start: Any, out: Any) -> None:
-    """A client process's run: one `send` to warm up, then, from `start`, sends for `seconds`;
-    (messages sent, CPU seconds used) go to `out`."""
-    send()
-    start.wait()
-    sent, used, stop_at = 0, time.process_time(), time.perf_counter() + seconds
-    while time.perf_counter() < stop_at:
-        sent += send()
-    out.put((sent, time.process_time() - used))
-
-
 def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
     """Client process: httpx posts of a binary batch of BATCH messages, built anew (fresh UNIQ_KEYs) for each request."""
     import httpx
@@ -226,7 +505,7 @@ def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
 
         def send() -> int:
-            reply = client.post(f"/v1/topics/{BATCH_TOPIC}/messages", content=binary_batch(body, BATCH), headers=headers)
+            reply = client.post("/v1/topics/batch/messages", content=binary_batch(body, BATCH), headers=headers)
             if reply.status_code != 201:
                 raise RuntimeError(f"produce answered {reply.status_code}: {reply.text[:200]}")
             return int(reply.json()["count"])
@@ -234,35 +513,7 @@ def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
         timed_sends(send, seconds, start, out)
 
 
-@dataclass
-class Rate:
-    messages_per_s: float = float("nan")
-    server_cores: float = float("nan")  # CPU the server used during the measurement, in cores
-    client_cores: float = float("nan")  # CPU the load generator(s) used meanwhile, in cores
-
-    def cpu(self) -> str:
-        return f"{self.server_cores:.2f} + {self.client_cores:.2f}"
-
-    def server_us_per_message(self) -> float:
-        """Server CPU per message stored: a figure the machine's other load moves less than the rate."""
-        return self.server_cores / self.messages_per_s * 1e6 if self.messages_per_s else float("nan")
-
-
-@dataclass
-class BatchFigures:
-    bench: Rate = field(default_factory=Rate)  # redis-benchmark -P BATCH XADD, or tidemq binary batches from wrk
-    py_one: Rate = field(default_factory=Rate)  # one Python client process
-    py_many: Rate = field(default_factory=Rate)  # args.py_clients Python client processes
-    note: str = ""
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's reaped children (wrk, redis-benchmark)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def client_processes(target: Callable[[int, float, Any, Any], None], port: int, count: int, seconds: float, server_pid: int) -> Rate:
+def client_processes(target: Callable[[int, float, Any, Any], None], port: int, count: int, seconds: float, server_pid: int) -> Measured:
     """`count` client processes, started together once each has sent one batch; their CPU and the server's meanwhile."""
     start = multiprocessing.Barrier(count + 1)
     out: multiprocessing.Queue = multiprocessing.Queue()
@@ -280,226 +531,58 @@ def client_processes(target: Callable[[int, float, Any, Any], None], port: int, 
             if proc.is_alive():
                 proc.kill()
     sent, client = (sum(column) for column in zip(*results, strict=True))
-    return Rate(sent / seconds, (cpu_seconds(server_pid) - server) / elapsed, client / seconds)
+    return Measured(int(sent), 1, elapsed, cpu_seconds(server_pid) - server, client, 0, load_average())
 
 
-def redis_bench(peer: RedisInMemory, args: argparse.Namespace, figures: BatchFigures) -> None:
-    """redis-benchmark -P BATCH XADD, sized by a short run to last about `seconds`; the server's CPU use during it."""
-    assert peer.proc is not None
-    # redis-benchmark counts requests, not time: a short run sizes the measured one.
-    calibration = redis_benchmark_xadd(peer.port, args.connections, 50_000 if args.quick else 200_000)
-    redis_flush(peer.port)
-    requests = int(min(max(calibration * args.seconds, 100_000), BENCH_MAX_REQUESTS))
-    server, client, started = cpu_seconds(peer.proc.pid), children_cpu(), time.perf_counter()
-    rate = redis_benchmark_xadd(peer.port, args.connections, requests)
-    elapsed = time.perf_counter() - started
-    figures.bench = Rate(rate, (cpu_seconds(peer.proc.pid) - server) / elapsed, (children_cpu() - client) / elapsed)
-    redis_flush(peer.port)
-    figures.note = shlex.join(redis_benchmark_argv(peer.port, args.connections, requests)[:-1]) + f" <{BODY_BYTES} x 'v'>"
-
-
-def tidemq_wrk(broker: Broker, binary: str, args: argparse.Namespace, figures: BatchFigures) -> None:
-    """wrk posting one pre-built binary batch, after a warm-up; the broker's CPU use during it."""
-    url = f"http://127.0.0.1:{broker.port}"
-    path = f"/v1/topics/{BATCH_TOPIC}/messages"  # no queue_id: round-robin over the 4 queues, one per request
-    script = post_script(binary_batch(b"x" * BODY_BYTES, BATCH), BATCH_MEDIA_TYPE, path)
-    wrk(binary, url, script, 1 if args.quick else 2, args.connections, broker.root)  # warm-up, not counted
-    seconds = max(1, round(args.seconds))
-    server, client, started = cpu_seconds(broker.proc.pid), children_cpu(), time.perf_counter()
-    rate, errors = wrk(binary, url, script, seconds, args.connections, broker.root)
-    elapsed = time.perf_counter() - started
-    figures.bench = Rate(rate * BATCH, (cpu_seconds(broker.proc.pid) - server) / elapsed, (children_cpu() - client) / elapsed)
-    figures.note = f"{binary} -t1 -c{args.connections} -d{seconds}s --timeout 10s -s batch.lua {url} ({errors} errors)"
-
-
-def start_redis(root: str) -> tuple[RedisInMemory | None, str]:
-    peer = RedisInMemory()
-    reason = peer.start_or_reason(Path(root))
-    return (None, reason) if reason is not None else (peer, "")
-
-
-def batch_pairs(peer: RedisInMemory | None, broker: Broker, args: argparse.Namespace) -> tuple[BatchFigures, BatchFigures]:
-    """Each Redis figure and its tidemq counterpart back to back, both servers up, so drift on the machine hits both alike."""
-    tidemq, redis = BatchFigures(), BatchFigures()
-    binary = ensure_wrk()
-    if peer is not None:
-        redis_bench(peer, args, redis)
-    if binary is None:
-        tidemq.note = "wrk is not installed and cannot be installed here (apt-get install -y wrk)"
-    else:
-        tidemq_wrk(broker, binary, args, tidemq)
-    for count, name in ((1, "py_one"), (args.py_clients, "py_many")):
-        if peer is not None and peer.proc is not None:
-            setattr(redis, name, client_processes(redis_py_client, peer.port, count, args.seconds, peer.proc.pid))
-            redis_flush(peer.port)
-        setattr(tidemq, name, client_processes(tidemq_py_client, broker.port, count, args.seconds, broker.proc.pid))
-    return tidemq, redis
-
-
-def report_batch(args: argparse.Namespace, tidemq: BatchFigures, redis: BatchFigures) -> None:
-    print(
-        f"\nBatch produce of {BATCH} x {BODY_BYTES} B without fsync: tidemq with ASYNC_FLUSH (the commitlog in the page cache, "
-        "flushed by a background thread; a reply does not wait for the disk), Redis with appendonly no and save '' (memory only)."
-    )
-    print(f"tidemq wrk: {tidemq.note}\n  batch.lua: POST /v1/topics/{BATCH_TOPIC}/messages, {BATCH_MEDIA_TYPE}, one pre-built body")
-    print(f"redis-benchmark: {redis.note}")
-    print(f"Python clients: httpx (tidemq) and redis-py pipeline(transaction=False) (Redis), 1 and {args.py_clients} client processes")
-    print("CPU: cores the server + the load generator(s) used during each measurement (2 cores in all here)")
-    rows = [
-        (f"binary batch, wrk {args.connections} conns / redis-benchmark -c {args.connections} -P {BATCH}", tidemq.bench, redis.bench, 1.0),
-        ("Python, 1 client: httpx binary batch / redis-py pipeline", tidemq.py_one, redis.py_one, 3.0),
-        (f"Python, {args.py_clients} clients: httpx binary batch / redis-py pipeline", tidemq.py_many, redis.py_many, 3.0),
-    ]
-    print("| figure | tidemq msg/s | redis msg/s | tidemq / redis | target | tidemq CPU | redis CPU |\n|---|---:|---:|---:|---|---:|---:|")
-    for name, ours, theirs, target in rows:
-        got = ratio(ours.messages_per_s, theirs.messages_per_s)
-        met = "-" if got == "-" else ("met" if float(got) >= target else "NOT met")
-        cells = [
-            name,
-            f"{ours.messages_per_s:,.0f}",
-            f"{theirs.messages_per_s:,.0f}",
-            got,
-            f">= {target:.1f}: {met}",
-            ours.cpu(),
-            theirs.cpu(),
-        ]
-        print("| " + " | ".join(cells) + " |")
-    ours, theirs = tidemq.bench.server_us_per_message(), redis.bench.server_us_per_message()
-    print(f"Server CPU per message in the first row: tidemq {ours:.2f} us, redis {theirs:.2f} us (tidemq / redis {ratio(ours, theirs)})")
-
-
-def batch_vs_redis(root: str, args: argparse.Namespace) -> None:
-    peer, why = start_redis(root)
-    broker_root = os.path.join(root, "batch")
-    os.makedirs(broker_root)
+def batch_section(root: str, args: argparse.Namespace) -> None:
+    peer, why = start_redis(RedisInMemory(), root)
+    broker = Broker(os.path.join(root, "batch"), STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
+    rows: list[tuple[str, Measured | None, str]] = []
     try:
-        broker = Broker(broker_root, STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
-        try:
-            status, reply = broker.request("PUT", f"/v1/topics/{BATCH_TOPIC}", b'{"queues": 4}')
-            assert status in (200, 201), reply[:200]
-            tidemq, redis = batch_pairs(peer, broker, args)
-        finally:
-            broker.stop()
-    finally:
-        if peer is not None:
-            peer.stop()
-    redis.note = redis.note or why
-    report_batch(args, tidemq, redis)
-
-
-# Run --------------------------------------------------------------------------------------
-
-
-def delivery_and_durable(root: str, args: argparse.Namespace, sections: set[str]) -> None:
-    nan = float("nan")
-    t50 = t99 = t_one = t_many = t_async = nan
-    tn = 0
-    if "delivery" in sections:
-        latency_root = os.path.join(root, "latency")
-        os.makedirs(latency_root)
-        broker = Broker(latency_root, STORE_CONFIG)
-        try:
-            t50, t99, tn = delivery_latency(broker, args.rate, args.seconds)
-        finally:
-            broker.stop()
-    if "durable" in sections:
-        sync_root = os.path.join(root, "s")
-        os.makedirs(sync_root)
-        broker = Broker(sync_root, STORE_CONFIG + 'flush_disk_type = "SYNC_FLUSH"\n')
-        try:
-            broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
-            t_one = asyncio.run(tidemq_durable_rate(broker.port, 1, args.seconds))
-            t_many = asyncio.run(tidemq_durable_rate(broker.port, args.producers, args.seconds))
-        finally:
-            broker.stop()
-        t_async = async_ceiling(root, args)
-    r50, r99, rn, r_one, r_many, why = run_redis(root, args, sections)
-    rows: list[tuple[str, str, str, str]] = []
-    if "delivery" in sections:
-        rows.append(("delivery p50", f"{t50:.2f} ms", f"{r50:.2f} ms", ratio(t50, r50)))
-        rows.append(("delivery p99", f"{t99:.2f} ms", f"{r99:.2f} ms", ratio(t99, r99)))
-        print(f"delivery at {args.rate}/s: tidemq {tn} messages received, redis {rn}")
-    if "durable" in sections:
-        rows.append(("durable puts, 1 producer", f"{t_one:,.0f}/s", f"{r_one:,.0f}/s", ratio(t_one, r_one)))
-        rows.append((f"durable puts, {args.producers} producers", f"{t_many:,.0f}/s", f"{r_many:,.0f}/s", ratio(t_many, r_many)))
-        print(f"tidemq durable puts: {args.producers} producers = {t_many / t_one if t_one else float('nan'):.1f}x one producer")
-        print(
-            f"tidemq, same {args.producers} producers without the durability wait (ASYNC_FLUSH): {t_async:,.0f}/s; "
-            f"SYNC_FLUSH reaches {t_many / t_async if t_async else float('nan'):.2f} of it (1.0: the flush costs nothing, "
-            "the HTTP work per request is the limit)"
-        )
-    if why:
-        print(f"redis: {why}")
-    print("| figure | tidemq | redis | tidemq / redis |\n|---|---:|---:|---:|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-
-
-def async_ceiling(root: str, args: argparse.Namespace) -> float:
-    """Puts per second of the durable-put load on an ASYNC_FLUSH broker: what the same requests cost without the wait."""
-    async_root = os.path.join(root, "a")
-    os.makedirs(async_root)
-    broker = Broker(async_root, STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
-    try:
-        broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
-        return asyncio.run(tidemq_durable_rate(broker.port, args.producers, args.seconds))
+        status, reply = broker.request("PUT", "/v1/topics/batch", b'{"queues": 4}')
+        assert status in (200, 201), reply[:200]
+        for count in (1, args.py_clients):
+            theirs = None
+            if peer is not None and peer.proc is not None:
+                theirs = client_processes(redis_py_client, peer.port, count, args.seconds, peer.proc.pid)
+                redis_flush(peer.port)
+            ours = client_processes(tidemq_py_client, broker.port, count, args.seconds, broker.proc.pid)
+            versus = "" if theirs is None else f"rate {ratio(ours.messages_per_s, theirs.messages_per_s)} of redis-py"
+            rows.append((f"httpx binary batch {BATCH} x 1 KiB, {count} client process(es)", ours, versus))
+            rows.append((f"redis-py pipeline of {BATCH} XADD 1 KiB, {count} client process(es)", theirs, ""))
     finally:
         broker.stop()
+        if peer is not None:
+            peer.stop()
+    print(f"\nBatches from Python client processes (httpx against redis-py), {BATCH} x 1 KiB per request" + (f" ({why})" if why else ""))
+    print_table(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections to run, of {','.join(SECTIONS)}")
-    parser.add_argument("--quick", action="store_true", help="a smoke test: 2 s per measurement, 200 msg/s delivery")
+    parser.add_argument("--quick", action="store_true", help="2 s per measurement (delivery: 2 s at the full rate)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the requests and durable sections")
     parser.add_argument("--rate", type=int, default=1_000, help="messages per second of the delivery test")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--producers", type=int, default=64, help="concurrent producers of the durable-put test")
-    parser.add_argument("--connections", type=int, default=50, help="wrk connections and redis-benchmark clients (its default: 50)")
+    parser.add_argument("--connections", type=int, default=32, help="connections of the requests section (both sides)")
     parser.add_argument("--py-clients", type=int, default=4, help="client processes of the many-client Python rows")
     args = parser.parse_args()
     sections = set(args.only.split(","))
     if not sections <= set(SECTIONS):
         parser.error(f"--only takes {','.join(SECTIONS)}, not {args.only}")
     if args.quick:
-        args.seconds, args.rate = min(args.seconds, 2.0), min(args.rate, 200)
+        args.seconds = min(args.seconds, 2.0)
     print(
-        f"load average {load_average()}; {args.seconds:g} s per measurement; bodies of {BODY_BYTES} B; {os.cpu_count()} cores", flush=True
+        f"load average {os.getloadavg()}; {args.seconds:g} s per measurement; bodies of {BODY_BYTES} B; {os.cpu_count()} cores", flush=True
     )
     with tempfile.TemporaryDirectory(prefix="tidemq-vs-redis-") as root:
-        if sections & {"delivery", "durable"}:
-            delivery_and_durable(root, args, sections)
-        if "batch" in sections:
-            batch_vs_redis(root, args)
-    print(f"load average at the end {load_average()}")
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b and b == b and a == a else "-"
-
-
-def run_redis(root: str, args: argparse.Namespace, sections: set[str]) -> tuple[float, float, int, float, float, str]:
-    nan = float("nan")
-    results: dict[str, float] = {"p50": nan, "p99": nan, "n": 0, "one": nan, "many": nan}
-    for mode, section in (("everysec", "delivery"), ("always", "durable")):
-        if section not in sections:
-            continue
-        peer = RedisPeer(mode)
-        reason = peer.start_or_reason(Path(root))
-        if reason is not None:
-            return nan, nan, 0, nan, nan, reason
-        try:
-            if mode == "everysec":
-                results["p50"], results["p99"], results["n"] = redis_delivery(peer.port, args.rate, args.seconds)
-            else:
-                results["one"] = redis_durable_rate(peer.port, 1, args.seconds)
-                results["many"] = redis_durable_rate(peer.port, args.producers, args.seconds)
-        finally:
-            peer.stop()
-    return results["p50"], results["p99"], int(results["n"]), results["one"], results["many"], ""
+        for name, section in (("requests", requests_section), ("durable", durable_section), ("delivery", delivery_section),
+                              ("batch", batch_section)):  # fmt: skip
+            if name in sections:
+                section(root, args)
+    print(f"load average at the end {os.getloadavg()}")
 
 
 if __name__ == "__main__":

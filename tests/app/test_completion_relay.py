@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from app.completion_relay import CompletionRelay
+from store.logfile.group_commit_service import CommitFuture
 
 
 def test_a_group_completed_at_once_wakes_the_loop_about_once() -> None:
@@ -51,3 +52,14 @@ def test_exceptions_pass_and_a_cancelled_waiter_leaves_the_store_future_alone() 
         assert await relay.watch(done) == 7  # already complete when watched
 
     asyncio.run(scenario())
+
+
+def test_the_group_commits_own_future_reaches_the_loop_through_the_relay() -> None:
+    async def scenario() -> object:
+        relay = CompletionRelay(asyncio.get_running_loop())
+        future = CommitFuture()
+        waiter = relay.watch(future)
+        threading.Thread(target=future.set_result, args=("durable",)).start()
+        return await asyncio.wait_for(waiter, 20)
+
+    assert asyncio.run(scenario()) == "durable"

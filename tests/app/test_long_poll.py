@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.long_poll import MAX_PENDING_CODES, HeldPulls
+from app.long_poll import MAX_PENDING_CODES, HeldPulls, Wake, wait_held
 from store.codec.message import tags_hash
 
 pytestmark = pytest.mark.timeout(30)
@@ -109,5 +109,57 @@ def test_no_waiter_no_callback() -> None:
         loop.call_soon_threadsafe = lambda *a: calls.append(a)  # type: ignore[method-assign]
         arrive_from_thread(held, ("t", 0, 0), ("t", 1, 0))
         assert calls == []
+
+    asyncio.run(scenario())
+
+
+def test_an_arrival_dispatched_on_the_loop_wakes_matching_waiters_at_once_without_a_callback() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        held = HeldPulls(max_held=10)
+        held.bind(loop)
+        scheduled: list[object] = []
+        loop.call_soon_threadsafe = lambda *a: scheduled.append(a)  # type: ignore[method-assign,assignment,return-value]
+        shared = loop.create_future()
+        tag_a = held.register("t", 0, frozenset({tags_hash("A")}), shared)
+        retry = held.register("%RETRY%g_t", 0, frozenset({tags_hash("A")}), shared)
+        tag_b = held.register("t", 0, frozenset({tags_hash("B")}))
+        assert tag_a and retry and tag_b and tag_a.future is retry.future is shared
+        held.on_message_arriving("t", 0, 1, (tags_hash("A"),))  # as an HTTP put's inline dispatch calls it
+        assert shared.done() and shared.result() is Wake.ARRIVED  # completed in the call, before the loop ran
+        assert not tag_b.future.done() and held.woken_total == 1 and scheduled == []
+        held.on_message_arriving("t", 0, 2, None)  # more codes than listed: every waiter of the queue
+        assert tag_b.future.result() is Wake.ARRIVED
+
+    asyncio.run(scenario())
+
+
+def test_a_held_wait_ends_by_arrival_departure_revocation_or_deadline() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        held = HeldPulls(max_held=10)
+        held.bind(loop)
+
+        async def wait(ending: str) -> Wake:
+            waiter = held.register("t", 0, None)
+            assert waiter is not None
+            gone, revoked = loop.create_future(), loop.create_future()
+            if ending == "arrival":
+                loop.call_soon(held.on_message_arriving, "t", 0, 1, None)
+            elif ending == "departure":
+                loop.call_soon(gone.set_result, None)
+            elif ending == "revocation":
+                loop.call_soon(revoked.set_result, ("FORBIDDEN", "access revoked"))
+            try:
+                return await wait_held(waiter.future, 0.05 if ending == "deadline" else 30, gone, revoked)
+            finally:
+                held.unregister(waiter)
+                assert not gone._callbacks and not revoked._callbacks  # type: ignore[attr-defined]  # the links are removed
+
+        assert await wait("arrival") is Wake.ARRIVED
+        assert await wait("departure") is Wake.GONE
+        assert await wait("revocation") is Wake.REVOKED
+        assert await wait("deadline") is Wake.DEADLINE
+        assert held.held == 0
 
     asyncio.run(scenario())

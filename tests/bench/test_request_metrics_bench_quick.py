@@ -19,7 +19,7 @@ def test_quick_run_prints_every_row() -> None:
     done = run_bench("request_metrics_bench.py", "--quick")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for request in ("GET /healthz", "produce, single (JSON)"):
-        for way in ("bare", "counted", "counted + access log"):
+        for way in ("no-op", "counted", "counted + access log"):
             row = re.search(rf"^\| {re.escape(request)} \| {re.escape(way)} \| ([-\d.]+) \| ([-\d.]+) \| ([\d.]+) \|$", done.stdout, re.M)
             assert row, (request, way, done.stdout)
             assert float(row.group(1)) > 0 and float(row.group(3)) > 0

@@ -1,9 +1,9 @@
-"""Smoke test of the batch section of bench/versus_redis.py: `--only batch --quick` runs end to end.
+"""Smoke test of bench/versus_redis.py: one quick round of its requests section runs end to end.
 
-It checks that both servers are started, every row of the batch table has a tidemq and a Redis
-figure, the ratios and targets are printed, and no server is left behind. It asserts nothing
-about speed. Skipped when redis-server, redis-benchmark or wrk is missing (the test never
-installs packages; the bench itself would).
+It checks that the no-op server, tidemq and Redis were all driven by the one load generator
+(bench/loadgen.c, built here), that every row has a rate and a server CPU per request, that the
+target line is printed, and that no server is left behind. It asserts nothing about speed.
+Skipped when redis-server or a C compiler is missing (the test never installs packages).
 """
 
 from __future__ import annotations
@@ -16,26 +16,37 @@ import pytest
 from tests.bench.quick_run import processes_with, run_bench
 
 pytest.importorskip("redis", reason="the bench extra is not installed (pip install -e '.[test,bench]')")
-for _binary in ("redis-server", "redis-benchmark", "wrk"):
+for _binary in ("redis-server", "cc"):
     if shutil.which(_binary) is None:
         pytest.skip(f"{_binary} is not installed", allow_module_level=True)
+
+ROWS = (
+    "plain-ASGI no-op GET",
+    "tidemq GET /healthz",
+    "tidemq single JSON produce, 1 KiB",
+    "tidemq JSON batch 100 x 1 KiB",
+    "tidemq binary batch 100 x 1 KiB",
+    "redis XADD 1 KiB",
+    "redis XADD 1 KiB, 100 pipelined",
+)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_quick_batch_run_prints_every_row_and_stops_its_servers() -> None:
-    done = run_bench("versus_redis.py", "--only", "batch", "--quick", "--py-clients", "2", "--seconds", "1")
+def test_quick_requests_run_prints_every_row_and_stops_its_servers() -> None:
+    done = run_bench("versus_redis.py", "--only", "requests", "--quick", "--rounds", "1", "--seconds", "1", "--connections", "4")
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
-    assert "ASYNC_FLUSH" in log and "appendonly no" in log
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| binary batch") or line.startswith("| Python")]
-    assert len(rows) == 3, log[-3000:]
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        tidemq, redis, ratio, target = cells[1:5]
-        assert float(tidemq.replace(",", "")) > 0 and float(redis.replace(",", "")) > 0, row
-        assert float(ratio) > 0 and re.match(r">= [13]\.0: (met|NOT met)", target), row
-    ports = re.findall(r"redis-benchmark -p (\d+)", log) + re.findall(r"http://127\.0\.0\.1:(\d+)", log)
-    assert len(ports) == 2, log[-3000:]
-    leftovers = processes_with(f"--port {port}" for port in ports)
-    assert leftovers == [], leftovers
+    assert "bench/loadgen.c with 4 connections for every row" in log
+    for name in ROWS:
+        row = re.search(
+            rf"^\| {re.escape(name)} \| ([\d,]+) \| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| .* \| (\d+) \| ([\d.]+) \|", done.stdout, re.M
+        )
+        assert row, (name, done.stdout[-3000:])
+        rate, _, cpu_per_request, _, errors, _ = row.groups()
+        assert float(rate.replace(",", "")) > 0 and float(cpu_per_request) > 0 and errors == "0", row.group(0)
+    assert re.search(r"target single JSON produce <= 2x the no-op's CPU per request: [\d.]+x, (met|NOT met)", log), log[-2000:]
+    ports = re.search(r"servers on ports (\d+), (\d+), (\d+)", log)
+    assert ports, log[-2000:]
+    noop, tidemq, redis = ports.groups()
+    assert processes_with([f"noop_asgi.py {noop}", f"--port {tidemq} ", f"--port {redis} "]) == []

@@ -1,0 +1,75 @@
+"""CommitFuture: the group commit's future behaves as a concurrent.futures.Future to the callers it has."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import pytest
+
+from store.logfile.group_commit_service import CommitFuture, GroupCommitRequest
+from store.status import PutMessageStatus
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_a_thread_blocked_on_the_result_gets_it_and_callbacks_run_once_each() -> None:
+    future = CommitFuture()
+    seen: list[object] = []
+    future.add_done_callback(lambda f: seen.append(("early", f.result())))
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(future.result(timeout=20)))
+    waiter.start()
+    assert not future.done() and not future.cancel() and not future.cancelled()
+    future.set_result("flushed")
+    waiter.join(20)
+    assert got == ["flushed"] and future.done() and future.exception() is None
+    future.add_done_callback(lambda f: seen.append(("late", f.result())))  # after completion: called at once
+    assert seen == [("early", "flushed"), ("late", "flushed")]
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        future.set_result("again")
+    assert future.result() == "flushed"
+
+
+def test_a_timed_wait_ends_with_timeout_error_and_a_later_completion_still_counts() -> None:
+    future = CommitFuture()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.result(timeout=0.01)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        future.exception(timeout=0)
+    future.set_exception(OSError("disk gone"))
+    assert isinstance(future.exception(), OSError)
+    with pytest.raises(OSError, match="disk gone"):
+        future.result()
+
+
+def test_a_failing_callback_does_not_keep_the_others_from_running() -> None:
+    future = CommitFuture()
+    calls: list[str] = []
+
+    def failing(_: object) -> None:
+        calls.append("failing")
+        raise RuntimeError("a callback's own bug")
+
+    future.add_done_callback(failing)
+    future.add_done_callback(lambda _: calls.append("next"))
+    future.set_result(1)
+    assert calls == ["failing", "next"]
+
+
+def test_many_threads_waiting_on_requests_completed_from_another_thread_all_get_their_answer() -> None:
+    requests = [GroupCommitRequest(i) for i in range(64)]
+    answers: dict[int, object] = {}
+
+    def wait(request: GroupCommitRequest) -> None:
+        answers[request.next_offset] = request.future.result(timeout=20)
+
+    waiters = [threading.Thread(target=wait, args=(r,)) for r in requests]
+    for w in waiters:
+        w.start()
+    completer = threading.Thread(target=lambda: [r.wakeup_customer(r.next_offset % 2 == 0) for r in requests])
+    completer.start()
+    completer.join(20)
+    for w in waiters:
+        w.join(20)
+    assert answers == {i: PutMessageStatus.PUT_OK if i % 2 == 0 else PutMessageStatus.FLUSH_DISK_TIMEOUT for i in range(64)}
