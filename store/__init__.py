@@ -21,6 +21,7 @@ from store.codec.message import (
     PROPERTY_WAIT,
     SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
+    TIMER_TOPIC,
     TOPIC_MAX_BYTES,
     TOPIC_NAME_PATTERN,
     MessageInner,
@@ -70,7 +71,6 @@ from store.timer.timer_message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELIVER_MS,
     TIMER_PROPERTIES,
-    TIMER_TOPIC,
     deliver_at,
 )
 from store.transaction.producer_group_manager import ProducerGroup, check_url_problem

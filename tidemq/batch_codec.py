@@ -25,7 +25,7 @@ _PROPS_LENGTH = struct.Struct(">H")
 # The stored layout's fields 1..14 and the body length (store/codec/message_codec.py HEADERS), for each
 # combination of host forms: SYSFLAG 0x10 (born host) and 0x20 (store host) mark a 20-byte IPv6
 # host in place of an 8-byte IPv4 one, indexed by (sys flag & 0x30) >> 4.
-_STORED_HEADS = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))
+_STORED_HEADS: tuple[struct.Struct, ...] = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))
 _STORED_FIXED_BYTES = 91  # with IPv4 hosts; the head's size - 88 more with others
 _SYS_FLAG_AT = 36
 STORED_MAGIC = 0xDAA320A7
@@ -123,6 +123,7 @@ def iter_stored(data: bytes) -> Iterator[tuple[int, int]]:
 
 
 def _stored_head(data: bytes, pos: int) -> struct.Struct:
+    sys_flag: int
     (sys_flag,) = struct.unpack_from(">i", data, pos + _SYS_FLAG_AT)
     return _STORED_HEADS[(sys_flag & 0x30) >> 4]
 

@@ -56,7 +56,7 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_client_commands(commands: argparse._SubParsersAction) -> None:
+def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = common_options()
     add_produce_command(commands, common)
     add_consume_command(commands, common)

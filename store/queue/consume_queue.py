@@ -37,10 +37,11 @@ import struct
 import threading
 from typing import TYPE_CHECKING
 
+from store._kernels import Mapping
 from store.disk.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 from store.logfile.file_ahead import FileAhead
 from store.logfile.lazy_mapped_file import LazyMappedFile, MappingBudget
-from store.logfile.mapped_file import MappedFile, offset_to_file_name
+from store.logfile.mapped_file import MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ class ConsumeQueue:
     def get_max_offset_in_queue(self) -> int:
         return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
 
-    def get_index_buffer(self, start_index: int):  # -> SelectMappedBufferResult | None
+    def get_index_buffer(self, start_index: int) -> SelectMappedBufferResult | None:
         """A held view from entry `start_index` to the end of its file's written entries."""
         offset = start_index * CQ_STORE_UNIT_SIZE
         if offset < self.min_logic_offset:
@@ -366,11 +367,13 @@ class ConsumeQueue:
     def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int) -> int:
         """Delete leading files whose every entry points below the commitlog's minimum offset."""
 
-        def all_below(mf) -> bool:
+        def all_below(mf: MappedFile) -> bool:
             last = mf.get_read_position() - CQ_STORE_UNIT_SIZE
             if last < 0 or not mf.hold():  # a file another pass is deleting is not read
                 return False
             try:
+                offset: int
+                size: int
                 offset, size, _ = ENTRY.unpack_from(mf.mm, last)
             finally:
                 mf.release()
@@ -398,7 +401,7 @@ def _remove_file(mf: MappedFile) -> None:
     mf.destroy(0)
 
 
-def _is_zero_tail(buf, pos: int, end: int) -> bool:
+def _is_zero_tail(buf: Mapping, pos: int, end: int) -> bool:
     """True when every byte from `pos` to the next 4 KiB boundary (or `end`) is zero."""
     stop = min(end, pos + 4096)
     return not any(buf[pos:stop])

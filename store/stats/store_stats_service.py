@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import collections
 import time
+from typing import Any
 
 from core.service_thread import ServiceThread
 
@@ -86,8 +87,8 @@ class StoreStatsService(ServiceThread):
             return {name: 0.0 for name in _COUNTERS}
         return {name: (newest[i] - oldest[i]) / span for i, name in enumerate(_COUNTERS)}
 
-    def snapshot(self) -> dict:
-        out: dict = {name: getattr(self, name) for name in _COUNTERS}
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTERS}
         out["put_latency_bounds_us"] = list(PUT_LATENCY_BOUNDS_US)
         out["put_latency_buckets"] = list(self.put_latency_buckets)
         out["put_latency_sum_us"] = self.put_latency_sum_us
