@@ -51,6 +51,7 @@ from store.codec.message_codec import (
 from store.config import TIMER_BLANK_SLOTS, BrokerRole
 from store.errors import StoreNotRunning
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.report_types import TimerStatus
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer.timer_checkpoint import TimerCheckpoint
 from store.timer.timer_dequeue_service import TimerDequeueService
@@ -309,7 +310,7 @@ class TimerMessageStore:
         slot = wheel.next_slot(self.read_time_ms, self._horizon_ms(self.clock.now_ms()))
         return slot.time_ms + self.precision_ms if slot is not None else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TimerStatus:
         in_wheel = self.pending_in_wheel()
         waiting = self.not_enqueued()
         return {

@@ -56,6 +56,7 @@ from store.disk.json_file import read_json, write_json_atomically
 from store.logfile.put_durability import as_future
 from store.native import CheckedBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.report_types import TransactionStatus
 from store.status import AppendedHook, PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer.timer_message import batch_messages
 from store.transaction.producer_group_manager import ProducerGroup, ProducerGroupManager
@@ -461,7 +462,7 @@ class Transactions:
         """Create or update a producer group (blocking: persisted at once); True when created."""
         return self.producer_groups.put(ProducerGroup(name, check_url))
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TransactionStatus:
         c = self.counters
         with self._state_lock:
             pending = len(self.pending)
