@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tidemq.compressed_body import COMPRESSED_FLAG, DEFAULT_BODY_LIMIT_BYTES, inflate
+from tidemq.errors import TidemqClientError
 from tidemq.models import Message
 
 BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
@@ -32,8 +33,11 @@ STORED_MAGIC = 0xDAA320A7
 NAME_VALUE, PROPERTY_END = "\x01", "\x02"
 
 
-class BatchFormatError(ValueError):
-    """Bytes that are not the format they claim to be."""
+class BatchFormatError(TidemqClientError, ValueError):
+    """Raised when bytes are not the batch or stored-message format they claim to be (a ValueError too)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("BAD_BATCH_FORMAT", None, detail)
 
 
 @dataclass(slots=True)
