@@ -209,6 +209,8 @@ class ConsumeQueue:
         False when a file for an entry cannot be created.
         """
         size = len(entries)
+        assert size > 0 and size % CQ_STORE_UNIT_SIZE == 0, f"a run of whole entries, not {size} bytes"
+        assert first_offset < end_offset, f"a run's messages end ({end_offset}) past where they start ({first_offset})"
         files = self.mapped_file_queue.mapped_files
         if files and first_offset >= self.max_physic_offset:
             mf = files[-1]  # the common case: the run continues the queue where its last file ends
@@ -227,6 +229,7 @@ class ConsumeQueue:
         if queue_offset < 0:
             log.error("consume queue %s/%d: entries with queue offset %d dropped", self.topic, self.queue_id, queue_offset)
             return True
+        max_before = self.get_max_offset_in_queue()
         i = 0
         while i < n:
             offset, size, _code = ENTRY.unpack_from(entries, i * CQ_STORE_UNIT_SIZE)
@@ -254,10 +257,13 @@ class ConsumeQueue:
             mf.write_at(pos, entries[i * CQ_STORE_UNIT_SIZE : (i + take) * CQ_STORE_UNIT_SIZE])
             i += take
             last, last_size, _code = ENTRY.unpack_from(entries, (i - 1) * CQ_STORE_UNIT_SIZE)
+            # Only recovery's truncation moves it back: a run's messages follow one another in the log.
+            assert last + last_size > self.max_physic_offset, f"{self.topic}/{self.queue_id}: the last message end would move back"
             self.max_physic_offset = last + last_size
             self.last_store_timestamp = store_ts
         if self._fast_end < self.mapped_file_size:
             self._order_next_file_locked()
+        assert self.get_max_offset_in_queue() >= max_before, f"{self.topic}/{self.queue_id}: the max offset moved back"
         return True
 
     def order_ahead_again(self) -> None:
