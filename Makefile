@@ -48,7 +48,8 @@ native: $(STAMP)
 # so libasan is preloaded and leak detection is off (the interpreter keeps memory until exit by
 # design); out-of-bounds reads and writes in the kernels are still caught. The normal build is
 # restored afterwards. Not part of CI (docs/native.md).
-ASAN_FLAGS := -fsanitize=address -fno-omit-frame-pointer -g -O1
+# -UNDEBUG: the kernels' assertions are on in this build (off in the normal one, setup.py).
+ASAN_FLAGS := -fsanitize=address -fno-omit-frame-pointer -g -O1 -UNDEBUG
 test-native-asan: $(STAMP)
 	TIDEMQ_NATIVE_CFLAGS="$(ASAN_FLAGS)" TIDEMQ_NATIVE_LDFLAGS="-fsanitize=address" \
 		$(PY) setup.py -q build_ext --inplace --force --build-temp build/asan

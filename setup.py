@@ -1,6 +1,7 @@
 """Builds store._kernels, the C data-path kernels (docs/native.md); the rest is in pyproject.toml.
 
-TIDEMQ_NATIVE_CFLAGS adds compiler flags (make test-native-asan passes -fsanitize=address).
+TIDEMQ_NATIVE_CFLAGS adds compiler flags after these (make test-native-asan passes -fsanitize=address
+and -UNDEBUG, which turns the kernels' assertions on: docs/native.md "Assertions").
 """
 
 import os
@@ -8,7 +9,9 @@ import os
 from setuptools import Extension, setup
 
 NATIVE = "store/_native"
-CFLAGS = ["-O2", "-Wall", "-Wextra", "-std=c11", *os.environ.get("TIDEMQ_NATIVE_CFLAGS", "").split()]
+# -Werror: a warning is a defect here, not noise. -DNDEBUG: the assertions of internal invariants are
+# compiled out of the normal build (an abort would take the broker down with a signal).
+CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-DNDEBUG", *os.environ.get("TIDEMQ_NATIVE_CFLAGS", "").split()]
 
 setup(
     ext_modules=[

@@ -27,7 +27,7 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def add_acl_command(commands: argparse._SubParsersAction) -> None:
+def add_acl_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     acl = commands.add_parser("acl", help="access-control helpers")
     actions = acl.add_subparsers(dest="acl_command", required=True)
     hashing = actions.add_parser("hash", help="print the token_sha256 of a token (read from stdin when not given)")

@@ -120,7 +120,7 @@ class HotRequest(Request):
             if not chunks and not message.get("more_body", False):
                 if 0 <= self._limit < len(chunk):
                     raise BodyTooLarge(self._limit, self._setting)
-                return chunk  # the common case: the whole body in one message, not copied
+                return bytes(chunk) if type(chunk) is not bytes else chunk  # the common case: the whole body, not copied
             seen += len(chunk)
             if 0 <= self._limit < seen:
                 raise BodyTooLarge(self._limit, self._setting)

@@ -11,7 +11,7 @@ name starts with `tidemq_`; docs/http-api.md lists them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from app.broker import Broker
 from app.group_metrics import group_families
@@ -19,9 +19,23 @@ from app.http_requests import BOUNDS_S, RequestStats
 from app.process_metrics import process_samples
 from app.push_metrics import push_families
 from app.topic_metrics import label_value, topic_families
+from store import CleanupStatus, RuntimeInfo, StatsSnapshot, TimerStatus, TransactionStatus
+
+# The keys of the store's reports read by the tables below: mypy checks each against its report.
+StatsCounter = Literal[
+    "put_messages", "put_bytes", "put_failures", "get_found", "get_miss", "get_transferred_messages", "get_transferred_bytes"
+]
+RuntimeGauge = Literal[
+    "commitlog_min_offset", "commitlog_max_offset", "commitlog_committed_offset", "commitlog_flushed_offset", "reput_offset",
+    "dispatch_lag_bytes", "disk_used_ratio", "commitlog_files", "consume_queues", "topics", "disk_full", "index_files",
+    "commitlog_damaged_bytes", "commitlog_damaged_range_count", "damaged_queue_entries",
+]  # fmt: skip
+CleanupCounter = Literal["commitlog_files_deleted", "consume_queue_files_deleted", "index_files_deleted", "passes"]
+TimerCounter = Literal["enqueued", "delivered", "rolled", "deduplicated", "undeliverable", "retries"]
+TransactionCounter = Literal["committed", "rolled_back", "checks", "check_rollbacks", "deduplicated"]
 
 # store.stats_snapshot() counter -> (metric name, help).
-COUNTERS = {
+COUNTERS: dict[StatsCounter, tuple[str, str]] = {
     "put_messages": ("tidemq_put_messages_total", "Messages stored"),
     "put_bytes": ("tidemq_put_bytes_total", "Bytes of messages stored"),
     "put_failures": ("tidemq_put_failures_total", "Puts that did not end PUT_OK"),
@@ -37,8 +51,8 @@ RATES = {
     "get_transferred_messages": ("tidemq_get_tps", "Messages returned by reads per second"),
     "get_found": ("tidemq_get_found_per_second", "Reads that found messages per second"),
 }
-# store.runtime_info() key -> (metric name, help); missing keys are skipped.
-GAUGES = {
+# store.runtime_info() key -> (metric name, help).
+GAUGES: dict[RuntimeGauge, tuple[str, str]] = {
     "commitlog_min_offset": ("tidemq_commitlog_min_offset", "Smallest commitlog offset still held"),
     "commitlog_max_offset": ("tidemq_commitlog_max_offset", "Commitlog offset after the last message"),
     "commitlog_committed_offset": ("tidemq_commitlog_committed_offset", "Commitlog offset committed to the file channel"),
@@ -60,7 +74,7 @@ GAUGES = {
 }
 
 # store.runtime_info()["cleanup"] counter -> (metric name, help).
-CLEANUP = {
+CLEANUP: dict[CleanupCounter, tuple[str, str]] = {
     "commitlog_files_deleted": ("tidemq_cleanup_commitlog_files_deleted_total", "Commitlog files deleted by retention"),
     "consume_queue_files_deleted": ("tidemq_cleanup_consume_queue_files_deleted_total", "Consume queue files deleted by retention"),
     "index_files_deleted": ("tidemq_cleanup_index_files_deleted_total", "Index files deleted by retention"),
@@ -86,42 +100,15 @@ def render(broker: Broker) -> str:
         for labels, value in samples:
             lines.append(f"{name}{labels} {_number(value)}")
 
-    stats = broker.store.stats_snapshot() if broker.started else {}
-    for key, (name, help_text) in COUNTERS.items():
-        if key in stats:
-            metric(name, "counter", help_text, [("", stats[key])])
-    windows = stats.get("tps", {})
-    for key, (name, help_text) in RATES.items():
-        samples = [(f'{{window="{w}"}}', rates[key]) for w, rates in windows.items() if key in rates]
-        if samples:
-            metric(name, "gauge", help_text + " over a sliding window", samples)
-    if "put_latency_buckets" in stats:
-        cumulative = 0
-        samples = []
-        bounds = [*stats["put_latency_bounds_us"], math.inf]
-        for bound_us, count in zip(bounds, stats["put_latency_buckets"], strict=True):
-            cumulative += count
-            le = "+Inf" if math.isinf(bound_us) else repr(bound_us / 1e6)
-            samples.append((f'_bucket{{le="{le}"}}', cumulative))
-        samples.append(("_sum", stats["put_latency_sum_us"] / 1e6))
-        samples.append(("_count", cumulative))
-        lines.append("# HELP tidemq_put_latency_seconds Time a put held the commitlog (append) per request")
-        lines.append("# TYPE tidemq_put_latency_seconds histogram")
-        lines.extend(f"tidemq_put_latency_seconds{suffix} {_number(v)}" for suffix, v in samples)
-    info = broker.store.runtime_info() if broker.started else {}
-    for key, (name, help_text) in GAUGES.items():
-        if isinstance(info.get(key), int | float):
-            metric(name, "gauge", help_text, [("", info[key])])
-    cleanup = info.get("cleanup", {})
-    for key, (name, help_text) in CLEANUP.items():
-        if isinstance(cleanup.get(key), int | float):
-            metric(name, "counter", help_text, [("", cleanup[key])])
+    if broker.started:
+        render_stats(lines, metric, broker.store.stats_snapshot())
+        render_runtime(metric, broker.store.runtime_info())
     for name, kind, help_text, value in broker.ha.metrics() if broker.ha is not None and broker.started else []:
         metric(name, kind, help_text, [("", value)])
     for name, kind, help_text, value in broker.cluster.metrics() if broker.cluster is not None else []:
         metric(name, kind, help_text, [("", value)])
-    timer = broker.store.timer_status() if broker.started else {}
-    if timer:
+    timer = broker.store.timer_status() if broker.started else None
+    if timer is not None:
         render_timer(metric, timer)
     if broker.started:
         render_transactions(metric, broker.store.transactions.status(), broker.checker.in_flight)
@@ -167,7 +154,38 @@ def render(broker: Broker) -> str:
     return "\n".join(lines) + "\n"
 
 
-TIMER_COUNTERS: dict[str, tuple[str, str]] = {
+def render_stats(lines: list[str], metric: Any, stats: StatsSnapshot) -> None:
+    """The put and get counters, their rates per window and the put latency histogram."""
+    for key, (name, help_text) in COUNTERS.items():
+        metric(name, "counter", help_text, [("", stats[key])])
+    for rate, (name, help_text) in RATES.items():
+        samples = [(f'{{window="{w}"}}', rates[rate]) for w, rates in stats["tps"].items() if rate in rates]
+        if samples:
+            metric(name, "gauge", help_text + " over a sliding window", samples)
+    cumulative = 0
+    histogram: list[tuple[str, float]] = []
+    bounds = [*stats["put_latency_bounds_us"], math.inf]
+    for bound_us, count in zip(bounds, stats["put_latency_buckets"], strict=True):
+        cumulative += count
+        le = "+Inf" if math.isinf(bound_us) else repr(bound_us / 1e6)
+        histogram.append((f'_bucket{{le="{le}"}}', cumulative))
+    histogram.append(("_sum", stats["put_latency_sum_us"] / 1e6))
+    histogram.append(("_count", cumulative))
+    lines.append("# HELP tidemq_put_latency_seconds Time a put held the commitlog (append) per request")
+    lines.append("# TYPE tidemq_put_latency_seconds histogram")
+    lines.extend(f"tidemq_put_latency_seconds{suffix} {_number(v)}" for suffix, v in histogram)
+
+
+def render_runtime(metric: Any, info: RuntimeInfo) -> None:
+    """The commitlog, dispatch, disk and file gauges and the cleanup counters."""
+    for key, (name, help_text) in GAUGES.items():
+        metric(name, "gauge", help_text, [("", info[key])])
+    cleanup: CleanupStatus = info["cleanup"]
+    for counter, (name, help_text) in CLEANUP.items():
+        metric(name, "counter", help_text, [("", cleanup[counter])])
+
+
+TIMER_COUNTERS: dict[TimerCounter, tuple[str, str]] = {
     "enqueued": ("tidemq_timer_enqueued_total", "Timer log units written (rolls included)"),
     "delivered": ("tidemq_timer_delivered_total", "Timer messages put to their real topic"),
     "rolled": ("tidemq_timer_rolled_total", "Timer messages put round the timer topic again (beyond the roll window)"),
@@ -177,13 +195,14 @@ TIMER_COUNTERS: dict[str, tuple[str, str]] = {
 }
 
 
-def render_timer(metric: Any, timer: dict[str, Any]) -> None:
+def render_timer(metric: Any, timer: TimerStatus) -> None:
     """The tidemq_timer_* families from the store's timer status."""
     metric("tidemq_timer_pending", "gauge", "Timer messages not yet delivered", [("", timer["pending"])])
-    if timer.get("next_due_ms") is not None:
+    next_due_ms = timer["next_due_ms"]
+    if next_due_ms is not None:
         # In seconds: Prometheus names carry base units (promtool refuses "_ms").
         metric("tidemq_timer_next_due_timestamp_seconds", "gauge", "When the earliest pending timer message is deliverable (seconds since the epoch)",
-               [("", timer["next_due_ms"] / 1000)])  # fmt: skip
+               [("", next_due_ms / 1000)])  # fmt: skip
     for key, (name, help_text) in TIMER_COUNTERS.items():
         metric(name, "counter", help_text, [("", timer[key])])
     lateness = timer["lateness"]
@@ -199,7 +218,7 @@ def render_timer(metric: Any, timer: dict[str, Any]) -> None:
 
 
 # Transactions' status key -> (metric name, help).
-TRANSACTION_COUNTERS = {
+TRANSACTION_COUNTERS: dict[TransactionCounter, tuple[str, str]] = {
     "committed": ("tidemq_transaction_committed_total", "Transactions committed (their message put to its real topic)"),
     "rolled_back": ("tidemq_transaction_rolled_back_total", "Transactions rolled back (by the producer, a check or transaction_check_max)"),
     "checks": ("tidemq_transaction_checks_total", "Checks of unresolved transactions (sent to a check URL or listed)"),
@@ -208,7 +227,7 @@ TRANSACTION_COUNTERS = {
 }
 
 
-def render_transactions(metric: Any, status: dict[str, Any], in_flight: int) -> None:
+def render_transactions(metric: Any, status: TransactionStatus, in_flight: int) -> None:
     """The tidemq_transaction_* families from the store's transaction status."""
     metric("tidemq_transaction_half_pending", "gauge", "Half messages not yet committed or rolled back", [("", status["pending"])])
     metric("tidemq_transaction_unknown", "gauge", "Half messages unresolved past transaction_timeout_ms", [("", status["unknown"])])

@@ -549,9 +549,9 @@ class StoreStatus(BaseModel):
     ready: bool
     flush_mode: str
     role: str
-    runtime: dict
-    config: dict
+    runtime: dict[str, Any]
+    config: dict[str, Any]
     held_pulls: int
-    ha: dict = Field(
+    ha: dict[str, Any] = Field(
         description='Replication: {"role": "standalone"}, or the role, peer, connection state, acknowledged offset, bytes behind'
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from starlette.responses import Response
@@ -159,7 +160,7 @@ PUT_STATUSES: dict[PutMessageStatus, str] = {
 class ProblemError(TidemqError):
     """Raised when a request cannot be served; the handler turns it into problem+json."""
 
-    def __init__(self, code: str, detail: str, extra: dict | None = None) -> None:
+    def __init__(self, code: str, detail: str, extra: dict[str, Any] | None = None) -> None:
         assert code in PROBLEMS, code
         super().__init__(detail)
         self.code = code
@@ -171,7 +172,7 @@ class StartRefused(TidemqError):
     """Raised when the broker cannot start (port in use, store locked, store unreadable); one line for the CLI."""
 
 
-def problem_body(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> dict:
+def problem_body(code: str, detail: str, instance: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     kind = PROBLEMS[code]
     body = {"type": TYPE_BASE + code.lower().replace("_", "-"), "title": kind.title, "status": kind.status, "detail": detail, "code": code}
     if instance is not None:
@@ -192,7 +193,7 @@ RETRY_AFTER = {"Retry-After": "1"}
 CLOSE = {"Connection": "close"}
 
 
-def problem_response(code: str, detail: str, instance: str | None = None, extra: dict | None = None) -> Response:
+def problem_response(code: str, detail: str, instance: str | None = None, extra: dict[str, Any] | None = None) -> Response:
     body = problem_body(code, detail, instance, extra)
     headers = RETRY_AFTER if body["status"] == 503 else CLOSE if body["status"] == 408 else None
     return Response(orjson.dumps(body), status_code=body["status"], media_type=PROBLEM_MEDIA_TYPE, headers=headers)

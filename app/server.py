@@ -130,7 +130,7 @@ class ErrorMapping:
         self.broker = broker
 
     def counted(
-        self, code: str, detail: str, request: Request, headers: dict[str, str] | None = None, extra: dict | None = None
+        self, code: str, detail: str, request: Request, headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None
     ) -> Response:
         counts = self.broker.http_problems_total
         counts[code] = counts.get(code, 0) + 1
@@ -178,7 +178,7 @@ def install_error_handlers(app: FastAPI, mapping: ErrorMapping) -> None:
     # Exception alone runs in Starlette's outer error middleware, which raises again after replying, so the
     # server closes the keep-alive connection the next request of the client would use.
     for exc_class in (ProblemError, StateWriteFailed, OSError, RequestValidationError, StarletteHTTPException, Exception):
-        app.add_exception_handler(exc_class, mapping)  # type: ignore[arg-type]  # Starlette types handlers as functions; ours is a callable object
+        app.add_exception_handler(exc_class, mapping)
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:

@@ -58,7 +58,8 @@ def bounds_of(settings_class: type, name: str) -> Bounds:
     """The declared bounds of one setting (KeyError when it declares none)."""
     for f in dataclasses.fields(settings_class):
         if f.name == name:
-            return f.metadata[BOUNDS_KEY]
+            bounds: Bounds = f.metadata[BOUNDS_KEY]
+            return bounds
     raise KeyError(name)
 
 

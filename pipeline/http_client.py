@@ -135,7 +135,8 @@ class BrokerClient:
         assert 0 < len(messages) <= MAX_PRODUCE_BATCH
         payload = orjson.dumps({"messages": messages})
         response = self._request("POST", f"{_topic_path(topic)}/messages", content=payload, headers={"content-type": "application/json"})
-        return orjson.loads(response.content)["results"]
+        results: list[dict[str, Any]] = orjson.loads(response.content)["results"]
+        return results
 
     # Transport -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ queue's min offset is raised to it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -59,7 +60,7 @@ def parse_offset_spec(option: str, text: str | None, default: int) -> OffsetSpec
     return OffsetSpec(option, default, _queue_offsets(option, parsed))
 
 
-def _queue_offsets(option: str, parsed: dict) -> dict[int, int]:
+def _queue_offsets(option: str, parsed: dict[Any, Any]) -> dict[int, int]:
     out: dict[int, int] = {}
     for key, value in parsed.items():
         if not isinstance(key, str) or not key.isdigit():
@@ -125,7 +126,7 @@ def to_json_offsets(offsets: dict[int, int]) -> dict[str, int]:
     return {str(qid): offset for qid, offset in sorted(offsets.items())}
 
 
-def from_json_offsets(offsets: dict) -> dict[int, int]:
+def from_json_offsets(offsets: dict[str, Any]) -> dict[int, int]:
     """Offsets as Spark hands them back (string keys); a malformed checkpoint is a clear error."""
     try:
         return {int(qid): int(offset) for qid, offset in offsets.items()}

@@ -118,7 +118,9 @@ def read_partition(settings: ReadSettings, part: InputPartition) -> Iterator[pa.
                     break
                 builder.add(data, pos)
                 if builder.full:
-                    yield builder.flush()  # type: ignore[misc]  # flush() returns a batch when full (None only when empty)
+                    batch = builder.flush()
+                    assert batch is not None, "a full builder has rows"
+                    yield batch
     last = builder.flush()
     if last is not None:
         yield last

@@ -120,10 +120,10 @@ class TidemqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_partition = int_option(options, "maxMessagesPerPartition", DEFAULT_MAX_PER_PARTITION) or DEFAULT_MAX_PER_PARTITION
         self.target: dict[int, int] | None = None  # availableNow: the max offsets when the query started
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         meta = fetch_topic(self.settings)
         check_queue_ids(self.starting, meta.topic, meta.queues)
-        offsets = {}
+        offsets: dict[int, int] = {}
         for qid, queue in meta.queues.items():
             offset = resolve_one(self.starting, qid, queue)
             if offset > queue.max_offset:
@@ -139,7 +139,7 @@ class TidemqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         begin = from_json_offsets(start)
         available = self.target if self.target is not None else self._max_offsets()
         # A queue never goes back; one missing from `available` (gone from the topic) stays where it is.
@@ -148,10 +148,10 @@ class TidemqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = allot_rows(begin, end, limit.max_rows)
         return to_json_offsets(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, int] | None:
         return to_json_offsets(self._max_offsets())
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = from_json_offsets(start), from_json_offsets(end)
         parts: list[InputPartition] = []
         for qid in sorted(finish):
@@ -162,7 +162,7 @@ class TidemqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(self.settings, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the query's checkpoint is the only record of what it has read."""
 
     def _max_offsets(self) -> dict[int, int]:

@@ -4,6 +4,7 @@ from typing import Any, Literal, overload
 from store.errors import StoreError
 
 GIL_RELEASE_MIN_BYTES: int  # kernels keep the GIL for smaller inputs
+ASSERTIONS: int  # 1 when the kernels' assert() calls are compiled in (the ASan build), 0 in the normal build
 
 class BatchError(StoreError):
     index: int

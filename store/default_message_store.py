@@ -105,6 +105,7 @@ from store.put_validation import PutValidator
 from store.queue.consume_queue import ConsumeQueue
 from store.queue.get_message_result import Filter, GetMessageResult
 from store.queue.message_getter import MessageGetter
+from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
 from store.retention.clean_commit_log_service import CleanCommitLogService
 from store.retention.clean_consume_queue_service import CleanConsumeQueueService
 from store.schedule.delay_level_hook import DelayLevelHook
@@ -342,7 +343,7 @@ class DefaultMessageStore:
                 self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
         return True
 
-    def recovery_progress(self) -> dict[str, object]:
+    def recovery_progress(self) -> RecoveryReport:
         """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
         return self._recovery_progress.snapshot()
 
@@ -817,30 +818,30 @@ class DefaultMessageStore:
 
     # Status --------------------------------------------------------------------------
 
-    def runtime_info(self) -> dict[str, Any]:
+    def runtime_info(self) -> RuntimeInfo:
         return runtime_info(self)
 
     def degraded_reasons(self) -> list[str]:
         return degraded_reasons(self)
 
-    def stats_snapshot(self) -> dict[str, Any]:
+    def stats_snapshot(self) -> StatsSnapshot:
         return self.stats.snapshot()
 
-    def store_files(self) -> dict[str, Any]:
+    def store_files(self) -> StoreFiles:
         """Every file under the store's root with its size and modification time (blocking; bounded walk)."""
         return list_store_files(self.config.store_path_root_dir)
 
     # Delay levels and retention -------------------------------------------------------------
 
-    def execute_delete_files_manually(self) -> dict[str, Any]:
+    def execute_delete_files_manually(self) -> ManualCleanup:
         """Delete expired commitlog files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
         return self.clean_commit_log_service.execute_delete_files_manually()
 
-    def timer_status(self) -> dict[str, Any]:
-        """Timer messages: pending count, next due time, lateness of deliveries, counters; {} when the timer is off."""
-        return self.timer.status() if self.timer is not None else {}
+    def timer_status(self) -> TimerStatus | None:
+        """Timer messages: pending count, next due time, lateness of deliveries, counters; None when the timer is off."""
+        return self.timer.status() if self.timer is not None else None
 
-    def schedule_status(self) -> dict[str, Any]:
+    def schedule_status(self) -> ScheduleStatus:
         """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time."""
         return self.schedule_service.status()
 

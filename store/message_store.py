@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from store.pop.group_consumption import GroupConsumption
     from store.put.put_batch import PutBatch
     from store.queue.get_message_result import Filter, GetMessageResult
+    from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
     from store.status import PutMessageResult
     from store.transaction.transaction_store import Transactions
 
@@ -90,7 +91,7 @@ class MessageStore(Protocol):
         """Started, dispatch has reached the commitlog's end as it was at start, and no index rebuild runs."""
         ...
 
-    def recovery_progress(self) -> dict[str, object]:
+    def recovery_progress(self) -> RecoveryReport:
         """What load() is doing, then the index rebuild after start (phase INDEX_REBUILD_PHASE):
         {"phase", "scanned_bytes", "total_bytes"}; callable while load() runs."""
         ...
@@ -261,15 +262,15 @@ class MessageStore(Protocol):
 
     # Status ------------------------------------------------------------------------------
 
-    def runtime_info(self) -> dict[str, Any]:
+    def runtime_info(self) -> RuntimeInfo:
         """Commitlog offsets, dispatch lag, flush mode, role, disk usage, cleanup and file counts; JSON-ready."""
         ...
 
-    def stats_snapshot(self) -> dict[str, Any]:
+    def stats_snapshot(self) -> StatsSnapshot:
         """Put and get counters, TPS windows and the put latency histogram; JSON-ready."""
         ...
 
-    def store_files(self) -> dict[str, Any]:
+    def store_files(self) -> StoreFiles:
         """Every file under the store's root: path, kind, size and modification time (blocking; at most 10 000 listed)."""
         ...
 
@@ -277,14 +278,14 @@ class MessageStore(Protocol):
         """What keeps the store from serving normally now; empty when healthy."""
         ...
 
-    def schedule_status(self) -> dict[str, Any]:
+    def schedule_status(self) -> ScheduleStatus:
         """Per delay level: messages waiting, delivered offset, the oldest waiting message's age and due time (blocking)."""
         ...
 
-    def timer_status(self) -> dict[str, Any]:
-        """Timer messages: pending count, next due time, lateness of deliveries, counters; {} when the timer is off."""
+    def timer_status(self) -> TimerStatus | None:
+        """Timer messages: pending count, next due time, lateness of deliveries, counters; None when the timer is off."""
         ...
 
-    def execute_delete_files_manually(self) -> dict[str, Any]:
+    def execute_delete_files_manually(self) -> ManualCleanup:
         """Let the next `manual_delete_file_rounds` cleanup passes delete expired files at any hour, the first now."""
         ...

@@ -8,7 +8,9 @@ gauges of /metrics (app/metrics.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from store.report_types import RecoveryReport, RuntimeInfo
 
 if TYPE_CHECKING:
     from store.config import MessageStoreConfig
@@ -60,7 +62,7 @@ class ReportedStore(Protocol):
     def last_exit_ok(self) -> bool: ...
     def is_running(self) -> bool: ...
     def is_ready(self) -> bool: ...
-    def recovery_progress(self) -> dict[str, object]: ...
+    def recovery_progress(self) -> RecoveryReport: ...
     def all_consume_queues(self) -> list[ConsumeQueue]: ...
 
 
@@ -81,7 +83,7 @@ def degraded_reasons(store: ReportedStore) -> list[str]:
     return reasons
 
 
-def runtime_info(store: ReportedStore) -> dict[str, Any]:
+def runtime_info(store: ReportedStore) -> RuntimeInfo:
     """Commitlog offsets and damage, recovery, dispatch, flush mode, role, disk, cleanup and file counts."""
     cl = store.commit_log
     mfq = cl.mapped_file_queue

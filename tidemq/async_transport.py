@@ -30,7 +30,7 @@ STREAM_HIGH_WATER_BYTES = 1024 * 1024
 
 
 class NothingReceived(ConnectionClosed):
-    """The connection closed before any byte of the reply: the broker did not handle the request."""
+    """Raised when the connection closed before any byte of the reply: the broker did not handle the request."""
 
 
 class _Connection(asyncio.Protocol):
@@ -55,7 +55,7 @@ class _Connection(asyncio.Protocol):
         try:
             reader.feed(data)
         except WireError as e:
-            self._fail(ProtocolError(str(e)))
+            self._fail(ProtocolError(e.detail))
             return
         if reader.complete or reader.on_piece is not None:
             self._wake()

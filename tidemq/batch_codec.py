@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tidemq.compressed_body import COMPRESSED_FLAG, DEFAULT_BODY_LIMIT_BYTES, inflate
+from tidemq.errors import TidemqClientError
 from tidemq.models import Message
 
 BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
@@ -25,15 +26,18 @@ _PROPS_LENGTH = struct.Struct(">H")
 # The stored layout's fields 1..14 and the body length (store/codec/message_codec.py HEADERS), for each
 # combination of host forms: SYSFLAG 0x10 (born host) and 0x20 (store host) mark a 20-byte IPv6
 # host in place of an 8-byte IPv4 one, indexed by (sys flag & 0x30) >> 4.
-_STORED_HEADS = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))
+_STORED_HEADS: tuple[struct.Struct, ...] = tuple(struct.Struct(f">iIiiiqqiq{b}sq{s}siqi") for s in (8, 20) for b in (8, 20))
 _STORED_FIXED_BYTES = 91  # with IPv4 hosts; the head's size - 88 more with others
 _SYS_FLAG_AT = 36
 STORED_MAGIC = 0xDAA320A7
 NAME_VALUE, PROPERTY_END = "\x01", "\x02"
 
 
-class BatchFormatError(ValueError):
-    """Bytes that are not the format they claim to be."""
+class BatchFormatError(TidemqClientError, ValueError):
+    """Raised when bytes are not the batch or stored-message format they claim to be (a ValueError too)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("BAD_BATCH_FORMAT", None, detail)
 
 
 @dataclass(slots=True)
@@ -123,6 +127,7 @@ def iter_stored(data: bytes) -> Iterator[tuple[int, int]]:
 
 
 def _stored_head(data: bytes, pos: int) -> struct.Struct:
+    sys_flag: int
     (sys_flag,) = struct.unpack_from(">i", data, pos + _SYS_FLAG_AT)
     return _STORED_HEADS[(sys_flag & 0x30) >> 4]
 

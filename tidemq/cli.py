@@ -56,7 +56,7 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_client_commands(commands: argparse._SubParsersAction) -> None:
+def add_client_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = common_options()
     add_produce_command(commands, common)
     add_consume_command(commands, common)
@@ -87,7 +87,9 @@ def run_client_command(args: argparse.Namespace, environ: Mapping[str, str] | No
         if args.timeout_s <= 0:
             raise UsageError("--timeout-s must be > 0")
         client = AsyncClient(url, token=token, timeout_s=args.timeout_s, retry_total_s=args.retry_total_s)
-    except (ValueError, UsageError) as e:
+    except UsageError as e:
+        return _fail(e.detail, EXIT_USAGE)
+    except ValueError as e:
         return _fail(str(e), EXIT_USAGE)
     try:
         return asyncio.run(_run(client, command, args))
@@ -97,7 +99,7 @@ def run_client_command(args: argparse.Namespace, environ: Mapping[str, str] | No
         _quiet_stdout()
         return 0
     except UsageError as e:
-        return _fail(str(e), EXIT_USAGE)
+        return _fail(e.detail, EXIT_USAGE)
     except ProblemError as e:
         return _fail(f"{e.status} {e.code}: {e.detail}", EXIT_REFUSED)
     except TidemqClientError as e:

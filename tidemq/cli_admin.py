@@ -17,7 +17,7 @@ from tidemq.models import TopicInfo
 TABLE_FORMATS = ("table", "json")
 
 
-def add_admin_commands(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_admin_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table (default) or json")
 

@@ -64,7 +64,7 @@ def parse_start(text: str) -> Start:
     raise UsageError(f"-o/--offset takes beginning, end, N, -N (N before the end) or s@MS, not {text!r}")
 
 
-def add_consume_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_consume_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("consume", parents=[common], help="print a topic's messages (pull, or receive and ack as a group)")
     p.add_argument("topic")
     start = p.add_mutually_exclusive_group()

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import sys
 import time
+from typing import Any
 
 from tidemq.async_client import AsyncClient
 from tidemq.cli_consume import FORMAT_HELP
@@ -40,7 +41,7 @@ class RedriveNotDone(TidemqClientError):
         super().__init__("REDRIVE_NOT_DONE", None, detail)
 
 
-def add_dlq_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_dlq_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     dlq = commands.add_parser("dlq", help="a consumer group's dead letters: list, resend, redrive")
     actions = dlq.add_subparsers(dest="dlq_action", required=True)
     listing = actions.add_parser("list", parents=[common], help="print a group's dead letters")
@@ -132,7 +133,7 @@ async def redrive_command(client: AsyncClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(info: dict, fmt: str) -> None:
+def _show(info: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
         print_json(info)
         return

@@ -17,7 +17,7 @@ from tidemq.cli_time import parse_time
 TABLE_FORMATS = ("table", "json")
 
 
-def add_group_commands(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_group_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     groups = commands.add_parser(
         "groups",
         parents=[common],

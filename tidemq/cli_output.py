@@ -9,9 +9,14 @@ from typing import Any
 
 import orjson
 
+from tidemq.errors import TidemqClientError
 
-class UsageError(Exception):
-    """Options that cannot work together (exit status 2)."""
+
+class UsageError(TidemqClientError):
+    """Raised when command-line options cannot work together (exit status 2)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("USAGE", None, detail)
 
 
 def print_json(value: Any) -> None:

@@ -35,7 +35,7 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 READ_BYTES = 64 * 1024
 
 
-def add_produce_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_produce_command(commands: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("produce", parents=[common], help="send messages: one per line of stdin, or one per file")
     p.add_argument("topic")
     p.add_argument("files", nargs="*", type=Path, help="send each file as one message (default: each line of stdin)")

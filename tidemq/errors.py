@@ -17,7 +17,8 @@ import orjson
 
 
 class TidemqClientError(Exception):
-    """Base of every error the client raises."""
+    """Raised when a client call or command cannot complete; the root of every exception tidemq/ defines
+    (the broker's refusals, transport failures, malformed batches or HTTP, command-line misuse)."""
 
     def __init__(self, code: str, status: int | None, detail: str, problem: dict[str, Any] | None = None) -> None:
         super().__init__(f"{code}: {detail}" if status is None else f"{status} {code}: {detail}")
@@ -28,7 +29,7 @@ class TidemqClientError(Exception):
 
 
 class ProblemError(TidemqClientError):
-    """The broker refused the request; `code` says why."""
+    """Raised when the broker refuses the request; `code` says why."""
 
     @property
     def retry_after_s(self) -> float | None:
@@ -37,43 +38,43 @@ class ProblemError(TidemqClientError):
 
 
 class BadRequest(ProblemError):
-    """400: the request is malformed or out of range (nothing was stored)."""
+    """Raised on a 400: the request is malformed or out of range (nothing was stored)."""
 
 
 class Unauthenticated(ProblemError):
-    """401: no bearer token, or one the broker's ACL does not know."""
+    """Raised on a 401: no bearer token, or one the broker's ACL does not know."""
 
 
 class Forbidden(ProblemError):
-    """403: not allowed (ACL, topic permission, reserved topic, or a slave refusing writes)."""
+    """Raised on a 403: not allowed (ACL, topic permission, reserved topic, or a slave refusing writes)."""
 
 
 class NotFound(ProblemError):
-    """404: no such topic, queue, message, transaction or path."""
+    """Raised on a 404: no such topic, queue, message, transaction or path."""
 
 
 class Conflict(ProblemError):
-    """409: a receipt handle expired, or a transaction was resolved the other way."""
+    """Raised on a 409: a receipt handle expired, or a transaction was resolved the other way."""
 
 
 class PayloadTooLarge(ProblemError):
-    """413: a body, message, properties or batch over the broker's caps."""
+    """Raised on a 413: a body, message, properties or batch over the broker's caps."""
 
 
 class RateLimited(ProblemError):
-    """429: the account is over its rate limit; `retry_after_s` says when to retry."""
+    """Raised on a 429: the account is over its rate limit; `retry_after_s` says when to retry."""
 
 
 class ServiceUnavailable(ProblemError):
-    """503: a passing condition (starting, disk full, too many waiters); retry after `retry_after_s`."""
+    """Raised on a 503: a passing condition (starting, disk full, too many waiters); retry after `retry_after_s`."""
 
 
 class BrokerTimeout(ProblemError):
-    """504: stored but not confirmed in time (flush or slave); `problem["stored"]` is true."""
+    """Raised on a 504: stored but not confirmed in time (flush or slave); `problem["stored"]` is true."""
 
 
 class TransportError(TidemqClientError):
-    """No usable reply arrived; raised as one of the subclasses below, each naming its `code`."""
+    """Raised when no usable reply arrived, as one of the subclasses below, each naming its `code`."""
 
     CODE: ClassVar[str]
 
@@ -82,18 +83,26 @@ class TransportError(TidemqClientError):
 
 
 class ConnectFailed(TransportError):
+    """Raised when no connection to the broker could be made."""
+
     CODE = "CONNECT_FAILED"
 
 
 class ConnectionClosed(TransportError):
+    """Raised when the broker closed the connection before its reply was complete."""
+
     CODE = "CONNECTION_CLOSED"
 
 
 class Timeout(TransportError):
+    """Raised when the reply did not come within the call's timeout."""
+
     CODE = "TIMEOUT"
 
 
 class ProtocolError(TransportError):
+    """Raised when the reply is not HTTP/1.1 or not the shape the call expects."""
+
     CODE = "PROTOCOL_ERROR"
 
 

@@ -15,6 +15,8 @@ from urllib.parse import quote, urlencode
 
 import httptools
 
+from tidemq.errors import TidemqClientError
+
 # The most body bytes a collected response may have (a pull of 1,024 messages of 4 MiB total fits).
 MAX_RESPONSE_BODY_BYTES = 64 * 1024 * 1024
 # The most header bytes a response may have.
@@ -27,8 +29,12 @@ QueryValue = str | int | None
 Query = dict[str, QueryValue]
 
 
-class WireError(Exception):
-    """The peer broke HTTP/1.1 (unparseable bytes, a body or headers over the caps)."""
+class WireError(TidemqClientError):
+    """Raised when the peer breaks HTTP/1.1 (unparseable bytes, a body or headers over the caps); the
+    transports answer it as a ProtocolError."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("BAD_HTTP", None, detail)
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ READ_BYTES = 256 * 1024
 
 
 class NothingReceived(ConnectionClosed):
-    """The socket closed before any byte of the reply: the broker did not handle the request."""
+    """Raised when the socket closed before any byte of the reply: the broker did not handle the request."""
 
 
 class _Connection:
@@ -72,7 +72,7 @@ class _Connection:
         try:
             reader.feed(data)
         except WireError as e:
-            raise ProtocolError(str(e)) from e
+            raise ProtocolError(e.detail) from e
 
     def exchange(self, request: Request, host_header: str, headers: dict[str, str], timeout_s: float) -> tuple[Response, bool]:
         """One request and its complete reply, and whether the connection stays usable."""

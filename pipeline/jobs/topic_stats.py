@@ -114,7 +114,8 @@ def summarize(spark: Any, work_dir: str, topics: list[str], out: str) -> int:
     )
     stats = stats.select(*OUTPUT_COLUMNS).orderBy("topic", "tag", "minute")
     stats.write.mode("overwrite").parquet(out)
-    return spark.read.parquet(out).count()
+    rows: int = spark.read.parquet(out).count()
+    return rows
 
 
 def run(spark: Any, args: argparse.Namespace, log: Callable[[str], None] = print) -> int:

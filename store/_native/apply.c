@@ -96,6 +96,7 @@ static int assign_runs(const struct runs_args *a, struct runs_state *st, size_t 
                 return STOP_OUT_FULL;
             }
             id = (int32_t)st->n_runs++;
+            assert(st->n_runs <= max_runs && "a new run fits the runs buffer");
             start_run(a->runs + (size_t)id * RUN_BYTES, rec, (int32_t)(st->rec_pos + i));
             table[slot] = id; /* the queue's open run is the new one from here on */
         }
@@ -120,11 +121,13 @@ int queue_runs(const struct runs_args *a, struct runs_state *st) {
         at += (size_t)get_h32(run + RUN_COUNT);
         placed[r] = 0;
     }
+    assert(at <= done && "every record is in at most one run");
     /* Pass 3: copy the entries, grouped by run; run_of[i] becomes the entry index of record i. */
     for (size_t i = 0; i < done; i++) {
         int32_t id = run_of[i];
         if (id < 0) continue; /* no entry; its scratch slot stays -1 */
         size_t e = (size_t)get_h32(a->runs + (size_t)id * RUN_BYTES + RUN_ENTRIES_AT) + (size_t)placed[id]++;
+        assert(placed[id] <= get_h32(a->runs + (size_t)id * RUN_BYTES + RUN_COUNT) && e < at && "a run's entries stay in its place");
         memcpy(a->entries + e * CQ_UNIT_BYTES, a->recs + (st->rec_pos + i) * REC_BYTES + REC_CQ_ENTRY, CQ_UNIT_BYTES);
         run_of[i] = (int32_t)e;
     }
@@ -143,6 +146,8 @@ static int32_t time_diff_s(int64_t ts, int64_t begin) {
 static void put_index_entry(const struct index_args *a, struct index_state *st, int32_t hash, int64_t phys, int64_t ts) {
     int64_t slot_no = (int64_t)hash % (int64_t)a->slot_num;
     if (slot_no < 0) slot_no += (int64_t)a->slot_num; /* Python's modulo, for a hash given negative */
+    assert(slot_no >= 0 && (size_t)slot_no < a->slot_num && "the slot lies in the slot table");
+    assert(st->index_count >= 0 && st->index_count < (int64_t)a->index_num && "index_put rolls before a full file");
     uint8_t *slot = a->file + INDEX_HEADER_BYTES + (size_t)slot_no * 4;
     int64_t count = st->index_count;
     int32_t prev = rd_i32(slot);

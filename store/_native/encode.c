@@ -33,6 +33,7 @@ static int utf8_expect(uint8_t b, uint8_t *lo, uint8_t *hi) {
 /* Decode one code point at s.p[*i]; an ill-formed maximal subpart becomes U+FFFD, as
  * Python's bytes.decode("utf-8", "replace") does. Advances *i by at least one. */
 static uint32_t next_cp(struct span s, size_t *i) {
+    assert(*i < s.n && "called only with bytes left");
     uint8_t b = s.p[*i], lo, hi;
     if (b < 0x80) {
         *i += 1;
@@ -69,6 +70,7 @@ uint32_t body_crc31(struct span body) { return crc32_ieee(0, body.p, body.n) & 0
 /* The code point at s.p[*i], advancing *i past it; -1 when the bytes there are not well-formed
  * UTF-8 (a truncated sequence, a bad continuation, an overlong form or a surrogate). */
 static int64_t strict_cp(struct span s, size_t *i) {
+    assert(*i < s.n && "called only with bytes left");
     uint8_t b = s.p[*i], lo, hi;
     if (b < 0x80) {
         *i += 1;
@@ -180,6 +182,7 @@ struct batch_item {
 };
 
 static int parse_item(struct span b, size_t pos, int64_t max_body, struct batch_item *it) {
+    assert(pos <= b.n && "an item starts inside the batch");
     if (b.n - pos < BATCH_FIXED_BYTES) return BATCH_TRUNCATED;
     const uint8_t *p = b.p + pos;
     int64_t total = rd_i32(p), body_len = rd_i32(p + 16);
@@ -191,6 +194,7 @@ static int parse_item(struct span b, size_t pos, int64_t max_body, struct batch_
     if (props_len > MAX_PROPERTIES_BYTES) return BATCH_BAD_PROPERTIES;
     if (total != BATCH_FIXED_BYTES + body_len + props_len) return BATCH_BAD_TOTAL;
     it->size = (size_t)total;
+    assert(it->size >= BATCH_FIXED_BYTES && it->size <= b.n - pos && "a parsed item lies in the batch and moves the walk on");
     it->crc = rd_u32(p + 8);
     it->flag = rd_i32(p + 12);
     it->body = (struct span){p + 20, (size_t)body_len};
@@ -232,12 +236,14 @@ int batch_check(struct span batch, const struct batch_limits *lim, size_t *count
         *count += 1;
         *stored_without_topic += FIXED_PART_BYTES + it.body.n + it.props.n;
     }
+    assert(*pos == batch.n && "the items tile the batch exactly");
     return BATCH_OK;
 }
 
 /* The 17 fields of one message at d (the caller checked `total` bytes fit). */
 static void write_stored(uint8_t *d, size_t total, const struct batch_item *it, const struct batch_common *c, int64_t qoff,
                          int64_t phys) {
+    uint8_t *const start = d;
     wr_u32(d, (uint32_t)total);
     wr_u32(d + 4, MESSAGE_MAGIC_CODE);
     wr_u32(d + 8, it->crc);
@@ -265,6 +271,8 @@ static void write_stored(uint8_t *d, size_t total, const struct batch_item *it, 
     d[0] = (uint8_t)(it->props.n >> 8);
     d[1] = (uint8_t)it->props.n;
     memcpy(d + 2, it->props.p, it->props.n);
+    assert((size_t)(d + 2 + it->props.n - start) == total && "the 17 fields fill exactly TOTALSIZE");
+    (void)start;
 }
 
 int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *out, size_t out_n,
@@ -286,6 +294,8 @@ int batch_encode(struct span batch, uint8_t *dest, size_t dest_limit, uint8_t *o
         st->count += 1;
         st->dest_pos += total;
         st->batch_pos += it.size;
+        assert(st->dest_pos + END_FILE_MIN_BLANK_LENGTH <= dest_limit && "room for the end marker is kept");
+        assert(st->batch_pos <= batch.n && st->count <= out_n / 16 && "the walk stays inside its buffers");
     }
     return STOP_DONE;
 }

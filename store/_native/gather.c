@@ -84,6 +84,8 @@ static int batch_full(const struct gather_args *a, const struct gather_state *st
 }
 
 static void copy_out(const struct gather_args *a, struct gather_state *st, struct span m, int64_t phys) {
+    assert(m.n <= a->out_n - st->bytes && "gather_one checked the room in out");
+    assert((a->meta == NULL || st->count < a->meta_n / META_BYTES) && "gather_one checked the room in meta");
     memcpy(a->out + st->bytes, m.p, m.n);
     if (a->meta != NULL) {
         uint8_t *meta = a->meta + META_BYTES * st->count;
@@ -113,6 +115,7 @@ static int gather_one(const struct gather_args *a, struct gather_state *st, cons
     if (a->codes != NULL && !code_wanted(a, code)) return STOP_DONE;
     const struct segment *s = find_segment(a, phys, size);
     if (s == NULL) return STOP_SEGMENT_MISS;
+    assert(phys >= s->base && (size_t)(phys - s->base) + (size_t)size <= s->data.n && "find_segment answers a segment holding the message");
     struct span m = {s->data.p + (phys - s->base), (size_t)size}, tag;
     if (size < 8 || rd_i32(m.p) != size || rd_u32(m.p + 4) != MESSAGE_MAGIC_CODE) {
         st->damaged += 1; /* not the start of a message of this size: skipped alone */
@@ -139,6 +142,7 @@ int gather(const struct gather_args *a, struct gather_state *st) {
         int stop = gather_one(a, st, a->entries.p + CQ_UNIT_BYTES * st->examined);
         if (stop != STOP_DONE) return stop;
         st->examined += 1;
+        assert(st->bytes <= a->out_n && "the output never overflows");
     }
     return STOP_DONE;
 }

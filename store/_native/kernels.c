@@ -13,6 +13,13 @@
 
 static PyObject *BatchError;
 
+/* Whether the kernels' assert() calls are compiled in (store._kernels.ASSERTIONS). */
+#ifdef NDEBUG
+#define ASSERTIONS_ON 0
+#else
+#define ASSERTIONS_ON 1
+#endif
+
 static int overlaps(const Py_buffer *a, const Py_buffer *b) {
     const char *pa = a->buf, *pb = b->buf;
     return a->len > 0 && b->len > 0 && pa < pb + b->len && pb < pa + a->len;
@@ -372,26 +379,50 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "tidemq data-path kernels (docs/native.md)", -1, methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__kernels(void) {
-    crc32_init();
-    if (sql_init() < 0) return PyErr_NoMemory();
-    PyObject *m = PyModule_Create(&module);
-    if (m == NULL) return NULL;
-    /* A StoreError, in tidemq's one exception tree (store/errors.py, a module without imports). */
+/* BatchError, made once per process: the kernels raise it from C (batch_error), so every module
+ * instance answers the same class. A StoreError, in tidemq's one exception tree (store/errors.py,
+ * a module without imports). */
+static int make_batch_error(void) {
+    if (BatchError != NULL) return 0;
     PyObject *errors = PyImport_ImportModule("store.errors");
     PyObject *base = errors != NULL ? PyObject_GetAttrString(errors, "StoreError") : NULL;
     Py_XDECREF(errors);
-    BatchError = base != NULL ? PyErr_NewExceptionWithDoc("store._kernels.BatchError",
-                                                          "Raised when a batch is malformed; args are (message, error code, byte position).",
-                                                          base, NULL)
-                              : NULL;
-    Py_XDECREF(base);
-    if (BatchError == NULL || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
-        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0 || add_mapping(m) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    if (base == NULL) return -1;
+    BatchError = PyErr_NewExceptionWithDoc("store._kernels.BatchError",
+                                           "Raised when a batch is malformed; args are (message, error code, byte position).", base, NULL);
+    Py_DECREF(base);
+    return BatchError == NULL ? -1 : 0;
 }
+
+/* The module's execution step (PEP 489 multi-phase initialisation): the process-wide tables and
+ * the locale first (each made once), then the module's names. */
+static int kernels_exec(PyObject *m) {
+    static int process_ready; /* crc32 tables and the SQL locale; under the GIL, like every import */
+    if (!process_ready) {
+        crc32_init();
+        if (sql_init() < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        process_ready = 1;
+    }
+    if (make_batch_error() < 0 || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
+        PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "ASSERTIONS", ASSERTIONS_ON) < 0 || add_mapping(m) < 0)
+        return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, (void *)kernels_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* One BatchError and one Mapping type (static) per process: no other interpreter may import it. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+/* m_size 0: no per-module state (multi-phase initialisation refuses a negative size). */
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._kernels", "tidemq data-path kernels (docs/native.md)", 0, methods, slots, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModuleDef_Init(&module); }

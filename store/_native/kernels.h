@@ -3,10 +3,16 @@
  * Pure C, no Python objects: the binding in kernels.c acquires the buffers, checks the
  * arguments, releases the GIL and calls these. Every read and write is checked against
  * the bound passed with its pointer; a kernel never allocates.
+ *
+ * assert() states internal invariants only (what the binding's checks and the kernel's own
+ * length checks already guarantee); input is never validated by an assert, it is answered with
+ * a stop code, a batch error or ValueError. The asserts are compiled in where NDEBUG is not
+ * defined (the ASan build), out of the normal build (docs/native.md "Assertions").
  */
 #ifndef TIDEMQ_KERNELS_H
 #define TIDEMQ_KERNELS_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #define _GNU_SOURCE
 #include <Python.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -73,6 +74,7 @@ static PyObject *mapping_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 }
 
 static void mapping_dealloc(Mapping *self) {
+    assert(self->exports == 0 && "an exported buffer keeps its mapping alive");
     if (self->data != NULL) munmap(self->data, (size_t)self->size);
     self->data = NULL;
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -237,7 +239,10 @@ static int mapping_getbuffer(Mapping *self, Py_buffer *view, int flags) {
     return 0;
 }
 
-static void mapping_releasebuffer(Mapping *self, Py_buffer *Py_UNUSED(view)) { self->exports--; }
+static void mapping_releasebuffer(Mapping *self, Py_buffer *Py_UNUSED(view)) {
+    assert(self->exports > 0 && "a release matches an export");
+    self->exports--;
+}
 
 static PyObject *py_punch_hole(PyObject *Py_UNUSED(module), PyObject *args) {
     int fd;

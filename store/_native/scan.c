@@ -5,6 +5,7 @@
 
 /* The checks of store.message_codec.check_message, in its order; STOP_DONE for a message. */
 int check_message_at(struct span buf, size_t pos, size_t limit, int check_crc, size_t *total) {
+    assert(pos <= limit && limit <= buf.n && "the binding checked the range");
     *total = 0;
     if (limit - pos < 8) return STOP_END;
     const uint8_t *p = buf.p + pos;
@@ -30,6 +31,7 @@ int check_message_at(struct span buf, size_t pos, size_t limit, int check_crc, s
     if (props_len < 0 || FIXED_PART_BYTES + extra + body_len + topic_len + props_len != size) return STOP_BAD_PARTS;
     if (check_crc && body_crc31((struct span){p + header, (size_t)body_len}) != rd_u32(p + 8)) return STOP_BAD_CRC;
     *total = (size_t)size;
+    assert(*total >= FIXED_PART_BYTES && *total <= limit - pos && "a checked message lies below the limit");
     return STOP_DONE;
 }
 
@@ -190,7 +192,9 @@ static int emit_message(const struct scan_args *a, struct scan_state *st, size_t
     put_record(a->recs + REC_BYTES * st->n_recs, m, total, &f, flags, nk);
     if (nk > 0) {
         int32_t th = java_hash_utf8(java_hash_utf8(0, topic), (struct span){(const uint8_t *)"#", 1});
-        emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), f.store_ts);
+        size_t emitted = emit_keys(a->keys + KEY_BYTES * st->n_keys, &pr, uniq, th, st->n_recs, rd_i64(m + 28), f.store_ts);
+        assert(emitted == nk && "emit_keys writes what count_keys reserved");
+        (void)emitted;
     }
     st->n_recs += 1;
     st->n_keys += nk;
@@ -205,6 +209,7 @@ int dispatch_scan(const struct scan_args *a, struct scan_state *st) {
         stop = emit_message(a, st, total);
         if (stop != STOP_DONE) return stop;
         st->pos += total;
+        assert(st->pos <= a->limit && "the scan never passes its limit");
     }
     return STOP_DONE;
 }

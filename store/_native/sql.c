@@ -21,6 +21,7 @@ enum { EV_OK = 0, EV_ABORT = 1, EV_DEFER = 2 };
 static locale_t c_locale; /* strtod_l's: a decimal point whatever the process's locale */
 
 int sql_init(void) {
+    if (c_locale != (locale_t)0) return 0; /* made once per process, whatever number of module instances */
     c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     return c_locale == (locale_t)0 ? -1 : 0;
 }
@@ -38,6 +39,7 @@ static struct sql_value bool_value(int b) { return (struct sql_value){SQL_BOOL, 
  * EV_DEFER when a value found is not well-formed UTF-8 (Python decodes it with replacements). */
 static int resolve(struct sql_ctx *c, struct span props) {
     const struct sql_program *p = c->p;
+    assert(p->n_names <= SQL_MAX_PROPS && "the binding bounds the names by the stack table");
     memset(c->found, 0, p->n_names);
     size_t i = 0;
     while (i < props.n) {
@@ -306,6 +308,7 @@ static int eval_negate(const struct sql_ctx *c, const struct sql_node *n, struct
 }
 
 static int eval(const struct sql_ctx *c, int32_t at, struct sql_value *out) {
+    assert(at >= 0 && (size_t)at < c->p->n_nodes && "the binding checked every operand index");
     const struct sql_node *n = &c->p->nodes[at];
     struct sql_value v;
     int st;
@@ -338,6 +341,7 @@ static int eval(const struct sql_ctx *c, int32_t at, struct sql_value *out) {
 
 int sql_eval(const struct sql_program *p, struct span props) {
     struct sql_ctx c;
+    assert(p->n_nodes > 0 && p->n_nodes <= SQL_MAX_NODES && "the binding checked the program");
     c.p = p;
     int st = resolve(&c, props);
     struct sql_value v = null_value();

@@ -224,6 +224,7 @@ def java_string_hash(text: str) -> int:
         raw = text.encode("utf-16-be")
         units = [(raw[i] << 8) | raw[i + 1] for i in range(0, len(raw), 2)]
     n = len(units)
+    h: int
     if n <= _POWERS_OF_31:
         h = sum(map(operator.mul, units, _POW31_DESC[_POWERS_OF_31 - n :])) & 0xFFFFFFFF
     else:

@@ -454,11 +454,13 @@ def write_blank_into(buf: Any, pos: int, size: int) -> None:
 
 
 def read_int(buf: Any, pos: int) -> int:
-    return _INT.unpack_from(buf, pos)[0]
+    value: int = _INT.unpack_from(buf, pos)[0]
+    return value
 
 
 def read_long(buf: Any, pos: int) -> int:
-    return _LONG.unpack_from(buf, pos)[0]
+    value: int = _LONG.unpack_from(buf, pos)[0]
+    return value
 
 
 def iter_messages(buf: Any, start: int = 0, limit: int | None = None) -> Any:

@@ -183,6 +183,7 @@ class ReputMessageService(ServiceThread):
         count = 0
         while True:
             stop, pos, n = self.bulk.apply_chunk_locked(buf, pos, limit)
+            assert pos <= limit, f"dispatch passed the readable end: {pos} > {limit}"
             if self.failure:
                 # Ended before the cursor passes the chunk: a thread that sees the cursor past it
                 # (a put's lag check, wait for dispatch) never sees the failure still named.

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core import Clock
 from store import _kernels
@@ -423,7 +423,7 @@ class CommitLog:
     def get_message(self, offset: int, size: int) -> SelectMappedBufferResult | None:
         return self.mapped_file_queue.select(offset, size)
 
-    def look_message_by_offset(self, offset: int) -> dict | None:
+    def look_message_by_offset(self, offset: int) -> dict[str, Any] | None:
         """Decode the message at `offset` after checking its size, magic and CRC."""
         mf = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mf is None or not mf.hold():

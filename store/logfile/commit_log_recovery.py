@@ -27,6 +27,7 @@ from store.codec.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome
 from store.logfile.commit_log import CommitLog
 from store.logfile.mapped_file import MappedFile
 from store.logfile.store_checkpoint import StoreCheckpoint
+from store.report_types import RecoveryReport
 
 log = logging.getLogger("tidemq.store")
 
@@ -58,7 +59,7 @@ class RecoveryProgress:
             pct = 100.0 * scanned_bytes / self.total_bytes if self.total_bytes else 100.0
             log.info("recovery: %s, %d of %d bytes (%.1f%%)", self.phase, scanned_bytes, self.total_bytes, pct)
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> RecoveryReport:
         return {"phase": self.phase, "scanned_bytes": self.scanned_bytes, "total_bytes": self.total_bytes}
 
 

@@ -121,7 +121,7 @@ class LazyMappedFile(MappedFile):
         self._map_lock = threading.Lock()  # leaf lock: two readers mapping the same file map it once
         super().__init__(path, file_size, None, map_now=False, reservation=reservation)
 
-    @property  # type: ignore[override]  # MappedFile.mm is an attribute; here reading it maps the file on first use
+    @property  # MappedFile.mm is an attribute; here reading it maps the file on first use
     def mm(self) -> Mapping:
         self.used = True
         mm = self._mm

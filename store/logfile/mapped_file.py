@@ -200,6 +200,7 @@ class MappedFile:
         self.wrote_position = pos + n
         if self.write_buffer is None:
             self.committed_position = self.wrote_position
+        assert self.committed_position <= self.wrote_position <= self.file_size, self.positions()
         return True
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:

@@ -181,6 +181,7 @@ class MappedFileQueue:
             return True
         store_ts = mf.store_timestamp
         where = mf.file_from_offset + mf.flush(flush_least_pages)
+        assert where >= before, f"the flushed position would move back from {before} to {where} (only truncation moves it back)"
         unchanged = where == before
         self.flushed_where = where
         if not unchanged and where == mf.file_from_offset + self.mapped_file_size:
@@ -201,6 +202,7 @@ class MappedFileQueue:
         if mf is None:
             return True
         where = mf.file_from_offset + mf.commit(commit_least_pages)
+        assert where >= before, f"the committed position would move back from {before} to {where} (only truncation moves it back)"
         unchanged = where == before
         self.committed_where = where
         return unchanged

@@ -8,7 +8,8 @@ The walk reads only directory entries and their sizes (no file is opened), and s
 from __future__ import annotations
 
 import os
-from typing import Any
+
+from store.report_types import StoreFile, StoreFiles
 
 # Most files one listing reports; a store of 1 GiB commitlog files and many queues stays well under it.
 MAX_LISTED_FILES = 10_000
@@ -20,9 +21,9 @@ def _kind(relative: str) -> str:
     return head if sep else "root"
 
 
-def list_store_files(root: str, limit: int = MAX_LISTED_FILES) -> dict[str, Any]:
+def list_store_files(root: str, limit: int = MAX_LISTED_FILES) -> StoreFiles:
     """{"root", "files": [{"path", "kind", "size_bytes", "modified_ms"}], "total_bytes", "truncated"}; paths relative to root, sorted."""
-    files: list[dict[str, Any]] = []
+    files: list[StoreFile] = []
     truncated = False
     pending = [root]
     while pending and not truncated:

@@ -37,10 +37,11 @@ import struct
 import threading
 from typing import TYPE_CHECKING
 
+from store._kernels import Mapping
 from store.disk.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 from store.logfile.file_ahead import FileAhead
 from store.logfile.lazy_mapped_file import LazyMappedFile, MappingBudget
-from store.logfile.mapped_file import MappedFile, offset_to_file_name
+from store.logfile.mapped_file import MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
@@ -208,6 +209,8 @@ class ConsumeQueue:
         False when a file for an entry cannot be created.
         """
         size = len(entries)
+        assert size > 0 and size % CQ_STORE_UNIT_SIZE == 0, f"a run of whole entries, not {size} bytes"
+        assert first_offset < end_offset, f"a run's messages end ({end_offset}) past where they start ({first_offset})"
         files = self.mapped_file_queue.mapped_files
         if files and first_offset >= self.max_physic_offset:
             mf = files[-1]  # the common case: the run continues the queue where its last file ends
@@ -226,6 +229,7 @@ class ConsumeQueue:
         if queue_offset < 0:
             log.error("consume queue %s/%d: entries with queue offset %d dropped", self.topic, self.queue_id, queue_offset)
             return True
+        max_before = self.get_max_offset_in_queue()
         i = 0
         while i < n:
             offset, size, _code = ENTRY.unpack_from(entries, i * CQ_STORE_UNIT_SIZE)
@@ -253,10 +257,13 @@ class ConsumeQueue:
             mf.write_at(pos, entries[i * CQ_STORE_UNIT_SIZE : (i + take) * CQ_STORE_UNIT_SIZE])
             i += take
             last, last_size, _code = ENTRY.unpack_from(entries, (i - 1) * CQ_STORE_UNIT_SIZE)
+            # Only recovery's truncation moves it back: a run's messages follow one another in the log.
+            assert last + last_size > self.max_physic_offset, f"{self.topic}/{self.queue_id}: the last message end would move back"
             self.max_physic_offset = last + last_size
             self.last_store_timestamp = store_ts
         if self._fast_end < self.mapped_file_size:
             self._order_next_file_locked()
+        assert self.get_max_offset_in_queue() >= max_before, f"{self.topic}/{self.queue_id}: the max offset moved back"
         return True
 
     def order_ahead_again(self) -> None:
@@ -316,7 +323,7 @@ class ConsumeQueue:
     def get_max_offset_in_queue(self) -> int:
         return self.mapped_file_queue.get_max_offset() // CQ_STORE_UNIT_SIZE
 
-    def get_index_buffer(self, start_index: int):  # -> SelectMappedBufferResult | None
+    def get_index_buffer(self, start_index: int) -> SelectMappedBufferResult | None:
         """A held view from entry `start_index` to the end of its file's written entries."""
         offset = start_index * CQ_STORE_UNIT_SIZE
         if offset < self.min_logic_offset:
@@ -366,11 +373,13 @@ class ConsumeQueue:
     def delete_expired_files(self, min_commit_log_offset: int, interval_forcibly_ms: int, now_ms: int) -> int:
         """Delete leading files whose every entry points below the commitlog's minimum offset."""
 
-        def all_below(mf) -> bool:
+        def all_below(mf: MappedFile) -> bool:
             last = mf.get_read_position() - CQ_STORE_UNIT_SIZE
             if last < 0 or not mf.hold():  # a file another pass is deleting is not read
                 return False
             try:
+                offset: int
+                size: int
                 offset, size, _ = ENTRY.unpack_from(mf.mm, last)
             finally:
                 mf.release()
@@ -398,7 +407,7 @@ def _remove_file(mf: MappedFile) -> None:
     mf.destroy(0)
 
 
-def _is_zero_tail(buf, pos: int, end: int) -> bool:
+def _is_zero_tail(buf: Mapping, pos: int, end: int) -> bool:
     """True when every byte from `pos` to the next 4 KiB boundary (or `end`) is zero."""
     stop = min(end, pos + 4096)
     return not any(buf[pos:stop])

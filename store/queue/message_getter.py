@@ -153,7 +153,7 @@ class MessageGetter:
         self.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)
         return result
 
-    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, message_filter: Filter | None) -> None:
+    def _collect(self, result: GetMessageResult, cq: ConsumeQueue, offset: int, max_count: int, message_filter: Filter | None) -> None:
         index_buf = cq.get_index_buffer(offset)
         if index_buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
@@ -247,7 +247,7 @@ class MessageGetter:
             self._ranges = cached  # one assignment: a concurrent reader sees the old pair or the new one
         return cached[1]
 
-    def _damaged_entries(self, cq, first: int, end: int, count: int) -> None:
+    def _damaged_entries(self, cq: ConsumeQueue, first: int, end: int, count: int) -> None:
         """Count consume-queue entries that point at no message; log the first pull of every minute at ERROR."""
         self.stats.damaged_queue_entries += count
         now = time.monotonic()
@@ -288,7 +288,7 @@ class MessageGetter:
                 high = mid
         return max(low, first)
 
-    def _store_time_at(self, cq, index: int) -> int | None:
+    def _store_time_at(self, cq: ConsumeQueue, index: int) -> int | None:
         entry = cq.read_entry(index)
         if entry is None:
             return None

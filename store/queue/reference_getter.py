@@ -16,7 +16,7 @@ import time
 
 from store.codec.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC
 from store.native import META
-from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from store.queue.get_message_result import Filter, GetMessageResult
 from store.queue.message_getter import DAMAGE_LOG_INTERVAL_S, MessageGetter, log
 from store.status import GetMessageStatus
@@ -26,7 +26,7 @@ class ReferenceGetter(MessageGetter):
     """MessageGetter with the entry walk in Python (same statuses, limits, filters and skips); an SQL92
     filter is evaluated by the reference evaluator (store.filter.sql_eval) for every message."""
 
-    def _collect(self, result: GetMessageResult, cq, offset: int, max_count: int, message_filter: Filter | None) -> None:
+    def _collect(self, result: GetMessageResult, cq: ConsumeQueue, offset: int, max_count: int, message_filter: Filter | None) -> None:
         index_buf = cq.get_index_buffer(offset)
         if index_buf is None:
             result.status = GetMessageStatus.OFFSET_FOUND_NULL
@@ -87,7 +87,7 @@ class ReferenceGetter(MessageGetter):
         result.next_begin_offset = offset + pos // CQ_STORE_UNIT_SIZE
         result.data, result.meta, result.start_offset = data, meta, offset
 
-    def _damaged_entry(self, cq, queue_offset: int, phy: int, size: int) -> None:
+    def _damaged_entry(self, cq: ConsumeQueue, queue_offset: int, phy: int, size: int) -> None:
         """Count a consume-queue entry that points at no message; log the first one of every minute at ERROR."""
         self.stats.damaged_queue_entries += 1
         now = time.monotonic()

@@ -31,12 +31,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core import SYSTEM_CLOCK, Clock
 from store.config import BrokerRole
 from store.disk.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
 from store.logfile.mapped_file import MappedFile
+from store.report_types import CommitLogCleanupStatus, ManualCleanup
 from store.retention.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
@@ -221,19 +222,19 @@ class CleanCommitLogService(PeriodicPassService):
 
     # Manual cleanup and status --------------------------------------------------------------
 
-    def execute_delete_files_manually(self) -> dict[str, Any]:
+    def execute_delete_files_manually(self) -> ManualCleanup:
         """Delete expired files at any hour for the next `manual_delete_file_rounds` passes, the first now."""
         rounds = self.store.config.manual_delete_file_rounds
         now = self.clock.now_ms()
         # The reply is built before the wake-up: the pass may run (and count a round) at once.
-        reply = {"rounds": rounds, "next_pass_ms": now}
+        reply: ManualCleanup = {"rounds": rounds, "next_pass_ms": now}
         self.manual_rounds = rounds
         self.next_pass_ms = now
         self.wakeup()
         log.info("manual cleanup requested: %d rounds", rounds)
         return reply
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> CommitLogCleanupStatus:
         return {
             "next_pass_ms": self.next_pass_ms,
             "last_pass_ms": self.last_pass_ms,

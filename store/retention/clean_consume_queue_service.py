@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core import SYSTEM_CLOCK, Clock
+from store.report_types import ConsumeQueueCleanupStatus
 from store.retention.periodic_pass_service import PeriodicPassService
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class CleanConsumeQueueService(PeriodicPassService):
                 )
             return deleted_cq + deleted_index
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ConsumeQueueCleanupStatus:
         return {
             "consume_queue_files_deleted": self.consume_queue_files_deleted,
             "index_files_deleted": self.index_files_deleted,

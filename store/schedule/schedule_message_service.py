@@ -49,6 +49,7 @@ from store.config import BrokerRole
 from store.errors import StoreError
 from store.put.put_batch import PutBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.report_types import DelayLevelStatus, ScheduleStatus
 from store.schedule.delay_offset_table import DelayOffsetTable
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
@@ -306,16 +307,16 @@ class ScheduleMessageService(ServiceThread):
     def level_for_delay_ms(self, delay_ms: int) -> int | None:
         return level_for_delay_ms(self.levels_ms, delay_ms)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ScheduleStatus:
         """Per level: delivered offset, messages waiting, and the oldest waiting message's times."""
         now = self.clock.now_ms()
-        levels: list[dict[str, Any]] = []
+        levels: list[DelayLevelStatus] = []
         for level, level_ms in enumerate(self.levels_ms, start=1):
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
             max_offset = cq.get_max_offset_in_queue() if cq is not None else 0
             offset = max(self.offsets.get(level), cq.get_min_offset_in_queue() if cq is not None else 0)
             entry = cq.read_entry(offset) if cq is not None and offset < max_offset else None
-            item: dict[str, Any] = {
+            item: DelayLevelStatus = {
                 "level": level,
                 "delay": self.level_words[level - 1],
                 "delay_ms": level_ms,

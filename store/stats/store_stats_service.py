@@ -3,7 +3,7 @@
 Counters are plain integers bumped without a lock by the threads that put and get, after
 the put lock is released (two threads may lose an increment between them: these are
 statistics, and a lock here would be taken on every put); a sampler thread records a snapshot every second into a bounded ring, from
-which TPS over 10 s, 1 min and 10 min is computed. `snapshot()` returns a dict for
+which TPS over 10 s, 1 min and 10 min is computed. `snapshot()` answers a StatsSnapshot for
 the front end's /metrics.
 """
 
@@ -14,6 +14,7 @@ import collections
 import time
 
 from core.service_thread import ServiceThread
+from store.report_types import StatsSnapshot
 
 # Upper bounds (microseconds) of the put latency buckets; the last bucket is +Inf.
 PUT_LATENCY_BOUNDS_US = (100, 500, 1_000, 5_000, 10_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000)
@@ -86,15 +87,22 @@ class StoreStatsService(ServiceThread):
             return {name: 0.0 for name in _COUNTERS}
         return {name: (newest[i] - oldest[i]) / span for i, name in enumerate(_COUNTERS)}
 
-    def snapshot(self) -> dict:
-        out: dict = {name: getattr(self, name) for name in _COUNTERS}
-        out["put_latency_bounds_us"] = list(PUT_LATENCY_BOUNDS_US)
-        out["put_latency_buckets"] = list(self.put_latency_buckets)
-        out["put_latency_sum_us"] = self.put_latency_sum_us
-        out["put_max_latency_us"] = self.put_max_latency_us
-        out["tps"] = {f"{w}s": self.tps(w) for w in WINDOWS_S}
-        out["uptime_ms"] = int(time.time() * 1000) - self.start_ms
-        return out
+    def snapshot(self) -> StatsSnapshot:
+        return {
+            "put_messages": self.put_messages,
+            "put_bytes": self.put_bytes,
+            "put_failures": self.put_failures,
+            "get_found": self.get_found,
+            "get_miss": self.get_miss,
+            "get_transferred_messages": self.get_transferred_messages,
+            "get_transferred_bytes": self.get_transferred_bytes,
+            "put_latency_bounds_us": list(PUT_LATENCY_BOUNDS_US),
+            "put_latency_buckets": list(self.put_latency_buckets),
+            "put_latency_sum_us": self.put_latency_sum_us,
+            "put_max_latency_us": self.put_max_latency_us,
+            "tps": {f"{w}s": self.tps(w) for w in WINDOWS_S},
+            "uptime_ms": int(time.time() * 1000) - self.start_ms,
+        }
 
     def run(self) -> None:
         self.sample()

@@ -20,8 +20,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from core.service_thread import ServiceThread
+from store.codec.message import TIMER_TOPIC
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
-from store.timer.timer_message import TIMER_TOPIC
 
 if TYPE_CHECKING:
     from store.timer.timer_message_store import TimerMessageStore

@@ -189,7 +189,7 @@ class TimerLog:
         if at + MIN_BLANK_LEN > min(self.file_size, data_end):
             return at == self.file_size
         size, _prev, magic = BLANK.unpack_from(buf, at)
-        return magic == BLANK_MAGIC_CODE and size == self.file_size - at
+        return bool(magic == BLANK_MAGIC_CODE and size == self.file_size - at)
 
     # Cleanup and shutdown ------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.service_thread import ServiceThread
-from store.codec.message import PROPERTY_REAL_TOPIC, decode_properties, java_string_hash
+from store.codec.message import PROPERTY_REAL_TOPIC, TIMER_TOPIC, decode_properties, java_string_hash
 from store.codec.message_codec import (
     HEADER_BYTES,
     POS_QUEUE_OFFSET,
@@ -53,13 +53,14 @@ from store.config import TIMER_BLANK_SLOTS, BrokerRole
 from store.errors import StoreNotRunning
 from store.put.put_batch import PutBatch
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.report_types import TimerStatus
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 from store.timer.timer_checkpoint import TimerCheckpoint
 from store.timer.timer_dequeue_service import TimerDequeueService
 from store.timer.timer_enqueue_service import TimerEnqueueService
 from store.timer.timer_flush_service import TimerFlushService
 from store.timer.timer_log import MAGIC_DEFAULT, MAGIC_ROLL, TimerLog
-from store.timer.timer_message import PROPERTY_TIMER_OUT_MS, TIMER_TOPIC, TimerTransform, is_timer_request, transform
+from store.timer.timer_message import PROPERTY_TIMER_OUT_MS, TimerTransform, is_timer_request, transform
 from store.timer.timer_metrics import TimerMetrics
 from store.timer.timer_progress import TimerProgress
 from store.timer.timer_wheel import TimerWheel
@@ -233,7 +234,7 @@ class TimerMessageStore:
         cq = self.store.find_consume_queue(TIMER_TOPIC, 0)
         if cq is not None:
             offset = min(max(offset, cq.get_min_offset_in_queue()), cq.get_max_offset_in_queue())
-        return offset
+        return int(offset)
 
     # Enqueue -----------------------------------------------------------------------------------
 
@@ -310,7 +311,7 @@ class TimerMessageStore:
         slot = wheel.next_slot(self.read_time_ms, self._horizon_ms(self.clock.now_ms()))
         return slot.time_ms + self.precision_ms if slot is not None else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TimerStatus:
         in_wheel = self.pending_in_wheel()
         waiting = self.not_enqueued()
         return {

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any
+
+from store.report_types import TimerCounters, TimerLateness
 
 # Upper bounds (ms) of the lateness buckets; a last, open bucket holds anything later.
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 150, 200, 300, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000)
@@ -54,7 +55,7 @@ class TimerMetrics:
                     return LATENESS_BOUNDS_MS[i] if i < len(LATENESS_BOUNDS_MS) else self.lateness_max_ms
         return self.lateness_max_ms
 
-    def lateness(self) -> dict[str, Any]:
+    def lateness(self) -> TimerLateness:
         with self._lock:
             count, total, worst = self.lateness_count, self.lateness_sum_ms, self.lateness_max_ms
             buckets = list(self.buckets)
@@ -64,11 +65,10 @@ class TimerMetrics:
             "p50_ms": self.percentile_ms(0.50),
             "p99_ms": self.percentile_ms(0.99),
             "max_ms": worst if count else None,
-            "buckets": [{"le_ms": b, "count": n} for b, n in zip(LATENESS_BOUNDS_MS, buckets, strict=False)]
-            + [{"le_ms": None, "count": buckets[-1]}],
+            "buckets": [{"le_ms": b, "count": n} for b, n in zip((*LATENESS_BOUNDS_MS, None), buckets, strict=True)],
         }
 
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> TimerCounters:
         return {
             "enqueued": self.enqueued,
             "delivered": self.delivered,

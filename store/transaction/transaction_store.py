@@ -51,9 +51,11 @@ from store.codec.message import (
     MessageInner,
     split_keys,
 )
+from store.codec.message_codec import TRANSACTION_COMMIT_TYPE
 from store.codec.stored_copy import born_host_bytes
 from store.disk.json_file import read_json, write_json_atomically
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
+from store.report_types import TransactionStatus
 from store.status import AppendMessageResult, PutMessageResult
 from store.transaction.producer_group_manager import ProducerGroup, ProducerGroupManager
 from store.transaction.transaction_message import (
@@ -62,7 +64,6 @@ from store.transaction.transaction_message import (
     HALF_TOPIC,
     OP_TOPIC,
     PROPERTY_PRODUCER_GROUP,
-    TRANSACTION_COMMIT_TYPE,
     TransactionAction,
     TransactionState,
     committed_message,
@@ -429,7 +430,7 @@ class Transactions:
         """Create or update a producer group (blocking: persisted at once); True when created."""
         return self.producer_groups.put(ProducerGroup(name, check_url))
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TransactionStatus:
         c = self.counters
         with self._state_lock:
             pending = len(self.pending)

@@ -92,6 +92,8 @@ def test_a_produce_reaches_an_open_stream_and_curl_reads_it(sse_broker: BrokerPr
     finally:
         proc.kill()
         proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
 
 
 def test_bad_stream_parameters_are_refused(sse_broker: BrokerProcess, topic: str) -> None:

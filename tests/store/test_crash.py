@@ -40,10 +40,11 @@ def run_and_kill(store_dir: str, kill_after_s: float) -> list[tuple[str, int, in
 
     t = threading.Thread(target=reader, daemon=True)
     t.start()
-    time.sleep(kill_after_s)
+    time.sleep(kill_after_s)  # the kill lands at a random point of the writer's puts: the time is the test's input
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     t.join(10)
+    proc.stdout.close()
     return acked
 
 

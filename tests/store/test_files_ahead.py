@@ -127,16 +127,16 @@ def test_without_the_allocate_service_running_every_roll_creates_its_file(tmp_pa
 
 def run_writer_and_kill(store_dir: str) -> int:
     """Run tests.store.ahead_crash_writer until every log has a file made ahead, SIGKILL it; its message count."""
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "tests.store.ahead_crash_writer", store_dir], stdout=subprocess.PIPE, cwd=ROOT, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().split()
-        assert line[:1] == ["READY"], line
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+    ) as proc:  # leaving the block closes the pipe
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().split()
+            assert line[:1] == ["READY"], line
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
     return int(line[1])
 
 

@@ -3,13 +3,16 @@ against the JSON produce's own checks, encode_batch's argument types, and prefau
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.problems import ProblemError
 from app.produce_parse import check_msg_id, check_tag
-from store import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT
+from store import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT, _kernels
 from store import native as nk
 from store.timer.timer_message import REQUEST_PROPERTIES
 
@@ -154,3 +157,22 @@ def test_encode_argument_types_are_checked_as_the_signature_says() -> None:
             _kernels.encode_batch(*args[:index], bad, *args[index + 1 :])
     with pytest.raises(TypeError):
         _kernels.encode_batch(*args[:-1])
+
+
+def test_assertions_are_compiled_into_the_asan_build_only() -> None:
+    """make test-native-asan builds with -UNDEBUG (the kernels' assert() calls on); the normal build with -DNDEBUG."""
+    asan = "libasan" in os.environ.get("LD_PRELOAD", "")
+    assert _kernels.ASSERTIONS == (1 if asan else 0)
+
+
+def test_a_second_module_instance_shares_the_process_wide_error_class() -> None:
+    """The extension initialises in phases (PEP 489): another instance made from its spec runs the exec
+    step again, and keeps the one BatchError the kernels raise."""
+    spec = importlib.util.find_spec("store._kernels")
+    assert spec is not None and spec.loader is not None
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)
+    assert other is not _kernels
+    assert other.BatchError is _kernels.BatchError and other.Mapping is _kernels.Mapping
+    with pytest.raises(_kernels.BatchError):
+        other.check_batch(b"\x00" * 3, 1024)

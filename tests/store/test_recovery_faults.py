@@ -36,6 +36,7 @@ def run_writer_and_kill(store_dir: str, plan: str) -> list[tuple[int, int, int]]
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    proc.stdout.close()
     assert acked, "the writer acknowledged nothing"
     return acked
 

@@ -66,9 +66,10 @@ def _held_by(argv: list[str]) -> subprocess.Popen[str]:
 
 
 def _release(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.close()
     assert proc.wait(timeout=60) == 0
+    proc.stdout.close()
 
 
 def test_a_record_lock_held_by_another_process_refuses_the_store(config) -> None:
