@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import httpx
+
+from tests.waiting import wait_for
 
 
 def problem(response: httpx.Response, status: int, code: str) -> dict:
@@ -20,10 +20,18 @@ def problem(response: httpx.Response, status: int, code: str) -> dict:
 
 def wait_visible(client: httpx.Client, topic: str, queue_id: int, queue_offset: int, timeout_s: float = 5.0) -> None:
     """Wait until the message at `queue_offset` is dispatched (a produce reply does not wait for that)."""
-    deadline = time.monotonic() + timeout_s
-    while client.get(f"/v1/topics/{topic}").json()["queues"][queue_id]["max_offset"] <= queue_offset:
-        assert time.monotonic() < deadline, f"{topic}/{queue_id} offset {queue_offset} never became visible"
-        time.sleep(0.005)
+    wait_for(
+        lambda: client.get(f"/v1/topics/{topic}").json()["queues"][queue_id]["max_offset"] > queue_offset,
+        timeout_s,
+        f"{topic}/{queue_id} offset {queue_offset} to become visible",
+        poll_s=0.005,
+    )
+
+
+def wait_dispatched(client: httpx.Client, timeout_s: float = 10.0) -> None:
+    """Wait until dispatch has reached the commitlog's end: whatever was stored so far is in the queues
+    (then a message that must not be delivered, and is not there, never will be from what was stored)."""
+    wait_for(lambda: client.get("/v1/store").json()["runtime"]["dispatch_lag_bytes"] == 0, timeout_s, "dispatch to catch up")
 
 
 def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, **fields) -> dict:

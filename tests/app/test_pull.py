@@ -12,6 +12,7 @@ import pytest
 from store import decode_message
 from store.layouts import iter_messages
 from tests.app.helpers import problem, send
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -74,7 +75,10 @@ def test_held_pull_times_out_with_no_new_msg(client: httpx.Client, topic: str) -
 
 def test_message_in_another_queue_does_not_wake_a_pull(shared_broker, client: httpx.Client, topic: str) -> None:
     create(client, topic, queues=2)
-    r = threading.Thread(target=lambda: (time.sleep(0.2), send(client, topic, "other", queue_id=1)))
+    before = held_pulls(client)
+    r = threading.Thread(
+        target=lambda: (wait_for(lambda: held_pulls(client) > before, 5.0, "the pull held"), send(client, topic, "other", queue_id=1))
+    )
     r.start()
     got = pull(client, topic, 0, offset=0, wait_ms=700)
     r.join()
@@ -97,6 +101,8 @@ def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(shared_broker,
     send(client, topic, "old", tags="TagB")
 
     def run() -> None:
+        # The test's timeline, not a wait for the broker: "hit" comes 0.5 s in, which the pull's
+        # elapsed time below must show (it was not answered on "skip").
         time.sleep(0.2)
         send(client, topic, "skip", tags="TagB")
         time.sleep(0.3)

@@ -20,6 +20,7 @@ from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_ac
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
 from tests.app.scrape import samples, value
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 # Liveness bound of each wait (not a timing assertion).
@@ -73,13 +74,6 @@ def metric(client: httpx.Client, name: str, **labels: str) -> float:
     return value(samples(client.get("/metrics").text), name, **labels)
 
 
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + PATIENCE_S
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def test_streams_never_use_up_the_long_poll_budget(make_broker, topic: str) -> None:
     """200 streams on a 64-queue topic once held 65 pulls each; a budget of 100 held pulls stays free."""
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "max_held_pulls = 100\n", process=True)
@@ -91,7 +85,7 @@ def test_streams_never_use_up_the_long_poll_budget(make_broker, topic: str) -> N
         assert metric(c, "tidemq_held_pulls") == 0
         pull = held(broker.url, "GET", f"/v1/topics/{topic}/queues/5/messages", {"offset": 0, "wait_ms": 5000})
         receive = held(broker.url, "POST", f"/v1/groups/other/topics/{topic}/receive", {"wait_ms": 5000})
-        wait_for(lambda: metric(c, "tidemq_held_pulls") == 1 + 65, "the pull and the receive are held")
+        wait_for(lambda: metric(c, "tidemq_held_pulls") == 1 + 65, PATIENCE_S, "the pull and the receive are held")
         sent = c.post(f"/v1/topics/{topic}/messages", json={"body": "to-poll", "queue_id": 5})
         assert sent.status_code == 201, sent.text
         pulled, received = pull.result(PATIENCE_S), receive.result(PATIENCE_S)
@@ -99,7 +93,7 @@ def test_streams_never_use_up_the_long_poll_budget(make_broker, topic: str) -> N
         assert received.status_code == 200 and [m["body"] for m in received.json()["messages"]] == ["to-poll"], received.text
     finally:
         close_all(socks)
-    wait_for(lambda: metric(c, "tidemq_streams_open") == 0, "the streams' slots were freed")
+    wait_for(lambda: metric(c, "tidemq_streams_open") == 0, PATIENCE_S, "the streams' slots were freed")
 
 
 def test_streams_past_their_bounds_are_refused_before_a_200(make_broker, tmp_path) -> None:
@@ -121,7 +115,7 @@ def test_streams_past_their_bounds_are_refused_before_a_200(make_broker, tmp_pat
                 assert metric(admin, "tidemq_streams_refused_total") == 2
         finally:
             close_all(mine)
-        wait_for(lambda: metric(admin, "tidemq_streams_open") == 0, "a closed stream frees its slot")
+        wait_for(lambda: metric(admin, "tidemq_streams_open") == 0, PATIENCE_S, "a closed stream frees its slot")
         close_all(open_streams(broker.port, path, 3, BILLING))  # the account's slots are back
 
 
@@ -136,7 +130,7 @@ def test_thousands_of_streams_leave_produces_and_long_polls_answered(make_broker
     try:
         assert metric(c, "tidemq_streams_open") == streams
         pull = held(broker.url, "GET", f"/v1/topics/{topic}/queues/3/messages", {"offset": 0, "wait_ms": 5000})
-        wait_for(lambda: metric(c, "tidemq_held_pulls") == 1, "the pull is held")
+        wait_for(lambda: metric(c, "tidemq_held_pulls") == 1, PATIENCE_S, "the pull is held")
         for i in range(20):
             started = time.monotonic()
             sent = c.post(f"/v1/topics/{topic}/messages", json={"body": f"m{i}", "queue_id": i % 8})
@@ -185,12 +179,12 @@ def test_a_stream_whose_client_stops_reading_is_cut(make_broker, topic: str) -> 
         sock.connect(("127.0.0.1", broker.port))
         path = f"/v1/groups/stopped/topics/{topic}/stream?max_in_flight=1024&invisible_ms=600000"
         sock.sendall(f"GET {path} HTTP/1.1\r\nhost: t\r\n\r\n".encode())
-        wait_for(lambda: metric(c, "tidemq_streams_open") == 1, "the stream opened")
+        wait_for(lambda: metric(c, "tidemq_streams_open") == 1, PATIENCE_S, "the stream opened")
         body = b"x" * 60_000
         for _ in range(150):  # ~9 MB of events: more than the connection's buffers hold
             sent = c.post(f"/v1/topics/{topic}/messages", content=body, headers={"content-type": "application/octet-stream"})
             assert sent.status_code == 201, sent.text
-        wait_for(lambda: metric(c, "tidemq_streams_open") == 0, "the stalled stream was cut")
+        wait_for(lambda: metric(c, "tidemq_streams_open") == 0, PATIENCE_S, "the stalled stream was cut")
         assert metric(c, "tidemq_http_send_stalls_total") == 1
 
 

@@ -20,7 +20,8 @@ import pytest
 
 from store import PRODUCER_GROUP_MAX_BYTES, pack_batch
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
-from tests.app.helpers import problem
+from tests.app.helpers import problem, wait_dispatched
+from tests.waiting import wait_for
 
 BATCH = "application/x-tidemq-batch"
 # Small check settings: a transaction is "unknown" after 300 ms, checked every 200 ms, rolled back after 3 checks.
@@ -50,13 +51,6 @@ def bodies(client: httpx.Client, topic: str, queue_id: int = 0, wait_ms: int = 0
     return [m["body"] for m in r.json().get("messages", [])]
 
 
-def wait_for(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def pending(client: httpx.Client, group: str, state: str = "pending") -> list[dict]:
     r = client.get(f"/v1/producer-groups/{group}/transactions", params={"state": state})
     assert r.status_code == 200, r.text
@@ -69,7 +63,7 @@ def pending(client: httpx.Client, group: str, state: str = "pending") -> list[di
 def test_half_is_invisible_until_commit_then_delivered_exactly_once(client: httpx.Client, topic: str) -> None:
     create(client, topic)
     reply = half(client, topic, "order-1")
-    time.sleep(0.2)
+    wait_dispatched(client)
     assert bodies(client, topic) == []
     assert client.get(f"/v1/topics/{topic}").json()["queues"][0]["max_offset"] == 0
     r = resolve(client, reply["transaction_id"], "commit")
@@ -80,7 +74,7 @@ def test_half_is_invisible_until_commit_then_delivered_exactly_once(client: http
     assert again.status_code == 200 and again.json()["changed"] is False
     body = problem(resolve(client, reply["transaction_id"], "rollback"), 409, "TRANSACTION_RESOLVED")
     assert body["state"] == "committed"
-    time.sleep(0.2)
+    wait_dispatched(client)
     assert bodies(client, topic) == ["order-1"]
 
 
@@ -93,7 +87,7 @@ def test_rollback_is_never_delivered(client: httpx.Client, topic: str) -> None:
     assert resolve(client, tid, "rollback").json() == {"transaction_id": tid, "state": "rolled_back", "changed": True}
     assert resolve(client, tid, "rollback").json()["changed"] is False
     problem(resolve(client, tid, "commit"), 409, "TRANSACTION_RESOLVED")
-    time.sleep(0.3)
+    wait_dispatched(client)
     assert bodies(client, topic) == []
 
 
@@ -184,8 +178,8 @@ def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: 
     half(c, topic, "other", group="pg-other")
     assert pending(c, "pg-list", "unknown") == []  # not past transaction_timeout_ms yet
     assert [t["transaction_id"] for t in pending(c, "pg-list")] == [a["transaction_id"], b["transaction_id"]]
-    time.sleep(3.1)
-    listed = pending(c, "pg-list", "unknown")
+    # Past transaction_timeout_ms (3 s) both are unknown: waited for, not slept.
+    listed = wait_for(lambda: found if len(found := pending(c, "pg-list", "unknown")) == 2 else None, 10.0, "both halves unknown")
     assert [t["transaction_id"] for t in listed] == [a["transaction_id"], b["transaction_id"]]
     assert listed[0]["topic"] == topic and listed[0]["queue_id"] == 0 and listed[0]["msg_id"] == a["msg_id"]
     problem(c.get("/v1/producer-groups/pg-list/transactions", params={"state": "done"}), 400, "REQUEST_INVALID")
@@ -277,13 +271,13 @@ def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str,
     commit = half(c, topic, "commit-1", group="pg-check")
     rollback = half(c, topic, "rollback-1", group="pg-check")
     unknown = half(c, topic, "unknown-1", group="pg-check")
-    wait_for(lambda: [t["transaction_id"] for t in pending(c, "pg-check")] == [unknown["transaction_id"]])
+    wait_for(lambda: [t["transaction_id"] for t in pending(c, "pg-check")] == [unknown["transaction_id"]], 10.0)
     assert bodies(c, topic, wait_ms=2000) == ["commit-1"]
     first = next(r for r in check_server.requests if r["transaction_id"] == commit["transaction_id"])
     assert first["producer_group"] == "pg-check" and first["topic"] == topic and first["msg_id"] == commit["msg_id"]
     problem(resolve(c, rollback["transaction_id"], "commit"), 409, "TRANSACTION_RESOLVED")
     # "unknown" keeps it pending until transaction_check_max (3) checks, then it is rolled back and logged.
-    wait_for(lambda: pending(c, "pg-check") == [])
+    wait_for(lambda: pending(c, "pg-check") == [], 10.0)
     assert check_server.checks_of(unknown["transaction_id"]) == 3
     problem(resolve(c, unknown["transaction_id"], "commit"), 409, "TRANSACTION_RESOLVED")
     assert "rolled back after 3 checks" in broker.log()
@@ -298,7 +292,7 @@ def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(make_broker
     c = broker.client
     slow = half(c, topic, "slow-1", group="pg-bad")
     fail = half(c, topic, "fail-1", group="pg-bad")
-    wait_for(lambda: check_server.checks_of(fail["transaction_id"]) >= 1 and check_server.checks_of(slow["transaction_id"]) >= 1)
+    wait_for(lambda: check_server.checks_of(fail["transaction_id"]) >= 1 and check_server.checks_of(slow["transaction_id"]) >= 1, 10.0)
     assert {t["transaction_id"] for t in pending(c, "pg-bad")} >= {fail["transaction_id"]}
     wait_for(lambda: pending(c, "pg-bad") == [], timeout_s=15.0)
     for t in (slow, fail):
@@ -323,7 +317,7 @@ def test_a_dripping_check_url_holds_only_its_groups_share_and_never_delays_shutd
         assert c.put(f"/v1/producer-groups/{group}", json={"check_url": check_server.url}).status_code == 201
     for i in range(8):
         half(c, topic, f"drip-{i}", group="pg-drip")
-    wait_for(lambda: sum(1 for r in check_server.requests if r["producer_group"] == "pg-drip") >= 2)
+    wait_for(lambda: sum(1 for r in check_server.requests if r["producer_group"] == "pg-drip") >= 2, 10.0)
     ok = [half(c, topic, f"commit-{i}", group="pg-ok")["transaction_id"] for i in range(5)]
     started = time.monotonic()
     wait_for(lambda: pending(c, "pg-ok") == [], timeout_s=5.0)
@@ -342,7 +336,7 @@ def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_brok
     c = broker.client
     create(c, topic)
     t = half(c, topic, "never", group="pg-silent")
-    wait_for(lambda: pending(c, "pg-silent") == [])
+    wait_for(lambda: pending(c, "pg-silent") == [], 10.0)
     problem(resolve(c, t["transaction_id"], "commit"), 409, "TRANSACTION_RESOLVED")
     assert bodies(c, topic) == []
 

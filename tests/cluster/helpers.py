@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 
 from cluster.etcd_client import EtcdClient
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
+from tests.waiting import wait_for
 
 # Sent on requests a test addresses to one broker: it serves them itself, never forwards (cluster/forwarding.py).
 DIRECT = {"tidemq-forwarded-by": "test"}

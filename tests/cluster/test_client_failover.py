@@ -11,7 +11,8 @@ import pytest
 
 from tests.client.cli_helpers import tidemq
 from tests.cluster.helpers import DIRECT, cluster_status, is_master, wait_in_sync, wait_master
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
+from tests.waiting import wait_for
 from tidemq import AsyncClient, Client, ServiceUnavailable
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

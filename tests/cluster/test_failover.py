@@ -19,8 +19,9 @@ import pytest
 
 from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, wait_master
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
 from tests.loopback import free_port
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 LEASE_TTL_S = 2.0  # tests/cluster/conftest.py's lease_ttl_s

@@ -29,7 +29,8 @@ from tests.cluster.history import (
     read_final,
     read_queue,
 )
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 LEASE_TTL_S = 2.0  # tests/cluster/conftest.py's lease_ttl_s

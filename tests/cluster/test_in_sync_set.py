@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, sync_state, wait_in_sync, wait_master
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
 from tests.loopback import free_port
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 TOPIC = "orders"

@@ -11,9 +11,10 @@ import pytest
 
 from cluster.etcd_client import EtcdClient
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
-from tests.ha.cluster import ROOT, wait_for
+from tests.ha.cluster import ROOT
 from tests.loopback import free_port
 from tests.tls_certs import make_certs
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120)]
 

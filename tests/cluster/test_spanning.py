@@ -14,7 +14,8 @@ import pytest
 
 from cluster.etcd_client import EtcdClient
 from tests.cluster.helpers import DIRECT, wait_master
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(180)]
 

@@ -39,17 +39,6 @@ max_pull_messages = 256
 START_TIMEOUT_S = 30.0
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
-
-
 class Node:
     """One broker process (master or slave) over its own store directory, restartable on the same ports."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app.browser import browser_context, require_chromium, screenshot, watch
-from tests.ha.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.ha.cluster import Node, wait_for
+from tests.ha.cluster import Node
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

@@ -5,7 +5,8 @@ there. Real broker processes with SYNC replication on loopback, a receiver on lo
 from __future__ import annotations
 
 from tests.app.push_receiver import Delivery, PushReceiver
-from tests.ha.cluster import Node, free_port, wait_for
+from tests.ha.cluster import Node, free_port
+from tests.waiting import wait_for
 
 PUSH = 'push_allowed_hosts = ["127.0.0.1"]\npush_idle_poll_ms = 50\n'
 

@@ -11,8 +11,8 @@ import pytest
 
 from store import decode_message
 from store.layouts import iter_messages
-from tests.ha.cluster import wait_for
 from tests.store.rocketmq_records import Record, host_text, write_commit_log
+from tests.waiting import wait_for
 
 HOST_FLAGS = (0, 0x10, 0x20, 0x30)  # IPv4 hosts, an IPv6 born host, an IPv6 store host, both
 

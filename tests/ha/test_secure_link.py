@@ -9,9 +9,9 @@ import ssl
 
 import pytest
 
-from tests.ha.cluster import wait_for
 from tests.loopback import read_until_closed
 from tests.tls_certs import Certs, make_certs
+from tests.waiting import wait_for
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.ha.cluster import Node, free_port, wait_for
+from tests.ha.cluster import Node, free_port
+from tests.waiting import wait_for
 
 TOPIC = "billing"
 GROUP = "payments"

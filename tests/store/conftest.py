@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from store import DefaultMessageStore, MessageStoreConfig
+from tests.waiting import wait_for
 
 
 def small_config(root: str, **overrides: object) -> MessageStoreConfig:
@@ -46,10 +47,10 @@ def store(config: MessageStoreConfig) -> Iterator[DefaultMessageStore]:
 
 
 def wait_dispatched(store: DefaultMessageStore, timeout_s: float = 5.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
     # The wrote position, not the readable one: with a write buffer, bytes become readable on commit.
-    while store.reput_service.reput_from_offset < store.commit_log.mapped_file_queue.get_max_wrote_position():
-        assert time.monotonic() < deadline, "dispatch did not catch up"
-        time.sleep(0.002)
+    wait_for(
+        lambda: store.reput_service.reput_from_offset >= store.commit_log.mapped_file_queue.get_max_wrote_position(),
+        timeout_s,
+        "dispatch to catch up",
+        poll_s=0.002,
+    )

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,7 @@ from store.errors import MetadataCorrupt
 from store.schedule.delay_offset_table import DelayOffsetTable
 from store.schedule.schedule_message_service import PUT_RETRY_DELAY_MS, level_for_delay_ms
 from tests.store.conftest import small_config, wait_dispatched
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,13 +95,6 @@ def queue_messages(store: DefaultMessageStore, topic: str, queue_id: int) -> lis
                 return out
             out.extend(res.decode())
             offset = res.next_begin_offset
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def put_delayed(store: DefaultMessageStore, topic: str, queue_id: int, level: int, body: bytes, key: str) -> None:
@@ -173,7 +167,7 @@ def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tm
 
     clock.set_ms(due)
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Orders", 2) == 1)
+    wait_for(lambda: store.get_max_offset_in_queue("Orders", 2) == 1, 10, "the delayed messages delivered")
     [delivered] = queue_messages(store, "Orders", 2)
     assert delivered["body"] == b"pay later"
     # ScheduleMessageService.messageTimeup stores the copy with DELAY, REAL_TOPIC and REAL_QID.
@@ -204,7 +198,7 @@ def test_a_delivered_copy_keeps_its_delay_properties_and_is_delivered_exactly_on
     [scheduled] = queue_messages(store, SCHEDULE_TOPIC, 0)
     clock.set_ms(scheduled["store_timestamp"] + 1_000)
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Once", 1) == 1)
+    wait_for(lambda: store.get_max_offset_in_queue("Once", 1) == 1, 10, "the delayed messages delivered")
     for _ in range(3):  # later scans, long after every due time: nothing moves again
         clock.set_ms(clock.now_ms() + 3_600_000)
         store.schedule_service.scan_once()
@@ -243,7 +237,7 @@ def test_real_time_delivery_keeps_order_and_wakes_listeners(tmp_path: Path, open
     for i in range(6):
         put_delayed(store, "Later", 0, 2, f"slow-{i}".encode(), f"s{i}")
         put_delayed(store, "Later", 0, 1, f"fast-{i}".encode(), f"f{i}")
-    wait_until(lambda: store.get_max_offset_in_queue("Later", 0) == 12, timeout_s=20)
+    wait_for(lambda: store.get_max_offset_in_queue("Later", 0) == 12, 20, "the delayed messages delivered")
     bodies = [m["body"].decode() for m in queue_messages(store, "Later", 0)]
     # Level 1 (1 s) messages all come before level 2 (2 s) ones, each level in put order.
     assert bodies == [f"fast-{i}" for i in range(6)] + [f"slow-{i}" for i in range(6)]
@@ -262,7 +256,7 @@ def test_undeliverable_entry_is_skipped_and_the_level_moves_on(tmp_path: Path, o
     wait_dispatched(store)
     clock.advance_ms(5_000)
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Fine", 0) == 1)
+    wait_for(lambda: store.get_max_offset_in_queue("Fine", 0) == 1, 10, "the delayed messages delivered")
     status = store.schedule_status()
     assert status["undeliverable"] == 1 and status["delivered"] == 1
     assert status["levels"][0]["offset"] == 2
@@ -291,7 +285,7 @@ def test_refused_delivery_is_retried_without_moving_past_it(tmp_path: Path, open
     assert not store.disk_full
     clock.advance_ms(PUT_RETRY_DELAY_MS)
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Held", 1) == 2)
+    wait_for(lambda: store.get_max_offset_in_queue("Held", 1) == 2, 10, "the delayed messages delivered")
     assert [m["body"] for m in queue_messages(store, "Held", 1)] == [b"first", b"second"]
 
 
@@ -310,7 +304,7 @@ def test_scan_bound_stops_one_level_starving_the_others(tmp_path: Path, opened: 
     assert store.schedule_status()["levels"][1]["offset"] == 1  # level 2 was served in the same scan
     assert wait_ms == 1  # the rest of level 1 is scanned at once
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Many", 0) == 5)
+    wait_for(lambda: store.get_max_offset_in_queue("Many", 0) == 5, 10, "the delayed messages delivered")
 
 
 # Restarts --------------------------------------------------------------------------------
@@ -330,7 +324,7 @@ def test_restart_during_a_delay_delivers_each_message_once(tmp_path: Path, opene
     clock.advance_ms(60_000)  # they fell due while the store was down
     store = opened(schedule_config(root), clock)
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Restart", 0) == 3)
+    wait_for(lambda: store.get_max_offset_in_queue("Restart", 0) == 3, 10, "the delayed messages delivered")
     store.shutdown()
     assert json.loads(open(os.path.join(root, "config", "delayOffset.json")).read())["offsetTable"] == {"1": 3}
 
@@ -361,7 +355,7 @@ def test_restart_before_the_due_time_still_waits_for_it(tmp_path: Path, opened: 
 
     clock.advance_ms(level["oldest_due_in_ms"])
     store.schedule_service.scan_once()
-    wait_until(lambda: store.get_max_offset_in_queue("Hourly", 0) == 1)
+    wait_for(lambda: store.get_max_offset_in_queue("Hourly", 0) == 1, 10, "the delayed messages delivered")
 
 
 CRASHING_DELIVERER = textwrap.dedent(

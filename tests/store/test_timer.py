@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 
 from core import FakeClock
 from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
 from store.timer.timer_log import UNIT_SIZE
-from tests.store.conftest import open_store, small_config
+from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 PRECISION_MS = 100
 
@@ -27,9 +27,7 @@ def timer_config(root: str, **overrides: object) -> MessageStoreConfig:
 
 
 def wait_delivered(store: DefaultMessageStore, topic: str, n: int, timeout_s: float = 15.0, queue_id: int = 0) -> list[dict]:
-    deadline = time.monotonic() + timeout_s
-    while store.get_max_offset_in_queue(topic, queue_id) < n and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: store.get_max_offset_in_queue(topic, queue_id) >= n, timeout_s, f"{n} messages delivered to {topic}/{queue_id}")
     cq = store.find_consume_queue(topic, queue_id)
     assert cq is not None
     out = []
@@ -40,13 +38,6 @@ def wait_delivered(store: DefaultMessageStore, topic: str, n: int, timeout_s: fl
         assert msg is not None
         out.append(msg)
     return out
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 def started_on(clock: FakeClock, root: str) -> DefaultMessageStore:
@@ -75,8 +66,8 @@ def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> No
         slot_end = slot + PRECISION_MS
         assert due <= slot_end < due + PRECISION_MS
         clock.set_ms(slot_end - 1)
-        wait_until(lambda: store.timer_status()["pending_in_wheel"] == 1, "the message never reached the wheel")
-        wait_until(lambda: store.timer_status()["read_time_ms"] == slot, "the dequeue service never reached the slot")
+        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, what="the message never reached the wheel")
+        wait_for(lambda: store.timer_status()["read_time_ms"] == slot, what="the dequeue service never reached the slot")
         assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
         clock.set_ms(slot_end)
         [got] = wait_delivered(store, "T", 1)
@@ -87,7 +78,7 @@ def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> No
         assert (props["REAL_TOPIC"], props["REAL_QID"]) == ("T", "0")
         assert {"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS"} <= set(props)
         # The copy is readable before the dequeue service counts it: the counters follow.
-        wait_until(lambda: store.timer_status()["delivered"] == 1, "the delivery was never counted")
+        wait_for(lambda: store.timer_status()["delivered"] == 1, what="the delivery was never counted")
         status = store.timer_status()
         assert status["pending"] == 0 and status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
         # The delivered copy went to its topic as it was: not to the timer topic again.
@@ -120,7 +111,7 @@ def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> N
         msg = build_message("T", b"lvl", 0, delay_level=1, properties={"TIMER_DELAY_MS": "60000"})
         assert store.put_message(msg).ok and msg.topic == SCHEDULE_TOPIC
         assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0 and store.timer_status()["pending"] == 0
-        wait_until(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1, "the delayed message was never dispatched")
+        wait_for(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1, what="the delayed message was never dispatched")
         cq = store.find_consume_queue(SCHEDULE_TOPIC, 0)
         entry = cq.read_entry(0) if cq is not None else None
         stored = store.look_message_by_offset(entry[0]) if entry is not None else None
@@ -149,25 +140,25 @@ def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path) -> Non
         now = clock.now_ms()
         due = now + 5_000
         assert store.put_message(deliver_at(build_message("T", b"far", 0), due)).ok
-        wait_until(lambda: store.timer_status()["pending_in_wheel"] == 1, "the message never reached the wheel")
+        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, what="the message never reached the wheel")
         # 2 s or more past the window: the roll unit goes to the window's end (timer_message_store.enqueue).
         roll_slot = now - now % PRECISION_MS + 30 * PRECISION_MS
         assert store.timer_status()["next_due_ms"] == roll_slot + PRECISION_MS
         clock.set_ms(roll_slot + PRECISION_MS - 1)
-        wait_until(lambda: store.timer_status()["read_time_ms"] == roll_slot, "the dequeue service never reached the roll slot")
+        wait_for(lambda: store.timer_status()["read_time_ms"] == roll_slot, what="the dequeue service never reached the roll slot")
         assert store.timer_status()["rolled"] == 0
         clock.set_ms(roll_slot + PRECISION_MS)
-        wait_until(lambda: (s := store.timer_status())["rolled"] == 1 and s["pending_in_wheel"] == 1, "the roll never came back")
+        wait_for(lambda: (s := store.timer_status())["rolled"] == 1 and s["pending_in_wheel"] == 1, what="the roll never came back")
         slot = slot_of(due)
         slot_end = slot + PRECISION_MS
         clock.set_ms(slot_end - 1)
-        wait_until(lambda: store.timer_status()["read_time_ms"] == slot, "the dequeue service never reached the slot")
+        wait_for(lambda: store.timer_status()["read_time_ms"] == slot, what="the dequeue service never reached the slot")
         assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
         clock.set_ms(slot_end)
         [got] = wait_delivered(store, "T", 1)
         props = got["properties"]
         assert props["TIMER_ROLL_TIMES"] == "1" and int(props["TIMER_OUT_MS"]) == slot and int(props["TIMER_DEQUEUE_MS"]) == slot_end
-        wait_until(lambda: store.timer_status()["delivered"] == 1, "the delivery was never counted")
+        wait_for(lambda: store.timer_status()["delivered"] == 1, what="the delivery was never counted")
         status = store.timer_status()
         assert status["rolled"] == 1 and status["pending"] == 0
         assert status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
@@ -184,9 +175,7 @@ def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path)
         msg = deliver_at(build_message("T", b"m%d" % i, i % 2), due + (i % 7) * 50)
         assert store.put_message(msg).ok
         keys.append(msg.properties["UNIQ_KEY"])
-    deadline = time.monotonic() + 5
-    while store.timer_status()["pending_in_wheel"] < 200 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: store.timer_status()["pending_in_wheel"] >= 200, 5, "the messages to reach the wheel")
     assert store.timer_status()["pending_in_wheel"] == 200
     store.shutdown()
     assert len([n for n in os.listdir(tmp_path / "s" / "timerlog")]) >= 2
@@ -194,7 +183,8 @@ def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path)
     try:
         assert store.timer_status()["pending"] == 200
         got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
-        time.sleep(0.3)
+        wait_for(lambda: store.timer_status()["pending"] == 0, what="nothing left to deliver")
+        wait_dispatched(store)  # a duplicate delivery would be in the queues now
         got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
         assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)
     finally:
@@ -210,9 +200,7 @@ def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) 
         msg = deliver_at(build_message("T", b"m%d" % i, 0), due)
         store.put_message(msg)
         keys.append(msg.properties["UNIQ_KEY"])
-    deadline = time.monotonic() + 5
-    while store.timer_status()["pending_in_wheel"] < 20 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: store.timer_status()["pending_in_wheel"] >= 20, 5, "the messages to reach the wheel")
     store.shutdown()
     # Tear the last three units: a half-written unit and garbage after it.
     log_dir = tmp_path / "s" / "timerlog"
@@ -228,7 +216,8 @@ def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) 
     store = open_store(config)
     try:
         got = wait_delivered(store, "T", 20)
-        time.sleep(0.3)
+        wait_for(lambda: store.timer_status()["pending"] == 0, what="nothing left to deliver")
+        wait_dispatched(store)  # a duplicate delivery would be in the queues now
         got = wait_delivered(store, "T", 20)
         assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)
     finally:
