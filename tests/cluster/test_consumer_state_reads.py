@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.cluster.helpers import DIRECT, cluster_status, is_master, wait_in_sync, wait_master
-from tests.ha.cluster import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 TOPIC = "ledger"

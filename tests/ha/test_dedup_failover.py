@@ -7,7 +7,8 @@ tests/ha/test_state_replication.py runs and promotes a pair.
 
 from __future__ import annotations
 
-from tests.ha.cluster import free_port, wait_for
+from tests.ha.cluster import free_port
+from tests.waiting import wait_for
 
 TOPIC = "payments"
 
