@@ -80,7 +80,7 @@ PROBLEMS: dict[str, ProblemKind] = {
     "TRANSACTION_RESOLVED": ProblemKind(409, "The transaction was already resolved the other way"),
     "PUSH_LIMIT_REACHED": ProblemKind(409, "The broker holds push_max_subscriptions push subscriptions already"),
     "REDRIVE_RUNNING": ProblemKind(409, "A dead-letter redrive of this group runs already"),
-    "REDRIVE_NOT_SUPPORTED": ProblemKind(409, "A FIFO group's dead letters cannot be redriven"),
+    "REDRIVE_NOT_SUPPORTED": ProblemKind(409, "A FIFO group's dead letters cannot be redriven or sent back"),
     "OFFSET_OUT_OF_RANGE": ProblemKind(409, "The offset is past the queue's end (its max offset)"),
     "ALREADY_ACKED": ProblemKind(409, "The received message was already acked with this handle"),
     "HANDLE_SUPERSEDED": ProblemKind(409, "A change of the invisible time replaced this receipt handle; use the one it answered"),

@@ -34,7 +34,7 @@ api = APIRouter(tags=["groups"], route_class=StrictRoute)
         200,
         "GROUP_INVALID",
         "TOPIC_NOT_FOUND",
-        "REQUEST_INVALID",
+        "REDRIVE_NOT_SUPPORTED",
         "BODY_INVALID",
         "NOT_MASTER",
         "DISK_FULL",
@@ -48,8 +48,9 @@ async def resend(broker: BrokerDep, group: GroupPath, body: Annotated[ResendRequ
         raise ProblemError("BODY_INVALID", "offsets must be distinct")
     gc = broker.store.group_consumption
     if gc.group(group).fifo:
-        raise ProblemError(
-            "REQUEST_INVALID", f"group {group} is FIFO and reads no retry topic: produce its dead letters to their topic again instead"
+        raise ProblemError(  # the group's settings, not the request, decide it: a conflict with its state
+            "REDRIVE_NOT_SUPPORTED",
+            f"group {group} is FIFO and reads no retry topic: produce its dead letters to their topic again instead",
         )
     if broker.store.topic_config(dlq_topic(group)) is None:
         raise ProblemError("TOPIC_NOT_FOUND", f"group {group} has no dead letters: {dlq_topic(group)} does not exist")

@@ -94,6 +94,7 @@ def test_dead_letters_moved_back_are_received_again_with_the_progress_reported(c
 def test_refusals(c: httpx.Client, topic: str) -> None:
     assert c.put("/v1/groups/fifo-rd", json={"fifo": True}).status_code in (200, 201)
     problem(c.post("/v1/groups/fifo-rd/dlq/redrive"), 409, "REDRIVE_NOT_SUPPORTED")
+    problem(c.post("/v1/groups/fifo-rd/dead-letters/resend", json={"offsets": [0]}), 409, "REDRIVE_NOT_SUPPORTED")
     for body in ({"max_messages": 0}, {"max_messages": "5"}, {"max": 5}, [1]):
         problem(c.post("/v1/groups/g/dlq/redrive", json=body), 400, "BODY_INVALID")
     problem(c.post("/v1/groups/bad.group/dlq/redrive"), 400, "GROUP_INVALID")
