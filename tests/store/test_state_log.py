@@ -62,6 +62,7 @@ def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path) ->
         master.commit_offsets("billing", [("orders", 0, 2), ("orders", 1, 1)])
         master.group_consumption.put_group("fifo-g", max_reconsume_times=5, fifo=True)
         master.transactions.put_producer_group("payments", "http://127.0.0.1:9/check")
+        wait_dispatched(master)  # a receive reads the consume queues dispatch builds after the put's answer
         (taken,) = master.group_consumption.receive("fifo-g", "orders", 1, 60_000)
         plain = master.group_consumption.receive("plain-g", "orders", 2, 60_000)
         assert master.delete_topic("gone")
