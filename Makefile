@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-held-memory bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
 
 # setuptools >= 77 reads pyproject.toml's SPDX license; the venv's bundled one is older.
 $(PY):
@@ -135,6 +135,10 @@ bench-sql-filter: $(STAMP) native
 
 bench-held-polls: $(BENCH_STAMP)
 	$(PY) bench/held_polls_bench.py
+
+# The memory one held long poll costs the broker, against one blocked XREAD BLOCK in Redis (same load generator).
+bench-held-memory: $(BENCH_STAMP)
+	$(PY) bench/held_memory_bench.py
 
 # Event streams beside produces, long polls and /metrics, and a never-acking stream's memory (QUICK=1: 1-minute runs).
 bench-streams: $(BENCH_STAMP)

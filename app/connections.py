@@ -87,6 +87,10 @@ class HeaderBytes:
 class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body read deadlines and a bound on open connections."""
 
+    # Slots: these attributes kept in the instance's __dict__ made it grow to a larger table (about
+    # 1.5 KiB more per connection, a held pull's connection included).
+    __slots__ = ("header_timer", "body_timer", "stall_timer", "reading_headers", "header_bytes", "header_tail", "in_body", "lost", "gone")
+
     header_read_timeout_s = 10.0
     body_read_timeout_s = 30.0
     send_stall_timeout_s = 30.0

@@ -206,14 +206,33 @@ class HotRoutes:
             if self.log_requests:
                 log_request(scope, method, route, reply[0], duration_ns, reply[1])
 
-    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         """The guard's inner app: the hot routes and the rest, as `__call__` serves them without a guard."""
-        await self._route(scope, receive, send, None)
+        return self._route(scope, receive, send, None)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> None:
-        """Serve a hot route or the health check; anything else goes to the app (watched when `reply` counts)."""
+    def _route(self, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> Awaitable[None]:
+        """What serves the request: a hot route's handler, the health check, or the app (watched when `reply`
+        counts). Not a coroutine of its own: the caller awaits what it returns, one frame fewer kept for
+        as long as the request is (a held pull's wait)."""
         path: str = scope["path"]
         method: str = scope["method"]
+        handler = self._hot_handler(scope, path, method)
+        if handler is None and path == HEALTH_PATH and (method == "GET" or method == "HEAD"):
+            # The liveness answer, served whatever the store does (also while it loads).
+            scope[ROUTE_KEY] = HEALTH_PATH
+            if reply is not None:
+                reply[0], reply[1] = 200, len(_HEALTH) if method == "GET" else 0
+            return _send_health(send, method == "GET")
+        if handler is None or not self.serve_hot:
+            scope.pop(ROUTE_KEY, None)  # the FastAPI router names the route it matches
+            return self.app(scope, receive, send if reply is None else _Observed(send, reply))
+        return self._serve(handler, scope, receive, send, reply)
+
+    def _hot_handler(self, scope: Scope, path: str, method: str) -> Handler | None:
+        """The handler of a hot route, with the route's path parameters and template set in `scope`.
+
+        Apart from the coroutine that serves the request, so the split path is not kept for as long
+        as the request is (a held pull's wait)."""
         handler: Handler | None = None
         if path.startswith("/v1/topics/"):
             if path.endswith("/messages"):
@@ -243,19 +262,7 @@ class HotRoutes:
                 if handler is not None:
                     scope["path_params"] = {"group": parts[3], "topic": parts[5]}
                     scope[ROUTE_KEY] = GROUP_ROUTES[parts[6]]
-        elif path == HEALTH_PATH and (method == "GET" or method == "HEAD"):
-            # The liveness answer, served whatever the store does (also while it loads).
-            scope[ROUTE_KEY] = HEALTH_PATH
-            if reply is not None:
-                reply[0], reply[1] = 200, len(_HEALTH) if method == "GET" else 0
-            await send(HEALTH_START)
-            await send(HEALTH_BODY if method == "GET" else HEAD_BODY)
-            return
-        if handler is None or not self.serve_hot:
-            scope.pop(ROUTE_KEY, None)  # the FastAPI router names the route it matches
-            await self.app(scope, receive, send if reply is None else _Observed(send, reply))
-            return
-        await self._serve(handler, scope, receive, send, reply)
+        return handler
 
     async def _serve(self, handler: Handler, scope: Scope, receive: Receive, send: Send, reply: list[int] | None) -> None:
         """The gates, the handler, the reply: what the FastAPI app's middleware and route do, in one frame."""
@@ -291,6 +298,11 @@ class HotRoutes:
         await send({"type": "http.response.body", "body": body})
         if reply is not None:
             reply[1] = len(body)
+
+
+async def _send_health(send: Send, with_body: bool) -> None:
+    await send(HEALTH_START)
+    await send(HEALTH_BODY if with_body else HEAD_BODY)
 
 
 class _Observed:

@@ -65,14 +65,31 @@ OFFSET_HINTS = {
 
 @dataclass(slots=True)
 class Read:
-    """One read of a queue, already serialised."""
+    """One read of a queue, already serialised when it found messages.
+
+    A JSON reply without messages is serialised when it is answered (`json_body`), not when read: a
+    held pull keeps its first read for its whole wait, and a serialised reply holds a 4 KiB buffer
+    (orjson's), a fifth of what a held pull costs."""
 
     status: str
     next_offset: int
     min_offset: int
     max_offset: int
-    body: bytes | memoryview
+    body: bytes | memoryview | None  # None: a JSON reply without messages (json_body)
     count: int
+    hint: str | None = None  # how to go on from an offset out of the queue's range
+
+    def json_body(self) -> bytes:
+        reply: dict[str, object] = {
+            "status": self.status,
+            "next_offset": self.next_offset,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "messages": [],
+        }
+        if self.hint is not None:
+            reply["hint"] = self.hint
+        return orjson.dumps(reply)
 
 
 PULL_PROBLEMS = (
@@ -237,31 +254,29 @@ class Puller:
                 # answers it; held, the re-read would start below the offset asked for.
                 status = "OFFSET_OVERFLOW_BADLY"
             found = status == "FOUND"
-            body: bytes | memoryview
+            body: bytes | memoryview | None = None
             if spec.batch:
                 body = memoryview(result.data) if found else b""  # the gathered messages: the wire format
-            else:
+            elif found:
                 limit = self.store.config.max_message_size_bytes
-                messages = [message_json(m, limit) for m in result.decode()] if found else []
                 reply = {
                     "status": status,
                     "next_offset": result.next_begin_offset,
                     "min_offset": result.min_offset,
                     "max_offset": result.max_offset,
-                    "messages": messages,
+                    "messages": [message_json(m, limit) for m in result.decode()],
                 }
-                if status in OFFSET_HINTS:
-                    reply["hint"] = OFFSET_HINTS[status].format(offset=offset, spec=spec, result=result)
                 body = orjson.dumps(reply)
+            hint = OFFSET_HINTS[status].format(offset=offset, spec=spec, result=result) if status in OFFSET_HINTS else None
             count = result.message_count if found else 0
-            return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count)
+            return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count, hint)
         finally:
             result.release()
 
     @staticmethod
     def reply(r: Read, batch: str | None) -> Response:
         if batch is None:
-            return Reply(r.body)
+            return Reply(r.body if r.body is not None else r.json_body())
         headers = [
             (b"x-tidemq-status", r.status.encode()),
             (b"x-tidemq-next-offset", b"%d" % r.next_offset),
@@ -270,6 +285,7 @@ class Puller:
             (b"x-tidemq-count", b"%d" % r.count),
             (b"x-tidemq-body-encoding", BODY_ENCODING_STORED_BYTES),
         ]
+        assert r.body is not None, "a batch-format read is serialised when read"
         return Reply(r.body, media_type=batch.encode(), headers=headers)
 
     def answer(self, r: Read, spec: PullSpec, batch: str | None) -> Response:
@@ -287,19 +303,15 @@ class Puller:
         if batch is None and BATCH_MEDIA_TYPE in request.headers.get("accept", ""):
             batch = BATCH_MEDIA_TYPE
         spec = self.parse(request, batch is not None)
-        if not spec.group:
-            return await self.serve_spec(request, spec, batch)
-        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
+        consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope) if spec.group else None
         try:
-            return await self.serve_spec(request, spec, batch)
+            r = await self.read_at(spec, spec.offset)
+            if r.status not in HOLDABLE or spec.wait_ms == 0:
+                return self.answer(r, spec, batch)
+            return await self.hold(request, spec, r, batch)
         finally:
-            self.broker.consumers.end(consumer)
-
-    async def serve_spec(self, request: Request, spec: PullSpec, batch: str | None) -> Response:
-        r = await self.read_at(spec, spec.offset)
-        if r.status not in HOLDABLE or spec.wait_ms == 0:
-            return self.answer(r, spec, batch)
-        return await self.hold(request, spec, r, batch)
+            if consumer is not None:
+                self.broker.consumers.end(consumer)
 
     async def read_at(self, spec: PullSpec, offset: int) -> Read:
         """`read` inline near the queue's tail (just written, in memory: a thread hop costs more), else in the pool."""
