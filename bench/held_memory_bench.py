@@ -44,23 +44,23 @@ mapped_file_size_consume_queue_bytes = 6000
 """
 
 
-async def open_held(port: int, requests: list[bytes]) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """One connection per request, each request sent and left unanswered."""
+async def open_held(port: int, requests: list[bytes]) -> list[tuple[asyncio.StreamWriter, asyncio.Task[bytes]]]:
+    """One connection per request, each request sent and left unanswered; each with a task reading its answer."""
     connections = []
     for request in requests:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(request)
-        connections.append((reader, writer))
-    for _, writer in connections:
+        connections.append((writer, asyncio.create_task(reader.read(300))))
+    for writer, _ in connections:
         await writer.drain()
     return connections
 
 
-def answered_early(connections: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> str:
+def answered_early(connections: list[tuple[asyncio.StreamWriter, asyncio.Task[bytes]]]) -> str:
     """What the server answered to a request it should have held ("" when none was answered)."""
-    for reader, _ in connections:
-        if reader.at_eof() or len(reader._buffer):  # noqa: SLF001 - a peek without consuming
-            return bytes(reader._buffer[:300]).decode(errors="replace") or "(closed)"  # noqa: SLF001
+    for _, answer in connections:
+        if answer.done():
+            return answer.result().decode(errors="replace") or "(closed)"
     return ""
 
 
@@ -76,7 +76,8 @@ async def hold_and_measure(port: int, pid: int, requests: list[bytes], held_coun
         await asyncio.sleep(0.2)
     await asyncio.sleep(0.5)  # the last reads' buffers settle
     after = rss_mb(pid)
-    for _, writer in connections:
+    for writer, answer in connections:
+        answer.cancel()
         writer.close()
     return before, after
 
@@ -154,7 +155,9 @@ def main() -> None:
     if hard != resource.RLIM_INFINITY and hard < max(args.polls) + 200:
         sys.exit(f"needs {max(args.polls) + 200} descriptors, the hard limit is {hard}: raise it (ulimit -Hn) and rerun")
     print(f"load average {os.getloadavg()[0]:.2f}; {args.queues} queues; {Path(sys.executable).name}")
-    print("| held requests | tidemq RSS before → held | tidemq per held poll | redis RSS before → held | redis per XREAD BLOCK | tidemq / redis |")
+    print(
+        "| held requests | tidemq RSS before → held | tidemq per held poll | redis RSS before → held | redis per XREAD BLOCK | tidemq / redis |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for polls in args.polls:
         t_before, t_after = tidemq_round(polls, args.queues)

@@ -459,11 +459,11 @@ class DefaultMessageStore:
         with check_properties), for an ENCODED PutBatch; BatchError when it is refused."""
         cfg = self.config
         data = bytes(batch)
-        count, stored, crcs = native.check_batch_crcs(
+        count, stored, crcs, has_dedup_id = native.check_batch_crcs(
             data, cfg.max_message_size_bytes, max_count=cfg.max_batch_messages, max_properties_bytes=cfg.max_properties_size_bytes,
             check_properties=True,
         )  # fmt: skip
-        return CheckedBatch(data, count, stored, crcs)
+        return CheckedBatch(data, count, stored, crcs, has_dedup_id)
 
     def _put(self, batch: PutBatch) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
         """A FIELDS batch is packed, the hooks run in order (the first refusal answers), then the commitlog

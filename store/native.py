@@ -154,9 +154,11 @@ def check_batch_crcs(
     max_count: int = -1,
     max_properties_bytes: int = 0x7FFF,
     check_properties: bool = False,
-) -> tuple[int, int, bytes]:
-    """check_batch, and the BODYCRC it computed of each item (host-order uint32s): encode_batch takes
-    them as they are (`crcs`), so a checked batch's bodies are read for their CRC once."""
+) -> tuple[int, int, bytes, bool]:
+    """check_batch, the BODYCRC it computed of each item (host-order uint32s): encode_batch takes
+    them as they are (`crcs`), so a checked batch's bodies are read for their CRC once; and whether
+    an item has the TIDEMQ_DEDUP_ID property (looked for only with `check_properties`), so an
+    idempotent produce is found without another pass over the batch."""
     return _kernels.check_batch(batch, max_body_bytes, max_count, max_properties_bytes, check_properties, True)
 
 
@@ -164,12 +166,14 @@ class CheckedBatch(NamedTuple):
     """A batch check_batch accepted: its bytes (immutable, so they stay as checked) and its count.
 
     `crcs`: the BODYCRC of each item as check_batch_crcs computed it over these bytes (b"": none,
-    encode_batch computes them)."""
+    encode_batch computes them). `has_dedup_id`: an item has the TIDEMQ_DEDUP_ID property, as
+    check_batch_crcs found it (the put's dedup hook reads the batch's ids only then)."""
 
     data: bytes
     messages: int
     stored_bytes_without_topic: int
-    crcs: bytes = b""
+    crcs: bytes
+    has_dedup_id: bool
 
 
 def prefault(buf: Any, pos: int, length: int) -> int:

@@ -157,7 +157,7 @@ static int check_property(struct span name, struct span value) {
     return BATCH_OK;
 }
 
-int check_properties(struct span props) {
+int check_properties(struct span props, int *has_dedup_id) {
     size_t i = 0;
     while (i < props.n) {
         size_t sep = i;
@@ -166,8 +166,10 @@ int check_properties(struct span props) {
         size_t end = sep + 1;
         while (end < props.n && props.p[end] != 1 && props.p[end] != 2) end++;
         if (end == props.n || props.p[end] != 2) return BATCH_BAD_PROPERTY;
-        int err = check_property((struct span){props.p + i, sep - i}, (struct span){props.p + sep + 1, end - sep - 1});
+        struct span name = {props.p + i, sep - i};
+        int err = check_property(name, (struct span){props.p + sep + 1, end - sep - 1});
         if (err != BATCH_OK) return err;
+        if (name_is(name, DEDUP_ID_PROPERTY)) *has_dedup_id = 1;
         i = end + 1;
     }
     return BATCH_OK;
@@ -221,15 +223,16 @@ static int take_crc(struct crc_list l, size_t i, struct batch_item *it) {
 }
 
 int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic,
-                struct crc_list crcs) {
+                struct crc_list crcs, int *has_dedup_id) {
     struct batch_item it;
     *count = 0;
     *stored_without_topic = 0;
+    *has_dedup_id = 0;
     for (*pos = 0; *pos < batch.n; *pos += it.size) {
         if (*count >= lim->max_count) return BATCH_TOO_MANY;
         int err = parse_item(batch, *pos, lim->max_body, &it);
         if (err == BATCH_OK && (int64_t)it.props.n > lim->max_props) err = BATCH_PROPERTIES_TOO_LARGE;
-        if (err == BATCH_OK && lim->check_props) err = check_properties(it.props);
+        if (err == BATCH_OK && lim->check_props) err = check_properties(it.props, has_dedup_id);
         if (err == BATCH_OK) err = check_crc(&it);
         if (err != BATCH_OK) return err;
         put_crc(crcs, *count, it.crc);

@@ -92,8 +92,9 @@ static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     }
     size_t count, pos, stored;
+    int has_dedup_id;
     PyThreadState *ts = release_gil_for(batch.len);
-    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored, l);
+    int err = batch_check(span_of(&batch), &lim, &count, &pos, &stored, l, &has_dedup_id);
     restore_gil(ts);
     PyBuffer_Release(&batch);
     if (err != BATCH_OK) {
@@ -102,7 +103,7 @@ static PyObject *py_check_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     if (!with_crcs) return Py_BuildValue("nn", (Py_ssize_t)count, (Py_ssize_t)stored);
     if (_PyBytes_Resize(&crcs, (Py_ssize_t)(4 * count)) < 0) return NULL;
-    return Py_BuildValue("nnN", (Py_ssize_t)count, (Py_ssize_t)stored, crcs);
+    return Py_BuildValue("nnNO", (Py_ssize_t)count, (Py_ssize_t)stored, crcs, has_dedup_id ? Py_True : Py_False);
 }
 
 /* Bytes of at most `max_count` items from `pos` as their TOTALSIZE fields say, counted until `enough`:
@@ -363,7 +364,7 @@ static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
     {"check_batch", py_check_batch, METH_VARARGS,
      "check_batch(batch, max_body, max_count=-1, max_props=32767, check_properties=False, with_crcs=False) -> (count, stored bytes "
-     "without topics[, BODYCRCs as host-order uint32s])"},
+     "without topics[, BODYCRCs as host-order uint32s, whether an item has TIDEMQ_DEDUP_ID])"},
     {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
      "encode_batch(...) -> (stop, count, batch_pos, dest_pos); see store.native"},
     {"dispatch_scan", py_dispatch_scan, METH_VARARGS, "dispatch_scan(buf, pos, limit, recs, keys, flags, levels) -> (stop, pos, n_recs, n_keys)"},

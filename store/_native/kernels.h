@@ -42,6 +42,7 @@ static inline size_t hosts_extra(int32_t sys_flag) {
 #define CQ_UNIT_BYTES 20
 #define MAX_PROPERTIES_BYTES 0x7FFF
 #define MAX_TOPIC_BYTES 255
+#define DEDUP_ID_PROPERTY "TIDEMQ_DEDUP_ID" /* store.put.put_batch.DEDUP_PROPERTY: an idempotent produce's id */
 
 /* Where a kernel stopped (the first element of every kernel's result). */
 enum stop_code {
@@ -163,9 +164,10 @@ struct crc_list {
 };
 
 /* Checks a batch; with crcs.p, item i's BODYCRC goes to crcs.p[4i] while 4i+4 <= crcs.n. */
+/* *has_dedup_id: 1 when an item has the DEDUP_ID_PROPERTY (looked for only with lim->check_props). */
 int batch_check(struct span batch, const struct batch_limits *lim, size_t *count, size_t *pos, size_t *stored_without_topic,
-                struct crc_list crcs);
-int check_properties(struct span props);
+                struct crc_list crcs, int *has_dedup_id);
+int check_properties(struct span props, int *has_dedup_id);
 
 /* Fault [p, p+n) in for writing; 1: MADV_POPULATE_WRITE, 2: one write per page, -errno on failure. */
 int prefault_range(uint8_t *p, size_t n);

@@ -22,8 +22,6 @@ from store.put.dedup_window import DedupWindow, DuplicateItem, Verdict, dedup_id
 from store.put.put_batch import DEDUP_PROPERTY, BatchForm, PutBatch, batch_messages
 from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
-_PROPERTY_MARK = DEDUP_PROPERTY.encode() + b"\x01"
-
 
 class DedupHook:
     hook_name = "dedup"
@@ -56,7 +54,7 @@ class DedupHook:
         else:
             if batch.form is BatchForm.ENCODED:
                 assert batch.encoded is not None
-                if _PROPERTY_MARK not in batch.encoded.data:
+                if not batch.encoded.has_dedup_id:  # check_batch looked at every item's properties
                     return None
                 batch.set_messages(batch_messages(batch.topic, batch.queue_id, batch.encoded.data, batch.born_host))
             ids = [m.properties.get(DEDUP_PROPERTY) for m in batch.messages]

@@ -71,6 +71,28 @@ def test_check_batch_property_checks_match_the_json_produce(props: bytes) -> Non
         assert (e.value.args[1], e.value.args[2], e.value.index) == (want, 0, 0)
 
 
+dedup_piece = st.one_of(
+    st.sampled_from([b"TIDEMQ_DEDUP_ID\x01", b"TIDEMQ_DEDUP_ID", b"TIDEMQ_DEDUP_I\x01", b"XTIDEMQ_DEDUP_ID\x01", b"\x01TIDEMQ_DEDUP_ID"]),
+    st.sampled_from([b"\x01", b"\x02", b"KEYS\x01", b"a", b"id-1", b"TIDEMQ_DEDUP_ID\x01id-2\x02"]),
+)
+
+
+@settings(max_examples=500)
+@given(st.lists(st.lists(dedup_piece, max_size=8).map(b"".join), min_size=1, max_size=4))
+def test_check_batch_crcs_finds_a_dedup_id_where_the_reference_decoding_does(props_list: list[bytes]) -> None:
+    """The kernel's has_dedup_id is true exactly when a well-formed item has a TIDEMQ_DEDUP_ID property (as
+    the put's dedup hook reads it from the decoded properties); a malformed batch is refused whatever it holds."""
+    batch = nk.pack_batch([(b"body", props, 0) for props in props_list])
+    if any(reference_property_error(props) is not None for props in props_list):
+        with pytest.raises(nk.BatchError):
+            nk.check_batch_crcs(batch, 100, check_properties=True)
+        return
+    want = any(
+        name == b"TIDEMQ_DEDUP_ID" for props in props_list for name, _, _ in (p.partition(b"\x01") for p in props.split(b"\x02")[:-1])
+    )
+    assert nk.check_batch_crcs(batch, 100, check_properties=True)[3] is want
+
+
 def test_the_reserved_names_are_a_delay_and_the_real_destination() -> None:
     assert nk.RESERVED_BATCH_PROPERTIES == {PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, *REQUEST_PROPERTIES}
     assert PROPERTY_WAIT not in nk.RESERVED_BATCH_PROPERTIES

@@ -226,10 +226,11 @@ def test_check_batch_crcs_are_the_bodies_crc31(items) -> None:
         head = nk.BATCH_ITEM_HEAD.pack(22 + len(body) + len(props), 0, _crc31(body) if given_crc else 0, 0, len(body))
         parts += [head, body, len(props).to_bytes(2, "big"), props]
     batch = b"".join(parts)
-    count, stored, crcs = nk.check_batch_crcs(batch, 1000)
+    count, stored, crcs, has_dedup_id = nk.check_batch_crcs(batch, 1000)
     assert (count, stored) == nk.check_batch(batch, 1000)
     assert list(struct.unpack(f"={count}I", crcs)) == [_crc31(body) for body, _, _ in items]
     assert nk.check_batch_crcs(batch, 1000, max_count=count)[2] == crcs
+    assert has_dedup_id is False  # looked for only with the property checks
 
 
 def _crc31(body: bytes) -> int:
@@ -249,7 +250,7 @@ def test_encode_batch_takes_carried_crcs_as_given_and_computes_the_rest() -> Non
     batch = nk.pack_batch([(b, b"", 0) for b in bodies])
     computed, carried, short = bytearray(512), bytearray(512), bytearray(512)
     assert _encode_into(computed, batch, None).written == 3
-    _, _, crcs = nk.check_batch_crcs(batch, 100)
+    _, _, crcs, _ = nk.check_batch_crcs(batch, 100)
     assert _encode_into(carried, batch, crcs).written == 3
     assert carried == computed, "the carried CRCs are the ones encode computes"
     bogus = struct.pack("=I", 12345)  # one CRC for three items: the first taken unchecked, the others computed

@@ -180,10 +180,10 @@ def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, ba
         for topic, queue_id, items in batches:
             clock.advance_ms(3)
             data = nk.pack_batch(items)
-            count, _, crcs = nk.check_batch_crcs(data, 1600)
+            count, _, crcs, has_dedup_id = nk.check_batch_crcs(data, 1600)
             assert (count, _) == nk.check_batch(data, 1600)
             head = BatchHead(topic, topic.encode(), queue_id, clock.now_ms() - 1, HOST, sys_flag=0)
-            result = log.put_batch(nk.CheckedBatch(data, count, 0, crcs if carried else b""), head)
+            result = log.put_batch(nk.CheckedBatch(data, count, 0, crcs if carried else b"", has_dedup_id), head)
             assert result.status is PutMessageStatus.PUT_OK and isinstance(result.items, EncodedItems)
             fields = {"queue_id": queue_id, "sys_flag": 0, "born_timestamp": clock.now_ms() - 1, "born_host": HOST}
             want = [expected.add(topic.encode(), body, props, dict(fields, flag=flag), clock.now_ms()) for body, props, flag in items]
