@@ -79,7 +79,8 @@ test-fast: $(STAMP) native
 test-console: $(STAMP)
 	$(PY) -m pytest -q tests/app/test_console.py tests/app/test_console_push.py tests/app/test_console_acl.py tests/app/test_console_assets.py tests/ha/test_console_replication.py
 
-lint: $(STAMP)
+# mypy reads pipeline/'s pyspark imports: lint needs the spark extra installed.
+lint: $(SPARK_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy core app store ha pipeline tidemq cluster
 	$(PY) -m ruff format --check core store app ha pipeline tidemq cluster bench tests setup.py
