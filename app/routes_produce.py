@@ -321,8 +321,8 @@ class Producer:
         self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
 
-    async def drafts(self, request: Request) -> tuple[list[Draft], bool]:
-        media = media_type(request)
+    async def drafts(self, request: Request, media: str) -> tuple[list[Draft], bool]:
+        """The request's messages (`media`: its content type, without parameters) and whether it was a batch."""
         if media == "application/json":
             drafts, is_batch = parse_json(await request.body(), self.limits)
             if request.scope["query_string"]:  # defaults for every message (its own fields win)
@@ -384,10 +384,11 @@ class Producer:
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
-        if media_type(request) == BATCH_MEDIA_TYPE:
+        media = media_type(request)
+        if media == BATCH_MEDIA_TYPE:
             return await serve_binary(self, request)
         topic = request.path_params["topic"]
-        drafts, is_batch = await self.drafts(request)
+        drafts, is_batch = await self.drafts(request, media)
         header = request.headers.get(TRANSACTION_HEADER)
         if header is not None:
             header_group = check_producer_group(header)
