@@ -2,9 +2,9 @@
 
 Starlette decodes a bad percent-escape to U+FFFD and keeps the last of repeated names, while a
 reader that takes the first would see another value: with `topic=a&topic=b` a gate could judge
-`a` and a route serve `b`. So the query is parsed once, strictly, by `ParsedQuery` (outside the
-access gate, in front of every route): invalid UTF-8 or a name given twice is 400 REQUEST_INVALID
-on every path, before anything is judged or stored. The result sits in the scope under
+`a` and a route serve `b`. So the query is parsed once, strictly, by the server's outermost ASGI
+callable (app.hot_routes, outside the access gate, in front of every route): invalid UTF-8 or a
+name given twice is 400 REQUEST_INVALID on every path, before anything is judged or stored. The result sits in the scope under
 `QUERY_KEY`; the gate, the hot routes' handlers and the FastAPI routes (through
 `app.strict_route.StrictRequest`, whose `query_params` is this mapping) all read it from there.
 """
@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Mapping
 from urllib.parse import parse_qsl
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
-from app.problems import ProblemError, ProblemReply
+from app.problems import ProblemError
 
 # The scope key holding the request's parsed query (a dict of name -> value, each name once).
 QUERY_KEY = "tidemq.query"
@@ -39,25 +39,8 @@ def parse_query(query_string: bytes) -> dict[str, str]:
 
 
 def query_of(scope: Scope) -> Mapping[str, str]:
-    """The request's parsed query: `ParsedQuery` put it in the scope (parsed here, once, for an app served without it)."""
+    """The request's parsed query: app.hot_routes put it in the scope (parsed here, once, for an app served without it)."""
     params: Mapping[str, str] | None = scope.get(QUERY_KEY)
     if params is None:
         params = scope[QUERY_KEY] = parse_query(scope["query_string"])
     return params
-
-
-class ParsedQuery:
-    """ASGI middleware: parse every HTTP request's query once (`QUERY_KEY`), or answer 400 REQUEST_INVALID."""
-
-    def __init__(self, app: ASGIApp, problem: ProblemReply) -> None:
-        self.app = app
-        self.problem = problem
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            try:
-                scope[QUERY_KEY] = parse_query(scope["query_string"])
-            except ProblemError as e:
-                await self.problem(e.code, e.detail, scope["path"][:200], None)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
