@@ -53,7 +53,6 @@ import concurrent.futures
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -103,6 +102,7 @@ from store.put.put_batch import BatchForm, PutBatch, packed_fields
 from store.put.put_hook import PutHook
 from store.put_validation import PutValidator
 from store.queue.consume_queue import ConsumeQueue
+from store.queue.consume_queue_table import ConsumeQueueTable
 from store.queue.get_message_result import Filter, GetMessageResult
 from store.queue.message_getter import MessageGetter
 from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
@@ -178,8 +178,7 @@ class DefaultMessageStore:
         self.mapping_budget = MappingBudget(budget_for_descriptors(config.max_mapped_consume_queue_files))
         self.space_exhausted = False  # a file's space could not be reserved; cleared by a cleanup pass
         self.deleted_topics = DeletedTopicTable(config.config_dir())
-        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
-        self._cq_lock = threading.Lock()  # guards creation of consume queues (table is copy-on-write)
+        self.consume_queues = ConsumeQueueTable(self._new_consume_queue, config.max_topic_queue_nums, self.deleted_topics.cutoff)
         self.index_service = IndexService(config, self.allocate_service, self.reservation)
         rocketmq_topics = system_topics(
             config.broker_cluster_name, config.default_topic_queue_nums, config.pop_revive_queue_num, config.timer_wheel_enable
@@ -189,7 +188,7 @@ class DefaultMessageStore:
         self.topic_removals = TopicRemovals()  # queues of deleted topics, removed once the deletion is applied
         self.stats = StoreStatsService()
         self.bulk_dispatch = BulkDispatch(
-            self._queue_for_dispatch,
+            self.consume_queues.for_dispatch,
             self.index_service if config.message_index_enable else None,
             self.deleted_topics,
             self.mapping_budget,
@@ -212,7 +211,7 @@ class DefaultMessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self.flush_consume_queue_service: FlushConsumeQueueService | None = None
         self.validator = PutValidator(self)
-        self.getter = MessageGetter(config, self.commit_log, self.stats, self.find_consume_queue)
+        self.getter = MessageGetter(config, self.commit_log, self.stats, self.consume_queues.find)
         self.extra_services: list[ServiceThread] = []  # schedule, cleanup, HA: started after the core
         self.disk_full = False  # set by the cleanup service past the warning ratio
         self.last_exit_ok = True
@@ -231,7 +230,7 @@ class DefaultMessageStore:
         self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
         self.schedule_service = ScheduleMessageService(self, self.clock)
         self.clean_consume_queue_service = CleanConsumeQueueService(
-            config, self.commit_log, self.index_service, self.all_consume_queues, self.clock
+            config, self.commit_log, self.index_service, self.consume_queues.all, self.clock
         )
         self.clean_commit_log_service = CleanCommitLogService(
             self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
@@ -302,7 +301,7 @@ class DefaultMessageStore:
             self._lock_file.release()
             raise
         self.flush_consume_queue_service = FlushConsumeQueueService(
-            cfg, self.all_consume_queues, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
+            cfg, self.consume_queues.all, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
         )
         self.loaded = True
         return True
@@ -315,7 +314,7 @@ class DefaultMessageStore:
         self.transactions.producer_groups.load()
 
     def _load_topic_configs(self) -> None:
-        queue_ids = {topic: list(queues) for topic, queues in self.consume_queue_table.items() if topic not in SYSTEM_TOPICS}
+        queue_ids = {topic: list(queues) for topic, queues in self.consume_queues.queues.items() if topic not in SYSTEM_TOPICS}
         self.topic_config_manager.load_or_rebuild(queue_ids)
 
     def lock(self) -> None:
@@ -340,7 +339,7 @@ class DefaultMessageStore:
                 cq = self._new_consume_queue(topic, int(qid))
                 if not cq.load():
                     return False
-                self.consume_queue_table.setdefault(topic, {})[int(qid)] = cq
+                self.consume_queues.add_loaded(cq)
         return True
 
     def recovery_progress(self) -> RecoveryReport:
@@ -355,7 +354,7 @@ class DefaultMessageStore:
         self.allocate_service.start()
         # Next files ahead of need (docs/concurrency.md): refused while the service was not running.
         self.commit_log.order_next_file()
-        for cq in self.all_consume_queues():
+        for cq in self.consume_queues.all():
             cq.order_ahead_again()
         self.index_service.order_ahead_again()
         self.flush_service.start()
@@ -408,7 +407,7 @@ class DefaultMessageStore:
     def _close_files(self, clean: bool) -> None:
         assert self.checkpoint is not None
         self.commit_log.flush(0)
-        for cq in self.all_consume_queues():
+        for cq in self.consume_queues.all():
             cq.flush(0)
         self.index_service.flush()
         self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
@@ -417,7 +416,7 @@ class DefaultMessageStore:
         if self.timer is not None:
             self.timer.close()
         self.commit_log.shutdown()
-        for cq in self.all_consume_queues():
+        for cq in self.consume_queues.all():
             cq.shutdown()
         self.index_service.shutdown()
         self.checkpoint.shutdown()
@@ -562,22 +561,6 @@ class DefaultMessageStore:
 
     # Dispatch ------------------------------------------------------------------------
 
-    def _queue_for_dispatch(self, topic: str, queue_id: int, offset: int) -> ConsumeQueue | None:
-        """The queue of a message at `offset`, created when absent; None for an invalid topic or
-        queue id, or a deleted topic's message (checked again under the lock delete_topic holds
-        while it records the cutoff and drops the table entry)."""
-        queues = self.consume_queue_table.get(topic)
-        cq = queues.get(queue_id) if queues is not None else None
-        if cq is not None:
-            return cq
-        if topic_problem(topic) or not 0 <= queue_id < self.config.max_topic_queue_nums:
-            log.error("message at %d has an invalid topic %r or queue; not dispatched", offset, topic)
-            return None
-        with self._cq_lock:
-            if offset < self.deleted_topics.cutoff(topic):
-                return None
-            return self._find_or_create_locked(topic, queue_id)
-
     def trim_mappings(self) -> None:
         """Unmap cold consume-queue files past the budget (dispatch thread, or the loader before start)."""
         if self.mapping_budget.over():
@@ -616,30 +599,10 @@ class DefaultMessageStore:
         return cq
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        queues = self.consume_queue_table.get(topic)
-        if queues is not None:
-            cq = queues.get(queue_id)
-            if cq is not None or not create:
-                return cq
-        elif not create:
-            return None
-        if topic_problem(topic) or not 0 <= queue_id < self.config.max_topic_queue_nums:
-            return None  # never a path outside the store directory
-        with self._cq_lock:
-            return self._find_or_create_locked(topic, queue_id)
-
-    def _find_or_create_locked(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """The queue, created when absent; the caller holds `_cq_lock`."""
-        queues = dict(self.consume_queue_table.get(topic, {}))
-        cq = queues.get(queue_id)
-        if cq is None:
-            cq = self._new_consume_queue(topic, queue_id)
-            queues[queue_id] = cq
-            self.consume_queue_table = {**self.consume_queue_table, topic: queues}
-        return cq
+        return self.consume_queues.find(topic, queue_id, create)
 
     def all_consume_queues(self) -> list[ConsumeQueue]:
-        return [cq for queues in self.consume_queue_table.values() for cq in queues.values()]
+        return self.consume_queues.all()
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.find_consume_queue(topic, queue_id)
@@ -650,13 +613,13 @@ class DefaultMessageStore:
         return cq.get_min_offset_in_queue() if cq is not None else 0
 
     def queue_ids_of(self, topic: str) -> list[int]:
-        return sorted(self.consume_queue_table.get(topic, {}))
+        return self.consume_queues.queue_ids_of(topic)
 
     def delete_topic(self, topic: str) -> bool:
         """Drop a topic's consume queues, its config and its consumer offsets (its log bytes age out)."""
         return delete_topic(
             self.state_log, self.topic_config_manager, self.consumer_offset_manager, self.topic_removals, self.deleted_topics, topic,
-            topic in self.consume_queue_table,
+            self.consume_queues.has_topic(topic),
         )  # fmt: skip
 
     def _topic_deleted_locked(self, topic: str, cutoff: int) -> None:
@@ -666,15 +629,12 @@ class DefaultMessageStore:
         restart): the queues hold a later incarnation now, and stay."""
         if self.deleted_topics.cutoff(topic) >= cutoff:
             return
-        with self._cq_lock:
+        with self.consume_queues.removing():
             self.deleted_topics.record_locked(topic, cutoff, max(0, self.commit_log.get_min_offset()))
-            queues = self.consume_queue_table.get(topic, {})
-            table = dict(self.consume_queue_table)
-            table.pop(topic, None)
-            self.consume_queue_table = table
+            queues = self.consume_queues.drop_topic_locked(topic)
             for key in [k for k in self.commit_log.topic_queue_table if k[0] == topic]:
                 del self.commit_log.topic_queue_table[key]
-            self.topic_removals.add_locked(self.config.consume_queue_dir(), topic, list(queues.values()))
+            self.topic_removals.add_locked(self.config.consume_queue_dir(), topic, queues)
 
     # Topics and consumer offsets ----------------------------------------------------
 
@@ -765,7 +725,7 @@ class DefaultMessageStore:
             self.reput_service.dispatch_now()
             time.sleep(0.001)
         with self.commit_log.put_lock:
-            queues = self.all_consume_queues()
+            queues = self.consume_queues.all()
             self.commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in queues}
 
     def _revive_horizon(self) -> int | None:

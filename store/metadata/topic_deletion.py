@@ -75,7 +75,7 @@ def delete_topic(
 
 
 def _move_topic_dir_aside_locked(root: str, topic: str) -> str | None:
-    """Rename the topic's queue directory to a name no topic can have; the caller holds the store's `_cq_lock`."""
+    """Rename the topic's queue directory to a name no topic can have; the caller holds the consume-queue table's lock (`ConsumeQueueTable.removing`)."""
     if topic_problem(topic):
         return None
     path = os.path.join(root, topic)
