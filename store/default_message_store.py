@@ -96,6 +96,7 @@ from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
 from store.metadata.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
 from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
+from store.pop.revive_horizon import ReviveHorizon
 from store.put.dedup_hook import DedupHook
 from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
 from store.put.put_batch import BatchForm, PutBatch, packed_fields
@@ -217,7 +218,6 @@ class DefaultMessageStore:
         self.last_exit_ok = True
         self.loaded = False
         self.recovery_limit: int | None = None  # set_recovery_limit(): where recovery cuts the commitlog at most
-        self._horizon_probe: tuple[int, int] | None = None  # (timer read time, log end after it): _revive_horizon
         self._running = False
         self._shutdown_done = False
         self._lock_file = StoreLockFile(config.store_path_root_dir, config.lock_path())
@@ -225,7 +225,18 @@ class DefaultMessageStore:
         self.index_rebuild_from: int | None = None  # set by recovery when the index must be rebuilt after start
         self.index_rebuild_service: IndexRebuildService | None = None
         self._recovery_progress = RecoveryProgress()
-        # Delay levels and retention (store/schedule/schedule_message_service.py, store/clean_*_service.py) ---
+        self._build_scheduling(clock, disk_usage_probe)
+        # The put hooks, in order (store/put/put_hook.py): each may rewrite the batch or refuse it.
+        self.dedup_window = DedupWindow(config.dedup_window_s * 1000, config.dedup_max_keys, self.now_ms, self._dedup_lookup)
+        self.put_hooks: list[PutHook] = [
+            DedupHook(self.dedup_window), HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator,
+            DelayLevelHook(config.delay_levels_ms()),
+        ]  # fmt: skip
+        self._build_state_log()
+
+    def _build_scheduling(self, clock: Clock | None, disk_usage_probe: DiskUsageProbe | None) -> None:
+        """The services that deliver later or remove: delay levels, retention, POP, timers, transactions."""
+        config = self.config
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.disk_usage_probe: DiskUsageProbe = disk_usage_probe if disk_usage_probe is not None else disk_used_ratio
         self.schedule_service = ScheduleMessageService(self, self.clock)
@@ -241,15 +252,12 @@ class DefaultMessageStore:
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
         if self.timer is not None:
             self.extra_services += self.timer.services()
-        # --- end of delay levels and retention
-        self.transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
+        self.transactions: Transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
-        # The put hooks, in order (store/put/put_hook.py): each may rewrite the batch or refuse it.
-        self.dedup_window = DedupWindow(config.dedup_window_s * 1000, config.dedup_max_keys, self.now_ms, self._dedup_lookup)
-        self.put_hooks: list[PutHook] = [
-            DedupHook(self.dedup_window), HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator,
-            DelayLevelHook(config.delay_levels_ms()),
-        ]  # fmt: skip
+
+    def _build_state_log(self) -> None:
+        """The state log over every state table, wired to the tables, dispatch and the snapshot service."""
+        config = self.config
         # State in the log (store/state/state_log.py): every table a consumer or a scheduler depends on.
         tables: list[StateTable] = [
             self.consumer_offset_manager, self.topic_config_manager, self.schedule_service.offsets,
@@ -294,7 +302,12 @@ class DefaultMessageStore:
             if self.timer is not None:
                 self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
             # After the state records: the revive service reads the revive group's offsets.
-            self.extra_services += self.group_consumption.load(self._revive_horizon)
+            timer = self.timer
+            timer_read_ms = (lambda: timer.read_time_ms) if timer is not None else None
+            horizon = ReviveHorizon(
+                self.now_ms, timer_read_ms, self.commit_log.get_max_offset, lambda: self.reput_service.reput_from_offset
+            )
+            self.extra_services += self.group_consumption.load(horizon)
             self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
             self.extra_services.append(self.transaction_check_service)
         except BaseException:
@@ -727,25 +740,6 @@ class DefaultMessageStore:
         with self.commit_log.put_lock:
             queues = self.consume_queues.all()
             self.commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in queues}
-
-    def _revive_horizon(self) -> int | None:
-        """A time before which every timer unit is delivered and its delivery dispatched (PopReviveService).
-
-        Probed in two steps, one revive pass apart: the timer's read time is noted, then the log's end;
-        once dispatch has passed that end, every delivery of a slot before the noted read time (appended
-        before the read time moved past its slot, so below the end) is in the revive queues. None until
-        the first probe is confirmed."""
-        now = self.now_ms()
-        if self.timer is None:
-            return now
-        confirmed = None
-        probe = self._horizon_probe
-        if probe is not None and self.reput_service.reput_from_offset >= probe[1]:
-            confirmed = probe[0]
-        if probe is None or confirmed is not None:
-            read_time = min(now, self.timer.read_time_ms)  # first the read time, then the end it is checked against
-            self._horizon_probe = (read_time, self.commit_log.get_max_offset())
-        return confirmed
 
     def set_recovery_limit(self, offset: int | None) -> None:
         if self.loaded:
