@@ -252,7 +252,8 @@ class DefaultMessageStore:
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
         if self.timer is not None:
             self.extra_services += self.timer.services()
-        self.transactions: Transactions = Transactions(self)  # its check service is registered at load (store/transaction/transaction_store.py)
+        # Its check service is registered at load (store/transaction/transaction_store.py).
+        self.transactions: Transactions = Transactions(self)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
 
     def _build_state_log(self) -> None:
