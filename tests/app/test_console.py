@@ -14,6 +14,7 @@ import pytest
 
 from tests.app.browser import Watched, browser_context, require_chromium, screenshot, watch
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 TOPIC = "orders"
@@ -55,10 +56,7 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
     assert c.put("/v1/groups/dlq-g", json={"max_reconsume_times": 0}).status_code in (200, 201)
     assert c.post("/v1/topics/poison/messages", json={"body": "bad order", "queue_id": 0}).status_code == 201
     assert c.post("/v1/groups/dlq-g/topics/poison/receive?invisible_ms=1000").json()["messages"]
-    deadline = time.monotonic() + 30
-    while c.get("/v1/groups/dlq-g").json()["dead_letters"] < 1:
-        assert time.monotonic() < deadline, "no dead letter"
-        time.sleep(0.1)
+    wait_for(lambda: c.get("/v1/groups/dlq-g").json()["dead_letters"] >= 1, 30, what="a dead letter", poll_s=0.1)
     return sent
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import resource
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,17 +61,22 @@ def test_more_queues_than_descriptors_every_acknowledged_message_is_readable(tmp
             stored += produce_to_every_queue(client, round_no)
             assert client.get("/healthz").status_code == 200
         assert len(stored) >= len(TOPICS) * QUEUES  # most are taken
-        deadline = time.monotonic() + 60
-        for topic, qid, offset, body in stored:
-            while True:
+        unread = list(stored)
+
+        def all_readable() -> bool:
+            """Read the stored messages in order as far as they are readable; whether all are."""
+            while unread:
+                topic, qid, offset, body = unread[0]
                 r = client.get(f"/v1/topics/{topic}/queues/{qid}/messages", params={"offset": offset, "max": 1})
                 assert r.status_code == 200, r.text
                 reply = r.json()
-                if reply["status"] == "FOUND":
-                    assert reply["messages"][0]["body"] == body
-                    break
-                assert time.monotonic() < deadline, f"{topic}/{qid} offset {offset} never became readable: {reply}\n{broker.log()}"
-                time.sleep(0.05)
+                if reply["status"] != "FOUND":
+                    return False
+                assert reply["messages"][0]["body"] == body
+                unread.pop(0)
+            return True
+
+        wait_for(all_readable, 60, what=lambda: f"{unread[0]} to be readable:\n{broker.log()}", poll_s=0.05)
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code == 200
         runtime = client.get("/v1/store").json()["runtime"]
