@@ -24,13 +24,14 @@ from app.push_signature import SIGNATURE_HEADER, verify
 from store import pack_batch
 from tests.app.conftest import BrokerProcess
 from tests.app.push_receiver import PushReceiver
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "openapi" / "openapi.json"
 VENV_BIN = Path(sys.executable).parent
 PACKAGE = "tidemq_client"
 # Bounds the wait for the long poll to be held before the message it waits for is sent.
-HELD_CHECKS = 200
+HELD_TIMEOUT_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +107,7 @@ def test_generated_python_client_runs_the_walkthrough(generated: dict[str, Modul
     held: list[Any] = []
     poller = threading.Thread(target=lambda: held.extend(pull(1, wait_ms=10000)))
     poller.start()
-    for _ in range(HELD_CHECKS):
-        if held_pulls(api, client) >= 1:
-            break
-        time.sleep(0.025)
+    wait_for(lambda: held_pulls(api, client) >= 1, HELD_TIMEOUT_S, what="the long poll to be held", poll_s=0.025)
     send("order 1 paid", "paid")
     poller.join(15)
     assert [m.body for m in held] == ["order 1 paid"]
