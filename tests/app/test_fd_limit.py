@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 from pathlib import Path
 
 import httpx
@@ -27,11 +26,6 @@ max_mapped_consume_queue_files = 16
 """
 
 
-def lower_fd_limit() -> None:
-    """In the broker child before exec: soft and hard limit both FD_LIMIT, so start-up cannot raise it."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
 def produce_to_every_queue(client: httpx.Client, round_no: int) -> list[tuple[str, int, int, str]]:
     stored = []
     for topic in TOPICS:
@@ -47,10 +41,19 @@ def produce_to_every_queue(client: httpx.Client, round_no: int) -> list[tuple[st
     return stored
 
 
+def descriptor_limits(pid: int) -> tuple[int, int]:
+    """The (soft, hard) RLIMIT_NOFILE of process `pid`, as /proc reports it."""
+    line = next(x for x in Path(f"/proc/{pid}/limits").read_text().splitlines() if x.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
+
+
 def test_more_queues_than_descriptors_every_acknowledged_message_is_readable(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "store", FEW_FDS_STORE + SMALL_BROKER)
-    broker.preexec_fn = lower_fd_limit
+    # Soft and hard limit both FD_LIMIT, so start-up cannot raise it.
+    broker = BrokerProcess(tmp_path / "store", FEW_FDS_STORE + SMALL_BROKER, nofile_soft=FD_LIMIT, nofile_hard=FD_LIMIT)
     broker.start()
+    assert broker.proc is not None
+    assert descriptor_limits(broker.proc.pid) == (FD_LIMIT, FD_LIMIT)
     client = broker.client
     assert client is not None
     try:
