@@ -265,11 +265,11 @@ def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
         produce = importlib.import_module("tidemq_client.api.produce.produce")
         models = importlib.import_module("tidemq_client.models")
         # The spec's bearer scheme makes the generator offer AuthenticatedClient, which sends the token.
-        authed = client_module.AuthenticatedClient(base_url=broker.url, token=BILLING, timeout=httpx.Timeout(15.0))
-        sent = produce.sync("billing-sdk", client=authed, body=models.ProduceMessage(body="from the sdk"))
+        with client_module.AuthenticatedClient(base_url=broker.url, token=BILLING, timeout=httpx.Timeout(15.0)) as authed:
+            sent = produce.sync("billing-sdk", client=authed, body=models.ProduceMessage(body="from the sdk"))
         assert isinstance(sent, models.SendResult), sent
-        anonymous = client_module.Client(base_url=broker.url, timeout=httpx.Timeout(15.0))
-        refused = produce.sync_detailed("billing-sdk", client=anonymous, body=models.ProduceMessage(body="x"))
+        with client_module.Client(base_url=broker.url, timeout=httpx.Timeout(15.0)) as anonymous:
+            refused = produce.sync_detailed("billing-sdk", client=anonymous, body=models.ProduceMessage(body="x"))
         assert refused.status_code == 401
     finally:
         sys.path.remove(str(out))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -176,7 +177,7 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     assert page.inner_text("#message-body").startswith("00000000  7b 22 6f 72")  # {"or
     with page.expect_download() as download:
         page.click("#download")
-    assert open(download.value.path(), "rb").read() == json.dumps(ORDER).encode()
+    assert Path(download.value.path()).read_bytes() == json.dumps(ORDER).encode()
     screenshot(page, "topic-json")
     # By client message id, then by time range only: the binary message shows in hex and downloads whole.
     page.select_option("#search select[name=by]", "msg_id")
@@ -188,7 +189,7 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     assert page.inner_text("#message-body").startswith("00000000  00 01 02 fa ff")
     with page.expect_download() as download:
         page.click("#download")
-    assert open(download.value.path(), "rb").read() == bytes([0, 1, 2, 250, 255])
+    assert Path(download.value.path()).read_bytes() == bytes([0, 1, 2, 250, 255])
     # A time range reads every queue to its end (no cap per queue): 70 more in queue 0 are all found.
     broker.client.post(
         f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": f"bulk {i}"} for i in range(70)]}, params={"queue_id": "0"}
