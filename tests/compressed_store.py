@@ -3,11 +3,11 @@ write bodies over 4 KiB: zlib bodies that inflate, and ones that cannot be infla
 
 from __future__ import annotations
 
-import time
 import zlib
 from dataclasses import dataclass
 
 from store import DefaultMessageStore, MessageInner, MessageStoreConfig, new_uniq_key
+from tests.waiting import wait_for
 
 TOPIC = "zipped"
 LIMIT_BYTES = 65_536  # max_message_size_bytes of the store (tests/app/conftest.py SMALL_STORE)
@@ -67,9 +67,6 @@ def write_compressed_store(root: str) -> None:
             props = {"KEYS": case.key, "UNIQ_KEY": new_uniq_key()}
             result = store.put_message(MessageInner(TOPIC, case.stored, 0, props, sys_flag=case.sys_flag))
             assert result.ok, result
-        deadline = time.monotonic() + 10
-        while store.reput_service.behind():
-            assert time.monotonic() < deadline, "dispatch did not catch up"
-            time.sleep(0.01)
+        wait_for(lambda: not store.reput_service.behind(), 10, what="dispatch to catch up")
     finally:
         store.shutdown()

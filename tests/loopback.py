@@ -6,12 +6,13 @@ import http.client
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+
+from tests.waiting import wait_for
 
 # The broker's "listening on URL" log line, in the text or the JSON log format.
 LISTENING = re.compile(rb"listening on (https?://[^\s\"]+):(\d+)")
@@ -20,8 +21,8 @@ LISTENING = re.compile(rb"listening on (https?://[^\s\"]+):(\d+)")
 def bound_port(log_path: Path, log_from: int, proc: subprocess.Popen[bytes], timeout_s: float) -> int:
     """The port a broker started with `--port 0` bound: its "listening on URL" log line, written to
     `log_path` after byte `log_from`; RuntimeError when it exits or says nothing in time."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def named_port() -> int | None:
         with open(log_path, "rb") as log:
             log.seek(log_from)
             found = LISTENING.search(log.read())
@@ -29,8 +30,12 @@ def bound_port(log_path: Path, log_from: int, proc: subprocess.Popen[bytes], tim
             return int(found.group(2))
         if proc.poll() is not None:
             raise RuntimeError(f"broker exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-5000:]}")
-        time.sleep(0.02)
-    raise RuntimeError(f"broker named no bound port within {timeout_s}s:\n{log_path.read_text(errors='replace')[-5000:]}")
+        return None
+
+    try:
+        return wait_for(named_port, timeout_s, what="the broker to name its port", poll_s=0.02)
+    except AssertionError:
+        raise RuntimeError(f"broker named no bound port within {timeout_s}s:\n{log_path.read_text(errors='replace')[-5000:]}") from None
 
 
 def free_port() -> int:
@@ -70,16 +75,18 @@ def wait_until_serving(
     """Poll /readyz until the broker serves: ready, or (`degraded_ok`) loaded and degraded by what the test
     set up (a full disk, say). Raises RuntimeError with `ended()`'s reason when the broker stopped
     meanwhile, or at the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def serving() -> bool:
         reason = ended()
         if reason is not None:
             raise RuntimeError(reason)
         try:
             r = client.get("/readyz")
-            if r.status_code == 200 or (degraded_ok and r.status_code == 503 and "degraded_reasons" in r.json()):
-                return
         except httpx.TransportError:
-            pass
-        time.sleep(poll_s)
-    raise RuntimeError(f"broker not ready within {timeout_s}s")
+            return False  # not listening yet
+        return r.status_code == 200 or (degraded_ok and r.status_code == 503 and "degraded_reasons" in r.json())
+
+    try:
+        wait_for(serving, timeout_s, what="the broker to serve", poll_s=poll_s)
+    except AssertionError:
+        raise RuntimeError(f"broker not ready within {timeout_s}s") from None

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ max_pull_messages = 256
 """
 # How long a server may take to become ready.
 START_TIMEOUT_S = 30.0
+# util-linux's prlimit(1): starts a broker under lowered limits (BrokerProcess's nofile_soft, nofile_hard).
+PRLIMIT = shutil.which("prlimit") or "/usr/bin/prlimit"
 
 
 class BrokerProcess:
@@ -63,7 +66,6 @@ class BrokerProcess:
         self.nofile_soft = nofile_soft
         self.nofile_hard = nofile_hard
         self.proc: subprocess.Popen[bytes] | None = None
-        self.preexec_fn: Callable[[], None] | None = None  # run in the child before exec (e.g. to lower a limit)
         self.port = 0
         self.host = "127.0.0.1"  # where the test reaches it; give `--host` in args when it is another
         self.client: httpx.Client | None = None
@@ -91,14 +93,13 @@ class BrokerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [*cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._child_setup
-            )
+            self.proc = subprocess.Popen([*self._limits(), *cmd, *self.args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             self.port = bound_port(self.log_path, log_from, self.proc, START_TIMEOUT_S)
         except RuntimeError:
             self.kill()
             raise
+        self._close_client()  # a restart's new client replaces the last one
         self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         proc = self.proc
         try:
@@ -110,16 +111,25 @@ class BrokerProcess:
             raise RuntimeError(f"{e}:\n{self.log()}") from None
         return self
 
-    def _child_setup(self) -> None:
-        self._limit_descriptors()
-        if self.preexec_fn is not None:
-            self.preexec_fn()
-
-    def _limit_descriptors(self) -> None:
+    def _limits(self) -> list[str]:
+        """prlimit(1) before the command when a descriptor limit is lowered: it sets the limits and
+        execs the broker (same pid), so no Python code runs in the child between fork and exec (a
+        preexec_fn there can hang the child: a warning raised by a finalizer, say, in a forked copy of
+        a threaded process)."""
+        if self.nofile_soft is None and self.nofile_hard is None:
+            return []
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        hard = self.nofile_hard if self.nofile_hard is not None else hard
-        soft = min(hard, self.nofile_soft if self.nofile_soft is not None else soft)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        if self.nofile_hard is not None:
+            hard = self.nofile_hard if hard == resource.RLIM_INFINITY else min(hard, self.nofile_hard)
+        if self.nofile_soft is not None:
+            soft = self.nofile_soft if soft == resource.RLIM_INFINITY else min(soft, self.nofile_soft)
+        if hard != resource.RLIM_INFINITY and (soft == resource.RLIM_INFINITY or soft > hard):
+            soft = hard
+
+        def text(limit: int) -> str:
+            return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
+
+        return [PRLIMIT, f"--nofile={text(soft)}:{text(hard)}", "--"]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
@@ -127,8 +137,7 @@ class BrokerProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
         """Stop with a signal; the exit status (the process is killed if it hangs)."""
         assert self.proc is not None
-        if self.client is not None:
-            self.client.close()
+        self._close_client()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -139,9 +148,14 @@ class BrokerProcess:
         return self.proc.returncode
 
     def kill(self) -> None:
+        self._close_client()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def _close_client(self) -> None:
+        if self.client is not None:
+            self.client.close()
 
 
 @pytest.fixture

@@ -79,6 +79,8 @@ class InProcessBroker:
         self.failure = None
         self.thread = threading.Thread(target=self._serve, name=f"broker-{self.store_dir.name}", daemon=True)
         self.thread.start()
+        if self.client is not None:
+            self.client.close()  # a restart's new client replaces the last one
         self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         thread = self.thread
         try:
@@ -137,12 +139,13 @@ class InProcessBroker:
 
     def kill(self) -> None:
         """Stop at once if running, for fixtures' clean-up: a thread cannot be killed, so the server stops
-        as on a second SIGINT (connections a test left open are not waited for) and the store shuts down."""
+        as on a second SIGINT (connections a test left open are not waited for) and the store shuts down.
+        The client is closed first, as `stop` does: its connections end before the server's."""
+        if self.client is not None:
+            self.client.close()
         if self.thread is not None and self.thread.is_alive():
             assert self.started is not None
             self.started.stop()
             self.started.server.force_exit = True
             self.thread.join(20.0)
         self._detach_log()
-        if self.client is not None:
-            self.client.close()

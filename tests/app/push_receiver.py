@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.waiting import wait_for
+
 
 @dataclass(slots=True)
 class Delivery:
@@ -70,10 +72,11 @@ class PushReceiver:
             return list(self.deliveries)
 
     def wait_for(self, done: Callable[[list[Delivery]], bool], timeout_s: float = 30.0) -> list[Delivery]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            got = self.got()
-            if done(got):
-                return got
-            assert time.monotonic() < deadline, f"the deliveries never met the condition: {[(d.body, d.status) for d in got]}"
-            time.sleep(0.02)
+        # A 1-tuple: an empty list of deliveries may meet the condition, and is falsy.
+        (got,) = wait_for(
+            lambda: (seen,) if done(seen := self.got()) else None,
+            timeout_s,
+            what=lambda: f"the deliveries to meet the condition: {[(d.body, d.status) for d in self.got()]}",
+            poll_s=0.02,
+        )
+        return got

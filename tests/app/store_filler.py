@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from store import DefaultMessageStore, MessageStoreConfig, build_message
+from tests.waiting import wait_for
 
 # Small files (many of them to map and check) with room for 1,000-byte messages.
 FILLER_STORE = {
@@ -34,8 +34,7 @@ def main(store_dir: str, messages: int) -> None:
     for i in range(0, messages, BATCH):
         result = store.put_messages([build_message(TOPIC, body, (i // BATCH) % QUEUES) for _ in range(BATCH)])
         assert result.ok, result
-    while store.reput_service.behind():
-        time.sleep(0.01)
+    wait_for(lambda: not store.reput_service.behind(), 60, what="dispatch to catch up")
     os._exit(0)  # no shutdown: the abort file stays, so the next start runs the full recovery
 
 

@@ -19,6 +19,7 @@ from core import ConfigInvalid
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, create_topics, sha, start_with_acl
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
+from tests.waiting import wait_for
 
 
 def account(topics: dict[str, str], groups: dict[str, str] | None = None) -> dict:
@@ -98,18 +99,21 @@ def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker, tmp_path) -
     assert client.get("/v1/topics/billing-a", headers=bearer(BILLING)).status_code == 404  # allowed: no such topic
     newcomer = f'[[accounts]]\nname = "newcomer"\ntoken_sha256 = "{sha(NEWCOMER)}"\nadmin = true\n'
     acl.write_text(ACL_TEXT.replace(sha(BILLING), sha("billing-rotated")) + newcomer)
-    deadline = time.monotonic() + 5
-    while client.get("/v1/topics", headers=bearer(NEWCOMER)).status_code != 200:
-        assert time.monotonic() < deadline, broker.log()
-        time.sleep(0.1)
+    wait_for(
+        lambda: client.get("/v1/topics", headers=bearer(NEWCOMER)).status_code == 200,
+        5,
+        what=lambda: f"the new ACL file to be in force:\n{broker.log()}",
+        poll_s=0.1,
+    )
     problem(client.get("/v1/topics/billing-a", headers=bearer(BILLING)), 401, "UNAUTHENTICATED")  # its token was rotated
     assert "ACL reloaded" in broker.log()
     acl.write_text(ACL_TEXT + "[[accounts]]\nname = 'broken'\ntoken_sha256 = 'nothex'\n")
-    deadline = time.monotonic() + 5
-    while "the new ACL file is refused" not in broker.log():
-        assert time.monotonic() < deadline, broker.log()
+
+    def refused() -> bool:
         client.get("/v1/topics", headers=bearer(NEWCOMER))  # the check runs on requests
-        time.sleep(0.1)
+        return "the new ACL file is refused" in broker.log()
+
+    wait_for(refused, 5, what=lambda: f"the bad ACL file to be refused:\n{broker.log()}", poll_s=0.1)
     assert "ERROR tidemq.app: the new ACL file is refused" in broker.log()
     assert client.get("/v1/topics", headers=bearer(NEWCOMER)).status_code == 200  # the previous file stays
     problem(client.get("/v1/topics/billing-a", headers=bearer(BILLING)), 401, "UNAUTHENTICATED")
@@ -126,7 +130,7 @@ def test_rate_limit_answers_429_with_retry_after(make_broker, tmp_path) -> None:
     assert int(answers[2].headers["retry-after"]) >= 1
     # Other accounts are not limited by it.
     assert client.get("/v1/topics", headers=bearer(OPS)).status_code == 200
-    time.sleep(1.1)
+    time.sleep(1.1)  # the bucket's one-second refill must pass
     assert client.post("/v1/topics/limited/messages", json={"body": "x"}, headers=bearer(LIMITED)).status_code == 201
 
 
@@ -139,8 +143,10 @@ def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
     client.delete("/v1/topics/audited")
     client.delete("/v1/topics/audited", headers=bearer("no-such-token"))
     client.post("/v1/topics/billing-a/messages", json={"body": "x"}, headers=bearer(BILLING))
-    time.sleep(0.2)
-    log = broker.log()
+    # A last admin action: once its line is logged, a line the produce had made would be there too.
+    assert client.delete("/v1/topics/audited", headers=bearer(OPS)).status_code == 204
+    last = "tidemq.audit: DELETE /v1/topics/audited account=ops status=204"
+    log = wait_for(lambda: text if last in (text := broker.log()) else None, 10, what="the last audit line")
     assert "tidemq.audit: PUT /v1/topics/audited account=ops status=20" in log
     # A known account refused for lacking admin is named; no token or an unknown one is "-".
     assert "tidemq.audit: DELETE /v1/topics/audited account=billing status=403" in log
@@ -259,11 +265,11 @@ def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
         produce = importlib.import_module("tidemq_client.api.produce.produce")
         models = importlib.import_module("tidemq_client.models")
         # The spec's bearer scheme makes the generator offer AuthenticatedClient, which sends the token.
-        authed = client_module.AuthenticatedClient(base_url=broker.url, token=BILLING, timeout=httpx.Timeout(15.0))
-        sent = produce.sync("billing-sdk", client=authed, body=models.ProduceMessage(body="from the sdk"))
+        with client_module.AuthenticatedClient(base_url=broker.url, token=BILLING, timeout=httpx.Timeout(15.0)) as authed:
+            sent = produce.sync("billing-sdk", client=authed, body=models.ProduceMessage(body="from the sdk"))
         assert isinstance(sent, models.SendResult), sent
-        anonymous = client_module.Client(base_url=broker.url, timeout=httpx.Timeout(15.0))
-        refused = produce.sync_detailed("billing-sdk", client=anonymous, body=models.ProduceMessage(body="x"))
+        with client_module.Client(base_url=broker.url, timeout=httpx.Timeout(15.0)) as anonymous:
+            refused = produce.sync_detailed("billing-sdk", client=anonymous, body=models.ProduceMessage(body="x"))
         assert refused.status_code == 401
     finally:
         sys.path.remove(str(out))

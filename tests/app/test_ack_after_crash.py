@@ -120,7 +120,7 @@ def test_no_message_is_delivered_again_after_its_ack_answered_ok_across_sigkills
             workers += [threading.Thread(target=consume_until, args=(broker.url, stop, history)) for _ in range(2)]
             for w in workers:
                 w.start()
-            time.sleep(ROUND_S)
+            time.sleep(ROUND_S)  # the round's length: the kill lands with work in flight
             broker.kill()  # SIGKILL, with produces, receives and acks in flight
             stop.set()
             for w in workers:

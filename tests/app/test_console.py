@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from tests.app.browser import Watched, browser_context, require_chromium, screenshot, watch
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 TOPIC = "orders"
@@ -55,10 +57,7 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
     assert c.put("/v1/groups/dlq-g", json={"max_reconsume_times": 0}).status_code in (200, 201)
     assert c.post("/v1/topics/poison/messages", json={"body": "bad order", "queue_id": 0}).status_code == 201
     assert c.post("/v1/groups/dlq-g/topics/poison/receive?invisible_ms=1000").json()["messages"]
-    deadline = time.monotonic() + 30
-    while c.get("/v1/groups/dlq-g").json()["dead_letters"] < 1:
-        assert time.monotonic() < deadline, "no dead letter"
-        time.sleep(0.1)
+    wait_for(lambda: c.get("/v1/groups/dlq-g").json()["dead_letters"] >= 1, 30, what="a dead letter", poll_s=0.1)
     return sent
 
 
@@ -178,7 +177,7 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     assert page.inner_text("#message-body").startswith("00000000  7b 22 6f 72")  # {"or
     with page.expect_download() as download:
         page.click("#download")
-    assert open(download.value.path(), "rb").read() == json.dumps(ORDER).encode()
+    assert Path(download.value.path()).read_bytes() == json.dumps(ORDER).encode()
     screenshot(page, "topic-json")
     # By client message id, then by time range only: the binary message shows in hex and downloads whole.
     page.select_option("#search select[name=by]", "msg_id")
@@ -190,7 +189,7 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     assert page.inner_text("#message-body").startswith("00000000  00 01 02 fa ff")
     with page.expect_download() as download:
         page.click("#download")
-    assert open(download.value.path(), "rb").read() == bytes([0, 1, 2, 250, 255])
+    assert Path(download.value.path()).read_bytes() == bytes([0, 1, 2, 250, 255])
     # A time range reads every queue to its end (no cap per queue): 70 more in queue 0 are all found.
     broker.client.post(
         f"/v1/topics/{TOPIC}/messages", json={"messages": [{"body": f"bulk {i}"} for i in range(70)]}, params={"queue_id": "0"}

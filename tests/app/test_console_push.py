@@ -16,6 +16,7 @@ from tests.app.browser import browser_context, require_chromium, screenshot
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.push_receiver import PushReceiver
 from tests.app.test_console import clean, open_console
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 CONFIG = (
@@ -85,9 +86,12 @@ def test_the_redrive_button_moves_dead_letters_back(context, broker, c) -> None:
     while len(taken) < 2:
         assert time.monotonic() < deadline
         taken += c.post("/v1/groups/mourner/topics/dead/receive", params={"invisible_ms": 1000, "wait_ms": 500}).json()["messages"]
-    while c.get("/v1/topics/%DLQ%mourner").status_code != 200 or c.get("/v1/topics/%DLQ%mourner").json()["queues"][0]["max_offset"] < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def dead_lettered() -> bool:
+        r = c.get("/v1/topics/%DLQ%mourner")
+        return r.status_code == 200 and r.json()["queues"][0]["max_offset"] >= 2
+
+    wait_for(dead_lettered, 20, what="both messages in the dead-letter topic", poll_s=0.05)
     page, watched = open_console(context, broker, "groups/mourner")
     page.locator("button", has_text="Redrive dead letters").click()
     page.locator("button", has_text="Yes, redrive dead letters").click()

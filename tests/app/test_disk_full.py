@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from store.native import pack_batch
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
 from tests.app.helpers import problem
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -85,21 +85,36 @@ def assert_all_readable(client: httpx.Client, stored: list[tuple[int, int, str]]
     by_queue: dict[int, dict[int, str]] = {}
     for qid, offset, body in stored:
         by_queue.setdefault(qid, {})[offset] = body
-    deadline = time.monotonic() + 20
-    for qid, expected in by_queue.items():
-        found: dict[int, str] = {}
-        offset = 0
-        while len(found) < len(expected):
-            assert time.monotonic() < deadline, f"queue {qid}: {len(found)} of {len(expected)} messages readable"
-            r = client.get(f"/v1/topics/{TOPIC}/queues/{qid}/messages", params={"offset": offset, "max": 64})
-            assert r.status_code == 200, r.text
-            reply = r.json()
-            for m in reply["messages"]:
-                found[m["queue_offset"]] = m["body"]
-            if reply["status"] != "FOUND":
-                time.sleep(0.05)  # not dispatched yet
-            offset = reply["next_offset"]
-        assert found == expected
+    found: dict[int, dict[int, str]] = {qid: {} for qid in by_queue}
+    next_offset = dict.fromkeys(by_queue, 0)
+
+    def read_more() -> bool:
+        """Read each queue on as far as it is dispatched; whether every stored message was found."""
+        for qid, expected in by_queue.items():
+            while len(found[qid]) < len(expected):
+                r = client.get(f"/v1/topics/{TOPIC}/queues/{qid}/messages", params={"offset": next_offset[qid], "max": 64})
+                assert r.status_code == 200, r.text
+                reply = r.json()
+                for m in reply["messages"]:
+                    found[qid][m["queue_offset"]] = m["body"]
+                next_offset[qid] = reply["next_offset"]
+                if reply["status"] != "FOUND":
+                    break  # not dispatched yet
+        return all(len(found[qid]) >= len(expected) for qid, expected in by_queue.items())
+
+    wait_for(
+        read_more, 20, what=lambda: f"every message readable: {[(q, len(found[q]), len(e)) for q, e in by_queue.items()]}", poll_s=0.05
+    )
+    assert found == by_queue
+
+
+def accepted_put(client: httpx.Client, body: str) -> httpx.Response | None:
+    """The put's answer if it was accepted; None while it is refused with DISK_FULL (anything else fails)."""
+    r = client.post(f"/v1/topics/{TOPIC}/messages", json={"body": body, "queue_id": 0})
+    if r.status_code == 201:
+        return r
+    problem(r, 503, "DISK_FULL")
+    return None
 
 
 def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(small_disk: Path, tmp_path: Path) -> None:
@@ -133,14 +148,7 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
 
     # Space returns: puts are accepted again (within a cleanup pass) and readable.
     subprocess.run(["mount", "-o", "remount,size=24m", str(small_disk)], check=True)
-    deadline = time.monotonic() + 15
-    while True:
-        r = broker.client.post(f"/v1/topics/{TOPIC}/messages", json={"body": "after", "queue_id": 0})
-        if r.status_code == 201:
-            break
-        problem(r, 503, "DISK_FULL")
-        assert time.monotonic() < deadline, "puts were not accepted after space returned"
-        time.sleep(0.2)
+    r = wait_for(lambda: accepted_put(broker.client, "after"), 15, what="puts to be accepted after space returned", poll_s=0.2)
     stored.append((0, r.json()["queue_offset"], "after"))
     assert_all_readable(broker.client, stored)
     assert broker.stop() == 0, broker.log()

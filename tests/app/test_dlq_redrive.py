@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -15,6 +15,7 @@ import pytest
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
 from tests.client.cli_helpers import tidemq
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n"
@@ -47,20 +48,28 @@ def dead_letter(c: httpx.Client, group: str, topic: str, bodies: list[str]) -> N
     while len(taken) < len(bodies):
         assert time.monotonic() < deadline
         taken += receive(c, group, topic, max=32, invisible_ms=1000, wait_ms=500)
-    while True:
-        r = c.get(f"/v1/topics/%DLQ%{group}/queues/0/messages", params={"offset": 0})
-        if r.status_code == 200 and len(r.json()["messages"]) >= len(bodies):
-            return
-        assert time.monotonic() < deadline, r.text
-        time.sleep(0.05)
+    last: list[httpx.Response] = []
+
+    def dead_lettered() -> bool:
+        last[:] = [c.get(f"/v1/topics/%DLQ%{group}/queues/0/messages", params={"offset": 0})]
+        return last[0].status_code == 200 and len(last[0].json()["messages"]) >= len(bodies)
+
+    wait_for(dead_lettered, 20, what=lambda: f"{len(bodies)} dead letters: {last[0].text}", poll_s=0.05)
+
+
+def redrive_when(c: httpx.Client, group: str, done: Callable[[dict], bool], what: str) -> dict:
+    """The group's redrive status once `done` holds for it (20 s at most)."""
+    last: list[dict] = []
+
+    def status() -> dict | None:
+        last[:] = [c.get(f"/v1/groups/{group}/dlq/redrive").json()]
+        return last[0] if done(last[0]) else None
+
+    return wait_for(status, 20, what=lambda: f"{what}: {last}", poll_s=0.02)
 
 
 def wait_done(c: httpx.Client, group: str) -> dict:
-    deadline = time.monotonic() + 20
-    while (info := c.get(f"/v1/groups/{group}/dlq/redrive").json())["state"] != "done":
-        assert time.monotonic() < deadline, info
-        time.sleep(0.02)
-    return info
+    return redrive_when(c, group, lambda info: info["state"] == "done", "the redrive to finish")
 
 
 def test_dead_letters_moved_back_are_received_again_with_the_progress_reported(c: httpx.Client, topic: str) -> None:
@@ -128,10 +137,7 @@ def test_a_second_redrive_while_one_runs_is_409_with_the_running_one(make_broker
     assert r.status_code == 201, r.text
     first = c.post("/v1/groups/slow/dlq/redrive")
     assert first.status_code == 202 and first.json()["total"] == 600, first.text
-    deadline = time.monotonic() + 20
-    while (info := c.get("/v1/groups/slow/dlq/redrive").json())["moved"] < 512:
-        assert time.monotonic() < deadline, info
-        time.sleep(0.02)
+    info = redrive_when(c, "slow", lambda info: info["moved"] >= 512, "the first pass's 512 messages")
     assert (info["state"], info["moved"], info["remaining"]) == ("running", 512, 88)
     second = problem(c.post("/v1/groups/slow/dlq/redrive", json={"max_messages": 5}), 409, "REDRIVE_RUNNING")
     assert second["redrive"]["start_offset"] == 0 and second["redrive"]["end_offset"] == 600

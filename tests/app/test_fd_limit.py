@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import resource
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,11 +26,6 @@ max_mapped_consume_queue_files = 16
 """
 
 
-def lower_fd_limit() -> None:
-    """In the broker child before exec: soft and hard limit both FD_LIMIT, so start-up cannot raise it."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
 def produce_to_every_queue(client: httpx.Client, round_no: int) -> list[tuple[str, int, int, str]]:
     stored = []
     for topic in TOPICS:
@@ -47,10 +41,19 @@ def produce_to_every_queue(client: httpx.Client, round_no: int) -> list[tuple[st
     return stored
 
 
+def descriptor_limits(pid: int) -> tuple[int, int]:
+    """The (soft, hard) RLIMIT_NOFILE of process `pid`, as /proc reports it."""
+    line = next(x for x in Path(f"/proc/{pid}/limits").read_text().splitlines() if x.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
+
+
 def test_more_queues_than_descriptors_every_acknowledged_message_is_readable(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "store", FEW_FDS_STORE + SMALL_BROKER)
-    broker.preexec_fn = lower_fd_limit
+    # Soft and hard limit both FD_LIMIT, so start-up cannot raise it.
+    broker = BrokerProcess(tmp_path / "store", FEW_FDS_STORE + SMALL_BROKER, nofile_soft=FD_LIMIT, nofile_hard=FD_LIMIT)
     broker.start()
+    assert broker.proc is not None
+    assert descriptor_limits(broker.proc.pid) == (FD_LIMIT, FD_LIMIT)
     client = broker.client
     assert client is not None
     try:
@@ -61,17 +64,22 @@ def test_more_queues_than_descriptors_every_acknowledged_message_is_readable(tmp
             stored += produce_to_every_queue(client, round_no)
             assert client.get("/healthz").status_code == 200
         assert len(stored) >= len(TOPICS) * QUEUES  # most are taken
-        deadline = time.monotonic() + 60
-        for topic, qid, offset, body in stored:
-            while True:
+        unread = list(stored)
+
+        def all_readable() -> bool:
+            """Read the stored messages in order as far as they are readable; whether all are."""
+            while unread:
+                topic, qid, offset, body = unread[0]
                 r = client.get(f"/v1/topics/{topic}/queues/{qid}/messages", params={"offset": offset, "max": 1})
                 assert r.status_code == 200, r.text
                 reply = r.json()
-                if reply["status"] == "FOUND":
-                    assert reply["messages"][0]["body"] == body
-                    break
-                assert time.monotonic() < deadline, f"{topic}/{qid} offset {offset} never became readable: {reply}\n{broker.log()}"
-                time.sleep(0.05)
+                if reply["status"] != "FOUND":
+                    return False
+                assert reply["messages"][0]["body"] == body
+                unread.pop(0)
+            return True
+
+        wait_for(all_readable, 60, what=lambda: f"{unread[0]} to be readable:\n{broker.log()}", poll_s=0.05)
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code == 200
         runtime = client.get("/v1/store").json()["runtime"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from app.settings import BrokerSettings
 from store import MessageStoreConfig
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.scrape import samples, value
+from tests.waiting import wait_for, wait_for_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,10 +140,7 @@ def test_hot_routes_answer_503_starting_while_the_store_loads_and_serve_once_it_
             assert (receive.status, receive.problem()) == (503, "STARTING")
             health = await call(entry, "GET", "/healthz")
             assert (health.status, health.body) == (200, b'{"status":"ok"}')
-            deadline = time.monotonic() + 30
-            while broker.loading:
-                assert time.monotonic() < deadline, "the store did not load"
-                await asyncio.sleep(0.01)
+            await wait_for_async(lambda: not broker.loading, 30, what="the store to load")
             assert not failures
             topic = b'{"queues": 1}'
             assert (await call(entry, "PUT", "/v1/topics/t", headers=json_headers(len(topic)), chunks=iter([topic]))).status == 201
@@ -161,13 +158,6 @@ def held_request(port: int, request: bytes) -> socket.socket:
     return sock
 
 
-def wait_for(check: Any, what: str) -> None:
-    deadline = time.monotonic() + 20
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-
-
 def test_a_held_pull_and_a_held_receive_end_when_their_client_goes_away(make_broker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER)
     c = broker.client
@@ -178,16 +168,16 @@ def test_a_held_pull_and_a_held_receive_end_when_their_client_goes_away(make_bro
 
     abandoned = metric("tidemq_pulls_abandoned_total")
     pull = held_request(broker.port, b"GET /v1/topics/held/queues/0/messages?offset=0&wait_ms=5000 HTTP/1.1\r\nhost: b\r\n\r\n")
-    wait_for(lambda: metric("tidemq_held_pulls") == 1, "the pull was not held")
+    wait_for(lambda: metric("tidemq_held_pulls") == 1, 20, "the pull to be held")
     pull.close()
-    wait_for(lambda: metric("tidemq_held_pulls") == 0, "the pull was still held after its client left")
+    wait_for(lambda: metric("tidemq_held_pulls") == 0, 20, "the pull to be released after its client left")
     assert metric("tidemq_pulls_abandoned_total") == abandoned + 1
     receive = held_request(
         broker.port, b"POST /v1/groups/g/topics/held/receive?wait_ms=5000 HTTP/1.1\r\nhost: b\r\ncontent-length: 0\r\n\r\n"
     )
-    wait_for(lambda: metric("tidemq_held_pulls") == 3, "the receive was not held on both queues and the retry queue")
+    wait_for(lambda: metric("tidemq_held_pulls") == 3, 20, "the receive to be held on both queues and the retry queue")
     receive.close()
-    wait_for(lambda: metric("tidemq_held_pulls") == 0, "the receive was still held after its client left")
+    wait_for(lambda: metric("tidemq_held_pulls") == 0, 20, "the receive to be released after its client left")
     # Nothing was taken by the receive that left: the next one gets the message.
     assert c.post("/v1/topics/held/messages", json={"body": "after", "queue_id": 1}).status_code == 201
     got = c.post("/v1/groups/g/topics/held/receive", params={"wait_ms": 2000})

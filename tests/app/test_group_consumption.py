@@ -17,6 +17,7 @@ import pytest
 
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n"
@@ -114,10 +115,8 @@ def test_dead_letters_are_sent_back_to_the_group_only(c: httpx.Client, topic: st
     assert c.put("/v1/groups/redrive-g", json={"max_reconsume_times": 0}).status_code in (200, 201)
     sent = send(c, topic, "poison")
     assert [m["body"] for m in receive(c, "redrive-g", topic, invisible_ms=1000)] == ["poison"]
-    deadline = time.monotonic() + 20
-    while c.get("/v1/groups/redrive-g").json()["dead_letters"] != 1:  # not acked: dead-lettered at once (0 redeliveries)
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # Not acked: dead-lettered once its invisible time passes (0 redeliveries).
+    wait_for(lambda: c.get("/v1/groups/redrive-g").json()["dead_letters"] == 1, 20, what="the dead letter", poll_s=0.05)
     problem(c.post("/v1/groups/no-dlq-g/dead-letters/resend", json={"offsets": [0]}), 404, "TOPIC_NOT_FOUND")
     problem(c.post("/v1/groups/redrive-g/dead-letters/resend", json={"offsets": [0, 0]}), 400, "BODY_INVALID")
     r = c.post("/v1/groups/redrive-g/dead-letters/resend", json={"offsets": [0, 7]})

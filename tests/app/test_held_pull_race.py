@@ -11,6 +11,7 @@ stored); here it is forced, so the answer must be the message.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from app.broker import Broker
 from app.routes_pull import Puller
 from app.settings import BrokerSettings
 from store import MessageStoreConfig, PutBatch, build_message
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 WAIT_MS = 200
@@ -57,19 +59,21 @@ def test_a_wake_up_overtaken_by_the_deadline_still_answers_the_message(tmp_path:
             store = broker.store
             store.topic_config_manager.create_or_update("t", 1)
             puller = Puller(broker)
+            # Listeners are called in order: once this one ran, the broker's (added at its start) has
+            # queued its wake-up on the loop.
+            notified = threading.Event()
+            store.add_message_arriving_listener(lambda *_: notified.set())
 
             def put_and_wait_dispatched() -> None:
                 # Runs on the loop, after the wait's timeout was released but before the pull resumes.
                 future = store.put(PutBatch.of((build_message("t", b"late", 0),)))
                 assert future.result(5).ok
-                deadline = time.monotonic() + 5
-                while store.get_max_offset_in_queue("t", 0) < 1:
-                    assert time.monotonic() < deadline, "never dispatched"
-                    time.sleep(0.001)
-                time.sleep(0.05)  # the reput thread has called the listener: its wake-up is queued behind the pull
+                # Dispatched by the reput thread, whose listener call queues the wake-up behind the pull.
+                wait_for(notified.is_set, 5, what="the dispatch to call the arriving listeners", poll_s=0.001)
+                assert store.get_max_offset_in_queue("t", 0) == 1
 
             def block_past_the_deadline() -> None:
-                time.sleep(WAIT_MS / 1000 + 0.05)
+                time.sleep(WAIT_MS / 1000 + 0.05)  # the test's timeline: the loop is busy past the pull's deadline
 
             start = loop.time()
             # Both due when the loop wakes from the block: the pull's timeout first, then the put.

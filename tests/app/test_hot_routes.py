@@ -7,6 +7,7 @@ are started through the broker as the lifespan would).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig
 from store.native import pack_batch
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,6 +84,13 @@ BATCH_OPERATIONS = 40
 FIRST_PULL = 8
 
 
+def max_offset_reaches(c: httpx.AsyncClient, count: int) -> Callable[[], Awaitable[bool]]:
+    async def reached() -> bool:
+        return (await c.get("/v1/topics/t")).json()["queues"][0]["max_offset"] >= count
+
+    return reached
+
+
 def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
     config = MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 22, max_message_size_bytes=1 << 16)
     settings = BrokerSettings(store_dir=str(tmp_path / f"hot-{hot_routes}"), hot_routes=hot_routes, store=config).validate()
@@ -95,8 +104,7 @@ def outcomes(tmp_path: Path, hot_routes: bool) -> list[tuple[int, str]]:
                 out = []
                 for i, (method, path, query, body, headers) in enumerate(REQUESTS):
                     if i == FIRST_PULL:  # the four stored messages are dispatched before the pulls
-                        while (await c.get("/v1/topics/t")).json()["queues"][0]["max_offset"] < 4:
-                            await asyncio.sleep(0.005)
+                        await wait_for_async(max_offset_reaches(c, 4), 10, what="the four messages to be dispatched", poll_s=0.005)
                     r = await c.request(method, path, params=query, content=body, headers=headers)
                     if r.headers.get("content-type", "").startswith("application/problem+json"):
                         summary = r.json()["code"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ from app.server import create_app
 from app.settings import BrokerSettings
 from store import DefaultMessageStore, MessageStoreConfig, build_message
 from tests.app.helpers import problem
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,11 +72,15 @@ def test_readyz_answers_index_rebuilding_until_the_index_is_whole(tmp_path: Path
                 r = await c.get(f"/v1/topics/{TOPIC}/queues/0/messages", params={"offset": 0, "max": 1})
                 assert r.status_code == 200 and r.json()["messages"][0]["body"] == "body-0"  # served meanwhile
                 os.unlink(root / "index")
-                deadline = time.monotonic() + 60
-                while (r := await c.get("/readyz")).status_code != 200:
+
+                async def ready() -> httpx.Response | None:
+                    r = await c.get("/readyz")
+                    if r.status_code == 200:
+                        return r
                     problem(r, 503, "INDEX_REBUILDING")
-                    assert time.monotonic() < deadline, "the index rebuild did not finish"
-                    await asyncio.sleep(0.02)
+                    return None
+
+                r = await wait_for_async(ready, 60, what="the index rebuild to finish", poll_s=0.02)
                 assert r.json() == {"status": "ready"}
                 assert await keys_found(c) == list(range(COUNT))
         finally:

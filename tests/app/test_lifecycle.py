@@ -15,6 +15,7 @@ import pytest
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import problem, send, wait_visible
 from tests.loopback import free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,10 +62,7 @@ def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
 
     thread = threading.Thread(target=held_pull)
     thread.start()
-    deadline = time.monotonic() + 5
-    while "tidemq_held_pulls 1" not in broker.client.get("/metrics").text:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: "tidemq_held_pulls 1" in broker.client.get("/metrics").text, 5, what="the pull to be held", poll_s=0.02)
     started = time.monotonic()
     assert broker.stop(signal.SIGTERM) == 0
     thread.join(10)
@@ -120,10 +118,7 @@ def test_topics_are_not_created_by_default_and_held_pull_bound(make_broker) -> N
     assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
     thread = threading.Thread(target=lambda: httpx.get(f"{broker.url}/v1/topics/t/queues/0/messages?offset=0&wait_ms=1500", timeout=10))
     thread.start()
-    deadline = time.monotonic() + 5
-    while "tidemq_held_pulls 1" not in c.get("/metrics").text:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: "tidemq_held_pulls 1" in c.get("/metrics").text, 5, what="the pull to be held", poll_s=0.02)
     problem(c.get("/v1/topics/t/queues/0/messages", params={"offset": 0, "wait_ms": 1000}), 503, "TOO_MANY_WAITERS")
     # A pull that need not wait is still served.
     assert c.get("/v1/topics/t/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
@@ -196,10 +191,7 @@ def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
     c = broker.client
     if c.get("/v1/store").json()["runtime"]["disk_used_ratio"] <= 0.01:
         pytest.skip("the temporary directory's disk is almost empty")
-    deadline = time.monotonic() + 10
-    while not c.get("/v1/store").json()["runtime"]["disk_full"]:
-        assert time.monotonic() < deadline, "the store never flagged the disk as full"
-        time.sleep(0.05)
+    wait_for(lambda: c.get("/v1/store").json()["runtime"]["disk_full"], 10, what="the store to flag the disk as full", poll_s=0.05)
     before = c.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
     r = c.post("/v1/topics/t/messages", json={"body": "x"})
     problem(r, 503, "DISK_FULL")

@@ -54,7 +54,7 @@ def test_only_matching_waiters_of_the_queue_are_woken() -> None:
         assert any_tag and tag_a and tag_b and other_queue
         arrive_from_thread(held, ("t", 0, tags_hash("A")), ("u", 0, 0))
         await asyncio.wait_for(any_tag.future, 5)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # nothing more may wake: any other wake-up the thread queued has run by now
         assert tag_a.future.done() and not tag_b.future.done() and not other_queue.future.done()
         assert held.woken_total == 2
 
@@ -71,7 +71,7 @@ def test_codes_the_store_does_not_list_wake_every_waiter_of_the_queue() -> None:
         assert tag_a and tag_b and other_queue
         arrive_from_thread(held, ("t", 0, None))
         await asyncio.wait_for(asyncio.gather(tag_a.future, tag_b.future), 5)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # nothing more may wake: any other wake-up the thread queued has run by now
         assert not other_queue.future.done() and held.woken_total == 2
 
     asyncio.run(scenario())

@@ -10,16 +10,18 @@ import pytest
 
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.scrape import samples, value
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def wait_counted(c: httpx.Client, topic: str, count: int) -> None:
     """Until /metrics counts `count` dispatched messages of `topic` (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while value(samples(c.get("/metrics").text), "tidemq_topic_messages_total", topic=topic) < count:
-        assert time.monotonic() < deadline, f"the {count} messages of {topic} were never dispatched"
-        time.sleep(0.01)
+    wait_for(
+        lambda: value(samples(c.get("/metrics").text), "tidemq_topic_messages_total", topic=topic) >= count,
+        10,
+        what=f"the {count} messages of {topic} to be dispatched",
+    )
 
 
 def test_per_topic_series_are_bounded_by_metrics_max_topics(make_broker) -> None:

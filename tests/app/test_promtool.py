@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from tests.app.scrape import serve_hot_routes
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -25,10 +26,11 @@ def test_a_scrape_after_every_hot_route_passes_promtool(make_broker) -> None:
     later = {"body": "later", "deliver_at_ms": int(time.time() * 1000) + 3_600_000}
     assert client.put("/v1/topics/timers", json={"queues": 1}).status_code in (200, 201)
     assert client.post("/v1/topics/timers/messages", json=later).status_code == 201
-    deadline = time.monotonic() + 10
-    while "tidemq_timer_next_due_timestamp_seconds " not in (text := client.get("/metrics").text):
-        assert time.monotonic() < deadline, "the timer message was never enqueued"
-        time.sleep(0.02)
+    text = wait_for(
+        lambda: page if "tidemq_timer_next_due_timestamp_seconds " in (page := client.get("/metrics").text) else None,
+        10,
+        what="the timer message to be enqueued",
+    )
     for family in ("tidemq_http_requests_total", "tidemq_topic_messages_total", "tidemq_process_open_fds", "tidemq_group_lag"):
         assert f"# TYPE {family} " in text, family
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)

@@ -29,7 +29,7 @@ def pull(client: httpx.Client, topic: str, queue_id: int = 0, **params) -> dict:
 
 def send_later(url: str, topic: str, delay_s: float, body: str = "late", **fields) -> threading.Thread:
     def run() -> None:
-        time.sleep(delay_s)
+        time.sleep(delay_s)  # the test's timeline: the message is sent this long after the call
         httpx.post(f"{url}/v1/topics/{topic}/messages", json={"body": body, "queue_id": 0, **fields}, timeout=10)
 
     thread = threading.Thread(target=run)
@@ -153,15 +153,9 @@ def test_disconnected_long_poll_is_released_at_once(shared_broker, client: httpx
     before = held_pulls(client)
     sock = socket.create_connection(("127.0.0.1", shared_broker.port), timeout=10)
     sock.sendall(f"GET /v1/topics/{topic}/queues/0/messages?offset=0&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    deadline = time.monotonic() + 3
-    while held_pulls(client) != before + 1:
-        assert time.monotonic() < deadline, "the pull was never held"
-        time.sleep(0.02)
+    wait_for(lambda: held_pulls(client) == before + 1, 3, what="the pull to be held")
     sock.close()
-    deadline = time.monotonic() + 1.5
-    while held_pulls(client) != before:
-        assert time.monotonic() < deadline, "the disconnected pull is still held"
-        time.sleep(0.02)
+    wait_for(lambda: held_pulls(client) == before, 1.5, what="the disconnected pull to be released")
 
 
 def test_batch_format_returns_stored_bytes(client: httpx.Client, topic: str) -> None:

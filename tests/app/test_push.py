@@ -18,6 +18,7 @@ from app.push_signature import SIGNATURE_HEADER, verify
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import commitlog_max, problem, send
 from tests.app.push_receiver import Delivery, PushReceiver
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 SECRET = "a-secret-of-32-characters-length"
@@ -47,14 +48,15 @@ def accepted(got: list[Delivery]) -> set[bytes]:
 
 def dead_letters(c: httpx.Client, group: str, want: int) -> list[dict]:
     """The messages of the group's dead-letter topic once it holds `want` (it exists once the first arrives)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def held() -> list[dict] | None:
         r = c.get(f"/v1/topics/%DLQ%{group}/queues/0/messages", params={"offset": 0})
         if r.status_code == 200 and len(r.json()["messages"]) >= want:
             return r.json()["messages"]
         assert r.status_code in (200, 404), r.text
-        assert time.monotonic() < deadline, f"the dead-letter topic never held {want} messages: {r.text}"
-        time.sleep(0.05)
+        return None
+
+    return wait_for(held, 30, what=f"the dead-letter topic to hold {want} messages", poll_s=0.05)
 
 
 def test_every_message_arrives_signed_and_a_failing_receivers_messages_end_in_the_dlq(c: httpx.Client, topic: str) -> None:
@@ -123,10 +125,9 @@ def test_a_large_body_goes_to_the_dead_letter_topic_unposted(tmp_path: Path, top
         send(c, topic, "x" * 11)
         send(c, topic, "small")
         receiver.wait_for(lambda got: accepted(got) == {b"small"})
-        deadline = time.monotonic() + 20
-        while c.get("/v1/groups/big/push").json()["counts"]["too_large"] < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(
+            lambda: c.get("/v1/groups/big/push").json()["counts"]["too_large"] >= 1, 20, what="the large body to be counted", poll_s=0.05
+        )
         dead = dead_letters(c, "big", 1)
         assert [m["body"] for m in dead] == ["x" * 11]
         assert all(d.body != b"x" * 11 for d in receiver.got())
@@ -146,10 +147,12 @@ def test_a_redirect_is_not_followed_and_a_slow_receiver_times_out(c: httpx.Clien
         assert r.status_code == 201, r.text
         send(c, topic, "moved")
         send(c, topic, "slow")
-        deadline = time.monotonic() + 30
-        while (counts := c.get(f"/v1/groups/redirected-{topic}/push").json()["counts"])["failed"] < 1 or counts["errors"] < 1:
-            assert time.monotonic() < deadline, counts
-            time.sleep(0.05)
+
+        def both_failed() -> dict | None:
+            counts = c.get(f"/v1/groups/redirected-{topic}/push").json()["counts"]
+            return counts if counts["failed"] >= 1 and counts["errors"] >= 1 else None
+
+        counts = wait_for(both_failed, 30, what="a failed delivery and an error", poll_s=0.05)
         assert c.delete(f"/v1/groups/redirected-{topic}/push").status_code == 204
     assert counts["delivered"] == 0  # neither the redirect nor the reply that came too late is an ack
     assert all(d.path == "/hook?x=1" for d in receiver.got())  # the 307's Location (/elsewhere) was never asked for

@@ -12,6 +12,7 @@ from app.broker import Broker
 from app.receiver import Receiver, ReceiveSpec
 from app.settings import BrokerSettings
 from store import FlushDiskType, MessageStoreConfig, build_message
+from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,8 +58,9 @@ def test_a_take_is_near_the_tail_only_while_the_group_is_within_the_window_in_al
         assert receiver.near_tail(spec("g", "t"), 2)  # nothing stored: nothing to read from disk
         for queue_id in (0, 1):
             assert store.put_messages([build_message("t", b"m", queue_id) for _ in range(3)]).ok
-        while store.get_max_offset_in_queue("t", 1) < 3:
-            await asyncio.sleep(0.005)
+        await wait_for_async(
+            lambda: store.get_max_offset_in_queue("t", 1) >= 3, 10, what="queue 1's messages to be dispatched", poll_s=0.005
+        )
         assert not receiver.near_tail(spec("g", "t"), 2)  # 6 behind in all, the window is 4
         got = await receiver.take_soon(spec("g", "t"), 2, False)  # read in the pool, and the offsets committed
         assert sorted(p.data is not None for p in got) == [True] * 6

@@ -17,6 +17,7 @@ import pytest
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, as_admin, bearer, start_with_acl
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import problem, send
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 STREAM_BROKER = SMALL_BROKER + "stream_heartbeat_ms = 300\n"
@@ -112,21 +113,22 @@ def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker, topic: str) ->
     broker = make_broker(SMALL_STORE + STREAM_BROKER, process=True)  # SIGTERM and its exit status
     c = broker.client
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
-    ended = threading.Event()
+    opened, ended = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
     def read() -> None:
         try:
             with httpx.Client(base_url=broker.url, timeout=20) as own, own.stream("GET", f"/v1/groups/g/topics/{topic}/stream") as r:
-                for _ in r.iter_lines():
-                    pass
+                for line in r.iter_lines():
+                    if line == ": stream open":
+                        opened.set()
             ended.set()  # the chunked body was closed properly: no protocol error
         except BaseException as e:  # reported by the assertion below
             errors.append(e)
 
     reader = threading.Thread(target=read)
     reader.start()
-    time.sleep(0.5)
+    wait_for(lambda: opened.is_set() or errors, 10, what="the stream to open")
     assert broker.stop(signal.SIGTERM) == 0
     reader.join(20)
     assert errors == [] and ended.is_set()
@@ -195,7 +197,7 @@ def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(ma
         received = admin.post("/v1/groups/billing/topics/billing-a/receive", params={"max": 4, "wait_ms": 2000}).json()
         assert sorted(m["body"] for m in received["messages"]) == ["after-0", "after-1"], "nothing went to the revoked stream"
         acl.write_text(ACL_TEXT.replace('"billing-*" = "PUB"', '"billing-*" = "PUB|SUB"'))
-        time.sleep(0.05)
+        time.sleep(0.05)  # past acl_reload_interval_ms (10 ms): the next request reloads the file
         with billing.stream("GET", "/v1/groups/billing/topics/billing-a/stream") as r:
             assert r.status_code == 200
             lines = r.iter_lines()
@@ -207,7 +209,4 @@ def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(ma
 
 
 def wait_held(admin: httpx.Client, count: int) -> None:
-    deadline = time.monotonic() + 10
-    while "tidemq_held_pulls " + str(count) not in admin.get("/metrics").text:
-        assert time.monotonic() < deadline, "the requests were never held"
-        time.sleep(0.02)
+    wait_for(lambda: f"tidemq_held_pulls {count}" in admin.get("/metrics").text, 10, what=f"{count} held requests", poll_s=0.02)

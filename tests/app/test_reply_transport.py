@@ -6,6 +6,7 @@ import asyncio
 import socket
 
 from app.reply_transport import ReplyTransport
+from tests.waiting import wait_for_async
 
 
 class Recording(asyncio.Protocol):
@@ -36,6 +37,19 @@ def _read(peer: socket.socket, n: int) -> bytes:
     return out
 
 
+def _take_available(peer: socket.socket, into: bytearray) -> bool:
+    """Append what the peer socket holds now to `into`, without blocking the loop; whether the stream ended."""
+    peer.setblocking(False)
+    while True:
+        try:
+            chunk = peer.recv(1 << 20)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return True
+        into += chunk
+
+
 def test_writes_of_one_turn_leave_in_one_write() -> None:
     async def run() -> tuple[list[bytes], bytes]:
         transport, peer, calls = await _pair()
@@ -63,12 +77,11 @@ def test_close_delivers_what_was_written_before_it() -> None:
         reply = ReplyTransport(transport, asyncio.get_running_loop())
         reply.write(b"last words")
         reply.close()
-        await asyncio.sleep(0.01)
-        data = _read(peer, 10)
-        peer.settimeout(2)
-        assert peer.recv(10) == b""  # then the end of the stream
+        data = bytearray()
+        # The loop writes and closes meanwhile: the bytes, then the end of the stream.
+        await wait_for_async(lambda: _take_available(peer, data), 5, what=lambda: f"the end of the stream after {bytes(data)!r}")
         peer.close()
-        return data
+        return bytes(data)
 
     assert asyncio.run(run()) == b"last words"
 
@@ -81,17 +94,16 @@ def test_a_large_reply_is_written_part_by_part_in_order() -> None:
         reply.write(head)
         reply.write(body)
         await asyncio.sleep(0)
-        got = b""
-        while len(got) < len(head) + len(body):
-            await asyncio.sleep(0.001)
-            peer.setblocking(False)
-            try:
-                got += peer.recv(1 << 20)
-            except BlockingIOError:
-                pass
+        got = bytearray()
+        await wait_for_async(
+            lambda: _take_available(peer, got) or len(got) >= len(head) + len(body),
+            5,
+            what=lambda: f"the whole reply: {len(got)} bytes came",
+            poll_s=0.001,
+        )
         reply.close()
         peer.close()
-        return calls, got
+        return calls, bytes(got)
 
     calls, got = asyncio.run(run())
     assert [len(c) for c in calls] == [100, 102_400]  # the head first, then the body, neither copied into the other

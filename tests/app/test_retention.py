@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import commitlog_max, problem
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,6 +38,13 @@ PERIODIC_RETENTION_CONFIG = EXPIRING_STORE + f'delete_when = "{EVERY_HOUR}"\ncle
 LEVELS = 'message_delay_level = "1s 2s 5s 1h"\n'
 
 
+def cleaned(c: httpx.Client) -> tuple[dict, int] | None:
+    """(The store's runtime report, Aged's queue 0 minimum offset) once three files are deleted and the minimum moved."""
+    runtime = c.get("/v1/store").json()["runtime"]
+    min_offset = c.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
+    return (runtime, min_offset) if deleted_at_least(runtime, 3) and min_offset > 0 else None
+
+
 def deleted_at_least(runtime: dict, files: int) -> bool:
     """Whether `files` commitlog files are deleted, by the count and by the minimum offset. The report
     reads them at different moments: during a pass the minimum already moved past the file shut down
@@ -54,10 +63,14 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     # the periodic flush (one file every 500 ms, each an msync that a busy disk can make take seconds)
     # must be past every full file first. Once it is, it holds at most the last full file (its pages
     # are dropped after the move), and the pass still deletes the files before it.
-    deadline = time.monotonic() + 60
-    while (runtime := c.get("/v1/store").json()["runtime"])["commitlog_flushed_offset"] < runtime["commitlog_max_offset"] // 65536 * 65536:
-        assert time.monotonic() < deadline, runtime
-        time.sleep(0.05)
+
+    def flushed_past_full_files() -> dict | None:
+        runtime = c.get("/v1/store").json()["runtime"]
+        return runtime if runtime["commitlog_flushed_offset"] >= runtime["commitlog_max_offset"] // 65536 * 65536 else None
+
+    runtime = wait_for(
+        flushed_past_full_files, 60, what=lambda: f"the flush to pass every full file: {c.get('/v1/store').json()['runtime']}", poll_s=0.05
+    )
     assert runtime["commitlog_max_offset"] // 65536 >= 4, "the pass must find at least four full files"
     cleanup = runtime["cleanup"]
     assert cleanup["commitlog_files_deleted"] == 0 and cleanup["manual_rounds_left"] == 0
@@ -70,14 +83,9 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     started = r.json()
     assert started["rounds"] == 20 and started["next_pass_ms"] >= before_ms
 
-    deadline = time.monotonic() + 30
-    while True:
-        runtime = c.get("/v1/store").json()["runtime"]
-        min_offset = c.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
-        if deleted_at_least(runtime, 3) and min_offset > 0:
-            break
-        assert time.monotonic() < deadline, runtime
-        time.sleep(0.05)
+    runtime, min_offset = wait_for(
+        partial(cleaned, c), 30, what=lambda: f"three files deleted: {c.get('/v1/store').json()['runtime']}", poll_s=0.05
+    )
     cleanup = runtime["cleanup"]
     assert cleanup["passes"] >= 1 and cleanup["manual_rounds_left"] < 20
     assert cleanup["next_pass_ms"] > cleanup["last_pass_ms"] >= before_ms
@@ -127,10 +135,12 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
     got = c.get("/v1/topics/later/queues/0/messages", params={"offset": 0, "wait_ms": 5000}).json()
     assert got["status"] == "FOUND" and [m["body"] for m in got["messages"]] == ["soon"]
     assert got["messages"][0]["store_timestamp"] >= quick["deliver_at_ms"]
-    deadline = time.monotonic() + 10
-    while (status := c.get("/v1/schedule").json())["delivered"] < 1:
-        assert time.monotonic() < deadline, status
-        time.sleep(0.05)
+    status = wait_for(
+        lambda: s if (s := c.get("/v1/schedule").json())["delivered"] >= 1 else None,
+        10,
+        what=lambda: f"the delivery to be counted: {c.get('/v1/schedule').json()}",
+        poll_s=0.05,
+    )
     assert status["levels"][0]["waiting"] == 0 and status["levels"][3]["waiting"] == 3
     # delay_ms and deliver_at_ms are timer messages, bounded by timer_max_delay_ms (3 days), not the longest level.
     before = commitlog_max(c)
@@ -152,14 +162,10 @@ def test_consumers_see_the_new_minimum_and_lose_deleted_keys_over_http(tmp_path:
             messages = [{"body": body, "keys": [f"aged-{batch * 50 + i}"], "queue_id": 0} for i in range(50)]
             r = client.post("/v1/topics/Aged/messages", json={"messages": messages})
             assert r.status_code == 201, r.text
-        deadline = time.monotonic() + 30
-        while True:  # every file but the last is expired at once; the periodic pass deletes them
-            runtime = client.get("/v1/store").json()["runtime"]
-            new_min = client.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
-            if deleted_at_least(runtime, 3) and new_min > 0:
-                break
-            assert time.monotonic() < deadline, runtime
-            time.sleep(0.05)
+        # Every file but the last is expired at once; the periodic pass deletes them.
+        _, new_min = wait_for(
+            partial(cleaned, client), 30, what=lambda: f"three files deleted: {client.get('/v1/store').json()['runtime']}", poll_s=0.05
+        )
 
         stale = client.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
         assert stale["status"] == "OFFSET_TOO_SMALL"

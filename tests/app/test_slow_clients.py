@@ -19,6 +19,7 @@ from app.settings import BrokerSettings
 from core.errors import ConfigInvalid
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 from tests.app.helpers import commitlog_max
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 # Liveness bound of each wait (not a timing assertion: the limits under test are far shorter).
@@ -267,13 +268,11 @@ def test_header_bytes_are_bounded_per_request_and_over_all_connections(make_brok
     for s in socks:
         s.close()
     # The held bytes are given back when their connections close: a full request is served again.
-    deadline = time.monotonic() + PATIENCE_S
-    while True:
-        s = connect(broker)
-        s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"x-filler: " + b"c" * 60_000 + b"\r\n\r\n")
-        status, _, _ = read_response(s)
-        s.close()
-        if status == 200:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+
+    def served() -> bool:
+        with connect(broker) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"x-filler: " + b"c" * 60_000 + b"\r\n\r\n")
+            status, _, _ = read_response(s)
+        return status == 200
+
+    wait_for(served, PATIENCE_S, what="a full request to be served again", poll_s=0.05)

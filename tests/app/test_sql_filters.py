@@ -87,6 +87,7 @@ def test_a_held_pull_answers_the_first_matching_arrival(broker: BrokerProcess, c
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
 
     def later() -> None:
+        # The test's timeline: "small" (no match) comes 0.2 s in, "big" 0.5 s in.
         time.sleep(0.2)
         httpx.post(f"{broker.url}/v1/topics/{topic}/messages", json={"body": "small", "queue_id": 0, "properties": {"n": "1"}})
         time.sleep(0.3)

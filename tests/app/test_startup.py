@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from tests.app.conftest import ROOT, SMALL_BROKER
 from tests.app.helpers import problem
 from tests.app.store_filler import FILLER_STORE, QUEUES, TOPIC
 from tests.loopback import free_port
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 # Liveness bound of each wait (not a timing assertion).
@@ -71,19 +71,18 @@ def test_health_answers_and_ready_reports_progress_during_a_recovery(tmp_path: P
     starting: list[dict] = []
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=PATIENCE_S) as client:
-            deadline = time.monotonic() + PATIENCE_S
-            while True:
-                assert time.monotonic() < deadline, log_path.read_text()
+
+            def ready() -> bool:
+                """Whether the broker is ready; each answer before is checked (and kept, in `starting`)."""
                 assert proc.poll() is None, log_path.read_text()
                 try:
                     health = client.get("/healthz")
                     ready = client.get("/readyz")
                 except httpx.TransportError:
-                    time.sleep(0.005)
-                    continue
+                    return False  # not listening yet
                 assert health.status_code == 200
                 if ready.status_code == 200:
-                    break
+                    return True
                 body = problem(ready, 503, "STARTING")
                 assert body["phase"]
                 if "total_bytes" in body:
@@ -92,6 +91,9 @@ def test_health_answers_and_ready_reports_progress_during_a_recovery(tmp_path: P
                 put = client.post(f"/v1/topics/{TOPIC}/messages", json={"body": "early"})
                 if put.status_code != 201:  # the load may end between the two requests
                     problem(put, 503, "STARTING")
+                return False
+
+            wait_for(ready, PATIENCE_S, what=lambda: f"the broker to be ready:\n{log_path.read_text()}", poll_s=0.005)
             assert starting, "the recovery ended before the server answered: make it longer"
             queues = client.get(f"/v1/topics/{TOPIC}").json()["queues"]
             assert sum(q["max_offset"] for q in queues[:QUEUES]) >= MESSAGES

@@ -142,7 +142,7 @@ def test_reads_past_the_bound_are_refused(tmp_path: Path) -> None:
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as c:
                 assert (await c.put("/v1/topics/t", json={"queues": 1})).status_code == 201
                 blocker = asyncio.ensure_future(broker.run(release.wait, 10))  # the one reader slot, taken
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0)  # the blocker's first step runs now: it takes the slot before its first await
                 r = await c.get("/v1/topics/t/messages", params={"key": "k"})  # index queries always use the pool
                 problem(r, 503, "READS_BUSY")
                 assert r.headers["retry-after"] == "1"

@@ -12,6 +12,7 @@ import httpx
 from store import pack_batch
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import problem
+from tests.waiting import wait_for
 
 PRECISION_MS = 100  # the default timer_precision_ms
 BATCH = "application/x-tidemq-batch"
@@ -83,12 +84,12 @@ def test_timer_status_and_metrics(make_broker, topic: str) -> None:
     enqueued_before = client.get("/v1/timers").json()["enqueued"]
     due = int(time.time() * 1000) + 60_000
     assert client.post(f"/v1/topics/{topic}/messages", json={"body": "later", "deliver_at_ms": due}).status_code == 201
-    deadline = time.monotonic() + 5
-    while True:
-        status = client.get("/v1/timers").json()
-        if status["enqueued"] > enqueued_before or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
+    status = wait_for(
+        lambda: s if (s := client.get("/v1/timers").json())["enqueued"] > enqueued_before else None,
+        5,
+        what="the timer message to be enqueued",
+        poll_s=0.02,
+    )
     assert status["pending"] >= 1 and status["precision_ms"] == PRECISION_MS
     assert status["next_due_ms"] is not None and status["next_due_ms"] <= due + PRECISION_MS
     assert {"p50_ms", "p99_ms", "count"} <= set(status["lateness"])
@@ -133,9 +134,9 @@ def test_sigkill_while_timers_are_delivered_delivers_each_once(make_broker, topi
     c = broker.client
     create(c, topic, queues=2)
     sent = _send_timers(c, topic, 200, int(time.time() * 1000) + 1_500, spread_ms=15)
-    deadline = time.monotonic() + 10
-    while c.get("/v1/timers").json()["delivered"] < 60 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_for(
+        lambda: c.get("/v1/timers").json()["delivered"] >= 60, 10, what="60 timers delivered: the kill lands mid-delivery", poll_s=0.005
+    )
     broker.stop(signal.SIGKILL)
     broker.start()
     got = _delivered_keys(broker.client, topic, 200)

@@ -9,6 +9,7 @@ import pytest
 
 from store import GROUP_MAX_BYTES
 from tests.app.helpers import problem, send
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,12 +123,12 @@ def test_query_by_key_and_msg_id(client: httpx.Client, topic: str) -> None:
     a = send(client, topic, "first", keys=["order-1"])
     b = send(client, topic, "second", keys=["order-1", "order-2"])
     send(client, topic, "third", keys=["order-3"])
-    deadline = time.monotonic() + 5  # the index is built by the dispatch thread
-    while True:
-        found = client.get(f"/v1/topics/{topic}/messages", params={"key": "order-1"}).json()["messages"]
-        if len(found) == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    found = wait_for(  # the index is built by the dispatch thread
+        lambda: m if len(m := client.get(f"/v1/topics/{topic}/messages", params={"key": "order-1"}).json()["messages"]) == 2 else None,
+        5,
+        what="both messages of key order-1 to be indexed",
+        poll_s=0.05,
+    )
     assert sorted(m["body"] for m in found) == ["first", "second"]
     assert {m["msg_id"] for m in found} == {a["msg_id"], b["msg_id"]}
     one = client.get(f"/v1/topics/{topic}/messages", params={"key": "order-1", "max": 1}).json()["messages"]
@@ -191,7 +192,7 @@ def test_message_by_offset_id(client: httpx.Client, topic: str) -> None:
 def test_offset_by_time(client: httpx.Client, topic: str) -> None:
     client.put(f"/v1/topics/{topic}", json={"queues": 1})
     first = send(client, topic, "a")
-    time.sleep(0.02)
+    time.sleep(0.02)  # the two store times must differ
     second = send(client, topic, "b")
     url = f"/v1/topics/{topic}/queues/0/offset"
     assert client.get(url, params={"timestamp_ms": 0}).json()["offset"] == 0

@@ -214,7 +214,7 @@ class CheckServer:
                         for _ in range(100):
                             self.wfile.write(b" ")
                             self.wfile.flush()
-                            time.sleep(1.0)
+                            time.sleep(1.0)  # the drip's pace: the reply's time, not a wait for the broker
                     except OSError:
                         pass  # the broker cut the check
                     return

@@ -9,6 +9,8 @@ import uuid
 import pytest
 
 from tests.app.conftest import BrokerProcess
+from tests.client.test_cli import held_pulls
+from tests.waiting import wait_for_async
 from tidemq import AsyncClient, BatchMessage, Forbidden, NotFound, Timeout
 
 
@@ -120,8 +122,9 @@ def test_a_cancelled_long_poll_leaves_the_client_usable(shared_broker: BrokerPro
         async with AsyncClient(shared_broker.url, max_connections=1) as c:
             await c.create_topic(topic, 1)
             await c.produce(topic, b"first", queue_id=0)
+            before = held_pulls(shared_broker)
             poll = asyncio.create_task(c.pull(topic, 0, 1, wait_ms=4000))
-            await asyncio.sleep(0.1)
+            await wait_for_async(lambda: held_pulls(shared_broker) > before, 10, what="the long poll to be held", poll_s=0.02)
             poll.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await poll

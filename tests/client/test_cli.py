@@ -8,7 +8,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import uuid
 from importlib.metadata import version
 from pathlib import Path
@@ -19,6 +18,7 @@ from tests.app.conftest import ROOT, BrokerProcess
 from tests.client.cli_helpers import COMMAND_TIMEOUT_S, command_env, tidemq
 from tests.client.cli_helpers import start as start_command
 from tests.loopback import free_port
+from tests.waiting import wait_for
 from tidemq import Client
 
 
@@ -111,9 +111,7 @@ def test_consume_follow_waits_for_new_messages(shared_broker: BrokerProcess, url
         follower = start_command(url, "consume", topic, "--follow", "--wait-ms", "4000", "--max-messages", "3")
         try:
             # Produce only once both queues' long polls are held, so "from now on" is before the messages.
-            deadline = time.monotonic() + COMMAND_TIMEOUT_S
-            while held_pulls(shared_broker) < before + 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: held_pulls(shared_broker) >= before + 2, COMMAND_TIMEOUT_S, what="both long polls to be held", poll_s=0.05)
             c.produce_batch(topic, [b"f1", b"f2"], queue_id=0)
             c.produce(topic, b"f3", queue_id=1)
             out, err = follower.communicate(timeout=COMMAND_TIMEOUT_S)
@@ -194,10 +192,8 @@ def test_groups_describe_reset_delete_and_dead_letters(url: str, topic: str) -> 
         c.produce_batch(topic, [b"poison", b"fine"], queue_id=0)
         poison, fine = c.receive(group, topic, max_messages=2, invisible_ms=1000)
         c.ack(group, topic, [fine.receipt_handle or ""])
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while c.group(group)["dead_letters"] < 1:  # not acked, no redelivery allowed: dead-lettered
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        # Not acked, no redelivery allowed: dead-lettered.
+        wait_for(lambda: c.group(group)["dead_letters"] >= 1, COMMAND_TIMEOUT_S, what="the dead letter", poll_s=0.1)
     listed = tidemq(url, "dlq", "list", group, "-f", "%o %s %h\n").lines()
     assert len(listed) == 1 and listed[0].startswith("0 poison ") and f"RETRY_TOPIC={topic}" in listed[0], listed
     resent = tidemq(url, "dlq", "resend", group, "--all")

@@ -24,13 +24,14 @@ from app.push_signature import SIGNATURE_HEADER, verify
 from store import pack_batch
 from tests.app.conftest import BrokerProcess
 from tests.app.push_receiver import PushReceiver
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_PATH = ROOT / "openapi" / "openapi.json"
 VENV_BIN = Path(sys.executable).parent
 PACKAGE = "tidemq_client"
 # Bounds the wait for the long poll to be held before the message it waits for is sent.
-HELD_CHECKS = 200
+HELD_TIMEOUT_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +79,16 @@ def held_pulls(api: dict[str, ModuleType], client: Any) -> float:
     return float(line.split()[1])
 
 
+@pytest.fixture
+def client(generated: dict[str, ModuleType], clients_broker: BrokerProcess) -> Iterator[Any]:
+    """The generated package's Client for the broker; its connections are closed at the end."""
+    with generated["client"].Client(base_url=clients_broker.url, timeout=httpx.Timeout(15.0)) as client:
+        yield client
+
+
 @pytest.mark.timeout(180)
-def test_generated_python_client_runs_the_walkthrough(generated: dict[str, ModuleType], clients_broker: BrokerProcess) -> None:
+def test_generated_python_client_runs_the_walkthrough(generated: dict[str, ModuleType], client: Any) -> None:
     api, models = generated, generated["models"]
-    client = api["client"].Client(base_url=clients_broker.url, timeout=httpx.Timeout(15.0))
     topic = "py-" + uuid.uuid4().hex[:10]
 
     def send(body: str, tags: str) -> Any:
@@ -106,10 +113,7 @@ def test_generated_python_client_runs_the_walkthrough(generated: dict[str, Modul
     held: list[Any] = []
     poller = threading.Thread(target=lambda: held.extend(pull(1, wait_ms=10000)))
     poller.start()
-    for _ in range(HELD_CHECKS):
-        if held_pulls(api, client) >= 1:
-            break
-        time.sleep(0.025)
+    wait_for(lambda: held_pulls(api, client) >= 1, HELD_TIMEOUT_S, what="the long poll to be held", poll_s=0.025)
     send("order 1 paid", "paid")
     poller.join(15)
     assert [m.body for m in held] == ["order 1 paid"]
@@ -166,9 +170,8 @@ def test_generated_python_client_runs_the_walkthrough(generated: dict[str, Modul
 
 
 @pytest.mark.timeout(180)
-def test_generated_python_client_sends_and_pulls_binary_batches(generated: dict[str, ModuleType], clients_broker: BrokerProcess) -> None:
+def test_generated_python_client_sends_and_pulls_binary_batches(generated: dict[str, ModuleType], client: Any) -> None:
     api, models, types = generated, generated["models"], generated["types"]
-    client = api["client"].Client(base_url=clients_broker.url, timeout=httpx.Timeout(15.0))
     topic = "py-" + uuid.uuid4().hex[:10]
     api["put_topic"].sync(topic, client=client, body=models.TopicSpec(queues=2))
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.loopback import free_port
+from tests.waiting import wait_for
 
 ETCD = shutil.which("etcd")
 START_TIMEOUT_S = 20.0
@@ -43,18 +43,22 @@ class EtcdServer:
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"etcd exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
             try:
-                if httpx.get(self.url + "/health", timeout=1.0).json().get("health") == "true":
-                    return self
+                return httpx.get(self.url + "/health", timeout=1.0).json().get("health") == "true"
             except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"etcd not healthy within {START_TIMEOUT_S}s")
+                return False
+
+        try:
+            wait_for(healthy, START_TIMEOUT_S, what="etcd to be healthy", poll_s=0.05)
+        except AssertionError:
+            self.kill()
+            raise
+        return self
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

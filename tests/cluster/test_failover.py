@@ -101,16 +101,6 @@ def readable(node: Node) -> set[str]:
         offset = reply["next_offset"]
 
 
-def missing_on(node: Node, acked: set[str], timeout_s: float = 10.0) -> set[str]:
-    """Acknowledged bodies `node` does not serve once its dispatch caught up (waits up to `timeout_s` for them)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        missing = acked - readable(node)
-        if not missing or time.monotonic() > deadline:
-            return missing
-        time.sleep(0.05)
-
-
 def group_of_two(brokers) -> tuple[Node, Node]:
     a1, a2 = brokers("a1", "a"), brokers("a2", "a")
     master = wait_master([a1, a2])

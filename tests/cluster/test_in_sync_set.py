@@ -101,7 +101,7 @@ def test_a_group_of_three_acknowledges_a_put_once_both_slaves_have_it(brokers, p
         pending = pool.submit(put, first, "m1")
         end = first.max_offset()
         wait_for(lambda: fast.max_offset() == end and first.max_offset() > slow.max_offset(), what="one slave to have the put")
-        time.sleep(0.5)
+        time.sleep(0.5)  # the put must stay unanswered meanwhile
         assert not pending.done(), "a put is not acknowledged while one in-sync slave lacks it"
         proxy.resume_peers()
         assert pending.result(10).status_code == 201

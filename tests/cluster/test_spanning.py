@@ -5,10 +5,10 @@ Real etcd and real broker processes on loopback; group a and group b have one br
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -50,12 +50,13 @@ def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_
 
     def produce(args: tuple[Node, str, int]) -> int:
         node, topic, i = args
-        for _ in range(50):
+
+        def answered() -> httpx.Response | None:
             r = node.client.post(f"/v1/topics/{topic}/messages", json={"body": f"{topic}-{node.url}-{i}"})
             # A broker that just started may not see the other group's master yet: 503 NO_MASTER, retried as a client would.
-            if r.status_code != 503 or r.json()["code"] != "NO_MASTER":
-                break
-            time.sleep(0.1)
+            return None if r.status_code == 503 and r.json()["code"] == "NO_MASTER" else r
+
+        r = wait_for(answered, 5, what=f"{node.url} to see a master for {topic}", poll_s=0.1)
         assert r.status_code == 201, r.text
         return r.status_code
 

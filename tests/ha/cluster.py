@@ -19,6 +19,7 @@ import httpx
 from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
 from tests.loopback import bound_port, free_port, wait_until_serving
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_COMMAND = [sys.executable, "-m", "app", "serve"]
@@ -158,15 +159,14 @@ class Node:
     def pull_all(self, topic: str, queue_id: int, count: int, timeout_s: float = 15.0) -> list[str]:
         """Bodies of queue offsets [0, count), waiting until they are all readable here."""
         bodies: list[str] = []
-        deadline = time.monotonic() + timeout_s
-        while len(bodies) < count:
+
+        def read_more() -> bool:
             r = self.client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"offset": len(bodies), "max": 256})
             if r.status_code == 200:
-                for message in r.json()["messages"]:
-                    bodies.append(message["body"])
-            if len(bodies) < count:
-                assert time.monotonic() < deadline, f"only {len(bodies)} of {count} messages readable on {self.url}"
-                time.sleep(0.05)
+                bodies.extend(message["body"] for message in r.json()["messages"])
+            return len(bodies) >= count
+
+        wait_for(read_more, timeout_s, what=lambda: f"{count} messages readable on {self.url}: only {len(bodies)}", poll_s=0.05)
         return bodies
 
 
@@ -251,7 +251,7 @@ class FaultProxy:
         try:
             while not self._stop.is_set() and not pair["done"]:
                 if self._held(pair):
-                    time.sleep(0.01)
+                    time.sleep(0.01)  # held back for as long as the test pauses this connection
                     continue
                 try:
                     data = src.recv(65536)

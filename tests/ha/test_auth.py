@@ -18,8 +18,9 @@ from ha.auth import CHALLENGE, CHALLENGE_MAGIC, MASTER_CONTEXT, NONCE_BYTES, OFF
 from ha.errors import ProtocolViolation
 from ha.protocol import FRAME_HEADER, VERSION, Hello, Reply, Verdict, read_hello, read_reply
 from store import DefaultMessageStore, build_message
-from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, hello_for, recv_exact, store_config
+from tests.ha.test_handshake import FILE_SIZE, connect, hello_for, recv_exact, store_config
 from tests.loopback import read_until_closed
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "correct horse battery staple"
@@ -62,7 +63,7 @@ def assert_dropped_after_challenge(node: HANode, sock: socket.socket, refused_be
     assert len(received) == CHALLENGE.size and received.startswith(CHALLENGE_MAGIC), received[:80]
     assert b"secret-body" not in received
     assert node.service is not None
-    assert_eventually(lambda: node.service.auth_refused_total == refused_before + 1)  # type: ignore[union-attr]
+    wait_for(lambda: node.service.auth_refused_total == refused_before + 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
     assert words in node.status()["last_auth_refusal"]["reason"]
     assert node.status()["refused_total"] == 0, "an unproven peer is never judged"
     metric_rows = {name: value for name, _, _, value in node.metrics()}
@@ -89,7 +90,7 @@ def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(mas
         sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + forged + hello)
         rest = read_until_closed(sock)
         assert rest == b"", "nothing after the challenge: no reply, no frames"
-    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
 
 
@@ -105,7 +106,7 @@ def test_the_proof_covers_the_broker_id_a_slave_claims(master):
         claimed = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8002").pack()
         sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + proof + claimed)
         assert read_until_closed(sock) == b"", "nothing after the challenge: no reply, no frames"
-    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
     assert node.service is not None and node.service.member_acks() == {}
     assert all(row["broker_id"] is None for row in node.status()["slaves"]), "the claim was never taken"
@@ -150,7 +151,7 @@ def test_a_slave_without_a_secret_is_told_the_master_requires_one(master):
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="requires ha_secret"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, None, hello_for(store, 0))
-    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
 
 
 def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(open_master):
@@ -158,7 +159,7 @@ def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(op
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="does not authenticate"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, SECRET.encode(), hello_for(store, 0))
-    assert_eventually(lambda: node.service.auth_refused_total == 1)  # type: ignore[union-attr]
+    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
     assert "this master has none" in node.status()["last_auth_refusal"]["reason"]
 
 

@@ -63,7 +63,7 @@ def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster):
     assert master.max_offset() > held
     ha = restart_against(slave, master)
     assert "differ from the master's" in ha["diverged_reason"] or "inside one of the master's messages" in ha["diverged_reason"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # nothing may arrive meanwhile: time for bytes wrongly sent to be applied
     assert slave.max_offset() == held
 
 

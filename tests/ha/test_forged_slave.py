@@ -19,7 +19,8 @@ from ha import HANode, HASettings, attach
 from ha.protocol import REPORT, VERSION, Hello, Verdict, read_reply
 from store import DefaultMessageStore, PutMessageStatus, build_message
 from tests.ha.test_auth import SECRET
-from tests.ha.test_handshake import FILE_SIZE, assert_eventually, connect, recv_exact, store_config
+from tests.ha.test_handshake import FILE_SIZE, connect, recv_exact, store_config
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 PUTS = 5
@@ -56,7 +57,7 @@ def keep_acking(sock: socket.socket, store: DefaultMessageStore, stop: threading
     try:
         while not stop.is_set():
             sock.sendall(REPORT.pack(store.commit_log_max_offset()))
-            time.sleep(0.005)
+            time.sleep(0.005)  # the attacker's own pace
     except OSError:
         pass  # cut off by the master
 
@@ -107,9 +108,10 @@ def test_acknowledgements_never_pass_what_was_sent_on_the_connection(tmp_path: P
             assert 0 <= sent < end, (sent, end)
             sock.sendall(REPORT.pack(end))
             acked = []
-            assert_eventually(
+            wait_for(
                 lambda: acked.append(node.status()["acknowledged_offset"]) or node.status()["connection_state"] == "no_slave",
-                what=lambda: node.status()["slaves"],
+                5.0,
+                what=lambda: f"the master to drop the forger: {node.status()['slaves']}",
             )
         assert end not in acked and node.status()["acknowledged_offset"] == -1
         assert store.put_message(build_message("T", b"after", 0)).status is PutMessageStatus.SLAVE_NOT_AVAILABLE
@@ -119,14 +121,15 @@ def test_acknowledgements_never_pass_what_was_sent_on_the_connection(tmp_path: P
 
 def stalled_sent_offset(node: HANode) -> int:
     """The connection's sent offset once the master's writer stopped moving (the peer does not read)."""
-    last, since = -2, time.monotonic()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    seen = {"sent": -2, "since": time.monotonic()}
+
+    def stalled() -> tuple[int] | None:
         rows = node.status()["slaves"]
         sent = rows[0]["sent_offset"] if rows else -2
-        if sent != last:
-            last, since = sent, time.monotonic()
-        elif time.monotonic() - since > 0.5:
-            return sent
-        time.sleep(0.05)
-    raise AssertionError(f"the writer kept sending: {last}")
+        if sent != seen["sent"]:
+            seen.update(sent=sent, since=time.monotonic())
+            return None
+        return (sent,) if time.monotonic() - seen["since"] > 0.5 else None
+
+    (sent,) = wait_for(stalled, 20, what=lambda: f"the writer to stop sending: {seen['sent']}", poll_s=0.05)
+    return sent

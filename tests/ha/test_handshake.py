@@ -107,16 +107,7 @@ def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(mas
         body = recv_exact(sock, length)
         assert body == store.get_commit_log_data(end, length)
         sock.sendall(REPORT.pack(end + length))
-        assert_eventually(lambda: node.status()["acknowledged_offset"] == end + length)
-
-
-def assert_eventually(predicate, timeout_s: float = 5.0, what=None) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what() if what is not None else "never came true"
-        time.sleep(0.01)
+        wait_for(lambda: node.status()["acknowledged_offset"] == end + length, 5.0, "the acknowledgement to be recorded")
 
 
 @pytest.mark.parametrize(
@@ -185,7 +176,7 @@ def test_the_master_knows_each_slave_by_the_broker_id_its_hello_names(master):
     sock, reply = handshake(node, hello)
     with sock:
         assert reply.verdict is Verdict.ACCEPT
-        assert_eventually(lambda: [r["broker_id"] for r in node.status()["slaves"]] == ["http://127.0.0.1:8123"])
+        wait_for(lambda: [r["broker_id"] for r in node.status()["slaves"]] == ["http://127.0.0.1:8123"], 5.0, "the slave to be listed")
         assert node.service is not None and node.service.member_acks() == {"http://127.0.0.1:8123": end}
 
 
@@ -287,7 +278,7 @@ def test_a_slave_connecting_while_another_disconnects_stays_tracked(master):
     service = node.service
     end = store.commit_log.get_max_offset()
     leaver = connect(node)
-    assert_eventually(lambda: len(service.connections) == 1)
+    wait_for(lambda: len(service.connections) == 1, 5.0, "the one connection")
     (leaving,) = service.connections
     gated = _GatedList(service.connections, f"HAReadSocketService-{leaving.address}")
     service.connections = gated
@@ -297,9 +288,9 @@ def test_a_slave_connecting_while_another_disconnects_stays_tracked(master):
     with sock:
         assert reply.verdict is Verdict.ACCEPT
         sock.sendall(REPORT.pack(end))
-        assert_eventually(
+        wait_for(
             lambda: [c.state for c in service.connections] == ["STREAMING"],
-            timeout_s=5,
-            what=lambda: [(c.state, c.close_reason) for c in service.connections],
+            5.0,
+            what=lambda: f"the connection to stream: {[(c.state, c.close_reason) for c in service.connections]}",
         )
         assert service.slave_ok(end)

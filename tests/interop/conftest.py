@@ -3,7 +3,6 @@ real `python -m app serve` process on loopback, configured with the store's file
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
 from tests.interop import scenario
 from tests.interop.rocketmq_store import RocketMQStoreWriter
+from tests.waiting import wait_for
 
 CONFIG = scenario.TIDEMQ_STORE_SETTINGS + SMALL_BROKER
 READY_TIMEOUT_S = 60.0  # an index rebuild at start may keep /readyz at 503 for a while
@@ -38,13 +38,13 @@ class Served:
 
 def wait_ready(client: httpx.Client, timeout_s: float = READY_TIMEOUT_S) -> None:
     """Poll /readyz until 200 (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        r = client.get("/readyz")
-        if r.status_code == 200:
-            return
-        assert time.monotonic() < deadline, f"not ready within {timeout_s}s: {r.status_code} {r.text}"
-        time.sleep(0.05)
+    last: list[httpx.Response] = []
+
+    def ready() -> bool:
+        last[:] = [client.get("/readyz")]
+        return last[0].status_code == 200
+
+    wait_for(ready, timeout_s, what=lambda: f"/readyz to answer 200: {last[0].status_code} {last[0].text}", poll_s=0.05)
 
 
 def serve(directory: Path, with_index: bool = True, config: str = CONFIG, index_upto: int | None = None) -> Served:

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from tests.app.conftest import BrokerProcess
 from tests.interop import scenario
 from tests.interop.conftest import CONFIG, serve, wait_ready
+from tests.waiting import wait_for
 
 _BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
@@ -74,10 +74,12 @@ def test_metadata_written_back_keeps_rocketmqs_shapes(tmp_path: Path) -> None:
 
 
 def _wait_delivered(client: Any, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while client.get("/v1/topics/delayed").json()["queues"][0]["max_offset"] < 2:
-        assert time.monotonic() < deadline, "the overdue level-1 message was never delivered"
-        time.sleep(0.05)
+    wait_for(
+        lambda: client.get("/v1/topics/delayed").json()["queues"][0]["max_offset"] >= 2,
+        timeout_s,
+        what="the overdue level-1 message to be delivered",
+        poll_s=0.05,
+    )
 
 
 def test_a_store_rocketmq_holds_is_refused(tmp_path: Path) -> None:

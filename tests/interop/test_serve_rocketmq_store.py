@@ -19,6 +19,7 @@ from store.layouts import iter_messages
 from tests.interop import scenario
 from tests.interop.conftest import Served
 from tests.interop.rocketmq_store import SCHEDULE_TOPIC, Message
+from tests.waiting import wait_for
 
 USER_QUEUES = [("orders", 0), ("orders", 1), ("orders", 2), ("orders", 3), ("audit", 0), ("audit", 1)]
 POLL_TIMEOUT_S = 20.0
@@ -241,13 +242,13 @@ def test_the_overdue_delayed_message_is_delivered_with_rocketmqs_properties(serv
     """delayOffset.json left level 1 at 0 with a message due long ago: tidemq delivers it as
     ScheduleMessageService#messageTimeup does, the stored properties keeping DELAY, REAL_TOPIC, REAL_QID."""
     original = next(m for m in served.store.messages if m.topic == SCHEDULE_TOPIC and m.queue_id == 0)
-    deadline = time.monotonic() + POLL_TIMEOUT_S
-    while True:
-        reply = served.client.get("/v1/topics/delayed/queues/0/messages", params={"offset": 1}).json()
-        if reply["status"] == "FOUND":
-            break
-        assert time.monotonic() < deadline, reply
-        time.sleep(0.05)
+    reply: dict[str, Any] = {}
+
+    def found() -> bool:
+        reply.update(served.client.get("/v1/topics/delayed/queues/0/messages", params={"offset": 1}).json())
+        return reply["status"] == "FOUND"
+
+    wait_for(found, POLL_TIMEOUT_S, what=lambda: f"the overdue message to be delivered: {reply}", poll_s=0.05)
     copy = reply["messages"][0]
     assert (_body_text(copy), copy["msg_id"], copy["tags"], copy["keys"]) == (original.body, original.uniq, "reminder", ["late-2"])
     assert {k: copy["properties"].get(k) for k in ("DELAY", "REAL_TOPIC", "REAL_QID")} == {

@@ -81,14 +81,13 @@ def start_server(tmp: Path, broker_lines: tuple[str, ...] = ()) -> Server:
     store_dir = tmp / "store"
     config = tmp / "tidemq.toml"
     config.write_text("[broker]\n" + "".join(line + "\n" for line in broker_lines) + STORE_TOML)
-    log = open(tmp / "server.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(store_dir), "--config", str(config)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
+    with open(tmp / "server.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(store_dir), "--config", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         port = bound_port(tmp / "server.log", 0, process, SERVER_START_TIMEOUT_S)
     except RuntimeError:

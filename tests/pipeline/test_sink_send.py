@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import zlib
 
 import pytest
@@ -13,6 +12,7 @@ from store import native as nk
 from store.codec.message import decode_properties
 from store.codec.message_codec import decode_message, iter_messages
 from tests.pipeline.pipeline_helpers import Server, create_topic, queue_max_offsets
+from tests.waiting import wait_for
 
 pytest.importorskip("pyspark")
 
@@ -90,10 +90,8 @@ def test_rows_reach_their_queues_in_order_through_binary_and_json_batches(server
             rows.append(row(f"q{i}".encode(), queue_id=i % 2, keys=[f"k{i}"], properties={"i": str(i)}, msg_id=f"id-{i}"))
     settings = SinkSettings(ClientSettings(server.url), topic, COLUMNS, batch_messages=7)
     assert send_rows(settings, iter(rows)).messages == 40
-    deadline = time.monotonic() + 10
-    while sum(queue_max_offsets(server.url, topic).values()) < 40:  # acknowledged; dispatched a moment later
-        assert time.monotonic() < deadline, "the rows did not become readable"
-        time.sleep(0.01)
+    # Acknowledged; dispatched a moment later.
+    wait_for(lambda: sum(queue_max_offsets(server.url, topic).values()) >= 40, 10, what="the rows to become readable")
     queues = {q: stored(server, topic, q) for q in range(3)}
     assert sum(len(v) for v in queues.values()) == 40
     for q in (0, 1):  # explicit queues: every row, in input order, with its fields

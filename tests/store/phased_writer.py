@@ -45,7 +45,7 @@ def main() -> None:
                 i += 1
             wait_dispatched(store)
         elif step[0] == "s":
-            time.sleep(float(step[1:]))
+            time.sleep(float(step[1:]))  # the plan's pause
         elif step == "f":
             assert store.flush_consume_queue_service is not None
             store.flush_consume_queue_service.do_flush(3)

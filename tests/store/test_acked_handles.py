@@ -45,7 +45,7 @@ def test_a_handle_acked_three_times_is_ok_once_and_counted_once(store: DefaultMe
     assert acked_count(store, "orders") == 2
     # Two ack records (one per first ack), none for the repeats.
     assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) - revive_end == 2
-    time.sleep((INVISIBLE_MS + 200) / 1000)
+    time.sleep((INVISIBLE_MS + 200) / 1000)  # the invisible time must pass
     assert store.group_consumption.receive(GROUP, "orders", 2, INVISIBLE_MS) == []
     assert store.group_consumption.ack(GROUP, "orders", [a.handle]) == [AckOutcome.HANDLE_EXPIRED]  # past its time
 

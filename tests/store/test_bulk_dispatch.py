@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +21,7 @@ from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageInner, build_messa
 from store.codec.message import tags_hash
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.reference_dispatch import assert_matches_reference
+from tests.waiting import wait_for
 
 TOPICS = ["A", "B", "C"]
 TAGS = [None, "a", "b", "c", "d", "e", "f", "g", "h", "i"]
@@ -145,10 +145,7 @@ def test_a_batch_notifies_once_per_queue_from_the_putting_thread(store: DefaultM
 
 
 def wait_for_failure(store: DefaultMessageStore, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not store.reput_service.failure:
-        assert time.monotonic() < deadline, "dispatch never reported the failure"
-        time.sleep(0.005)
+    wait_for(lambda: store.reput_service.failure, timeout_s, what="dispatch to report the failure", poll_s=0.005)
 
 
 def test_a_queue_failing_in_the_middle_of_a_batch_resumes_at_the_first_message_not_dispatched(tmp_path) -> None:
@@ -216,10 +213,8 @@ def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_p
             assert store.put_message(build_message("P", b"pending", 0)).ok
             put += 1
         committed = mfq.committed_where
-        for _ in range(1000):  # what the first commit made readable is dispatched by the thread it woke, or a put
-            if store.reput_service.reput_from_offset == committed:
-                break
-            time.sleep(0.005)
+        # What the first commit made readable is dispatched by the thread it woke, or a put.
+        wait_for(lambda: store.reput_service.reput_from_offset == committed, 5, what="the first commit's bytes dispatched", poll_s=0.005)
         assert store.reput_service.reput_from_offset == committed and store.get_max_offset_in_queue("P", 0) == put - 1
         assert store.put_message(build_message("P", b"pending too", 0)).ok  # its inline dispatch finds nothing readable
         assert store.reput_service.reput_from_offset == committed and arrivals == ([put - 1] if put > 1 else [])

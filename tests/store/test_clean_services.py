@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, Put
 from store.disk.disk_usage import disk_used_ratio
 from store.logfile.mapped_file import MappedFile, SelectMappedBufferResult
 from tests.store.conftest import small_config, wait_dispatched
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -361,10 +361,8 @@ def test_manual_cleanup_deletes_expired_files_at_any_hour_for_the_configured_rou
     passes = service.passes
     answer = env.store.execute_delete_files_manually()
     assert answer == {"rounds": 20, "next_pass_ms": env.clock.now_ms()}
-    deadline = time.monotonic() + 10
-    while service.passes == passes:  # the service's own thread runs the first round at once
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # The service's own thread runs the first round at once.
+    wait_for(lambda: service.passes != passes, 10, what="the manual round's pass")
     assert service.manual_rounds == 19
     assert service.files_deleted == 3
     assert len(env.commit_log_files()) == 1
@@ -387,10 +385,7 @@ def test_consume_queue_pass_is_idle_until_the_log_minimum_moves(env: Env) -> Non
     env.clock.pin_hour(4)
     assert env.store.clean_commit_log_service.run_once().files_deleted == 2
     # Having deleted files, the commitlog pass wakes this service: its thread runs the pass.
-    deadline = time.monotonic() + 10
-    while service.passes == 0:
-        assert time.monotonic() < deadline, "the woken consume queue pass never ran"
-        time.sleep(0.01)
+    wait_for(lambda: service.passes != 0, 10, what="the woken consume queue pass to run")
     assert service.passes == 1 and service.consume_queue_files_deleted + service.index_files_deleted > 0
     assert service.last_physical_min_offset == env.store.commit_log.get_min_offset() == 2 * COMMIT_LOG_FILE_BYTES
     assert service.run_once() == 0 and service.passes == 1

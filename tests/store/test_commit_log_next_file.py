@@ -7,11 +7,11 @@ with a deadline.
 from __future__ import annotations
 
 import os
-import time
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
 from store.logfile.mapped_file import offset_to_file_name
 from tests.store.conftest import open_store
+from tests.waiting import wait_for
 
 DEADLINE_S = 20.0
 TOPIC = "Roll"
@@ -42,10 +42,7 @@ def test_the_first_commitlog_roll_after_a_start_takes_a_file_made_at_the_start(c
         mfq = store.commit_log.mapped_file_queue
         (last,) = mfq.mapped_files
         following = os.path.join(mfq.store_path, offset_to_file_name(last.file_from_offset + config.mapped_file_size_commit_log_bytes))
-        deadline = time.monotonic() + DEADLINE_S
-        while not os.path.exists(following):
-            assert time.monotonic() < deadline, "the next commitlog file was not made at the start"
-            time.sleep(0.005)
+        wait_for(lambda: os.path.exists(following), DEADLINE_S, what="the next commitlog file to be made at the start", poll_s=0.005)
         assert store.allocate_service.ready_on_request == 0
         put(store, 10, 10)  # rolls into the next file
         assert [mf.path for mf in mfq.mapped_files] == [last.path, following]

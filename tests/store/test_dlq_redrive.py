@@ -13,6 +13,7 @@ import time
 from store import BrokerRole, DefaultMessageStore, PushSubscription, RedriveState, build_message, decode_message, dlq_topic, retry_topic
 from tests.store.conftest import open_store, wait_dispatched
 from tests.store.test_state_log import config_of, replicate
+from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEADLINE_S = 20.0
@@ -33,14 +34,13 @@ def dead_letters(store: DefaultMessageStore, group: str, topic: str, count: int)
 
 
 def wait_done(store: DefaultMessageStore, group: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+
+    def done() -> bool:
         redrive = store.group_consumption.redrive(group)
-        if redrive is not None and redrive.state is RedriveState.DONE:
-            wait_dispatched(store)  # the row is applied with the put; the copies reach their queue by dispatch
-            return
-        assert time.monotonic() < deadline, f"the redrive did not finish: {redrive}"
-        time.sleep(0.01)
+        return redrive is not None and redrive.state is RedriveState.DONE
+
+    wait_for(done, DEADLINE_S, what=lambda: f"the redrive to finish: {store.group_consumption.redrive(group)}")
+    wait_dispatched(store)  # the row is applied with the put; the copies reach their queue by dispatch
 
 
 def bodies(store: DefaultMessageStore, topic: str) -> list[tuple[bytes, int]]:

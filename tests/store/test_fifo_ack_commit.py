@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -20,6 +19,7 @@ from store import BrokerRole, DefaultMessageStore, PutMessageStatus, build_messa
 from store.pop.group_consumption import AckOutcome, Popped
 from store.pop.pop_consumer import PopConsumer
 from tests.store.conftest import open_store, small_config
+from tests.waiting import wait_for
 
 TOPIC = "ledger"
 INVISIBLE_MS = 60_000
@@ -98,17 +98,19 @@ def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[ob
 
 def wait_in_offset_commit(t: threading.Thread) -> None:
     """Poll until thread `t` stands in an offset commit's durability wait (the slave the test holds)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+
+    def in_commit() -> bool:
         frame = sys._current_frames().get(t.ident or -1)
         names = set()
         while frame is not None:
             names.add(frame.f_code.co_name)
             frame = frame.f_back
         if {"commit_offsets", "wait"} <= names:
-            return
-        assert t.is_alive() and time.monotonic() < deadline, "the ack never reached its offset commit"
-        time.sleep(0.005)
+            return True
+        assert t.is_alive(), "the ack ended before reaching its offset commit's wait"
+        return False
+
+    wait_for(in_commit, DEADLINE_S, what="the ack to reach its offset commit", poll_s=0.005)
 
 
 def test_another_group_s_fifo_receive_completes_while_an_ack_waits_in_its_commit(store: DefaultMessageStore) -> None:

@@ -10,8 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -20,6 +18,7 @@ from store.logfile.file_ahead import AheadStatus
 from store.logfile.mapped_file import offset_to_file_name
 from tests.store.ahead_crash_writer import body_of
 from tests.store.conftest import open_store, small_config
+from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,13 +27,6 @@ DEADLINE_S = 20.0
 CQ_UNITS = 64  # entries per consume-queue file in small_config; the next file is ordered at 32
 TOTAL = CQ_UNITS + CQ_UNITS // 2 + 1  # the consume-queue test's messages: past the second file's mark
 INDEX_ENTRIES = 256  # entries per index file in small_config; the next file is ordered at 128
-
-
-def poll(what: str, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not ready():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.005)
 
 
 def put(store: DefaultMessageStore, start: int, count: int, queue_id: int = 0, body_bytes: int = 100) -> None:
@@ -62,7 +54,7 @@ def test_a_consume_queue_s_next_file_is_made_at_its_mark_and_taken_by_the_roll(c
         cq = store.find_consume_queue(TOPIC, 0)
         assert cq is not None and cq.ahead.status is AheadStatus.NONE  # up to the mark: nothing ordered
         put(store, CQ_UNITS // 2, 1)
-        poll("the queue's next file made", lambda: cq.ahead.status is AheadStatus.READY)
+        wait_for(lambda: cq.ahead.status is AheadStatus.READY, DEADLINE_S, what="the queue's next file made", poll_s=0.005)
         following = os.path.join(cq.queue_dir, offset_to_file_name(CQ_UNITS * 20))
         assert os.path.exists(following) and len(cq.mapped_file_queue.mapped_files) == 1
         put(store, CQ_UNITS // 2 + 1, CQ_UNITS)  # past the first file's end, and past the second one's mark
@@ -70,7 +62,7 @@ def test_a_consume_queue_s_next_file_is_made_at_its_mark_and_taken_by_the_roll(c
         assert [mf.path for mf in cq.mapped_file_queue.mapped_files][1] == following
         assert store.get_max_offset_in_queue(TOPIC, 0) == TOTAL
         assert bodies(store) == [f"k{i}" for i in range(TOTAL)]
-        poll("the third file made", lambda: cq.ahead.status is AheadStatus.READY)
+        wait_for(lambda: cq.ahead.status is AheadStatus.READY, DEADLINE_S, what="the third file made", poll_s=0.005)
         third = os.path.join(cq.queue_dir, offset_to_file_name(2 * CQ_UNITS * 20))
         assert os.path.exists(third)
     finally:
@@ -93,7 +85,7 @@ def test_the_index_s_next_file_is_made_at_its_mark_and_continues_the_last(config
         while not index.index_files or index.index_files[-1].index_count < INDEX_ENTRIES // 2:  # a KEYS and a UNIQ_KEY entry each
             put(store, n, 1)
             n += 1
-        poll("the index's next file made", lambda: index.ahead.status is AheadStatus.READY)
+        wait_for(lambda: index.ahead.status is AheadStatus.READY, DEADLINE_S, what="the index's next file made", poll_s=0.005)
         assert len(index.index_files) == 1
         while len(index.index_files) == 1:
             put(store, n, 1)

@@ -73,7 +73,7 @@ def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypat
 
         async def gather() -> list:
             waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in returned))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # nothing may complete while the flush is held
             assert not waiting.done()
             gate.set()  # the disk catches up: every future completes, on the loop, without blocking it
             return await asyncio.wait_for(waiting, 30)

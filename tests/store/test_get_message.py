@@ -8,6 +8,7 @@ import time
 
 from store import GetMessageStatus, TagFilter, build_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 
 def put_n(store, n: int, topic: str = "T", queue_id: int = 0, tags=None, size: int = 10) -> list:
@@ -122,10 +123,13 @@ def test_offset_too_small_after_leading_files_are_deleted(tmp_path) -> None:
         # A pass stops at a file another thread holds (the flush service msyncs the file it has
         # reached, far behind under load) and the next pass deletes it once released, as
         # CleanCommitLogService's passes do; a forcible release is never due here.
-        deleted, deadline = 0, time.monotonic() + 10
-        while (deleted := deleted + mfq.delete_expired_files_by_time(0, 0, 3_600_000, True, 2 - deleted, int(time.time() * 1000))) < 2:
-            assert time.monotonic() < deadline, f"{deleted} of 2 files deleted"
-            time.sleep(0.002)
+        deleted = [0]
+
+        def two_deleted() -> bool:
+            deleted[0] += mfq.delete_expired_files_by_time(0, 0, 3_600_000, True, 2 - deleted[0], int(time.time() * 1000))
+            return deleted[0] >= 2
+
+        wait_for(two_deleted, 10, what=lambda: f"2 files deleted: {deleted[0]} were", poll_s=0.002)
         min_phy = s.commit_log.get_min_offset()
         assert min_phy == 2 * cfg.mapped_file_size_commit_log_bytes
         cq = s.find_consume_queue("T", 0)
@@ -142,7 +146,7 @@ def test_offset_too_small_after_leading_files_are_deleted(tmp_path) -> None:
 
 def test_offset_in_queue_by_time(store) -> None:
     put_n(store, 5)
-    time.sleep(0.02)
+    time.sleep(0.02)  # the mark lies strictly between the two batches' store times
     mark = int(time.time() * 1000)
     time.sleep(0.02)
     put_n(store, 5)

@@ -79,7 +79,7 @@ def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path) -> None:
         for i in range(40):
             r = s.put_message(build_message("T", f"m{i}".encode(), keys=["same"], uniq_key=f"U{i}"))
             ids.append(r)
-            time.sleep(0.001)
+            time.sleep(0.001)  # store times apart: newest first is by store time
         wait_dispatched(s)
         assert len(os.listdir(cfg.index_dir())) >= 4
         got = s.query_message("T", "same", 100, 0, FAR)
@@ -93,7 +93,7 @@ def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path) -> None:
 def test_time_range_filters(store) -> None:
     store.put_message(build_message("T", b"old", keys=["k"]))
     wait_dispatched(store)
-    time.sleep(2.1)
+    time.sleep(2.1)  # the two messages' store times must lie well apart (the query below allows 1.5 s)
     mark = int(time.time() * 1000)
     store.put_message(build_message("T", b"new", keys=["k"]))
     wait_dispatched(store)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import time
-from collections.abc import Callable
 
 from store import INDEX_REBUILD_PHASE, DefaultMessageStore, MessageStoreConfig, build_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 TOPIC = "T"
 COUNT = 600  # two index entries each (KEYS and UNIQ_KEY): several index files of small_config's 256
@@ -28,13 +27,6 @@ def write_keyed_messages(config: MessageStoreConfig, count: int = COUNT) -> None
         assert s.put_message(build_message(TOPIC, b"body-%d" % i, i % 2, keys=[f"k-{i}"], uniq_key=uniq(i))).ok
     wait_dispatched(s)
     s.shutdown()
-
-
-def poll(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 def uniq(i: int) -> str:
@@ -66,7 +58,7 @@ def test_a_missing_index_is_rebuilt_in_the_background(tmp_path) -> None:
         wait_dispatched(s)
         assert s.query_message(TOPIC, "k-1", 4, 0, 2**62) == []
         os.unlink(config.index_dir())
-        poll(s.is_ready, "the index rebuild did not finish")
+        wait_for(s.is_ready, 60, what="the index rebuild to finish")
         assert s.recovery_progress()["phase"] == "recovered"
         assert missing_keys(s) == []
         assert [m["body"] for m in s.query_message(TOPIC, "late", 4, 0, 2**62)] == [b"late"]
@@ -100,7 +92,7 @@ def test_an_older_index_rebuilds_only_the_tail(tmp_path) -> None:
     assert s.index_rebuild_from == kept_end + kept_message["store_size"]
     s.start()
     try:
-        poll(s.is_ready, "the index rebuild did not finish")
+        wait_for(s.is_ready, 60, what="the index rebuild to finish")
         assert s.index_rebuild_service is not None and s.index_rebuild_service.start_offset == s.index_rebuild_from
         assert missing_keys(s) == []
         assert sorted(os.listdir(config.index_dir()))[: len(names) - 1] == names[:-1]  # the kept files stay
@@ -119,7 +111,7 @@ def test_a_rebuild_stopped_by_shutdown_goes_on_at_the_next_start(tmp_path) -> No
     s = open_store(config)
     try:
         assert s.index_rebuild_from == 0
-        poll(s.is_ready, "the index rebuild did not finish")
+        wait_for(s.is_ready, 60, what="the index rebuild to finish")
         assert missing_keys(s) == []
     finally:
         s.shutdown()

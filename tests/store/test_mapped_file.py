@@ -12,6 +12,7 @@ from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 from store.logfile.transient_store_pool import TransientStorePool
+from tests.waiting import wait_for
 
 SIZE = 16 * 4096
 
@@ -115,13 +116,7 @@ def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
         q = MappedFileQueue(str(d), SIZE, service)
         first = q.get_last_mapped_file_or_create(0)
         assert first is not None and first.file_from_offset == 0
-        for _ in range(200):
-            if (d / offset_to_file_name(SIZE)).exists():
-                break
-            import time
-
-            time.sleep(0.01)
-        assert (d / offset_to_file_name(SIZE)).exists(), "the next file is created before it is needed"
+        wait_for((d / offset_to_file_name(SIZE)).exists, 2, what="the next file to be created before it is needed")
         first.append_bytes(b"x" * SIZE)
         second = q.get_last_mapped_file_or_create(0)
         assert second is not None and second.file_from_offset == SIZE
@@ -146,7 +141,6 @@ def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fa
     written: none to speak of after the service prefaulted it, one per page without (the
     comparison that makes the first assertion mean something). The first file, which the
     writer waited for, is not prefaulted."""
-    import time
 
     size = 8 * 1024 * 1024 + 3 * OS_PAGE_SIZE  # a prefault chunk and a part of one
     pages = size // OS_PAGE_SIZE
@@ -158,10 +152,8 @@ def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fa
         q = MappedFileQueue(str(tmp_path / "cl"), size, service)
         first = q.get_last_mapped_file_or_create(0)
         assert first is not None
-        deadline = time.monotonic() + 20
-        while prefault and service.prefaulted_bytes < size:
-            assert time.monotonic() < deadline, "the service did not prefault the file made ahead"
-            time.sleep(0.01)
+        if prefault:
+            wait_for(lambda: service.prefaulted_bytes >= size, 20, what="the service to prefault the file made ahead")
         assert minor_faults_writing_one_byte_per_page(first) >= pages * 0.9, "the file the writer waited for"
         first.mark_written(size)
         second = q.get_last_mapped_file_or_create(0)

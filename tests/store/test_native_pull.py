@@ -282,7 +282,7 @@ def test_pulls_racing_file_deletion_read_only_whole_messages(tmp_path) -> None:
         def delete() -> None:
             while not stop.is_set() and len(mfq.mapped_files) > 1:
                 mfq.delete_expired_files_by_time(0, 0, 0, True, 1, int(time.time() * 1000))
-                time.sleep(0.001)
+                time.sleep(0.001)  # the deleter's pace: the pulls race it
 
         deleter = threading.Thread(target=delete)
         deleter.start()

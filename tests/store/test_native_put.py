@@ -27,6 +27,7 @@ from store.logfile.commit_log import BatchHead, CommitLog
 from store.logfile.transient_store_pool import TransientStorePool
 from store.status import EncodedItems, total_bytes
 from tests.store.conftest import open_store, small_config
+from tests.waiting import wait_for
 
 FILE_SIZE = 4096
 STORE_IP = "10.1.2.3"
@@ -241,10 +242,8 @@ def test_store_puts_json_and_binary_batches_in_pool_mode_as_the_reference_does(p
             expected.add(b"S", body, props, dict(fields, flag=flag), clock.now_ms())
     assert len(expected.files) >= 3  # both paths crossed file ends
     mfq = pooled_store.commit_log.mapped_file_queue
-    deadline = time.monotonic() + 10
-    while mfq.committed_where < mfq.get_max_wrote_position():  # CommitRealTimeService copies the buffers to the files
-        assert time.monotonic() < deadline, "the commit service did not commit"
-        time.sleep(0.01)
+    # CommitRealTimeService copies the buffers to the files.
+    wait_for(lambda: mfq.committed_where >= mfq.get_max_wrote_position(), 10, what="the commit service to commit")
     assert_files_equal(pooled_store.commit_log, expected)
 
 

@@ -15,6 +15,7 @@ from store import DefaultMessageStore, build_message, decode_message
 from store.metadata.topic_names import dlq_topic, retry_topic, revive_topic
 from store.pop.group_consumption import AckOutcome, Popped
 from tests.store.conftest import open_store, small_config
+from tests.waiting import wait_for
 
 INVISIBLE_MS = 300
 GROUP = "billing"
@@ -45,12 +46,12 @@ def receive_until(
     store: DefaultMessageStore, topic: str, want: int, invisible_ms: int = INVISIBLE_MS, timeout_s: float = 10.0
 ) -> list[Popped]:
     got: list[Popped] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want:
-        assert time.monotonic() < deadline, f"received {bodies(got)}, wanted {want}"
-        got += store.group_consumption.receive(GROUP, topic, want - len(got), invisible_ms)
-        if len(got) < want:
-            time.sleep(0.01)
+
+    def received_all() -> bool:
+        got.extend(store.group_consumption.receive(GROUP, topic, want - len(got), invisible_ms))
+        return len(got) >= want
+
+    wait_for(received_all, timeout_s, what=lambda: f"{want} messages: received {bodies(got)}")
     return got
 
 
@@ -63,7 +64,7 @@ def test_each_message_is_received_once_across_queues_and_an_acked_one_never_agai
     assert all(p.reconsume_times == 0 and p.invisible_until_ms > 0 for p in first + rest)
     outcomes = store.group_consumption.ack(GROUP, "orders", [p.handle for p in first + rest])
     assert outcomes == [AckOutcome.OK] * 6
-    time.sleep((INVISIBLE_MS + 200) / 1000)
+    time.sleep((INVISIBLE_MS + 200) / 1000)  # the invisible time must pass
     assert store.group_consumption.receive(GROUP, "orders", 10, INVISIBLE_MS) == []
     assert store.group_consumption.stats()["revived"] == 0
 
@@ -80,7 +81,7 @@ def test_an_unacked_message_comes_back_with_reconsume_times_plus_one(store: Defa
     assert stored["properties"]["RETRY_TOPIC"] == "orders"
     assert stored["properties"]["UNIQ_KEY"] == decode_message(first[1].data, 0)["properties"]["UNIQ_KEY"]
     assert store.group_consumption.ack(GROUP, "orders", [again[0].handle]) == [AckOutcome.OK]
-    time.sleep((INVISIBLE_MS + 200) / 1000)
+    time.sleep((INVISIBLE_MS + 200) / 1000)  # the invisible time must pass
     assert store.group_consumption.receive(GROUP, "orders", 10, INVISIBLE_MS) == []
 
 
@@ -92,11 +93,8 @@ def test_after_max_reconsume_times_a_message_goes_to_the_dead_letter_topic(store
         got = receive_until(store, "orders", 1)
         times.append(got[0].reconsume_times)
     assert times == [0, 1, 2]
-    deadline = time.monotonic() + 10
-    while store.get_max_offset_in_queue(dlq_topic(GROUP), 0) < 1:
-        assert time.monotonic() < deadline, "nothing reached the dead-letter topic"
-        time.sleep(0.01)
-    time.sleep((INVISIBLE_MS + 200) / 1000)
+    wait_for(lambda: store.get_max_offset_in_queue(dlq_topic(GROUP), 0) >= 1, 10, what="the dead-letter topic to receive it")
+    time.sleep((INVISIBLE_MS + 200) / 1000)  # the invisible time must pass
     assert store.group_consumption.receive(GROUP, "orders", 10, INVISIBLE_MS) == []
     dead = store.get_message("reader", dlq_topic(GROUP), 0, 0, 10)
     assert dead.message_count == 1
@@ -111,7 +109,7 @@ def test_handles_expire_and_cannot_be_used_for_another_group(store: DefaultMessa
     assert store.group_consumption.ack("other", "orders", [p.handle]) == [AckOutcome.HANDLE_INVALID]
     assert store.group_consumption.ack(GROUP, "other", [p.handle]) == [AckOutcome.HANDLE_INVALID]
     assert store.group_consumption.ack(GROUP, "orders", ["junk"]) == [AckOutcome.HANDLE_INVALID]
-    time.sleep(INVISIBLE_MS / 1000)
+    time.sleep(INVISIBLE_MS / 1000)  # the invisible time must pass
     assert store.group_consumption.ack(GROUP, "orders", [p.handle]) == [AckOutcome.HANDLE_EXPIRED]
 
 
@@ -142,7 +140,7 @@ def test_fifo_group_gives_a_queue_s_next_message_only_after_the_previous_is_acke
     first = store.group_consumption.receive(GROUP, "orders", 1, INVISIBLE_MS)
     assert bodies(first) == ["1"]
     assert store.group_consumption.receive(GROUP, "orders", 1, INVISIBLE_MS) == []  # queue locked by "1"
-    time.sleep(INVISIBLE_MS / 1000)
+    time.sleep(INVISIBLE_MS / 1000)  # the invisible time must pass
     again = receive_until(store, "orders", 1)  # "1" again, not "2": order holds
     assert bodies(again) == ["1"] and again[0].reconsume_times == 1
     assert store.group_consumption.ack(GROUP, "orders", [first[0].handle]) == [AckOutcome.HANDLE_EXPIRED]
@@ -159,9 +157,9 @@ def test_fifo_message_dead_lettered_after_its_attempts(store: DefaultMessageStor
     store.group_consumption.put_group(GROUP, max_reconsume_times=1, fifo=True)
     produce(store, "orders", ["bad", "good"], queues=1)
     assert bodies(store.group_consumption.receive(GROUP, "orders", 1, INVISIBLE_MS)) == ["bad"]
-    time.sleep(INVISIBLE_MS / 1000)
+    time.sleep(INVISIBLE_MS / 1000)  # the invisible time must pass
     assert bodies(receive_until(store, "orders", 1)) == ["bad"]
-    time.sleep(INVISIBLE_MS / 1000)
+    time.sleep(INVISIBLE_MS / 1000)  # the invisible time must pass
     got = receive_until(store, "orders", 1)
     assert bodies(got) == ["good"]
     assert store.get_max_offset_in_queue(dlq_topic(GROUP), 0) == 1

@@ -326,7 +326,8 @@ def test_restart_during_a_delay_delivers_each_message_once(tmp_path: Path, opene
     store.schedule_service.scan_once()
     wait_for(lambda: store.get_max_offset_in_queue("Restart", 0) == 3, 10, "the delayed messages delivered")
     store.shutdown()
-    assert json.loads(open(os.path.join(root, "config", "delayOffset.json")).read())["offsetTable"] == {"1": 3}
+    with open(os.path.join(root, "config", "delayOffset.json")) as f:
+        assert json.load(f)["offsetTable"] == {"1": 3}
 
     store = opened(schedule_config(root), clock)
     store.schedule_service.scan_once()

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from store import BrokerRole, DefaultMessageStore, build_message
 from store.state.state_log import MIN_DELTAS_BETWEEN_SNAPSHOTS, STATE_TOPIC
 from store.state.state_table import StateKind
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEADLINE_S = 20.0
@@ -37,10 +37,12 @@ def replicate(master: DefaultMessageStore, slave: DefaultMessageStore) -> None:
         assert data and slave.append_replicated_data(offset, data)
         offset += len(data)
     wait_dispatched(slave)
-    deadline = time.monotonic() + DEADLINE_S
-    while any(t.covered < queue_end(slave, t.kind) for t in slave.state_log.tables.values()):
-        assert time.monotonic() < deadline, "the slave did not apply the state records"
-        time.sleep(0.005)
+    wait_for(
+        lambda: all(t.covered >= queue_end(slave, t.kind) for t in slave.state_log.tables.values()),
+        DEADLINE_S,
+        what="the slave to apply the state records",
+        poll_s=0.005,
+    )
 
 
 def queue_end(store: DefaultMessageStore, kind: StateKind) -> int:
@@ -200,11 +202,14 @@ def test_compaction_keeps_a_base_in_the_log_when_old_files_go(tmp_path) -> None:
         wait_dispatched(s)
         first_before = s.commit_log_min_offset()
         s.execute_delete_files_manually()
-        deadline = time.monotonic() + DEADLINE_S
-        while s.commit_log_min_offset() == first_before:
-            assert time.monotonic() < deadline, "no commitlog file was deleted"
+
+        def deleted() -> bool:
+            if s.commit_log_min_offset() != first_before:
+                return True
             s.clean_commit_log_service.run_once()
-            time.sleep(0.05)
+            return False
+
+        wait_for(deleted, DEADLINE_S, what="a commitlog file to be deleted", poll_s=0.05)
         expected = {f"T{k}": s.query_offset("g", f"T{k}", 0) for k in range(7)}
         assert s.state_log.needs_log_below(s.commit_log_min_offset()) == [], "the base lies in the files kept"
     finally:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, PutBatch, ResolveStatus, TransactionAction, TransactionState, build_message
 from store.transaction.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,21 +78,16 @@ def test_the_check_service_records_a_commit_a_crash_interrupted(tmp_path: Path) 
     store = open_store(small_config(root, transaction_timeout_ms=1, transaction_check_max=1, transaction_check_interval_ms=10))
     try:
         txn = store.transactions
-        deadline = time.monotonic() + 10
         # The service's passes: the first commits the first half (its copy is found) and counts a check of the
         # second, a later one rolls the second back (transaction_check_max = 1).
-        while txn.unresolved(None, 0) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert txn.unresolved(None, 0) == []
+        wait_for(lambda: txn.unresolved(None, 0) == [], 10, what=lambda: f"the check service to resolve {txn.unresolved(None, 0)}")
         assert txn.counters.deduplicated == 1 and txn.counters.check_rollbacks == 1
         assert txn.resolve(committed, TransactionAction.COMMIT).status is ResolveStatus.ALREADY
         assert txn.resolve(waiting, TransactionAction.ROLLBACK).status is ResolveStatus.ALREADY
         wait_dispatched(store)
         assert [m["body"] for m in messages(store, "TxnCrash", 1)] == [b"committed-before-crash"]
-        deadline = time.monotonic() + 10
-        while store.query_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) != 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert store.query_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2  # the progress, kept as RocketMQ keeps it
+        # The progress, kept as RocketMQ keeps it.
+        wait_for(lambda: store.query_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2, 10, what="the half topic's progress to be committed")
     finally:
         store.shutdown()
     reopened = open_store(small_config(root))
