@@ -27,21 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.held_polls_bench import rss_mb
+from bench.held_polls_bench import CONFIG, rss_mb
 from bench.http_bench import Broker
 from bench.versus_redis import RedisInMemory, start_redis
 
 WAIT_MS = 120_000
 HELD_TIMEOUT_S = 120.0
-CONFIG = """
-[broker]
-max_wait_ms = 300000
-max_held_pulls = {held}
-max_connections = {connections}
-[store]
-mapped_file_size_commit_log_bytes = 67108864
-mapped_file_size_consume_queue_bytes = 6000
-"""
 
 
 async def open_held(port: int, requests: list[bytes]) -> list[tuple[asyncio.StreamWriter, asyncio.Task[bytes]]]:
@@ -84,7 +75,7 @@ async def hold_and_measure(port: int, pid: int, requests: list[bytes], held_coun
 
 def tidemq_round(polls: int, queues: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="tidemq-heldmem-") as root:
-        broker = Broker(root, CONFIG.format(held=polls + 10, connections=polls + 100))
+        broker = Broker(root, CONFIG.format(held=polls + 10, connections=polls + 100, per_topic=max(queues, 8)))
         try:
             status, _ = broker.request("PUT", "/v1/topics/held", f'{{"queues": {queues}}}'.encode())
             assert status in (200, 201), status
