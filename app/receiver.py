@@ -41,7 +41,7 @@ from app.receive_models import (
     received_json,
 )
 from app.responses import JsonResponse, Reply
-from app.routes_groups import check_group
+from app.routes_groups import check_consumption, check_group
 from app.strict_json import duplicate_name
 from store import MAX_SQL_CHARS, AckOutcome, BrokerRole, FlushDiskType, Popped, decode_message, retry_topic
 
@@ -117,6 +117,7 @@ class Receiver:
         """The checked receive; `extra` names query parameters the caller reads itself."""
         group, topic = request.path_params["group"], request.path_params["topic"]
         check_group(group)
+        check_consumption(group, topic)
         self.broker.check_master()  # a receive stores a checkpoint: a slave takes no writes
         config = self.broker.topic_config(topic)
         if "r" not in config.perm:

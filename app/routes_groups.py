@@ -23,7 +23,7 @@ from app.problems import ProblemError
 from app.receive_models import GroupInfo, GroupList, GroupSettings
 from app.responses import JsonResponse, docs, docs_create_or_update
 from app.strict_route import StrictRoute
-from store import MessageStore, PopCounts, StoreNotRunning, dlq_topic, group_problem, retry_topic
+from store import MessageStore, PopCounts, StoreNotRunning, consumption_problem, dlq_topic, group_problem, retry_topic
 
 # Most commits one request may carry.
 MAX_COMMITS_PER_REQUEST = 10_000
@@ -33,6 +33,13 @@ def check_group(group: str) -> None:
     problem = group_problem(group)
     if problem is not None:
         raise ProblemError("GROUP_INVALID", f"{problem}: {group[:200]!r}")
+
+
+def check_consumption(group: str, topic: str) -> None:
+    """400 GROUP_INVALID when `group` cannot receive from `topic` (its retry or dead-letter topic's name would be too long)."""
+    problem = consumption_problem(group, topic)
+    if problem is not None:
+        raise ProblemError("GROUP_INVALID", problem)
 
 
 def group_lag(store: MessageStore, group: str, topic: str) -> int:

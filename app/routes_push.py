@@ -24,7 +24,7 @@ from app.push_models import DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_MS, PushSubsc
 from app.push_service import PushCounts
 from app.push_targets import host_allowed, target_host, url_problem
 from app.responses import JsonResponse, docs, docs_create_or_update
-from app.routes_groups import check_group, group_lag
+from app.routes_groups import check_consumption, check_group, group_lag
 from app.strict_route import StrictRoute
 from store import PushSubscription, dlq_topic
 
@@ -84,6 +84,7 @@ def check_spec(broker: Broker, spec: PushSubscriptionSpec) -> tuple[int, int]:
 )
 async def put_push(broker: BrokerDep, request: Request, group: GroupPath, body: Annotated[PushSubscriptionSpec, Body()]) -> Response:
     check_group(group)
+    check_consumption(group, body.topic)
     require(request, SUB, body.topic, "push the messages of")  # before the topic's lookup: a refusal says nothing of the topic
     broker.check_master()
     broker.topic_config(body.topic)

@@ -50,7 +50,7 @@ from store.filter.sql_parser import MAX_SQL_CHARS, FilterInvalid
 from store.message_store import ArrivingListener, CommitLogView, MessageStore, ReplicationWaiter
 from store.metadata.rocketmq_system_topics import is_rocketmq_system_topic
 from store.metadata.topic_config_manager import TopicConfig
-from store.metadata.topic_names import dlq_topic, retry_topic, topic_kind
+from store.metadata.topic_names import consumption_problem, dlq_topic, retry_topic, topic_kind
 from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch
 from store.pop.dead_letter_resend import MAX_RESEND, Resent
 from store.pop.group_consumption import (
@@ -214,6 +214,7 @@ __all__ = [
     "Transactions",
     "build_message",
     "check_url_problem",
+    "consumption_problem",
     "decode_message",
     "decode_offset_msg_id",
     "decode_properties",

@@ -6,7 +6,7 @@ They live with the metadata, under group consumption, because the topic table re
 
 from __future__ import annotations
 
-from store.codec.message import SYSTEM_TOPICS
+from store.codec.message import SYSTEM_TOPICS, TOPIC_MAX_BYTES
 
 # PopAckConstants.REVIVE_TOPIC + cluster; MixAll.RETRY_GROUP_TOPIC_PREFIX, MixAll.DLQ_GROUP_TOPIC_PREFIX.
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
@@ -47,3 +47,16 @@ def topic_kind(topic: str) -> str:
     if topic.startswith(DLQ_PREFIX):
         return "dead_letter"
     return "user"
+
+
+def consumption_problem(group: str, topic: str) -> str | None:
+    """Why `group` cannot receive from `topic`: its retry topic `%RETRY%{group}_{topic}` would be longer than a
+    topic may be, so an unacked message could never be delivered again; None when it can. (The dead-letter
+    topic `%DLQ%{group}` is always shorter.)"""
+    length = len(retry_topic(group, topic).encode())
+    if length <= TOPIC_MAX_BYTES:
+        return None
+    return (
+        f"group {group[:60]!r} cannot receive from topic {topic[:60]!r}: its retry topic (%RETRY%{{group}}_{{topic}}) would be "
+        f"{length} bytes, over the {TOPIC_MAX_BYTES} a topic may have; use a shorter group or topic name"
+    )

@@ -34,9 +34,9 @@ from typing import Any, Protocol
 from store.codec.compressed_body import COMPRESSED_FLAG, COMPRESSION_TYPE_MASK
 from store.codec.message import PROPERTY_TAGS, MessageInner
 from store.codec.message_codec import decode_message, reconsume_times_at
-from store.errors import StoreError
+from store.errors import StoreError, TopicInvalid
 from store.filter.message_filter import with_group_filter
-from store.metadata.topic_names import dlq_topic, is_group_system_topic, retry_topic, revive_topic
+from store.metadata.topic_names import consumption_problem, dlq_topic, is_group_system_topic, retry_topic, revive_topic
 from store.pop.acked_handles import AckedHandles, HandleKey, HandleState
 from store.pop.fifo_order_book import FifoOrderBook
 from store.pop.pop_counters import PopCounters
@@ -134,6 +134,9 @@ class PopConsumer:
         """Up to `max_count` visible messages of `topic` for `group` that pass `message_filter` and the
         group's own filter, spread over its queues."""
         assert max_count > 0 and invisible_ms > 0
+        problem = consumption_problem(group, topic)
+        if problem is not None:  # nothing is taken: an unacked message could never come back
+            raise TopicInvalid(problem)
         settings = self.group(group)
         message_filter = with_group_filter(message_filter, settings.sql_filter)
         sources = [(topic, q) for q in self.store.queue_ids_of(topic)]

@@ -63,6 +63,22 @@ def create(c: httpx.Client, topic: str, queues: int = 2) -> None:
     assert c.put(f"/v1/topics/{topic}", json={"queues": queues}).status_code == 201
 
 
+def test_a_group_whose_retry_topic_name_would_be_too_long_is_refused_before_anything_is_taken(c: httpx.Client) -> None:
+    """`%RETRY%{group}_{topic}` must be a topic (at most 127 bytes): otherwise an unacked message could never come
+    back. Such a receive (and push subscription) is 400 GROUP_INVALID, and nothing is taken from the queue."""
+    topic, group = "t" * 100, "g" * 30
+    create(c, topic, queues=1)
+    assert c.post(f"/v1/topics/{topic}/messages", json={"body": "kept", "queue_id": 0}).status_code == 201
+    for r in (
+        c.post(base(group, topic) + "/receive", params={"max": 1, "invisible_ms": 1000}),
+        c.put(f"/v1/groups/{group}/push", json={"topic": topic, "url": "http://127.0.0.1:9/hook", "secret": "s" * 32}),
+    ):
+        assert r.status_code == 400 and r.headers["content-type"] == "application/problem+json", r.text
+        assert r.json()["code"] == "GROUP_INVALID" and "retry topic" in r.json()["detail"], r.text
+    assert c.get(f"/v1/groups/{group}/push").status_code == 404  # no subscription was stored
+    assert [m["body"] for m in receive(c, "g" * 10, topic, max=1)] == ["kept"]  # a shorter group takes the message
+
+
 def test_receive_ack_and_an_acked_message_is_never_delivered_again(c: httpx.Client, topic: str) -> None:
     create(c, topic)
     sent = [send(c, topic, f"m{i}", queue_id=i % 2) for i in range(4)]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from store import DefaultMessageStore, build_message, decode_message
+from store import DefaultMessageStore, TopicInvalid, build_message, decode_message
 from store.metadata.topic_names import dlq_topic, retry_topic, revive_topic
 from store.pop.group_consumption import AckOutcome, Popped
 from tests.store.conftest import open_store, small_config
@@ -101,6 +101,18 @@ def test_after_max_reconsume_times_a_message_goes_to_the_dead_letter_topic(store
     stored = decode_message(dead.data, 0)
     assert stored["body"] == b"poison" and stored["reconsume_times"] == 3 and stored["properties"]["RETRY_TOPIC"] == "orders"
     assert store.group_consumption.stats()["dead_lettered"] == 1
+
+
+def test_a_receive_whose_retry_topic_would_be_too_long_takes_nothing(store: DefaultMessageStore) -> None:
+    """Before the check a receive took the message and the revive pass failed for good on the retry topic's name
+    (over 127 bytes): the message never came back and every later revive pass failed."""
+    topic = "t" * 100
+    produce(store, topic, ["kept"], queues=1)
+    with pytest.raises(TopicInvalid, match="retry topic"):
+        store.group_consumption.receive("g" * 30, topic, 1, INVISIBLE_MS)
+    with pytest.raises(TopicInvalid, match="248 bytes"):
+        store.group_consumption.receive("g" * 120, "t" * 120, 1, INVISIBLE_MS)
+    assert bodies(receive_until(store, topic, 1)) == ["kept"]  # GROUP (short) still takes it: nothing was taken
 
 
 def test_handles_expire_and_cannot_be_used_for_another_group(store: DefaultMessageStore) -> None:
