@@ -24,14 +24,16 @@ def test_a_group_completed_at_once_wakes_the_loop_about_once() -> None:
 
         thread = threading.Thread(target=flush_thread)
         thread.start()
-        results = await asyncio.gather(*waiters)
+        # The loop does not run until the whole group is complete, so every completion after the first
+        # finds its hand-off pending and joins it (how many join in a live server depends on the timing).
         thread.join()
+        results = await asyncio.gather(*waiters)
         assert results == list(range(64))
         return relay
 
     relay = asyncio.run(scenario())
     assert relay.completed == 64
-    assert relay.handoffs < 64 / 4, f"{relay.handoffs} loop wake-ups for one group of 64"
+    assert relay.handoffs == 1, f"{relay.handoffs} loop wake-ups for one group of 64"
 
 
 def test_exceptions_pass_and_a_cancelled_waiter_leaves_the_store_future_alone() -> None:

@@ -243,8 +243,10 @@ def test_fifo_group_keeps_order_across_two_consumers(c: httpx.Client, topic: str
 
 def test_a_held_receive_is_woken_by_a_produce(c: httpx.Client, topic: str) -> None:
     create(c, topic, queues=3)
-    threading.Timer(0.5, lambda: send(c, topic, "wake", queue_id=2)).start()
+    sender = threading.Timer(0.5, lambda: send(c, topic, "wake", queue_id=2))  # the test's timeline: sent while held
+    sender.start()
     got = receive(c, "g1", topic, wait_ms=4000)
+    sender.join()  # its send waits for the message to be readable: it must not outlive the test
     assert [m["body"] for m in got] == ["wake"]
 
 
