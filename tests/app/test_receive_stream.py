@@ -85,12 +85,14 @@ def test_a_produce_reaches_an_open_stream_and_curl_reads_it(sse_broker: BrokerPr
         [curl, "-sN", "-H", "accept: text/event-stream", f"{sse_broker.url}/v1/groups/curl-g/topics/{topic}/stream"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    sender = threading.Timer(0.5, lambda: send(c, topic, "to-curl", queue_id=1))  # the test's timeline: sent while open
     try:
-        threading.Timer(0.5, lambda: send(c, topic, "to-curl", queue_id=1)).start()
+        sender.start()
         assert proc.stdout is not None
         got, comments = events(iter(proc.stdout.readline, ""), 1)
         assert [m["body"] for m in got] == ["to-curl"] and comments[0] == ": stream open"
     finally:
+        sender.join()  # its send waits for the message to be readable: it must not outlive the test
         proc.kill()
         proc.wait()
         assert proc.stdout is not None
