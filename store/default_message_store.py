@@ -566,7 +566,8 @@ class DefaultMessageStore:
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
         waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
-        self.reput_service.dispatch_now()
+        last = items[-1]
+        self.reput_service.dispatch_through(last.wrote_offset + last.wrote_bytes)
         return result, waiter
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:

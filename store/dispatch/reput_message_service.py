@@ -2,7 +2,7 @@
 
 Dispatch turns what was appended to the commitlog into consume-queue entries, index entries
 and arrival notices (store/dispatch/bulk_dispatch.py, with the native kernels). It runs in two places:
-- inline: a putting thread calls `dispatch_now()` right after its append returned and the put
+- inline: a putting thread calls `dispatch_through()` right after its append returned and the put
   lock was released, so its messages (and any appended before) are dispatched, and the held
   pulls of their queues woken, before the put answers;
 - on this service's thread: after recovery, for a slave's replicated appends (the HA client
@@ -13,8 +13,10 @@ and arrival notices (store/dispatch/bulk_dispatch.py, with the native kernels). 
 Ordering: one cursor, `reput_from_offset`, moved only under the dispatch lock (`_lock`): whoever
 holds it dispatches everything readable from the cursor up to the end it reads, so entries reach
 each queue in commitlog order whichever thread dispatches. A putter that finds the lock held
-does not wait: the holder reads the end again after releasing, and takes the lock again when
-something was appended meanwhile (at most INLINE_ROUNDS times; then it wakes this thread).
+does not wait at first: the holder reads the end again after releasing, and takes the lock again
+when something was appended meanwhile (at most INLINE_ROUNDS times; then it wakes this thread).
+Only when the cursor is still short of the putter's end after that does the putter wait for the
+lock and dispatch the rest itself, so no put answers before its messages can be read.
 Lock order: docs/concurrency.md. Listeners run under the dispatch lock: they must not block
 and must not put.
 
@@ -71,6 +73,7 @@ class ReputMessageService(ServiceThread):
         self.failures_total = 0  # failed attempts since start
         self._retry_ms = 0
         self._lock = threading.Lock()  # the dispatch lock (module docstring)
+        self.holder_ident = 0  # the thread holding `_lock` through `dispatch_lock`, 0 when none does
         self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
         self.release_mappings: Callable[[], object] | None = None  # unmap every idle queue file (out of descriptors)
@@ -79,8 +82,10 @@ class ReputMessageService(ServiceThread):
         self.on_progress: Callable[[int], None] | None = None  # told the cursor after each chunk (recovery)
 
     @property
-    def dispatch_lock(self) -> threading.Lock:
-        return self._lock
+    def dispatch_lock(self) -> DispatchLockHandle:
+        """The dispatch lock for a holder outside this class (the index rebuild's handover, tests
+        holding dispatch back); it remembers the holding thread, whose own puts must not wait for it."""
+        return DispatchLockHandle(self)
 
     def behind(self) -> int:
         return max(0, self._end_offset() - self.reput_from_offset)
@@ -97,6 +102,20 @@ class ReputMessageService(ServiceThread):
         if self.failure:
             return 0  # this thread retries, with its pause
         return self._dispatch_rounds()
+
+    def dispatch_through(self, offset: int) -> int:
+        """Dispatch at least up to commitlog `offset` (the end of a put) before returning, so a put's
+        messages are readable when it answers. Waits for the dispatch lock only when another thread
+        holds it without having reached `offset`; returns early while dispatch is failing (this
+        thread retries) or when the bytes are not readable yet (transient store pool, a slave's
+        unconfirmed end). Returns the messages this call dispatched."""
+        count = self.dispatch_now()
+        if self.failure or self.reput_from_offset >= min(offset, self._end_offset()):
+            return count
+        if self.holder_ident == threading.get_ident():
+            return count  # this thread holds dispatch back itself: waiting would never end
+        with self._lock:  # the holder dispatches our bytes or left them: either way done after this
+            return count + self._reput_locked()
 
     def _dispatch_rounds(self) -> int:
         """Take the lock if free and dispatch; after releasing it, again while bytes were appended
@@ -250,3 +269,28 @@ class ReputMessageService(ServiceThread):
         for _ in range(SHUTDOWN_DRAIN_ROUNDS):
             if self.do_reput() == 0 and self.behind() == 0:
                 break
+
+
+class DispatchLockHandle:
+    """The dispatch lock taken from outside ReputMessageService, with the holding thread recorded."""
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: ReputMessageService) -> None:
+        self._service = service
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._service._lock.acquire(blocking, timeout):
+            return False
+        self._service.holder_ident = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self._service.holder_ident = 0
+        self._service._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()

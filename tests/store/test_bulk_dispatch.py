@@ -225,29 +225,45 @@ def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_p
         store.shutdown()
 
 
-def test_a_putter_finding_dispatch_busy_leaves_its_message_to_the_holder(store: DefaultMessageStore) -> None:
-    """The second put does not wait for the dispatch lock; the holder dispatches everything up to the
-    end it reads, the second message too. The service thread is stopped: nothing else would."""
+def test_a_put_answers_only_once_its_message_is_dispatched_while_another_thread_dispatches(store: DefaultMessageStore) -> None:
+    """The second put finds the dispatch lock held by a thread that read the end before it: it returns
+    only once its message is in its queue (dispatched by the holder, which reads the end again, or
+    by itself). The service thread is stopped: nothing else dispatches."""
     store.reput_service.shutdown()
-    release, inside = threading.Event(), threading.Event()
-    seen: list[tuple[str, str]] = []
+    release, inside, returned = threading.Event(), threading.Event(), threading.Event()
+    seen: list[str] = []
+    readable_at_return: list[int] = []
 
     def listener(topic: str, _qid: int, _after: int, _codes: object) -> None:
-        seen.append((topic, threading.current_thread().name))
+        seen.append(topic)
         if topic == "First":
             inside.set()
-            assert release.wait(10)  # holds the dispatch lock until the second put has returned
+            assert release.wait(10)  # holds the dispatch lock until released
+
+    def second() -> None:
+        assert store.put_message(build_message("Second", b"2")).ok
+        readable_at_return.append(store.get_max_offset_in_queue("Second", 0))
+        returned.set()
 
     store.add_message_arriving_listener(listener)
     holder = threading.Thread(target=lambda: store.put_message(build_message("First", b"1")), name="holder")
     holder.start()
     assert inside.wait(10)
-    assert store.put_message(build_message("Second", b"2")).ok  # the lock is held: it does not wait
-    assert store.get_max_offset_in_queue("Second", 0) == 0
+    putter = threading.Thread(target=second, name="second")
+    putter.start()
+    assert not returned.wait(0.2)  # cannot have returned: its message is not dispatched while the lock is held
     release.set()
+    putter.join(10)
     holder.join(10)
-    assert seen == [("First", "holder"), ("Second", "holder")]
-    assert store.get_max_offset_in_queue("Second", 0) == 1
+    assert readable_at_return == [1] and seen == ["First", "Second"]
+
+
+def test_a_thread_holding_dispatch_back_itself_is_not_made_to_wait_by_its_own_puts(store: DefaultMessageStore) -> None:
+    with store.reput_service.dispatch_lock:
+        assert store.put_message(build_message("Held", b"1")).ok  # returns: waiting for itself would never end
+        assert store.get_max_offset_in_queue("Held", 0) == 0
+    wait_dispatched(store)
+    assert store.get_max_offset_in_queue("Held", 0) == 1
 
 
 KILL_WHILE_DISPATCH_LAGS = """
