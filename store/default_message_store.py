@@ -562,12 +562,11 @@ class DefaultMessageStore:
             return result, None
         messages = len(items) - min(state_records, len(items))
         if messages:
-            size = items[0].wrote_bytes if len(items) == 1 else total_bytes(items[:messages] if state_records else items)
+            size = total_bytes(items[:messages] if state_records else items)
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
         waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
-        last = items[-1]
-        self.reput_service.dispatch_through(last.wrote_offset + last.wrote_bytes)
+        self.reput_service.dispatch_through(result.end_offset)
         return result, waiter
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:

@@ -136,7 +136,14 @@ class LazyItems(Sequence[AppendMessageResult]):
     def commitlog_offsets(self) -> list[int]:
         return array("q", self.offsets)[0::2].tolist()
 
+    def end_offset(self) -> int:
+        """Commitlog offset just past the last message (read from the kernel's buffer, no item built)."""
+        offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, len(self.offsets) - 16)
+        return int(offset + size)
+
     def total_bytes(self) -> int:
+        if len(self.offsets) == 16:  # one message, the common put: no array
+            return int(_OFFSET_AND_SIZE.unpack_from(self.offsets)[1])
         return sum(array("q", self.offsets)[1::2])
 
 
@@ -229,7 +236,10 @@ class PutMessageResult:
     @property
     def end_offset(self) -> int:
         """Commitlog offset just past the last message written."""
-        last = self.items[-1]
+        items = self.items
+        if isinstance(items, LazyItems):
+            return items.end_offset()
+        last = items[-1]
         return last.wrote_offset + last.wrote_bytes
 
 

@@ -110,7 +110,7 @@ class ReputMessageService(ServiceThread):
         thread retries) or when the bytes are not readable yet (transient store pool, a slave's
         unconfirmed end). Returns the messages this call dispatched."""
         count = self.dispatch_now()
-        if self.failure or self.reput_from_offset >= min(offset, self._end_offset()):
+        if self.reput_from_offset >= offset or self.failure or self.reput_from_offset >= self._end_offset():
             return count
         if self.holder_ident == threading.get_ident():
             return count  # this thread holds dispatch back itself: waiting would never end

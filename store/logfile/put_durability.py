@@ -13,6 +13,7 @@ status and a detail saying what was not confirmed.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from collections.abc import Callable
 
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
@@ -20,6 +21,7 @@ from store.logfile.flush_real_time_service import FlushRealTimeService
 from store.logfile.group_commit_service import GroupCommitRequest, GroupCommitService
 from store.status import PutMessageResult, PutMessageStatus
 
+log = logging.getLogger("tidemq.store")
 Waiter = concurrent.futures.Future[PutMessageResult]
 
 # Called with a stored put's commitlog end offset on a SYNC_MASTER; returns a future the put's
@@ -100,8 +102,54 @@ class PutDurability:
 
 def as_future(result: PutMessageResult, waiter: Waiter | None) -> Waiter:
     """The waiter, or a future already done with `result` when there is none."""
-    if waiter is not None:
-        return waiter
-    done: Waiter = concurrent.futures.Future()
-    done.set_result(result)
-    return done
+    return waiter if waiter is not None else DoneFuture(result)
+
+
+class DoneFuture(concurrent.futures.Future[PutMessageResult]):
+    """The answer of a put that waits for nothing: a `concurrent.futures.Future` completed when made.
+
+    A Future builds a `threading.Condition` (a Python object around an RLock) and takes it in
+    `set_result`, `done` and `result`: more than the rest of an ASYNC_FLUSH put's bookkeeping on the
+    event loop. This one holds its result only. Invariants: done from the start, never cancelled,
+    never completed again (`set_result`/`set_exception` raise InvalidStateError); a callback runs at
+    once, on the adding thread. Not for `concurrent.futures.wait`/`as_completed`, which read a
+    Future's condition."""
+
+    def __init__(self, result: PutMessageResult) -> None:  # not Future.__init__: no Condition
+        self._answer = result
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} finished>"
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return True
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return True
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PutMessageResult]], object]) -> None:
+        try:
+            fn(self)
+        except Exception:  # as Future does: a callback's failure reaches no one else
+            log.exception("exception calling callback for %r", self)
+
+    def result(self, timeout: float | None = None) -> PutMessageResult:
+        return self._answer
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return None
+
+    def set_result(self, result: PutMessageResult) -> None:
+        raise concurrent.futures.InvalidStateError(f"{self!r} is completed already")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise concurrent.futures.InvalidStateError(f"{self!r} is completed already")

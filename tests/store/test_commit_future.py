@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
 
 import pytest
@@ -73,3 +74,57 @@ def test_many_threads_waiting_on_requests_completed_from_another_thread_all_get_
     for w in waiters:
         w.join(20)
     assert answers == {i: PutMessageStatus.PUT_OK if i % 2 == 0 else PutMessageStatus.FLUSH_DISK_TIMEOUT for i in range(64)}
+
+
+@dataclasses.dataclass
+class Fields:
+    """One parsed message of a FIELDS batch (store.put.put_batch.MessageFields)."""
+
+    body: bytes
+    tags: str | None = None
+    keys: list[str] | None = None
+    properties: dict[str, str] | None = None
+    msg_id: str | None = None
+    dedup_id: str | None = None
+
+
+def test_a_put_answered_at_once_is_a_done_future_that_asyncio_and_callers_read(tmp_path) -> None:
+    """An ASYNC_FLUSH put waits for nothing: its future is done when made, runs callbacks at once, is
+    never completed again, and asyncio awaits it like any concurrent future."""
+    import asyncio
+
+    from store import build_message
+    from store.logfile.put_durability import DoneFuture
+    from store.put.put_batch import PutBatch
+    from store.status import LazyItems, total_bytes
+    from tests.store.conftest import open_store, small_config
+
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        future = store.put(PutBatch.of((build_message("T", b"now", 0),)))
+        assert isinstance(future, DoneFuture)
+        assert future.done() and not future.cancel() and not future.cancelled() and not future.running()
+        result = future.result(timeout=0)
+        assert result.ok and future.exception() is None and result.end_offset == result.items[0].wrote_offset + result.items[0].wrote_bytes
+        seen: list[object] = []
+        future.add_done_callback(lambda f: seen.append(f.result()))
+        future.add_done_callback(lambda _f: 1 / 0)  # logged, as Future does; the next callback still runs
+        future.add_done_callback(lambda f: seen.append(f.done()))
+        assert seen == [result, True]
+        with pytest.raises(concurrent.futures.InvalidStateError):
+            future.set_result(result)
+        with pytest.raises(concurrent.futures.InvalidStateError):
+            future.set_exception(OSError("late"))
+
+        async def awaited() -> object:
+            return await asyncio.wrap_future(future)
+
+        assert asyncio.run(awaited()) is result
+        for count in (1, 3):  # the end and the size read from the kernel's buffer equal the items'
+            fields = [Fields(b"x" * (i + 1)) for i in range(count)]
+            items = store.put(PutBatch.of_fields("T", 0, fields)).result().items
+            assert isinstance(items, LazyItems)
+            assert items.end_offset() == items[-1].wrote_offset + items[-1].wrote_bytes
+            assert total_bytes(items) == sum(i.wrote_bytes for i in items)
+    finally:
+        store.shutdown()
