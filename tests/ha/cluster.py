@@ -170,6 +170,12 @@ class Node:
         return bodies
 
 
+def caught_up(master: Node, slave: Node) -> bool:
+    """True when `slave` holds exactly `master`'s log now: the same end, nothing left to send. A master
+    writes state records of its own (snapshots, progress), so this is waited for, not compared once."""
+    return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
+
+
 class Nodes:
     """The nodes a fixture made (`ha_port` set on each), all closed when its `with` ends."""
 

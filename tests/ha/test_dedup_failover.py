@@ -7,7 +7,7 @@ tests/ha/test_state_replication.py runs and promotes a pair.
 
 from __future__ import annotations
 
-from tests.ha.cluster import free_port
+from tests.ha.cluster import caught_up, free_port
 from tests.waiting import wait_for
 
 TOPIC = "payments"
@@ -25,8 +25,7 @@ def test_a_promoted_slave_answers_a_key_its_master_stored_as_a_duplicate(cluster
     batch = {"messages": [{"body": f"b{i}", "queue_id": 0, "dedup_id": f"batch-{i}"} for i in range(3)]}
     stored_batch = c.post(f"/v1/topics/{TOPIC}/messages", json=batch)
     assert stored_batch.status_code == 201, stored_batch.text
-    end = master.max_offset()
-    wait_for(lambda: slave.max_offset() == end, what="the slave to hold the master's whole log")
+    wait_for(lambda: caught_up(master, slave), what="the slave to hold the master's whole log")
 
     master.kill()  # the producer's reply may be lost with it: it resends to the new master
     slave.stop()

@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.ha.cluster import Node
+from tests.ha.cluster import Node, caught_up
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
-
-
-def caught_up(master, slave) -> bool:
-    return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
 
 
 def stopped_copy_of(cluster: Callable[..., Node], master: Node) -> tuple[Node, int]:

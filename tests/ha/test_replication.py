@@ -11,6 +11,7 @@ import pytest
 
 from store import decode_message
 from store.layouts import iter_messages
+from tests.ha.cluster import caught_up
 from tests.store.rocketmq_records import Record, host_text, write_commit_log
 from tests.waiting import wait_for
 
@@ -25,10 +26,6 @@ def metric(text: str, name: str) -> float:
     return float(match.group(1))
 
 
-def caught_up(master, slave) -> bool:
-    return slave.max_offset() == master.max_offset() and slave.ha()["bytes_behind"] == 0
-
-
 def test_slave_started_late_catches_up_and_serves_reads(cluster):
     master = cluster("master", "master")
     bodies = [f"m{i}-" + "x" * (i % 700) for i in range(600)]  # ~220 KB: crosses 256 KiB files with the headers
@@ -40,21 +37,27 @@ def test_slave_started_late_catches_up_and_serves_reads(cluster):
     for qid in (0, 1):
         assert slave.pull_all("orders", qid, 300) == bodies[qid::2]
     ha = slave.ha()
-    assert ha["role"] == "slave" and ha["connection_state"] == "streaming"
-    assert ha["acknowledged_offset"] == master.max_offset() and ha["diverged"] is False
+    assert ha["role"] == "slave" and ha["connection_state"] == "streaming" and ha["diverged"] is False
+    # The master writes state records of its own: each acknowledged end is waited for, not compared once.
+    wait_for(lambda: slave.ha()["acknowledged_offset"] == master.max_offset(), what="the slave to acknowledge the master's end")
     assert ha["master_http_address"] == master.url
     mha = master.ha()
-    assert mha["connection_state"] == "connected" and mha["acknowledged_offset"] == master.max_offset() and mha["bytes_behind"] == 0
+    assert mha["connection_state"] == "connected"
+    wait_for(lambda: caught_up(master, slave) and master.ha()["acknowledged_offset"] == master.max_offset(), what="the master to see it")
     assert mha["role"] == "master" and mha["peer_address"] and ha["peer_address"] == f"127.0.0.1:{master.ha_port}"
     assert slave.client.get("/v1/store").json()["role"] == "SLAVE"
     assert master.client.get("/v1/store").json()["role"] == "ASYNC_MASTER"
-    end = master.max_offset()
-    for node in (master, slave):
-        text = node.client.get("/metrics").text
-        assert metric(text, "tidemq_ha_connected") == 1 and metric(text, "tidemq_ha_acknowledged_offset") == end
-        assert metric(text, "tidemq_ha_bytes_behind") == 0 and metric(text, "tidemq_ha_diverged") == 0
+
+    def metrics_agree() -> bool:  # read again until no state record of the master's moved the end in between
+        end = master.max_offset()
+        texts = [node.client.get("/metrics").text for node in (master, slave)]
+        for text in texts:
+            assert metric(text, "tidemq_ha_connected") == 1 and metric(text, "tidemq_ha_diverged") == 0
+        agree = all(metric(t, "tidemq_ha_acknowledged_offset") == end and metric(t, "tidemq_ha_bytes_behind") == 0 for t in texts)
+        return agree and metric(texts[1], "tidemq_ha_received_bytes_total") >= end and master.max_offset() == end
+
+    wait_for(metrics_agree, what="both brokers' metrics to show the slave at the master's end")
     assert metric(master.client.get("/metrics").text, "tidemq_ha_slaves") == 1
-    assert metric(slave.client.get("/metrics").text, "tidemq_ha_received_bytes_total") >= end
 
 
 def test_slave_refuses_produce_and_stores_nothing(cluster):
