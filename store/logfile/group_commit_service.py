@@ -28,6 +28,7 @@ from typing import Any
 
 from core.service_thread import ServiceThread
 from store.logfile.commit_log import CommitLog
+from store.logfile.uncancellable_future import UncancellableFuture
 from store.status import PutMessageStatus
 
 log = logging.getLogger("tidemq.store")
@@ -38,7 +39,7 @@ _FINISHED = "FINISHED"
 IDLE_WAIT_S = 0.010
 
 
-class CommitFuture(concurrent.futures.Future[Any]):
+class CommitFuture(UncancellableFuture[Any]):
     """The future of one put waiting for a group commit: a `concurrent.futures.Future` to its users
     (done, result with a timeout, exception, add_done_callback), made without a `threading.Condition`.
 
@@ -62,20 +63,8 @@ class CommitFuture(concurrent.futures.Future[Any]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._state.lower()}>"
 
-    def cancel(self) -> bool:
-        return False
-
-    def cancelled(self) -> bool:
-        return False
-
-    def running(self) -> bool:
-        return False
-
     def done(self) -> bool:
         return self._state is _FINISHED
-
-    def set_running_or_notify_cancel(self) -> bool:
-        return True
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
         with self._lock:
@@ -129,12 +118,6 @@ class CommitFuture(concurrent.futures.Future[Any]):
                 return
             self._sleepers.remove(sleeper)
         raise concurrent.futures.TimeoutError()
-
-    def _call(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
-        try:
-            fn(self)
-        except Exception:  # as Future does: one callback's failure reaches no one else
-            log.exception("exception calling callback for %r", self)
 
 
 class GroupCommitRequest:

@@ -13,15 +13,14 @@ status and a detail saying what was not confirmed.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections.abc import Callable
 
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.logfile.flush_real_time_service import FlushRealTimeService
 from store.logfile.group_commit_service import GroupCommitRequest, GroupCommitService
+from store.logfile.uncancellable_future import UncancellableFuture
 from store.status import PutMessageResult, PutMessageStatus
 
-log = logging.getLogger("tidemq.store")
 Waiter = concurrent.futures.Future[PutMessageResult]
 
 # Called with a stored put's commitlog end offset on a SYNC_MASTER; returns a future the put's
@@ -105,7 +104,7 @@ def as_future(result: PutMessageResult, waiter: Waiter | None) -> Waiter:
     return waiter if waiter is not None else DoneFuture(result)
 
 
-class DoneFuture(concurrent.futures.Future[PutMessageResult]):
+class DoneFuture(UncancellableFuture[PutMessageResult]):
     """The answer of a put that waits for nothing: a `concurrent.futures.Future` completed when made.
 
     A Future builds a `threading.Condition` (a Python object around an RLock) and takes it in
@@ -121,26 +120,11 @@ class DoneFuture(concurrent.futures.Future[PutMessageResult]):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} finished>"
 
-    def cancel(self) -> bool:
-        return False
-
-    def cancelled(self) -> bool:
-        return False
-
-    def running(self) -> bool:
-        return False
-
     def done(self) -> bool:
         return True
 
-    def set_running_or_notify_cancel(self) -> bool:
-        return True
-
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[PutMessageResult]], object]) -> None:
-        try:
-            fn(self)
-        except Exception:  # as Future does: a callback's failure reaches no one else
-            log.exception("exception calling callback for %r", self)
+        self._call(fn)
 
     def result(self, timeout: float | None = None) -> PutMessageResult:
         return self._answer
