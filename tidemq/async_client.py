@@ -83,12 +83,13 @@ class AsyncClient(ClientBase[AsyncPool]):
         invisible_ms: int = 30_000,
         tag: str | None = None,
         idle_timeout_s: float = DEFAULT_STREAM_IDLE_S,
+        sql: str | None = None,
     ) -> AsyncIterator[Message]:
         """Received messages as the broker pushes them, at most `max_in_flight` unacked; ack each.
         The generator ends when the broker ends the stream: quietly when it stops, else by raising the
         error its last event names (TOPIC_NOT_FOUND for a deleted topic, Unauthenticated or Forbidden
         when an ACL reload revoked the access, ...). Closing it closes the connection."""
-        request = calls.stream_request(group, topic, max_in_flight=max_in_flight, invisible_ms=invisible_ms, tag=tag)
+        request = calls.stream_request(group, topic, max_in_flight=max_in_flight, invisible_ms=invisible_ms, tag=tag, sql=sql)
         async with self._pool.stream(request, idle_timeout_s) as (head, pieces):
             if head.status != 200:
                 head.body = b"".join([p async for p in pieces])

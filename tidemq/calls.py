@@ -166,21 +166,24 @@ def pull(
     tag: str | None = None,
     group: str | None = None,
     stored_format: bool = True,
+    sql: str | None = None,
 ) -> Call[PullResult]:
     """A pull from `offset` (or the group's committed one); a long poll with `wait_ms`.
     `stored_format` asks for the stored bytes, decoded here, instead of JSON: less work on both
-    sides for the same messages."""
-    query: Query = {"offset": offset, "max": max_messages, "wait_ms": wait_ms or None, "tag": tag, "group": group}
+    sides for the same messages. `tag` or `sql` (an SQL92 expression over the properties) filters."""
+    query: Query = {"offset": offset, "max": max_messages, "wait_ms": wait_ms or None, "tag": tag, "sql": sql, "group": group}
     headers = {"accept": BATCH_MEDIA_TYPE} if stored_format else {}
     request = Request("GET", path("v1", "topics", topic, "queues", str(queue_id), "messages"), query, headers)
     return Call(request, (200,), _pull_from_headers if stored_format else _pull_from_json, wait_ms / 1000.0)
 
 
 def receive(
-    group: str, topic: str, *, max_messages: int = 32, invisible_ms: int = 30_000, wait_ms: int = 0, tag: str | None = None
-) -> Call[list[Message]]:
-    """Group consumption: up to `max_messages`, invisible to the group for `invisible_ms` unless acked."""
-    query: Query = {"max": max_messages, "invisible_ms": invisible_ms, "wait_ms": wait_ms or None, "tag": tag}
+    group: str, topic: str, *, max_messages: int = 32, invisible_ms: int = 30_000, wait_ms: int = 0, tag: str | None = None,
+    sql: str | None = None,
+) -> Call[list[Message]]:  # fmt: skip
+    """Group consumption: up to `max_messages`, invisible to the group for `invisible_ms` unless acked;
+    `tag` or `sql` filters this receive (on top of the group's own filter)."""
+    query: Query = {"max": max_messages, "invisible_ms": invisible_ms, "wait_ms": wait_ms or None, "tag": tag, "sql": sql}
     request = Request("POST", path("v1", "groups", group, "topics", topic, "receive"), query)
     return Call(request, (200,), lambda r: [Message.from_json(m) for m in _json(r)["messages"]], wait_ms / 1000.0)
 
@@ -198,8 +201,10 @@ def change_invisible(group: str, topic: str, receipt_handle: str, invisible_ms: 
     return Call(request, (200,), lambda r: (_json(r)["receipt_handle"], _json(r)["invisible_until_ms"]))
 
 
-def stream_request(group: str, topic: str, *, max_in_flight: int = 32, invisible_ms: int = 30_000, tag: str | None = None) -> Request:
-    query: Query = {"max_in_flight": max_in_flight, "invisible_ms": invisible_ms, "tag": tag}
+def stream_request(
+    group: str, topic: str, *, max_in_flight: int = 32, invisible_ms: int = 30_000, tag: str | None = None, sql: str | None = None
+) -> Request:
+    query: Query = {"max_in_flight": max_in_flight, "invisible_ms": invisible_ms, "tag": tag, "sql": sql}
     return Request("GET", path("v1", "groups", group, "topics", topic, "stream"), query, {"accept": "text/event-stream"})
 
 
@@ -254,8 +259,12 @@ def resend_dead_letters(group: str, offsets: Sequence[int]) -> Call[list[dict[st
     return Call(request, (200,), lambda r: list(_json(r)["results"]))
 
 
-def configure_group(group: str, max_reconsume_times: int = 16, fifo: bool = False) -> Call[dict[str, Any]]:
-    body = orjson.dumps({"max_reconsume_times": max_reconsume_times, "fifo": fifo})
+def configure_group(group: str, max_reconsume_times: int = 16, fifo: bool = False, sql: str | None = None) -> Call[dict[str, Any]]:
+    """Create or replace a group's settings (a PUT: every setting is given, `sql` None means no filter)."""
+    settings: dict[str, Any] = {"max_reconsume_times": max_reconsume_times, "fifo": fifo}
+    if sql is not None:
+        settings["filter"] = {"sql": sql}
+    body = orjson.dumps(settings)
     return Call(Request("PUT", path("v1", "groups", group), headers=JSON, body=body), (200, 201), _json)
 
 

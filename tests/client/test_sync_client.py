@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 
@@ -112,6 +113,26 @@ def test_receive_ack_and_change_invisible(tq: Client, topic: str) -> None:
     with pytest.raises(BadRequest) as refused:
         tq.change_invisible(group, topic, "not-a-handle", 60_000)
     assert refused.value.code == "HANDLE_INVALID"
+
+
+def test_a_group_configured_with_a_filter_receives_only_what_it_passes_and_a_bad_one_is_refused(tq: Client, topic: str) -> None:
+    group = "f-" + uuid.uuid4().hex[:8]
+    tq.create_topic(topic, 1)
+    info = tq.configure_group(group, max_reconsume_times=3, sql="region = 'eu'")
+    assert info["filter"] == {"sql": "region = 'eu'"} and info["max_reconsume_times"] == 3
+    for region in ("us", "eu"):
+        tq.produce(topic, f"from {region}".encode(), properties={"region": region}, queue_id=0)
+    assert [m.body for m in tq.pull(topic, 0, offset=0, sql="region = 'us'").messages] == [b"from us"]
+    assert [m.body for m in tq.receive(group, topic, wait_ms=1000, sql="region IS NOT NULL")] == [b"from eu"]
+    with contextlib.closing(tq.stream(group + "-s", topic, sql="region = 'eu'")) as stream:
+        first = next(stream)
+        assert first.body == b"from eu"
+        tq.ack(group + "-s", topic, [first.receipt_handle or ""])
+    with pytest.raises(BadRequest) as refused:
+        tq.configure_group(group, sql="region = ")
+    assert refused.value.code == "FILTER_INVALID"
+    assert tq.group(group)["filter"] == {"sql": "region = 'eu'"}  # the refused change left the group as it was
+    assert tq.configure_group(group)["filter"] is None  # a PUT without sql: the group has no filter from then on
 
 
 def test_stream_yields_received_messages(tq: Client, topic: str) -> None:
