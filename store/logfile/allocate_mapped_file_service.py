@@ -79,6 +79,7 @@ class AllocateMappedFileService(ServiceThread):
         self._requests: dict[str, AllocateRequest] = {}
         self._heap: list[tuple[str, AllocateRequest]] = []
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
+        self._working = False  # a request or job taken off its queue and not yet finished (under _lock)
         self._lock = threading.Lock()
 
     def put_request_and_return_mapped_file(self, path: str, next_path: str, file_size: int) -> MappedFile | None:
@@ -118,6 +119,11 @@ class AllocateMappedFileService(ServiceThread):
             self._jobs.append(job)
         self.wakeup()
         return True
+
+    def is_idle(self) -> bool:
+        """True when no file creation or job waits or runs: every file ordered so far exists at its size."""
+        with self._lock:
+            return not self._heap and not self._jobs and not self._working
 
     def _enqueue(self, path: str, file_size: int, awaited: bool = False) -> AllocateRequest:
         with self._lock:
@@ -165,8 +171,17 @@ class AllocateMappedFileService(ServiceThread):
             if not self._heap:
                 return False
             _, request = heapq.heappop(self._heap)
+            self._working = True
+        try:
+            self._serve(request)
+        finally:
+            with self._lock:
+                self._working = False
+        return True
+
+    def _serve(self, request: AllocateRequest) -> None:
         if request.done.is_set():
-            return True
+            return
         try:
             os.makedirs(os.path.dirname(request.path), exist_ok=True)
             request.mapped_file = self._create(request.path, request.file_size)
@@ -180,7 +195,6 @@ class AllocateMappedFileService(ServiceThread):
             request.os_error = exc
             log.warning("could not create %s ahead of need (%s); retried when it is needed", request.path, exc)
         request.done.set()
-        return True
 
     def prefault_reserved(self, mf: MappedFile, start: int) -> None:
         """Prefault the bytes of `mf` reserved from `start` on (its writer reserved another step ahead of
@@ -195,10 +209,14 @@ class AllocateMappedFileService(ServiceThread):
             if not self._jobs:
                 return False
             job = self._jobs.popleft()
+            self._working = True
         try:
             job()
         except Exception:
             log.exception("a file creation ahead of need failed")
+        finally:
+            with self._lock:
+                self._working = False
         return True
 
     def _prefault_step(self) -> bool:

@@ -17,6 +17,7 @@ from app.settings import BrokerSettings
 from store import MessageStoreConfig
 from tests.app.helpers import problem, send
 from tests.app.test_produce import create
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,7 +85,14 @@ def test_store_status(client: httpx.Client) -> None:
 def test_store_files_match_the_disk(shared_broker, client: httpx.Client, topic: str) -> None:
     create(client, topic)
     send(client, topic, "x", queue_id=0)
-    listing = client.get("/v1/store/files").json()
+
+    def settled_listing() -> dict | None:
+        # A commitlog file being made ahead lists as 0 bytes between its creation and its sizing.
+        listing = client.get("/v1/store/files").json()
+        settled = all(f["size_bytes"] > 0 for f in listing["files"] if f["kind"] == "commitlog")
+        return listing if settled else None
+
+    listing = wait_for(settled_listing, 5.0, "the files made ahead to be sized")
     root = Path(listing["root"])
     assert root == shared_broker.store_dir.resolve() or root == shared_broker.store_dir
     assert not listing["truncated"] and listing["total_bytes"] == sum(f["size_bytes"] for f in listing["files"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 import pytest
 
@@ -122,6 +123,25 @@ def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
         assert second is not None and second.file_from_offset == SIZE
         q.shutdown()
     finally:
+        service.shutdown()
+        service.close_unclaimed()
+
+
+def test_the_allocate_service_is_idle_only_when_every_ordered_file_is_made(tmp_path) -> None:
+    service = AllocateMappedFileService(timeout_ms=5_000)
+    service.start()
+    release = threading.Event()
+    try:
+        assert service.is_idle()
+        assert service.submit(lambda: release.wait(5))
+        path = tmp_path / "cl" / offset_to_file_name(0)
+        service.order(str(path), SIZE)
+        assert not service.is_idle()  # the job waits or runs until released, whichever the service took first
+        release.set()
+        wait_for(service.is_idle, 2, what="the service to finish")
+        assert os.path.getsize(path) == SIZE
+    finally:
+        release.set()
         service.shutdown()
         service.close_unclaimed()
 

@@ -7,11 +7,15 @@ import os
 from store import build_message
 from store.logfile.store_files import list_store_files
 from tests.store.conftest import wait_dispatched
+from tests.waiting import wait_for
 
 
 def test_lists_the_commitlog_consume_queue_and_index_files(store, config) -> None:
     assert store.put_message(build_message("files-t", b"x" * 100, queue_id=1, keys=["k1"])).stored
     wait_dispatched(store)
+    # Files ordered ahead (the next commitlog file, a queue's next file) are made on the allocate
+    # service's thread; one caught between its creation and its sizing lists as 0 bytes.
+    wait_for(store.allocate_service.is_idle, 5.0, "files ordered ahead to be made")
     listing = store.store_files()
     by_path = {f["path"]: f for f in listing["files"]}
     commitlog = [f for f in listing["files"] if f["kind"] == "commitlog"]
