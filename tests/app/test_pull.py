@@ -109,8 +109,8 @@ def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(shared_broker,
         send(client, topic, "hit", tags="TagA")
 
     sender = threading.Thread(target=run)
+    started = time.monotonic()  # before the sender starts: "hit" is sent at least 0.5 s after it
     sender.start()
-    started = time.monotonic()
     got = pull(client, topic, offset=0, tag="TagA", wait_ms=4000)
     elapsed = time.monotonic() - started
     sender.join()
