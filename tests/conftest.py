@@ -45,8 +45,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         session.stop()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's `--dist loadgroup`. Every Spark test is in one group, so the run starts
+    """Groups for pytest-xdist's `--dist loadgroup`, marked before xdist's own hook reads the marks
+    (without tryfirst it runs first and finds none: every test was then a group of its own). Every Spark test is in one group, so the run starts
     one JVM, not one per worker, and that group runs first: it is the longest chain of the run, and
     starting it last would leave the other workers idle at the end. Every other test is grouped with
     its module, so a module-scoped fixture (a broker, a benchmark run) is set up once, not once per worker."""
