@@ -48,14 +48,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's `--dist loadgroup`, marked before xdist's own hook reads the marks
-    (without tryfirst it runs first and finds none: every test was then a group of its own). Every Spark test is in one group, so the run starts
-    one JVM, not one per worker, and that group runs first: it is the longest chain of the run, and
-    starting it last would leave the other workers idle at the end. Every other test is grouped with
-    its module, so a module-scoped fixture (a broker, a benchmark run) is set up once, not once per worker."""
+    (without tryfirst it runs first and finds none: every test was then a group of its own).
+
+    Every Spark test is in one group, so the run starts one JVM, not one per worker; every other test
+    is grouped with its module, so a module-scoped fixture (a broker, a benchmark run) is set up once.
+    xdist hands the groups out in the order of the items, so the longest go first (the Spark group,
+    then the modules holding a test marked slow): a long group started last would leave the other
+    workers idle at the end."""
     spark = [item for item in items if item.get_closest_marker("spark") is not None]
     others = [item for item in items if item.get_closest_marker("spark") is None]
     for item in spark:
         item.add_marker(pytest.mark.xdist_group("spark"))
     for item in others:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    items[:] = spark + others
+        item.add_marker(pytest.mark.xdist_group(module_of(item)))
+    slow_modules = {module_of(item) for item in others if item.get_closest_marker("slow") is not None}
+    slow = [item for item in others if module_of(item) in slow_modules]
+    rest = [item for item in others if module_of(item) not in slow_modules]
+    items[:] = spark + slow + rest
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]

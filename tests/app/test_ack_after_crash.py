@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
 
@@ -104,6 +105,7 @@ def consume_once(c: httpx.Client, history: History, wait_ms: int) -> int:
     return len(messages)
 
 
+@pytest.mark.slow
 def test_no_message_is_delivered_again_after_its_ack_answered_ok_across_sigkills(tmp_path) -> None:
     config = SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER
     broker = BrokerProcess(tmp_path / "store", config)
