@@ -22,6 +22,9 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A connection opened while `max_connections` are open is answered, request by request, with
   503 TOO_MANY_CONNECTIONS and closed; /healthz and /readyz are still served on it, so
   monitoring sees a busy broker as alive.
+- A request's reply is written through a ReplyTransport that runs the server's dispatch barrier
+  first, and its scope carries the barrier (`BARRIER_KEY`), so a produce may defer its dispatch
+  to the turn's one pass (app.dispatch_barrier).
 - A request's scope offers (`LOST_KEY`, app.long_poll) a future completed when its connection is
   lost, which held requests wait on instead of reading the request's messages until a disconnect.
 - A reply whose client takes nothing for `send_stall_timeout_ms` while the connection's buffers
@@ -45,6 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.body_limit import BODY_TIMED_OUT
+from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.long_poll import LOST_KEY
 from app.problems import ProblemReply
 from app.reply_transport import ReplyTransport
@@ -99,6 +103,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     header_bytes_total: HeaderBytes  # set by bounded_protocol: shared by the server's connections
     problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
     on_send_stall: Callable[[], None]  # set by bounded_protocol: counts a connection cut for not reading
+    dispatch_barrier: DispatchBarrier | None = None  # set by bounded_protocol: the server's (app.dispatch_barrier)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -170,7 +175,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             cycle.message_event.set()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn declares BaseTransport
-        super().connection_made(ReplyTransport(transport, self.loop))  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
+        super().connection_made(ReplyTransport(transport, self.loop, self.dispatch_barrier))  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections, self.problem)
         self._arm_header_timer()
@@ -211,6 +216,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.reading_headers = True
         self.scope[LOST_KEY] = self.lost_future  # type: ignore[literal-required]  # tidemq's own scope key
+        if self.dispatch_barrier is not None:  # the reply goes through the ReplyTransport: a produce may defer its dispatch
+            self.scope[BARRIER_KEY] = self.dispatch_barrier  # type: ignore[literal-required]  # tidemq's own scope key
 
     def lost_future(self) -> asyncio.Future[None]:
         """A future completed when this connection is lost (at once when it is already): a held request's
@@ -276,9 +283,11 @@ def _header_part(tail: bytes, data: bytes) -> int:
     return len(data) if end < 0 else end + 4
 
 
-def bounded_protocol(settings: BrokerSettings, problem: ProblemReply, on_send_stall: Callable[[], None]) -> type[BoundedHttpProtocol]:
-    """The protocol class uvicorn builds per connection, with this broker's limits, its counted problem replies
-    and the count of connections cut for not reading."""
+def bounded_protocol(
+    settings: BrokerSettings, problem: ProblemReply, on_send_stall: Callable[[], None], dispatch_barrier: DispatchBarrier | None = None
+) -> type[BoundedHttpProtocol]:
+    """The protocol class uvicorn builds per connection, with this broker's limits, its counted problem replies,
+    the count of connections cut for not reading and the dispatch barrier its replies wait for."""
     return type(
         "TidemqHttpProtocol",
         (BoundedHttpProtocol,),
@@ -291,5 +300,6 @@ def bounded_protocol(settings: BrokerSettings, problem: ProblemReply, on_send_st
             "max_header_bytes": settings.max_header_bytes,
             "header_bytes_total": HeaderBytes(settings.max_header_bytes_total),
             "problem": staticmethod(problem),
+            "dispatch_barrier": dispatch_barrier,
         },
     )

@@ -156,7 +156,9 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     if group is not None and deliver_at_ms is not None:
         raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
     producer_group = None if group is None else check_producer_group(group)
-    future = store.put(PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True))
+    future = producer.put(
+        PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
+    )
     result = future.result() if future.done() else await producer.wait_durable(future)
     if not result.ok:
         raise put_problem(result)

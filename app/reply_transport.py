@@ -7,13 +7,17 @@ on a TCP_NODELAY socket, and on loopback each one runs the receiver's side of th
 what is written during one turn of the event loop and writes it with one call at the end of
 that turn, so a reply sent by one task step (every route here sends head and body without
 waiting in between) leaves in one segment. It never delays a write past the current turn;
-a write over JOIN_MAX_BYTES is not held or copied.
+a write over JOIN_MAX_BYTES is not held or copied. Before anything is written the server's
+dispatch barrier runs when a pass is pending (app.dispatch_barrier): no reply leaves before the
+produces made before it are dispatched.
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from app.dispatch_barrier import DispatchBarrier
 
 # Writes up to this size are held to be joined; a larger one (a big body: many segments anyway) is written at once.
 JOIN_MAX_BYTES = 64 * 1024
@@ -22,19 +26,22 @@ JOIN_MAX_BYTES = 64 * 1024
 class ReplyTransport:
     """A transport whose writes within one loop turn are joined; everything else is the wrapped transport's."""
 
-    __slots__ = ("_transport", "_loop", "_pending", "_scheduled")
+    __slots__ = ("_transport", "_loop", "_pending", "_scheduled", "_barrier")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, barrier: DispatchBarrier | None = None) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
         self._scheduled = False
+        self._barrier = barrier  # run before a write when a pass is pending
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         if len(data) > JOIN_MAX_BYTES:  # a large body: what is held goes first, then the body, now
             self.flush()
+            if self._barrier is not None and self._barrier.pending:
+                self._barrier.run()
             if not self._transport.is_closing():
                 self._transport.write(data)
             return
@@ -49,6 +56,8 @@ class ReplyTransport:
         pending, self._pending = self._pending, []
         if not pending or self._transport.is_closing():
             return
+        if self._barrier is not None and self._barrier.pending:
+            self._barrier.run()
         self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def writelines(self, lines: Any) -> None:

@@ -5,7 +5,9 @@ Invariants:
 - A request is one store `put` (store.PutBatch): one put-lock acquisition for all its messages. Drafts
   to one queue without a delay or a transaction go as a FIELDS batch (the store packs them into
   RocketMQ's batch encoding: no MessageInner per message); the others as MessageInner objects.
-- The put itself (a memory copy) runs on the loop; a SYNC_FLUSH put's group commit is awaited
+- The put itself (a memory copy) runs on the loop; a request served by the server's protocol leaves
+  its dispatch to the loop turn's one pass, run before its reply is written (app.dispatch_barrier),
+  so the reply still follows the dispatch of its messages. A SYNC_FLUSH put's group commit is awaited
   as a future, so the loop never waits on a flush.
 - Queue choice: queue_id, else crc32(sharding_key) mod the write queue count, else round-robin
   (one queue per request, so a batch keeps its order).
@@ -23,14 +25,17 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
+from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.hot_routes import Handler
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
@@ -366,9 +371,20 @@ class Producer:
         finally:
             deadline.cancel()
 
-    async def stored(self, batch: PutBatch) -> PutMessageResult:
-        """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
+    def put(self, batch: PutBatch, scope: Scope) -> Future[PutMessageResult]:
+        """Put `batch`; a request whose reply waits for the server's dispatch barrier (app.dispatch_barrier)
+        leaves the dispatch to the loop turn's one pass."""
+        barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
+        if barrier is None:
+            return self.store.put(batch)
+        batch.defer_dispatch = True
         future = self.store.put(batch)
+        barrier.owe()
+        return future
+
+    async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
+        """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
+        future = self.put(batch, scope)
         result = future.result() if future.done() else await self.wait_durable(future)
         if not result.ok:
             raise put_problem(result)
@@ -405,7 +421,7 @@ class Producer:
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
         if group is None and packable(drafts) and queue_ids.count(queue_ids[0]) == len(queue_ids):
             batch = PutBatch.of_fields(topic, queue_ids[0], drafts, born_host, dedup=True)
-            result = await self.stored(batch)
+            result = await self.stored(batch, request.scope)
             if result.duplicate:
                 return duplicate_reply(result.items, is_batch)
             assert isinstance(result.items, EncodedItems)
@@ -426,7 +442,7 @@ class Producer:
             # a transactional one to the half topic.
             for d, q in zip(drafts, queue_ids, strict=True)
         ]
-        result = await self.stored(PutBatch.of(msgs, producer_group=group, dedup=True))
+        result = await self.stored(PutBatch.of(msgs, producer_group=group, dedup=True), request.scope)
         if result.duplicate:
             return duplicate_reply(result.items, is_batch)
         levels_ms = self.levels_ms

@@ -54,6 +54,7 @@ from app.acl import AclInvalid
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
+from app.dispatch_barrier import DispatchBarrier
 from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
 from app.logs import LISTEN_LOGGER, log_config
@@ -224,6 +225,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, docs_url=None, redoc_url=None, **options)
     app.state.broker = broker
+    # The produces of one loop turn dispatched in one pass before their replies (app.dispatch_barrier).
+    app.state.dispatch_barrier = DispatchBarrier(broker.store.dispatch_owed)
     # Called with the one-line reason when the store cannot be loaded (the server then stops).
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
     produce_router, produce, produce_batch = routes_produce.router(broker)
@@ -362,7 +365,7 @@ class BrokerStart:
             self.app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings, self.app.state.problem, self.broker.count_send_stall),
+            http=bounded_protocol(settings, self.app.state.problem, self.broker.count_send_stall, self.app.state.dispatch_barrier),
             lifespan="on",
             log_level=settings.log_level if own_logging else None,
             log_config=log_config(settings.log_level, settings.log_format) if own_logging else None,

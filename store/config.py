@@ -219,6 +219,9 @@ class MessageStoreConfig:
     max_mapped_consume_queue_files: int = setting(1_024, 1, 10_000_000)
     # Puts are refused (DISPATCH_BEHIND) while dispatch trails the commitlog by more than this.
     max_dispatch_lag_bytes: int = setting(256 * MIB, MIB, 2**62)
+    # A put that defers its dispatch (the front end's produces, dispatched once per event-loop turn) is
+    # dispatched at once instead while dispatch trails its end by more than this; 0: never deferred.
+    max_deferred_dispatch_bytes: int = setting(4 * MIB, 0, 2**62)
     # Master-slave: longest a slave may be behind for SYNC_MASTER puts to wait for it.
     ha_slave_fall_behind_max_bytes: int = setting(256 * MIB, 0, 2**62)
     # Master-slave: a slave reports at least this often.

@@ -502,7 +502,7 @@ class DefaultMessageStore:
             result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
         if not result.items:
             batch.refused()
-        return self._after_put(result, t0, batch.state_records)
+        return self._after_put(result, t0, batch.state_records, batch.defer_dispatch)
 
     def _last_stored_ms(self) -> int | None:
         """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
@@ -551,9 +551,10 @@ class DefaultMessageStore:
             res.release()
 
     def _after_put(
-        self, result: PutMessageResult, t0: int, state_records: int = 0
+        self, result: PutMessageResult, t0: int, state_records: int = 0, defer_dispatch: bool = False
     ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        """Stats, the dispatch wake-up and the durability wait of a put the commit log answered."""
+        """Stats, the dispatch (or, `defer_dispatch`, the dispatch owed) and the durability wait of a put the
+        commit log answered."""
         items = result.items
         if not items:
             self.stats.put_failures += 1
@@ -566,8 +567,14 @@ class DefaultMessageStore:
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
         waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
-        self.reput_service.dispatch_through(result.end_offset)
+        end = result.end_offset
+        if not (defer_dispatch and self.reput_service.owe(end)):
+            self.reput_service.dispatch_through(end)
         return result, waiter
+
+    def dispatch_owed(self) -> int:
+        """Dispatch the puts made with `defer_dispatch` (ReputMessageService.dispatch_owed); the messages dispatched."""
+        return self.reput_service.dispatch_owed()
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:
         if self.checkpoint is not None and store_timestamp > self.checkpoint.physic_msg_timestamp:

@@ -107,8 +107,14 @@ class MessageStore(Protocol):
         hooks (half messages, timers, validation, delay levels) took or refused it.
 
         Appends now, in the calling thread; the future is done at once, or when the flush (and slave)
-        wait ends. A refused batch answers a result with a refusal and stores nothing.
+        wait ends. A refused batch answers a result with a refusal and stores nothing. The stored
+        messages are dispatched (readable, held pulls woken) before it returns, unless the batch has
+        `defer_dispatch`: then the caller runs `dispatch_owed` before it answers the put.
         """
+        ...
+
+    def dispatch_owed(self) -> int:
+        """Dispatch what puts with `defer_dispatch` appended (at once when nothing is owed); the messages dispatched."""
         ...
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:

@@ -7,7 +7,7 @@ import enum
 import struct
 from array import array
 from collections.abc import Callable, Sequence
-from typing import overload
+from typing import cast, overload
 
 
 class PutMessageStatus(enum.Enum):
@@ -189,10 +189,14 @@ class RunItems(LazyItems):
         return self.queue_ids[k], self.queue_offsets[k] + i - self.starts[k]
 
 
+# The LazyItems classes, for a type test without the ABC machinery isinstance runs for a Sequence subclass.
+_LAZY_TYPES = frozenset({EncodedItems, RunItems})
+
+
 def total_bytes(items: Sequence[AppendMessageResult]) -> int:
     """Bytes the items' messages take in the commitlog."""
-    if isinstance(items, LazyItems):
-        return items.total_bytes()
+    if type(items) in _LAZY_TYPES:
+        return cast(LazyItems, items).total_bytes()
     return items[0].wrote_bytes if len(items) == 1 else sum(i.wrote_bytes for i in items)
 
 
@@ -237,8 +241,8 @@ class PutMessageResult:
     def end_offset(self) -> int:
         """Commitlog offset just past the last message written."""
         items = self.items
-        if isinstance(items, LazyItems):
-            return items.end_offset()
+        if type(items) in _LAZY_TYPES:
+            return cast(LazyItems, items).end_offset()
         last = items[-1]
         return last.wrote_offset + last.wrote_bytes
 

@@ -17,6 +17,9 @@ does not wait at first: the holder reads the end again after releasing, and take
 when something was appended meanwhile (at most INLINE_ROUNDS times; then it wakes this thread).
 Only when the cursor is still short of the putter's end after that does the putter wait for the
 lock and dispatch the rest itself, so no put answers before its messages can be read.
+A put may instead be left owed (`owe`, the front end's produces): its caller runs `dispatch_owed`
+before it answers, so the puts of one event-loop turn are dispatched in one pass; the guarantee
+that no put answers before its messages can be read is the caller's to keep (app/dispatch_barrier.py).
 Lock order: docs/concurrency.md. Listeners run under the dispatch lock: they must not block
 and must not put.
 
@@ -74,6 +77,9 @@ class ReputMessageService(ServiceThread):
         self._retry_ms = 0
         self._lock = threading.Lock()  # the dispatch lock (module docstring)
         self.holder_ident = 0  # the thread holding `_lock` through `dispatch_lock`, 0 when none does
+        self._max_deferred = config.max_deferred_dispatch_bytes
+        self._owed_lock = threading.Lock()  # leaf: guards `_owed_to`
+        self._owed_to = 0  # the end of the puts left to dispatch_owed (0: none yet)
         self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
         self.release_mappings: Callable[[], object] | None = None  # unmap every idle queue file (out of descriptors)
@@ -116,6 +122,31 @@ class ReputMessageService(ServiceThread):
             return count  # this thread holds dispatch back itself: waiting would never end
         with self._lock:  # the holder dispatches our bytes or left them: either way done after this
             return count + self._reput_locked()
+
+    def owe(self, offset: int) -> bool:
+        """Leave the dispatch of a put ending at commitlog `offset` to a later `dispatch_owed`, which its
+        caller runs before answering it. False (nothing owed: dispatch it now) when dispatch trails
+        `offset` by more than max_deferred_dispatch_bytes or is failing."""
+        if self.failure or offset - self.reput_from_offset > self._max_deferred:
+            return False
+        with self._owed_lock:
+            if offset > self._owed_to:
+                self._owed_to = offset
+        return True
+
+    def dispatch_owed(self) -> int:
+        """`dispatch_through` the end of every put `owe` took; nothing (at once) when the cursor is there.
+        Returns the messages this call dispatched."""
+        owed = self._owed_to
+        if owed <= self.reput_from_offset:
+            return 0
+        count = self.dispatch_through(owed)
+        if self.reput_from_offset < owed and self.reput_from_offset >= self._end_offset():
+            # The log ends short of what was owed (truncated since): owe no more than it holds.
+            with self._owed_lock:
+                if self._owed_to == owed:
+                    self._owed_to = self.reput_from_offset
+        return count
 
     def _dispatch_rounds(self) -> int:
         """Take the lock if free and dispatch; after releasing it, again while bytes were appended

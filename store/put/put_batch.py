@@ -79,6 +79,9 @@ class PutBatch:
     dedup: bool = False  # a producer's put: its messages' dedup ids are honoured (store/put/dedup_hook.py)
     on_appended_locked: AppendedHook | None = None  # the store's own puts: run under the put lock after the append
     state_records: int = 0  # the last so many messages are state records (store/state/state_log.py)
+    # The caller runs DefaultMessageStore.dispatch_owed before it answers the put (the front end's produces,
+    # so the puts of one event-loop turn are dispatched in one pass); False: dispatched before `put` returns.
+    defer_dispatch: bool = False
     # FIELDS: each message's UNIQ_KEY (its msg_id, or one the store made), known once packed.
     uniq_keys: list[str] = field(default_factory=list)
     # Run, in order, when the put stores nothing (a hook or the commitlog refused it).

@@ -1,11 +1,13 @@
-"""ReplyTransport joins the writes of one loop turn into one write, in order, and loses none at close."""
+"""ReplyTransport joins the writes of one loop turn into one write, in order, loses none at close, and runs
+a pending dispatch pass before any of them leaves."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 
-from app.reply_transport import ReplyTransport
+from app.dispatch_barrier import DispatchBarrier
+from app.reply_transport import JOIN_MAX_BYTES, ReplyTransport
 from tests.waiting import wait_for_async
 
 
@@ -108,3 +110,34 @@ def test_a_large_reply_is_written_part_by_part_in_order() -> None:
     calls, got = asyncio.run(run())
     assert [len(c) for c in calls] == [100, 102_400]  # the head first, then the body, neither copied into the other
     assert got == b"H" * 100 + bytes(range(256)) * 400
+
+
+def test_a_write_runs_a_pending_dispatch_pass_before_its_bytes_leave() -> None:
+    """What a produce's reply waits for (app/dispatch_barrier.py): the pass pending when the turn's
+    writes are flushed, or when a large body is written at once, runs before the transport sees them."""
+
+    async def run() -> tuple[list[tuple[str, int]], list[bytes]]:
+        transport, peer, calls = await _pair()
+        events: list[tuple[str, int]] = []
+
+        def dispatch_owed() -> int:
+            events.append(("pass", len(calls)))  # how many writes had left when the pass ran
+            return 0
+
+        barrier = DispatchBarrier(dispatch_owed)
+        reply = ReplyTransport(transport, asyncio.get_running_loop(), barrier)
+        barrier.pending = True  # owed by a put of this turn whose scheduled pass has not run yet
+        reply.write(b"reply one")
+        reply.flush()
+        barrier.pending = True
+        reply.write(b"x" * (JOIN_MAX_BYTES + 1))  # written at once, not held: the pass still runs first
+        reply.write(b"reply three")  # no pass pending: nothing runs
+        reply.flush()
+        _read(peer, 9 + JOIN_MAX_BYTES + 1 + 11)
+        reply.close()
+        peer.close()
+        return events, calls
+
+    events, calls = asyncio.run(run())
+    assert events == [("pass", 0), ("pass", 1)]
+    assert [len(c) for c in calls] == [9, JOIN_MAX_BYTES + 1, 11]

@@ -1,0 +1,126 @@
+"""A put with `defer_dispatch` is owed to `dispatch_owed` (the front end's one pass per loop turn).
+
+The service thread, which would dispatch anything left behind within 10 ms, is stopped where a
+test looks at what is not dispatched yet, so what it sees is what the put and `dispatch_owed` did.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from store import DefaultMessageStore, PutBatch, build_message
+from tests.store.conftest import open_store, small_config, wait_dispatched
+
+
+def deferred(topic: str, queue_id: int, body: bytes = b"x") -> PutBatch:
+    batch = PutBatch.of([build_message(topic, body, queue_id)])
+    batch.defer_dispatch = True
+    return batch
+
+
+def test_deferred_puts_are_stored_at_once_and_readable_after_dispatch_owed(store: DefaultMessageStore) -> None:
+    store.reput_service.shutdown()
+    notices: list[tuple[str, int, int]] = []
+    store.add_message_arriving_listener(lambda t, q, after, _codes: notices.append((t, q, after)))
+    results = [store.put(deferred("D", i % 2)).result() for i in range(5)]
+    assert all(r.ok for r in results)
+    assert [r.items[0].logics_offset for r in results] == [0, 0, 1, 1, 2]  # queue offsets are the put's, at once
+    assert store.get_max_offset_in_queue("D", 0) == 0 and store.get_max_offset_in_queue("D", 1) == 0
+    assert store.reput_service.reput_from_offset < store.commit_log.get_max_offset()
+
+    assert store.dispatch_owed() == 5  # one pass for the five puts
+    assert store.get_max_offset_in_queue("D", 0) == 3 and store.get_max_offset_in_queue("D", 1) == 2
+    assert sorted(notices) == [("D", 0, 3), ("D", 1, 2)]  # one notice per queue for the pass
+    assert store.reput_service.reput_from_offset == store.commit_log.get_max_offset()
+    assert store.dispatch_owed() == 0  # nothing owed any more
+
+
+def test_a_put_without_defer_dispatch_is_dispatched_before_it_returns(store: DefaultMessageStore) -> None:
+    store.reput_service.shutdown()
+    assert store.put(deferred("D", 0)).result().ok
+    assert store.put(PutBatch.of([build_message("P", b"p", 0)])).result().ok
+    # The plain put dispatched everything readable, the deferred message before it included.
+    assert store.get_max_offset_in_queue("P", 0) == 1 and store.get_max_offset_in_queue("D", 0) == 1
+    assert store.dispatch_owed() == 0
+
+
+def test_a_put_is_dispatched_at_once_when_dispatch_trails_it_by_more_than_the_bound(tmp_path: Path) -> None:
+    for bound in (0, 512):
+        store = open_store(small_config(str(tmp_path / f"bound-{bound}"), max_deferred_dispatch_bytes=bound))
+        try:
+            store.reput_service.shutdown()
+            assert store.put(deferred("D", 0, b"s" * 100)).result().ok  # ~200 bytes stored: within 512
+            assert store.get_max_offset_in_queue("D", 0) == (1 if bound == 0 else 0)
+            assert store.put(deferred("D", 0, b"l" * 1024)).result().ok  # past any of the two bounds
+            assert store.get_max_offset_in_queue("D", 0) == 2
+            assert store.dispatch_owed() == 0
+        finally:
+            store.shutdown()
+
+
+def test_dispatch_owed_waits_for_a_thread_dispatching_without_the_owed_bytes(store: DefaultMessageStore) -> None:
+    """A pass finding the dispatch lock held by a thread that read the end before the deferred put
+    returns only once the put's message is in its queue, as an inline dispatch does."""
+    store.reput_service.shutdown()
+    release, inside = threading.Event(), threading.Event()
+
+    def listener(topic: str, _qid: int, _after: int, _codes: object) -> None:
+        if topic == "First":
+            inside.set()
+            assert release.wait(10)  # holds the dispatch lock until released
+
+    store.add_message_arriving_listener(listener)
+    holder = threading.Thread(target=lambda: store.put_message(build_message("First", b"1")), name="holder")
+    holder.start()
+    assert inside.wait(10)
+    assert store.put(deferred("Owed", 0)).result().ok
+    passed: list[int] = []
+    runner = threading.Thread(target=lambda: passed.append(store.dispatch_owed() + store.get_max_offset_in_queue("Owed", 0)))
+    runner.start()
+    runner.join(0.2)
+    assert runner.is_alive()  # its message is not dispatched while the holder has the lock
+    release.set()
+    runner.join(10)
+    holder.join(10)
+    assert passed and store.get_max_offset_in_queue("Owed", 0) == 1 and passed[0] >= 1
+
+
+KILL_WITH_DISPATCH_OWED = """
+import os, signal, sys
+from store import DefaultMessageStore, PutBatch, build_message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1]))
+store.load()
+store.start()
+store.reput_service.shutdown()  # nothing dispatches what the puts owe
+for i in range(40):
+    batch = PutBatch.of([build_message("K", b"m%d" % i, i % 2, keys=[f"k{i}"])])
+    batch.defer_dispatch = True
+    assert store.put(batch).result().ok
+assert store.get_max_offset_in_queue("K", 0) == 0
+print("STORED", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_messages_whose_dispatch_was_owed_at_a_crash_are_dispatched_by_recovery(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", KILL_WITH_DISPATCH_OWED, root], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == -9 and "STORED" in proc.stdout, proc.stderr
+    store = open_store(small_config(root))
+    try:
+        assert not store.last_exit_ok
+        wait_dispatched(store)
+        assert store.get_max_offset_in_queue("K", 0) == 20 and store.get_max_offset_in_queue("K", 1) == 20
+        with store.get_message("g", "K", 1, 0, 32) as got:
+            assert [m["body"] for m in got.decode()] == [b"m%d" % i for i in range(1, 40, 2)]
+        assert len(store.query_message("K", "k7", 10, 0, 2**62)) == 1  # the index has the keys too
+    finally:
+        store.shutdown()
+    shutil.rmtree(root)
