@@ -134,11 +134,20 @@ class HotRequest(Request):
         return await self._receive()
 
 
+# Header names asked for, as the raw headers spell them (lower-case latin-1): the handlers ask for a few, by constants.
+_HEADER_NAMES: dict[str, bytes] = {}
+_MAX_HEADER_NAMES = 256
+
+
 class HotHeaders(Headers):
     """Starlette's read-only headers with a direct `get` (the handlers' one use: a header or a default)."""
 
     def get(self, key: str, default: Any = None) -> Any:
-        name = key.lower().encode("latin-1")
+        name = _HEADER_NAMES.get(key)
+        if name is None:
+            name = key.lower().encode("latin-1")
+            if len(_HEADER_NAMES) < _MAX_HEADER_NAMES:
+                _HEADER_NAMES[key] = name
         for item, value in self._list:
             if item == name:
                 return value.decode("latin-1")

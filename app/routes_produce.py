@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -244,10 +245,22 @@ def packable(drafts: list[Draft]) -> bool:
     return not any(d.delay_level or d.timer for d in drafts)
 
 
+@functools.lru_cache(maxsize=16)
+def host_hex(store_host: bytes) -> str:
+    """The store host as an offset message id's prefix (a broker has one or two: cached)."""
+    return store_host.hex().upper()
+
+
 def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> dict[str, Any]:
     """The SendResult (one message) or BatchSendResult of a FIELDS put, built in one pass over the offsets."""
-    host = items.store_host.hex().upper()
+    host = host_hex(items.store_host)
     queue_id, first, stamp = items.queue_id, items.first_queue_offset, items.store_timestamp
+    if not is_batch:  # one message: its offset without the array of every offset
+        offset = items.first_offset()
+        return {
+            "kind": "message", "msg_id": uniq_keys[0], "offset_msg_id": f"{host}{offset:016X}", "queue_id": queue_id,
+            "queue_offset": first, "commitlog_offset": offset, "store_timestamp": stamp,
+        }  # fmt: skip
     offsets = items.commitlog_offsets()
     results: list[dict[str, Any]] = [
         {

@@ -129,6 +129,18 @@ def pack_batch(messages: Iterable[tuple[bytes, bytes, int]]) -> bytes:
     return b"".join(parts)
 
 
+def pack_one(body: bytes, props: bytes, flag: int = 0) -> bytes:
+    """pack_batch of one item."""
+    return b"".join(
+        (
+            BATCH_ITEM_HEAD.pack(BATCH_FIXED_BYTES + len(body) + len(props), 0, 0, flag, len(body)),
+            body,
+            len(props).to_bytes(2, "big"),
+            props,
+        )
+    )
+
+
 def check_batch(
     batch: Any,
     max_body_bytes: int,

@@ -136,6 +136,10 @@ class LazyItems(Sequence[AppendMessageResult]):
     def commitlog_offsets(self) -> list[int]:
         return array("q", self.offsets)[0::2].tolist()
 
+    def first_offset(self) -> int:
+        """The first message's commitlog offset (read from the kernel's buffer, no item built)."""
+        return int(_OFFSET_AND_SIZE.unpack_from(self.offsets)[0])
+
     def end_offset(self) -> int:
         """Commitlog offset just past the last message (read from the kernel's buffer, no item built)."""
         offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, len(self.offsets) - 16)

@@ -283,6 +283,7 @@ class UniqKeyGenerator:
         self._counter = itertools.count()
         self._clock_ms = clock_ms or _wall_clock_ms
         self._set_time_base(self._clock_ms())
+        self._head: tuple[int, str] = (-1, "")  # (ms, the prefix and time of keys made in that ms): one tuple, read whole
 
     def _set_time_base(self, now_ms: int) -> None:
         self._month_start_ms, self._next_month_start_ms = month_bounds_ms(now_ms)
@@ -294,8 +295,14 @@ class UniqKeyGenerator:
         return now - self._month_start_ms
 
     def next(self) -> str:
-        since = self._since_month_start()
-        return f"{self._prefix}{since & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        now = self._clock_ms()
+        ms, head = self._head
+        if ms != now:  # the first key of this millisecond formats the head
+            if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+                self._set_time_base(now)
+            head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}"
+            self._head = (now, head)
+        return f"{head}{next(self._counter) & 0xFFFF:04X}"
 
     def next_batch(self, n: int) -> list[str]:
         """`n` keys as `next` makes them, sharing one reading of the clock (a batch is put at once)."""

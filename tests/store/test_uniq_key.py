@@ -1,12 +1,28 @@
 """UNIQ_KEY in MessageClientIDSetter's layout: IPv4, pid, 4 fixed bytes, ms since the start of the
-current month in local time, a counter; the time base moves on when a month begins."""
+current month in local time, a counter; the time base moves on when a month begins. And the
+packing of a single message (the key it gets, the bytes) as a batch of one."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime
 
 from store.codec.message import UniqKeyGenerator, month_bounds_ms
+from store.native import check_batch, pack_batch
+from store.put.put_batch import packed_fields, properties_of
+
+
+@dataclass
+class Fields:
+    """A parsed message as the front end's draft has it (store.put.put_batch.MessageFields)."""
+
+    body: bytes
+    tags: str | None
+    keys: list[str] | None
+    properties: dict[str, str] | None
+    msg_id: str | None
+    dedup_id: str | None
 
 
 def local_ms(*args: int) -> int:
@@ -52,3 +68,31 @@ def test_the_time_base_moves_to_the_new_month_when_it_begins() -> None:
 def test_month_bounds_are_local_midnights_of_the_first() -> None:
     assert month_bounds_ms(local_ms(2026, 12, 31, 23, 0, 0)) == (local_ms(2026, 12, 1), local_ms(2027, 1, 1))
     assert month_bounds_ms(local_ms(2026, 3, 1)) == (local_ms(2026, 3, 1), local_ms(2026, 4, 1))
+
+
+def test_keys_of_one_millisecond_share_its_time_and_the_next_millisecond_has_its_own() -> None:
+    clock = FixedClock(local_ms(2026, 5, 3, 8, 0, 0))
+    gen = UniqKeyGenerator(clock_ms=clock)
+    first, second = parts(gen.next()), parts(gen.next())
+    clock.ms += 1
+    third = parts(gen.next())
+    assert first[3] == second[3] == clock.ms - 1 - local_ms(2026, 5, 1) and third[3] == first[3] + 1
+    assert [first[4] + 1, first[4] + 2] == [second[4], third[4]]  # one counter throughout
+    clock.ms -= 1  # a clock stepped back: the time is read again, not the last head kept
+    assert parts(gen.next())[3] == first[3]
+
+
+def test_a_single_message_packs_as_a_batch_of_one() -> None:
+    """packed_fields' path for one message writes the bytes the batch path writes for it."""
+    drafts = [
+        Fields(b"body", "tag", ["k1", "k2"], {"a": "1"}, None, "dedup-1"),
+        Fields(b"", None, None, None, "GIVEN0123456789", None),
+        Fields(bytes(300), "t", None, {"x": "y" * 50}, None, None),
+    ]
+    for draft in drafts:
+        data, keys = packed_fields([draft])
+        assert len(keys) == 1 and (draft.msg_id is None or keys == [draft.msg_id])
+        assert data == pack_batch([(draft.body, properties_of(draft, keys[0]), 0)])
+        assert check_batch(data, 1 << 20, check_properties=True)[0] == 1
+    two, two_keys = packed_fields(drafts[:2])  # the batch path, for comparison
+    assert two.startswith(pack_batch([(drafts[0].body, properties_of(drafts[0], two_keys[0]), 0)]))
