@@ -159,7 +159,7 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     future = producer.put(
         PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
     )
-    result = future.result() if future.done() else await producer.wait_durable(future)
+    result = await producer.outcome(future)
     if not result.ok:
         raise put_problem(result)
     if result.duplicate:

@@ -8,7 +8,8 @@ Invariants:
 - The put itself (a memory copy) runs on the loop; a request served by the server's protocol leaves
   its dispatch to the loop turn's one pass, run before its reply is written (app.dispatch_barrier),
   so the reply still follows the dispatch of its messages. A SYNC_FLUSH put's group commit is awaited
-  as a future, so the loop never waits on a flush.
+  as a future, one for the durable produces of a loop turn (app.durable_turns), so the loop never
+  waits on a flush.
 - Queue choice: queue_id, else crc32(sharding_key) mod the write queue count, else round-robin
   (one queue per request, so a batch keeps its order).
 - A delayed message's reply names its real queue, its level and when it is due, never the
@@ -17,7 +18,8 @@ Invariants:
   binary body) is stored as a half message (a PutBatch with the producer group): invisible until
   `POST /v1/transactions/{transaction_id}` commits it; its reply has `transaction_id` and no queue_offset.
 - Under SYNC_MASTER the reply awaits the slave's acknowledgement as a future (the store's
-  GroupTransferService completes it), so the loop never waits on replication either.
+  GroupTransferService completes it; shared by the turn's produces likewise), so the loop never
+  waits on replication either.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
+from app.durable_turns import DurableTurns
 from app.hot_routes import Handler
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
@@ -67,6 +70,7 @@ from store import (
     FlushDiskType,
     PutBatch,
     PutMessageResult,
+    PutMessageStatus,
     build_message,
 )
 
@@ -338,6 +342,7 @@ class Producer:
         self.flush_wait_s = max(1, waits) * config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
         self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
+        self.turns: DurableTurns | None = None  # likewise
 
     async def drafts(self, request: Request, media: str) -> tuple[list[Draft], bool]:
         """The request's messages (`media`: its content type, without parameters) and whether it was a batch."""
@@ -363,30 +368,45 @@ class Producer:
             round_robin.append(self.broker.next_round_robin(topic, queues))
         return round_robin[0]
 
-    async def wait_durable(self, future: Any) -> Any:
+    def _relay(self) -> CompletionRelay:
         if self.relay is None:
             self.relay = CompletionRelay(asyncio.get_running_loop())
-        waiter = self.relay.watch(future)
-        # A timer handle, not asyncio.wait_for (which adds a future and a task step per put). At the
-        # deadline the relay's waiter is cancelled; the store's future is not.
-        deadline = asyncio.get_running_loop().call_later(self.flush_wait_s, waiter.cancel)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # the request itself was cancelled (client gone, shutdown), not timed out
-            detail = (
-                f"the message is stored but its durability was not confirmed within {self.flush_wait_s:.1f} s; "
-                "it may be delivered, do not resend blindly"
-            )
-            raise ProblemError(self.timeout_code, detail, {"stored": True}) from None
-        finally:
-            deadline.cancel()
+        return self.relay
+
+    def _not_confirmed(self) -> ProblemError:
+        detail = (
+            f"the message is stored but its durability was not confirmed within {self.flush_wait_s:.1f} s; "
+            "it may be delivered, do not resend blindly"
+        )
+        return ProblemError(self.timeout_code, detail, {"stored": True})
+
+    async def outcome(self, future: Future[PutMessageResult]) -> PutMessageResult:
+        """The result of a put this producer made: its flush and slave waits awaited (the turn's shared one
+        when the store left it owed: app.durable_turns) without blocking the loop."""
+        assert future.done(), "a put with defer_durability is answered at once"
+        result = future.result()
+        if not result.durability_owed:
+            return result
+        if self.turns is None:
+            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s)
+        status = await self.turns.wait(result.end_offset)
+        if status is None:
+            raise self._not_confirmed()
+        result.durability_owed = False
+        if status is PutMessageStatus.PUT_OK:
+            return result
+        what = (
+            "stored, not confirmed durable"
+            if status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+            else "stored on the master, not confirmed on a slave"
+        )
+        return PutMessageResult(status, items=result.items, detail=what)
 
     def put(self, batch: PutBatch, scope: Scope) -> Future[PutMessageResult]:
-        """Put `batch`; a request whose reply waits for the server's dispatch barrier (app.dispatch_barrier)
+        """Put `batch` (its answer: `outcome`), its durability wait shared with the loop turn's other puts
+        (app.durable_turns); a request whose reply waits for the server's dispatch barrier (app.dispatch_barrier)
         leaves the dispatch to the loop turn's one pass."""
+        batch.defer_durability = True
         barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
         if barrier is None:
             return self.store.put(batch)
@@ -397,8 +417,7 @@ class Producer:
 
     async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
-        future = self.put(batch, scope)
-        result = future.result() if future.done() else await self.wait_durable(future)
+        result = await self.outcome(self.put(batch, scope))
         if not result.ok:
             raise put_problem(result)
         return result

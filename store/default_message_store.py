@@ -502,7 +502,7 @@ class DefaultMessageStore:
             result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
         if not result.items:
             batch.refused()
-        return self._after_put(result, t0, batch.state_records, batch.defer_dispatch)
+        return self._after_put(result, t0, batch.state_records, batch.defer_dispatch, batch.defer_durability)
 
     def _last_stored_ms(self) -> int | None:
         """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
@@ -551,10 +551,10 @@ class DefaultMessageStore:
             res.release()
 
     def _after_put(
-        self, result: PutMessageResult, t0: int, state_records: int = 0, defer_dispatch: bool = False
+        self, result: PutMessageResult, t0: int, state_records: int = 0, defer_dispatch: bool = False, defer_durability: bool = False
     ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        """Stats, the dispatch (or, `defer_dispatch`, the dispatch owed) and the durability wait of a put the
-        commit log answered."""
+        """Stats, the dispatch (or, `defer_dispatch`, the dispatch owed) and the durability wait (or, with
+        `defer_durability`, the result marked `durability_owed`) of a put the commit log answered."""
         items = result.items
         if not items:
             self.stats.put_failures += 1
@@ -565,7 +565,11 @@ class DefaultMessageStore:
         if messages:
             size = total_bytes(items[:messages] if state_records else items)
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
-        waiter = self.durability.waiter(result)
+        if defer_durability:
+            waiter = None
+            result.durability_owed = result.ok and not self.durability.answers_at_once()
+        else:
+            waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
         end = result.end_offset
         if not (defer_dispatch and self.reput_service.owe(end)):
@@ -575,6 +579,11 @@ class DefaultMessageStore:
     def dispatch_owed(self) -> int:
         """Dispatch the puts made with `defer_dispatch` (ReputMessageService.dispatch_owed); the messages dispatched."""
         return self.reput_service.dispatch_owed()
+
+    def durable_through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
+        """The flush and slave waits of the log up to commitlog `offset`, as one future (PutDurability.through)
+        for every put owing durability that ends there or before; None when puts are answered at once."""
+        return self.durability.through(offset)
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:
         if self.checkpoint is not None and store_timestamp > self.checkpoint.physic_msg_timestamp:

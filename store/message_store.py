@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from store.put.put_batch import PutBatch
     from store.queue.get_message_result import Filter, GetMessageResult
     from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
-    from store.status import PutMessageResult
+    from store.status import PutMessageResult, PutMessageStatus
     from store.transaction.transaction_store import Transactions
 
 __all__ = ["ArrivingListener", "CommitLogView", "MessageStore", "ReplicationWaiter"]
@@ -115,6 +115,11 @@ class MessageStore(Protocol):
 
     def dispatch_owed(self) -> int:
         """Dispatch what puts with `defer_dispatch` appended (at once when nothing is owed); the messages dispatched."""
+        ...
+
+    def durable_through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
+        """One future for the flush and slave waits of the log up to `offset` (PUT_OK or the status not confirmed),
+        for the puts made with `defer_durability` whose results say `durability_owed`; None when none is needed."""
         ...
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:

@@ -210,7 +210,7 @@ class PutMessageResult:
     A plain slotted class: one is made per put, so its constructor stays minimal.
     """
 
-    __slots__ = ("status", "refusal", "detail", "items", "duplicate")
+    __slots__ = ("status", "refusal", "detail", "items", "duplicate", "durability_owed")
 
     def __init__(
         self,
@@ -228,6 +228,9 @@ class PutMessageResult:
         # PUT_OK without a write: every message's dedup id was seen in the window; `items` are the first
         # messages' (store/put/dedup_window.py DuplicateItem), nothing was stored.
         self.duplicate = duplicate
+        # Stored by a put with `defer_durability` whose flush or slave wait is the caller's to make
+        # (DefaultMessageStore.durable_through): PUT_OK here says stored, not yet durable.
+        self.durability_owed = False
 
     def __repr__(self) -> str:
         return f"PutMessageResult({self.status.value}, refusal={self.refusal.value}, items={len(self.items)}, detail={self.detail!r})"

@@ -70,6 +70,41 @@ class PutDurability:
         request.future.add_done_callback(flushed)
         return outer
 
+    def through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
+        """The flush and slave waits of the log up to `offset` as one future: PUT_OK, or the status of the
+        wait not confirmed (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE). One future serves
+        every put ending at or before `offset` (the puts of one event-loop turn); None when puts are
+        answered at once."""
+        if self.answers_at_once():
+            return None
+        if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
+            return self._slave_status(offset, concurrent.futures.Future())  # ASYNC_FLUSH on a SYNC_MASTER
+        assert isinstance(self.flush_service, GroupCommitService)
+        request = GroupCommitRequest(offset)
+        self.flush_service.put_request(request)
+        if not self._needs_slave():
+            return request.future
+        outer: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
+
+        def flushed(f: concurrent.futures.Future[PutMessageStatus]) -> None:
+            status = f.result()
+            if status is PutMessageStatus.PUT_OK:
+                self._slave_status(offset, outer)
+            else:
+                outer.set_result(status)
+
+        request.future.add_done_callback(flushed)
+        return outer
+
+    def _slave_status(self, offset: int, out: concurrent.futures.Future[PutMessageStatus]) -> concurrent.futures.Future[PutMessageStatus]:
+        """`out`, completed with the slave wait's status for the log up to `offset` (PUT_OK when none is needed)."""
+        waiter = self.replication_waiter(offset) if self.replication_waiter is not None else None
+        if waiter is None:
+            out.set_result(PutMessageStatus.PUT_OK)
+        else:
+            waiter.add_done_callback(lambda f: out.set_result(f.result()))
+        return out
+
     def _chain_slave(self, result: PutMessageResult, outer: Waiter | None = None) -> Waiter:
         out = outer if outer is not None else concurrent.futures.Future()
         assert self.replication_waiter is not None

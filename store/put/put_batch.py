@@ -83,6 +83,10 @@ class PutBatch:
     # The caller runs DefaultMessageStore.dispatch_owed before it answers the put (the front end's produces,
     # so the puts of one event-loop turn are dispatched in one pass); False: dispatched before `put` returns.
     defer_dispatch: bool = False
+    # The caller waits for durability itself (DefaultMessageStore.durable_through of the put's end, one wait
+    # for the puts of an event-loop turn): the put's future is done at once and its result says
+    # `durability_owed` when there is a flush or slave wait to make.
+    defer_durability: bool = False
     # FIELDS: each message's UNIQ_KEY (its msg_id, or one the store made), known once packed.
     uniq_keys: list[str] = field(default_factory=list)
     # Run, in order, when the put stores nothing (a hook or the commitlog refused it).

@@ -1,0 +1,100 @@
+"""DurableTurns: the durable produces of one event-loop turn wait on one flush (and slave) future.
+
+Under SYNC_FLUSH, or on a SYNC_MASTER, a produce is answered once its bytes are flushed (and held
+by a slave). Waited for put by put, that is a group-commit request, a future made and completed
+on the flush thread, its hand-off to the loop and a deadline timer for every put, and under load
+many produces are served in one loop turn. So a produce puts with `defer_durability` and, when its
+result says the wait is owed, joins the turn's group (`wait`): at the end of the turn the group
+asks the store for one future through the highest end offset of its puts (`durable_through`),
+hands it to the loop through the CompletionRelay, and completes each member's own future with the
+status; one deadline timer per group.
+
+Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
+when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
+away, the server stops) cancels only its own; the group's offset is at least each member's end, so
+the group's PUT_OK is each put's. Runs on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from functools import partial
+
+from app.completion_relay import CompletionRelay
+from store import PutMessageStatus
+
+# The store's one future for the log up to an offset (DefaultMessageStore.durable_through); None: nothing to wait for.
+DurableThrough = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
+# A member's outcome: PUT_OK, the status not confirmed, or None when the deadline passed first.
+Outcome = asyncio.Future["PutMessageStatus | None"]
+
+
+class _Group:
+    __slots__ = ("end", "members")
+
+    def __init__(self) -> None:
+        self.end = 0  # the highest end offset of the group's puts
+        self.members: list[Outcome] = []
+
+
+class DurableTurns:
+    __slots__ = ("_through", "_relay", "_wait_s", "_open", "groups", "members")
+
+    def __init__(self, through: DurableThrough, relay: CompletionRelay, wait_s: float) -> None:
+        self._through = through
+        self._relay = relay
+        self._wait_s = wait_s  # a group's deadline: its members get None past it
+        self._open: _Group | None = None  # the group of this turn, closed at its end
+        self.groups = 0  # groups closed (tests and benchmarks: members per group)
+        self.members = 0  # members joined
+
+    def wait(self, end: int) -> Outcome:
+        """The outcome of the durability wait of a put ending at commitlog `end`, shared with the turn's other puts."""
+        group = self._open
+        if group is None:
+            group = self._open = _Group()
+            asyncio.get_running_loop().call_soon(self._close)
+        if end > group.end:
+            group.end = end
+        member: Outcome = asyncio.get_running_loop().create_future()
+        group.members.append(member)
+        self.members += 1
+        return member
+
+    def _close(self) -> None:
+        group, self._open = self._open, None
+        assert group is not None, "a group is closed once, by the call its first member scheduled"
+        self.groups += 1
+        try:
+            future = self._through(group.end)
+        except Exception as exc:  # the store could not queue the wait: every member gets the error
+            _complete(group, None, exc)
+            return
+        if future is None:  # puts are answered at once now (the broker's role changed)
+            _complete(group, PutMessageStatus.PUT_OK, None)
+            return
+        shared = self._relay.watch(future)
+        # At the deadline the relay's future is cancelled, not the store's: its flush thread still completes it.
+        deadline = asyncio.get_running_loop().call_later(self._wait_s, shared.cancel)
+        shared.add_done_callback(partial(_delivered, group, deadline))
+
+
+def _delivered(group: _Group, deadline: asyncio.TimerHandle, shared: asyncio.Future[PutMessageStatus]) -> None:
+    deadline.cancel()
+    if shared.cancelled():
+        _complete(group, None, None)
+        return
+    exc = shared.exception()
+    _complete(group, None if exc is not None else shared.result(), exc)
+
+
+def _complete(group: _Group, status: PutMessageStatus | None, exc: BaseException | None) -> None:
+    for member in group.members:
+        if member.done():
+            continue  # cancelled with its request
+        if exc is not None:
+            member.set_exception(exc)
+        else:
+            member.set_result(status)
