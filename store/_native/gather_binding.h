@@ -155,10 +155,12 @@ static PyObject *py_gather(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *result = NULL;
     struct gather_state st;
     if (gather_prepare(args, &in, &a, &st) == 0) {
-        int stop;
-        Py_BEGIN_ALLOW_THREADS
-        stop = gather(&a, &st);
-        Py_END_ALLOW_THREADS
+        /* The GIL is kept for a small read (kernels.c release_gil_for): the entries examined and the output
+         * bound the work. A receive or pull of a few messages on the event loop then never hands the GIL to
+         * another thread and waits for it back. */
+        PyThreadState *ts = release_gil_for((Py_ssize_t)(a.n_entries * CQ_UNIT_BYTES + a.out_n));
+        int stop = gather(&a, &st);
+        restore_gil(ts);
         result = Py_BuildValue("innnin", stop, (Py_ssize_t)st.examined, (Py_ssize_t)st.count, (Py_ssize_t)st.bytes, st.removed_seen,
                                (Py_ssize_t)st.damaged);
     }

@@ -534,6 +534,19 @@ def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_c
     assert [m[0] for m in meta] == want_offsets and [offset + m[1] for m in meta] == want_queue
 
 
+def test_gather_keeps_the_gil_for_a_small_read() -> None:
+    """A pull or receive of a few messages (on the event loop) keeps the GIL; a read that may copy
+    GIL_RELEASE_MIN_BYTES or more releases it."""
+    msg = encode_message(b"T", b"x" * 10, b"", physical_offset=0)
+    entries = ENTRY.pack(0, len(msg), 0)
+    limits = nk.GatherLimits(32, 32, 1 << 30, 8, 1 << 16, 0, 0, len(msg), 1 << 20)
+    before = _kernels.gil_releases()
+    assert nk.gather(entries, 1, [(0, msg)], bytearray(300), None, limits).taken == 1
+    assert _kernels.gil_releases() == before
+    assert nk.gather(entries, 1, [(0, msg)], bytearray(_kernels.GIL_RELEASE_MIN_BYTES), None, limits).taken == 1
+    assert _kernels.gil_releases() == before + 1
+
+
 def test_gather_bounds() -> None:
     msgs = [encode_message(b"T", b"x" * 10, b"TAGS\x01a\x02", physical_offset=0), encode_message(b"T", b"y" * 20, b"")]
     log = msgs[0] + msgs[1]
