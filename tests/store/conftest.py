@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +26,14 @@ def small_config(root: str, **overrides: object) -> MessageStoreConfig:
     }
     values.update(overrides)
     return MessageStoreConfig(**values)  # type: ignore[arg-type]
+
+
+def run_until_killed(script: str, root: str, marker: str) -> None:
+    """Run `script` (Python source, argv[1] = `root`) in a process of its own, from this checkout; it must print
+    `marker` and then SIGKILL itself (a crash test's writer)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == -9 and marker in proc.stdout, proc.stderr
 
 
 def open_store(config: MessageStoreConfig) -> DefaultMessageStore:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageInner, build_message
 from store.codec.message import tags_hash
-from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
 from tests.store.reference_dispatch import assert_matches_reference
 from tests.waiting import wait_for
 
@@ -287,13 +287,8 @@ def test_crash_recovery_re_dispatches_what_the_reference_builds(tmp_path) -> Non
     """SIGKILL with half the log dispatched, and topic B's queues lost as well (a machine crash can lose
     unflushed queue pages): load() re-dispatches from the checkpoint's file with the kernels, skipping
     what the queues hold, and the queues and index equal the reference's."""
-    import subprocess
-    import sys
-
     root = str(tmp_path / "store")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", KILL_WHILE_DISPATCH_LAGS, root], capture_output=True, text=True, timeout=60, env=env)
-    assert proc.returncode == -9 and "STORED" in proc.stdout, proc.stderr
+    run_until_killed(KILL_WHILE_DISPATCH_LAGS, root, "STORED")
     shutil.rmtree(os.path.join(root, "consumequeue", "B"))
     config = dispatch_config(root)
     store = open_store(config)

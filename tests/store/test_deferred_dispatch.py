@@ -6,15 +6,12 @@ test looks at what is not dispatched yet, so what it sees is what the put and `d
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 from store import DefaultMessageStore, PutBatch, build_message
-from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
 
 
 def deferred(topic: str, queue_id: int, body: bytes = b"x") -> PutBatch:
@@ -110,9 +107,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_messages_whose_dispatch_was_owed_at_a_crash_are_dispatched_by_recovery(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", KILL_WITH_DISPATCH_OWED, root], capture_output=True, text=True, timeout=60, env=env)
-    assert proc.returncode == -9 and "STORED" in proc.stdout, proc.stderr
+    run_until_killed(KILL_WITH_DISPATCH_OWED, root, "STORED")
     store = open_store(small_config(root))
     try:
         assert not store.last_exit_ok

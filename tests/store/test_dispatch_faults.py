@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from store import GetMessageStatus, PutRefusal, build_message
-from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
 
 
 class DispatchGate:
@@ -124,14 +124,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_a_deleted_topic_stays_deleted_across_a_crash_recovery(tmp_path) -> None:
     """SIGKILL after an answered deletion, before dispatch passed the old messages: recovery re-dispatch drops them."""
-    import os
-    import subprocess
-    import sys
-
     root = str(tmp_path / "store")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", DELETE_THEN_KILL, root], capture_output=True, text=True, timeout=60, env=env)
-    assert proc.returncode == -9 and "DELETED" in proc.stdout, proc.stderr
+    run_until_killed(DELETE_THEN_KILL, root, "DELETED")
     store = open_store(small_config(root))
     try:
         wait_dispatched(store)
