@@ -25,6 +25,8 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
 - A request's reply is written through a ReplyTransport that runs the server's dispatch barrier
   first, and its scope carries the barrier (`BARRIER_KEY`), so a produce may defer its dispatch
   to the turn's one pass (app.dispatch_barrier).
+- A produce the server can serve without an ASGI cycle (app.direct_requests) is served by the
+  protocol itself: its exchange takes the cycle's place from its headers to its reply.
 - A request's scope offers (`LOST_KEY`, app.long_poll) a future completed when its connection is
   lost, which held requests wait on instead of reading the request's messages until a disconnect.
 - A reply whose client takes nothing for `send_stall_timeout_ms` while the connection's buffers
@@ -48,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.body_limit import BODY_TIMED_OUT
+from app.direct_requests import DirectExchange, DirectRequests
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.long_poll import LOST_KEY
 from app.problems import ProblemReply
@@ -93,7 +96,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     # Slots: these attributes kept in the instance's __dict__ made it grow to a larger table (about
     # 1.5 KiB more per connection, a held pull's connection included).
-    __slots__ = ("header_timer", "body_timer", "stall_timer", "reading_headers", "header_bytes", "header_tail", "in_body", "lost", "gone")
+    __slots__ = (
+        "header_timer",
+        "body_timer",
+        "stall_timer",
+        "reading_headers",
+        "header_bytes",
+        "header_tail",
+        "in_body",
+        "lost",
+        "gone",
+        "direct",
+    )
 
     header_read_timeout_s = 10.0
     body_read_timeout_s = 30.0
@@ -104,6 +118,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     problem: ProblemReply  # set by bounded_protocol: the app's counted problem replies
     on_send_stall: Callable[[], None]  # set by bounded_protocol: counts a connection cut for not reading
     dispatch_barrier: DispatchBarrier | None = None  # set by bounded_protocol: the server's (app.dispatch_barrier)
+    direct_requests: DirectRequests | None = None  # set by bounded_protocol: the produces served without a cycle
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +132,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.in_body = False  # between a request's complete headers and its complete message
         self.lost: asyncio.Future[None] | None = None  # completed when the connection closes (made when a request asks)
         self.gone = False  # the connection was lost
+        # Serves this connection's produces without a cycle (None: every request goes to the app).
+        self.direct: DirectRequests | None = self.direct_requests
 
     def data_received(self, data: bytes) -> None:
         if not self._count_header_bytes(data):
@@ -157,8 +174,24 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.header_bytes = 0
         self.header_tail = b""
 
+    def on_body(self, body: bytes) -> None:
+        cycle: Any = self.cycle  # uvicorn's cycle, or this protocol's DirectExchange
+        if type(cycle) is DirectExchange:
+            if not cycle.response_complete:
+                cycle.chunks.append(body)
+            return
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         self.in_body = False
+        cycle: Any = self.cycle  # uvicorn's cycle, or this protocol's DirectExchange
+        if type(cycle) is DirectExchange:
+            self._disarm_body_timer()
+            if not cycle.response_complete:
+                cycle.more_body = False
+                assert self.direct is not None, "an exchange is made by the connection's DirectRequests"
+                self.direct.serve(self, cycle)
+            return
         super().on_message_complete()
         self._disarm_body_timer()
 
@@ -169,6 +202,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _body_too_slow(self, cycle: Any) -> None:
         self.body_timer = None
+        if type(cycle) is DirectExchange:
+            if cycle.more_body and not cycle.response_complete and not cycle.disconnected:
+                cycle.response_complete = True
+                self._write_problem_and_close("REQUEST_TIMEOUT", f"the request's body did not arrive within {self.body_read_timeout_s:g} s")
+            return
         if cycle.more_body and not cycle.response_complete and not cycle.disconnected:
             # app.body_limit's receive raises BodyTimeout on this mark: a 408 through the error table.
             cycle.scope[BODY_TIMED_OUT] = self.body_read_timeout_s
@@ -178,6 +216,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().connection_made(ReplyTransport(transport, self.loop, self.dispatch_barrier))  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections, self.problem)
+            self.direct = None  # every request of this connection is refused by the app above
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -233,6 +272,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.in_body = True
         self._release_header_bytes()  # the rest of this read, and what follows, is the body
         self._disarm_header_timer()
+        direct = self.direct
+        if direct is not None and (self.cycle is None or self.cycle.response_complete):
+            exchange = direct.begin(self)
+            if exchange is not None:
+                self.cycle = exchange  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
+                return
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -284,10 +329,15 @@ def _header_part(tail: bytes, data: bytes) -> int:
 
 
 def bounded_protocol(
-    settings: BrokerSettings, problem: ProblemReply, on_send_stall: Callable[[], None], dispatch_barrier: DispatchBarrier | None = None
+    settings: BrokerSettings,
+    problem: ProblemReply,
+    on_send_stall: Callable[[], None],
+    dispatch_barrier: DispatchBarrier | None = None,
+    direct_requests: DirectRequests | None = None,
 ) -> type[BoundedHttpProtocol]:
     """The protocol class uvicorn builds per connection, with this broker's limits, its counted problem replies,
-    the count of connections cut for not reading and the dispatch barrier its replies wait for."""
+    the count of connections cut for not reading, the dispatch barrier its replies wait for and the produces
+    it serves itself."""
     return type(
         "TidemqHttpProtocol",
         (BoundedHttpProtocol,),
@@ -301,5 +351,6 @@ def bounded_protocol(
             "header_bytes_total": HeaderBytes(settings.max_header_bytes_total),
             "problem": staticmethod(problem),
             "dispatch_barrier": dispatch_barrier,
+            "direct_requests": direct_requests,
         },
     )

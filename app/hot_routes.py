@@ -36,7 +36,7 @@ from starlette.requests import Request, empty_send
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.body_limit import BODY_TIMED_OUT, BodyTimeout, BodyTooLarge, body_limit
+from app.body_limit import BODY_TIMED_OUT, NO_BODY, BodyTimeout, BodyTooLarge, body_limit
 from app.http_requests import METHODS, ROUTE_KEY, RequestStats, log_request, route_of
 from app.problems import ProblemError, ProblemReply
 from app.query import QUERY_KEY, parse_query
@@ -92,6 +92,13 @@ class HotRequest(Request):
         self._limit = limit
         self._setting = setting
         self._is_disconnected = False
+
+    @classmethod
+    def whole(cls, scope: Scope, body: bytes) -> HotRequest:
+        """A request whose whole body was read before its handler runs (app.direct_requests)."""
+        request = cls(scope, _no_more_messages, -1, "")
+        request._body = body
+        return request
 
     @property
     def headers(self) -> Headers:
@@ -208,12 +215,16 @@ class HotRoutes:
                 await self.guard(scope, receive, _Observed(send, reply))
         finally:
             stats.in_flight -= 1
-            duration_ns = time.perf_counter_ns() - start
-            route = scope.get(ROUTE_KEY) or route_of(scope)
-            method = METHODS.get(scope["method"], "OTHER")
-            stats.add(route, method, reply[0], duration_ns, reply[1])
-            if self.log_requests:
-                log_request(scope, method, route, reply[0], duration_ns, reply[1])
+            self.count(scope, reply[0], start, reply[1])
+
+    def count(self, scope: Scope, status: int, start_ns: int, sent: int) -> None:
+        """Count an answered request (and log it with the access log on): its route, method, status, time, bytes."""
+        duration_ns = time.perf_counter_ns() - start_ns
+        route = scope.get(ROUTE_KEY) or route_of(scope)
+        method = METHODS.get(scope["method"], "OTHER")
+        self.stats.add(route, method, status, duration_ns, sent)
+        if self.log_requests:
+            log_request(scope, method, route, status, duration_ns, sent)
 
     def dispatch(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         """The guard's inner app: the hot routes and the rest, as `__call__` serves them without a guard."""
@@ -236,6 +247,34 @@ class HotRoutes:
             scope.pop(ROUTE_KEY, None)  # the FastAPI router names the route it matches
             return self.app(scope, receive, send if reply is None else _Observed(send, reply))
         return self._serve(handler, scope, receive, send, reply)
+
+    def direct_handler(self, scope: Scope) -> Handler | None:
+        """The handler of a produce the connection's protocol may serve itself (app.direct_requests), its route
+        set in `scope`; None when the request goes the ASGI way: a guard judges requests, the hot routes are
+        off, the store is loading, another route, or a body without a Content-Length or past its limit."""
+        if self.guard is not None or not self.serve_hot or self.broker.loading:
+            return None
+        handler = self._hot_handler(scope, scope["path"], "POST")
+        if handler is not self.produce and handler is not self.produce_batch:
+            return None
+        limit = body_limit(scope, self.max_bytes, self.max_json_bytes)
+        if limit.refusal is not None or limit is NO_BODY or limit.limit >= 0:
+            return None
+        return handler
+
+    async def answer(self, handler: Handler, scope: Scope, body: bytes) -> Response:
+        """The reply to a request whose whole body is at hand (app.direct_requests): its query, the handler,
+        the handler's errors mapped; what `__call__` answers the same request with."""
+        query = scope["query_string"]
+        try:
+            scope[QUERY_KEY] = parse_query(query) if query else {}
+        except ProblemError as e:
+            return self.problem(e.code, e.detail, scope["path"][:200], None)
+        request = HotRequest.whole(scope, body)
+        try:
+            return await handler(request)
+        except Exception as exc:  # mapped like the app's own exception handlers
+            return await self.on_error(request, exc)
 
     def _hot_handler(self, scope: Scope, path: str, method: str) -> Handler | None:
         """The handler of a hot route, with the route's path parameters and template set in `scope`.
@@ -307,6 +346,11 @@ class HotRoutes:
         await send({"type": "http.response.body", "body": body})
         if reply is not None:
             reply[1] = len(body)
+
+
+async def _no_more_messages() -> Message:
+    """The receive of a request whose body was read whole before its handler ran."""
+    return {"type": "http.disconnect"}
 
 
 async def _send_health(send: Send, with_body: bool) -> None:

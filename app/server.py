@@ -54,6 +54,7 @@ from app.acl import AclInvalid
 from app.body_limit import BodyLimit
 from app.broker import Broker
 from app.connections import bounded_protocol
+from app.direct_requests import DirectRequests
 from app.dispatch_barrier import DispatchBarrier
 from app.exposure import check_exposure, warn_if_open
 from app.hot_routes import HotHandlers, HotRoutes
@@ -274,6 +275,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         # In front of the routes and the forwarder: tokens and permissions are checked before they see a request.
         front.guard = AccessGate(front.guard or front.dispatch, acl_source, settings.metrics_public, mapping.problem)
     app.state.entry = front
+    # Produces the server's connections serve without an ASGI cycle (app.direct_requests).
+    app.state.direct_requests = DirectRequests(front)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -365,7 +368,13 @@ class BrokerStart:
             self.app.state.entry,
             loop="uvloop",
             proxy_headers=False,  # client addresses are not used; trusting X-Forwarded-* would add a layer and a spoofing surface
-            http=bounded_protocol(settings, self.app.state.problem, self.broker.count_send_stall, self.app.state.dispatch_barrier),
+            http=bounded_protocol(
+                settings,
+                self.app.state.problem,
+                self.broker.count_send_stall,
+                self.app.state.dispatch_barrier,
+                self.app.state.direct_requests,
+            ),
             lifespan="on",
             log_level=settings.log_level if own_logging else None,
             log_config=log_config(settings.log_level, settings.log_format) if own_logging else None,

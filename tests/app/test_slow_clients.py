@@ -140,6 +140,11 @@ def test_connections_past_the_bound_get_503_and_health_is_served(make_broker) ->
             raw = read_until_closed(sock)
         assert problem_code(raw, 503) == "TOO_MANY_CONNECTIONS"
         assert b"retry-after: 1" in raw.lower()
+        with connect(broker) as sock:  # a produce too (one the protocol would otherwise serve itself)
+            sock.sendall(
+                b'POST /v1/topics/t/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"body": "x"}'
+            )
+            assert problem_code(read_until_closed(sock), 503) == "TOO_MANY_CONNECTIONS"
         with connect(broker) as sock:  # monitoring still sees the broker alive
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_until_closed(sock).startswith(b"HTTP/1.1 200 ")

@@ -1,0 +1,200 @@
+"""DirectRequests: a produce served by the connection's protocol itself, without an ASGI cycle.
+
+uvicorn gives every request a RequestResponseCycle, an `asyncio.Event`, a task that runs the
+ASGI app on a later turn, a growing bytearray for the body (copied again when it is received)
+and two `send` calls that rebuild the reply's head checking each header with a regular
+expression; and it arms a keep-alive timer after every reply. For a produce, whose whole body
+comes with its headers and whose reply is a few hundred bytes, that machinery cost about as
+much as the plain-ASGI no-op it is compared with. So the server's protocol
+(app.connections.BoundedHttpProtocol) hands a produce here when it can:
+
+- at its headers: `begin` asks HotRoutes for the handler (`direct_handler`: no guard, hot routes
+  on, the store loaded, a produce route, a Content-Length within the body limit) and, when there
+  is one, the protocol keeps a `DirectExchange` as the connection's cycle instead of uvicorn's;
+- its body's pieces are kept as they arrive and joined once (no copy when it came in one);
+- at its end: `serve` runs HotRoutes' `answer` (the query, the handler, its errors mapped: the
+  same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
+  reply is written at once (ReplyTransport joins it with the turn's other writes, after the
+  turn's dispatch pass); one that waits (a durability wait) is continued by a task in the
+  server's task set, which graceful shutdown waits for;
+- the reply's head is the status line, uvicorn's default headers (the date) and the response's
+  own; the request is counted and logged as HotRoutes counts it, and uvicorn's
+  `on_response_complete` runs (the keep-alive timer, a pipelined request's start).
+
+Invariants: a request is served here only when no earlier request of its connection is still
+unanswered, so replies keep their requests' order (a request that arrives meanwhile waits in
+uvicorn's pipeline until `on_response_complete`); nothing here raises into the parser: an
+unexpected error closes the connection and is logged; a request whose connection closes before
+its body is complete is not answered, counted or served.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.parse
+from collections.abc import Coroutine, Generator
+from typing import TYPE_CHECKING, Any
+
+import httptools
+from starlette.responses import Response
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from app.responses import is_plain
+
+if TYPE_CHECKING:
+    from app.connections import BoundedHttpProtocol
+    from app.hot_routes import Handler, HotRoutes
+
+log = logging.getLogger("tidemq.app")
+
+
+class DirectExchange:
+    """One request served by the protocol: the fields uvicorn's protocol reads of its cycle
+    (`response_complete`, `disconnected`, `keep_alive`, `more_body`, `message_event.set()`),
+    the handler, and the body's pieces read so far."""
+
+    __slots__ = ("scope", "handler", "keep_alive", "start_ns", "chunks", "more_body", "response_complete", "disconnected", "message_event")
+
+    def __init__(self, scope: Any, handler: Handler, keep_alive: bool) -> None:
+        self.scope = scope
+        self.handler = handler
+        self.keep_alive = keep_alive  # False: the connection closes after the reply (HTTP/1.0, `Connection: close`, shutdown)
+        self.start_ns = time.perf_counter_ns()
+        self.chunks: list[bytes] = []
+        self.more_body = True  # until the parser reports the message complete
+        self.response_complete = False
+        self.disconnected = False  # set by uvicorn's connection_lost
+        self.message_event = self  # uvicorn's connection_lost wakes a cycle's reader: `set` below
+
+    def set(self) -> None:
+        """Nothing waits for this exchange's body: the protocol serves it when it is complete."""
+
+    def body(self) -> bytes:
+        chunks = self.chunks
+        self.chunks = []
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class DirectRequests:
+    """The server's: which requests its connections serve themselves, and serving them."""
+
+    def __init__(self, hot: HotRoutes) -> None:
+        self.hot = hot
+        self.served = 0  # requests served here (tests and benchmarks)
+        self.continued = 0  # of them, those whose handler waited and a task finished
+
+    def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
+        """At a request's complete headers: its exchange when it is served here (its scope completed
+        as uvicorn completes it), else None and uvicorn serves it."""
+        parser = protocol.parser
+        if parser.get_method() != b"POST" or parser.should_upgrade() or protocol.expect_100_continue:
+            return None
+        scope: Any = protocol.scope  # uvicorn's HTTPScope, completed here as uvicorn completes it
+        http_version = parser.get_http_version()
+        url = httptools.parse_url(protocol.url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope["method"] = "POST"
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        scope["path"] = protocol.root_path + path
+        scope["raw_path"] = protocol.root_path.encode("ascii") + raw_path
+        scope["query_string"] = url.query or b""
+        handler = self.hot.direct_handler(scope)
+        if handler is None:
+            return None
+        return DirectExchange(scope, handler, http_version != "1.0" and parser.should_keep_alive())
+
+    def serve(self, protocol: BoundedHttpProtocol, exchange: DirectExchange) -> None:
+        """At the request's end: answer it now, or continue it in a task when its handler waits."""
+        self.served += 1
+        self.hot.stats.in_flight += 1
+        answer = self.hot.answer(exchange.handler, exchange.scope, exchange.body())
+        try:
+            waited = answer.send(None)
+        except StopIteration as done:
+            self.reply(protocol, exchange, done.value)
+            return
+        except Exception:
+            self._failed(protocol, exchange)
+            return
+        self.continued += 1
+        task = protocol.loop.create_task(self._continue(protocol, exchange, answer, waited))
+        tasks = protocol.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _continue(
+        self, protocol: BoundedHttpProtocol, exchange: DirectExchange, answer: Coroutine[Any, Any, Response], waited: Any
+    ) -> None:
+        try:
+            response = await _Continued(answer, waited)
+        except BaseException:  # cancelled (graceful shutdown's deadline) or a defect: no reply, the connection closed
+            self._failed(protocol, exchange)
+            raise
+        self.reply(protocol, exchange, response)
+
+    def reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response) -> None:
+        """Write `response` (a whole body), count the request, and let uvicorn start what follows."""
+        assert is_plain(response), "a produce answers with a whole body"
+        hot = self.hot
+        hot.stats.in_flight -= 1
+        exchange.response_complete = True
+        status = response.status_code
+        body = response.body
+        if not exchange.disconnected:
+            keep_alive = exchange.keep_alive
+            head: list[bytes | memoryview] = [STATUS_LINE[status]]
+            for name, value in protocol.server_state.default_headers:
+                head += (name, b": ", value, b"\r\n")
+            for name, value in response.raw_headers:
+                if name == b"connection" and b"close" in value.lower():
+                    keep_alive = False
+                head += (name, b": ", value, b"\r\n")
+            if not keep_alive:
+                head.append(b"connection: close\r\n")
+            head += (b"\r\n", body)
+            protocol.transport.write(b"".join(head))
+            if not keep_alive:
+                protocol.transport.close()
+        hot.count(exchange.scope, status, exchange.start_ns, len(body))
+        protocol.on_response_complete()
+
+    def _failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange) -> None:
+        """An answer that raised (HotRoutes maps the handler's errors: this is a defect) or was cancelled."""
+        self.hot.stats.in_flight -= 1
+        exchange.response_complete = True
+        log.exception("serving %s %s failed; closing the connection", exchange.scope["method"], exchange.scope["path"][:200])
+        self.hot.count(exchange.scope, 500, exchange.start_ns, 0)
+        protocol.transport.close()
+
+
+class _Continued:
+    """Awaits a coroutine already stepped once by hand (`waited`: what that step yielded) to its end:
+    the task that awaits this resumes the coroutine as the task would have from its start."""
+
+    __slots__ = ("coro", "waited")
+
+    def __init__(self, coro: Coroutine[Any, Any, Response], waited: Any) -> None:
+        self.coro = coro
+        self.waited = waited
+
+    def __await__(self) -> Generator[Any, None, Response]:
+        coro = self.coro
+        waited = self.waited
+        while True:
+            try:
+                yield waited
+            except BaseException as exc:  # thrown into the task (its cancellation): into the coroutine
+                try:
+                    waited = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                continue
+            try:
+                waited = coro.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]

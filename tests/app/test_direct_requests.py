@@ -1,0 +1,215 @@
+"""Produces served by the server's protocol without an ASGI cycle (app/direct_requests.py), over raw sockets.
+
+What must hold: the same answers as the ASGI way (status, headers, body, problems, counting), replies
+in their requests' order on a pipelined connection, `Connection: close` honoured, a handler that waits
+(SYNC_FLUSH) continued to its reply, and the requests the protocol must not serve left to the app.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import orjson
+import pytest
+
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.test_slow_clients import problem_code, read_response, read_until_closed
+
+pytestmark = pytest.mark.timeout(120)
+PATIENCE_S = 30.0
+
+
+def produce_request(topic: str, body: bytes, content_type: bytes = b"application/json", extra: bytes = b"", query: str = "") -> bytes:
+    return (
+        f"POST /v1/topics/{topic}/messages{query} HTTP/1.1\r\nHost: x\r\n".encode()
+        + b"Content-Type: " + content_type + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
+    )  # fmt: skip
+
+
+def chunked_produce_request(topic: str, body: bytes) -> bytes:
+    """The same produce with a chunked body: no Content-Length, so it goes the ASGI way."""
+    return (
+        f"POST /v1/topics/{topic}/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+        + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    )  # fmt: skip
+
+
+class Replies:
+    """Reads one reply after another from a connection (pipelined replies may share a read)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.data = b""
+
+    def next(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.data:
+            self._more()
+        head, _, self.data = self.data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers["content-length"])
+        while len(self.data) < length:
+            self._more()
+        body, self.data = self.data[:length], self.data[length:]
+        return int(lines[0].split()[1]), headers, body
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, f"closed before a whole reply: {self.data!r}"
+        self.data += chunk
+
+
+def direct_of(broker):  # the server's DirectRequests (in-process brokers only)
+    return broker.started.app.state.direct_requests
+
+
+def head_names(sock: socket.socket) -> tuple[int, list[str], dict]:
+    status, headers, body = read_response(sock)
+    return status, list(headers), orjson.loads(body)
+
+
+def test_a_produce_is_answered_as_the_app_answers_it(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d1", json={"queues": 1}).status_code == 201
+    direct = direct_of(broker)
+    before = direct.served
+    message = orjson.dumps({"body": "hello", "tags": "a", "queue_id": 0})
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("d1", message))
+        status, names, reply = head_names(sock)
+        assert direct.served == before + 1
+        sock.sendall(chunked_produce_request("d1", message))  # the ASGI way
+        status_app, names_app, reply_app = head_names(sock)
+        assert direct.served == before + 1
+    assert status == status_app == 201
+    assert names == names_app == ["date", "content-length", "content-type"]
+    assert sorted(reply) == sorted(reply_app) and reply["queue_offset"] == 0 and reply_app["queue_offset"] == 1
+    got = broker.client.get("/v1/topics/d1/queues/0/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in got["messages"]] == ["hello", "hello"]
+    # Counted and timed like every request: under the produce route, by method and status.
+    metrics = broker.client.get("/metrics").text
+    assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
+
+
+def test_problems_are_the_apps_and_nothing_is_stored(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d2", json={"queues": 1}).status_code == 201
+    direct = direct_of(broker)
+    before = direct.served
+    cases = [
+        (produce_request("d2", b'{"body": '), 400, "BODY_INVALID"),
+        (produce_request("d2", b'{"body": "x", "body": "y"}'), 400, "BODY_INVALID"),
+        (produce_request("d2", b'{"body": "x"}', query="?queue_id=1&queue_id=2"), 400, "REQUEST_INVALID"),
+        (produce_request("d2", b'{"body": "x", "queue_id": 5}'), 404, "QUEUE_NOT_FOUND"),
+        (produce_request("d2", b"x", content_type=b"text/plain"), 415, "UNSUPPORTED_MEDIA_TYPE"),
+        (produce_request("bad%20topic", b'{"body": "x"}'), 400, "TOPIC_INVALID"),
+    ]
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        for request, status, code in cases:
+            sock.sendall(request)
+            got_status, headers, body = read_response(sock)
+            assert (got_status, orjson.loads(body)["code"]) == (status, code), body
+            assert headers["content-type"] == "application/problem+json"
+    assert direct.served == before + len(cases)
+    assert broker.client.get("/v1/topics/d2/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
+
+
+def test_pipelined_requests_are_answered_in_order(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d3", json={"queues": 1}).status_code == 201
+    produce = produce_request("d3", orjson.dumps({"body": "p", "queue_id": 0}))
+    # Produces, a request of the app and a held pull between them, all in one write.
+    held_pull = b"GET /v1/topics/d3/queues/0/messages?offset=2&wait_ms=300 HTTP/1.1\r\nHost: x\r\n\r\n"
+    health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce + produce + health + held_pull + produce + produce)
+        reader = Replies(sock)
+        replies = [reader.next() for _ in range(6)]
+    statuses = [status for status, _, _ in replies]
+    assert statuses == [201, 201, 200, 200, 201, 201]
+    offsets = [orjson.loads(body)["queue_offset"] for status, _, body in replies if status == 201]
+    assert offsets == [0, 1, 2, 3]
+    assert orjson.loads(replies[3][2])["status"] == "NO_NEW_MSG"  # the pull ran after the produces before it only
+
+
+def test_connection_close_and_http_1_0_are_honoured(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d4", json={"queues": 1}).status_code == 201
+    body = orjson.dumps({"body": "c", "queue_id": 0})
+    close = produce_request("d4", body, extra=b"Connection: close\r\n")
+    old = produce_request("d4", body).replace(b"HTTP/1.1\r\n", b"HTTP/1.0\r\n", 1)
+    for request in (close, old):
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(request)
+            raw = read_until_closed(sock)  # the server closes after the reply
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 201 ") and b"\r\nconnection: close" in head.lower()
+        assert orjson.loads(rest)["queue_id"] == 0
+    assert broker.client.get("/v1/topics/d4/queues/0/messages", params={"offset": 0}).json()["next_offset"] == 2
+
+
+def test_a_body_in_pieces_is_served_whole(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d5", json={"queues": 1}).status_code == 201
+    text = "y" * 5000
+    request = produce_request("d5", orjson.dumps({"body": text, "queue_id": 0}))
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(request), 700):
+            sock.sendall(request[start : start + 700])
+            time.sleep(0.005)
+        status, _, _ = read_response(sock)
+    assert status == 201
+    got = broker.client.get("/v1/topics/d5/queues/0/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in got["messages"]] == [text]
+
+
+def test_a_produce_that_waits_for_its_flush_is_continued(make_broker) -> None:
+    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
+    assert broker.client.put("/v1/topics/d6", json={"queues": 1}).status_code == 201
+    direct = direct_of(broker)
+    continued = direct.continued
+    store = broker.started.broker.store
+    produce = produce_request("d6", orjson.dumps({"body": "s", "queue_id": 0}))
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce * 3)  # the second and third wait in uvicorn's pipeline for the first's reply
+        reader = Replies(sock)
+        replies = [reader.next() for _ in range(3)]
+    assert [status for status, _, _ in replies] == [201, 201, 201]
+    assert [orjson.loads(body)["queue_offset"] for _, _, body in replies] == [0, 1, 2]
+    assert direct.continued == continued + 1  # waited for its flush in a task; the app served the two behind it
+    last = orjson.loads(replies[2][2])
+    assert store.commit_log.flushed_where() >= last["commitlog_offset"] + 1
+
+
+def test_requests_the_protocol_does_not_serve(make_broker) -> None:
+    # Hot routes off: every produce goes to the FastAPI app.
+    broker = make_broker(SMALL_STORE + SMALL_BROKER + "hot_routes = false\n")
+    assert broker.client.put("/v1/topics/d7", json={"queues": 1}).status_code == 201
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("d7", orjson.dumps({"body": "h"})))
+        assert read_response(sock)[0] == 201
+        # A body past its limit is refused before it is read (the app's 413), not collected.
+        sock.sendall(b"POST /v1/topics/d7/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                     b"Content-Length: 999999999\r\n\r\n")  # fmt: skip
+        assert problem_code(read_until_closed(sock), 413) == "BODY_TOO_LARGE"
+    assert direct_of(broker).served == 0
+
+
+def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d8", json={"queues": 1}).status_code == 201
+    body = orjson.dumps({"body": "e", "queue_id": 0})
+    request = produce_request("d8", body, extra=b"Expect: 100-continue\r\n")
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(request[: -len(body)])  # the headers only: the body follows the interim answer
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = sock.recv(1)
+            assert chunk, "closed before the interim answer"
+            interim += chunk
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        sock.sendall(body)
+        assert read_response(sock)[0] == 201
+    assert direct_of(broker).served == 0
