@@ -92,10 +92,38 @@ static int64_t strict_cp(struct span s, size_t *i) {
 
 static int is_control(int64_t cp) { return cp < 0x20 || (cp >= 0x7F && cp < 0xA0); }
 
-static int name_is(struct span name, const char *text) {
-    size_t n = strlen(text);
-    return name.n == n && memcmp(name.p, text, n) == 0;
+/* The 8 bytes at p (p has at least 8). */
+static uint64_t word_at(const uint8_t *p) {
+    uint64_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
 }
+
+#define HIGH_BITS 0x8080808080808080ULL
+#define ONES 0x0101010101010101ULL
+
+/* Where the first byte of s from `i` on that is not ASCII is (s.n when there is none): 8 bytes a step,
+ * as property names and values (UNIQ_KEYs, tags, keys) are nearly always ASCII. */
+static size_t ascii_end(struct span s, size_t i) {
+    while (s.n - i >= 8 && (word_at(s.p + i) & HIGH_BITS) == 0) i += 8;
+    while (i < s.n && s.p[i] < 0x80) i++;
+    return i;
+}
+
+/* Where the first byte \x01 or \x02 of s from `i` on is (s.n when there is none): 8 bytes a step
+ * while a word holds no byte below 3 (the classic "has a byte less than n" test). */
+static size_t separator_at(struct span s, size_t i) {
+    while (s.n - i >= 8) {
+        uint64_t w = word_at(s.p + i);
+        if (((w - 3 * ONES) & ~w & HIGH_BITS) != 0) break;
+        i += 8;
+    }
+    while (i < s.n && s.p[i] != 1 && s.p[i] != 2) i++;
+    return i;
+}
+
+/* name equals the string literal `lit` (its length known at compile time). */
+#define NAME_IS(name, lit) ((name).n == sizeof(lit) - 1 && memcmp((name).p, (lit), sizeof(lit) - 1) == 0)
 
 /* A TAGS value (well-formed UTF-8) as the JSON produce accepts a tag: at most 255 characters,
  * not '*', without '||' or control characters (empty: no tag). */
@@ -103,6 +131,12 @@ static int check_tags(struct span v) {
     size_t i = 0, chars = 0;
     int64_t prev = -1;
     if (v.n == 1 && v.p[0] == '*') return BATCH_BAD_TAGS;
+    if (ascii_end(v, 0) == v.n) { /* the usual tag: one character a byte */
+        if (v.n > 255) return BATCH_BAD_TAGS;
+        for (size_t k = 0; k < v.n; k++)
+            if (v.p[k] < 0x20 || v.p[k] == 0x7F || (v.p[k] == '|' && k > 0 && v.p[k - 1] == '|')) return BATCH_BAD_TAGS;
+        return BATCH_OK;
+    }
     while (i < v.n) {
         int64_t cp = strict_cp(v, &i);
         if (cp < 0) return BATCH_BAD_PROPERTY;
@@ -117,6 +151,8 @@ static int check_tags(struct span v) {
 static int check_uniq_key(struct span v) {
     size_t i = 0, chars = 0;
     if (v.n == 0) return BATCH_BAD_UNIQ_KEY;
+    if (ascii_end(v, 0) == v.n) /* the usual key: hex digits, one character a byte */
+        return v.n > 128 || memchr(v.p, ' ', v.n) != NULL ? BATCH_BAD_UNIQ_KEY : BATCH_OK;
     while (i < v.n) {
         int64_t cp = strict_cp(v, &i);
         if (cp < 0) return BATCH_BAD_PROPERTY;
@@ -126,9 +162,11 @@ static int check_uniq_key(struct span v) {
 }
 
 int utf8_well_formed(struct span v) {
-    size_t i = 0;
-    while (i < v.n)
+    size_t i = ascii_end(v, 0);
+    while (i < v.n) {
         if (strict_cp(v, &i) < 0) return 0;
+        i = ascii_end(v, i);
+    }
     return 1;
 }
 
@@ -136,12 +174,9 @@ static int check_utf8(struct span v) { return utf8_well_formed(v) ? BATCH_OK : B
 
 /* Names a batch item may not carry (store.native.RESERVED_BATCH_PROPERTIES): a delay, which a batch
  * takes as a whole (delay_ms, deliver_at_ms), and the real destination the put path sets. */
-static const char *const RESERVED_NAMES[] = {"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"};
-
 static int is_reserved(struct span name) {
-    for (size_t i = 0; i < sizeof RESERVED_NAMES / sizeof RESERVED_NAMES[0]; i++)
-        if (name_is(name, RESERVED_NAMES[i])) return 1;
-    return 0;
+    return NAME_IS(name, "DELAY") || NAME_IS(name, "TIMER_DELIVER_MS") || NAME_IS(name, "TIMER_DELAY_MS") ||
+           NAME_IS(name, "TIMER_DELAY_SEC") || NAME_IS(name, "REAL_TOPIC") || NAME_IS(name, "REAL_QID");
 }
 
 /* One property's name and value (neither holds \x01 or \x02). */
@@ -152,24 +187,22 @@ static int check_property(struct span name, struct span value) {
     if (is_reserved(name)) return BATCH_RESERVED_PROPERTY;
     err = check_utf8(value);
     if (err != BATCH_OK) return err;
-    if (name_is(name, "TAGS")) return check_tags(value);
-    if (name_is(name, "UNIQ_KEY")) return check_uniq_key(value);
+    if (NAME_IS(name, "TAGS")) return check_tags(value);
+    if (NAME_IS(name, "UNIQ_KEY")) return check_uniq_key(value);
     return BATCH_OK;
 }
 
 int check_properties(struct span props, int *has_dedup_id) {
     size_t i = 0;
     while (i < props.n) {
-        size_t sep = i;
-        while (sep < props.n && props.p[sep] != 1 && props.p[sep] != 2) sep++;
+        size_t sep = separator_at(props, i);
         if (sep == props.n || props.p[sep] != 1) return BATCH_BAD_PROPERTY;
-        size_t end = sep + 1;
-        while (end < props.n && props.p[end] != 1 && props.p[end] != 2) end++;
+        size_t end = separator_at(props, sep + 1);
         if (end == props.n || props.p[end] != 2) return BATCH_BAD_PROPERTY;
         struct span name = {props.p + i, sep - i};
         int err = check_property(name, (struct span){props.p + sep + 1, end - sep - 1});
         if (err != BATCH_OK) return err;
-        if (name_is(name, DEDUP_ID_PROPERTY)) *has_dedup_id = 1;
+        if (NAME_IS(name, DEDUP_ID_PROPERTY)) *has_dedup_id = 1;
         i = end + 1;
     }
     return BATCH_OK;
