@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.strict_json import duplicate_name
+from app.strict_json import colons_are, duplicate_name
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE
 from tests.app.helpers import commitlog_max, problem
 
@@ -43,6 +45,12 @@ def test_repeated_names_are_found(text: bytes) -> None:
 )
 def test_distinct_names_pass(text: bytes) -> None:
     assert duplicate_name(text, orjson.loads(text)) is None
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40).map(lambda b: b.replace(b"a", b":")), st.integers(min_value=0, max_value=12))
+def test_colons_are_counts_as_count_does(data: bytes, expected: int) -> None:
+    assert colons_are(data, expected) is (data.count(b":") == expected)
 
 
 @pytest.fixture(params=[True, False], ids=["hot-routes", "fastapi-routes"])
