@@ -1,4 +1,4 @@
-"""DirectRequests: a produce served by the connection's protocol itself, without an ASGI cycle.
+"""DirectRequests: a hot request served by the connection's protocol itself, without an ASGI cycle.
 
 uvicorn gives every request a RequestResponseCycle, an `asyncio.Event`, a task that runs the
 ASGI app on a later turn, a growing bytearray for the body (copied again when it is received)
@@ -6,17 +6,19 @@ and two `send` calls that rebuild the reply's head checking each header with a r
 expression; and it arms a keep-alive timer after every reply. For a produce, whose whole body
 comes with its headers and whose reply is a few hundred bytes, that machinery cost about as
 much as the plain-ASGI no-op it is compared with. So the server's protocol
-(app.connections.BoundedHttpProtocol) hands a produce here when it can:
+(app.connections.BoundedHttpProtocol) hands a hot request (produce, pull, receive, ack: the
+routes HotRoutes serves itself) here when it can:
 
 - at its headers: `begin` asks HotRoutes for the handler (`direct_handler`: no guard, hot routes
-  on, the store loaded, a produce route, a Content-Length within the body limit) and, when there
+  on, the store loaded, a hot route, a body with a Content-Length within its limit or, for a GET,
+  none) and, when there
   is one, the protocol keeps a `DirectExchange` as the connection's cycle instead of uvicorn's;
 - its body's pieces are kept as they arrive and joined once (no copy when it came in one);
 - at its end: `serve` runs HotRoutes' `answer` (the query, the handler, its errors mapped: the
   same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
   reply is written at once (ReplyTransport joins it with the turn's other writes, after the
-  turn's dispatch pass); one that waits (a durability wait) is continued by a task in the
-  server's task set, which graceful shutdown waits for;
+  turn's dispatch pass); one that waits (a durability wait, a held pull or receive) is continued
+  by a task in the server's task set, which graceful shutdown waits for;
 - the reply's head is the status line, uvicorn's default headers (the date) and the response's
   own; the request is counted and logged as HotRoutes counts it, and uvicorn's
   `on_response_complete` runs (the keep-alive timer, a pipelined request's start).
@@ -86,9 +88,10 @@ class DirectRequests:
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
         """At a request's complete headers: its exchange when it is served here (its scope completed
-        as uvicorn completes it), else None and uvicorn serves it."""
+        as uvicorn completes it: a POST or GET only), else None and uvicorn serves it."""
         parser = protocol.parser
-        if parser.get_method() != b"POST" or parser.should_upgrade() or protocol.expect_100_continue:
+        method = parser.get_method()
+        if (method != b"POST" and method != b"GET") or parser.should_upgrade() or protocol.expect_100_continue:
             return None
         scope: Any = protocol.scope  # uvicorn's HTTPScope, completed here as uvicorn completes it
         http_version = parser.get_http_version()
@@ -97,7 +100,7 @@ class DirectRequests:
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        scope["method"] = "POST"
+        scope["method"] = "POST" if method == b"POST" else "GET"
         if http_version != "1.1":
             scope["http_version"] = http_version
         scope["path"] = protocol.root_path + path
@@ -139,7 +142,7 @@ class DirectRequests:
 
     def reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response) -> None:
         """Write `response` (a whole body), count the request, and let uvicorn start what follows."""
-        assert is_plain(response), "a produce answers with a whole body"
+        assert is_plain(response), "the hot routes and their problems answer with a whole body"
         hot = self.hot
         hot.stats.in_flight -= 1
         exchange.response_complete = True

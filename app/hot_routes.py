@@ -249,16 +249,18 @@ class HotRoutes:
         return self._serve(handler, scope, receive, send, reply)
 
     def direct_handler(self, scope: Scope) -> Handler | None:
-        """The handler of a produce the connection's protocol may serve itself (app.direct_requests), its route
-        set in `scope`; None when the request goes the ASGI way: a guard judges requests, the hot routes are
-        off, the store is loading, another route, or a body without a Content-Length or past its limit."""
+        """The handler of a hot route the connection's protocol may serve itself (app.direct_requests), its
+        route set in `scope`; None when the request goes the ASGI way: a guard judges requests, the hot routes
+        are off, the store is loading, not a hot route, or a body that is chunked or past its limit (a POST
+        without a body too: the app's answer)."""
         if self.guard is not None or not self.serve_hot or self.broker.loading:
             return None
-        handler = self._hot_handler(scope, scope["path"], "POST")
-        if handler is not self.produce and handler is not self.produce_batch:
+        method = scope["method"]
+        handler = self._hot_handler(scope, scope["path"], method)
+        if handler is None:
             return None
         limit = body_limit(scope, self.max_bytes, self.max_json_bytes)
-        if limit.refusal is not None or limit is NO_BODY or limit.limit >= 0:
+        if limit.refusal is not None or limit.limit >= 0 or (limit is NO_BODY and method == "POST"):
             return None
         return handler
 

@@ -1,4 +1,4 @@
-"""Produces served by the server's protocol without an ASGI cycle (app/direct_requests.py), over raw sockets.
+"""Hot requests served by the server's protocol without an ASGI cycle (app/direct_requests.py), over raw sockets.
 
 What must hold: the same answers as the ASGI way (status, headers, body, problems, counting), replies
 in their requests' order on a pipelined connection, `Connection: close` honoured, a handler that waits
@@ -213,3 +213,28 @@ def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker) ->
         sock.sendall(body)
         assert read_response(sock)[0] == 201
     assert direct_of(broker).served == 0
+
+
+def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends_it(make_broker) -> None:
+    broker = make_broker()
+    assert broker.client.put("/v1/topics/d9", json={"queues": 1}).status_code == 201
+    direct = direct_of(broker)
+    served, continued = direct.served, direct.continued
+    held = b"GET /v1/topics/d9/queues/0/messages?offset=0&wait_ms=4000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as gone:
+        gone.sendall(held)  # held, then its client goes away: the pull ends without a reply
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(held)
+            deadline = time.monotonic() + PATIENCE_S
+            while direct.continued < continued + 2:  # both pulls are held in tasks
+                assert time.monotonic() < deadline, "the pulls were not held"
+                time.sleep(0.01)
+            gone.close()
+            assert broker.client.post("/v1/topics/d9/messages", json={"body": "arrived", "queue_id": 0}).status_code == 201
+            status, _, body = read_response(sock)
+    assert status == 200 and [m["body"] for m in orjson.loads(body)["messages"]] == ["arrived"]
+    assert direct.served == served + 3  # the two pulls and the produce
+    deadline = time.monotonic() + PATIENCE_S
+    while broker.started.broker.http_requests.in_flight != 0:  # the gone client's pull ended too, and was counted
+        assert time.monotonic() < deadline, "a held pull stayed in flight"
+        time.sleep(0.01)
