@@ -195,9 +195,11 @@ class _Continued:
                 try:
                     waited = coro.throw(exc)
                 except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
+                    response: Response = done.value
+                    return response
                 continue
             try:
                 waited = coro.send(None)
             except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+                response = done.value
+                return response
