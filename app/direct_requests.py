@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from app.hot_routes import Handler, HotRoutes
 
 log = logging.getLogger("tidemq.app")
+# Where every hot route's request target starts (app.hot_routes); anything else is not looked at further.
+HOT_URL_PREFIXES = (b"/v1/topics/", b"/v1/groups/")
 
 
 class DirectExchange:
@@ -89,6 +91,8 @@ class DirectRequests:
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
         """At a request's complete headers: its exchange when it is served here (its scope completed
         as uvicorn completes it: a POST or GET only), else None and uvicorn serves it."""
+        if not protocol.url.startswith(HOT_URL_PREFIXES):  # health, admin, console: uvicorn's, without a second parse here
+            return None
         parser = protocol.parser
         method = parser.get_method()
         if (method != b"POST" and method != b"GET") or parser.should_upgrade() or protocol.expect_100_continue:
