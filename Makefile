@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-held-memory bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-pop bench-push bench-topics cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-held-memory bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-instructions bench-pop bench-push bench-topics cluster bench-cluster clean
 
 # setuptools >= 77 reads pyproject.toml's SPDX license; the venv's bundled one is older.
 $(PY):
@@ -152,6 +152,10 @@ bench-http-clients: $(BENCH_STAMP)
 
 # tidemq beside Redis Streams and a plain-ASGI no-op, one C load generator for both (bench/loadgen.c): requests,
 # SYNC_FLUSH against appendfsync always, 1 KiB delivery and receive + ack latency, Python clients (QUICK=1: 2 s runs).
+# User-space instructions per request (callgrind), BEFORE=<another checkout, its extension built> against this tree.
+bench-instructions: $(STAMP) native
+	$(PY) bench/request_instructions.py --before $(BEFORE)
+
 bench-vs-redis: $(BENCH_STAMP)
 	$(PY) bench/versus_redis.py $(if $(QUICK),--quick)
 
