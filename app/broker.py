@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -102,6 +103,10 @@ class Broker:
         self.push = PushService(self.store, settings, self.may_deliver)
         self.started = False
         self.stopping = False
+        # Set by the process entry (app.server BrokerStart with its own process): once the store runs, the objects
+        # made so far (modules, the app, the loaded store's tables) leave the cyclic collector's generations
+        # (gc.freeze), so a full collection no longer walks them all under load (tens of ms at a time).
+        self.freeze_heap_after_start = False
         # True while start_in_background's load runs; start_failure: why it failed (one line).
         self.loading = False
         self.start_failure: str | None = None
@@ -128,6 +133,8 @@ class Broker:
         self.started = True
         self.started_at = time.time()
         log.info("store %s loaded and started", self.config.store_path_root_dir)
+        if self.freeze_heap_after_start:
+            gc.freeze()
 
     def start_in_background(self, on_failure: Callable[[str], None]) -> None:
         """Start the store while the server already serves (health answers, other routes 503 STARTING).

@@ -10,6 +10,7 @@ name starts with `tidemq_`; docs/http-api.md lists them.
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Any, Literal
 
@@ -112,6 +113,7 @@ def render(broker: Broker) -> str:
         render_timer(metric, timer)
     if broker.started:
         render_transactions(metric, broker.store.transactions.status(), broker.checker.in_flight)
+    render_collector(metric)
     metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
     metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
     metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])
@@ -174,6 +176,18 @@ def render_stats(lines: list[str], metric: Any, stats: StatsSnapshot) -> None:
     lines.append("# HELP tidemq_put_latency_seconds Time a put held the commitlog (append) per request")
     lines.append("# TYPE tidemq_put_latency_seconds histogram")
     lines.extend(f"tidemq_put_latency_seconds{suffix} {_number(v)}" for suffix, v in histogram)
+
+
+def render_collector(metric: Any) -> None:
+    """The interpreter's cyclic garbage collector: collections per generation, and the objects frozen out of it."""
+    by_generation = [(f'{{generation="{g}"}}', stats["collections"]) for g, stats in enumerate(gc.get_stats())]
+    metric("tidemq_gc_collections_total", "counter", "Cyclic garbage collections, by generation", by_generation)
+    metric(
+        "tidemq_gc_frozen_objects",
+        "gauge",
+        "Objects kept out of collections (the heap frozen once the store runs)",
+        [("", gc.get_freeze_count())],
+    )
 
 
 def render_runtime(metric: Any, info: RuntimeInfo) -> None:

@@ -349,6 +349,8 @@ class BrokerStart:
             except AclInvalid as e:
                 raise StartRefused(str(e)) from None
             self.broker: Broker = self.app.state.broker
+            # A process of its own (the CLI's): its start-up heap is frozen once the store runs (app.broker).
+            self.broker.freeze_heap_after_start = own_logging
             try:
                 self.broker.store.lock()
             except StoreLocked as e:

@@ -72,6 +72,19 @@ def test_process_metrics_describe_the_broker_process(make_broker) -> None:
     assert value(scrape, "tidemq_process_cpu_seconds_total") > 0
     started = value(scrape, "tidemq_process_start_time_seconds")
     assert time.time() - 600 < started <= time.time() + 5
+    # The process's start-up heap (modules, the app, the store's tables) is frozen out of the collector once the
+    # store runs (ready: it has), and collections go on for what is made after.
+    assert value(scrape, "tidemq_gc_frozen_objects") > 20_000
+    assert value(scrape, "tidemq_gc_collections_total", generation="0") > 0
+
+
+def test_an_in_process_broker_leaves_its_host_process_heap_alone(make_broker) -> None:
+    import gc
+
+    frozen = gc.get_freeze_count()
+    broker = make_broker()  # served from this process: the heap is the test process's, not the broker's to freeze
+    assert broker.client.get("/readyz").status_code == 200
+    assert gc.get_freeze_count() == frozen
 
 
 def test_per_group_series_cover_offset_committing_groups_within_metrics_max_groups(make_broker) -> None:
