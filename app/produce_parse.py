@@ -176,9 +176,14 @@ def _draft(obj: Any, limits: Limits) -> Draft:
             raise ProblemError("BASE64_INVALID", "body is not valid base64") from None
     else:
         raise ProblemError("BODY_INVALID", 'encoding must be "utf-8" or "base64"')
-    draft = Draft(_check_body(raw, limits))
+    if len(raw) > limits.max_message_size_bytes:
+        _check_body(raw, limits)  # raises MESSAGE_TOO_LARGE
+    draft = Draft(raw)
     if len(obj) > 1:
         for name, value in obj.items():
+            if name == "queue_id" and type(value) is int and value >= 0:  # the usual field, without the setter's call
+                draft.queue_id = value
+                continue
             setter = _SETTERS.get(name)
             if setter is not None:
                 if value is not None:

@@ -244,6 +244,24 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
+# The request headers a produce reads, by their raw (lower-case) names, and where produce_headers puts each.
+_PRODUCE_HEADER_SLOTS = {b"content-type": 0, TRANSACTION_HEADER.encode(): 1, IDEMPOTENCY_HEADER.encode(): 2}
+
+
+def produce_headers(scope: Scope) -> tuple[str, str | None, str | None]:
+    """A produce's media type (`media_type`), transaction header and Idempotency-Key, in one pass over the raw
+    headers; the first of a repeated header counts, as `Request.headers.get` reads it."""
+    found: list[bytes | None] = [None, None, None]
+    slots = _PRODUCE_HEADER_SLOTS
+    for name, value in scope["headers"]:
+        slot = slots.get(name)
+        if slot is not None and found[slot] is None:
+            found[slot] = value
+    content_type, transaction, key = found
+    media = content_type.decode("latin-1").partition(";")[0].strip().lower() if content_type is not None else ""
+    return media, None if transaction is None else transaction.decode("latin-1"), None if key is None else key.decode("latin-1")
+
+
 def packable(drafts: list[Draft]) -> bool:
     """Whether the drafts can go as one FIELDS batch: none is delayed."""
     return not any(d.delay_level or d.timer for d in drafts)
@@ -432,18 +450,16 @@ class Producer:
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
-        media = media_type(request)
+        media, header, key = produce_headers(request.scope)
         if media == BATCH_MEDIA_TYPE:
             return await serve_binary(self, request)
         topic = request.path_params["topic"]
         drafts, is_batch = await self.drafts(request, media)
-        header = request.headers.get(TRANSACTION_HEADER)
         if header is not None:
             header_group = check_producer_group(header)
             for draft in drafts:  # a JSON message's own transaction field wins
                 if draft.transaction is None:
                     draft.transaction = header_group
-        key = request.headers.get(IDEMPOTENCY_HEADER)
         if key is not None:
             apply_idempotency_key(drafts, is_batch, key)
         group = check_transactional(drafts)
