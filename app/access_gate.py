@@ -10,6 +10,8 @@ Invariants:
 - Every request that needs admin leaves one `tidemq.audit` line: method, path, account, status.
 - A request let through carries its account and its `Need` in the scope (ACCOUNT_KEY, NEED_KEY):
   held requests and streams register them with app.access_revocation, which a reload re-judges.
+- `judge` is the whole decision; the ASGI call and HotRoutes' `answer` (a request the connection
+  serves itself: app.direct_requests) both act on it, so both ways in are judged alike.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.access_check import ACCOUNT_KEY, NEED_KEY
@@ -134,47 +137,42 @@ class AccessGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        verdict = self.judge(scope)
+        if isinstance(verdict, Response):
+            await verdict(scope, receive, send)
+        elif verdict is None:
+            await self.app(scope, receive, send)
+        else:
+            await self._audited(scope, receive, send, verdict)
+
+    def judge(self, scope: Scope) -> Response | Account | None:
+        """The gate's verdict on an HTTP request (its query parsed already): the refusal to answer (audited when the
+        route is), the account when the request is let through and its answer is to be audited (`audit`), or None
+        when it is let through unaudited; a request let through carries its account and need in the scope."""
         need = self.need(scope)
         if need.open or (need.metrics and self.metrics_public):
-            await self.app(scope, receive, send)
-            return
+            return None
         token = bearer_token(scope)
         account = self.source.current().authenticate(token) if token is not None else None
         if account is None:
             detail = "a bearer token is required" if token is None else "the bearer token is not known"
-            await self._refuse(scope, receive, send, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
-            return
+            return self._refusal(scope, "UNAUTHENTICATED", detail, UNAUTHENTICATED)
         if not allowed(account, need):
-            await self._refuse(scope, receive, send, "FORBIDDEN", _forbidden_detail(account, need, scope), None, account)
-            return
+            return self._refusal(scope, "FORBIDDEN", _forbidden_detail(account, need, scope), None, account)
         wait_s = self.limiter.retry_after(account)
         if wait_s:
             detail = f"account {account.name!r} is over its rate limit ({account.rate_limit_per_s}/s, burst {account.burst})"
-            await self._refuse(scope, receive, send, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)}, account)
-            return
+            return self._refusal(scope, "RATE_LIMITED", detail, {"Retry-After": str(wait_s)}, account)
         scope[ACCOUNT_KEY] = account
         scope[NEED_KEY] = need
-        if need.admin or need.audited:
-            await self._audited(scope, receive, send, account)
-        else:
-            await self.app(scope, receive, send)
+        return account if need.admin or need.audited else None
 
-    async def _refuse(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        code: str,
-        detail: str,
-        headers: dict[str, str] | None,
-        account: Account | None = None,
-    ) -> None:
-        """Answer a refusal; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""
+    def _refusal(self, scope: Scope, code: str, detail: str, headers: dict[str, str] | None, account: Account | None = None) -> Response:
+        """A refusal's reply; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""
         response = self.problem(code, detail, scope["path"][:200], headers)
         if need_audit(scope):
-            who = account.name if account is not None else "-"
-            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], who, response.status_code)
-        await response(scope, receive, send)
+            audit_answer(scope, account.name if account is not None else "-", response.status_code)
+        return response
 
     async def _audited(self, scope: Scope, receive: Receive, send: Send, account: Account) -> None:
         status = [0]
@@ -187,7 +185,12 @@ class AccessGate:
         try:
             await self.app(scope, receive, watched)
         finally:
-            audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], account.name, status[0])
+            audit_answer(scope, account.name, status[0])
+
+
+def audit_answer(scope: Scope, who: str, status: int) -> None:
+    """The `tidemq.audit` line of an audited request's answer: method, path, account, status."""
+    audit.info("%s %s account=%s status=%d", scope["method"], scope["path"][:200], who, status)
 
 
 def need_audit(scope: Scope) -> bool:

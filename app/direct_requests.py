@@ -9,13 +9,13 @@ much as the plain-ASGI no-op it is compared with. So the server's protocol
 (app.connections.BoundedHttpProtocol) hands a hot request (produce, pull, receive, ack: the
 routes HotRoutes serves itself) here when it can:
 
-- at its headers: `begin` asks HotRoutes for the handler (`direct_handler`: no guard, hot routes
-  on, the store loaded, a hot route, a body with a Content-Length within its limit or, for a GET,
+- at its headers: `begin` asks HotRoutes for the handler (`direct_handler`: no guard but the ACL
+  gate, which `answer` consults, hot routes on, the store loaded, a hot route, a body with a Content-Length within its limit or, for a GET,
   none) and, when there
   is one, the protocol keeps a `DirectExchange` as the connection's cycle instead of uvicorn's;
 - its body's pieces are kept as they arrive and joined once (no copy when it came in one);
-- at its end: `serve` runs HotRoutes' `answer` (the query, the handler, its errors mapped: the
-  same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
+- at its end: `serve` runs HotRoutes' `answer` (the query, the ACL gate's verdict, the handler, its
+  errors mapped: the same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
   reply is written at once (ReplyTransport joins it with the turn's other writes, after the
   turn's dispatch pass); one that waits (a durability wait, a held pull or receive) is continued
   by a task in the server's task set, which graceful shutdown waits for;

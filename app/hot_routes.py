@@ -17,7 +17,9 @@ Invariants:
   `GET` and `HEAD /healthz` (a constant reply), are served here.
 - With a guard (the ACL gate, the cluster's forwarder: `guard`), every request passes the
   guard after being counted and its query parsed, and the guard's innermost app is `dispatch`,
-  which serves the hot routes the same way; so nothing reaches a handler unjudged.
+  which serves the hot routes the same way; a request the connection serves itself
+  (`direct_handler`, `answer`) is judged by the ACL gate's `judge` when the gate is the whole guard
+  and not served that way otherwise; so nothing reaches a handler unjudged.
 - A request served here carries its route template in `scope[ROUTE_KEY]` (app.http_requests).
 - A handler gets a `HotRequest` (its `path_params` are strings; `body()` reads through the body
   limit) and its errors go through the app's one problem mapping, so both ways in give the same
@@ -36,6 +38,8 @@ from starlette.requests import Request, empty_send
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.access_gate import AccessGate, audit_answer
+from app.acl import Account
 from app.body_limit import BODY_TIMED_OUT, NO_BODY, BodyTimeout, BodyTooLarge, body_limit
 from app.http_requests import METHODS, ROUTE_KEY, RequestStats, log_request, route_of
 from app.problems import ProblemError, ProblemReply
@@ -193,6 +197,9 @@ class HotRoutes:
         self.serve_hot = serve_hot  # False: the hot routes go to the FastAPI app too (settings.hot_routes off)
         # The ACL gate and the forwarder (app.server sets it): every request passes it, `dispatch` innermost.
         self.guard: ASGIApp | None = None
+        # The guard when it is the ACL gate alone (no forwarder): requests the connection serves itself
+        # (app.direct_requests) are judged by it in `answer`, as the guard judges the others.
+        self.gate: AccessGate | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -253,7 +260,7 @@ class HotRoutes:
         route set in `scope`; None when the request goes the ASGI way: a guard judges requests, the hot routes
         are off, the store is loading, not a hot route, or a body that is chunked or past its limit (a POST
         without a body too: the app's answer)."""
-        if self.guard is not None or not self.serve_hot or self.broker.loading:
+        if (self.guard is not None and self.guard is not self.gate) or not self.serve_hot or self.broker.loading:
             return None
         method = scope["method"]
         handler = self._hot_handler(scope, scope["path"], method)
@@ -272,11 +279,20 @@ class HotRoutes:
             scope[QUERY_KEY] = parse_query(query) if query else {}
         except ProblemError as e:
             return self.problem(e.code, e.detail, scope["path"][:200], None)
+        audited: Account | None = None
+        if self.gate is not None:
+            verdict = self.gate.judge(scope)
+            if isinstance(verdict, Response):
+                return verdict  # refused: the handler never sees the request
+            audited = verdict
         request = HotRequest.whole(scope, body)
         try:
-            return await handler(request)
+            response = await handler(request)
         except Exception as exc:  # mapped like the app's own exception handlers
-            return await self.on_error(request, exc)
+            response = await self.on_error(request, exc)
+        if audited is not None:
+            audit_answer(scope, audited.name, response.status_code)
+        return response
 
     def _hot_handler(self, scope: Scope, path: str, method: str) -> Handler | None:
         """The handler of a hot route, with the route's path parameters and template set in `scope`.

@@ -274,6 +274,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         broker.revocations.attach(acl_source.current)
         # In front of the routes and the forwarder: tokens and permissions are checked before they see a request.
         front.guard = AccessGate(front.guard or front.dispatch, acl_source, settings.metrics_public, mapping.problem)
+        if broker.cluster is None:  # the gate alone: it judges the requests the connections serve themselves too
+            front.gate = front.guard
     app.state.entry = front
     # Produces the server's connections serve without an ASGI cycle (app.direct_requests).
     app.state.direct_requests = DirectRequests(front)

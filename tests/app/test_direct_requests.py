@@ -238,3 +238,39 @@ def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends
     while broker.started.broker.http_requests.in_flight != 0:  # the gone client's pull ended too, and was counted
         assert time.monotonic() < deadline, "a held pull stayed in flight"
         time.sleep(0.01)
+
+
+def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker, tmp_path) -> None:
+    from tests.app.acl_fixtures import BILLING, LIMITED, OPS, bearer, start_with_acl
+
+    broker, _ = start_with_acl(make_broker, tmp_path)
+    ops = bearer(OPS)
+    assert broker.client.put("/v1/topics/billing-d", json={"queues": 1}, headers=ops).status_code == 201
+    direct = direct_of(broker)
+    served = direct.served
+    message = orjson.dumps({"body": "b", "queue_id": 0})
+
+    def produce(topic: str, token: str | None) -> tuple[int, dict, bytes]:
+        auth = b"" if token is None else b"Authorization: Bearer " + token.encode() + b"\r\n"
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request(topic, message, extra=auth))
+            return read_response(sock)
+
+    status, headers, body = produce("billing-d", None)
+    assert (status, orjson.loads(body)["code"], headers["www-authenticate"]) == (401, "UNAUTHENTICATED", "Bearer")
+    assert orjson.loads(produce("billing-d", "not-a-token")[2])["code"] == "UNAUTHENTICATED"
+    assert orjson.loads(produce("billing-secret", BILLING)[2])["code"] == "FORBIDDEN"
+    assert orjson.loads(produce("billing-d", LIMITED)[2])["code"] == "FORBIDDEN"  # no right on this topic
+    got = broker.client.get("/v1/topics/billing-d/queues/0/messages", params={"offset": 0}, headers=ops).json()
+    assert got["status"] == "NO_NEW_MSG"  # nothing refused was stored
+    status, _, body = produce("billing-d", BILLING)
+    assert status == 201 and orjson.loads(body)["queue_offset"] == 0
+    assert direct.served == served + 6  # the five produces and the pull between them, each judged by the gate there
+    # A pull on the same path: judged too (the billing account may read its topic, nobody without a token).
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(b"GET /v1/topics/billing-d/queues/0/messages?offset=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock)[0] == 401
+        sock.sendall(b"GET /v1/topics/billing-d/queues/0/messages?offset=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + BILLING.encode() + b"\r\n\r\n")  # fmt: skip
+        status, _, body = read_response(sock)
+    assert status == 200 and [m["body"] for m in orjson.loads(body)["messages"]] == ["b"]
