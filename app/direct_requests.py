@@ -32,6 +32,7 @@ its body is complete is not answered, counted or served.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import urllib.parse
@@ -139,7 +140,10 @@ class DirectRequests:
     ) -> None:
         try:
             response = await _Continued(answer, waited)
-        except BaseException:  # cancelled (graceful shutdown's deadline) or a defect: no reply, the connection closed
+        except asyncio.CancelledError:  # graceful shutdown's deadline passed: no reply, the connection closed
+            self._failed(protocol, exchange, cancelled=True)
+            raise
+        except BaseException:  # a defect (HotRoutes maps the handler's errors): no reply, the connection closed
             self._failed(protocol, exchange)
             raise
         self.reply(protocol, exchange, response)
@@ -170,11 +174,15 @@ class DirectRequests:
         hot.count(exchange.scope, status, exchange.start_ns, len(body))
         protocol.on_response_complete()
 
-    def _failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange) -> None:
+    def _failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, cancelled: bool = False) -> None:
         """An answer that raised (HotRoutes maps the handler's errors: this is a defect) or was cancelled."""
         self.hot.stats.in_flight -= 1
         exchange.response_complete = True
-        log.exception("serving %s %s failed; closing the connection", exchange.scope["method"], exchange.scope["path"][:200])
+        what, path = exchange.scope["method"], exchange.scope["path"][:200]
+        if cancelled:
+            log.info("%s %s was cut by the server's stop; closing its connection", what, path)
+        else:
+            log.exception("serving %s %s failed; closing the connection", what, path)
         self.hot.count(exchange.scope, 500, exchange.start_ns, 0)
         protocol.transport.close()
 
