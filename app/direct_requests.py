@@ -87,7 +87,7 @@ class DirectRequests:
     def __init__(self, hot: HotRoutes) -> None:
         self.hot = hot
         self.served = 0  # requests served here (tests and benchmarks)
-        self.continued = 0  # of them, those whose handler waited and a task finished
+        self.continued = 0  # of them, those whose handler waited and a task continued
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
         """At a request's complete headers: its exchange when it is served here (its scope completed
