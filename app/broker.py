@@ -270,12 +270,20 @@ class Broker:
             raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has queues 0..{config.read_queue_nums - 1}; there is no queue {queue_id}")
         return config
 
-    async def topic_for_produce(self, topic: str, request: Request) -> TopicConfig:
-        """The topic's config for a put, creating it when auto_create_topics is on and the request's account
-        may create it (CREATE on the topic or admin, with an ACL)."""
+    def writable_topic(self, topic: str) -> TopicConfig | None:
+        """The config of an existing topic a put may write (the checks of `topic_for_produce`), None when it
+        does not exist: the produce's common case without a coroutine of its own."""
         self.check_topic_name(topic, for_write=True)
         self.check_master()
         config = self.store.topic_config(topic)
+        if config is not None and "w" not in config.perm:
+            raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
+        return config
+
+    async def topic_for_produce(self, topic: str, request: Request) -> TopicConfig:
+        """The topic's config for a put, creating it when auto_create_topics is on and the request's account
+        may create it (CREATE on the topic or admin, with an ACL)."""
+        config = self.writable_topic(topic)
         if config is None:
             if not self.started:  # its topics are not loaded (or no longer served): no answer about them, as a put answers
                 raise ProblemError("SHUTTING_DOWN", "the store is not running; nothing was stored")
@@ -285,8 +293,8 @@ class Broker:
             config = await self.run(self._create_if_absent, topic)
             account = request_account(request)
             audit.info("created topic %s by a produce account=%s", topic, account.name if account is not None else "-")
-        if "w" not in config.perm:
-            raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
+            if "w" not in config.perm:
+                raise ProblemError("TOPIC_NOT_WRITABLE", f"topic {topic} has perm {config.perm!r}")
         return config
 
     def _create_if_absent(self, topic: str) -> TopicConfig:

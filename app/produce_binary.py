@@ -146,7 +146,8 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
         raise batch_problem(e) from None
     if not checked.messages:
         raise ProblemError("BATCH_EMPTY", "the body holds no message")
-    queues = (await producer.broker.topic_for_produce(topic, request)).write_queue_nums
+    config = producer.broker.writable_topic(topic) or await producer.broker.topic_for_produce(topic, request)
+    queues = config.write_queue_nums
     if queue_id is None:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
@@ -159,7 +160,9 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     future = producer.put(
         PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
     )
-    result = await producer.outcome(future)
+    result = future.result()  # answered at once (defer_durability)
+    if result.durability_owed:
+        result = await producer.durable(result)
     if not result.ok:
         raise put_problem(result)
     if result.duplicate:

@@ -398,13 +398,9 @@ class Producer:
         )
         return ProblemError(self.timeout_code, detail, {"stored": True})
 
-    async def outcome(self, future: Future[PutMessageResult]) -> PutMessageResult:
-        """The result of a put this producer made: its flush and slave waits awaited (the turn's shared one
-        when the store left it owed: app.durable_turns) without blocking the loop."""
-        assert future.done(), "a put with defer_durability is answered at once"
-        result = future.result()
-        if not result.durability_owed:
-            return result
+    async def durable(self, result: PutMessageResult) -> PutMessageResult:
+        """`result` of a put this producer made (`put`: answered at once) whose flush and slave waits the store
+        left owed, once the turn's shared wait (app.durable_turns) ended, without blocking the loop."""
         if self.turns is None:
             self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s)
         status = await self.turns.wait(result.end_offset)
@@ -421,9 +417,9 @@ class Producer:
         return PutMessageResult(status, items=result.items, detail=what)
 
     def put(self, batch: PutBatch, scope: Scope) -> Future[PutMessageResult]:
-        """Put `batch` (its answer: `outcome`), its durability wait shared with the loop turn's other puts
-        (app.durable_turns); a request whose reply waits for the server's dispatch barrier (app.dispatch_barrier)
-        leaves the dispatch to the loop turn's one pass."""
+        """Put `batch`, answered at once: its durability wait, when owed, is `durable`'s, shared with the loop
+        turn's other puts (app.durable_turns); a request whose reply waits for the server's dispatch barrier
+        (app.dispatch_barrier) leaves the dispatch to the loop turn's one pass."""
         batch.defer_durability = True
         barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
         if barrier is None:
@@ -435,7 +431,9 @@ class Producer:
 
     async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
-        result = await self.outcome(self.put(batch, scope))
+        result = self.put(batch, scope).result()  # answered at once (defer_durability)
+        if result.durability_owed:
+            result = await self.durable(result)
         if not result.ok:
             raise put_problem(result)
         return result
@@ -463,7 +461,8 @@ class Producer:
         if key is not None:
             apply_idempotency_key(drafts, is_batch, key)
         group = check_transactional(drafts)
-        queues = (await self.broker.topic_for_produce(topic, request)).write_queue_nums
+        config = self.broker.writable_topic(topic) or await self.broker.topic_for_produce(topic, request)
+        queues = config.write_queue_nums
         round_robin: list[int] = []
         queue_ids = [self.choose_queue(d, topic, queues, round_robin) for d in drafts]
         born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
