@@ -148,6 +148,21 @@ class Receiver:
             return False
         return not self.store.group_consumption.group(group).fifo
 
+    def pending(self, spec: ReceiveSpec, queues: int) -> bool:
+        """False when no queue the receive reads (the topic's and the group's retry queue) holds a message past
+        where the group takes next: a take would find nothing, so none is made (a take that finds nothing
+        costs what a receive of one message does, less its records)."""
+        store = self.store
+        for topic, count in ((spec.topic, queues), (retry_topic(spec.group, spec.topic), 1)):
+            for queue_id in range(count):
+                end = store.get_max_offset_in_queue(topic, queue_id)
+                if end <= 0:
+                    continue
+                committed = store.query_offset(spec.group, topic, queue_id)
+                if end > (committed if committed >= 0 else store.get_min_offset_in_queue(topic, queue_id)):
+                    return True
+        return False
+
     def near_tail(self, spec: ReceiveSpec, queues: int) -> bool:
         """True when the group's committed offsets lie within `inline_read_window_messages` of the ends of the
         topic's queues and of its retry queue, in all (what a take reads was just written: in memory)."""
@@ -181,7 +196,8 @@ class Receiver:
         spec = self.parse(request)
         consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope)
         try:
-            popped = await self.take_soon(spec, self.broker.topic_config(spec.topic).read_queue_nums, False)
+            queues = self.broker.topic_config(spec.topic).read_queue_nums
+            popped = await self.take_soon(spec, queues, False) if self.pending(spec, queues) else []
             if not popped and spec.wait_ms > 0:
                 popped = await self.hold(request, spec)
         finally:
@@ -213,10 +229,12 @@ class Receiver:
                         if self.held.closed:
                             return []
                         raise ProblemError("TOO_MANY_WAITERS", f"{self.held.max_held} requests are held already")
-                    # After registering: an arrival before it is not missed. Once woken, what arrived is in memory.
-                    popped = await self.take_soon(spec, read_queues, woken)
-                    if popped:
-                        return popped
+                    # After registering: an arrival before it is not missed (its queue entry is written
+                    # before its wake-up). Once woken, what arrived is in memory.
+                    if woken or self.pending(spec, read_queues):
+                        popped = await self.take_soon(spec, read_queues, woken)
+                        if popped:
+                            return popped
                     timeout = min(remaining, FIFO_RECHECK_MS / 1000.0) if fifo else remaining
                     why = await wait_held(wake, timeout, departure.future, revoked)
                     woken = why is Wake.ARRIVED

@@ -150,8 +150,10 @@ class _StateStoreView:
     def __init__(self, store: DefaultMessageStore) -> None:
         self._store = store
 
-    def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult:
-        return self._store.append_with_hook(msgs, hook, state_records)
+    def append_with_hook(
+        self, msgs: list[MessageInner], hook: AppendedHook, state_records: int, lazy_dispatch: bool = False
+    ) -> PutMessageResult:
+        return self._store.append_with_hook(msgs, hook, state_records, lazy_dispatch)
 
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         return self._store.find_consume_queue(topic, queue_id, create)
@@ -463,9 +465,9 @@ class DefaultMessageStore:
         """Blocking helper: `put` of a batch of one, waited for."""
         return self.durability.wait(*self._put(PutBatch.of((msg,))))
 
-    def put_messages(self, msgs: Sequence[MessageInner]) -> PutMessageResult:
-        """Blocking helper: `put` of a MESSAGES batch, waited for."""
-        return self.durability.wait(*self._put(PutBatch.of(msgs)))
+    def put_messages(self, msgs: Sequence[MessageInner], lazy_dispatch: bool = False) -> PutMessageResult:
+        """Blocking helper: `put` of a MESSAGES batch, waited for (`lazy_dispatch`: PutBatch's)."""
+        return self.durability.wait(*self._put(PutBatch.of(msgs, lazy_dispatch=lazy_dispatch)))
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
         """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
@@ -502,7 +504,7 @@ class DefaultMessageStore:
             result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
         if not result.items:
             batch.refused()
-        return self._after_put(result, t0, batch.state_records, batch.defer_dispatch, batch.defer_durability)
+        return self._after_put(result, t0, batch)
 
     def _last_stored_ms(self) -> int | None:
         """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
@@ -535,10 +537,14 @@ class DefaultMessageStore:
     def _state_store(self) -> StateStore:
         return _StateStoreView(self)
 
-    def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult:
+    def append_with_hook(
+        self, msgs: list[MessageInner], hook: AppendedHook, state_records: int, lazy_dispatch: bool = False
+    ) -> PutMessageResult:
         """Put `msgs` (the last `state_records` of them the broker's own state, not counted as messages
-        stored) with `hook` run under the put lock after the append, then wait for durability."""
-        return self.durability.wait(*self._put(PutBatch.of(msgs, on_appended_locked=hook, state_records=state_records)))
+        stored) with `hook` run under the put lock after the append, then wait for durability
+        (`lazy_dispatch`: PutBatch's)."""
+        batch = PutBatch.of(msgs, on_appended_locked=hook, state_records=state_records, lazy_dispatch=lazy_dispatch)
+        return self.durability.wait(*self._put(batch))
 
     def read_stored(self, offset: int, size: int) -> bytes | None:
         """The stored bytes of the message at commitlog `offset`; None when they are gone."""
@@ -551,10 +557,11 @@ class DefaultMessageStore:
             res.release()
 
     def _after_put(
-        self, result: PutMessageResult, t0: int, state_records: int = 0, defer_dispatch: bool = False, defer_durability: bool = False
+        self, result: PutMessageResult, t0: int, batch: PutBatch
     ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        """Stats, the dispatch (or, `defer_dispatch`, the dispatch owed) and the durability wait (or, with
-        `defer_durability`, the result marked `durability_owed`) of a put the commit log answered."""
+        """Stats, the dispatch (or, `defer_dispatch` or `lazy_dispatch`, the dispatch owed) and the durability wait
+        (or, with `defer_durability`, the result marked `durability_owed`) of a put the commit log answered."""
+        state_records = batch.state_records
         items = result.items
         if not items:
             self.stats.put_failures += 1
@@ -565,14 +572,14 @@ class DefaultMessageStore:
         if messages:
             size = total_bytes(items[:messages] if state_records else items)
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
-        if defer_durability:
+        if batch.defer_durability:
             waiter = None
             result.durability_owed = result.ok and not self.durability.answers_at_once()
         else:
             waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
         end = result.end_offset
-        if not (defer_dispatch and self.reput_service.owe(end)):
+        if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end)):
             self.reput_service.dispatch_through(end)
         return result, waiter
 

@@ -109,7 +109,8 @@ class MessageStore(Protocol):
         Appends now, in the calling thread; the future is done at once, or when the flush (and slave)
         wait ends. A refused batch answers a result with a refusal and stores nothing. The stored
         messages are dispatched (readable, held pulls woken) before it returns, unless the batch has
-        `defer_dispatch`: then the caller runs `dispatch_owed` before it answers the put.
+        `defer_dispatch` (then the caller runs `dispatch_owed` before it answers the put) or
+        `lazy_dispatch` (the store's own records: the next pass dispatches them).
         """
         ...
 

@@ -20,6 +20,8 @@ lock and dispatch the rest itself, so no put answers before its messages can be 
 A put may instead be left owed (`owe`, the front end's produces): its caller runs `dispatch_owed`
 before it answers, so the puts of one event-loop turn are dispatched in one pass; the guarantee
 that no put answers before its messages can be read is the caller's to keep (app/dispatch_barrier.py).
+The store's own records no request reads back are owed too, with no caller waiting (PutBatch's
+`lazy_dispatch`): the next pass, a put's, a `dispatch_owed` or this thread's, takes them.
 Lock order: docs/concurrency.md. Listeners run under the dispatch lock: they must not block
 and must not put.
 
@@ -58,7 +60,7 @@ log = logging.getLogger("tidemq.store")
 SHUTDOWN_DRAIN_ROUNDS = 50
 DISPATCH_RETRY_MIN_MS = 10  # first pause after a failed dispatch
 DISPATCH_RETRY_MAX_MS = 1_000  # the pause doubles up to this while dispatch keeps failing
-IDLE_WAIT_MS = 10  # the safety net's period: puts dispatch inline, appends without a put wake the thread
+IDLE_WAIT_MS = 10  # the safety net's period, and the longest a lazily dispatched record waits when no put follows
 INLINE_ROUNDS = 8  # times a putter takes the lock again for bytes appended while it dispatched
 
 

@@ -61,7 +61,7 @@ class ConsumedStore(Protocol):
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, message_filter: Filter | None = None
     ) -> GetMessageResult: ...
-    def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...]) -> PutMessageResult: ...
+    def put_messages(self, msgs: list[MessageInner] | tuple[MessageInner, ...], lazy_dispatch: bool = False) -> PutMessageResult: ...
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
     def topic_config(self, topic: str) -> TopicConfig | None: ...
@@ -81,6 +81,10 @@ class _PopStoreAdapter:
 
     def put_messages(self, msgs: list[MessageInner]) -> PutMessageResult:
         return self._store.put_messages(msgs)
+
+    def put_records(self, msgs: list[MessageInner]) -> PutMessageResult:
+        """Put revive-topic records: only the store's own services read them, so their dispatch waits for the next pass."""
+        return self._store.put_messages(msgs, lazy_dispatch=True)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self._store.get_min_offset_in_queue(topic, queue_id)
@@ -102,7 +106,7 @@ class _PopStoreAdapter:
         """Put `msgs` and commit the group's offset in one put (StateLog.write); False when not confirmed."""
         offsets = self._store.consumer_offset_manager
         try:
-            self._store.state_log.write(offsets, offsets.commit_payload(group, [(topic, queue_id, offset)]), msgs)
+            self._store.state_log.write(offsets, offsets.commit_payload(group, [(topic, queue_id, offset)]), msgs, internal=True)
         except StoreError:
             return False
         return True

@@ -15,8 +15,7 @@ import binascii
 import hashlib
 import hmac
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from store.disk.json_file import write_bytes_atomically
 from store.errors import StoreError
@@ -32,8 +31,7 @@ class HandleInvalid(StoreError):
     """Raised when a receipt handle is malformed, forged, altered or names another group or topic."""
 
 
-@dataclass(slots=True, frozen=True)
-class ReceiptHandle:
+class ReceiptHandle(NamedTuple):  # immutable, and made per message received or acked: a tuple, not a frozen dataclass
     start_offset: int  # the checkpoint's start offset
     pop_time: int  # when the receive took the message (ms since the epoch)
     invisible_time: int  # ms the message stays invisible from pop_time

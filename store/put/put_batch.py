@@ -83,6 +83,10 @@ class PutBatch:
     # The caller runs DefaultMessageStore.dispatch_owed before it answers the put (the front end's produces,
     # so the puts of one event-loop turn are dispatched in one pass); False: dispatched before `put` returns.
     defer_dispatch: bool = False
+    # The store's own records that no request reads back (POP checkpoints and acks, state records): the put
+    # owes their dispatch to the next pass (a later put's or `dispatch_owed`, else the dispatch thread's
+    # within its IDLE_WAIT_MS) instead of dispatching before `put` returns.
+    lazy_dispatch: bool = False
     # The caller waits for durability itself (DefaultMessageStore.durable_through of the put's end, one wait
     # for the puts of an event-loop turn): the put's future is done at once and its result says
     # `durability_owed` when there is a flush or slave wait to make.
@@ -95,12 +99,12 @@ class PutBatch:
     @classmethod
     def of(
         cls, messages: Sequence[MessageInner], producer_group: str | None = None, on_appended_locked: AppendedHook | None = None,
-        state_records: int = 0, dedup: bool = False,
+        state_records: int = 0, dedup: bool = False, lazy_dispatch: bool = False,
     ) -> PutBatch:  # fmt: skip
         """A MESSAGES batch (a single message is a batch of one)."""
         return cls(
             BatchForm.MESSAGES, messages=messages, producer_group=producer_group, on_appended_locked=on_appended_locked,
-            state_records=state_records, dedup=dedup,
+            state_records=state_records, dedup=dedup, lazy_dispatch=lazy_dispatch,
         )  # fmt: skip
 
     @classmethod

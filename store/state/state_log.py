@@ -62,7 +62,9 @@ class StateWriteFailed(StoreError):
 class StateStore(Protocol):
     """What the state log needs of the store."""
 
-    def append_with_hook(self, msgs: list[MessageInner], hook: AppendedHook, state_records: int) -> PutMessageResult: ...
+    def append_with_hook(
+        self, msgs: list[MessageInner], hook: AppendedHook, state_records: int, lazy_dispatch: bool = False
+    ) -> PutMessageResult: ...
     def find_consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
     def read_stored(self, offset: int, size: int) -> bytes | None: ...
 
@@ -93,13 +95,20 @@ class StateLog:
 
     # Writing ---------------------------------------------------------------------------------
 
-    def write(self, table: StateTable, payload: dict[str, Any], messages: Sequence[MessageInner] = ()) -> PutMessageResult:
+    def write(
+        self, table: StateTable, payload: dict[str, Any], messages: Sequence[MessageInner] = (), internal: bool = False
+    ) -> PutMessageResult:
         """Record one change of `table` (after `messages`, in one put); see `write_all`."""
-        return self.write_all([StateChange(table, payload)], messages)
+        return self.write_all([StateChange(table, payload)], messages, internal)
 
-    def write_all(self, changes: list[StateChange], messages: Sequence[MessageInner] = ()) -> PutMessageResult:
+    def write_all(self, changes: list[StateChange], messages: Sequence[MessageInner] = (), internal: bool = False) -> PutMessageResult:
         """Append `messages` then one record per change in one put, apply each change to its table
         under the put lock, and wait for the store's durability. StateWriteFailed unless PUT_OK.
+
+        A record is applied here, not when dispatched (a slave applies what it replicates as it
+        dispatches), so a put of records alone, or with `messages` the caller calls `internal` (the
+        store's own, which no request reads back: POP checkpoints), leaves its dispatch to the next
+        pass (PutBatch.lazy_dispatch).
 
         Before the store runs (load time) a change is applied to its table only; the table then
         asks for a snapshot in the log once it can be written."""
@@ -115,7 +124,7 @@ class StateLog:
                 change = changes[k - first]
                 change.table.apply_record(RecordTag.DELTA, change.payload, items[k].logics_offset, items[k].wrote_offset)
 
-        result = self.store.append_with_hook(msgs, applied_locked, len(changes))
+        result = self.store.append_with_hook(msgs, applied_locked, len(changes), internal or not messages)
         if not result.ok:
             raise StateWriteFailed(result)
         return result
@@ -140,7 +149,7 @@ class StateLog:
                 table.apply_record(tags[k], payloads[k], item.logics_offset, item.wrote_offset)
 
         try:
-            result = self.store.append_with_hook(msgs, applied_locked, len(msgs))
+            result = self.store.append_with_hook(msgs, applied_locked, len(msgs))  # dispatched now: needs_log_below reads its entries
         except StoreError as exc:
             log.warning("state snapshot of %s not written: %s", table.kind.name, exc)
             return False

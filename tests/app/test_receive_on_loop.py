@@ -11,7 +11,7 @@ import pytest
 from app.broker import Broker
 from app.receiver import Receiver, ReceiveSpec
 from app.settings import BrokerSettings
-from store import FlushDiskType, MessageStoreConfig, build_message
+from store import FlushDiskType, MessageStoreConfig, build_message, retry_topic
 from tests.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,3 +67,27 @@ def test_a_take_is_near_the_tail_only_while_the_group_is_within_the_window_in_al
         assert receiver.near_tail(spec("g", "t"), 2)
 
     run_with_broker(tmp_path, FlushDiskType.ASYNC_FLUSH, 4, scenario)
+
+
+def test_a_take_is_made_only_while_a_queue_holds_messages_past_the_groups_offsets(tmp_path: Path) -> None:
+    """`pending` is what lets a receive (and a held one after registering) skip a take that could find nothing."""
+
+    async def scenario(broker: Broker, receiver: Receiver) -> None:
+        store = broker.store
+        assert not receiver.pending(spec("g", "t"), 2)  # nothing stored
+        assert store.put_messages([build_message("t", b"m", 1) for _ in range(2)]).ok
+        await wait_for_async(lambda: store.get_max_offset_in_queue("t", 1) >= 2, 10, what="the messages dispatched", poll_s=0.005)
+        assert receiver.pending(spec("g", "t"), 2) and receiver.pending(spec("other", "t"), 2)
+        got = await receiver.take_soon(spec("g", "t"), 2, False)
+        assert len(got) == 2
+        assert not receiver.pending(spec("g", "t"), 2)  # the group's offsets are past them
+        assert receiver.pending(spec("other", "t"), 2)  # another group has not taken them
+        retry = retry_topic("g", "t")
+        await broker.run(store.create_or_update_topic, retry, 1, "rw")
+        assert store.put_messages([build_message(retry, b"again", 0)]).ok  # as the revive service puts one back
+        await wait_for_async(lambda: store.get_max_offset_in_queue(retry, 0) >= 1, 10, what="the retry message dispatched", poll_s=0.005)
+        assert receiver.pending(spec("g", "t"), 2)
+        (again,) = await receiver.take_soon(spec("g", "t"), 2, False)
+        assert again.queue_topic == retry and not receiver.pending(spec("g", "t"), 2)
+
+    run_with_broker(tmp_path, FlushDiskType.ASYNC_FLUSH, 1024, scenario)

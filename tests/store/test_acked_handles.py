@@ -15,7 +15,7 @@ import pytest
 from store import DefaultMessageStore
 from store.pop.acked_handles import AckedHandles, HandleState
 from store.pop.group_consumption import AckOutcome
-from tests.store.conftest import open_store, small_config
+from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.test_pop_consumer import GROUP, INVISIBLE_MS, bodies, produce
 
 OK, ACKED, SUPERSEDED = AckOutcome.OK, AckOutcome.ALREADY_ACKED, AckOutcome.HANDLE_SUPERSEDED
@@ -38,12 +38,14 @@ def acked_count(store: DefaultMessageStore, topic: str) -> int:
 def test_a_handle_acked_three_times_is_ok_once_and_counted_once(store: DefaultMessageStore) -> None:
     produce(store, "orders", ["a", "b"], queues=1)
     a, b = store.group_consumption.receive(GROUP, "orders", 2, INVISIBLE_MS)
+    wait_dispatched(store)  # the store's own records are dispatched by the next pass
     revive_end = store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0)
     assert store.group_consumption.ack(GROUP, "orders", [a.handle]) == [OK]
     assert store.group_consumption.ack(GROUP, "orders", [a.handle]) == [ACKED]
     assert store.group_consumption.ack(GROUP, "orders", [a.handle, b.handle, b.handle]) == [ACKED, OK, ACKED]
     assert acked_count(store, "orders") == 2
     # Two ack records (one per first ack), none for the repeats.
+    wait_dispatched(store)
     assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) - revive_end == 2
     time.sleep((INVISIBLE_MS + 200) / 1000)  # the invisible time must pass
     assert store.group_consumption.receive(GROUP, "orders", 2, INVISIBLE_MS) == []

@@ -1,4 +1,5 @@
-"""A put with `defer_dispatch` is owed to `dispatch_owed` (the front end's one pass per loop turn).
+"""A put with `defer_dispatch` is owed to `dispatch_owed` (the front end's one pass per loop turn); one with
+`lazy_dispatch` (the store's own records) to whichever pass comes next.
 
 The service thread, which would dispatch anything left behind within 10 ms, is stopped where a
 test looks at what is not dispatched yet, so what it sees is what the put and `dispatch_owed` did.
@@ -10,8 +11,9 @@ import shutil
 import threading
 from pathlib import Path
 
-from store import DefaultMessageStore, PutBatch, build_message
+from store import AckOutcome, DefaultMessageStore, PutBatch, build_message
 from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
+from tests.waiting import wait_for
 
 
 def deferred(topic: str, queue_id: int, body: bytes = b"x") -> PutBatch:
@@ -116,6 +118,94 @@ def test_messages_whose_dispatch_was_owed_at_a_crash_are_dispatched_by_recovery(
         with store.get_message("g", "K", 1, 0, 32) as got:
             assert [m["body"] for m in got.decode()] == [b"m%d" % i for i in range(1, 40, 2)]
         assert len(store.query_message("K", "k7", 10, 0, 2**62)) == 1  # the index has the keys too
+    finally:
+        store.shutdown()
+    shutil.rmtree(root)
+
+
+# The store's own records (POP checkpoints and acks, state records) are dispatched lazily ------------
+
+LAZY_GROUP = "lazy"
+TIMER_QUEUE = ("rmq_sys_wheel_timer", 0)  # where a checkpoint or an ack (a timer message) gets its entry
+
+
+def produced(store: DefaultMessageStore, topic: str, count: int) -> None:
+    store.create_or_update_topic(topic, 1)
+    for i in range(count):
+        assert store.put_message(build_message(topic, b"m%d" % i, 0)).ok  # a plain put: dispatched before it returns
+
+
+def test_a_receive_and_an_ack_leave_their_records_to_the_next_pass_and_apply_their_state_at_once(
+    store: DefaultMessageStore,
+) -> None:
+    produced(store, "L", 2)
+    store.reput_service.shutdown()
+    timer_entries = store.get_max_offset_in_queue(*TIMER_QUEUE)
+    (got,) = store.group_consumption.receive(LAZY_GROUP, "L", 1, 60_000)
+    # The checkpoint and the committed offset are in the log, the offset applied, nothing dispatched.
+    assert store.query_offset(LAZY_GROUP, "L", 0) == 1
+    assert store.reput_service.reput_from_offset < store.commit_log.get_max_offset()
+    assert store.get_max_offset_in_queue(*TIMER_QUEUE) == timer_entries
+    assert store.group_consumption.ack(LAZY_GROUP, "L", [got.handle]) == [AckOutcome.OK]
+    assert store.get_max_offset_in_queue(*TIMER_QUEUE) == timer_entries
+    # The next put's dispatch takes them with its own message.
+    assert store.put_message(build_message("L", b"after", 0)).ok
+    assert store.reput_service.reput_from_offset == store.commit_log.get_max_offset()
+    assert store.get_max_offset_in_queue(*TIMER_QUEUE) == timer_entries + 2  # the checkpoint and the ack
+    assert store.get_max_offset_in_queue("L", 0) == 3
+
+
+def test_records_left_to_the_next_pass_are_dispatched_by_the_dispatch_thread_without_a_put(store: DefaultMessageStore) -> None:
+    produced(store, "L", 1)
+    timer_entries = store.get_max_offset_in_queue(*TIMER_QUEUE)
+    (got,) = store.group_consumption.receive(LAZY_GROUP, "L", 1, 60_000)
+    assert store.group_consumption.ack(LAZY_GROUP, "L", [got.handle]) == [AckOutcome.OK]
+    wait_dispatched(store)  # the thread's pass, within its IDLE_WAIT_MS
+    assert store.get_max_offset_in_queue(*TIMER_QUEUE) == timer_entries + 2
+
+
+KILL_WITH_RECORDS_UNDISPATCHED = """
+import os, signal, sys
+from store import DefaultMessageStore, build_message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1], pop_ack_margin_ms=50, pop_revive_interval_ms=10))
+store.load()
+store.start()
+store.create_or_update_topic("L", 1)
+for i in range(3):
+    assert store.put_message(build_message("L", b"m%d" % i, 0)).ok
+store.reput_service.shutdown()  # nothing dispatches the records the receive leaves to the next pass
+got = store.group_consumption.receive("lazy", "L", 2, 400)
+assert [p.queue_offset for p in got] == [0, 1]
+assert store.group_consumption.ack("lazy", "L", [got[0].handle])[0].value == "OK"
+assert store.reput_service.reput_from_offset < store.commit_log.get_max_offset()
+print("RECEIVED", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_records_undispatched_at_a_crash_are_dispatched_by_recovery_and_redeliver(tmp_path: Path) -> None:
+    """A checkpoint and an ack that were in the log but not dispatched when the broker was killed: recovery
+    dispatches them, so the offset stays committed, the acked message never comes back and the other
+    one is delivered again after its invisible time."""
+    root = str(tmp_path / "store")
+    run_until_killed(KILL_WITH_RECORDS_UNDISPATCHED, root, "RECEIVED")
+    store = open_store(small_config(root, pop_ack_margin_ms=50, pop_revive_interval_ms=10))
+    try:
+        assert not store.last_exit_ok
+        wait_dispatched(store)
+        assert store.query_offset(LAZY_GROUP, "L", 0) == 2
+        seen: list[tuple[int, int]] = []
+
+        def redelivered() -> bool:
+            got = store.group_consumption.receive(LAZY_GROUP, "L", 2, 60_000)
+            seen.extend((p.queue_offset if p.queue_topic == "L" else -1, p.reconsume_times) for p in got)
+            return len(seen) >= 2
+
+        wait_for(redelivered, 15, what=lambda: f"the unacked message again and the third one: got {seen}")
+        # The third message (never received) and a copy of the second (unacked) from the retry topic.
+        assert sorted(seen) == [(-1, 1), (2, 0)]
+        assert store.group_consumption.receive(LAZY_GROUP, "L", 2, 60_000) == []  # the acked first message: never again
     finally:
         store.shutdown()
     shutil.rmtree(root)

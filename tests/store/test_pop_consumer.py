@@ -14,7 +14,7 @@ import pytest
 from store import DefaultMessageStore, TopicInvalid, build_message, decode_message
 from store.metadata.topic_names import dlq_topic, retry_topic, revive_topic
 from store.pop.group_consumption import AckOutcome, Popped
-from tests.store.conftest import open_store, small_config
+from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.waiting import wait_for
 
 INVISIBLE_MS = 300
@@ -184,7 +184,9 @@ def test_records_go_to_the_revive_topic_and_survive_a_reopen(tmp_path) -> None:
     got = s.group_consumption.receive(GROUP, "orders", 2, 1_500)
     assert s.group_consumption.ack(GROUP, "orders", [got[0].handle]) == [AckOutcome.OK]
     revive = revive_topic("DefaultCluster")
-    # One checkpoint, one ack: timer messages due at their revive time (in the timer until then).
+    # One checkpoint, one ack: timer messages due at their revive time (in the timer until then), in the
+    # timer's queue once the next dispatch pass reached them (the store's own records are dispatched lazily).
+    wait_dispatched(s)
     assert sum(s.get_max_offset_in_queue(revive, q) for q in range(2)) + s.timer_status()["pending"] == 2
     s.shutdown()
     s = open_store(cfg)
