@@ -10,7 +10,8 @@ with one request in flight, and the counts are dumped per thread. Reported: user
 per request on the event loop's thread (where a request is served) and on all threads (dispatch,
 flush, allocation). Kernel work (system calls, page faults) is not counted: the CPU-time benches
 (bench/versus_redis.py, bench/produce_cpu_bench.py) carry it. Scenarios (1 KiB bodies): single JSON
-produce, raw produce, JSON batch of 100, binary batch of 100, a pull of one message, GET /healthz.
+produce, raw produce, JSON batch of 100, binary batch of 100, a pull of one message, GET /healthz, and
+a group's receive of one message followed by the ack of its handle (one connection; counted per pair).
 
 Usage: python bench/request_instructions.py --before TREE [--after TREE] [--requests N] [--only a,b]
 """
@@ -51,6 +52,10 @@ SCENARIOS = {
     "pull of one message": http_request("GET", f"/v1/topics/{TOPIC}/queues/1/messages?offset=0&max=1"),
     "GET /healthz": http_request("GET", "/healthz"),
 }
+# Scenarios whose requests depend on earlier replies: one exchange is a receive of one message and the ack of
+# its receipt handle, on one connection (counted per exchange: two requests).
+POP_TOPIC = "popbench"
+EXCHANGES = {"receive + ack of one message"}
 WARMUP_REQUESTS = 200
 READY_TIMEOUT_S = 600.0  # a broker under callgrind starts tens of times slower
 REPLY_TIMEOUT_S = 120.0
@@ -108,6 +113,10 @@ class CountedBroker:
         self._control("--instr=on")
         send_all(self.port, request, requests, connections)
         self._control("--instr=off")
+        return self._dumped(requests)
+
+    def _dumped(self, requests: int) -> tuple[float, float]:
+        """Dump the counts collected and divide them by `requests`: (loop thread, all threads)."""
         for stale in glob.glob(self.out + "*"):
             os.unlink(stale)
         self._control("--dump")
@@ -119,6 +128,26 @@ class CountedBroker:
             per_thread[thread] = counts[-1] if counts else 0
         loop = per_thread.get("01", 0)  # the first thread: the event loop's (app.server runs uvicorn on it)
         return loop / requests, sum(per_thread.values()) / requests
+
+    def count_exchanges(self, exchanges: int) -> tuple[float, float]:
+        """(instructions per exchange on the loop thread, on all threads) of `exchanges` receive + ack exchanges,
+        after WARMUP_REQUESTS uncounted; the messages are produced first, uncounted."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT_S)
+        try:
+            call(conn, "PUT", f"/v1/topics/{POP_TOPIC}", b'{"queues": 1}')
+            body = json.dumps({"body": BODY, "queue_id": 0}).encode()
+            for _ in range(WARMUP_REQUESTS + exchanges):
+                call(conn, "POST", f"/v1/topics/{POP_TOPIC}/messages", body)
+            for _ in range(WARMUP_REQUESTS):
+                receive_and_ack(conn)
+            self._control("--zero")
+            self._control("--instr=on")
+            for _ in range(exchanges):
+                receive_and_ack(conn)
+            self._control("--instr=off")
+        finally:
+            conn.close()
+        return self._dumped(exchanges)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -168,6 +197,28 @@ def send_all(port: int, request: bytes, total: int, connections: int) -> None:
             sock.close()
 
 
+def call(conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None) -> bytes:
+    """One request on `conn`; its reply's body (a reply that is not a 2xx raises)."""
+    conn.request(method, path, body=body, headers={"content-type": "application/json"} if body is not None else {})
+    reply = conn.getresponse()
+    data = reply.read()
+    if not 200 <= reply.status < 300:
+        raise RuntimeError(f"{method} {path} was refused: {reply.status} {data[:200]!r}")
+    return data
+
+
+def receive_and_ack(conn: http.client.HTTPConnection) -> None:
+    """Receive one message of POP_TOPIC and ack it."""
+    got = json.loads(call(conn, "POST", f"/v1/groups/bench/topics/{POP_TOPIC}/receive?max=1&invisible_ms=60000"))
+    (message,) = got["messages"]
+    acked = json.loads(
+        call(
+            conn, "POST", f"/v1/groups/bench/topics/{POP_TOPIC}/ack", json.dumps({"receipt_handles": [message["receipt_handle"]]}).encode()
+        )
+    )
+    assert acked["results"][0]["status"] == "OK", acked
+
+
 def take_reply(buffer: bytearray) -> bytes | None:
     """The first whole reply in `buffer` (removed from it), or None; a reply that is not a 2xx raises."""
     end = buffer.find(b"\r\n\r\n")
@@ -188,7 +239,10 @@ def measure(tree: str, scenarios: list[str], requests: int, connections: int) ->
     root = tempfile.mkdtemp(prefix="tidemq-instructions-")
     broker = CountedBroker(tree, root)
     try:
-        return {name: broker.count(SCENARIOS[name], requests, connections) for name in scenarios}
+        return {
+            name: broker.count_exchanges(requests) if name in EXCHANGES else broker.count(SCENARIOS[name], requests, connections)
+            for name in scenarios
+        }
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -204,7 +258,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
-    scenarios = [s for s in SCENARIOS if not args.only or s in args.only.split(",")]
+    scenarios = [s for s in [*SCENARIOS, *EXCHANGES] if not args.only or s in args.only.split(",")]
     before = measure(os.path.abspath(args.before), scenarios, args.requests, args.connections)
     after = measure(os.path.abspath(args.after), scenarios, args.requests, args.connections)
     print(f"User-space instructions per request (callgrind; {args.requests} requests per scenario, {args.connections} connections)")
