@@ -34,7 +34,7 @@ def message_json(m: dict[str, Any], body_limit_bytes: int) -> dict[str, Any]:
     else:  # the stored bytes of a body that could not be inflated are never passed off as text
         text, encoding = base64.b64encode(body).decode("ascii"), "base64"
     properties: dict[str, str] = m["properties"]
-    if any(name in properties for name in _SURFACED):
+    if PROPERTY_UNIQ_KEY in properties or PROPERTY_TAGS in properties or PROPERTY_KEYS in properties:  # _SURFACED, unrolled
         properties = {k: v for k, v in properties.items() if k not in _SURFACED}
     view = {
         "msg_id": m["msg_id"],

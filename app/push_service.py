@@ -293,7 +293,7 @@ class PushService(ServiceThread):
 
     def _request(self, sub: PushSubscription, p: Popped) -> PushRequest | None:
         """The POST of one received message; None when its body is over push_max_body_bytes (or cannot be inflated)."""
-        m = decode_message(p.data, 0)
+        m = decode_message(p.data, 0, hosts=False)
         body, status = inflate_body(m["body"], m["sys_flag"], self.body_limit)
         if status.failed or len(body) > self.body_limit:
             return None

@@ -61,7 +61,7 @@ def parse_max_in_flight(request: Request) -> int:
 
 
 def event(spec: ReceiveSpec, p: Popped, handle_prefix: str, body_limit_bytes: int) -> bytes:
-    message = message_json(decode_message(p.data, 0), body_limit_bytes)
+    message = message_json(decode_message(p.data, 0, hosts=False), body_limit_bytes)
     view = received_json(message, handle_prefix + p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
     return b"event: message\ndata: " + orjson.dumps(view) + b"\n\n"
 

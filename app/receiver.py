@@ -186,7 +186,11 @@ class Receiver:
         limit = self.store.config.max_message_size_bytes
         messages = [
             received_json(
-                message_json(decode_message(p.data, 0), limit), self.issued(p.handle), p.invisible_until_ms, p.reconsume_times, spec.topic
+                message_json(decode_message(p.data, 0, hosts=False), limit),
+                self.issued(p.handle),
+                p.invisible_until_ms,
+                p.reconsume_times,
+                spec.topic,
             )  # fmt: skip
             for p in popped
         ]

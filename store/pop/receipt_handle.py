@@ -117,6 +117,8 @@ class ReceiptHandles:
             table.secret = secret
             secret = table
         self._table = secret
+        # The secret and an HMAC keyed with it: a tag copies it (the key's two hashed blocks) instead of keying anew.
+        self._keyed: tuple[bytes, Any] | None = None
 
     @property
     def _secret(self) -> bytes:
@@ -152,8 +154,12 @@ class ReceiptHandles:
         return ReceiptHandle(so, pt, it, rq, qid, offset, retry == 1, times)
 
     def _tag(self, group: str, topic: str, payload: bytes) -> bytes:
-        message = group.encode() + b"\x00" + topic.encode() + b"\x00" + payload
-        return hmac.new(self._secret, message, hashlib.sha256).digest()[:TAG_BYTES]
+        secret, keyed = self._secret, self._keyed
+        if keyed is None or keyed[0] is not secret:  # the first tag, or a secret a failover's state record replaced
+            keyed = self._keyed = (secret, hmac.new(secret, digestmod=hashlib.sha256))
+        mac = keyed[1].copy()
+        mac.update(group.encode() + b"\x00" + topic.encode() + b"\x00" + payload)
+        return mac.digest()[:TAG_BYTES]
 
 
 def _create_secret(path: str) -> bytes:

@@ -131,9 +131,10 @@ class GetMessageResult:
         """The stored bytes of every message, concatenated (the batch wire format), as bytes."""
         return bytes(self.data)
 
-    def decode(self) -> list[dict[str, Any]]:
+    def decode(self, hosts: bool = True) -> list[dict[str, Any]]:
+        """The messages as decode_message's dicts (`hosts`: with the born and store host texts)."""
         data = self.data
-        return [decode_message(data, pos) for pos, _ in self.positions()]
+        return [decode_message(data, pos, None, hosts) for pos, _ in self.positions()]
 
     def release(self) -> None:
         """Drop the buffers (views of `data` taken before keep it alive)."""

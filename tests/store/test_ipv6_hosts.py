@@ -60,6 +60,15 @@ def test_decode_reads_every_field_past_either_host_form(sys_flag: int) -> None:
     assert len(m["offset_msg_id"]) == (56 if sys_flag & STORE_V6 else 32)
 
 
+@pytest.mark.parametrize("sys_flag", HOST_FLAGS)
+def test_a_decode_without_hosts_differs_only_in_the_host_texts(sys_flag: int) -> None:
+    raw = sample(sys_flag, 5).image(8192)
+    full, lean = decode_message(raw, 0), decode_message(raw, 0, hosts=False)
+    assert (lean["born_host"], lean["store_host"]) == (None, None)
+    assert full["born_host"] == host_text(sample(sys_flag, 5).born_host)
+    assert {**full, "born_host": None, "store_host": None} == lean
+
+
 def test_hosts_show_as_rocketmq_prints_them() -> None:
     m = decode_message(sample(BORN_V6 | STORE_V6).image(0), 0)
     assert (m["born_host"], m["store_host"]) == ("[2001:db8::42]:40124", "[fd00::9]:10911")
