@@ -26,6 +26,7 @@ setup(
                 f"{NATIVE}/apply.c",
                 f"{NATIVE}/prefault.c",
                 f"{NATIVE}/crc32.c",
+                f"{NATIVE}/view.c",
                 f"{NATIVE}/mapping.c",
             ],
             depends=[

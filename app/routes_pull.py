@@ -36,7 +36,7 @@ from app.problems import ProblemError
 from app.query import query_of
 from app.responses import BATCH_MEDIA_TYPE, Reply, docs
 from app.strict_route import StrictRoute
-from store import MAX_SQL_CHARS, GetMessageStatus, group_problem
+from store import MAX_SQL_CHARS, GetMessageResult, GetMessageStatus, group_problem, render_views
 
 PULL_STATUS = {
     GetMessageStatus.FOUND: "FOUND",
@@ -244,6 +244,17 @@ class Puller:
                 offset = self.store.get_min_offset_in_queue(topic, queue_id)
         return PullSpec(group or "", topic, queue_id, offset, max_count, message_filter, codes, wait_ms, batch)
 
+    def found_json(self, result: GetMessageResult) -> bytes:
+        """A FOUND pull's JSON reply: the views rendered by the store's kernel (render_views), or by
+        message_json for a read holding a message the kernel leaves to Python (a compressed body)."""
+        views = render_views(result.data)
+        head = (result.next_begin_offset, result.min_offset, result.max_offset)
+        if views is not None:
+            return b'{"status":"FOUND","next_offset":%d,"min_offset":%d,"max_offset":%d,"messages":[%b]}' % (*head, views)
+        limit = self.store.config.max_message_size_bytes
+        messages = [message_json(m, limit) for m in result.decode(hosts=False)]
+        return orjson.dumps({"status": "FOUND", "next_offset": head[0], "min_offset": head[1], "max_offset": head[2], "messages": messages})
+
     def read(self, spec: PullSpec, offset: int) -> Read:
         """Read and serialise (runs in the read pool, or inline for just-written data)."""
         result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
@@ -258,15 +269,7 @@ class Puller:
             if spec.batch:
                 body = memoryview(result.data) if found else b""  # the gathered messages: the wire format
             elif found:
-                limit = self.store.config.max_message_size_bytes
-                reply = {
-                    "status": status,
-                    "next_offset": result.next_begin_offset,
-                    "min_offset": result.min_offset,
-                    "max_offset": result.max_offset,
-                    "messages": [message_json(m, limit) for m in result.decode()],
-                }
-                body = orjson.dumps(reply)
+                body = self.found_json(result)
             hint = OFFSET_HINTS[status].format(offset=offset, spec=spec, result=result) if status in OFFSET_HINTS else None
             count = result.message_count if found else 0
             return Read(status, result.next_begin_offset, result.min_offset, result.max_offset, body, count, hint)

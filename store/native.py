@@ -188,6 +188,14 @@ class CheckedBatch(NamedTuple):
     has_dedup_id: bool
 
 
+def render_views(data: Any) -> bytes | None:
+    """The JSON views of the stored messages in `data` (back to back, as a get gathers them), joined by
+    commas: each as the HTTP API shows a message (docs/http-api.md) and orjson writes it, without the
+    host texts. None when one of them takes the Python path (a compressed body, a topic or properties
+    that are not UTF-8, a property named twice, more than 64 properties, lengths that disagree)."""
+    return _kernels.render_views(data)
+
+
 def prefault(buf: Any, pos: int, length: int) -> int:
     """Fault buf[pos:pos+length] in for writing, GIL released; 1: MADV_POPULATE_WRITE, 2: one write per page.
 

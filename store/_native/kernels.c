@@ -338,6 +338,33 @@ static PyObject *py_prefault(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+/* Two passes over data (both without the GIL past GIL_RELEASE_MIN_BYTES): the first measures, the
+ * second writes into a bytes object of exactly that size. */
+static PyObject *py_render_views(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    PyObject *result = NULL;
+    size_t need = 0, wrote = 0;
+    PyThreadState *ts = release_gil_for(data.len);
+    int outcome = render_views(span_of(&data), NULL, 0, &need);
+    restore_gil(ts);
+    if (outcome == VIEW_PYTHON) {
+        result = Py_NewRef(Py_None);
+    } else if (need > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need)) != NULL) {
+        ts = release_gil_for(data.len);
+        outcome = render_views(span_of(&data), (uint8_t *)PyBytes_AS_STRING(result), need, &wrote);
+        restore_gil(ts);
+        if (outcome != VIEW_OK || wrote != need) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_ValueError, "render_views: the buffer changed between the measuring and the writing pass");
+        }
+    }
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyObject *py_crc32(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     unsigned int crc = 0;
@@ -373,6 +400,7 @@ static PyMethodDef methods[] = {
     {"gil_releases", py_gil_releases, METH_NOARGS, "gil_releases() -> times a kernel released the GIL (GIL_RELEASE_MIN_BYTES)"},
     {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
+    {"render_views", py_render_views, METH_VARARGS, "render_views(data) -> the messages' JSON views joined by ',', or None"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},

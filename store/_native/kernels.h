@@ -137,6 +137,15 @@ int32_t java_hash_utf8(int32_t h, struct span s);
 int utf8_well_formed(struct span s);
 uint32_t body_crc31(struct span body);
 
+/* render_views (view.c): JSON views of stored messages, joined by commas. */
+enum view_outcome {
+    VIEW_OK = 0,
+    VIEW_PYTHON = 1,  /* a message the kernel does not render exactly: the caller renders the call's messages */
+    VIEW_OVERFLOW = 2 /* the output did not take the views (the input changed since the measuring pass) */
+};
+/* With out NULL measures (*len: the bytes the views take); else writes at most cap bytes to out. */
+int render_views(struct span data, uint8_t *out, size_t cap, size_t *len);
+
 /* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
  * (before any other call); crc32_method(): 1 slice-by-8 tables, 2 carry-less multiplication folding. */
 void crc32_init(void);
