@@ -51,7 +51,7 @@ from store.message_store import ArrivingListener, CommitLogView, MessageStore, R
 from store.metadata.rocketmq_system_topics import is_rocketmq_system_topic
 from store.metadata.topic_config_manager import TopicConfig
 from store.metadata.topic_names import consumption_problem, dlq_topic, retry_topic, topic_kind
-from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch, render_views
+from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch, render_received, render_views
 from store.pop.dead_letter_resend import MAX_RESEND, Resent
 from store.pop.group_consumption import (
     AckOutcome,
@@ -229,6 +229,7 @@ __all__ = [
     "new_uniq_keys",
     "offset_msg_id",
     "pack_batch",
+    "render_received",
     "render_views",
     "producer_group_problem",
     "properties_are_encodable",

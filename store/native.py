@@ -196,6 +196,13 @@ def render_views(data: Any) -> bytes | None:
     return _kernels.render_views(data)
 
 
+def render_received(message: Any, topic: str, reconsume_times: int, handle: str, invisible_until_ms: int) -> bytes | None:
+    """One received message's JSON view (`message`: its stored bytes): its view as render_views writes it, with the
+    topic asked for and `reconsume_times` in their places, then the receipt handle and `invisible_until_ms`; None
+    when render_views would leave the message to the Python path."""
+    return _kernels.render_received(message, topic.encode(), reconsume_times, handle.encode(), invisible_until_ms)
+
+
 def prefault(buf: Any, pos: int, length: int) -> int:
     """Fault buf[pos:pos+length] in for writing, GIL released; 1: MADV_POPULATE_WRITE, 2: one write per page.
 

@@ -365,6 +365,33 @@ static PyObject *py_render_views(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+/* One message, so the GIL is kept (a receive renders at most max messages of one request). */
+static PyObject *py_render_received(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer message, topic, handle;
+    int reconsume_times;
+    long long until;
+    if (!PyArg_ParseTuple(args, "y*y*iy*L", &message, &topic, &reconsume_times, &handle, &until)) return NULL;
+    struct received r = {span_of(&topic), span_of(&handle), reconsume_times, until};
+    PyObject *result = NULL;
+    size_t need = 0, wrote = 0;
+    int outcome = render_received(span_of(&message), &r, NULL, 0, &need);
+    if (outcome == VIEW_PYTHON) {
+        result = Py_NewRef(Py_None);
+    } else if (need > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+    } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)need)) != NULL) {
+        outcome = render_received(span_of(&message), &r, (uint8_t *)PyBytes_AS_STRING(result), need, &wrote);
+        if (outcome != VIEW_OK || wrote != need) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_ValueError, "render_received: the buffer changed between the measuring and the writing pass");
+        }
+    }
+    PyBuffer_Release(&message);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&handle);
+    return result;
+}
+
 static PyObject *py_crc32(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     unsigned int crc = 0;
@@ -401,6 +428,8 @@ static PyMethodDef methods[] = {
     {"prefault", py_prefault, METH_VARARGS, "prefault(buf, pos, length) -> 1 (MADV_POPULATE_WRITE) or 2 (one write per page)"},
     {"check_message", py_check_message, METH_VARARGS, "check_message(buf, pos, limit, check_crc) -> (stop, size)"},
     {"render_views", py_render_views, METH_VARARGS, "render_views(data) -> the messages' JSON views joined by ',', or None"},
+    {"render_received", py_render_received, METH_VARARGS,
+     "render_received(message, topic, reconsume_times, handle, invisible_until_ms) -> a received message's JSON view, or None"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},

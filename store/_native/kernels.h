@@ -145,6 +145,14 @@ enum view_outcome {
 };
 /* With out NULL measures (*len: the bytes the views take); else writes at most cap bytes to out. */
 int render_views(struct span data, uint8_t *out, size_t cap, size_t *len);
+/* What a receive shows of a message besides its view: the topic asked for, the reconsume times, the receipt handle and
+ * the end of its invisible time. render_received renders one message (exactly `message`) so, as render_views does. */
+struct received {
+    struct span topic, handle;
+    int32_t reconsume_times;
+    int64_t invisible_until_ms;
+};
+int render_received(struct span message, const struct received *r, uint8_t *out, size_t cap, size_t *len);
 
 /* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
  * (before any other call); crc32_method(): 1 slice-by-8 tables, 2 carry-less multiplication folding. */

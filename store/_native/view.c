@@ -239,15 +239,16 @@ static void put_properties(struct sink *s, const struct message_view *v) {
     PUT_LIT(s, "}");
 }
 
-/* One view, its keys in message_json's order. */
-static void put_view(struct sink *s, const struct message_view *v) {
+/* One view, its keys in message_json's order; with `r`, as a receive shows it (received_json): the topic
+ * asked for and the reconsume times in their places, the receipt handle and the invisible time last. */
+static void put_view(struct sink *s, const struct message_view *v, const struct received *r) {
     PUT_LIT(s, "{\"msg_id\":");
     if (v->has_uniq && v->uniq.n > 0) put_string(s, v->uniq);
     else put_offset_id(s, v->store_host, v->phys);
     PUT_LIT(s, ",\"offset_msg_id\":");
     put_offset_id(s, v->store_host, v->phys);
     PUT_LIT(s, ",\"topic\":");
-    put_string(s, v->topic);
+    put_string(s, r != NULL ? r->topic : v->topic);
     PUT_LIT(s, ",\"queue_id\":");
     put_int(s, v->queue_id);
     PUT_LIT(s, ",\"queue_offset\":");
@@ -274,7 +275,13 @@ static void put_view(struct sink *s, const struct message_view *v) {
     PUT_LIT(s, ",\"store_timestamp\":");
     put_int(s, v->store_ts);
     PUT_LIT(s, ",\"reconsume_times\":");
-    put_int(s, v->reconsume_times);
+    put_int(s, r != NULL ? r->reconsume_times : v->reconsume_times);
+    if (r != NULL) {
+        PUT_LIT(s, ",\"receipt_handle\":");
+        put_string(s, r->handle);
+        PUT_LIT(s, ",\"invisible_until_ms\":");
+        put_int(s, r->invisible_until_ms);
+    }
     PUT_LIT(s, "}");
 }
 
@@ -287,9 +294,21 @@ int render_views(struct span data, uint8_t *out, size_t cap, size_t *len) {
         if (locate_view((struct span){data.p + pos, data.n - pos}, &v, &total) != VIEW_OK) return VIEW_PYTHON;
         assert(total >= FIXED_PART_BYTES && total <= data.n - pos);
         if (pos) PUT_LIT(&s, ",");
-        put_view(&s, &v);
+        put_view(&s, &v, NULL);
         pos += total;
     }
+    if (s.overflow) return VIEW_OVERFLOW;
+    *len = s.n;
+    return VIEW_OK;
+}
+
+int render_received(struct span message, const struct received *r, uint8_t *out, size_t cap, size_t *len) {
+    struct sink s = {out, cap, 0, 0};
+    struct message_view v;
+    size_t total = 0;
+    if (!utf8_well_formed(r->topic) || !utf8_well_formed(r->handle)) return VIEW_PYTHON;
+    if (locate_view(message, &v, &total) != VIEW_OK || total != message.n) return VIEW_PYTHON;
+    put_view(&s, &v, r);
     if (s.overflow) return VIEW_OVERFLOW;
     *len = s.n;
     return VIEW_OK;

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from app.message_view import message_json
-from store import render_views
+from app.receive_models import received_json
+from store import render_received, render_views
 from store.codec.message_codec import decode_message, encode_message
 
 LIMIT = 4 * 1024 * 1024
@@ -94,3 +95,23 @@ def test_bytes_that_are_no_whole_message_are_refused_without_reading_past_them()
             broken[rng.randrange(len(broken))] = rng.randrange(256)
         got = render_views(bytes(broken))
         assert got is None or isinstance(got, bytes)
+
+
+def test_a_received_message_renders_as_the_python_path_renders_it() -> None:
+    rng = random.Random(13)
+    for _ in range(2000):
+        message = stored(rng, props_of(rng), sys_flag=rng.choice([0, BORN_V6 | STORE_V6]))
+        topic = rng.choice(["orders", "%RETRY%g_orders", 'é"x'])
+        handle = rng.choice(["MCAxNzk1NzkxNDA2MDg2IDMwMDAwIDcgMCAwIDAgMA.HLX4YUc0VqrR5jpho_t-nw", "a:b", ""])
+        times, until = rng.randrange(0, 20), rng.randrange(0, 2**42)
+        view = received_json(message_json(decode_message(message, 0, hosts=False), LIMIT), handle, until, times, topic)
+        assert render_received(message, topic, times, handle, until) == orjson.dumps(view)
+
+
+def test_a_received_message_the_kernel_cannot_render_goes_the_python_way() -> None:
+    rng = random.Random(17)
+    assert render_received(stored(rng, b"a\x011\x02a\x012\x02"), "orders", 0, "h", 1) is None
+    assert render_received(stored(rng, b"", sys_flag=COMPRESSED, body=b"x"), "orders", 0, "h", 1) is None
+    two = stored(rng, b"") + stored(rng, b"")
+    assert render_received(two, "orders", 0, "h", 1) is None  # exactly one message
+    assert render_received(two[:-1], "orders", 0, "h", 1) is None
