@@ -13,7 +13,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from store import COMPRESSED_FLAG, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, inflate_body
+import orjson
+
+from app.receive_models import received_json
+from store import COMPRESSED_FLAG, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Popped, decode_message, inflate_body, render_received
 
 _SURFACED = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
 
@@ -56,4 +59,14 @@ def message_json(m: dict[str, Any], body_limit_bytes: int) -> dict[str, Any]:
         view["compressed"] = True
         if error is not None:
             view["body_error"] = error
+    return view
+
+
+def received_view(p: Popped, handle: str, topic: str, body_limit_bytes: int) -> bytes:
+    """A received message's JSON (a receive's reply, an event stream's event): written by the store's kernel
+    (store.render_received), or by message_json and received_json for a message the kernel leaves to Python."""
+    view = render_received(p.data, topic, p.reconsume_times, handle, p.invisible_until_ms)
+    if view is None:
+        message = message_json(decode_message(p.data, 0, hosts=False), body_limit_bytes)
+        view = orjson.dumps(received_json(message, handle, p.invisible_until_ms, p.reconsume_times, topic))
     return view

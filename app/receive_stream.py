@@ -33,13 +33,12 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.access_check import request_account
-from app.message_view import message_json
+from app.message_view import received_view
 from app.problems import ProblemError, problem_body
 from app.query import query_of
-from app.receive_models import received_json
 from app.receiver import INVISIBLE_MS_SCHEMA, MAX_RECEIVE_MESSAGES, SQL_PARAM, TAG_PARAM, Receiver, ReceiveSpec
 from app.stream_registry import Stream
-from store import Popped, decode_message
+from store import Popped
 
 log = logging.getLogger("tidemq.app")
 DEFAULT_MAX_IN_FLIGHT = 32
@@ -61,9 +60,7 @@ def parse_max_in_flight(request: Request) -> int:
 
 
 def event(spec: ReceiveSpec, p: Popped, handle_prefix: str, body_limit_bytes: int) -> bytes:
-    message = message_json(decode_message(p.data, 0, hosts=False), body_limit_bytes)
-    view = received_json(message, handle_prefix + p.handle, p.invisible_until_ms, p.reconsume_times, spec.topic)
-    return b"event: message\ndata: " + orjson.dumps(view) + b"\n\n"
+    return b"event: message\ndata: " + received_view(p, handle_prefix + p.handle, spec.topic, body_limit_bytes) + b"\n\n"
 
 
 def end_event(code: str, detail: str) -> bytes:

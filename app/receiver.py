@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from fastapi import Request
@@ -30,7 +30,7 @@ from starlette.responses import Response
 from app.broker import FIFO_RECHECK_MS, Broker
 from app.filter_params import TAG_FILTER_SCHEMA, TAG_FILTER_TEXT, parse_message_filter
 from app.long_poll import Departure, Wake, wait_held
-from app.message_view import message_json
+from app.message_view import received_view
 from app.problems import ProblemError
 from app.query import query_of
 from app.receive_models import (
@@ -38,12 +38,11 @@ from app.receive_models import (
     MAX_INVISIBLE_MS,
     MIN_INVISIBLE_MS,
     InvisibleRequest,
-    received_json,
 )
 from app.responses import JsonResponse, Reply
 from app.routes_groups import check_consumption, check_group
 from app.strict_json import duplicate_name
-from store import MAX_SQL_CHARS, AckOutcome, BrokerRole, FlushDiskType, Popped, decode_message, render_received, retry_topic
+from store import MAX_SQL_CHARS, AckOutcome, BrokerRole, FlushDiskType, Popped, retry_topic
 
 # Most messages one receive returns (RocketMQ's POP takes at most 32 per request).
 MAX_RECEIVE_MESSAGES = 32
@@ -183,21 +182,8 @@ class Receiver:
         return await self.take(spec)
 
     def render(self, spec: ReceiveSpec, popped: list[Popped]) -> Response:
-        views = [render_received(p.data, spec.topic, p.reconsume_times, self.issued(p.handle), p.invisible_until_ms) for p in popped]
-        if None not in views:  # written by the store's kernel (store.native.render_received)
-            return Reply(b'{"messages":[%b]}' % b",".join(cast("list[bytes]", views)))
         limit = self.store.config.max_message_size_bytes
-        messages = [
-            received_json(
-                message_json(decode_message(p.data, 0, hosts=False), limit),
-                self.issued(p.handle),
-                p.invisible_until_ms,
-                p.reconsume_times,
-                spec.topic,
-            )  # fmt: skip
-            for p in popped
-        ]
-        return Reply(orjson.dumps({"messages": messages}))
+        return Reply(b'{"messages":[%b]}' % b",".join(received_view(p, self.issued(p.handle), spec.topic, limit) for p in popped))
 
     async def receive(self, request: Request) -> Response:
         spec = self.parse(request)

@@ -4,13 +4,14 @@ byte for byte as orjson writes them, and leaves to the Python path every message
 from __future__ import annotations
 
 import random
+import zlib
 
 import orjson
 import pytest
 
-from app.message_view import message_json
+from app.message_view import message_json, received_view
 from app.receive_models import received_json
-from store import render_received, render_views
+from store import Popped, render_received, render_views
 from store.codec.message_codec import decode_message, encode_message
 
 LIMIT = 4 * 1024 * 1024
@@ -115,3 +116,13 @@ def test_a_received_message_the_kernel_cannot_render_goes_the_python_way() -> No
     two = stored(rng, b"") + stored(rng, b"")
     assert render_received(two, "orders", 0, "h", 1) is None  # exactly one message
     assert render_received(two[:-1], "orders", 0, "h", 1) is None
+
+
+def test_a_received_view_falls_back_per_message_to_the_same_bytes() -> None:
+    rng = random.Random(19)
+    compressed = zlib.compress(b"inflated body")
+    for message in (stored(rng, b"KEYS\x01k\x02"), stored(rng, b"TAGS\x01t\x02", sys_flag=COMPRESSED, body=compressed)):
+        p = Popped(message, "orders", 0, 3, "handle", 1795791436086, 2)
+        python = received_json(message_json(decode_message(message, 0, hosts=False), LIMIT), "g:handle", p.invisible_until_ms, 2, "orders")
+        assert received_view(p, "g:handle", "orders", LIMIT) == orjson.dumps(python)
+    assert b'"body":"inflated body"' in received_view(p, "g:handle", "orders", LIMIT)  # the Python path inflated it
