@@ -308,8 +308,10 @@ class Puller:
         spec = self.parse(request, batch is not None)
         consumer = self.broker.consumers.begin(spec.group, spec.topic, request.scope) if spec.group else None
         try:
-            r = await self.read_at(spec, spec.offset)
-            if r.status not in HOLDABLE or spec.wait_ms == 0:
+            # A pull that would wait at the queue's end holds without a read first: that read finds nothing.
+            at_end = spec.wait_ms > 0 and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) == spec.offset
+            r = None if at_end else await self.read_at(spec, spec.offset)
+            if r is not None and (r.status not in HOLDABLE or spec.wait_ms == 0):
                 return self.answer(r, spec, batch)
             return await self.hold(request, spec, r, batch)
         finally:
@@ -322,17 +324,18 @@ class Puller:
             return self.read(spec, offset)
         return await self.broker.run(self.read, spec, offset)
 
-    async def hold(self, request: Request, spec: PullSpec, r: Read, batch: str | None) -> Response:
+    async def hold(self, request: Request, spec: PullSpec, r: Read | None, batch: str | None) -> Response:
         """Wait for a matching message (or the deadline, a disconnect, the stop, an ACL reload that revokes
-        the request's access: 401/403) and re-read."""
+        the request's access: 401/403) and re-read. `r` is the read that found nothing to answer, None when
+        the pull asked for the queue's end offset (what such a read answers: NO_NEW_MSG from there)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.wait_ms / 1000.0
         held = self.held
         departure: Departure | None = None
         access = self.broker.revocations.watch(request.scope)
         try:
-            while r.status in HOLDABLE and not held.closed:
-                offset = r.next_offset
+            while (r is None or r.status in HOLDABLE) and not held.closed:
+                offset = spec.offset if r is None else r.next_offset
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -367,7 +370,9 @@ class Puller:
         # The deadline (or the stop) may win against a wake-up already on its way: the reput thread
         # schedules it on the loop, which runs it late under load. The queue's max offset is the
         # truth, so an empty answer is given only when nothing was dispatched past the offset read.
-        if r.status in HOLDABLE and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) > r.next_offset:
+        if r is None:  # the wait ended before anything woke it: the read it skipped, now
+            r = self.read(spec, spec.offset)
+        elif r.status in HOLDABLE and self.store.get_max_offset_in_queue(spec.topic, spec.queue_id) > r.next_offset:
             r = self.read(spec, r.next_offset)
         return self.answer(r, spec, batch)
 
