@@ -31,6 +31,9 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+# "i/n" on a store-own message (topic rmq_sys_*) that is message i (0-based) of the n of one put a
+# crash must keep whole or not at all (StateLog.write_all; recovery cuts a put whose tail is missing).
+PROPERTY_PUT_PART = "TIDEMQ_PUT_PART"
 PROPERTY_REAL_QID = "REAL_QID"
 KEY_SEPARATOR = " "
 NAME_VALUE_SEPARATOR = "\x01"

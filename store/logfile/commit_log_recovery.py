@@ -19,10 +19,12 @@ zeros stand where a message should be), the scan looks for the next valid messag
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from dataclasses import dataclass, field
 
+from store.codec.message import PROPERTY_PUT_PART
 from store.codec.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome
 from store.logfile.commit_log import CommitLog
 from store.logfile.mapped_file import MappedFile
@@ -33,6 +35,8 @@ log = logging.getLogger("tidemq.store")
 
 # Seconds between two progress lines of a long scan.
 PROGRESS_LOG_INTERVAL_S = 5.0
+# The last messages' offsets a scan keeps: a put recovery keeps whole (PROPERTY_PUT_PART) has at most this many.
+TAIL_OFFSETS = 4_096
 _MAGIC_BYTES = MESSAGE_MAGIC_CODE.to_bytes(4, "big")
 
 
@@ -69,6 +73,7 @@ class ScanResult:
     start: int = 0  # where the scan began: a crash recovery re-dispatches from here
     last_message_offset: int = -1  # -1 when the scan found no message
     damaged: list[tuple[int, int]] = field(default_factory=list)  # ranges skipped, valid messages after each
+    tail: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=TAIL_OFFSETS))  # last messages' offsets
 
 
 def recover_normally(commit_log: CommitLog, files_to_scan: int, progress: RecoveryProgress | None = None) -> ScanResult:
@@ -107,8 +112,30 @@ def recover_abnormally(
             start -= 1
     log.info("abnormal recovery: scanning from file %s (checkpoint min timestamp %d)", files[start].file_name, min_ts)
     result = _scan(commit_log, start, progress or RecoveryProgress())
+    _cut_torn_put(commit_log, result)
     commit_log.truncate_to(result.end)
     return result
+
+
+def _cut_torn_put(commit_log: CommitLog, result: ScanResult) -> None:
+    """Cut the last put when the crash left it without its last messages: the log's last message says it is
+    message i of n (PROPERTY_PUT_PART, i < n - 1), so the put began i messages before it."""
+    if not result.tail:
+        return
+    last = result.tail[-1]
+    mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(last)
+    check = commit_log.check_at(mf, last - mf.file_from_offset, decode=True, check_crc=False) if mf is not None else None
+    if check is None or check.request is None:
+        return
+    part = check.request.properties.get(PROPERTY_PUT_PART, "")
+    index, _, count = part.partition("/")
+    if not (index.isdigit() and count.isdigit()) or int(index) >= int(count) - 1 or int(index) >= len(result.tail):
+        return
+    first = result.tail[-1 - int(index)]
+    log.warning("commitlog truncated at offset %d: a put of %s messages lost its last %d in the crash (a torn put)",
+                first, count, int(count) - int(index) - 1)  # fmt: skip
+    result.end = first
+    result.last_message_offset = result.tail[-2 - int(index)] if len(result.tail) > int(index) + 1 else -1
 
 
 def _first_store_timestamp(commit_log: CommitLog, index: int) -> int | None:
@@ -143,6 +170,7 @@ def _scan(commit_log: CommitLog, start_index: int, progress: RecoveryProgress) -
                     _report_damage(commit_log, result, damage_start, offset, reason)
                     damage_start = None
                 result.last_message_offset = offset
+                result.tail.append(offset)
                 pos += check.size
                 result.end = mf.file_from_offset + pos
                 scanned += 1

@@ -30,9 +30,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from store.codec.message import PROPERTY_TAGS, MessageInner, tags_hash
+from store.codec.message import PROPERTY_PUT_PART, PROPERTY_TAGS, MessageInner, tags_hash
 from store.codec.message_codec import decode_message
 from store.errors import StoreError
+from store.metadata.topic_names import SYSTEM_TOPIC_PREFIX
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from store.state.state_table import RecordTag, StateKind, StateTable
 from store.status import AppendedHook, AppendMessageResult, PutMessageResult, PutMessageStatus
@@ -77,6 +78,18 @@ class StateChange:
     payload: dict[str, Any]
 
 
+def mark_put_parts(msgs: list[MessageInner]) -> None:
+    """Mark each store-own message (topic rmq_sys_*) but the last of a put with its place in it (PROPERTY_PUT_PART),
+    so that recovery cuts the put whole when a crash left its last messages unwritten: a receive's checkpoint
+    without the offset commit of the same put would be revived although the messages were taken again. A
+    user-visible message (a retry copy) is not marked: its tear is not detected (docs/failure-behaviour.md)."""
+    n = len(msgs)
+    for i, msg in enumerate(msgs[:-1]):
+        if msg.topic.startswith(SYSTEM_TOPIC_PREFIX):
+            msg.properties[PROPERTY_PUT_PART] = f"{i}/{n}"
+            msg.refresh()
+
+
 def record_message(kind: StateKind, tag: RecordTag, payload: dict[str, Any]) -> MessageInner:
     return MessageInner(STATE_TOPIC, orjson.dumps(payload), int(kind), {PROPERTY_TAGS: tag.value})
 
@@ -118,6 +131,7 @@ class StateLog:
             return PutMessageResult(PutMessageStatus.PUT_OK)
         first = len(messages)
         msgs = [*messages, *(record_message(c.table.kind, RecordTag.DELTA, c.payload) for c in changes)]
+        mark_put_parts(msgs)
 
         def applied_locked(items: Sequence[AppendMessageResult]) -> None:
             for k in range(first, len(items)):

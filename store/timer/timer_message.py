@@ -24,6 +24,7 @@ import enum
 from typing import Any
 
 from store.codec.message import (
+    PROPERTY_PUT_PART,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_UNIQ_KEY,
@@ -125,6 +126,7 @@ def due_copy(stored: dict[str, Any], roll: bool, enqueue_ms: int, dequeue_ms: in
     None when the stored message names no valid real topic/queue (it is skipped with an error).
     """
     props = dict(stored["properties"])
+    props.pop(PROPERTY_PUT_PART, None)  # the timer message's place in its put, not the copy's in the timer's put
     props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueue_ms)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
     if roll:

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from store import DefaultMessageStore, GetMessageStatus, build_message
+from store import DefaultMessageStore, GetMessageStatus, build_message, decode_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 FAR = 2**62
@@ -158,3 +158,53 @@ def test_files_of_the_wrong_size_stop_the_load(config) -> None:
     s = DefaultMessageStore(small_config(config.store_path_root_dir))
     s.load()
     s.shutdown()
+
+
+@pytest.mark.parametrize("torn", [True, False])
+def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_too(config, caplog, torn: bool) -> None:
+    # A receive puts its checkpoint and the group's offset commit in one put. A crash inside the put's write can
+    # leave the checkpoint whole and the commit torn; kept alone, the checkpoint would revive the message after
+    # the next receive took it again (and its consumer acked it there).
+    s = open_store(config)
+    s.create_or_update_topic("P", 1)
+    put = s.put_message(build_message("P", b"taken", queue_id=0))
+    assert put.ok
+    wait_dispatched(s)
+    before = s.commit_log.get_max_offset()
+    (popped,) = s.group_consumption.receive("g", "P", 1, 60_000)
+    wait_dispatched(s)
+    assert s.query_offset("g", "P", 0) == 1
+    # The receive's put is the log's last two messages: the checkpoint (a timer message), then the commit.
+    offsets, topics = [], []
+    pos = before
+    while pos < s.commit_log.get_max_offset():
+        offsets.append(pos)
+        size = int.from_bytes(s.commit_log.get_message(pos, 4).view[:4], "big")
+        topics.append(decode_message(s.commit_log.get_message(pos, size).view, 0)["topic"])
+        pos += size
+    assert topics[-2:] == ["rmq_sys_wheel_timer", "rmq_sys_TIDEMQ_STATE"], topics
+    s.shutdown()
+    if torn:  # the commit half written, nothing after it
+        before = offsets[-2]
+        commit_at = offsets[-1]
+        name = f"{commit_at - commit_at % config.mapped_file_size_commit_log_bytes:020d}"
+        with open(os.path.join(config.commit_log_dir(), name), "r+b") as fh:
+            fh.seek(commit_at % config.mapped_file_size_commit_log_bytes + 30)
+            fh.write(bytes(64))
+    open(config.abort_path(), "w").close()
+    caplog.set_level(logging.WARNING, logger="tidemq.store")
+    s = reopen(config)
+    try:
+        if torn:
+            assert s.commit_log.get_max_offset() == before, "the checkpoint is cut with its torn commit"
+            assert any("a torn put" in rec.getMessage() for rec in caplog.records)
+            assert s.query_offset("g", "P", 0) == -1
+            (again,) = s.group_consumption.receive("g", "P", 1, 60_000)  # taken again, as never taken
+            assert again.reconsume_times == 0 and again.queue_offset == 0
+        else:
+            assert s.commit_log.get_max_offset() == pos, "a whole put is kept"
+            assert s.query_offset("g", "P", 0) == 1
+            assert s.group_consumption.receive("g", "P", 1, 60_000) == []
+        assert popped.queue_offset == 0
+    finally:
+        s.shutdown()
