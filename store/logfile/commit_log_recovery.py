@@ -24,11 +24,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from store.codec.message import PROPERTY_PUT_PART
+from store.codec.message import INTERNAL_TOPICS, PROPERTY_PUT_PART, PROPERTY_REAL_TOPIC, TIMER_TOPIC
 from store.codec.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome
 from store.logfile.commit_log import CommitLog
 from store.logfile.mapped_file import MappedFile
 from store.logfile.store_checkpoint import StoreCheckpoint
+from store.metadata.topic_names import REVIVE_TOPIC_PREFIX
 from store.report_types import RecoveryReport
 
 log = logging.getLogger("tidemq.store")
@@ -125,9 +126,17 @@ def _cut_torn_put(commit_log: CommitLog, result: ScanResult) -> None:
     last = result.tail[-1]
     mf = commit_log.mapped_file_queue.find_mapped_file_by_offset(last)
     check = commit_log.check_at(mf, last - mf.file_from_offset, decode=True, check_crc=False) if mf is not None else None
-    if check is None or check.request is None:
+    request = check.request if check is not None else None
+    if request is None:
         return
-    part = check.request.properties.get(PROPERTY_PUT_PART, "")
+    props = request.properties
+    # Only on what no producer can make (a producer could name a property so): a state record, or a
+    # receive's checkpoint on its way through the timer.
+    if request.topic not in INTERNAL_TOPICS and not (
+        request.topic == TIMER_TOPIC and props.get(PROPERTY_REAL_TOPIC, "").startswith(REVIVE_TOPIC_PREFIX)
+    ):
+        return
+    part = props.get(PROPERTY_PUT_PART, "")
     index, _, count = part.partition("/")
     if not (index.isdigit() and count.isdigit()) or int(index) >= int(count) - 1 or int(index) >= len(result.tail):
         return

@@ -208,3 +208,20 @@ def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_t
         assert popped.queue_offset == 0
     finally:
         s.shutdown()
+
+
+def test_a_producer_naming_the_put_part_property_cuts_nothing(config) -> None:
+    # Recovery reads the marker only on the store's own records: a message a producer gave it is kept whole.
+    s = open_store(config)
+    s.create_or_update_topic("U", 1)
+    plain = s.put_message(build_message("U", b"plain", queue_id=0, properties={"TIDEMQ_PUT_PART": "0/9"}))
+    delayed = s.put_message(build_message("U", b"later", queue_id=0, properties={"TIDEMQ_PUT_PART": "0/9", "TIMER_DELAY_MS": "60000"}))
+    assert plain.ok and delayed.ok
+    end = s.commit_log.get_max_offset()
+    s.shutdown()
+    open(config.abort_path(), "w").close()
+    s = reopen(config)
+    try:
+        assert s.commit_log.get_max_offset() == end
+    finally:
+        s.shutdown()
