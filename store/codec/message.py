@@ -40,6 +40,10 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX: topics the broker makes for itself (the revive topic, ...).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+# PopAckConstants.REVIVE_TOPIC; a cluster's revive topic is this and the cluster's name (store.metadata.topic_names).
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # RocketMQ 5's TimerMessageStore.TIMER_TOPIC (store.timer.timer_message)
 # BORNHOST of a message whose producer gave none (127.0.0.1, port 0). A born host is 8 bytes
 # (IPv4 + port) or 20 (IPv6 + port); the put sets SYSFLAG's BORNHOST_V6_FLAG from its length.

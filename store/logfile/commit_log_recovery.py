@@ -24,12 +24,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from store.codec.message import INTERNAL_TOPICS, PROPERTY_PUT_PART, PROPERTY_REAL_TOPIC, TIMER_TOPIC
+from store.codec.message import INTERNAL_TOPICS, PROPERTY_PUT_PART, PROPERTY_REAL_TOPIC, REVIVE_TOPIC_PREFIX, TIMER_TOPIC
 from store.codec.message_codec import MESSAGE_MAGIC_CODE, DecodeOutcome
 from store.logfile.commit_log import CommitLog
 from store.logfile.mapped_file import MappedFile
 from store.logfile.store_checkpoint import StoreCheckpoint
-from store.metadata.topic_names import REVIVE_TOPIC_PREFIX
 from store.report_types import RecoveryReport
 
 log = logging.getLogger("tidemq.store")

@@ -6,10 +6,9 @@ They live with the metadata, under group consumption, because the topic table re
 
 from __future__ import annotations
 
-from store.codec.message import SYSTEM_TOPICS, TOPIC_MAX_BYTES
+from store.codec.message import REVIVE_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, TOPIC_MAX_BYTES
 
-# PopAckConstants.REVIVE_TOPIC + cluster; MixAll.RETRY_GROUP_TOPIC_PREFIX, MixAll.DLQ_GROUP_TOPIC_PREFIX.
-REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"
+# MixAll.RETRY_GROUP_TOPIC_PREFIX, MixAll.DLQ_GROUP_TOPIC_PREFIX (the revive topic's prefix is store.codec.message's).
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 
@@ -31,10 +30,6 @@ def is_group_system_topic(topic: str) -> bool:
 def dlq_topic(group: str) -> str:
     """The group's dead-letter topic (RocketMQ's `%DLQ%{group}`)."""
     return DLQ_PREFIX + group
-
-
-# RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX: topics the broker makes for itself (the revive topic, ...).
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 
 def topic_kind(topic: str) -> str:

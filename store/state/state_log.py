@@ -30,10 +30,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from store.codec.message import PROPERTY_PUT_PART, PROPERTY_TAGS, MessageInner, tags_hash
+from store.codec.message import PROPERTY_PUT_PART, PROPERTY_TAGS, SYSTEM_TOPIC_PREFIX, MessageInner, tags_hash
 from store.codec.message_codec import decode_message
 from store.errors import StoreError
-from store.metadata.topic_names import SYSTEM_TOPIC_PREFIX
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from store.state.state_table import RecordTag, StateKind, StateTable
 from store.status import AppendedHook, AppendMessageResult, PutMessageResult, PutMessageStatus
