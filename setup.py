@@ -27,6 +27,7 @@ setup(
                 f"{NATIVE}/prefault.c",
                 f"{NATIVE}/crc32.c",
                 f"{NATIVE}/view.c",
+                f"{NATIVE}/produce.c",
                 f"{NATIVE}/mapping.c",
             ],
             depends=[
@@ -36,6 +37,7 @@ setup(
                 f"{NATIVE}/apply_binding.h",
                 f"{NATIVE}/mapping_binding.h",
                 f"{NATIVE}/sql_binding.h",
+                f"{NATIVE}/produce_binding.h",
             ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),

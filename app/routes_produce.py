@@ -47,6 +47,7 @@ from app.problems import ProblemError, put_problem
 from app.produce_binary import BATCH_MEDIA_TYPE, serve_binary
 from app.produce_parse import (
     IDEMPOTENCY_HEADER,
+    RESERVED_PROPERTIES,
     TRANSACTION_HEADER,
     Draft,
     Limits,
@@ -68,12 +69,17 @@ from store import (
     BrokerRole,
     EncodedItems,
     FlushDiskType,
+    PackedJson,
     PutBatch,
     PutMessageResult,
     PutMessageStatus,
     build_message,
+    packed_json,
+    render_produce_reply,
 )
 
+# The property names a producer may not set, as store.packed_json takes them.
+RESERVED_NAMES = b"\0".join(sorted(name.encode() for name in RESERVED_PROPERTIES))
 # produceBinaryBatch's path: a binary batch's own operation (application/octet-stream is taken as one there).
 BATCH_PATH = "/v1/topics/{topic}/messages/batch"
 OCTET_STREAM = "application/octet-stream"
@@ -262,6 +268,13 @@ def produce_headers(scope: Scope) -> tuple[str, str | None, str | None]:
     return media, None if transaction is None else transaction.decode("latin-1"), None if key is None else key.decode("latin-1")
 
 
+def named_queue(topic: str, queues: int, queue_id: int) -> int:
+    """The queue a message names, when the topic has it."""
+    if queue_id >= queues:
+        raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
+    return queue_id
+
+
 def packable(drafts: list[Draft]) -> bool:
     """Whether the drafts can go as one FIELDS batch: none is delayed."""
     return not any(d.delay_level or d.timer for d in drafts)
@@ -271,6 +284,12 @@ def packable(drafts: list[Draft]) -> bool:
 def host_hex(store_host: bytes) -> str:
     """The store host as an offset message id's prefix (a broker has one or two: cached)."""
     return store_host.hex().upper()
+
+
+@functools.lru_cache(maxsize=16)
+def host_hex_bytes(store_host: bytes) -> bytes:
+    """`host_hex` as ASCII bytes."""
+    return host_hex(store_host).encode("ascii")
 
 
 def packed_reply(uniq_keys: list[str], items: EncodedItems, is_batch: bool) -> dict[str, Any]:
@@ -362,10 +381,11 @@ class Producer:
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
         self.turns: DurableTurns | None = None  # likewise
 
-    async def drafts(self, request: Request, media: str) -> tuple[list[Draft], bool]:
-        """The request's messages (`media`: its content type, without parameters) and whether it was a batch."""
+    async def drafts(self, request: Request, media: str, body: bytes | None = None) -> tuple[list[Draft], bool]:
+        """The request's messages (`media`: its content type, without parameters; `body`: when read already) and
+        whether it was a batch."""
         if media == "application/json":
-            drafts, is_batch = parse_json(await request.body(), self.limits)
+            drafts, is_batch = parse_json(await request.body() if body is None else body, self.limits)
             if request.scope["query_string"]:  # defaults for every message (its own fields win)
                 apply_query_defaults(drafts, query_of(request.scope), self.limits)
             return drafts, is_batch
@@ -377,9 +397,7 @@ class Producer:
 
     def choose_queue(self, draft: Draft, topic: str, queues: int, round_robin: list[int]) -> int:
         if draft.queue_id is not None:
-            if draft.queue_id >= queues:
-                raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {draft.queue_id}")
-            return draft.queue_id
+            return named_queue(topic, queues, draft.queue_id)
         if draft.sharding_key is not None:
             return zlib.crc32(draft.sharding_key.encode("utf-8")) % queues
         if not round_robin:
@@ -446,13 +464,36 @@ class Producer:
             raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
         return await serve_binary(self, request)
 
+    async def serve_packed(self, request: Request, topic: str, packed: PackedJson) -> Response:
+        """Serve a JSON produce the store packed (`packed_json`): what `serve` does with the same messages, parsed."""
+        config = self.broker.writable_topic(topic) or await self.broker.topic_for_produce(topic, request)
+        queues = config.write_queue_nums
+        queue_id = self.broker.next_round_robin(topic, queues) if packed.queue_id < 0 else named_queue(topic, queues, packed.queue_id)
+        batch = PutBatch.of_packed(topic, queue_id, packed, born_host_of(request.scope), dedup=True)
+        result = await self.stored(batch, request.scope)
+        items = result.items
+        assert isinstance(items, EncodedItems) and not result.duplicate  # a packed body has no dedup ids
+        reply = render_produce_reply(
+            packed.head, packed.first, host_hex_bytes(items.store_host), items.queue_id, items.first_queue_offset,
+            items.store_timestamp, items.offsets, packed.is_batch,
+        )  # fmt: skip
+        return JsonResponse(reply, 201)
+
     async def serve(self, request: Request) -> Response:
-        """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes)."""
+        """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes). A JSON body of the
+        common shape, without query parameters or the transaction and Idempotency-Key headers, is packed by the
+        store (`packed_json`), the same bytes as its parsed messages would be; any other goes through parse_json."""
         media, header, key = produce_headers(request.scope)
         if media == BATCH_MEDIA_TYPE:
             return await serve_binary(self, request)
         topic = request.path_params["topic"]
-        drafts, is_batch = await self.drafts(request, media)
+        body = None
+        if media == "application/json" and header is None and key is None and not request.scope["query_string"]:
+            body, limits = await request.body(), self.limits
+            packed = packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
+            if packed is not None:
+                return await self.serve_packed(request, topic, packed)
+        drafts, is_batch = await self.drafts(request, media, body)
         if header is not None:
             header_group = check_producer_group(header)
             for draft in drafts:  # a JSON message's own transaction field wins

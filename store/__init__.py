@@ -51,7 +51,7 @@ from store.message_store import ArrivingListener, CommitLogView, MessageStore, R
 from store.metadata.rocketmq_system_topics import is_rocketmq_system_topic
 from store.metadata.topic_config_manager import TopicConfig
 from store.metadata.topic_names import consumption_problem, dlq_topic, retry_topic, topic_kind
-from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch, render_received, render_views
+from store.native import BatchError, BatchErrorCode, CheckedBatch, pack_batch, render_produce_reply, render_received, render_views
 from store.pop.dead_letter_resend import MAX_RESEND, Resent
 from store.pop.group_consumption import (
     AckOutcome,
@@ -64,7 +64,7 @@ from store.pop.group_consumption import (
     SubscriptionGroup,
 )
 from store.put.dedup_window import DuplicateItem, dedup_id_problem
-from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PutBatch
+from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedJson, PutBatch, packed_json
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.report_types import (
     CleanupStatus,
@@ -174,6 +174,7 @@ __all__ = [
     "MessageStore",
     "MessageStoreConfig",
     "MetadataCorrupt",
+    "PackedJson",
     "PendingHalf",
     "PopCounts",
     "Popped",
@@ -229,8 +230,10 @@ __all__ = [
     "new_uniq_keys",
     "offset_msg_id",
     "pack_batch",
+    "packed_json",
     "producer_group_problem",
     "properties_are_encodable",
+    "render_produce_reply",
     "render_received",
     "render_views",
     "retry_topic",

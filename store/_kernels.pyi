@@ -1,4 +1,5 @@
 # Signatures of the C extension store._kernels (store/_native/); store.native wraps each one.
+from collections.abc import Callable
 from typing import Any, Literal, overload
 
 from store.errors import StoreError
@@ -24,6 +25,20 @@ def check_batch(
 ) -> tuple[int, int, bytes, bool]: ...
 def prefault(buf: Any, pos: int, length: int, /) -> int: ...
 def render_views(data: Any, /) -> bytes | None: ...
+def json_produce(
+    body: Any, max_messages: int, max_body: int, reserved: bytes, reserve: Callable[[int], tuple[bytes, int]], /
+) -> tuple[bytes, int, int, bool, tuple[bytes, int]] | None: ...
+def render_produce_reply(
+    head: bytes,
+    first: int,
+    host_hex: bytes,
+    queue_id: int,
+    first_queue_offset: int,
+    store_timestamp: int,
+    offsets: bytes,
+    is_batch: bool,
+    /,
+) -> bytes: ...
 def render_received(message: Any, topic: bytes, reconsume_times: int, handle: bytes, invisible_until_ms: int, /) -> bytes | None: ...
 def encode_batch(
     dest: Any,

@@ -522,7 +522,10 @@ class DefaultMessageStore:
 
     def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
         """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
-        data, batch.uniq_keys = packed_fields(batch.fields)
+        if batch.packed is not None:
+            data = batch.packed.data
+        else:
+            data, batch.uniq_keys = packed_fields(batch.fields)
         try:
             checked = self.check_batch(data)
         except native.BatchError as e:

@@ -413,6 +413,7 @@ static PyObject *py_gil_releases(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(
 #include "sql_binding.h"
 #include "gather_binding.h"
 #include "apply_binding.h"
+#include "produce_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
@@ -430,6 +431,10 @@ static PyMethodDef methods[] = {
     {"render_views", py_render_views, METH_VARARGS, "render_views(data) -> the messages' JSON views joined by ',', or None"},
     {"render_received", py_render_received, METH_VARARGS,
      "render_received(message, topic, reconsume_times, handle, invisible_until_ms) -> a received message's JSON view, or None"},
+    {"json_produce", py_json_produce, METH_VARARGS,
+     "json_produce(body, max_messages, max_body, reserved, reserve) -> (packed, count, queue_id, is_batch, reserve(count)) or None"},
+    {"render_produce_reply", py_render_produce_reply, METH_VARARGS,
+     "render_produce_reply(head, first, host_hex, queue_id, first_queue_offset, store_timestamp, offsets, is_batch) -> the reply's JSON"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},

@@ -154,6 +154,51 @@ struct received {
 };
 int render_received(struct span message, const struct received *r, uint8_t *out, size_t cap, size_t *len);
 
+/* json_produce (produce.c): a JSON produce body packed into RocketMQ's batch encoding, as the reference
+ * (app.produce_parse.parse_json + store.put.put_batch.packed_fields) packs it, UNIQ_KEY values left as
+ * placeholders; or PRODUCE_PYTHON for a body the caller parses with the reference. */
+enum produce_outcome {
+    PRODUCE_PACKED = 0,
+    PRODUCE_PYTHON = 1
+};
+#define UNIQ_KEY_CHARS 32 /* a UNIQ_KEY made by store.codec.message.UniqKeyGenerator */
+/* The most bytes a message's item takes beyond the text it was decoded from: the item's head and
+ * properties length, TAGS and KEYS' names and separators, UNIQ_KEY's name, value and separators. */
+#define PRODUCE_ITEM_EXTRA_BYTES (BATCH_FIXED_BYTES + 6 + 6 + 9 + UNIQ_KEY_CHARS + 1)
+struct produce_limits {
+    size_t max_messages; /* more go the reference's way */
+    size_t max_body;     /* a longer body does */
+    struct span reserved; /* property names a producer may not set, separated by NUL bytes */
+};
+struct produce_result {
+    size_t count, len;  /* messages, bytes written */
+    int64_t queue_id;   /* the queue every message named; -1: none did */
+    int is_batch;       /* {"messages": [...]} */
+};
+int json_produce(struct span json, const struct produce_limits *lim, uint8_t *out, size_t cap, struct produce_result *r);
+/* The bytes json_produce writes for `json` at most. */
+size_t json_produce_bound(struct span json);
+/* Each item's UNIQ_KEY placeholder in data[0..len) (json_produce's output) set to head + the item's 16-bit
+ * counter in hex (first, first + 1, ...), as UniqKeyGenerator writes keys; -1 when an item is not such an item. */
+int fill_uniq_keys(uint8_t *data, size_t len, struct span head, uint32_t first);
+
+/* render_produce_reply (produce.c): the reply to a put json_produce packed, as orjson writes app.routes_produce's
+ * packed_reply: a SendResult, or {"kind": "batch", "results": [...]} of them. */
+struct produce_reply {
+    struct span head;     /* the UNIQ_KEY head the keys were written with (fill_uniq_keys) */
+    struct span host_hex; /* the store host in upper-case hex (an offset message id's prefix) */
+    uint32_t first;       /* the first key's counter value */
+    int32_t queue_id;
+    int64_t first_queue_offset, store_timestamp;
+    int is_batch;
+};
+/* A SendResult's bytes besides its key's head and the host: literals, 4 + 16 hex digits, four numbers of at most 20. */
+#define PRODUCE_RESULT_FIXED_BYTES 240
+size_t produce_reply_bound(const struct produce_reply *r, size_t count);
+/* Writes the reply for `count` messages whose commitlog offsets are offsets[16 * i] (host-order int64, as
+ * EncodedItems holds them) into out; the bytes written (0 when cap is below produce_reply_bound). */
+size_t render_produce_reply(const struct produce_reply *r, const uint8_t *offsets, size_t count, uint8_t *out, size_t cap);
+
 /* CRC-32 as zlib's crc32(crc, p, n) (crc32.c); crc32_init() builds its tables and picks the method
  * (before any other call); crc32_method(): 1 slice-by-8 tables, 2 carry-less multiplication folding. */
 void crc32_init(void);

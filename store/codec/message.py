@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import ipaddress
 import itertools
@@ -319,6 +320,15 @@ class UniqKeyGenerator:
         # Drawn from the counter `next` uses, so a key made concurrently by `next` gets another value.
         return [f"{head}{c & 0xFFFF:04X}" for c in itertools.islice(self._counter, n)]
 
+    def reserve(self, n: int) -> tuple[bytes, int]:
+        """The head (ASCII) and first counter value of `n` keys (1..UNIQ_KEY_CHUNK) as `next_batch` makes them:
+        key i is the head and `(first + i) & 0xFFFF` in four hex digits (store.native.json_produce writes them)."""
+        assert 0 < n <= UNIQ_KEY_CHUNK
+        head = f"{self._prefix}{self._since_month_start() & 0xFFFFFFFF:08X}"
+        # One C call draws the n values (no other thread can draw between them); it keeps the last.
+        (last,) = collections.deque(itertools.islice(self._counter, n), maxlen=1)
+        return head.encode("ascii"), last - n + 1
+
 
 # Keys made per clock reading at most; a clock tick per chunk keeps 2**16 counter values apart.
 UNIQ_KEY_CHUNK = 4_096
@@ -347,6 +357,17 @@ def new_uniq_key() -> str:
 def new_uniq_keys(n: int) -> list[str]:
     """`n` fresh UNIQ_KEY values for one batch."""
     return _DEFAULT_GENERATOR.next_batch(n)
+
+
+def reserve_uniq_keys(n: int) -> tuple[bytes, int]:
+    """`n` fresh UNIQ_KEY values for one batch as a head and a first counter value (UniqKeyGenerator.reserve)."""
+    return _DEFAULT_GENERATOR.reserve(n)
+
+
+def uniq_keys_of(head: bytes, first: int, n: int) -> list[str]:
+    """The `n` keys a reservation stands for (UniqKeyGenerator.reserve)."""
+    text = head.decode("ascii")
+    return [f"{text}{(first + i) & 0xFFFF:04X}" for i in range(n)]
 
 
 @functools.lru_cache(maxsize=TOPIC_CHECK_CACHE_SIZE)

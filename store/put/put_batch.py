@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from store.codec.message import (
     DEFAULT_BORN_HOST,
@@ -30,12 +30,15 @@ from store.codec.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    UNIQ_KEY_CHUNK,
     MessageInner,
     decode_properties,
     new_uniq_key,
     new_uniq_keys,
+    reserve_uniq_keys,
+    uniq_keys_of,
 )
-from store.native import BATCH_ITEM_HEAD, CheckedBatch, pack_batch, pack_one
+from store.native import BATCH_ITEM_HEAD, CheckedBatch, json_produce, pack_batch, pack_one
 from store.status import AppendedHook
 
 # The property a producer's dedup id travels in (docs/http-api.md, "Idempotent produce"); the store also
@@ -93,6 +96,9 @@ class PutBatch:
     defer_durability: bool = False
     # FIELDS: each message's UNIQ_KEY (its msg_id, or one the store made), known once packed.
     uniq_keys: list[str] = field(default_factory=list)
+    # FIELDS packed by the caller (`of_packed`: a JSON body packed by store.native.json_produce): the store checks it
+    # as it checks the packing of `fields`; its keys stay in it (`uniq_keys` is not filled).
+    packed: PackedJson | None = None
     # Run, in order, when the put stores nothing (a hook or the commitlog refused it).
     on_refused: list[Callable[[], None]] = field(default_factory=list)
 
@@ -115,6 +121,13 @@ class PutBatch:
         return cls(BatchForm.FIELDS, fields=fields, topic=topic, queue_id=queue_id, born_host=born_host, dedup=dedup)
 
     @classmethod
+    def of_packed(
+        cls, topic: str, queue_id: int, packed: PackedJson, born_host: bytes = DEFAULT_BORN_HOST, dedup: bool = False
+    ) -> PutBatch:
+        """A FIELDS batch already packed (`packed_json`) to one queue."""
+        return cls(BatchForm.FIELDS, topic=topic, queue_id=queue_id, born_host=born_host, dedup=dedup, packed=packed)
+
+    @classmethod
     def of_encoded(
         cls, topic: str, queue_id: int, encoded: CheckedBatch, born_host: bytes = DEFAULT_BORN_HOST, deliver_at_ms: int | None = None,
         producer_group: str | None = None, dedup: bool = False,
@@ -130,7 +143,7 @@ class PutBatch:
         if self.form is BatchForm.MESSAGES:
             return len(self.messages)
         if self.form is BatchForm.FIELDS:
-            return len(self.fields)
+            return len(self.fields) if self.packed is None else self.packed.messages
         assert self.encoded is not None
         return self.encoded.messages
 
@@ -139,6 +152,7 @@ class PutBatch:
         self.form = BatchForm.MESSAGES
         self.messages = messages
         self.fields = ()
+        self.packed = None
         self.encoded = None
 
     def refused(self) -> None:
@@ -160,6 +174,33 @@ def packed_fields(fields: Sequence[MessageFields]) -> tuple[bytes, list[str]]:
     uniq_keys = [f.msg_id if f.msg_id is not None else next(fresh) for f in fields]
     data = pack_batch([(f.body, properties_of(f, k), 0) for f, k in zip(fields, uniq_keys, strict=True)])
     return data, uniq_keys
+
+
+class PackedJson(NamedTuple):
+    """A JSON produce body packed by store.native.json_produce (`packed_json`)."""
+
+    data: bytes  # RocketMQ's batch encoding, as packed_fields packs the body's messages
+    messages: int  # how many it holds
+    queue_id: int  # the queue every message named; -1: none named one
+    is_batch: bool  # {"messages": [...]}
+    head: bytes  # the UNIQ_KEY head the keys were written with (UniqKeyGenerator.reserve)
+    first: int  # the first key's counter value
+
+    @property
+    def uniq_keys(self) -> list[str]:
+        """Each message's UNIQ_KEY, fresh (built when asked for: render_produce_reply writes them itself)."""
+        return uniq_keys_of(self.head, self.first, self.messages)
+
+
+def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: bytes) -> PackedJson | None:
+    """A JSON produce body packed as its messages' parsed fields would be (`packed_fields`), without parsing it into
+    Python objects; None for a body the caller parses itself (store.native.json_produce says which). `reserved`: the
+    property names a producer may not set, separated by NUL bytes."""
+    got = json_produce(body, min(max_messages, UNIQ_KEY_CHUNK), max_body_bytes, reserved, reserve_uniq_keys)
+    if got is None:
+        return None
+    data, count, queue_id, is_batch, (head, first) = got
+    return PackedJson(data, count, queue_id, is_batch, head, first)
 
 
 def properties_of(fields: MessageFields, uniq_key: str) -> bytes:
