@@ -218,6 +218,11 @@ def requests_section(root: str, args: argparse.Namespace) -> None:
     print_table(rows)
     produce = got["tidemq single JSON produce, 1 KiB"].server_us_per_request / noop_us
     print(f"target single JSON produce <= 2x the no-op's CPU per request: {produce:.2f}x, {'met' if produce <= 2.0 else 'NOT met'}")
+    if redis_many is not None:
+        for kind, most in (("JSON", 2.0), ("binary", 1.0)):
+            ratio = got[f"tidemq {kind} batch {BATCH} x 1 KiB"].server_us_per_message / redis_many.server_us_per_message
+            verdict = "met" if ratio <= most else "NOT met"
+            print(f"target {kind} batch <= {most:g}x XADD x{BATCH} pipelined's CPU per message: {ratio:.2f}x, {verdict}")
 
 
 # 2. Durable puts ------------------------------------------------------------------------

@@ -12,6 +12,9 @@
  * what it is (its refusal or its messages).
  */
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "bytes.h"
 #include "kernels.h"
@@ -177,20 +180,38 @@ static int plain8(uint64_t w) {
     return ((w & highs) | control | quotes | slashes) == 0;
 }
 
+/* How many bytes from p[0..n) on are plain (none below 0x20, '"', '\\' or above 0x7F), copied to dst[0..cap) as
+ * they are checked: 16 bytes a step with SSE2, 8 without. */
+static size_t copy_plain(const uint8_t *p, size_t n, uint8_t *dst, size_t cap) {
+    size_t i = 0, most = n < cap ? n : cap;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    for (; most - i >= 16; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        /* Signed: a byte above 0x7F is negative, so one comparison finds it and the controls. */
+        __m128i special = _mm_or_si128(_mm_cmplt_epi8(v, space), _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
+        if (_mm_movemask_epi8(special) != 0) break;
+        _mm_storeu_si128((__m128i *)(dst + i), v);
+    }
+#endif
+    for (; most - i >= 8; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (!plain8(w)) break;
+        memcpy(dst + i, &w, 8);
+    }
+    return i;
+}
+
 /* The string whose opening quote is at c->i, decoded into o; c->i past its closing quote. 0 for what is not a
  * JSON string of well-formed UTF-8 without lone surrogates, or when o has no room. */
 static int decode_string(struct cursor *c, struct out *o) {
     if (c->i >= c->n || c->p[c->i] != '"') return 0;
     c->i++;
     for (;;) {
-        while (c->n - c->i >= 8 && room(o, 8)) {
-            uint64_t w;
-            memcpy(&w, c->p + c->i, 8);
-            if (!plain8(w)) break;
-            memcpy(o->p + o->n, &w, 8);
-            o->n += 8;
-            c->i += 8;
-        }
+        size_t plain = copy_plain(c->p + c->i, c->n - c->i, o->p + o->n, o->cap - o->n);
+        c->i += plain;
+        o->n += plain;
         if (c->i >= c->n) return 0;
         uint8_t b = c->p[c->i];
         if (b == '"') {

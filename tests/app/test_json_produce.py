@@ -245,3 +245,14 @@ def test_a_key_counter_wraps_as_the_generator_wraps_it() -> None:
     items = EncodedItems(array("q", [0, 90, 90, 90, 180, 90]).tobytes(), 0, 0, 0, b"\x7f\x00\x00\x01\x00\x00\x27\x11")
     keys = json.loads(render_produce_reply(head, first, b"7F00000100002711", 0, 0, 0, items.offsets, True))
     assert [r["msg_id"][28:] for r in keys["results"]] == ["FFFE", "FFFF", "0000"]
+
+
+@pytest.mark.parametrize("special", ['"', "\\", "\n", "\x1f", "\x7f", "é", "😀", "\u2028"])
+def test_a_special_character_at_every_place_of_a_step(special: str) -> None:
+    """Strings are read 16 and 8 bytes a step: a character that ends a plain run, at every place of a step."""
+    for before in range(40):
+        text = "x" * before + special + "y" * (before % 19)
+        for ensure_ascii in (True, False):
+            doc = {"body": text, "tags": text} if special.isprintable() else {"body": text}  # a control is no tag
+            got = agrees(json.dumps(doc, ensure_ascii=ensure_ascii).encode())
+            assert got is not None
