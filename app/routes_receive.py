@@ -28,11 +28,35 @@ ACK_OPENAPI: dict[str, Any] = {
 }  # fmt: skip
 
 
+TOPIC_PROBLEMS = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_MASTER")
+# receiveStream's replies: an event stream, or the problems of a receive that cannot start.
+STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "An event stream",
+        "content": {"text/event-stream": {"schema": {"type": "string"}, "example": ": stream open\n\nevent: message\ndata: {...}\n\n"}},
+    },
+    **{
+        k: v
+        for k, v in docs(
+            None,
+            200,
+            *TOPIC_PROBLEMS,
+            "TOPIC_NOT_READABLE",
+            "MAX_INVALID",
+            "INVISIBLE_TIME_INVALID",
+            "TAG_INVALID",
+            "TOO_MANY_STREAMS",
+            "FILTER_INVALID",
+        ).items()
+        if k != 200
+    },
+}
+
+
 def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     api = APIRouter(tags=["group consumption"], route_class=StrictRoute)
     receiver = Receiver(broker)
     stream = ReceiveStream(receiver)
-    topic_problems = ("GROUP_INVALID", "TOPIC_INVALID", "TOPIC_NOT_FOUND", "NOT_MASTER")
 
     @api.post(
         "/v1/groups/{group}/topics/{topic}/receive",
@@ -41,7 +65,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         responses=docs(
             ReceiveResult,
             200,
-            *topic_problems,
+            *TOPIC_PROBLEMS,
             "TOPIC_NOT_READABLE",
             "MAX_INVALID",
             "INVISIBLE_TIME_INVALID",
@@ -59,7 +83,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         "/v1/groups/{group}/topics/{topic}/ack",
         operation_id="ack",
         summary="Ack received messages by their receipt handles: an acked message is never delivered to the group again",
-        responses=docs(AckResult, 200, *topic_problems, "BODY_INVALID"),
+        responses=docs(AckResult, 200, *TOPIC_PROBLEMS, "BODY_INVALID"),
         openapi_extra=ACK_OPENAPI,
     )
     async def ack(group: GroupPath, topic: TopicPath, request: Request) -> Response:
@@ -72,7 +96,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         responses=docs(
             InvisibleResult,
             200,
-            *topic_problems,
+            *TOPIC_PROBLEMS,
             "HANDLE_INVALID",
             "HANDLE_EXPIRED",
             "ALREADY_ACKED",
@@ -88,29 +112,7 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
         operation_id="receiveStream",
         summary="Receive as Server-Sent Events: one message event per message, at most max_in_flight unacked",
         response_class=StreamingResponse,
-        responses={
-            200: {
-                "description": "An event stream",
-                "content": {
-                    "text/event-stream": {"schema": {"type": "string"}, "example": ": stream open\n\nevent: message\ndata: {...}\n\n"}
-                },
-            },
-            **{
-                k: v
-                for k, v in docs(
-                    None,
-                    200,
-                    *topic_problems,
-                    "TOPIC_NOT_READABLE",
-                    "MAX_INVALID",
-                    "INVISIBLE_TIME_INVALID",
-                    "TAG_INVALID",
-                    "TOO_MANY_STREAMS",
-                    "FILTER_INVALID",
-                ).items()
-                if k != 200
-            },
-        },  # fmt: skip
+        responses=STREAM_RESPONSES,
         openapi_extra=STREAM_OPENAPI,
     )
     async def receive_stream(group: GroupPath, topic: TopicPath, request: Request) -> Response:

@@ -26,7 +26,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
@@ -203,6 +203,42 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
+def include_routers(app: FastAPI, routers: list[APIRouter]) -> None:
+    """The routers, the console, and the route tables of 405 and 404 replies."""
+    for api_router in routers:
+        app.include_router(api_router)
+    console.install(app)  # /console and /docs, from package files (no CDN)
+    # (path regex, methods) of every route, for the Allow header of 405 replies.
+    app.state.route_methods = [
+        (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
+    ]
+    # Route template -> methods, for NOT_FOUND's closest route.
+    app.state.route_templates = {}
+    for api_router in routers:
+        for r in api_router.routes:
+            if isinstance(r, APIRoute):
+                app.state.route_templates.setdefault(r.path, set()).update(set(r.methods or ()) - {"HEAD"})
+
+
+def guard_front(
+    app: FastAPI, front: HotRoutes, broker: Broker, settings: BrokerSettings, acl_source: AclSource | None, mapping: ErrorMapping
+) -> None:
+    """What stands in front of the routes: the cluster's forwarder, then the ACL's gate, each when configured."""
+    if broker.cluster is not None:
+        # Requests this broker does not own go to their owner's master before anything else serves them.
+        forwarder = Forwarder(front.dispatch, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
+        front.guard = forwarder
+        app.state.forwarder = forwarder
+    if acl_source is not None:
+        # Held requests and streams are re-judged when the ACL is reloaded (app.access_revocation).
+        acl_source.listeners.append(broker.revocations.reloaded)
+        broker.revocations.attach(acl_source.current)
+        # In front of the routes and the forwarder: tokens and permissions are checked before they see a request.
+        front.guard = AccessGate(front.guard or front.dispatch, acl_source, settings.metrics_public, mapping.problem)
+        if broker.cluster is None:  # the gate alone: it judges the requests the connections serve themselves too
+            front.gate = front.guard
+
+
 def create_app(settings: BrokerSettings) -> FastAPI:
     """The app over a store built (not loaded) from `settings`; HAStartFailed when a master cannot bind its HA port."""
     # The ACL is read first: a bad file refuses the start before the store is touched.
@@ -236,19 +272,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     receive_router, receive, ack = routes_receive.router(broker)
     routers += [routes_groups.api, routes_dead_letters.api, receive_router, routes_queries.api, routes_admin.api]
     routers += [routes_push.api, routes_redrive.api, routes_transactions.api, routes_cluster.api]
-    for api_router in routers:
-        app.include_router(api_router)
-    console.install(app)  # /console and /docs, from package files (no CDN)
-    # (path regex, methods) of every route, for the Allow header of 405 replies.
-    app.state.route_methods = [
-        (r.path_regex, set(r.methods or ())) for api_router in routers for r in api_router.routes if isinstance(r, APIRoute)
-    ]
-    # Route template -> methods, for NOT_FOUND's closest route.
-    app.state.route_templates = {}
-    for api_router in routers:
-        for r in api_router.routes:
-            if isinstance(r, APIRoute):
-                app.state.route_templates.setdefault(r.path, set()).update(set(r.methods or ()) - {"HEAD"})
+    include_routers(app, routers)
     mapping = ErrorMapping(broker)
     app.state.problem = mapping.problem  # every error reply outside a handler goes through it, counted
     install_error_handlers(app, mapping)
@@ -263,19 +287,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         app, handlers, mapping, mapping.problem, broker, broker.http_requests, settings.access_log,
         settings.max_request_body_bytes, settings.max_json_body_bytes, serve_hot=settings.hot_routes,
     )  # fmt: skip
-    if broker.cluster is not None:
-        # Requests this broker does not own go to their owner's master before anything else serves them.
-        forwarder = Forwarder(front.dispatch, broker.cluster, settings.cluster, mapping.problem, broker.may_create_topic)
-        front.guard = forwarder
-        app.state.forwarder = forwarder
-    if acl_source is not None:
-        # Held requests and streams are re-judged when the ACL is reloaded (app.access_revocation).
-        acl_source.listeners.append(broker.revocations.reloaded)
-        broker.revocations.attach(acl_source.current)
-        # In front of the routes and the forwarder: tokens and permissions are checked before they see a request.
-        front.guard = AccessGate(front.guard or front.dispatch, acl_source, settings.metrics_public, mapping.problem)
-        if broker.cluster is None:  # the gate alone: it judges the requests the connections serve themselves too
-            front.gate = front.guard
+    guard_front(app, front, broker, settings, acl_source, mapping)
     app.state.entry = front
     # Produces the server's connections serve without an ASGI cycle (app.direct_requests).
     app.state.direct_requests = DirectRequests(front)

@@ -114,6 +114,25 @@ def timed_rows_per_s(df: Any, expected: int) -> tuple[float, float]:
     return expected / elapsed, elapsed
 
 
+def local_session(work: str) -> Any:
+    """A local Spark session of two cores with tidemq's sources registered."""
+    from pyspark.sql import SparkSession
+
+    from pipeline import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidemq-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -123,10 +142,6 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-    from pyspark.sql import SparkSession
-
-    from pipeline import register
 
     work = tempfile.mkdtemp(prefix="tidemq-spark-bench-")
     store_dir = os.path.join(work, "store")
@@ -139,16 +154,7 @@ def main() -> int:
             f"filled the store: {args.messages} messages of {args.body_bytes} B in {args.queues} queues, {time.perf_counter() - t0:.1f} s"
         )
         proc, url = start_server(work, store_dir, args.default_transfer_limits)
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("tidemq-spark-bench")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session(work)
 
         def http() -> Any:  # a new reader each time: DataFrameReader.option changes the reader it is called on
             return spark.read.format("tidemq").option("url", url).option("topic", TOPIC)

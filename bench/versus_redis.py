@@ -186,6 +186,11 @@ def requests_section(root: str, args: argparse.Namespace) -> None:
         noop.stop()
         if peer is not None:
             peer.stop()
+    requests_report(got, args, why)
+
+
+def requests_report(got: dict[str, Measured], args: argparse.Namespace, why: str) -> None:
+    """The requests table and its targets."""
     noop_us = got["plain-ASGI no-op GET"].server_us_per_request
     redis_one = got.get("redis XADD 1 KiB")
     redis_many = got.get(f"redis XADD 1 KiB, {BATCH} pipelined")

@@ -198,19 +198,7 @@ class DefaultMessageStore:
             self.commit_log.delay_levels_ms,
             config.message_index_uniq_key_enable,
         )
-        self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
-        self.reput_service.trim = self.trim_mappings
-        self.reput_service.release_mappings = self.mapping_budget.release_all
-        self.reput_service.on_no_space = self._on_no_space
-        self.flush_service: GroupCommitService | FlushRealTimeService
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.flush_service = GroupCommitService(self.commit_log, config.max_group_commit_requests, self._on_commit_log_flushed)
-        else:
-            self.flush_service = FlushRealTimeService(self.commit_log, config, self._on_commit_log_flushed)
-        self.durability = PutDurability(config, self.flush_service)
-        self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) if self.transient_store_pool else None
-        if self.commit_service is not None:
-            self.commit_service.on_committed = self.reput_service.wakeup  # committed bytes become dispatchable
+        self._build_flushing()
         self.checkpoint: StoreCheckpoint | None = None
         self.flush_consume_queue_service: FlushConsumeQueueService | None = None
         self.validator = PutValidator(self)
@@ -235,6 +223,23 @@ class DefaultMessageStore:
             DelayLevelHook(config.delay_levels_ms()),
         ]  # fmt: skip
         self._build_state_log()
+
+    def _build_flushing(self) -> None:
+        """Dispatch, the flush service the flush type asks for, the durability waits and the transient pool's commit."""
+        config = self.config
+        self.reput_service = ReputMessageService(self.commit_log, config, self.bulk_dispatch)
+        self.reput_service.trim = self.trim_mappings
+        self.reput_service.release_mappings = self.mapping_budget.release_all
+        self.reput_service.on_no_space = self._on_no_space
+        self.flush_service: GroupCommitService | FlushRealTimeService
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.flush_service = GroupCommitService(self.commit_log, config.max_group_commit_requests, self._on_commit_log_flushed)
+        else:
+            self.flush_service = FlushRealTimeService(self.commit_log, config, self._on_commit_log_flushed)
+        self.durability = PutDurability(config, self.flush_service)
+        self.commit_service = CommitRealTimeService(self.commit_log, config, self.flush_service) if self.transient_store_pool else None
+        if self.commit_service is not None:
+            self.commit_service.on_committed = self.reput_service.wakeup  # committed bytes become dispatchable
 
     def _build_scheduling(self, clock: Clock | None, disk_usage_probe: DiskUsageProbe | None) -> None:
         """The services that deliver later or remove: delay levels, retention, POP, timers, transactions."""
