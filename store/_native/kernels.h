@@ -176,8 +176,8 @@ struct produce_result {
     int is_batch;       /* {"messages": [...]} */
 };
 int json_produce(struct span json, const struct produce_limits *lim, uint8_t *out, size_t cap, struct produce_result *r);
-/* The bytes json_produce writes for `json` at most. */
-size_t json_produce_bound(struct span json);
+/* The bytes json_produce writes for `json` at most (max_messages: its limit's). */
+size_t json_produce_bound(struct span json, size_t max_messages);
 /* Each item's UNIQ_KEY placeholder in data[0..len) (json_produce's output) set to head + the item's 16-bit
  * counter in hex (first, first + 1, ...), as UniqKeyGenerator writes keys; -1 when an item is not such an item. */
 int fill_uniq_keys(uint8_t *data, size_t len, struct span head, uint32_t first);

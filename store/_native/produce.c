@@ -513,11 +513,13 @@ int json_produce(struct span json, const struct produce_limits *lim, uint8_t *ou
     return PRODUCE_PACKED;
 }
 
-/* Upper bound of json_produce's output for `json`: each message is an object, so at most one per '{', and its
- * item is the text's bytes it was decoded from (never more) plus PRODUCE_ITEM_EXTRA_BYTES. */
-size_t json_produce_bound(struct span json) {
+/* Upper bound of json_produce's output for `json`: each message is an object, so there are at most as many as '{'
+ * bytes and never more than max_messages (more go the reference's way), and its item is the text's bytes it was
+ * decoded from (never more) plus PRODUCE_ITEM_EXTRA_BYTES. */
+size_t json_produce_bound(struct span json, size_t max_messages) {
     size_t objects = 0;
-    for (const uint8_t *p = json.p, *end = json.p + json.n; (p = memchr(p, '{', (size_t)(end - p))) != NULL; p++) objects++;
+    for (const uint8_t *p = json.p, *end = json.p + json.n; objects < max_messages && (p = memchr(p, '{', (size_t)(end - p))) != NULL; p++)
+        objects++;
     return json.n + objects * PRODUCE_ITEM_EXTRA_BYTES;
 }
 

@@ -28,7 +28,7 @@ static PyObject *py_json_produce(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nny*O", &json, &max_messages, &max_body, &reserved, &reserve)) return NULL;
     PyObject *result = NULL, *packed = NULL, *drawn = NULL;
     struct span text = span_of(&json);
-    size_t cap = json_produce_bound(text);
+    size_t cap = max_messages < 1 ? 0 : json_produce_bound(text, (size_t)max_messages);
     if (max_messages < 1 || max_body < 0) {
         PyErr_SetString(PyExc_ValueError, "max_messages must be >= 1 and max_body >= 0");
     } else if (cap > (size_t)PY_SSIZE_T_MAX) {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 from array import array
 from typing import Any
 
@@ -256,3 +257,16 @@ def test_a_special_character_at_every_place_of_a_step(special: str) -> None:
             doc = {"body": text, "tags": text} if special.isprintable() else {"body": text}  # a control is no tag
             got = agrees(json.dumps(doc, ensure_ascii=ensure_ascii).encode())
             assert got is not None
+
+
+def test_a_body_of_braces_is_sized_by_the_message_limit() -> None:
+    """The output is allocated before the parse: bounded by the message limit, not by the body's '{' bytes."""
+    braces = b"{" * 4_000_000
+    tracemalloc.start()
+    try:
+        assert pack(braces) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(braces) + LIMITS.max_batch_messages * 100 + 65536  # 76 bytes an item at most, and some slack
+    assert pack(b'{"messages": [' + b'{"body": "{{{{{{{{"},' * 49 + b'{"body": "{{{{"}]}') is not None
