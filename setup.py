@@ -28,6 +28,7 @@ setup(
                 f"{NATIVE}/crc32.c",
                 f"{NATIVE}/view.c",
                 f"{NATIVE}/produce.c",
+                f"{NATIVE}/produce_reply.c",
                 f"{NATIVE}/mapping.c",
             ],
             depends=[

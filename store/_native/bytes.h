@@ -40,4 +40,13 @@ static inline int64_t get_h64(const uint8_t *p) {
     return v;
 }
 
+/* v's low 16 bits as four upper-case hex digits at p[0..4). */
+static inline void put_hex4(uint8_t *p, uint32_t v) {
+    static const char digits[] = "0123456789ABCDEF";
+    for (int k = 3; k >= 0; k--) {
+        p[k] = (uint8_t)digits[v & 0xF];
+        v >>= 4;
+    }
+}
+
 #endif

@@ -523,14 +523,6 @@ size_t json_produce_bound(struct span json, size_t max_messages) {
     return json.n + objects * PRODUCE_ITEM_EXTRA_BYTES;
 }
 
-static void put_hex4(uint8_t *p, uint32_t v) {
-    static const char digits[] = "0123456789ABCDEF";
-    for (int k = 3; k >= 0; k--) {
-        p[k] = (uint8_t)digits[v & 0xF];
-        v >>= 4;
-    }
-}
-
 int fill_uniq_keys(uint8_t *data, size_t len, struct span head, uint32_t first) {
     if (head.n != UNIQ_KEY_CHARS - 4) return -1;
     size_t pos = 0;
@@ -546,63 +538,3 @@ int fill_uniq_keys(uint8_t *data, size_t len, struct span head, uint32_t first) 
     return 0;
 }
 
-/* Replies ----------------------------------------------------------------------------------------- */
-
-static size_t put_decimal(uint8_t *p, int64_t v) {
-    char digits[24];
-    size_t at = sizeof digits;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        digits[--at] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0) digits[--at] = '-';
-    memcpy(p, digits + at, sizeof digits - at);
-    return sizeof digits - at;
-}
-
-static size_t put_text(uint8_t *p, const char *lit) {
-    size_t k = strlen(lit);
-    memcpy(p, lit, k);
-    return k;
-}
-
-/* One SendResult: msg_id (the i-th key), offset_msg_id (store host and offset in hex), queue, offsets, time. */
-static size_t put_send_result(uint8_t *p, const struct produce_reply *r, size_t i, int64_t offset) {
-    size_t n = put_text(p, "{\"kind\":\"message\",\"msg_id\":\"");
-    memcpy(p + n, r->head.p, r->head.n);
-    n += r->head.n;
-    put_hex4(p + n, (r->first + (uint32_t)i) & 0xFFFF);
-    n += 4;
-    n += put_text(p + n, "\",\"offset_msg_id\":\"");
-    memcpy(p + n, r->host_hex.p, r->host_hex.n);
-    n += r->host_hex.n;
-    for (int k = 3; k >= 0; k--) put_hex4(p + n + (size_t)(3 - k) * 4, (uint32_t)(((uint64_t)offset >> (16 * k)) & 0xFFFF));
-    n += 16;
-    n += put_text(p + n, "\",\"queue_id\":");
-    n += put_decimal(p + n, r->queue_id);
-    n += put_text(p + n, ",\"queue_offset\":");
-    n += put_decimal(p + n, r->first_queue_offset + (int64_t)i);
-    n += put_text(p + n, ",\"commitlog_offset\":");
-    n += put_decimal(p + n, offset);
-    n += put_text(p + n, ",\"store_timestamp\":");
-    n += put_decimal(p + n, r->store_timestamp);
-    p[n++] = '}';
-    return n;
-}
-
-size_t produce_reply_bound(const struct produce_reply *r, size_t count) {
-    return 40 + count * (PRODUCE_RESULT_FIXED_BYTES + r->head.n + r->host_hex.n);
-}
-
-size_t render_produce_reply(const struct produce_reply *r, const uint8_t *offsets, size_t count, uint8_t *out, size_t cap) {
-    if (cap < produce_reply_bound(r, count)) return 0; /* the binding passes the bound: never */
-    assert(count == 1 || r->is_batch);
-    size_t n = r->is_batch ? put_text(out, "{\"kind\":\"batch\",\"results\":[") : 0;
-    for (size_t i = 0; i < count; i++) {
-        if (i > 0) out[n++] = ',';
-        n += put_send_result(out + n, r, i, get_h64(offsets + 16 * i));
-    }
-    if (r->is_batch) n += put_text(out + n, "]}");
-    return n;
-}
