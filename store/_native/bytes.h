@@ -40,6 +40,21 @@ static inline int64_t get_h64(const uint8_t *p) {
     return v;
 }
 
+/* Enough for any int64 in decimal, its sign included. */
+#define DECIMAL_MAX_CHARS 20
+
+/* v in decimal, written backwards ending at digits[DECIMAL_MAX_CHARS]; the index of its first character. */
+static inline size_t format_decimal(int64_t v, char digits[DECIMAL_MAX_CHARS]) {
+    size_t at = DECIMAL_MAX_CHARS;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[--at] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0) digits[--at] = '-';
+    return at;
+}
+
 /* v's low 16 bits as four upper-case hex digits at p[0..4). */
 static inline void put_hex4(uint8_t *p, uint32_t v) {
     static const char digits[] = "0123456789ABCDEF";

@@ -6,14 +6,8 @@
 #include "kernels.h"
 
 static size_t put_decimal(uint8_t *p, int64_t v) {
-    char digits[24];
-    size_t at = sizeof digits;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        digits[--at] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0) digits[--at] = '-';
+    char digits[DECIMAL_MAX_CHARS];
+    size_t at = format_decimal(v, digits);
     memcpy(p, digits + at, sizeof digits - at);
     return sizeof digits - at;
 }

@@ -51,14 +51,8 @@ static void put(struct sink *s, const void *bytes, size_t k) {
 #define PUT_LIT(s, lit) put((s), (lit), sizeof(lit) - 1)
 
 static void put_int(struct sink *s, int64_t v) {
-    char digits[24];
-    size_t at = sizeof digits;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do {
-        digits[--at] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0) digits[--at] = '-';
+    char digits[DECIMAL_MAX_CHARS];
+    size_t at = format_decimal(v, digits);
     put(s, digits + at, sizeof digits - at);
 }
 
