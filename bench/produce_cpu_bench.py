@@ -52,6 +52,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def context_switches(pid: int) -> int:
+    """Context switches of every thread of a process so far (voluntary and not): a waiting thread's every
+    wake-up, and the futile ones a thread waiting for the GIL makes (docs/concurrency.md)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total
+
+
 class TreeBroker:
     """A broker process run from one source tree."""
 
@@ -152,9 +165,12 @@ def scenarios(keys: bool) -> list[tuple[str, str, int]]:
     return out
 
 
-def measure_tree(tree: str, binary: str, seconds: int, connections: int, keys: bool) -> dict[str, tuple[float, float, int]]:
-    """Per scenario: (messages/s, broker CPU µs per message, non-2xx and socket errors)."""
-    out: dict[str, tuple[float, float, int]] = {}
+Row = tuple[float, float, int, float]  # messages/s, broker CPU µs per message, errors, context switches per message
+
+
+def measure_tree(tree: str, binary: str, seconds: int, connections: int, keys: bool) -> dict[str, Row]:
+    """Per scenario: (messages/s, broker CPU µs per message, non-2xx and socket errors, context switches per message)."""
+    out: dict[str, Row] = {}
     with tempfile.TemporaryDirectory(prefix="tidemq-cpu-bench-") as root:
         # The keyed rows remember every id they send: room for all of them (the default bound would refuse past it).
         broker = TreeBroker(tree, root, f"dedup_max_keys = {KEYED_MAX_KEYS}\n" if keys else "")
@@ -162,14 +178,21 @@ def measure_tree(tree: str, binary: str, seconds: int, connections: int, keys: b
             url = f"http://127.0.0.1:{broker.port}"
             for name, script, per_request in scenarios(keys):
                 wrk(binary, url, script, 1, connections, root)  # warm-up, not counted
-                cpu0, t0 = cpu_seconds(broker.proc.pid), time.monotonic()
+                cpu0, switches0, t0 = cpu_seconds(broker.proc.pid), context_switches(broker.proc.pid), time.monotonic()
                 rate, errors = wrk(binary, url, script, seconds, connections, root)
                 cpu = cpu_seconds(broker.proc.pid) - cpu0
+                switches = context_switches(broker.proc.pid) - switches0
                 elapsed = time.monotonic() - t0
-                messages = rate * per_request * seconds
-                out[name] = (rate * per_request, cpu / messages * 1e6 * (seconds / elapsed) if messages else 0.0, errors)
+                messages = rate * per_request * seconds * (elapsed / seconds)
+                out[name] = (
+                    rate * per_request,
+                    cpu / messages * 1e6 if messages else 0.0,
+                    errors,
+                    switches / messages if messages else 0.0,
+                )
                 print(
-                    f"  {os.path.basename(tree.rstrip('/'))}: {name}: {rate * per_request:,.0f} msg/s, {out[name][1]:.1f} µs CPU/msg",
+                    f"  {os.path.basename(tree.rstrip('/'))}: {name}: {rate * per_request:,.0f} msg/s, {out[name][1]:.1f} µs CPU/msg, "
+                    f"{out[name][3]:.3f} context switches/msg",
                     flush=True,
                 )
         finally:
@@ -208,13 +231,15 @@ def store_put_cpu(tree: str) -> tuple[float, float]:
     return batch, single
 
 
-def median_rows(rounds: list[dict[str, tuple[float, float, int]]]) -> dict[str, tuple[float, float, int]]:
-    """Per scenario: the median rate, the median CPU per message, the errors summed over the rounds."""
+def median_rows(rounds: list[dict[str, Row]]) -> dict[str, Row]:
+    """Per scenario: the median rate, the median CPU per message, the errors summed over the rounds, the median
+    context switches per message."""
     return {
         name: (
             statistics.median(r[name][0] for r in rounds),
             statistics.median(r[name][1] for r in rounds),
             sum(r[name][2] for r in rounds),
+            statistics.median(r[name][3] for r in rounds),
         )
         for name in rounds[0]
     }
@@ -232,7 +257,7 @@ def main() -> None:
     binary = ensure_wrk()
     if binary is None:
         sys.exit("wrk is not installed (apt-get install -y wrk)")
-    runs: dict[str, list[dict[str, tuple[float, float, int]]]] = {"before": [], "after": []}
+    runs: dict[str, list[dict[str, Row]]] = {"before": [], "after": []}
     puts: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
     for _ in range(args.rounds):  # the trees alternate, so a load change elsewhere hits both
         runs["before"].append(measure_tree(args.before, binary, args.seconds, args.connections, False))
@@ -244,21 +269,28 @@ def main() -> None:
     put_after = tuple(statistics.median(p[i] for p in puts["after"]) for i in range(2))
     print(f"\nmedians of {args.rounds} alternating rounds, {args.seconds} s per scenario")
     print()
-    print("| scenario | before msg/s | after msg/s | before µs CPU/msg | after µs CPU/msg | CPU ratio after/before | errors |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, (rate, cpu, errors) in after.items():
+    print(
+        "| scenario | before msg/s | after msg/s | before µs CPU/msg | after µs CPU/msg | CPU ratio after/before "
+        "| context switches/msg before / after | errors |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, (rate, cpu, errors, switches) in after.items():
         base = before.get(name)
         if base is None:
             continue
-        print(f"| {name} | {base[0]:,.0f} | {rate:,.0f} | {base[1]:.1f} | {cpu:.1f} | {cpu / base[1]:.2f} | {base[2] + errors} |")
+        print(
+            f"| {name} | {base[0]:,.0f} | {rate:,.0f} | {base[1]:.1f} | {cpu:.1f} | {cpu / base[1]:.2f} "
+            f"| {base[3]:.3f} / {switches:.3f} | {base[2] + errors} |"
+        )
     for i, name in enumerate((f"store put_messages x{BATCH} (in-process)", "store put_message (in-process)")):
-        print(f"| {name} | - | - | {put_before[i]:.2f} | {put_after[i]:.2f} | {put_after[i] / put_before[i]:.2f} | 0 |")
+        print(f"| {name} | - | - | {put_before[i]:.2f} | {put_after[i]:.2f} | {put_after[i] / put_before[i]:.2f} | - | 0 |")
     keyed = [("single JSON + Idempotency-Key", "single JSON"), (f"JSON batch {BATCH} + dedup_id", f"JSON batch {BATCH}")]
     for name, plain in keyed:
         if name in after:
-            rate, cpu, errors = after[name]
+            rate, cpu, errors, switches = after[name]
             print(
-                f"| {name} (after, vs {plain} after) | - | {rate:,.0f} | {after[plain][1]:.1f} | {cpu:.1f} | {cpu / after[plain][1]:.2f} | {errors} |"
+                f"| {name} (after, vs {plain} after) | - | {rate:,.0f} | {after[plain][1]:.1f} | {cpu:.1f} "
+                f"| {cpu / after[plain][1]:.2f} | - / {switches:.3f} | {errors} |"
             )
 
 

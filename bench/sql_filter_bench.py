@@ -151,10 +151,16 @@ def summary(name: str, runs: list[tuple[float, float, int, int]]) -> tuple[str, 
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the live threads of a process have run so far, to the nanosecond (/proc/PID/task/*/schedstat):
+    a quick run's sweeps take a few clock ticks, the resolution of /proc/PID/stat, and some none."""
+    total_ns = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total_ns / 1e9
 
 
 def http_sweep(conn: http.client.HTTPConnection, path: str, params: dict[str, str]) -> tuple[int, int]:
