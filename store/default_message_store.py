@@ -738,6 +738,7 @@ class DefaultMessageStore:
             self._take_over_queue_offsets()
             self.state_log.catch_up_all()  # everything the old master recorded, before a put of this one
             self.topic_removals.finish(self.deleted_topics)
+            self._arm_deliveries()  # while the role still reads slave: no delivery pass runs before its checks
         self.config.broker_role = role
         self.validator.is_slave = slave
         self.state_log.following = slave
@@ -747,12 +748,19 @@ class DefaultMessageStore:
         if slave != was_slave:
             self.dedup_window.restart(self._last_stored_ms())  # a master's window begins now; before it, the index
 
-    def _take_over_services(self) -> None:
-        """A slave became master: the services that deliver start from the progress its old master recorded."""
+    def _arm_deliveries(self) -> None:
+        """A slave about to become master: the services that deliver start from the progress its old master
+        recorded and check what it may have delivered after that (the delay levels and the timer against the
+        index, the revive from the replicated offsets). Armed before the role changes, because each of them
+        runs its next pass as soon as the role reads master: a timer slot the old master delivered after its
+        last progress record, put again unchecked in that gap, would revive a checkpoint twice."""
         self.schedule_service.take_over()
         if self.timer is not None:
             self.timer.take_over()
         self.group_consumption.take_over()
+
+    def _take_over_services(self) -> None:
+        """A slave became master: what needs the master's role to take over (the transactions' progress is put)."""
         self.transactions.take_over()
         self.state_log.replicated = True  # a group's master: its tables with no snapshot in this log get one
         self.state_snapshot_service.wakeup()

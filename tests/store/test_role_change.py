@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from store import BrokerRole, DefaultMessageStore, PutRefusal, build_message
+from store import BrokerRole, DefaultMessageStore, PutRefusal, build_message, deliver_at
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.store.test_timer import timer_config, wait_delivered
+from tests.waiting import wait_for
 
 
 def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
@@ -74,3 +79,42 @@ def test_the_recovery_limit_cuts_the_log_its_queues_and_its_index(config, crashe
             s.set_recovery_limit(0)
     finally:
         s.shutdown()
+
+
+def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_delivered(tmp_path) -> None:
+    """The old master delivered a slot after its last progress record (here it recorded none), so the
+    promoted slave must check the slot's units against the index before putting them. The election is
+    held half-way, as a delay-level scan in progress holds it (the scan's lock): a role that read master
+    before the timer's checks were armed let its dequeue put the slot again unchecked meanwhile, and in
+    a group each checkpoint delivered twice was revived twice."""
+    master = open_store(timer_config(str(tmp_path / "m")))
+    slave = open_store(timer_config(str(tmp_path / "s"), broker_role=BrokerRole.SLAVE))
+    try:
+        due = int(time.time() * 1000) + 600
+        for i in range(3):
+            assert master.put_message(deliver_at(build_message("T", f"t{i}".encode(), 0), due)).ok
+        delivered = wait_delivered(master, "T", 3)
+        offset = 0
+        while offset < master.commit_log_max_offset():
+            data = master.get_commit_log_data(offset, 8192)
+            assert slave.append_replicated_data(offset, data)
+            offset += len(data)
+        wait_dispatched(slave)
+        wait_for(lambda: slave.get_max_offset_in_queue("T", 0) == 3, what="the slave to hold the master's deliveries")
+        assert slave.timer_status()["read_time_ms"] < due  # nothing told the slave that the slot was delivered
+
+        scan_lock = slave.schedule_service._pass_lock
+        with scan_lock:
+            election = threading.Thread(target=slave.set_broker_role, args=(BrokerRole.SYNC_MASTER,))
+            election.start()
+            time.sleep(0.6)  # three passes of the timer's idle wait (200 ms) while the election waits for the scan
+        election.join(10)
+        assert not election.is_alive() and slave.config.broker_role is BrokerRole.SYNC_MASTER
+        wait_for(lambda: slave.timer_status()["read_time_ms"] > due, what="the promoted slave's timer to pass the slot")
+        wait_dispatched(slave)
+        assert slave.get_max_offset_in_queue("T", 0) == 3
+        assert slave.timer_status()["deduplicated"] == 3
+        assert [m["body"] for m in wait_delivered(slave, "T", 3)] == [m["body"] for m in delivered]
+    finally:
+        master.shutdown()
+        slave.shutdown()
