@@ -100,8 +100,10 @@ class MappedFile:
         self.reservation = reservation
         self.reserved_to = 0  # bytes [0, reserved_to) have their blocks allocated (store/disk/space_reservation.py)
         self.reserve_base = 0  # bytes below it are reserved whole (index slots) and do not make steps grow
-        # Bytes [0, data_end) had blocks when the file was loaded; recovery scans no further (past it the
-        # file reads as zeros, and on tmpfs reading a hole of a full volume through a mapping is a SIGBUS).
+        # Bytes [0, data_end) have blocks: they had them when the file was loaded, or were reserved since
+        # (ensure_reserved moves it, so a message written after a restart is readable past the loaded end).
+        # Recovery and reads check no further: past it the file reads as zeros, and on tmpfs reading a
+        # hole of a full volume through a mapping is a SIGBUS.
         self.data_end = file_size
         self.dropped_to = 0  # pages below this were taken out of the resident set (drop_resident_below)
         self._map_on_open = map_now  # False for LazyMappedFile, which maps on first use
@@ -163,6 +165,8 @@ class MappedFile:
                 self.reserved_to = self.reservation.reserve_path(
                     self.path, self.reserved_to, end, self.file_size, self.reserve_base, strict
                 )
+            if self.reserved_to > self.data_end:
+                self.data_end = self.reserved_to
 
     def try_reserve(self, end: int, strict: bool = False) -> bool:
         """ensure_reserved that answers False instead of raising (the failure is logged and reported)."""

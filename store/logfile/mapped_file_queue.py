@@ -335,4 +335,5 @@ def _zero_tail(mf: MappedFile, pos: int) -> None:
     finally:
         os.close(fd)
     mf.reserved_to = min(mf.reserved_to, pos - pos % OS_PAGE_SIZE)
+    mf.data_end = min(mf.data_end, pos)  # past it the blocks are gone again
     mf.dropped_to = min(mf.dropped_to, pos - pos % OS_PAGE_SIZE)

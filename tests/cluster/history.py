@@ -42,10 +42,12 @@ from typing import Any
 import httpx
 
 from cluster.etcd_client import EtcdClient
+from store.codec.message import PROPERTY_UNIQ_KEY, TIMER_TOPIC
 from store.codec.message_codec import decode_message
 from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from store.state.state_log import STATE_TOPIC
 from store.state.state_table import StateKind
+from store.timer.timer_message import PROPERTY_TIMER_OUT_MS
 
 TOPIC = "history"
 QUEUES = 2
@@ -452,11 +454,9 @@ def read_final(node: str, etcd_url: str, cluster: str, group: str) -> Final:
     return Final(queues, epochs)
 
 
-def commit_records(store_dir: Path, group: str = COMMIT_GROUP) -> list[dict[str, Any]]:
-    """The offset commits of `group` (state records of consumer offsets) in a broker's commitlog, in log order: the
-    order its master applied them in. Read from the files (a stopped broker's, or a running one's written part)."""
-    key = f"{TOPIC}@{group}"
-    out = []
+def log_messages(store_dir: Path) -> Any:
+    """Every message in a broker's commitlog, decoded, in log order. Read from the files (a stopped broker's,
+    or a running one's written part)."""
     for path in sorted((store_dir / "commitlog").iterdir()):
         data = path.read_bytes()
         pos = 0
@@ -465,15 +465,36 @@ def commit_records(store_dir: Path, group: str = COMMIT_GROUP) -> list[dict[str,
             if size <= 0 or pos + size > len(data) or magic not in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE):
                 break
             if magic == MESSAGE_MAGIC_CODE:
-                m = decode_message(data, pos)
-                if m["topic"] == STATE_TOPIC and m["queue_id"] == int(StateKind.CONSUMER_OFFSETS):
-                    commits = json.loads(m["body"]).get("c") or []
-                    for k, queue, offset in commits:
-                        if k == key:
-                            out.append({"commitlog_offset": m["commitlog_offset"], "store_timestamp": m["store_timestamp"],
-                                        "store_host": m["store_host"], "queue": queue, "offset": offset})  # fmt: skip
+                yield decode_message(data, pos)
             pos += size
+
+
+def commit_records(store_dir: Path, group: str = COMMIT_GROUP) -> list[dict[str, Any]]:
+    """The offset commits of `group` (state records of consumer offsets) in a broker's commitlog, in log order: the
+    order its master applied them in."""
+    key = f"{TOPIC}@{group}"
+    out = []
+    for m in log_messages(store_dir):
+        if m["topic"] == STATE_TOPIC and m["queue_id"] == int(StateKind.CONSUMER_OFFSETS):
+            commits = json.loads(m["body"]).get("c") or []
+            for k, queue, offset in commits:
+                if k == key:
+                    out.append({"commitlog_offset": m["commitlog_offset"], "store_timestamp": m["store_timestamp"],
+                                "store_host": m["store_host"], "queue": queue, "offset": offset})  # fmt: skip
     return out
+
+
+def timer_deliveries_twice(store_dir: Path) -> list[str]:
+    """The timer messages (the group's checkpoints and acks among them) a broker's log holds two delivered copies of.
+    A new master checks each unit its old master may have delivered after its last progress record against the
+    index; a copy delivered twice revives its checkpoint twice, and the second brings back what was acked since."""
+    seen: dict[tuple[str, str], int] = {}
+    for m in log_messages(store_dir):
+        props = m["properties"]
+        if m["topic"] != TIMER_TOPIC and PROPERTY_TIMER_OUT_MS in props and PROPERTY_UNIQ_KEY in props:
+            key = (m["topic"], props[PROPERTY_UNIQ_KEY])
+            seen[key] = seen.get(key, 0) + 1
+    return [f"{topic} {uniq_key} delivered {n} times" for (topic, uniq_key), n in seen.items() if n > 1]
 
 
 # Checks ---------------------------------------------------------------------------------------------

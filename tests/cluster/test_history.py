@@ -3,7 +3,8 @@ producers, readers, an offset committer and a receive/ack consumer go through an
 checker (tests/cluster/history.py) then finds no acknowledged put lost or misplaced, no epoch with two
 writers, no read of an invented message, no committed offset taken back, no delivery after an ack that
 answered OK, every unacked message delivered again, and a new master accepting puts within
-lease_ttl_s + 2 s of each fault.
+lease_ttl_s + 2 s of each fault; and the final log holds no timer message (a checkpoint, an ack)
+delivered twice.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.cluster.history import (
     failover_windows,
     read_final,
     read_queue,
+    timer_deliveries_twice,
 )
 from tests.ha.cluster import Node
 from tests.waiting import wait_for
@@ -80,7 +82,7 @@ def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writ
     for node in nodes:  # every replica holds exactly the master's log
         wait_for(lambda node=node: node.max_offset() == master.max_offset(), what=f"{node.url} to catch up")
         assert {q: read_queue(node.client, node.url, q) for q in range(QUEUES)} == final.queues
-    problems = check(history, final, window_s=LEASE_TTL_S + 2)
+    problems = check(history, final, window_s=LEASE_TTL_S + 2) + timer_deliveries_twice(master.store_dir)
     faults = ", ".join(f"{f.kind} {f.node}@{f.at:.2f}" for f in history.faults)
     if problems:  # the whole history beside the brokers' logs, with the final log's offset commits in their order
         history.dump(tmp_path / "history.jsonl", commit_records(master.store_dir))
