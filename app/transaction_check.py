@@ -77,6 +77,9 @@ class HttpCheckTransport:
         # Checks under way: id -> (deadline, the connection's socket, set once connected).
         self._under_way: dict[int, tuple[float, list[socket.socket]]] = {}
         self._closed = threading.Event()
+        # Set while checks are under way (and at close): an idle watchdog sleeps on it instead of
+        # waking every WATCH_INTERVAL_S, which under load costs the event loop's requests (docs/concurrency.md).
+        self._watching = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="tidemq-txn-check-deadline", daemon=True)
         self._watchdog.start()
         self.failures = 0
@@ -132,6 +135,7 @@ class HttpCheckTransport:
         connected: list[socket.socket] = []
         with self._lock:
             self._under_way[key] = (time.monotonic() + self.timeout_s, connected)
+            self._watching.set()
         try:
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             conn.connect()
@@ -162,10 +166,15 @@ class HttpCheckTransport:
 
     def _watch(self) -> None:
         """Cut checks past their deadline: a socket timeout bounds each read, not a reply dripped byte by byte."""
-        while not self._closed.wait(WATCH_INTERVAL_S):
+        while True:
+            self._watching.wait()
+            if self._closed.wait(WATCH_INTERVAL_S):
+                return
             now = time.monotonic()
             with self._lock:
                 late = [sockets for deadline, sockets in self._under_way.values() if deadline <= now]
+                if not self._under_way:
+                    self._watching.clear()  # under the lock a new check sets it: none is missed
             for sockets in late:
                 self.deadline_aborts += 1
                 _abort(sockets)
@@ -173,6 +182,7 @@ class HttpCheckTransport:
     def close(self) -> None:
         """Stop checking: in-flight checks are cut now (their answers dropped), so nothing waits on a producer."""
         self._closed.set()
+        self._watching.set()
         with self._lock:
             under_way = [sockets for _, sockets in self._under_way.values()]
         for sockets in under_way:

@@ -30,6 +30,7 @@ class ServiceThread:
         self._wait_point = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
+        self.waits = 0  # waits ended (`wait_for_running`): how often the thread woke, for tests and benches
 
     # Lifecycle ---------------------------------------------------------------------
 
@@ -66,6 +67,7 @@ class ServiceThread:
             self._wait_point.set()
 
     def wait_for_running(self, interval_ms: float) -> None:
+        self.waits += 1
         if self._has_notified:
             self._has_notified = False
             self.on_wait_end()

@@ -259,6 +259,7 @@ class DefaultMessageStore:
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
         if self.timer is not None:
             self.extra_services += self.timer.services()
+            self.bulk_dispatch.listeners.append(self.timer.on_dispatched)  # wakes its enqueue service
         # Its check service is registered at load (store/transaction/transaction_store.py).
         self.transactions: Transactions = Transactions(self)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)
@@ -587,7 +588,7 @@ class DefaultMessageStore:
             waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
         end = result.end_offset
-        if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end)):
+        if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end, batch.lazy_dispatch)):
             self.reput_service.dispatch_through(end)
         return result, waiter
 

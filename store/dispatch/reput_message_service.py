@@ -10,6 +10,15 @@ and arrival notices (store/dispatch/bulk_dispatch.py, with the native kernels). 
   service commits them), and as the safety net that dispatches whatever is still behind (it
   looks every `IDLE_WAIT_MS`, at once when woken).
 
+Resting: when a pass finds the cursor at the log's end, nothing owed, no lazily dispatched record
+owed in the last LAZY_PERIOD_MS and no confirm offset to follow (duplication), the thread waits
+REST_WAIT_MS instead: every way bytes reach the log then either dispatches them inline or wakes it
+(a lazy `owe` wakes a resting thread, the commit service and the HA client wake it). A wait of a
+Python thread costs more than its pass under load: the event loop releases the GIL around every
+I/O callback, and a woken thread that needs the GIL is signalled at each release and loses the race
+to take it for milliseconds (docs/concurrency.md, "Background threads under load"), so a produce
+load that keeps this thread waiting 100 times a second paid for that in every request.
+
 Ordering: one cursor, `reput_from_offset`, moved only under the dispatch lock (`_lock`): whoever
 holds it dispatches everything readable from the cursor up to the end it reads, so entries reach
 each queue in commitlog order whichever thread dispatches. A putter that finds the lock held
@@ -44,6 +53,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +71,8 @@ SHUTDOWN_DRAIN_ROUNDS = 50
 DISPATCH_RETRY_MIN_MS = 10  # first pause after a failed dispatch
 DISPATCH_RETRY_MAX_MS = 1_000  # the pause doubles up to this while dispatch keeps failing
 IDLE_WAIT_MS = 10  # the safety net's period, and the longest a lazily dispatched record waits when no put follows
+REST_WAIT_MS = 1_000  # the safety net's period while resting (module docstring): nothing is behind or owed
+LAZY_PERIOD_MS = 1_000  # after a lazily dispatched record is owed, the thread keeps IDLE_WAIT_MS this long
 INLINE_ROUNDS = 8  # times a putter takes the lock again for bytes appended while it dispatched
 
 
@@ -82,6 +94,9 @@ class ReputMessageService(ServiceThread):
         self._max_deferred = config.max_deferred_dispatch_bytes
         self._owed_lock = threading.Lock()  # leaf: guards `_owed_to`
         self._owed_to = 0  # the end of the puts left to dispatch_owed (0: none yet)
+        self._lazy_owed_ns = 0  # monotonic time of the last lazily dispatched record owed
+        self.resting = False  # the thread waits `rest_wait_ms` (module docstring); read by `owe`
+        self.rest_wait_ms = REST_WAIT_MS
         self._reported_stop = -1  # offset of the last corrupt message logged, so it is logged once
         self.on_no_space: Callable[[str], None] | None = None  # told when a dispatcher met a full disk
         self.release_mappings: Callable[[], object] | None = None  # unmap every idle queue file (out of descriptors)
@@ -125,15 +140,21 @@ class ReputMessageService(ServiceThread):
         with self._lock:  # the holder dispatches our bytes or left them: either way done after this
             return count + self._reput_locked()
 
-    def owe(self, offset: int) -> bool:
+    def owe(self, offset: int, lazy: bool = False) -> bool:
         """Leave the dispatch of a put ending at commitlog `offset` to a later `dispatch_owed`, which its
-        caller runs before answering it. False (nothing owed: dispatch it now) when dispatch trails
-        `offset` by more than max_deferred_dispatch_bytes or is failing."""
+        caller runs before answering it, or (`lazy`: the store's own records) to the next pass, whoever
+        runs it; a lazy record wakes a resting thread. False (nothing owed: dispatch it now) when
+        dispatch trails `offset` by more than max_deferred_dispatch_bytes or is failing."""
         if self.failure or offset - self.reput_from_offset > self._max_deferred:
             return False
         with self._owed_lock:
             if offset > self._owed_to:
                 self._owed_to = offset
+        if lazy:
+            self._lazy_owed_ns = time.monotonic_ns()
+            if self.resting:  # set before the thread's last look at `_owed_to`: see `_wait_ms`
+                self.resting = False
+                self.wakeup()
         return True
 
     def dispatch_owed(self) -> int:
@@ -286,10 +307,27 @@ class ReputMessageService(ServiceThread):
         if r.outcome is DecodeOutcome.CORRUPT:
             log.error("reput stopped at %d: %s", base + pos, r.reason)
 
+    def _wait_ms(self) -> int:
+        """How long this thread waits before its next pass: the retry pause while failing, REST_WAIT_MS
+        while resting (module docstring), IDLE_WAIT_MS otherwise."""
+        if self.failure:
+            self.resting = False
+            return self._retry_ms
+        # `resting` is set before the look at what is owed: a lazy `owe` either is seen here or sees it set.
+        self.resting = not self._duplication
+        if (
+            self._owed_to > self.reput_from_offset
+            or self.reput_from_offset < self._mfq.get_max_offset()
+            or time.monotonic_ns() - self._lazy_owed_ns < LAZY_PERIOD_MS * 1_000_000
+        ):
+            self.resting = False
+        return self.rest_wait_ms if self.resting else IDLE_WAIT_MS
+
     def run(self) -> None:
         while not self.is_stopped():
             try:
-                self.wait_for_running(self._retry_ms if self.failure else IDLE_WAIT_MS)
+                self.wait_for_running(self._wait_ms())
+                self.resting = False
                 self._dispatch_rounds()
                 if self.trim is not None and self._lock.acquire(blocking=False):
                     try:

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 DELIVERY_BATCH = 256  # messages put back by one put call
-ENQUEUE_WAIT_MS = 10  # wait for the enqueue to catch up with a slot that is due
+ENQUEUE_WAIT_MS = 10  # wait for the enqueue (woken) to catch up with a slot that is due; it wakes this sooner
 IDLE_WAIT_MS_MAX = 200  # longest sleep when nothing is due soon (enqueues of near slots do not wake the service)
+EMPTY_WHEEL_WAIT_MS = 1_000  # sleep while the wheel holds no unit (the enqueue wakes the service when it writes one)
 _PERMANENT_REFUSALS = frozenset(
     {PutRefusal.TOPIC_INVALID, PutRefusal.QUEUE_NOT_FOUND, PutRefusal.MESSAGE_TOO_LARGE, PutRefusal.PROPERTIES_TOO_LARGE}
 )
@@ -62,6 +63,7 @@ class TimerDequeueService(ServiceThread):
         super().__init__("TimerDequeueService")
         self.timer = timer
         self._slot_done = (-1, -1)  # (slot time, position of its last unit already put or skipped)
+        self.empty_wait_ms = EMPTY_WHEEL_WAIT_MS
 
     def run(self) -> None:
         store = self.timer.store
@@ -84,14 +86,33 @@ class TimerDequeueService(ServiceThread):
                 return IDLE_WAIT_MS_MAX
             now = timer.clock.now_ms()
             limit = min(now, timer.write_time_ms)  # a slot is delivered once every message put before its end is in the wheel
+            if self._rest_if_empty(limit):
+                return self.empty_wait_ms
             read = timer.read_time_ms
             if read + p > limit:
-                return min(read + p - now, IDLE_WAIT_MS_MAX) if read + p > now else ENQUEUE_WAIT_MS
+                if read + p > now:
+                    return min(read + p - now, IDLE_WAIT_MS_MAX)
+                timer.enqueue_service.wakeup()  # the slot is due: the enqueue's pass moves the write time and wakes this
+                return ENQUEUE_WAIT_MS
             if not self._skip_empty(read, timer.floor(limit)):
                 continue
             if not self._deliver_slot(read, now):
                 return PUT_RETRY_DELAY_MS
         return 0
+
+    def _rest_if_empty(self, limit: int) -> bool:
+        """True when the wheel holds no unit (its count says so, and the slots up to `limit` are empty: the
+        read time moved past them as `_skip_empty` moves it): the service then rests until the enqueue
+        wakes it with a unit written."""
+        timer = self.timer
+        if timer.pending_in_wheel() > 0:
+            return False
+        read, end = timer.read_time_ms, timer.floor(limit)
+        if end <= read:
+            return True
+        if self._skip_empty(read, end):
+            return False  # the slot at the read time holds units: the count was short
+        return timer.read_time_ms >= end  # else it stopped at a slot that holds units
 
     def _skip_empty(self, read: int, limit: int) -> bool:
         """Move the read time to the first non-empty slot before `limit`; True when `read` itself holds units."""

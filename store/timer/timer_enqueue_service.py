@@ -2,12 +2,14 @@
 
 Walks `rmq_sys_wheel_timer` queue 0 from the timer's queue offset and, per entry, reads the
 message's TIMER_OUT_MS and writes its timer log unit (TimerMessageStore.enqueue). This runs off
-the put path, as in RocketMQ: a timer put costs what a normal put costs. An idle service looks
-again every ENQUEUE_IDLE_WAIT_MS (RocketMQ: 100 x precision / 1000 ms), a small part of the
-precision, so a message due in a few precisions reaches the wheel in time; it polls rather than
-listening to dispatch, which would cost every put's dispatch a notice. It runs on a slave too
-(RocketMQ 5's slaves build their timer log the same way), so a slave that becomes master already
-holds the wheel of every pending timer message.
+the put path, as in RocketMQ: a timer put costs what a normal put costs. Dispatch wakes it when
+the timer topic's queue gets entries (TimerMessageStore.on_dispatched: a notice per chunk that holds
+timer messages, none for other puts), and the dequeue wakes it when a due slot waits for the write
+time; otherwise it looks every ENQUEUE_IDLE_WAIT_MS, a safety net. RocketMQ polls every 100 x
+precision / 1000 ms instead; here a polling thread's every wake-up costs the event loop's requests
+under load (docs/concurrency.md, "Background threads under load"). A pass that moved the write time
+wakes the dequeue. It runs on a slave too (RocketMQ 5's slaves build their timer log the same way),
+so a slave that becomes master already holds the wheel of every pending timer message.
 
 Invariants: entries are enqueued in queue order and the queue offset moves past an entry only
 after its unit is written (or it is unreadable for good, logged and counted); a unit that cannot
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.store")
 
-ENQUEUE_IDLE_WAIT_MS = 10  # sleep with nothing to enqueue
+ENQUEUE_IDLE_WAIT_MS = 1_000  # sleep with nothing to enqueue (woken by dispatch and the dequeue)
+ENQUEUE_START_WAIT_MS = 10  # how often it looks whether the store runs yet, at start
 ENQUEUE_RETRY_WAIT_MS = 500  # wait after the timer log could not grow
 MAX_ENQUEUES_PER_PASS = 4_096  # entries one pass enqueues, so the checkpoint and shutdown are not held up
 
@@ -37,10 +40,12 @@ class TimerEnqueueService(ServiceThread):
     def __init__(self, timer: TimerMessageStore) -> None:
         super().__init__("TimerEnqueueService")
         self.timer = timer
+        self.idle_wait_ms = ENQUEUE_IDLE_WAIT_MS
+        self._observed: tuple[int, int] | None = None  # (start, log end) of a pass whose end dispatch had not reached
 
     def run(self) -> None:
         store = self.timer.store
-        self.wait_until(store.is_running, ENQUEUE_IDLE_WAIT_MS)
+        self.wait_until(store.is_running, ENQUEUE_START_WAIT_MS)
         while not self.is_stopped():
             try:
                 done = self.enqueue_pass()
@@ -48,23 +53,23 @@ class TimerEnqueueService(ServiceThread):
                 log.exception("timer enqueue pass failed")
                 done = -1
             if done == 0:
-                self.wait_for_running(ENQUEUE_IDLE_WAIT_MS)
+                self.wait_for_running(self.idle_wait_ms)
             elif done < 0:
                 self.wait_for_running(ENQUEUE_RETRY_WAIT_MS)
 
     def enqueue_pass(self) -> int:
         """Enqueue what the timer topic's queue holds past the timer's offset; entries handled, -1 to back off.
 
-        A pass that reaches the queue's end after dispatch passed the log's end seen at its start moves
-        the timer's write time to the pass's start: every timer message stored before then is in the
-        wheel, so the dequeue may deliver the slots before it (TimerMessageStore.write_time_ms)."""
+        A pass that reaches the queue's end after dispatch passed the log's end seen at its start (or at
+        an earlier pass's start) moves the timer's write time to that start: every timer message stored
+        before then is in the wheel, so the dequeue may deliver the slots before it
+        (TimerMessageStore.write_time_ms)."""
         timer = self.timer
         store = timer.store
         started_ms, log_end = timer.clock.now_ms(), store.commit_log.get_max_offset()
         cq = store.find_consume_queue(TIMER_TOPIC, 0)
         if cq is None:
-            if store.reput_service.reput_from_offset >= log_end:
-                timer.advance_write_time(started_ms)
+            self._caught_up(started_ms, log_end, store.reput_service.reput_from_offset)
             return 0
         offset = timer.queue_offset
         low = cq.get_min_offset_in_queue()
@@ -88,9 +93,36 @@ class TimerEnqueueService(ServiceThread):
                 offset += 1
                 handled += 1
                 timer.queue_offset = offset
-        if store.reput_service.reput_from_offset >= log_end and offset >= cq.get_max_offset_in_queue():
-            timer.advance_write_time(started_ms)
+        reput = store.reput_service.reput_from_offset  # read before the queue's end: entries below it are in the queue
+        if offset >= cq.get_max_offset_in_queue():
+            self._caught_up(started_ms, log_end, reput)
+        if handled:
+            timer.dequeue_service.wakeup()  # it rests while the wheel is empty
         return handled
+
+    def _caught_up(self, started_ms: int, log_end: int, reput: int) -> None:
+        """The queue is enqueued to its end and dispatch has reached `reput`: move the write time to the
+        start of this pass when dispatch passed the log's end seen then, else to the start of the pass
+        whose end it passed since (`_observed`: under a produce load the event loop's puts are
+        appended before they are dispatched, so dispatch is rarely at the very end when a pass starts)."""
+        if reput >= log_end:
+            self._observed = None
+            self._advance(started_ms)
+            return
+        observed = self._observed
+        if observed is not None and reput >= observed[1]:
+            self._advance(observed[0])
+            observed = None
+        if observed is None:
+            self._observed = (started_ms, log_end)
+
+    def _advance(self, time_ms: int) -> None:
+        """Move the write time, waking the dequeue when a slot it waits for may be deliverable now."""
+        timer = self.timer
+        before = timer.write_time_ms
+        timer.advance_write_time(time_ms)
+        if before < timer.read_time_ms + timer.precision_ms <= timer.write_time_ms:
+            timer.dequeue_service.wakeup()  # the slot the dequeue reads next became deliverable
 
     def _enqueue_one(self, offset: int, phy: int, size: int, now: int) -> bool:
         timer = self.timer

@@ -1,0 +1,98 @@
+"""Background services that have nothing to do do not poll: the dispatch thread rests once it has caught up,
+the timer's enqueue service sleeps until dispatch or the dequeue wakes it, and whatever needs them wakes them.
+
+Each wake-up of an idle thread costs the event loop's requests under load (docs/concurrency.md, "Background
+threads under load"). The wakes are counted (ServiceThread.waits); the waits that would hide a missing
+wake-up are made a minute long, so a test passes only when the wake-up came.
+"""
+
+from __future__ import annotations
+
+import time
+
+from core import FakeClock
+from store import DefaultMessageStore, build_message, deliver_at
+from store.dispatch.reput_message_service import IDLE_WAIT_MS
+from tests.store.conftest import small_config
+from tests.waiting import wait_for
+
+MINUTE_MS = 60_000
+
+
+def rested(store: DefaultMessageStore) -> None:
+    wait_for(lambda: store.reput_service.resting, 10.0, "the dispatch thread never rested")
+
+
+def test_an_idle_dispatch_thread_rests_instead_of_looking_every_idle_wait(store: DefaultMessageStore) -> None:
+    store.create_or_update_topic("R", 1)
+    assert store.put_message(build_message("R", b"m", 0)).ok  # dispatched inline, before it returns
+    rested(store)
+    before = store.reput_service.waits
+    time.sleep(0.5)
+    woke = store.reput_service.waits - before
+    assert woke <= 2, f"an idle dispatch thread woke {woke} times in 0.5 s (every {IDLE_WAIT_MS} ms would be 50)"
+
+
+def test_a_lazily_dispatched_record_wakes_a_resting_dispatch_thread(store: DefaultMessageStore) -> None:
+    store.create_or_update_topic("L", 1)
+    store.reput_service.rest_wait_ms = MINUTE_MS
+    store.reput_service.wakeup()  # ends the rest begun with the old length
+    wait_for(lambda: not store.reput_service._has_notified, 10.0, "the dispatch thread never took the wake-up")
+    rested(store)
+    result = store.put_messages([build_message("L", b"lazy", 0)], lazy_dispatch=True)
+    assert result.ok
+    assert store.get_max_offset_in_queue("L", 0) == 0  # left to the next pass: nothing dispatched it inline
+    wait_for(lambda: store.get_max_offset_in_queue("L", 0) == 1, 10.0, "the lazy record waited for the rest to end")
+    assert store.reput_service.reput_from_offset == store.commit_log.get_max_offset()
+    # Lazy records keep the thread looking every IDLE_WAIT_MS for a while (more are likely to follow).
+    assert not store.reput_service.resting
+
+
+def test_a_thread_that_failed_does_not_rest(store: DefaultMessageStore) -> None:
+    store.reput_service.failure = "a failure under way"
+    try:
+        assert store.reput_service._wait_ms() == store.reput_service._retry_ms
+        assert not store.reput_service.resting
+    finally:
+        store.reput_service.failure = ""
+    assert store.reput_service._wait_ms() == store.reput_service.rest_wait_ms  # caught up, nothing owed
+    assert store.reput_service.resting
+
+
+def test_the_timer_enqueue_is_woken_by_dispatch_and_the_dequeue_not_by_its_poll(tmp_path) -> None:
+    """Its idle wait is a minute: the message reaches the wheel because dispatch woke the enqueue, and the
+    slot is delivered because the dequeue woke it to move the write time past the slot."""
+    clock = FakeClock()
+    config = small_config(str(tmp_path / "s"), timer_wheel_slots=1024, timer_roll_window_slots=30)
+    store = DefaultMessageStore(config, clock=clock)
+    store.load()
+    store.start()
+    try:
+        timer = store.timer
+        assert timer is not None
+        enqueue = timer.enqueue_service
+        wait_for(lambda: enqueue.waits > 0, 10.0, "the enqueue service never waited")
+        enqueue.idle_wait_ms = MINUTE_MS
+        enqueue.wakeup()  # ends the wait begun with the old length
+        wait_for(lambda: not enqueue._has_notified, 10.0, "the enqueue service never took the wake-up")
+        due = clock.now_ms() + 1_500
+        assert store.put_message(deliver_at(build_message("T", b"soon", 0), due)).ok
+        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, 10.0, "dispatch did not wake the enqueue")
+        clock.set_ms(due + config.timer_precision_ms)
+        wait_for(lambda: store.get_max_offset_in_queue("T", 0) == 1, 10.0, "the dequeue did not get the write time moved")
+        wait_for(lambda: store.timer_status()["delivered"] == 1, 10.0, "the delivery was never counted")
+    finally:
+        store.shutdown()
+
+
+def test_idle_timer_services_rest_while_the_wheel_is_empty(store: DefaultMessageStore) -> None:
+    """With no timer message, neither timer thread wakes at the precision (every 100 ms here) nor at 10 ms."""
+    timer = store.timer
+    assert timer is not None
+    services = (timer.enqueue_service, timer.dequeue_service)
+    wait_for(lambda: all(service.waits > 0 for service in services), 10.0, "the timer services never waited")
+    time.sleep(1.2)  # past the waits begun before the store ran
+    before = [service.waits for service in services]
+    time.sleep(1.0)
+    woke = [service.waits - b for service, b in zip(services, before, strict=True)]
+    assert max(woke) <= 3, f"idle timer services woke {woke} times in 1 s (the enqueue, the dequeue)"
