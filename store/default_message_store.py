@@ -254,6 +254,7 @@ class DefaultMessageStore:
             self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
         )
         self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
+        self.bulk_dispatch.listeners.append(self.schedule_service.on_dispatched)  # wakes it for a level's entries
         self.group_consumption = GroupConsumption(self)  # its revive service is registered at load
         # Timer messages (store/timer/timer_message_store.py): stopped first, being last in the list.
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None

@@ -47,6 +47,7 @@ REDRIVE_GROUP = "CID_TIDEMQ_SYS_DLQ_REDRIVE"
 # Dead letters moved per put (one state record with them); a pass moves at most BATCHES_PER_PASS per redrive.
 BATCH_MESSAGES = 32
 BATCHES_PER_PASS = 16
+REST_WAIT_MS = 1_000  # the wait while no redrive runs (a promoted slave's running rows are picked up within it)
 
 
 class RedriveState(enum.Enum):
@@ -166,7 +167,8 @@ class DlqRedriveService(ServiceThread):
 
     def run(self) -> None:
         while not self.is_stopped():
-            self.wait_for_running(self.interval_ms)
+            # While no redrive runs it rests (`start_redrive` wakes it): a wake-up costs the event loop's requests under load.
+            self.wait_for_running(self.interval_ms if self.table.running() else REST_WAIT_MS)
             try:
                 self.redrive_pass()
             except Exception:  # retried next pass from the recorded position: nothing is lost or doubled

@@ -26,6 +26,11 @@ Invariants:
   means the clock stepped back after the put (as RocketMQ's correctDeliverTimestamp, with a
   tolerance so that small skews delay rather than hasten a delivery): it is delivered now;
 - nothing is delivered on a slave, nor before the store runs.
+
+A level whose queue is walked to its end has nothing to wait for: it is scanned again when dispatch
+gives its queue entries (`on_dispatched` wakes the service) or after REST_SCAN_MS, a safety net; with
+every level so, the service sleeps that long instead of every `schedule_scan_interval_ms` (under load
+each wake-up of a thread costs the event loop's requests: docs/concurrency.md).
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ PUT_RETRY_DELAY_MS = 1_000  # wait before retrying a delivery the store refused 
 MAX_DELIVERIES_PER_SCAN = 1_000  # messages one level delivers per scan, so no level starves the others
 CLOCK_STEP_BACK_TOLERANCE_MS = 60_000  # a due time further ahead than its level plus this means the clock stepped back
 IDLE_WAIT_MS_MIN = 1  # shortest wait between two scans (a level due "now" is scanned at once)
+REST_SCAN_MS = 1_000  # a level with nothing waiting is scanned again after this (dispatch wakes it sooner)
 
 # Refusals that no retry can cure: the copy is skipped with an error line.
 _PERMANENT_REFUSALS = frozenset(
@@ -132,6 +138,9 @@ class ScheduleMessageService(ServiceThread):
         self.flush_interval_ms = cfg.flush_delay_offset_interval_ms
         self.offsets = DelayOffsetTable(cfg.config_dir())
         self._next_scan_ms = [0] * len(self.levels_ms)  # per level: clock time of its next scan
+        self._waiting = [False] * len(self.levels_ms)  # per level: an entry not due yet (or a spent budget) waits
+        self._arrived = [False] * len(self.levels_ms)  # per level: dispatch gave its queue entries since its scan
+        self.rest_scan_ms = REST_SCAN_MS
         self._verify_below: dict[int, int] = {}  # level -> queue end at load after a crash (see docstring)
         self._pass_lock = threading.Lock()  # one scan at a time (the thread, or a caller driving scans)
         self.delivered = 0
@@ -153,6 +162,7 @@ class ScheduleMessageService(ServiceThread):
         with self._pass_lock:
             self._verify_past_progress()
             self._next_scan_ms = [0] * len(self.levels_ms)
+        self.wakeup()
 
     def _verify_past_progress(self) -> None:
         for level in range(1, len(self.levels_ms) + 1):
@@ -196,17 +206,28 @@ class ScheduleMessageService(ServiceThread):
             if self.store.config.broker_role is BrokerRole.SLAVE:
                 return self.scan_interval_ms
             for index, level_ms in enumerate(self.levels_ms):
-                if now >= self._next_scan_ms[index]:
-                    self._next_scan_ms[index] = self._scan_level_locked(index + 1, level_ms, now)
+                if now >= self._next_scan_ms[index] or self._arrived[index]:
+                    self._arrived[index] = False  # before the scan: an arrival during it scans again
+                    due = self._scan_level_locked(index + 1, level_ms, now)
+                    self._waiting[index] = due is not None
+                    self._next_scan_ms[index] = due if due is not None else now + self.rest_scan_ms
             wait = min(self._next_scan_ms) - self.clock.now_ms()
-            return max(IDLE_WAIT_MS_MIN, min(wait, self.scan_interval_ms))
+            cap = self.scan_interval_ms if any(self._waiting) else self.rest_scan_ms
+            return max(IDLE_WAIT_MS_MIN, min(wait, cap))
 
-    def _scan_level_locked(self, level: int, level_ms: int, now: int) -> int:
-        """Deliver the due messages of one level; returns the clock time of its next scan. The caller
-        holds `_pass_lock`: a level's progress is moved by one scan at a time."""
+    def on_dispatched(self, topic: str, queue_id: int, _after: int, _codes: tuple[int, ...] | None) -> None:
+        """Dispatch's arrival notice (under the dispatch lock): entries of a level's queue get it scanned now."""
+        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._arrived):
+            self._arrived[queue_id] = True
+            self.wakeup()
+
+    def _scan_level_locked(self, level: int, level_ms: int, now: int) -> int | None:
+        """Deliver the due messages of one level; returns the clock time of its next scan, None when its
+        queue is walked to its end (nothing waits). The caller holds `_pass_lock`: a level's progress is
+        moved by one scan at a time."""
         cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
         if cq is None:
-            return now + self.scan_interval_ms
+            return None
         offset = self.offsets.get(level)
         min_offset = cq.get_min_offset_in_queue()
         if offset < min_offset:
@@ -223,7 +244,9 @@ class ScheduleMessageService(ServiceThread):
             finally:
                 res.release()
         self.offsets.set(level, offset)
-        return stop_at if stop_at is not None else now + self.scan_interval_ms
+        if stop_at is None and offset < cq.get_max_offset_in_queue():
+            return now + self.scan_interval_ms  # an unreadable entry ended the walk: looked at again soon
+        return stop_at
 
     def _walk_entries(
         self, level: int, level_ms: int, view: memoryview, size: int, offset: int, now: int, budget: int

@@ -1,5 +1,6 @@
 """Background services that have nothing to do do not poll: the dispatch thread rests once it has caught up,
-the timer's enqueue service sleeps until dispatch or the dequeue wakes it, and whatever needs them wakes them.
+the timer's enqueue and dequeue and the delay scan sleep until dispatch (or each other) wakes them, and whatever
+needs them wakes them.
 
 Each wake-up of an idle thread costs the event loop's requests under load (docs/concurrency.md, "Background
 threads under load"). The wakes are counted (ServiceThread.waits); the waits that would hide a missing
@@ -96,3 +97,28 @@ def test_idle_timer_services_rest_while_the_wheel_is_empty(store: DefaultMessage
     time.sleep(1.0)
     woke = [service.waits - b for service, b in zip(services, before, strict=True)]
     assert max(woke) <= 3, f"idle timer services woke {woke} times in 1 s (the enqueue, the dequeue)"
+
+
+def test_an_idle_delay_scan_rests_and_a_delayed_put_wakes_it(tmp_path) -> None:
+    """With no delayed message the scan wakes about once a second, not every schedule_scan_interval_ms (100 ms);
+    with its rest a minute long, a delayed message is still delivered when due: dispatch woke the scan."""
+    clock = FakeClock()
+    store = DefaultMessageStore(small_config(str(tmp_path / "s")), clock=clock)
+    store.load()
+    store.start()
+    try:
+        service = store.schedule_service
+        wait_for(lambda: service.waits > 0, 10.0, "the delay scan never waited")
+        time.sleep(1.2)  # past the waits begun before the store ran
+        before = service.waits
+        time.sleep(1.0)
+        assert service.waits - before <= 3, f"an idle delay scan woke {service.waits - before} times in 1 s"
+        service.rest_scan_ms = MINUTE_MS
+        clock.advance_ms(1_001)  # every level due: each is scanned and rests a minute now
+        service.wakeup()
+        wait_for(lambda: not service._has_notified, 10.0, "the delay scan never took the wake-up")
+        assert store.put_message(build_message("D", b"later", 0, delay_level=1)).ok  # level 1: 1 s
+        clock.set_ms(int(time.time() * 1000) + 2_000)  # past the due time (the store time is the wall clock's, plus 1 s)
+        wait_for(lambda: store.get_max_offset_in_queue("D", 0) == 1, 10.0, "the delayed message waited for the rest to end")
+    finally:
+        store.shutdown()
