@@ -61,7 +61,9 @@ from core import SYSTEM_CLOCK, Clock
 from core.service_thread import ServiceThread
 from store import _kernels, native
 from store.codec.message import (
+    SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
+    TIMER_TOPIC,
     MessageInner,
     topic_problem,
 )
@@ -254,13 +256,13 @@ class DefaultMessageStore:
             self, self.clock, self.disk_usage_probe, self.clean_consume_queue_service.wakeup
         )
         self.extra_services += [self.schedule_service, self.clean_commit_log_service, self.clean_consume_queue_service]
-        self.bulk_dispatch.listeners.append(self.schedule_service.on_dispatched)  # wakes it for a level's entries
+        self.bulk_dispatch.topic_wakers[SCHEDULE_TOPIC] = self.schedule_service.on_entries  # a level's entries wake it
         self.group_consumption = GroupConsumption(self)  # its revive service is registered at load
         # Timer messages (store/timer/timer_message_store.py): stopped first, being last in the list.
         self.timer: TimerMessageStore | None = TimerMessageStore(self) if config.timer_wheel_enable else None
         if self.timer is not None:
             self.extra_services += self.timer.services()
-            self.bulk_dispatch.listeners.append(self.timer.on_dispatched)  # wakes its enqueue service
+            self.bulk_dispatch.topic_wakers[TIMER_TOPIC] = self.timer.on_entries  # its entries wake the enqueue service
         # Its check service is registered at load (store/transaction/transaction_store.py).
         self.transactions: Transactions = Transactions(self)
         self.transaction_check_service = TransactionCheckService(self, self.transactions)

@@ -28,7 +28,7 @@ Invariants:
 - nothing is delivered on a slave, nor before the store runs.
 
 A level whose queue is walked to its end has nothing to wait for: it is scanned again when dispatch
-gives its queue entries (`on_dispatched` wakes the service) or after REST_SCAN_MS, a safety net; with
+gives its queue entries (`on_entries` wakes the service) or after REST_SCAN_MS, a safety net; with
 every level so, the service sleeps that long instead of every `schedule_scan_interval_ms` (under load
 each wake-up of a thread costs the event loop's requests: docs/concurrency.md).
 """
@@ -215,9 +215,9 @@ class ScheduleMessageService(ServiceThread):
             cap = self.scan_interval_ms if any(self._waiting) else self.rest_scan_ms
             return max(IDLE_WAIT_MS_MIN, min(wait, cap))
 
-    def on_dispatched(self, topic: str, queue_id: int, _after: int, _codes: tuple[int, ...] | None) -> None:
-        """Dispatch's arrival notice (under the dispatch lock): entries of a level's queue get it scanned now."""
-        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._arrived):
+    def on_entries(self, queue_id: int) -> None:
+        """Dispatch gave a level's queue entries (under the dispatch lock): the level is scanned now."""
+        if 0 <= queue_id < len(self._arrived):
             self._arrived[queue_id] = True
             self.wakeup()
 

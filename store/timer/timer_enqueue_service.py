@@ -3,7 +3,7 @@
 Walks `rmq_sys_wheel_timer` queue 0 from the timer's queue offset and, per entry, reads the
 message's TIMER_OUT_MS and writes its timer log unit (TimerMessageStore.enqueue). This runs off
 the put path, as in RocketMQ: a timer put costs what a normal put costs. Dispatch wakes it when
-the timer topic's queue gets entries (TimerMessageStore.on_dispatched: a notice per chunk that holds
+the timer topic's queue gets entries (TimerMessageStore.on_entries: a notice per chunk that holds
 timer messages, none for other puts), and the dequeue wakes it when a due slot waits for the write
 time; otherwise it looks every ENQUEUE_IDLE_WAIT_MS, a safety net. RocketMQ polls every 100 x
 precision / 1000 ms instead; here a polling thread's every wake-up costs the event loop's requests

@@ -265,10 +265,9 @@ class TimerMessageStore:
         finally:
             res.release()
 
-    def on_dispatched(self, topic: str, _queue_id: int, _after: int, _codes: tuple[int, ...] | None) -> None:
-        """Dispatch's arrival notice (run under the dispatch lock): timer messages wake the enqueue service."""
-        if topic == TIMER_TOPIC:
-            self.enqueue_service.wakeup()
+    def on_entries(self, _queue_id: int) -> None:
+        """Dispatch gave the timer topic's queue entries (run under the dispatch lock): they wake the enqueue service."""
+        self.enqueue_service.wakeup()
 
     def advance_write_time(self, time_ms: int) -> None:
         """The enqueue has every timer message stored before `time_ms` (TimerEnqueueService)."""
