@@ -139,7 +139,7 @@ class MessageStoreConfig:
     os_page_cache_busy_timeout_ms: int = setting(1_000, 1, 600_000)
     # Delay levels of SCHEDULE_TOPIC_XXXX.
     message_delay_level: str = setting(DEFAULT_DELAY_LEVELS)
-    # Period of the delay scan per level.
+    # Period of the delay scan of a level with an entry not due yet (a level read to its end rests until dispatch wakes it).
     schedule_scan_interval_ms: int = setting(100, 1, 60_000)
     # Period at which delay progress is persisted.
     flush_delay_offset_interval_ms: int = setting(10_000, 1, 3_600_000)
@@ -189,7 +189,7 @@ class MessageStoreConfig:
     pop_revive_queue_num: int = setting(8, 1, 256)
     # Group consumption: how long past a message's invisible time acks are still collected before it is redelivered.
     pop_ack_margin_ms: int = setting(1_000, 0, 60_000)
-    # Group consumption: period of the revive service's pass over the revive queues.
+    # Group consumption: period of the revive service's pass while it holds checkpoints (idle, it rests until dispatch wakes it).
     pop_revive_interval_ms: int = setting(100, 10, 60_000)
     # Group consumption: checkpoints the revive service holds at most; past it, reading the revive queue waits.
     pop_revive_max_pending: int = setting(100_000, 1, 10_000_000)

@@ -320,6 +320,9 @@ class DefaultMessageStore:
                 self.now_ms, timer_read_ms, self.commit_log.get_max_offset, lambda: self.reput_service.reput_from_offset
             )
             self.extra_services += self.group_consumption.load(horizon)
+            revive = self.group_consumption.revive_service
+            assert revive is not None
+            self.bulk_dispatch.topic_wakers[revive.topic] = revive.on_entries  # checkpoints and acks come due there
             self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
             self.extra_services.append(self.transaction_check_service)
         except BaseException:

@@ -21,6 +21,10 @@ recovered with the log): the lowest revive-queue offset of a checkpoint it still
 checkpoint's redeliveries and the offset past it are one put, so after a crash or a failover no
 checkpoint is revived twice; the service reads again from the offset, the checkpoints and their
 acks together, so an acked message is never revived.
+
+Resting: a pass that holds no checkpoint and read every revive queue to its end leaves the service waiting
+REST_WAIT_MS instead of `pop_revive_interval_ms`; dispatch of the revive topic (its checkpoints and acks coming
+due) wakes it (`on_entries`), and nothing else can give it work.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from store.status import GetMessageStatus
 
 log = logging.getLogger("tidemq.store")
 
+# The wait while no checkpoint is held and every revive queue is read to its end: dispatch of the revive topic
+# wakes the service sooner (`on_entries`); a wake-up under load costs the event loop's requests (docs/concurrency.md).
+REST_WAIT_MS = 1_000
 # Revive-queue messages read per get; a pass reads at most READS_PER_PASS of those per queue.
 READ_BATCH = 32
 READS_PER_PASS = 64
@@ -60,6 +67,7 @@ class ReviveQueue:
     read_offset: int
     committed: int
     pending: dict[MergeKey, Pending] = field(default_factory=dict)
+    read_to_end: bool = False  # the last read reached the queue's end (not a bound of the pass)
 
 
 @dataclass(slots=True)
@@ -87,10 +95,13 @@ class PopReviveService(ServiceThread):
         self.is_slave = False  # set by the store: a slave replicates its master's redeliveries and puts none
         self._horizon_ms = 0  # the last horizon observed
         self._queues: dict[int, ReviveQueue] = {}
+        self.rest_wait_ms = REST_WAIT_MS
+        self._resting = False  # the last pass held no checkpoint and read every queue to its end
+        self._notices = 0  # dispatch's notices of revive queue entries (`on_entries`)
 
     def run(self) -> None:
         while not self.is_stopped():
-            self.wait_for_running(self.interval_ms)
+            self.wait_for_running(self.rest_wait_ms if self._resting else self.interval_ms)
             try:
                 self.revive_pass()
             except Exception:  # retried next pass; nothing is lost, records are re-read from the committed offset
@@ -100,6 +111,17 @@ class PopReviveService(ServiceThread):
         """A slave becomes master: read every revive queue again from the replicated offsets."""
         self._queues = {}
         self._horizon_ms = 0
+        self._resting = False
+        self.wakeup()
+
+    def on_entries(self, _queue_id: int) -> None:
+        """Dispatch gave a revive queue entries (under the dispatch lock): a resting service reads them now.
+        The count moves before `_resting` is read, and a pass sets `_resting` before it reads the count: a
+        notice either is seen by the pass or sees it resting."""
+        self._notices += 1
+        if self._resting:
+            self._resting = False
+            self.wakeup()
 
     def revive_pass(self) -> int:
         """One pass over every revive queue; returns the messages re-put (none on a slave: its master revives)."""
@@ -109,6 +131,8 @@ class PopReviveService(ServiceThread):
         if horizon is not None:
             self._horizon_ms = max(self._horizon_ms, horizon)
         moved = 0
+        idle = True
+        notices = self._notices
         for queue_id in range(self.consumer.settings.revive_queues):
             state = self._queues.get(queue_id)
             if state is None:
@@ -117,12 +141,17 @@ class PopReviveService(ServiceThread):
             self._read(queue_id, state)
             moved += self._revive_due(queue_id, state)
             self._commit(queue_id, state)
+            idle = idle and state.read_to_end and not state.pending
+        self._resting = idle  # then only new entries (on_entries wakes it) can give it work
+        if idle and self._notices != notices:
+            self._resting = False  # entries came during the pass, maybe after its read
         return moved
 
     def in_memory(self) -> int:
         return sum(len(q.pending) for q in self._queues.values())
 
     def _read(self, queue_id: int, state: ReviveQueue) -> None:
+        state.read_to_end = False
         for _ in range(READS_PER_PASS):
             if len(state.pending) >= self.max_pending:
                 return  # bounded: the rest is read once these are revived
@@ -131,6 +160,7 @@ class PopReviveService(ServiceThread):
                 if result.next_begin_offset > state.read_offset:
                     state.read_offset = result.next_begin_offset  # removed by retention: nothing to match there
                     continue
+                state.read_to_end = True
                 return
             for offset, (pos, size) in zip(result.queue_offsets, result.positions(), strict=True):
                 self._apply(state, offset, memoryview(result.data)[pos : pos + size])

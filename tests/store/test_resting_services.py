@@ -122,3 +122,31 @@ def test_an_idle_delay_scan_rests_and_a_delayed_put_wakes_it(tmp_path) -> None:
         wait_for(lambda: store.get_max_offset_in_queue("D", 0) == 1, 10.0, "the delayed message waited for the rest to end")
     finally:
         store.shutdown()
+
+
+def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path) -> None:
+    """With nothing held the revive service wakes about once a second, not every pop_revive_interval_ms (10 ms
+    here); with its rest a minute long, an unacked message still comes back: the checkpoint's arrival woke it."""
+    config = small_config(str(tmp_path / "s"), pop_ack_margin_ms=50, pop_revive_interval_ms=10, pop_revive_queue_num=1)
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    try:
+        revive = store.group_consumption.revive_service
+        assert revive is not None
+        wait_for(lambda: revive.waits > 0, 10.0, "the revive service never waited")
+        time.sleep(1.2)
+        before = revive.waits
+        time.sleep(1.0)
+        assert revive.waits - before <= 3, f"an idle revive service woke {revive.waits - before} times in 1 s"
+        revive.rest_wait_ms = MINUTE_MS
+        revive.wakeup()
+        wait_for(lambda: not revive._has_notified, 10.0, "the revive service never took the wake-up")
+        store.create_or_update_topic("P", 1)
+        assert store.put_message(build_message("P", b"unacked", 0)).ok
+        (first,) = store.group_consumption.receive("g", "P", 1, 300)
+        again: list = []
+        wait_for(lambda: again.extend(store.group_consumption.receive("g", "P", 1, 300)) or bool(again), 15.0, "never revived")
+        assert again[0].reconsume_times == 1 and again[0].queue_offset >= 0
+    finally:
+        store.shutdown()
