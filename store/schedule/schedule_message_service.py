@@ -212,14 +212,21 @@ class ScheduleMessageService(ServiceThread):
                     self._waiting[index] = due is not None
                     self._next_scan_ms[index] = due if due is not None else now + self.rest_scan_ms
             wait = min(self._next_scan_ms) - self.clock.now_ms()
+            if any(arrived and not waiting for arrived, waiting in zip(self._arrived, self._waiting, strict=True)):
+                wait = 0  # entries came to a level walked to its end during the scan, unwoken (on_entries)
             cap = self.scan_interval_ms if any(self._waiting) else self.rest_scan_ms
             return max(IDLE_WAIT_MS_MIN, min(wait, cap))
 
     def on_entries(self, queue_id: int) -> None:
-        """Dispatch gave a level's queue entries (under the dispatch lock): the level is scanned now."""
+        """Dispatch gave a level's queue entries (under the dispatch lock): a level walked to its end is
+        scanned now. A level that waits for an entry to come due is not: a later entry of one level is due
+        later, so its scan at that time reaches it, and a stream of delayed puts does not wake the
+        service once a put. `_arrived` is set before `_waiting` is read, and a scan sets `_waiting` before
+        it reads `_arrived`: an arrival either wakes it or is seen by the scan."""
         if 0 <= queue_id < len(self._arrived):
             self._arrived[queue_id] = True
-            self.wakeup()
+            if not self._waiting[queue_id]:
+                self.wakeup()
 
     def _scan_level_locked(self, level: int, level_ms: int, now: int) -> int | None:
         """Deliver the due messages of one level; returns the clock time of its next scan, None when its

@@ -2,12 +2,13 @@
 
 Walks `rmq_sys_wheel_timer` queue 0 from the timer's queue offset and, per entry, reads the
 message's TIMER_OUT_MS and writes its timer log unit (TimerMessageStore.enqueue). This runs off
-the put path, as in RocketMQ: a timer put costs what a normal put costs. Dispatch wakes it when
-the timer topic's queue gets entries (TimerMessageStore.on_entries: a notice per chunk that holds
-timer messages, none for other puts), and the dequeue wakes it when a due slot waits for the write
-time; otherwise it looks every ENQUEUE_IDLE_WAIT_MS, a safety net. RocketMQ polls every 100 x
-precision / 1000 ms instead; here a polling thread's every wake-up costs the event loop's requests
-under load (docs/concurrency.md, "Background threads under load"). A pass that moved the write time
+the put path, as in RocketMQ: a timer put costs what a normal put costs. While entries keep coming
+it looks every ENQUEUE_BUSY_WAIT_MS, as RocketMQ polls (100 x precision / 1000 ms); once a pass
+finds nothing it rests, and dispatch wakes it when the timer topic's queue gets entries
+(TimerMessageStore.on_entries: a notice per chunk that holds timer messages, none for other puts),
+as does the dequeue when a due slot waits for the write time; ENQUEUE_IDLE_WAIT_MS is the safety
+net. A wake-up per entry would cost the event loop's requests under load, as a polling idle thread
+does (docs/concurrency.md, "Background threads under load"). A pass that moved the write time
 wakes the dequeue. It runs on a slave too (RocketMQ 5's slaves build their timer log the same way),
 so a slave that becomes master already holds the wheel of every pending timer message.
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidemq.store")
 
 ENQUEUE_IDLE_WAIT_MS = 1_000  # sleep with nothing to enqueue (woken by dispatch and the dequeue)
+ENQUEUE_BUSY_WAIT_MS = 10  # between passes while entries keep coming (RocketMQ: 100 x precision / 1000 ms)
 ENQUEUE_START_WAIT_MS = 10  # how often it looks whether the store runs yet, at start
 ENQUEUE_RETRY_WAIT_MS = 500  # wait after the timer log could not grow
 MAX_ENQUEUES_PER_PASS = 4_096  # entries one pass enqueues, so the checkpoint and shutdown are not held up
@@ -41,21 +43,43 @@ class TimerEnqueueService(ServiceThread):
         super().__init__("TimerEnqueueService")
         self.timer = timer
         self.idle_wait_ms = ENQUEUE_IDLE_WAIT_MS
+        self.resting = False  # waiting for entries: dispatch wakes it (`on_entries`)
+        self._notices = 0  # dispatch's notices of timer topic entries
         self._observed: tuple[int, int] | None = None  # (start, log end) of a pass whose end dispatch had not reached
 
     def run(self) -> None:
         store = self.timer.store
         self.wait_until(store.is_running, ENQUEUE_START_WAIT_MS)
         while not self.is_stopped():
+            notices = self._notices  # before the pass reads the queue's end: a later entry moves it
             try:
                 done = self.enqueue_pass()
             except Exception:
                 log.exception("timer enqueue pass failed")
                 done = -1
-            if done == 0:
-                self.wait_for_running(self.idle_wait_ms)
-            elif done < 0:
+            if done < 0:
                 self.wait_for_running(ENQUEUE_RETRY_WAIT_MS)
+            elif 0 < done < MAX_ENQUEUES_PER_PASS:
+                self.wait_for_running(ENQUEUE_BUSY_WAIT_MS)  # entries keep coming: look again soon, not woken per entry
+            elif done == 0:
+                self._rest(notices)
+
+    def _rest(self, notices: int) -> None:
+        """Nothing was left to enqueue: wait until dispatch gives the timer topic entries (`on_entries`
+        wakes a resting service) or the dequeue needs the write time. `notices` was read before the pass:
+        an entry the pass did not see has moved it since, so the service does not rest on it."""
+        self.resting = True
+        if self._notices == notices:
+            self.wait_for_running(self.idle_wait_ms)
+        self.resting = False
+
+    def on_entries(self) -> None:
+        """Dispatch gave the timer topic's queue entries (under the dispatch lock). Only a resting service is
+        woken: a busy one takes them at its next pass, ENQUEUE_BUSY_WAIT_MS on, so a stream of timer puts
+        (a group's checkpoints and acks) wakes it about a hundred times a second, not once a put."""
+        self._notices += 1
+        if self.resting:
+            self.wakeup()
 
     def enqueue_pass(self) -> int:
         """Enqueue what the timer topic's queue holds past the timer's offset; entries handled, -1 to back off.

@@ -266,8 +266,8 @@ class TimerMessageStore:
             res.release()
 
     def on_entries(self, _queue_id: int) -> None:
-        """Dispatch gave the timer topic's queue entries (run under the dispatch lock): they wake the enqueue service."""
-        self.enqueue_service.wakeup()
+        """Dispatch gave the timer topic's queue entries (run under the dispatch lock): the enqueue service takes them."""
+        self.enqueue_service.on_entries()
 
     def advance_write_time(self, time_ms: int) -> None:
         """The enqueue has every timer message stored before `time_ms` (TimerEnqueueService)."""

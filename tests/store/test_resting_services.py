@@ -150,3 +150,42 @@ def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path) -> 
         assert again[0].reconsume_times == 1 and again[0].queue_offset >= 0
     finally:
         store.shutdown()
+
+
+def paced_puts(store: DefaultMessageStore, make: object, n: int) -> None:
+    """`n` puts about a millisecond apart, as a stream of requests puts them."""
+    for i in range(n):
+        assert store.put_message(make(i)).ok  # type: ignore[operator]
+        time.sleep(0.001)
+
+
+def test_a_stream_of_timer_puts_wakes_the_enqueue_at_its_pace_not_once_a_put(store: DefaultMessageStore) -> None:
+    """A group's checkpoints and acks are timer messages, one or two a receive: dispatch wakes only a resting
+    enqueue, so under a stream it looks every ENQUEUE_BUSY_WAIT_MS (10 ms) and takes what came meanwhile.
+    Every message still reaches the wheel."""
+    timer = store.timer
+    assert timer is not None
+    enqueue = timer.enqueue_service
+    due = int(time.time() * 1000) + 60_000
+    assert store.put_message(deliver_at(build_message("T", b"first", 0), due)).ok
+    wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, 10.0, "the first timer message never reached the wheel")
+    n = 400
+    before = enqueue.waits
+    paced_puts(store, lambda i: deliver_at(build_message("T", f"t{i}".encode(), 0), due), n)
+    woke = enqueue.waits - before
+    wait_for(lambda: store.timer_status()["pending_in_wheel"] == n + 1, 10.0, "the stream's messages never reached the wheel")
+    assert woke <= n // 3, f"the enqueue woke {woke} times for {n} timer puts"
+
+
+def test_a_stream_of_delayed_puts_to_a_waiting_level_does_not_wake_the_scan_once_a_put(store: DefaultMessageStore) -> None:
+    """A level whose first entry is not due yet is scanned when it is: a later entry of the level is due later.
+    Puts to it do not wake the scan; the level's messages are still delivered in order when due."""
+    service = store.schedule_service
+    assert store.put_message(build_message("D", b"first", 0, delay_level=2)).ok  # level 2: 5 s
+    wait_for(lambda: service._waiting[1], 10.0, "the level never waited for its first entry")
+    n = 300
+    before = service.waits
+    paced_puts(store, lambda i: build_message("D", f"d{i}".encode(), 0, delay_level=2), n)
+    woke = service.waits - before
+    assert woke <= n // 10, f"the delay scan woke {woke} times for {n} delayed puts to a waiting level"
+    wait_for(lambda: store.get_max_offset_in_queue("D", 0) == n + 1, 20.0, "the level's messages were never delivered")
