@@ -44,6 +44,7 @@ from ha import HANode, HASettings, HAStartFailed, start_node, stop_node
 from store import BrokerRole, MessageStore
 
 log = logging.getLogger("tidemq.cluster")
+START_RETRY_PAUSE_S = 0.5  # between two reads of the cluster at start while etcd does not answer
 NO_MASTER_DETAIL = "this master's election lease may have expired; it accepts no writes until its group has a master"
 # httpx logs every request at INFO: several etcd requests a second would drown the broker's own lines.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -95,8 +96,18 @@ class ClusterNode(ServiceThread):
     # Start and stop ----------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Before the store loads: read the cluster, cut a deposed master's tail; EtcdError when etcd does not answer."""
-        self.view = self._read_view()
+        """Before the store loads: read the cluster, cut a deposed master's tail; EtcdError when etcd does not answer
+        within `etcd_start_wait_ms` (a loaded machine's etcd can miss one request's timeout and answer the next)."""
+        deadline = time.monotonic() + self.settings.etcd_start_wait_ms / 1000
+        while True:
+            try:
+                self.view = self._read_view()
+                break
+            except EtcdError as e:
+                if time.monotonic() + START_RETRY_PAUSE_S >= deadline:
+                    raise
+                log.warning("the cluster's etcd did not answer (%s); asking again (etcd_start_wait_ms)", e)
+                time.sleep(START_RETRY_PAUSE_S)
         group = self.view.group(self.group_name)
         cut = truncation_offset(self.epochs.last(), group.epochs)
         if cut is not None:

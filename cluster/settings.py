@@ -41,6 +41,8 @@ class ClusterSettings:
     advertised_ha_address: str = setting("")
     # Longest wait for one etcd request before the next endpoint is tried.
     etcd_request_timeout_ms: int = setting(1_000, 50, 60_000)
+    # How long a starting broker keeps asking etcd for the cluster before it refuses to start (exit 3); 0: asks once.
+    etcd_start_wait_ms: int = setting(5_000, 0, 600_000)
     # How often a broker refreshes its registration record and reads the cluster's records and leaders.
     refresh_interval_ms: int = setting(200, 20, 60_000)
     # SYNC groups: brokers of the in-sync set, the master included, a master needs to accept writes (else 503 NOT_ENOUGH_REPLICAS).
