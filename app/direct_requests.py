@@ -54,10 +54,27 @@ log = logging.getLogger("tidemq.app")
 HOT_URL_PREFIXES = (b"/v1/topics/", b"/v1/groups/")
 
 
+class _NoReader:
+    """A DirectExchange's `message_event`: uvicorn's `connection_lost` sets a cycle's event to wake the task reading
+    its body, and nothing reads a direct exchange's body but the protocol itself."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        """Nothing to wake."""
+
+
+_NO_READER = _NoReader()
+
+
 class DirectExchange:
     """One request served by the protocol: the fields uvicorn's protocol reads of its cycle
     (`response_complete`, `disconnected`, `keep_alive`, `more_body`, `message_event.set()`),
-    the handler, and the body's pieces read so far."""
+    the handler, and the body's pieces read so far.
+
+    It refers to nothing that refers back to it (its event is the shared `_NO_READER`), so it and its scope are
+    freed when the request ends, not left to the cyclic collector: a reference cycle per request made a collection
+    every few dozen requests, and their pauses were a held pull's slowest deliveries."""
 
     __slots__ = ("scope", "handler", "keep_alive", "start_ns", "chunks", "more_body", "response_complete", "disconnected", "message_event")
 
@@ -70,10 +87,7 @@ class DirectExchange:
         self.more_body = True  # until the parser reports the message complete
         self.response_complete = False
         self.disconnected = False  # set by uvicorn's connection_lost
-        self.message_event = self  # uvicorn's connection_lost wakes a cycle's reader: `set` below
-
-    def set(self) -> None:
-        """Nothing waits for this exchange's body: the protocol serves it when it is complete."""
+        self.message_event = _NO_READER  # uvicorn's connection_lost wakes a cycle's reader
 
     def body(self) -> bytes:
         chunks = self.chunks
