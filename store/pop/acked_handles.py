@@ -17,6 +17,11 @@ Why a bounded table in memory, and what it answers past its bound:
 
 Invariant: `len(entries) <= max_entries`; every entry has one heap item with its expiry time (stale
 heap items, left when an entry is released or replaced, are skipped as they surface).
+
+An entry holds its state as an index into `_STATES`, not the enum member, so that an entry, its key and its heap
+item are made of strings and numbers only: the cyclic collector stops tracking such tuples at its first look, and
+a table of a minute of acks (tens of thousands of entries) then never grows the older generations into a full
+collection under load.
 """
 
 from __future__ import annotations
@@ -34,11 +39,15 @@ class HandleState(enum.Enum):
     SUPERSEDED = "SUPERSEDED"  # a change of the invisible time gave the message a new handle
 
 
+# A recorded state's index in an entry (see the module's docstring).
+_STATES = (HandleState.ACKED, HandleState.SUPERSEDED)
+
+
 class AckedHandles:
     def __init__(self, max_entries: int) -> None:
         assert max_entries > 0
         self.max_entries = max_entries
-        self._entries: dict[HandleKey, tuple[HandleState, int]] = {}
+        self._entries: dict[HandleKey, tuple[int, int]] = {}  # key -> (index in _STATES, until ms)
         self._expiry: list[tuple[int, HandleKey]] = []
         self._lock = threading.Lock()  # a leaf: nothing else is taken while it is held, no I/O under it
         self.forgotten = 0  # entries dropped before their handle expired, to stay within max_entries
@@ -50,10 +59,10 @@ class AckedHandles:
             self._expire_locked(now)
             held = self._entries.get(key)
             if held is not None:
-                return held[0]
+                return _STATES[held[0]]
             while len(self._entries) >= self.max_entries:
                 self._drop_first_locked()
-            self._entries[key] = (state, until_ms)
+            self._entries[key] = (_STATES.index(state), until_ms)
             heapq.heappush(self._expiry, (until_ms, key))
             return None
 

@@ -6,6 +6,7 @@ Real store on real files, as tests/store/test_pop_consumer.py; invisible times o
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -138,3 +139,19 @@ def test_the_table_drops_entries_once_their_handles_expired() -> None:
     assert table.forgotten == 0
     table.release(key)
     assert table.claim(key, HandleState.ACKED, 3_000, now=2_500) is None  # released: usable again
+
+
+def test_a_full_table_leaves_the_cyclic_collector_nothing_to_track() -> None:
+    # A minute of acks is tens of thousands of entries: had they stayed tracked, each would count towards the
+    # collector's older generations and bring full collections (milliseconds each) under an acking load.
+    table = AckedHandles(20_000)
+    gc.collect()
+    before = len(gc.get_objects())
+    for offset in range(20_000):
+        state = HandleState.ACKED if offset % 2 else HandleState.SUPERSEDED
+        assert table.claim(("g", "t", False, 0, offset, 1_000, 30_000), state, 60_000 + offset, now=1_000) is None
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert grown < 100, f"{grown} objects of the table stayed tracked by the cyclic collector"
+    assert table.claim(("g", "t", False, 0, 7, 1_000, 30_000), HandleState.ACKED, 70_000, now=2_000) is HandleState.ACKED
+    assert table.claim(("g", "t", False, 0, 8, 1_000, 30_000), HandleState.ACKED, 70_000, now=2_000) is HandleState.SUPERSEDED
