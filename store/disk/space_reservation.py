@@ -88,10 +88,14 @@ class SpaceReservation:
         step = max(MIN_STEP_BYTES, min(self.ahead_bytes, reserved_to - base))
         return min(file_size, page_up(end + step))
 
-    def reserve(self, fd: int, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False) -> int:
+    def reserve(
+        self, fd: int, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False, quiet: bool = False
+    ) -> int:
         """Reserve [reserved_to, target) of the open file `fd` so that [0, end) is backed; returns the new
         reserved end. A step that does not fit is reported, then shrinks to `end` unless `strict`;
-        OSError when even that fails (or at once when `strict`)."""
+        OSError when even that fails (or at once when `strict`). `quiet`: a reservation made ahead of any
+        write (to prefault what follows it), which on a full disk raises at once, unreported: the write
+        that needs the bytes reserves them itself, and reports."""
         target = self.target(file_size, reserved_to, end, base)
         if self.unsupported or target <= reserved_to:
             return max(reserved_to, target) if not self.unsupported else file_size
@@ -103,7 +107,7 @@ class SpaceReservation:
             if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 self._unsupported(path, exc)
                 return file_size
-            if not is_no_space(exc):
+            if not is_no_space(exc) or quiet:
                 raise
             if strict:
                 self.short(path)
@@ -116,11 +120,13 @@ class SpaceReservation:
             finally:
                 self.short(path)
 
-    def reserve_path(self, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False) -> int:
+    def reserve_path(
+        self, path: str, reserved_to: int, end: int, file_size: int, base: int = 0, strict: bool = False, quiet: bool = False
+    ) -> int:
         """`reserve` through a descriptor opened for the call (mapped files keep none)."""
         fd = os.open(path, os.O_RDWR)
         try:
-            return self.reserve(fd, path, reserved_to, end, file_size, base, strict)
+            return self.reserve(fd, path, reserved_to, end, file_size, base, strict, quiet)
         finally:
             os.close(fd)
 

@@ -7,8 +7,9 @@ A failed creation (a full disk: the file's space could not be reserved) is logge
 raised to the writer waiting for it as the OSError it was; a failed pre-order is logged
 and forgotten, so the writer's own request for that file later tries again.
 
-With `prefault`, every file it created ahead of need (a pre-order) has its reserved pages faulted
-in for writing afterwards, and so has each further step a writer reserves (`prefault_reserved`), PREFAULT_CHUNK_BYTES at a time with the GIL
+With `prefault`, every file it created ahead of need (a pre-order) has its first PREFAULT_LEAD_BYTES reserved
+(quietly: no room leaves that to its writer, which reports it) and faulted in for writing afterwards, and so has
+each further step a writer reserves (`prefault_reserved`), PREFAULT_CHUNK_BYTES at a time with the GIL
 released (store.native.prefault), so a put's first write to a page does not fault. A pending
 request is always served before the next chunk, so no writer waits for a prefault; a file handed
 out meanwhile is still prefaulted ahead of its writer (no byte changes, so both may run at once).
@@ -42,6 +43,10 @@ MAX_PENDING_JOBS = 4_096
 # Bytes prefaulted per step: small enough that a request waits at most one step, large enough that
 # the per-call cost does not matter.
 PREFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+# Bytes of a file made ahead of need reserved (quietly) and prefaulted from its start: its writer's own steps
+# start small and each is prefaulted only from where the writer already writes, so without this lead the writer
+# faulted most pages of a new file's first megabytes itself (the commitlog's hottest faults).
+PREFAULT_LEAD_BYTES = 8 * 1024 * 1024
 
 
 class AllocateRequest:
@@ -72,8 +77,9 @@ class AllocateMappedFileService(ServiceThread):
         self.warm_up = warm_up
         self.transient_store_pool = transient_store_pool
         self.prefault = prefault
-        # Files whose pages are still to be faulted in, and where the next chunk starts (service thread only).
-        self._to_prefault: collections.deque[tuple[MappedFile, int]] = collections.deque()
+        # Ranges of reserved bytes still to be faulted in, (file, from, to), each once: a file's later steps are
+        # ranges of their own (one that ran on to the file's latest reservation faulted those steps again).
+        self._to_prefault: collections.deque[tuple[MappedFile, int, int]] = collections.deque()
         self.prefaulted_bytes = 0
         self.ready_on_request = 0  # files a writer asked for that were already made (ordered ahead)
         self._requests: dict[str, AllocateRequest] = {}
@@ -188,8 +194,10 @@ class AllocateMappedFileService(ServiceThread):
             # Only a file ordered ahead: one a writer waits for is written at once, and prefaulting it
             # beside the writer costs the writer more than its faults. A pooled file is written in its
             # pool buffer (already touched), a warmed one was touched.
-            if self.prefault and not request.awaited and not self.warm_up and request.mapped_file.write_buffer is None:
-                self._to_prefault.append((request.mapped_file, 0))
+            mf = request.mapped_file
+            if self.prefault and not request.awaited and not self.warm_up and mf.write_buffer is None:
+                mf.reserve_quietly(min(mf.file_size, PREFAULT_LEAD_BYTES))  # no room: its writer reserves as it writes
+                self._to_prefault.append((mf, 0, mf.reserved_to))
         except OSError as exc:
             request.error = str(exc)
             request.os_error = exc
@@ -200,7 +208,7 @@ class AllocateMappedFileService(ServiceThread):
         """Prefault the bytes of `mf` reserved from `start` on (its writer reserved another step ahead of
         itself); nothing when prefaulting is off or the service is not running. Any thread."""
         if self.prefault and not self.warm_up and mf.write_buffer is None and self.is_alive() and not self.is_stopped():
-            self._to_prefault.append((mf, start))  # deque.append is atomic; the service pops from the left
+            self._to_prefault.append((mf, start, mf.reserved_to))  # deque.append is atomic; the service pops from the left
             self.wakeup()
 
     def _run_job(self) -> bool:
@@ -223,8 +231,8 @@ class AllocateMappedFileService(ServiceThread):
         """Fault in the next chunk of the oldest file waiting for it; False when none waits."""
         if not self._to_prefault:
             return False
-        mf, pos = self._to_prefault.popleft()
-        n = min(PREFAULT_CHUNK_BYTES, mf.reserved_to - pos)  # never past the blocks reserved (no SIGBUS)
+        mf, pos, end = self._to_prefault.popleft()
+        n = min(PREFAULT_CHUNK_BYTES, end - pos, mf.reserved_to - pos)  # never past the blocks reserved (no SIGBUS)
         if n <= 0:
             return True
         try:
@@ -234,8 +242,8 @@ class AllocateMappedFileService(ServiceThread):
             log.warning("cannot prefault %s (%s); its pages fault in as it is written", mf.path, exc)
             return True
         self.prefaulted_bytes += n
-        if pos + n < mf.reserved_to:
-            self._to_prefault.appendleft((mf, pos + n))
+        if pos + n < end:
+            self._to_prefault.appendleft((mf, pos + n, end))
         return True
 
     def _create(self, path: str, file_size: int) -> MappedFile:

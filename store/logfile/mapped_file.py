@@ -168,6 +168,28 @@ class MappedFile:
             if self.reserved_to > self.data_end:
                 self.data_end = self.reserved_to
 
+    def reserve_quietly(self, end: int) -> bool:
+        """Reserve [0, end) ahead of any write to it (so that it can be prefaulted before its writer comes);
+        False, unreported and with nothing changed, when the disk has no room for it (its writer's own
+        reservation then reports) or the filesystem refuses."""
+        if end <= self.reserved_to:
+            return True
+        assert end <= self.file_size, f"{self.path}: reservation past the file ({end} > {self.file_size})"
+        try:
+            if self._fd >= 0:
+                self.reserved_to = self.reservation.reserve(
+                    self._fd, self.path, self.reserved_to, end, self.file_size, self.reserve_base, quiet=True
+                )
+            else:
+                self.reserved_to = self.reservation.reserve_path(
+                    self.path, self.reserved_to, end, self.file_size, self.reserve_base, quiet=True
+                )
+        except OSError:
+            return False
+        if self.reserved_to > self.data_end:
+            self.data_end = self.reserved_to
+        return True
+
     def try_reserve(self, end: int, strict: bool = False) -> bool:
         """ensure_reserved that answers False instead of raising (the failure is logged and reported)."""
         try:

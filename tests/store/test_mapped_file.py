@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
 
 import pytest
 
 from store.disk.space_reservation import SpaceReservation
-from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
+from store.logfile.allocate_mapped_file_service import PREFAULT_LEAD_BYTES, AllocateMappedFileService
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 from store.logfile.transient_store_pool import TransientStorePool
@@ -313,3 +314,86 @@ def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(
     with open(tail.path, "rb") as fh:
         assert fh.read(100) == b"t" * 100
     q.shutdown()
+
+
+def test_prefault_follows_the_reserved_steps(tmp_path) -> None:
+    """Each step a writer reserves is prefaulted once: a step queued while the service was busy is faulted in
+    from where it starts to where it ends, not on to the file's latest reservation (which the later steps'
+    own requests fault in again)."""
+    service = AllocateMappedFileService(timeout_ms=5_000, prefault=True, reservation=SpaceReservation(1024 * 1024))
+    service.start()
+    release = threading.Event()
+    try:
+        q = MappedFileQueue(str(tmp_path / "cl"), 8 * 1024 * 1024, service)
+        mf = q.get_last_mapped_file_or_create(0)  # waited for: not prefaulted
+        assert mf is not None
+        # The next file, ordered ahead, is prefaulted for its first PREFAULT_LEAD_BYTES (the whole of it here).
+        wait_for(lambda: service.prefaulted_bytes >= PREFAULT_LEAD_BYTES, 20, what="the file made ahead to be prefaulted")
+        wait_for(service.is_idle, 5, what="the service to finish")
+        ahead, first = service.prefaulted_bytes, mf.reserved_to
+        assert service.submit(lambda: release.wait(5))  # the service is busy while the steps queue up
+        for _ in range(5):
+            before = mf.reserved_to
+            mf.ensure_reserved(before + 1)
+            service.prefault_reserved(mf, before)
+        release.set()
+        wait_for(lambda: service.prefaulted_bytes - ahead >= mf.reserved_to - first, 20, what="the steps to be prefaulted")
+        wait_for(service.is_idle, 5, what="the service to finish")
+        assert service.prefaulted_bytes - ahead == mf.reserved_to - first
+        q.shutdown()
+    finally:
+        release.set()
+        service.shutdown()
+        service.close_unclaimed()
+
+
+def test_a_file_made_ahead_is_reserved_and_prefaulted_for_its_first_megabytes(tmp_path) -> None:
+    """A file ordered ahead comes with its first PREFAULT_LEAD_BYTES reserved and faulted in, though its
+    writer's own steps would start at the smallest one: writing them does not fault."""
+    size = PREFAULT_LEAD_BYTES + 1024 * 1024
+    service = AllocateMappedFileService(timeout_ms=5_000, prefault=True, reservation=SpaceReservation(1024 * 1024))
+    service.start()
+    try:
+        q = MappedFileQueue(str(tmp_path / "cl"), size, service)
+        first = q.get_last_mapped_file_or_create(0)
+        assert first is not None and first.reserved_to < PREFAULT_LEAD_BYTES  # the writer's own: one small step
+        wait_for(lambda: service.prefaulted_bytes >= PREFAULT_LEAD_BYTES, 20, what="the file made ahead to be prefaulted")
+        first.mark_written(size)
+        second = q.get_last_mapped_file_or_create(0)
+        assert second is not None and second.file_from_offset == size
+        assert second.reserved_to >= PREFAULT_LEAD_BYTES
+        import resource
+
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        for pos in range(0, PREFAULT_LEAD_BYTES, OS_PAGE_SIZE):
+            second.mm[pos] = 1
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        assert faults < PREFAULT_LEAD_BYTES // OS_PAGE_SIZE // 20, faults
+        q.shutdown()
+    finally:
+        service.shutdown()
+        service.close_unclaimed()
+
+
+def test_a_quiet_reservation_on_a_full_disk_changes_and_reports_nothing(tmp_path) -> None:
+    """A reservation made ahead of any write (a file made ahead of need) that finds no room leaves the file as
+    it was and reports no shortage, which the write that needs the bytes reports itself when it comes."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {r.stderr.strip()}")
+    try:
+        shorts: list[str] = []
+        reservation = SpaceReservation(256 * 1024, on_short=lambda kind, path, free: shorts.append(path))
+        mf = MappedFile(str(mount / offset_to_file_name(0)), 8 * 1024 * 1024, reservation=reservation)
+        reserved = mf.reserved_to
+        assert not mf.reserve_quietly(4 * 1024 * 1024)
+        assert mf.reserved_to == reserved and shorts == []
+        assert mf.reserve_quietly(512 * 1024) and mf.reserved_to >= 512 * 1024
+        with pytest.raises(OSError):
+            mf.ensure_reserved(4 * 1024 * 1024, strict=True)
+        assert len(shorts) == 1
+        mf.shutdown(0)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
