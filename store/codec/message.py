@@ -292,6 +292,7 @@ class UniqKeyGenerator:
         self._clock_ms = clock_ms or _wall_clock_ms
         self._set_time_base(self._clock_ms())
         self._head: tuple[int, str] = (-1, "")  # (ms, the prefix and time of keys made in that ms): one tuple, read whole
+        self._head_ascii: tuple[int, bytes] = (-1, b"")  # the same for `reserve`, encoded
 
     def _set_time_base(self, now_ms: int) -> None:
         self._month_start_ms, self._next_month_start_ms = month_bounds_ms(now_ms)
@@ -324,10 +325,18 @@ class UniqKeyGenerator:
         """The head (ASCII) and first counter value of `n` keys (1..UNIQ_KEY_CHUNK) as `next_batch` makes them:
         key i is the head and `(first + i) & 0xFFFF` in four hex digits (store.native.json_produce writes them)."""
         assert 0 < n <= UNIQ_KEY_CHUNK
-        head = f"{self._prefix}{self._since_month_start() & 0xFFFFFFFF:08X}"
+        now = self._clock_ms()
+        ms, head = self._head_ascii
+        if ms != now:  # the first reservation of this millisecond formats the head
+            if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+                self._set_time_base(now)
+            head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}".encode("ascii")
+            self._head_ascii = (now, head)
+        if n == 1:  # a single produce's: one draw
+            return head, next(self._counter)
         # One C call draws the n values (no other thread can draw between them); it keeps the last.
         (last,) = collections.deque(itertools.islice(self._counter, n), maxlen=1)
-        return head.encode("ascii"), last - n + 1
+        return head, last - n + 1
 
 
 # Keys made per clock reading at most; a clock tick per chunk keeps 2**16 counter values apart.

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
-from store.codec.message import UniqKeyGenerator, month_bounds_ms
+from store.codec.message import UniqKeyGenerator, month_bounds_ms, uniq_keys_of
 from store.native import check_batch, pack_batch
 from store.put.put_batch import packed_fields, properties_of
 
@@ -96,3 +96,21 @@ def test_a_single_message_packs_as_a_batch_of_one() -> None:
         assert check_batch(data, 1 << 20, check_properties=True)[0] == 1
     two, two_keys = packed_fields(drafts[:2])  # the batch path, for comparison
     assert two.startswith(pack_batch([(drafts[0].body, properties_of(drafts[0], two_keys[0]), 0)]))
+
+
+def test_a_reservation_stands_for_the_keys_next_would_make() -> None:
+    """`reserve` (the JSON produce kernel's keys) draws from the counter `next` uses and heads its keys with the
+    same time: of this millisecond, of the next one when the clock moves, from the new month's start."""
+    clock = FixedClock(local_ms(2026, 4, 30, 23, 59, 59) + 998)
+    gen = UniqKeyGenerator(clock_ms=clock)
+    made = parts(gen.next())
+    head, first = gen.reserve(1)
+    (reserved,) = [parts(k) for k in uniq_keys_of(head, first, 1)]
+    assert reserved[:4] == made[:4] and reserved[4] == made[4] + 1
+    head, first = gen.reserve(3)
+    assert [parts(k)[4] for k in uniq_keys_of(head, first, 3)] == [made[4] + 2, made[4] + 3, made[4] + 4]
+    clock.ms += 1
+    assert parts(uniq_keys_of(*gen.reserve(1), 1)[0])[3] == made[3] + 1  # the next millisecond
+    clock.ms = local_ms(2026, 5, 1) + 42
+    assert parts(uniq_keys_of(*gen.reserve(1), 1)[0])[3] == 42  # counted from 1 May
+    assert parts(gen.next())[3] == 42
