@@ -107,7 +107,7 @@ class MessageStoreConfig:
     prefault_mapped_file_enable: bool = setting(True)
     # Most messages one key query returns (RocketMQ's maxMsgsNumBatch; IndexService.queryOffset caps at it).
     max_msgs_num_batch: int = setting(64, 1, 100_000)
-    # Build IndexFile entries for KEYS and UNIQ_KEY.
+    # Build IndexFile entries for KEYS and UNIQ_KEY (a new master's and a restart's duplicate checks need them).
     message_index_enable: bool = setting(True)
     # Index entries also for the UNIQ_KEY (RocketMQ's messageIndexSafe off keeps this on).
     message_index_uniq_key_enable: bool = setting(True)

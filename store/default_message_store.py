@@ -733,6 +733,14 @@ class DefaultMessageStore:
         self.state_log.replicated = replicated
         if replicated:
             self.state_snapshot_service.wakeup()
+            cfg = self.config
+            if not (cfg.message_index_enable and cfg.message_index_uniq_key_enable):
+                # A new master checks what its old master may have delivered after its last progress record by UNIQ_KEY.
+                log.warning(
+                    "message_index_enable or message_index_uniq_key_enable is off on a replicated store: after a "
+                    "failover the new master cannot find what its old master delivered last, and may deliver delayed "
+                    "messages, timer messages and committed transaction messages again"
+                )
 
     def set_replication_waiter(self, waiter: ReplicationWaiter | None) -> None:
         self.durability.replication_waiter = waiter

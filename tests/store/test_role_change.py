@@ -118,3 +118,25 @@ def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_deliver
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+@pytest.mark.parametrize("index_setting", ["message_index_enable", "message_index_uniq_key_enable"])
+def test_a_replicated_store_without_the_key_index_says_what_a_failover_may_deliver_again(tmp_path, caplog, index_setting) -> None:
+    # A new master finds what its old master delivered after its last progress record by UNIQ_KEY in the index.
+    s = open_store(small_config(str(tmp_path / "s"), **{index_setting: False}))
+    try:
+        with caplog.at_level("WARNING", logger="tidemq.store"):
+            s.set_replicated(True)
+        assert any("may deliver delayed messages, timer messages and committed transaction" in r.message for r in caplog.records)
+    finally:
+        s.shutdown()
+
+
+def test_a_replicated_store_with_the_key_index_warns_of_nothing(tmp_path, caplog) -> None:
+    s = open_store(small_config(str(tmp_path / "s")))
+    try:
+        with caplog.at_level("WARNING", logger="tidemq.store"):
+            s.set_replicated(True)
+        assert not [r for r in caplog.records if "message_index" in r.message]
+    finally:
+        s.shutdown()
