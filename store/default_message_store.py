@@ -1,7 +1,8 @@
 """DefaultMessageStore: the store's one implementation of MessageStore (store/message_store.py,
 docs/store-api.md). Parts live in their own modules: the lock file (store/disk/lock_file.py), recovery
-at load (store/store_recovery.py), the flush and slave waits of a put (store/logfile/put_durability.py),
-key queries (store/index/key_query.py) and the status report (store/store_report.py).
+at load (store/store_recovery.py), the put pipeline (store/put/put_pipeline.py), the flush and slave
+waits of a put (store/logfile/put_durability.py), key queries (store/index/key_query.py) and the
+status report (store/store_report.py).
 
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
@@ -26,9 +27,10 @@ for a reason:
      file removed, lock released — the abort
      file goes only after everything above succeeded, so a failure means crash recovery.
 
-Puts: `put(PutBatch)` is the one way in (store/put/put_batch.py). A FIELDS batch is packed, the
-put hooks run in order (dedup ids, half messages, timer messages, validation, delay levels:
-store/put/put_hook.py), then the commitlog appends; put_message and put_messages wait for it.
+Puts: `put(PutBatch)` is the one way in (store/put/put_batch.py), through the put pipeline
+(store/put/put_pipeline.py): a FIELDS batch is packed, the put hooks run in order (dedup ids, half
+messages, timer messages, validation, delay levels: store/put/put_hook.py), the commitlog appends,
+then the dispatch and the durability wait; put_message and put_messages wait for it.
 
 Locks, their order and the threads: docs/concurrency.md.
 
@@ -59,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 
 from core import SYSTEM_CLOCK, Clock
 from core.service_thread import ServiceThread
-from store import _kernels, native
 from store.codec.message import (
     SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
@@ -80,7 +81,7 @@ from store.errors import StoreNotRunning
 from store.index.index_service import IndexService
 from store.index.key_query import query_message
 from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
-from store.logfile.commit_log import BatchHead, CommitLog
+from store.logfile.commit_log import CommitLog
 from store.logfile.commit_log_recovery import RecoveryProgress
 from store.logfile.commit_real_time_service import CommitRealTimeService
 from store.logfile.flush_real_time_service import FlushRealTimeService
@@ -101,8 +102,9 @@ from store.pop.group_consumption import GroupConsumption
 from store.pop.revive_horizon import ReviveHorizon
 from store.put.dedup_hook import DedupHook
 from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
-from store.put.put_batch import BatchForm, PutBatch, packed_fields
+from store.put.put_batch import PutBatch
 from store.put.put_hook import PutHook
+from store.put.put_pipeline import PutPipeline
 from store.put_validation import PutValidator
 from store.queue.consume_queue import ConsumeQueue
 from store.queue.consume_queue_table import ConsumeQueueTable
@@ -121,8 +123,6 @@ from store.status import (
     AppendedHook,
     PutMessageResult,
     PutMessageStatus,
-    PutRefusal,
-    total_bytes,
 )
 from store.store_recovery import recover_store
 from store.store_report import degraded_reasons, runtime_info
@@ -134,14 +134,6 @@ from store.transaction.transaction_store import Transactions
 
 log = logging.getLogger("tidemq.store")
 
-SNA = PutMessageStatus.SERVICE_NOT_AVAILABLE
-# Why the check of a packed FIELDS batch refused it -> the refusal the put answers.
-_BATCH_REFUSALS = {
-    native.BatchErrorCode.BODY_TOO_LARGE: PutRefusal.MESSAGE_TOO_LARGE,
-    native.BatchErrorCode.PROPERTIES_TOO_LARGE: PutRefusal.PROPERTIES_TOO_LARGE,
-    native.BatchErrorCode.BAD_PROPERTIES: PutRefusal.PROPERTIES_TOO_LARGE,
-    native.BatchErrorCode.TOO_MANY: PutRefusal.BATCH_TOO_LARGE,
-}
 # Longest a slave becoming master waits for its dispatch to reach the end of what it replicated.
 TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
 
@@ -224,6 +216,9 @@ class DefaultMessageStore:
             DedupHook(self.dedup_window), HalfMessageHook(self.transactions), TimerPutHook(self.timer), self.validator,
             DelayLevelHook(config.delay_levels_ms()),
         ]  # fmt: skip
+        self.pipeline = PutPipeline(
+            config, self.commit_log, self.put_hooks, self.stats, self.durability, self.reput_service, lambda: self.space_exhausted
+        )
         self._build_state_log()
 
     def _build_flushing(self) -> None:
@@ -470,53 +465,20 @@ class DefaultMessageStore:
 
     def put(self, batch: PutBatch) -> concurrent.futures.Future[PutMessageResult]:
         """The one way in: run the put hooks, append, and answer a future (done at once, or when the
-        flush and slave waits end). See `_put`."""
-        return as_future(*self._put(batch))
+        flush and slave waits end). See store/put/put_pipeline.py."""
+        return as_future(*self.pipeline.put(batch))
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:
         """Blocking helper: `put` of a batch of one, waited for."""
-        return self.durability.wait(*self._put(PutBatch.of((msg,))))
+        return self.durability.wait(*self.pipeline.put(PutBatch.of((msg,))))
 
     def put_messages(self, msgs: Sequence[MessageInner], lazy_dispatch: bool = False) -> PutMessageResult:
         """Blocking helper: `put` of a MESSAGES batch, waited for (`lazy_dispatch`: PutBatch's)."""
-        return self.durability.wait(*self._put(PutBatch.of(msgs, lazy_dispatch=lazy_dispatch)))
+        return self.durability.wait(*self.pipeline.put(PutBatch.of(msgs, lazy_dispatch=lazy_dispatch)))
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
-        """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
-        with check_properties), for an ENCODED PutBatch; BatchError when it is refused."""
-        cfg = self.config
-        data = bytes(batch)
-        # native.check_batch_crcs, its kernel called directly (a put's fixed cost).
-        count, stored, crcs, has_dedup_id = _kernels.check_batch(
-            data, cfg.max_message_size_bytes, cfg.max_batch_messages, cfg.max_properties_size_bytes, True, True
-        )
-        return CheckedBatch(data, count, stored, crcs, has_dedup_id)
-
-    def _put(self, batch: PutBatch) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        """A FIELDS batch is packed, the hooks run in order (the first refusal answers), then the commitlog
-        appends the batch: MESSAGES with their runs, ENCODED as it came. With nothing stored the batch's
-        `on_refused` callbacks run."""
-        refusal = self._pack_fields(batch) if batch.form is BatchForm.FIELDS else None
-        if refusal is None:
-            for hook in self.put_hooks:
-                refusal = hook.before_put(batch)
-                if refusal is not None:
-                    break
-        if refusal is not None:
-            if not refusal.duplicate:  # a duplicate is answered with the first ids: not a failure
-                self.stats.put_failures += 1
-            batch.refused()
-            return refusal, None
-        t0 = time.perf_counter_ns()
-        if batch.form is BatchForm.MESSAGES:
-            result = self.commit_log.put_messages(batch.messages, batch.on_appended_locked)
-        else:
-            assert batch.encoded is not None
-            head = BatchHead(batch.topic, batch.topic.encode("utf-8"), batch.queue_id, self.commit_log.now_ms(), batch.born_host)
-            result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
-        if not result.items:
-            batch.refused()
-        return self._after_put(result, t0, batch)
+        """A batch in RocketMQ's encoding checked against the store's limits, for an ENCODED PutBatch (PutPipeline's)."""
+        return self.pipeline.check_batch(batch)
 
     def _last_stored_ms(self) -> int | None:
         """The latest store time known of the log (flushed, checkpointed or dispatched; 0: none known), None for a log
@@ -532,21 +494,6 @@ class DefaultMessageStore:
             return None
         return first_in_index(self.query_message, topic, dedup_id, since_ms)
 
-    def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
-        """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
-        if batch.packed is not None:
-            data = batch.packed.data
-        else:
-            data, batch.uniq_keys = packed_fields(batch.fields)
-        try:
-            checked = self.check_batch(data)
-        except native.BatchError as e:
-            reason = native.BatchErrorCode(e.args[1])
-            detail = f"message {e.index}: refused by the batch check ({reason.name}); nothing was stored"
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, _BATCH_REFUSALS.get(reason, PutRefusal.NONE), detail)
-        batch.form, batch.encoded = BatchForm.ENCODED, checked
-        return None
-
     # The state log's view of the store (store/state/state_log.py) ---------------------------------
 
     def _state_store(self) -> StateStore:
@@ -559,7 +506,7 @@ class DefaultMessageStore:
         stored) with `hook` run under the put lock after the append, then wait for durability
         (`lazy_dispatch`: PutBatch's)."""
         batch = PutBatch.of(msgs, on_appended_locked=hook, state_records=state_records, lazy_dispatch=lazy_dispatch)
-        return self.durability.wait(*self._put(batch))
+        return self.durability.wait(*self.pipeline.put(batch))
 
     def read_stored(self, offset: int, size: int) -> bytes | None:
         """The stored bytes of the message at commitlog `offset`; None when they are gone."""
@@ -570,33 +517,6 @@ class DefaultMessageStore:
             return bytes(res.view[:size])
         finally:
             res.release()
-
-    def _after_put(
-        self, result: PutMessageResult, t0: int, batch: PutBatch
-    ) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
-        """Stats, the dispatch (or, `defer_dispatch` or `lazy_dispatch`, the dispatch owed) and the durability wait
-        (or, with `defer_durability`, the result marked `durability_owed`) of a put the commit log answered."""
-        state_records = batch.state_records
-        items = result.items
-        if not items:
-            self.stats.put_failures += 1
-            if self.space_exhausted:
-                return PutMessageResult(SNA, PutRefusal.DISK_FULL, "the disk has no space for a new file; nothing was stored"), None
-            return result, None
-        messages = len(items) - min(state_records, len(items))
-        if messages:
-            size = total_bytes(items[:messages] if state_records else items)
-            self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
-        if batch.defer_durability:
-            waiter = None
-            result.durability_owed = result.ok and not self.durability.answers_at_once()
-        else:
-            waiter = self.durability.waiter(result)
-        # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
-        end = result.end_offset
-        if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end, batch.lazy_dispatch)):
-            self.reput_service.dispatch_through(end)
-        return result, waiter
 
     def dispatch_owed(self) -> int:
         """Dispatch the puts made with `defer_dispatch` (ReputMessageService.dispatch_owed); the messages dispatched."""

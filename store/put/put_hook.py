@@ -3,7 +3,7 @@
 DefaultMessageStore runs its hooks in order on every batch: each may rewrite the batch (move
 messages to another topic, turn an encoded batch into messages, add an appended-hook) or refuse
 it with a PutMessageResult, which is then the put's answer with nothing stored. After the hooks
-the commitlog only appends. The store's order (store/default_message_store.py, `put_hooks`):
+the commitlog only appends. The store's order (store/default_message_store.py, `put_hooks`, run by store/put/put_pipeline.py):
 producers' dedup ids (first: they are checked against the topic the producer named, before a
 hook moves a message), half messages, timer messages, validation, delay levels (the order the
 checks had before they were hooks, so a timer or half message is validated in the topic it is

@@ -1,0 +1,131 @@
+"""PutPipeline: what a batch goes through to be stored, in order.
+
+A FIELDS batch is packed into RocketMQ's batch encoding and checked (it becomes ENCODED); the put
+hooks run in order (dedup ids, half messages, timer messages, validation, delay levels:
+store/put/put_hook.py), the first refusal answering; the commitlog appends the batch (MESSAGES with
+their runs, ENCODED as it came); the put is counted; then its dispatch runs, or is owed to the
+caller's pass (`defer_dispatch`) or to the next pass (`lazy_dispatch`), after the flush request is
+queued so that the flush overlaps the dispatch, and never under the put lock; and the answer is the
+result with its durability waiter (none when answered at once), or with `defer_durability` the
+result marked `durability_owed`. With nothing stored, the batch's `on_refused` callbacks run.
+
+It is given the objects it uses (the commitlog, the hooks, the stats, the durability waits, the
+dispatch) and a way to read whether the disk refused a file's space; the store owns them all.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable, Sequence
+
+from store import _kernels, native
+from store.config import MessageStoreConfig
+from store.dispatch.reput_message_service import ReputMessageService
+from store.logfile.commit_log import BatchHead, CommitLog
+from store.logfile.put_durability import PutDurability
+from store.native import CheckedBatch
+from store.put.put_batch import BatchForm, PutBatch, packed_fields
+from store.put.put_hook import PutHook
+from store.stats.store_stats_service import StoreStatsService
+from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
+
+# Why the check of a packed FIELDS batch refused it -> the refusal the put answers.
+_BATCH_REFUSALS = {
+    native.BatchErrorCode.BODY_TOO_LARGE: PutRefusal.MESSAGE_TOO_LARGE,
+    native.BatchErrorCode.PROPERTIES_TOO_LARGE: PutRefusal.PROPERTIES_TOO_LARGE,
+    native.BatchErrorCode.BAD_PROPERTIES: PutRefusal.PROPERTIES_TOO_LARGE,
+    native.BatchErrorCode.TOO_MANY: PutRefusal.BATCH_TOO_LARGE,
+}
+# A put's answer and its durability waiter (None: answered at once).
+PutAnswer = tuple[PutMessageResult, "concurrent.futures.Future[PutMessageResult] | None"]
+
+
+class PutPipeline:
+    def __init__(
+        self, config: MessageStoreConfig, commit_log: CommitLog, hooks: Sequence[PutHook], stats: StoreStatsService,
+        durability: PutDurability, reput_service: ReputMessageService, space_exhausted: Callable[[], bool],
+    ) -> None:  # fmt: skip
+        self.config = config
+        self.commit_log = commit_log
+        self.hooks = hooks
+        self.stats = stats
+        self.durability = durability
+        self.reput_service = reput_service
+        self.space_exhausted = space_exhausted  # a file's space could not be reserved (the store's flag)
+
+    def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
+        """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
+        with check_properties), for an ENCODED PutBatch; BatchError when it is refused."""
+        cfg = self.config
+        data = bytes(batch)
+        # native.check_batch_crcs, its kernel called directly (a put's fixed cost).
+        count, stored, crcs, has_dedup_id = _kernels.check_batch(
+            data, cfg.max_message_size_bytes, cfg.max_batch_messages, cfg.max_properties_size_bytes, True, True
+        )
+        return CheckedBatch(data, count, stored, crcs, has_dedup_id)
+
+    def put(self, batch: PutBatch) -> PutAnswer:
+        """Store `batch` (the module's docstring says in what order)."""
+        refusal = self._pack_fields(batch) if batch.form is BatchForm.FIELDS else None
+        if refusal is None:
+            for hook in self.hooks:
+                refusal = hook.before_put(batch)
+                if refusal is not None:
+                    break
+        if refusal is not None:
+            if not refusal.duplicate:  # a duplicate is answered with the first ids: not a failure
+                self.stats.put_failures += 1
+            batch.refused()
+            return refusal, None
+        t0 = time.perf_counter_ns()
+        if batch.form is BatchForm.MESSAGES:
+            result = self.commit_log.put_messages(batch.messages, batch.on_appended_locked)
+        else:
+            assert batch.encoded is not None
+            head = BatchHead(batch.topic, batch.topic.encode("utf-8"), batch.queue_id, self.commit_log.now_ms(), batch.born_host)
+            result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
+        if not result.items:
+            batch.refused()
+        return self._after_put(result, t0, batch)
+
+    def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
+        """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
+        if batch.packed is not None:
+            data = batch.packed.data
+        else:
+            data, batch.uniq_keys = packed_fields(batch.fields)
+        try:
+            checked = self.check_batch(data)
+        except native.BatchError as e:
+            reason = native.BatchErrorCode(e.args[1])
+            detail = f"message {e.index}: refused by the batch check ({reason.name}); nothing was stored"
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, _BATCH_REFUSALS.get(reason, PutRefusal.NONE), detail)
+        batch.form, batch.encoded = BatchForm.ENCODED, checked
+        return None
+
+    def _after_put(self, result: PutMessageResult, t0: int, batch: PutBatch) -> PutAnswer:
+        """Stats, the dispatch (or the dispatch owed) and the durability wait (or the result marked `durability_owed`)
+        of a put the commit log answered."""
+        state_records = batch.state_records
+        items = result.items
+        if not items:
+            self.stats.put_failures += 1
+            if self.space_exhausted():
+                detail = "the disk has no space for a new file; nothing was stored"
+                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, detail), None
+            return result, None
+        messages = len(items) - min(state_records, len(items))
+        if messages:
+            size = total_bytes(items[:messages] if state_records else items)
+            self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
+        if batch.defer_durability:
+            waiter = None
+            result.durability_owed = result.ok and not self.durability.answers_at_once()
+        else:
+            waiter = self.durability.waiter(result)
+        # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
+        end = result.end_offset
+        if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end, batch.lazy_dispatch)):
+            self.reput_service.dispatch_through(end)
+        return result, waiter
