@@ -28,7 +28,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -41,14 +43,15 @@ DIRECT = {"tidemq-forwarded-by": "bench"}
 BASE_PORT = 18_500
 
 
-def status(url: str) -> dict:
+def status(url: str) -> dict[str, Any]:
     try:
-        return httpx.get(url + "/v1/store", timeout=2.0).json().get("cluster", {})
+        section: dict[str, Any] = httpx.get(url + "/v1/store", timeout=2.0).json().get("cluster", {})
+        return section
     except (httpx.HTTPError, ValueError):
         return {}
 
 
-def wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:

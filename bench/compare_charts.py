@@ -103,7 +103,7 @@ def throughput_figure(systems: dict[str, dict[str, Any]], rows: dict[str, list[d
     plan = meta["plan"]
     fast, durable = _labels(systems, "fast"), _labels(systems, "durable")
     batch_mode = f"batch{plan['batch']}"
-    panels = [
+    panels: list[tuple[str, list[dict[str, Any]], list[tuple[str, dict[str, Any]]], dict[str, str]]] = [
         ("produce, 1 message per call", rows["produce"], [(f"{s} B", {"size": s, "mode": "single"}) for s in plan["sizes"]], fast),
         (f"produce, {plan['batch']} messages per call", rows["produce"],
          [(f"{s} B", {"size": s, "mode": batch_mode}) for s in plan["sizes"]], fast),

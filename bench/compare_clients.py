@@ -20,8 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tidemq import AsyncClient, NotFound, PullResult
+
+if TYPE_CHECKING:  # the clients are imported when a run opens them
+    import redis.asyncio as aioredis
+    from nats.aio.client import Client as NatsConnection
+    from nats.js.client import JetStreamContext
 
 Sink = Callable[[bytes], None]
 
@@ -134,8 +140,8 @@ class NatsClient(BrokerClient):
 
     def __init__(self, port: int) -> None:
         self.url = f"nats://127.0.0.1:{port}"
-        self.nc = None
-        self.js = None
+        self.nc: NatsConnection | None = None
+        self.js: JetStreamContext | None = None
 
     async def open(self, concurrency: int) -> None:
         import nats
@@ -172,7 +178,7 @@ class NatsClient(BrokerClient):
         futures = [await self.js.publish_async(subject, b) for b in bodies]
         await asyncio.gather(*futures)
 
-    async def _pull(self, channel: str, deliver_new: bool):  # type: ignore[no-untyped-def]
+    async def _pull(self, channel: str, deliver_new: bool) -> JetStreamContext.PullSubscription:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         assert self.js
@@ -211,7 +217,7 @@ class RedisClient(BrokerClient):
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.r = None
+        self.r: aioredis.Redis | None = None
 
     async def open(self, concurrency: int) -> None:
         import redis.asyncio as aioredis
@@ -252,6 +258,7 @@ class RedisClient(BrokerClient):
             reply = await self.r.xread({channel: last}, count=min(CATCH_UP_BATCH, n - seen))
             if not reply:
                 raise ClientError(f"redis: stream ended after {seen} of {n} messages")
+            assert isinstance(reply, list)  # [[stream, entries]]: redis-py's legacy (RESP2) shape, its default
             entries = reply[0][1]
             for _id, fields in entries:
                 total += len(fields[b"d"])
@@ -263,11 +270,13 @@ class RedisClient(BrokerClient):
         assert self.r
         newest = await self.r.xrevrange(channel, count=1)
         last = newest[0][0] if newest else "0-0"
+        assert last is not None  # only a deleted entry (in a pending list) has no id
         armed.set()
         while not stop.is_set():
             reply = await self.r.xread({channel: last}, count=TAIL_BATCH, block=TAIL_WAIT_MS)
             if not reply:
                 continue
+            assert isinstance(reply, list)  # [[stream, entries]], as in consume
             for entry_id, fields in reply[0][1]:
                 sink(fields[b"d"])
                 last = entry_id

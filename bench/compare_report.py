@@ -55,7 +55,8 @@ def _ratio_text(r: float | None) -> str:
 def _pick(rows: list[dict[str, Any]], system: str, key: str, **match: Any) -> float | None:
     for row in rows:
         if row["system"] == system and all(row.get(k) == v for k, v in match.items()):
-            return row[key]
+            value: float | None = row[key]
+            return value
     return None
 
 

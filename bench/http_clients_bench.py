@@ -30,8 +30,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -179,7 +180,7 @@ def run_http_client(base: str, count: int) -> float:
     return _threads(count, sender)
 
 
-def _tidemq_async(base: str, count: int) -> Awaitable[float]:
+def _tidemq_async(base: str, count: int) -> Coroutine[Any, Any, float]:
     async def main() -> float:
         async with AsyncClient(base, max_connections=IN_FLIGHT) as c:
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, TagFilter
 from store import native as nk
-from store.codec.message import build_message, java_string_hash
+from store.codec.message import MessageInner, build_message, java_string_hash
 from store.codec.message_codec import body_crc, decode_for_dispatch, message_length, write_message_into
 from store.index.index_file import key_hash
 from store.queue.consume_queue import ENTRY
@@ -43,12 +43,12 @@ def best_ns(fn: Callable[[], object], rounds: int = ROUNDS) -> int:
     return best
 
 
-def make_messages(n: int, body_bytes: int) -> list:
+def make_messages(n: int, body_bytes: int) -> list[MessageInner]:
     body = bytes(range(256)) * (body_bytes // 256) + bytes(body_bytes % 256)
     return [build_message("BenchTopic", body, tags="TagA" if i % 2 else "TagB", keys=[f"order-{i}", f"user-{i % 97}"]) for i in range(n)]
 
 
-def bench_encode(msgs: list, dest: bytearray) -> tuple[int, int, int]:
+def bench_encode(msgs: list[MessageInner], dest: bytearray) -> tuple[int, int, int]:
     def python_put() -> None:
         pos = 0
         for i, m in enumerate(msgs):
@@ -78,6 +78,7 @@ def bench_scan(buf: bytearray, limit: int, n: int) -> tuple[int, int]:
         pos = 0
         while pos < limit:
             size, req = decode_for_dispatch(buf, pos, limit, None)
+            assert req is not None  # whole messages up to limit (dispatch checks for None too)
             ENTRY.pack(req.commitlog_offset, size, req.tags_code)
             topic = req.topic
             key_hash(f"{topic}#{req.uniq_key}")
@@ -100,6 +101,7 @@ def bench_gather(buf: bytearray, limit: int, n: int) -> tuple[int, int, int]:
     pos = 0
     while pos < limit:
         size, req = decode_for_dispatch(buf, pos, limit, None)
+        assert req is not None  # whole messages up to limit
         entries += ENTRY.pack(req.commitlog_offset, size, req.tags_code)
         pos += size
     codes = frozenset({java_string_hash("TagA")})
@@ -127,7 +129,7 @@ def bench_gather(buf: bytearray, limit: int, n: int) -> tuple[int, int, int]:
     return best_ns(python_gather), best_ns(kernel), pulls * 32
 
 
-def bench_get_message(msgs: list) -> tuple[int, int, int]:
+def bench_get_message(msgs: list[MessageInner]) -> tuple[int, int, int]:
     """ns of reading the whole queue in pulls of 32 through each getter (same store, same pulls)."""
     root = tempfile.mkdtemp(prefix="tidemq-kernel-bench-")
     store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log_bytes=64 << 20))

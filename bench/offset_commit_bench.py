@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,7 +42,7 @@ def store_of(directory: str, sync: bool) -> DefaultMessageStore:
     return store
 
 
-def measured(op: Callable[[int, int], None], threads: int, seconds: float) -> tuple[float, float]:
+def measured(op: Callable[[int, int], object], threads: int, seconds: float) -> tuple[float, float]:
     """(calls per second, process CPU µs per call)."""
     cpu0, t0 = time.process_time(), time.perf_counter()
     rate = calls_per_second(op, threads, seconds)
@@ -85,11 +86,11 @@ def main() -> None:
             mode = "SYNC_FLUSH" if sync else "ASYNC_FLUSH"
             raw = ("raw os.write + fdatasync" if sync else "raw os.write") + " per record"
             runs = [
-                (f"baseline {raw}", lambda d, sync=sync: raw_writes(d, s, sync), ""),
-                (f"baseline {mode} put of the record's size, 1 thread", lambda d, sync=sync: puts(d, s, sync, 1), "put1"),
-                (f"{mode} commit, 1 thread", lambda d, sync=sync: commits(d, s, sync, 1), "put1"),
-                (f"baseline {mode} put, {n} threads", lambda d, sync=sync: puts(d, s, sync, n), "putn"),
-                (f"{mode} commit, {n} threads", lambda d, sync=sync: commits(d, s, sync, n), "putn"),
+                (f"baseline {raw}", partial(raw_writes, seconds=s, sync=sync), ""),
+                (f"baseline {mode} put of the record's size, 1 thread", partial(puts, seconds=s, sync=sync, threads=1), "put1"),
+                (f"{mode} commit, 1 thread", partial(commits, seconds=s, sync=sync, threads=1), "put1"),
+                (f"baseline {mode} put, {n} threads", partial(puts, seconds=s, sync=sync, threads=n), "putn"),
+                (f"{mode} commit, {n} threads", partial(commits, seconds=s, sync=sync, threads=n), "putn"),
             ]
             for name, fn, _ in runs:
                 directory = tempfile.mkdtemp(dir=root)

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import httpx
 import orjson
@@ -122,7 +123,7 @@ async def forward(broker_url: str, receiver_url: str, group: str, topic: str, in
         await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def phase(broker: Broker, receiver: Receiver, messages: int, run: callable) -> tuple[float, float, float]:  # type: ignore[valid-type]
+def phase(broker: Broker, receiver: Receiver, messages: int, run: Callable[[], object]) -> tuple[float, float, float]:
     """(messages/s, broker CPU µs per message, this process's CPU µs per message) of one phase."""
     receiver.expect(messages)
     cpu0, own0, t0 = cpu_seconds(broker.proc.pid), time.process_time(), time.perf_counter()

@@ -178,8 +178,8 @@ def send_all(port: int, request: bytes, total: int, connections: int) -> None:
             if not events:
                 raise TimeoutError(f"no reply within {REPLY_TIMEOUT_S} s")
             for key, _ in events:
+                assert isinstance(key.fileobj, socket.socket)
                 sock, buffer = key.fileobj, key.data
-                assert isinstance(sock, socket.socket)
                 data = sock.recv(1 << 20)
                 if not data:
                     raise ConnectionError("the broker closed a connection")

@@ -63,7 +63,7 @@ def fill_store(root: str, messages: int, body_bytes: int, queues: int) -> None:
         store.shutdown()
 
 
-def start_server(work: str, store_dir: str, default_limits: bool) -> tuple[subprocess.Popen, str]:
+def start_server(work: str, store_dir: str, default_limits: bool) -> tuple[subprocess.Popen[bytes], str]:
     lines = [f"mapped_file_size_commit_log_bytes = {COMMITLOG_FILE_BYTES}"]
     if not default_limits:
         lines += ["max_transfer_count_on_message_in_memory = 1024", f"max_transfer_bytes_on_message_in_memory = {4 * 1024 * 1024}"]
@@ -97,7 +97,7 @@ def start_server(work: str, store_dir: str, default_limits: bool) -> tuple[subpr
     raise RuntimeError("server not ready in time")
 
 
-def stop_server(proc: subprocess.Popen) -> None:
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:

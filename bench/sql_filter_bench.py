@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import Broker
 from store import DefaultMessageStore, GetMessageStatus, MessageFilter, MessageStoreConfig, SqlFilter, TagFilter, build_message
-from store.queue.get_message_result import properties_of_stored
+from store.queue.get_message_result import Filter, GetMessageResult, properties_of_stored
 
 TOPIC = "Sql"
 BODY = b"x" * 256
@@ -75,7 +75,9 @@ def fill(root: str, messages: int) -> None:
     store.shutdown()
 
 
-def sweep(store: DefaultMessageStore, message_filter, after: Callable | None = None) -> tuple[int, int]:
+def sweep(
+    store: DefaultMessageStore, message_filter: Filter | None, after: Callable[[GetMessageResult], None] | None = None
+) -> tuple[int, int]:
     """Read the queue from 0 to its end; (entries examined, messages returned)."""
     offset = returned = 0
     while True:
@@ -101,7 +103,7 @@ def in_process(root: str, rounds: int) -> list[tuple[str, float, float, int]]:
     try:
         reference = SqlFilter.parse(ALL_PASS)
 
-        def python_evaluation(r) -> None:  # the reference evaluator on each returned message
+        def python_evaluation(r: GetMessageResult) -> None:  # the reference evaluator on each returned message
             data = memoryview(r.data)
             passed = sum(reference.matches(properties_of_stored(data[pos : pos + size])) for pos, size in r.positions())
             assert passed == r.message_count

@@ -50,6 +50,7 @@ from bench.load_generator import CopyBaseline
 from bench.raw_append import raw_append
 from bench.threaded_rate import calls_per_second
 from store import DefaultMessageStore, FlushDiskType, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
+from store._kernels import Mapping
 from store.codec.message import MessageInner
 from store.codec.message_codec import encode_message
 from store.logfile.mapped_file import MappedFile, offset_to_file_name
@@ -319,7 +320,7 @@ def bench_native_batches(root: str, size: int, count: int, file_bytes: int, batc
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _write_in_slices(mm: mmap.mmap, chunk: bytes) -> None:
+def _write_in_slices(mm: Mapping, chunk: bytes) -> None:
     n = len(chunk)
     for pos in range(0, len(mm) - n + 1, n):
         mm[pos : pos + n] = chunk

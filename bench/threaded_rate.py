@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 
-def calls_per_second(op: Callable[[int, int], None], threads: int, seconds: float) -> float:
+def calls_per_second(op: Callable[[int, int], object], threads: int, seconds: float) -> float:
     """Each of `threads` threads calls `op(thread_index, call_index)` until `seconds` have passed;
     the calls completed per second, all threads together (the last call of each may end late)."""
     counts = [0] * threads

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from store import DefaultMessageStore, MessageStoreConfig, build_message, deliver_at  # noqa: E402
+from store import DefaultMessageStore, MessageStoreConfig, TimerStatus, build_message, deliver_at  # noqa: E402
 
 BATCH = 1_000  # messages per put
 RSS_TARGET_MB = 200.0
@@ -53,6 +53,12 @@ def open_store(root: str) -> DefaultMessageStore:
     return store
 
 
+def timer_status(store: DefaultMessageStore) -> TimerStatus:
+    status = store.timer_status()
+    assert status is not None  # the timer wheel is on in the default settings
+    return status
+
+
 def part_memory(pending: int, timers: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="tidemq-timer-bench-") as root:
         store = open_store(root)
@@ -66,11 +72,11 @@ def part_memory(pending: int, timers: bool) -> dict[str, object]:
             result = store.put_messages(msgs)
             assert result.ok, result
         put_s = time.monotonic() - t0
-        while timers and store.timer_status()["pending_in_wheel"] < pending:
+        while timers and timer_status(store)["pending_in_wheel"] < pending:
             time.sleep(0.1)
         enqueue_s = time.monotonic() - t0
         mem = memory_mb()
-        status = store.timer_status()
+        status = timer_status(store)
         store.shutdown()
     return {"pending": status["pending"] if timers else 0, "put_s": put_s, "all_in_wheel_s": enqueue_s, **mem}
 
@@ -100,7 +106,7 @@ def part_lateness(rate: int, seconds: int) -> dict[str, object]:
                 msg = store.look_message_by_offset(entry[0])
                 assert msg is not None
                 lateness.append(msg["store_timestamp"] - int(msg["properties"]["TIMER_DELIVER_MS"]))
-        status = store.timer_status()
+        status = timer_status(store)
         store.shutdown()
     lateness.sort()
     return {
@@ -118,7 +124,8 @@ def part_lateness(rate: int, seconds: int) -> dict[str, object]:
 
 def in_child(part: str, *args: str) -> dict[str, object]:
     out = subprocess.run([sys.executable, __file__, "--child", part, *args], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:

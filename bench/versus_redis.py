@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,6 +52,9 @@ from bench.http_bench import STORE_CONFIG, Broker, binary_batch
 from bench.load_generator import Measured, cpu_seconds, http_request, load_average, loadgen, median_of, resp_command
 from bench.noop_asgi import NoopServer
 from bench.raw_append import raw_append
+
+if TYPE_CHECKING:  # redis is imported where a run uses it
+    from redis.typing import XReadGroupResponse, XReadResponse
 
 BODY_BYTES = 1024
 BATCH = 100  # messages per batch request, XADDs per pipelined write and per redis-py execute
@@ -298,7 +301,7 @@ def stamped_body() -> str:
     return f"{time.monotonic_ns():0{STAMP_DIGITS}d}".ljust(BODY_BYTES, "x")
 
 
-def paced(rate: int, count: int, send: Callable[[], None]) -> None:
+def paced(rate: int, count: int, send: Callable[[], object]) -> None:
     interval, next_send = 1.0 / rate, time.monotonic()
     for _ in range(count):
         while time.monotonic() < next_send:
@@ -356,11 +359,13 @@ def redis_consumer(port: int, count: int, deadline_s: float, group: bool, out: A
     end = time.monotonic() + deadline_s
     last = "$"
     while len(held) < count and time.monotonic() < end:
+        reply: XReadGroupResponse | XReadResponse
         if group:
             reply = client.xreadgroup("g", "c", {"lat": ">"}, count=32, block=1000)
         else:
             reply = client.xread({"lat": last}, count=32, block=1000)
         now = time.monotonic_ns()
+        assert not isinstance(reply, dict)  # [[stream, entries]]: redis-py's legacy (RESP2) shape, its default
         for _, entries in reply or ():
             stamps = [int(fields[b"b"][:STAMP_DIGITS]) for _, fields in entries]
             held.extend((now - t) / 1e6 for t in stamps)
@@ -383,8 +388,8 @@ class Latency:
         return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f}" if values else "-"
 
 
-def run_delivery(consumer: Any, consumer_args: tuple[Any, ...], send: Callable[[], None], rate: int, count: int, pid: int) -> Latency:
-    results: multiprocessing.Queue = multiprocessing.Queue()
+def run_delivery(consumer: Any, consumer_args: tuple[Any, ...], send: Callable[[], object], rate: int, count: int, pid: int) -> Latency:
+    results: multiprocessing.Queue[tuple[list[float], list[float]]] = multiprocessing.Queue()
     proc = multiprocessing.Process(target=consumer, args=(*consumer_args, results))
     proc.start()
     time.sleep(0.5)  # the consumer's first read is held before the first send
@@ -526,7 +531,7 @@ def tidemq_py_client(port: int, seconds: float, start: Any, out: Any) -> None:
 def client_processes(target: Callable[[int, float, Any, Any], None], port: int, count: int, seconds: float, server_pid: int) -> Measured:
     """`count` client processes, started together once each has sent one batch; their CPU and the server's meanwhile."""
     start = multiprocessing.Barrier(count + 1)
-    out: multiprocessing.Queue = multiprocessing.Queue()
+    out: multiprocessing.Queue[tuple[int, float]] = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=target, args=(port, seconds, start, out)) for _ in range(count)]
     for proc in procs:
         proc.start()
