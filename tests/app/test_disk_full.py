@@ -13,6 +13,7 @@ import pytest
 from store.native import pack_batch
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
 from tests.app.helpers import problem
+from tests.small_volume import small_volume
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,15 +42,8 @@ BODY = "x" * 8000
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 12 MiB tmpfs mounted under tmp_path (root only)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {r.stderr.strip()}")
-    try:
+    with small_volume(tmp_path, "12m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def start_on(mount: Path, tmp_path: Path) -> BrokerProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -16,6 +15,7 @@ import pytest
 
 from tests.app.conftest import SMALL_BROKER, BrokerProcess
 from tests.app.helpers import problem
+from tests.small_volume import small_volume
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,15 +39,8 @@ BODY = "y" * 16_000
 @pytest.fixture
 def disk_48m(tmp_path: Path) -> Iterator[Path]:
     """A 48 MiB tmpfs mounted under tmp_path (root only)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {r.stderr.strip()}")
-    try:
+    with small_volume(tmp_path, "48m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def used_ratio(path: Path) -> float:

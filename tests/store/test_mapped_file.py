@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import threading
 
 import pytest
@@ -14,6 +13,7 @@ from store.logfile.allocate_mapped_file_service import PREFAULT_LEAD_BYTES, Allo
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 from store.logfile.transient_store_pool import TransientStorePool
+from tests.small_volume import small_volume
 from tests.waiting import wait_for
 
 SIZE = 16 * 4096
@@ -378,12 +378,7 @@ def test_a_file_made_ahead_is_reserved_and_prefaulted_for_its_first_megabytes(tm
 def test_a_quiet_reservation_on_a_full_disk_changes_and_reports_nothing(tmp_path) -> None:
     """A reservation made ahead of any write (a file made ahead of need) that finds no room leaves the file as
     it was and reports no shortage, which the write that needs the bytes reports itself when it comes."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here (needs root): {r.stderr.strip()}")
-    try:
+    with small_volume(tmp_path, "2m") as mount:
         shorts: list[str] = []
         reservation = SpaceReservation(256 * 1024, on_short=lambda kind, path, free: shorts.append(path))
         mf = MappedFile(str(mount / offset_to_file_name(0)), 8 * 1024 * 1024, reservation=reservation)
@@ -395,5 +390,3 @@ def test_a_quiet_reservation_on_a_full_disk_changes_and_reports_nothing(tmp_path
             mf.ensure_reserved(4 * 1024 * 1024, strict=True)
         assert len(shorts) == 1
         mf.shutdown(0)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
