@@ -69,12 +69,13 @@ from store import (
     BrokerRole,
     EncodedItems,
     FlushDiskType,
-    PackedJson,
+    PackedProduce,
     PutBatch,
     PutMessageResult,
     PutMessageStatus,
     build_message,
     packed_json,
+    packed_raw,
     render_produce_reply,
 )
 
@@ -266,6 +267,16 @@ def produce_headers(scope: Scope) -> tuple[str, str | None, str | None]:
     content_type, transaction, key = found
     media = content_type.decode("latin-1").partition(";")[0].strip().lower() if content_type is not None else ""
     return media, None if transaction is None else transaction.decode("latin-1"), None if key is None else key.decode("latin-1")
+
+
+def packed_raw_queue(query: bytes) -> int | None:
+    """The queue a raw produce's query names when the store may pack it (`packed_raw`): -1 for no query, N for
+    `queue_id=N` alone (the digits parse_raw takes, at most 18); None for any other query (parse_raw reads it)."""
+    if not query:
+        return -1
+    if query.startswith(b"queue_id=") and 9 < len(query) <= 27 and query[9:].isdigit():
+        return int(query[9:])
+    return None
 
 
 def named_queue(topic: str, queues: int, queue_id: int) -> int:
@@ -464,8 +475,8 @@ class Producer:
             raise ProblemError("UNSUPPORTED_MEDIA_TYPE", detail)
         return await serve_binary(self, request)
 
-    async def serve_packed(self, request: Request, topic: str, packed: PackedJson) -> Response:
-        """Serve a JSON produce the store packed (`packed_json`): what `serve` does with the same messages, parsed."""
+    async def serve_packed(self, request: Request, topic: str, packed: PackedProduce) -> Response:
+        """Serve a produce the store packed (`packed_json`, `packed_raw`): what `serve` does with the same messages, parsed."""
         config = self.broker.writable_topic(topic) or await self.broker.topic_for_produce(topic, request)
         queues = config.write_queue_nums
         queue_id = self.broker.next_round_robin(topic, queues) if packed.queue_id < 0 else named_queue(topic, queues, packed.queue_id)
@@ -480,17 +491,26 @@ class Producer:
         return JsonResponse(reply, 201)
 
     async def serve(self, request: Request) -> Response:
-        """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes). A JSON body of the
-        common shape, without query parameters or the transaction and Idempotency-Key headers, is packed by the
-        store (`packed_json`), the same bytes as its parsed messages would be; any other goes through parse_json."""
+        """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes). Without the transaction
+        and Idempotency-Key headers, a JSON body of the common shape and no query parameters, or a raw body with no
+        query parameter but `queue_id`, is packed by the store (`packed_json`, `packed_raw`), the same bytes as its
+        parsed message(s) would be; any other goes through parse_json or parse_raw."""
         media, header, key = produce_headers(request.scope)
         if media == BATCH_MEDIA_TYPE:
             return await serve_binary(self, request)
         topic = request.path_params["topic"]
         body = None
-        if media == "application/json" and header is None and key is None and not request.scope["query_string"]:
-            body, limits = await request.body(), self.limits
-            packed = packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
+        if header is None and key is None:
+            query: bytes = request.scope["query_string"]
+            packed: PackedProduce | None = None
+            if media == "application/json" and not query:
+                body, limits = await request.body(), self.limits
+                packed = packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
+            elif media == OCTET_STREAM:
+                queue_id = packed_raw_queue(query)
+                if queue_id is not None:
+                    body = await request.body()
+                    packed = packed_raw(body, queue_id, self.limits.max_message_size_bytes)
             if packed is not None:
                 return await self.serve_packed(request, topic, packed)
         drafts, is_batch = await self.drafts(request, media, body)

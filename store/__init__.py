@@ -64,7 +64,7 @@ from store.pop.group_consumption import (
     SubscriptionGroup,
 )
 from store.put.dedup_window import DuplicateItem, dedup_id_problem
-from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedJson, PutBatch, packed_json
+from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedProduce, PutBatch, packed_json, packed_raw
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.report_types import (
     CleanupStatus,
@@ -174,7 +174,7 @@ __all__ = [
     "MessageStore",
     "MessageStoreConfig",
     "MetadataCorrupt",
-    "PackedJson",
+    "PackedProduce",
     "PendingHalf",
     "PopCounts",
     "Popped",
@@ -231,6 +231,7 @@ __all__ = [
     "offset_msg_id",
     "pack_batch",
     "packed_json",
+    "packed_raw",
     "producer_group_problem",
     "properties_are_encodable",
     "render_produce_reply",

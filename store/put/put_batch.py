@@ -44,6 +44,7 @@ from store.status import AppendedHook
 # The property a producer's dedup id travels in (docs/http-api.md, "Idempotent produce"); the store also
 # adds the id to the message's KEYS, so the index finds it after a restart or on a promoted slave.
 DEDUP_PROPERTY = "TIDEMQ_DEDUP_ID"
+UNIQ_KEY_NAME = PROPERTY_UNIQ_KEY.encode("ascii")
 
 
 class BatchForm(enum.Enum):
@@ -96,9 +97,9 @@ class PutBatch:
     defer_durability: bool = False
     # FIELDS: each message's UNIQ_KEY (its msg_id, or one the store made), known once packed.
     uniq_keys: list[str] = field(default_factory=list)
-    # FIELDS packed by the caller (`of_packed`: a JSON body packed by store.native.json_produce): the store checks it
+    # FIELDS packed by the caller (`of_packed`: `packed_json` or `packed_raw`): the store checks it
     # as it checks the packing of `fields`; its keys stay in it (`uniq_keys` is not filled).
-    packed: PackedJson | None = None
+    packed: PackedProduce | None = None
     # Run, in order, when the put stores nothing (a hook or the commitlog refused it).
     on_refused: list[Callable[[], None]] = field(default_factory=list)
 
@@ -122,9 +123,9 @@ class PutBatch:
 
     @classmethod
     def of_packed(
-        cls, topic: str, queue_id: int, packed: PackedJson, born_host: bytes = DEFAULT_BORN_HOST, dedup: bool = False
+        cls, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes = DEFAULT_BORN_HOST, dedup: bool = False
     ) -> PutBatch:
-        """A FIELDS batch already packed (`packed_json`) to one queue."""
+        """A FIELDS batch already packed (`packed_json`, `packed_raw`) to one queue."""
         return cls(BatchForm.FIELDS, topic=topic, queue_id=queue_id, born_host=born_host, dedup=dedup, packed=packed)
 
     @classmethod
@@ -176,8 +177,9 @@ def packed_fields(fields: Sequence[MessageFields]) -> tuple[bytes, list[str]]:
     return data, uniq_keys
 
 
-class PackedJson(NamedTuple):
-    """A JSON produce body packed by store.native.json_produce (`packed_json`)."""
+class PackedProduce(NamedTuple):
+    """A produce body packed without being parsed into Python objects: a JSON body by store.native.json_produce
+    (`packed_json`), a raw body as its one message (`packed_raw`)."""
 
     data: bytes  # RocketMQ's batch encoding, as packed_fields packs the body's messages
     messages: int  # how many it holds
@@ -192,7 +194,7 @@ class PackedJson(NamedTuple):
         return uniq_keys_of(self.head, self.first, self.messages)
 
 
-def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: bytes) -> PackedJson | None:
+def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: bytes) -> PackedProduce | None:
     """A JSON produce body packed as its messages' parsed fields would be (`packed_fields`), without parsing it into
     Python objects; None for a body the caller parses itself (store.native.json_produce says which). `reserved`: the
     property names a producer may not set, separated by NUL bytes."""
@@ -200,7 +202,18 @@ def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: b
     if got is None:
         return None
     data, count, queue_id, is_batch, (head, first) = got
-    return PackedJson(data, count, queue_id, is_batch, head, first)
+    return PackedProduce(data, count, queue_id, is_batch, head, first)
+
+
+def packed_raw(body: bytes, queue_id: int, max_body_bytes: int) -> PackedProduce | None:
+    """A raw produce's body as its one message with no field but its queue (`queue_id`; -1: none named), packed as
+    `packed_fields` packs it (its only property a fresh UNIQ_KEY); None for a body over `max_body_bytes`, which the
+    caller's own path refuses."""
+    if len(body) > max_body_bytes:
+        return None
+    head, first = reserve_uniq_keys(1)
+    props = b"%s\x01%s%04X\x02" % (UNIQ_KEY_NAME, head, first & 0xFFFF)
+    return PackedProduce(pack_one(body, props), 1, queue_id, False, head, first)
 
 
 def properties_of(fields: MessageFields, uniq_key: str) -> bytes:

@@ -18,14 +18,14 @@ import pytest
 from app.problems import ProblemError
 from app.produce_parse import Limits, parse_json
 from app.routes_produce import RESERVED_NAMES, host_hex_bytes, packed_reply
-from store import EncodedItems, PackedJson, pack_batch, packed_json, render_produce_reply
+from store import EncodedItems, PackedProduce, pack_batch, packed_json, render_produce_reply
 from store.codec.message import UNIQ_KEY_CHUNK, UniqKeyGenerator
 from store.put.put_batch import properties_of
 
 LIMITS = Limits(max_message_size_bytes=4096, max_batch_messages=50, delay_levels_ms=[1000] * 18)
 
 
-def pack(body: bytes, limits: Limits = LIMITS) -> PackedJson | None:
+def pack(body: bytes, limits: Limits = LIMITS) -> PackedProduce | None:
     return packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
 
 
@@ -44,7 +44,7 @@ def reference(body: bytes, keys: list[str], limits: Limits = LIMITS) -> tuple[by
     return data, -1 if queue is None else queue, is_batch
 
 
-def agrees(body: bytes, limits: Limits = LIMITS) -> PackedJson | None:
+def agrees(body: bytes, limits: Limits = LIMITS) -> PackedProduce | None:
     got = pack(body, limits)
     if got is not None:
         assert reference(body, got.uniq_keys, limits) == (got.data, got.queue_id, got.is_batch), body[:200]
