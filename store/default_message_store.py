@@ -1,8 +1,9 @@
 """DefaultMessageStore: the store's one implementation of MessageStore (store/message_store.py,
 docs/store-api.md). Parts live in their own modules: the lock file (store/disk/lock_file.py), recovery
 at load (store/store_recovery.py), the put pipeline (store/put/put_pipeline.py), the flush and slave
-waits of a put (store/logfile/put_durability.py), key queries (store/index/key_query.py) and the
-status report (store/store_report.py).
+waits of a put (store/logfile/put_durability.py), key queries (store/index/key_query.py), the move
+between master and slave (store/role_change.py), loading the consume queues (store/queue/consume_queue_table.py)
+and the status report (store/store_report.py).
 
 Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
 the abort file and starts the services; `shutdown()` stops them in this order, each
@@ -54,8 +55,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import shutil
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +65,6 @@ from store.codec.message import (
     SYSTEM_TOPICS,
     TIMER_TOPIC,
     MessageInner,
-    topic_problem,
 )
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.disk.disk_usage import DiskUsageProbe, disk_free_bytes, disk_used_ratio
@@ -96,7 +94,7 @@ from store.metadata.consumer_offset_manager import ConsumerOffsetManager
 from store.metadata.deleted_topic_table import DeletedTopicTable
 from store.metadata.rocketmq_system_topics import system_topics
 from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
-from store.metadata.topic_deletion import DELETED_DIR_PREFIX, TopicRemovals, delete_topic
+from store.metadata.topic_deletion import TopicRemovals, delete_topic
 from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
 from store.pop.revive_horizon import ReviveHorizon
@@ -113,6 +111,7 @@ from store.queue.message_getter import MessageGetter
 from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
 from store.retention.clean_commit_log_service import CleanCommitLogService
 from store.retention.clean_consume_queue_service import CleanConsumeQueueService
+from store.role_change import RoleChange
 from store.schedule.delay_level_hook import DelayLevelHook
 from store.schedule.schedule_message_service import ScheduleMessageService
 from store.state.state_log import STATE_TOPIC, StateLog, StateStore
@@ -133,9 +132,6 @@ from store.transaction.transaction_check_service import TransactionCheckService
 from store.transaction.transaction_store import Transactions
 
 log = logging.getLogger("tidemq.store")
-
-# Longest a slave becoming master waits for its dispatch to reach the end of what it replicated.
-TAKE_OVER_DISPATCH_TIMEOUT_S = 30.0
 
 
 class _StateStoreView:
@@ -220,6 +216,7 @@ class DefaultMessageStore:
             config, self.commit_log, self.put_hooks, self.stats, self.durability, self.reput_service, lambda: self.space_exhausted
         )
         self._build_state_log()
+        self.role_change = self._build_role_change()
 
     def _build_flushing(self) -> None:
         """Dispatch, the flush service the flush type asks for, the durability waits and the transient pool's commit."""
@@ -282,6 +279,14 @@ class DefaultMessageStore:
             self.state_log, config.flush_consumer_offset_interval_ms, lambda: not self.validator.is_slave, self.is_running
         )
 
+    def _build_role_change(self) -> RoleChange:
+        return RoleChange(
+            self.config, self.validator, self.commit_log, self.reput_service, self.consume_queues, self.state_log,
+            self.state_snapshot_service, self.topic_removals, self.deleted_topics, self.dedup_window,
+            (self.schedule_service, self.timer, self.group_consumption, self.transactions), self.is_running,
+            self._last_stored_ms,
+        )  # fmt: skip
+
     # Lifecycle -----------------------------------------------------------------------
 
     def load(self) -> bool:
@@ -294,7 +299,7 @@ class DefaultMessageStore:
             self.checkpoint = StoreCheckpoint(cfg.checkpoint_path())
             if self.transient_store_pool is not None:
                 self.transient_store_pool.init()
-            ok = self.commit_log.load() and self._load_consume_queues()
+            ok = self.commit_log.load() and self.consume_queues.load(cfg.consume_queue_dir())
             ok = ok and self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             if not ok:
                 raise StoreNotRunning("the store files could not be loaded (see the log)")
@@ -343,27 +348,6 @@ class DefaultMessageStore:
     def lock(self) -> None:
         """Take the store directory's lock file (StoreLocked when another process holds it); load() calls it too."""
         self._lock_file.acquire()
-
-    def _load_consume_queues(self) -> bool:
-        root = self.config.consume_queue_dir()
-        if not os.path.isdir(root):
-            return True
-        for topic in sorted(os.listdir(root)):
-            topic_dir = os.path.join(root, topic)
-            if topic.startswith(DELETED_DIR_PREFIX):
-                shutil.rmtree(topic_dir, ignore_errors=True)  # a deletion a crash interrupted
-                continue
-            if topic_problem(topic) or not os.path.isdir(topic_dir):
-                log.warning("ignoring %s: not a valid topic directory", topic_dir)
-                continue
-            for qid in sorted(os.listdir(topic_dir)):
-                if not qid.isdigit():
-                    continue
-                cq = self._new_consume_queue(topic, int(qid))
-                if not cq.load():
-                    return False
-                self.consume_queues.add_loaded(cq)
-        return True
 
     def recovery_progress(self) -> RecoveryReport:
         """What load() is doing: {"phase", "scanned_bytes", "total_bytes"}; safe from any thread."""
@@ -666,55 +650,8 @@ class DefaultMessageStore:
         self.durability.replication_waiter = waiter
 
     def set_broker_role(self, role: BrokerRole) -> None:
-        slave = role is BrokerRole.SLAVE
-        was_slave = self.validator.is_slave
-        taking_over = was_slave and not slave and self._running
-        if taking_over:
-            self._take_over_queue_offsets()
-            self.state_log.catch_up_all()  # everything the old master recorded, before a put of this one
-            self.topic_removals.finish(self.deleted_topics)
-            self._arm_deliveries()  # while the role still reads slave: no delivery pass runs before its checks
-        self.config.broker_role = role
-        self.validator.is_slave = slave
-        self.state_log.following = slave
-        self.group_consumption.set_slave(slave)
-        if taking_over:
-            self._take_over_services()
-        if slave != was_slave:
-            self.dedup_window.restart(self._last_stored_ms())  # a master's window begins now; before it, the index
-
-    def _arm_deliveries(self) -> None:
-        """A slave about to become master: the services that deliver start from the progress its old master
-        recorded and check what it may have delivered after that (the delay levels and the timer against the
-        index, the revive from the replicated offsets). Armed before the role changes, because each of them
-        runs its next pass as soon as the role reads master: a timer slot the old master delivered after its
-        last progress record, put again unchecked in that gap, would revive a checkpoint twice."""
-        self.schedule_service.take_over()
-        if self.timer is not None:
-            self.timer.take_over()
-        self.group_consumption.take_over()
-
-    def _take_over_services(self) -> None:
-        """A slave became master: what needs the master's role to take over (the transactions' progress is put)."""
-        self.transactions.take_over()
-        self.state_log.replicated = True  # a group's master: its tables with no snapshot in this log get one
-        self.state_snapshot_service.wakeup()
-
-    def _take_over_queue_offsets(self) -> None:
-        """A slave becoming master: its next queue offsets come from what it replicated, not from puts it made.
-
-        Replicated appends do not move `topic_queue_table` (only puts do), so dispatch is first brought
-        to the log's end (the caller has stopped replication) and the table rebuilt from the queues.
-        """
-        deadline = time.monotonic() + TAKE_OVER_DISPATCH_TIMEOUT_S
-        while self.reput_service.reput_from_offset < self.commit_log.get_max_offset():
-            if time.monotonic() > deadline:
-                raise StoreNotRunning("dispatch did not reach the log's end; this store cannot become a master now")
-            self.reput_service.dispatch_now()
-            time.sleep(0.001)
-        with self.commit_log.put_lock:
-            queues = self.consume_queues.all()
-            self.commit_log.topic_queue_table = {(cq.topic, cq.queue_id): cq.get_max_offset_in_queue() for cq in queues}
+        """Become master or slave (store/role_change.py: a slave becoming master takes over in its order)."""
+        self.role_change.set_broker_role(role)
 
     def set_recovery_limit(self, offset: int | None) -> None:
         if self.loaded:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from store.codec.message import topic_problem
 from store.metadata.deleted_topic_table import DeletedTopicTable
 from store.queue.consume_queue import ConsumeQueue
+from store.queue.consume_queue_table import DELETED_DIR_PREFIX
 from store.state.state_log import StateChange, StateLog
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from store.metadata.topic_config_manager import TopicConfigManager
 
 log = logging.getLogger("tidemq.store")
-# Queue directories of a deleted topic are renamed to this prefix (no topic name starts with a dot) before removal.
-DELETED_DIR_PREFIX = ".deleted."
 
 
 class TopicRemovals:

@@ -9,12 +9,19 @@ again). A queue's files are made on its first write, not under the lock.
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from store.codec.message import topic_problem
 from store.queue.consume_queue import ConsumeQueue
+
+log = logging.getLogger("tidemq.store")
+# Queue directories of a deleted topic are renamed to this prefix (no topic name starts with a dot) before removal.
+DELETED_DIR_PREFIX = ".deleted."
 
 QueueFactory = Callable[[str, int], ConsumeQueue]
 
@@ -72,6 +79,29 @@ class ConsumeQueueTable:
     def add_loaded(self, cq: ConsumeQueue) -> None:
         """A queue loaded from its files at start (before any reader runs)."""
         self.queues.setdefault(cq.topic, {})[cq.queue_id] = cq
+
+    def load(self, root: str) -> bool:
+        """Load every queue under `root` (a topic directory of queue-id directories) at start; False when a queue's
+        files could not be loaded. A topic directory a crash left mid-deletion is removed; a name that is not a
+        topic's is logged and left alone."""
+        if not os.path.isdir(root):
+            return True
+        for topic in sorted(os.listdir(root)):
+            topic_dir = os.path.join(root, topic)
+            if topic.startswith(DELETED_DIR_PREFIX):
+                shutil.rmtree(topic_dir, ignore_errors=True)  # a deletion a crash interrupted
+                continue
+            if topic_problem(topic) or not os.path.isdir(topic_dir):
+                log.warning("ignoring %s: not a valid topic directory", topic_dir)
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                if not qid.isdigit():
+                    continue
+                cq = self._make_queue(topic, int(qid))
+                if not cq.load():
+                    return False
+                self.add_loaded(cq)
+        return True
 
     def all(self) -> list[ConsumeQueue]:
         return [cq for queues in self.queues.values() for cq in queues.values()]
