@@ -8,7 +8,8 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
   headers, must have its headers complete within `header_read_timeout_ms` (of the connection
   opening, or of that first read); otherwise the connection is closed, after a 408
   REQUEST_TIMEOUT problem when part of a request had arrived. An idle keep-alive connection is
-  closed by uvicorn's `timeout_keep_alive`. A request that arrives whole in one read costs no
+  closed `timeout_keep_alive` after its last reply, by one timer per connection re-armed only when it
+  fires (not one made per reply and cancelled per read, as uvicorn does). A request that arrives whole in one read costs no
   timer; one whose headers are complete (a held pull, a body being read) is not timed by this
   deadline: the body has its own, a held pull its wait.
 - A request's body must arrive whole within `body_read_timeout_ms` of its headers: the timer is
@@ -58,6 +59,8 @@ from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
 
 log = logging.getLogger("tidemq.app")
+# A connection's `idle_since` while a request is under way (no keep-alive deadline runs).
+BUSY = -1.0
 # Paths still served on a connection past the bound (cheap, no store access).
 ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
 
@@ -107,6 +110,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         "lost",
         "gone",
         "direct",
+        "idle_since",
     )
 
     header_read_timeout_s = 10.0
@@ -134,6 +138,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.gone = False  # the connection was lost
         # Serves this connection's produces without a cycle (None: every request goes to the app).
         self.direct: DirectRequests | None = self.direct_requests
+        self.idle_since = BUSY  # the loop's time its last reply completed with nothing after it (BUSY: a request is under way)
 
     def data_received(self, data: bytes) -> None:
         if not self._count_header_bytes(data):
@@ -227,6 +232,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._disarm_header_timer()
         self._disarm_body_timer()
         self._disarm_stall_timer()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -281,8 +289,41 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        """uvicorn's end of a reply (the next pipelined request started, reads resumed), with the keep-alive
+        deadline kept by one timer that is re-armed only when it fires (`_keep_alive_due`) instead of a timer
+        made by every reply and cancelled by the next read."""
         self._disarm_body_timer()  # answered (e.g. 413 before the body): the rest of the body is not waited for
-        super().on_response_complete()
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            self.idle_since = BUSY
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self.idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+
+    def _unset_keepalive_if_required(self) -> None:
+        """uvicorn's at every read (and at a reply's end): the connection is busy; its keep-alive timer, when armed,
+        finds that when it fires."""
+        self.idle_since = BUSY
+
+    def _keep_alive_due(self) -> None:
+        """The keep-alive timer: a connection idle for `timeout_keep_alive` since its last reply is closed (uvicorn's
+        handler); one idle for less is checked again when that time is up; a busy one is not timed (its next reply
+        arms the timer again)."""
+        self.timeout_keep_alive_task = None
+        since = self.idle_since
+        if since == BUSY or self.transport.is_closing():
+            return
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
+            return
+        self.timeout_keep_alive_handler()
 
     def _arm_header_timer(self) -> None:
         self._disarm_header_timer()

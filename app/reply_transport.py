@@ -64,6 +64,9 @@ class ReplyTransport:
         for line in lines:
             self.write(line)
 
+    def is_closing(self) -> bool:  # read for every reply: not through __getattr__
+        return self._transport.is_closing()
+
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
 

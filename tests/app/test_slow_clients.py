@@ -122,6 +122,34 @@ def test_a_body_that_never_arrives_whole_is_408_and_nothing_is_stored(make_broke
     assert broker.client.get("/v1/topics/slow/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
 
+def test_an_idle_keep_alive_connection_is_closed_after_its_timeout_and_a_busy_one_is_not(make_broker) -> None:
+    broker = make_broker(SMALL_STORE + SMALL_BROKER + "keep_alive_timeout_s = 1\n")
+    assert broker.client.put("/v1/topics/idle", json={"queues": 1}).status_code == 201
+    health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with connect(broker) as idle, connect(broker) as steady, connect(broker) as held:
+        # Idle after one reply: closed once the timeout has passed since that reply, without a reply of its own.
+        idle.sendall(health)
+        assert read_response(idle)[0] == 200
+        answered = time.monotonic()
+        assert read_until_closed(idle) == b""
+        assert time.monotonic() - answered >= 0.9
+        # Requests every 0.3 s for 2.4 s (more than twice the timeout): the deadline runs from the last reply.
+        for _ in range(8):
+            steady.sendall(health)
+            assert read_response(steady)[0] == 200
+            time.sleep(0.3)
+        steady.sendall(health)
+        assert read_response(steady)[0] == 200
+        # A pull held 2.5 s right after a reply is not cut by the keep-alive timeout; after its reply the connection
+        # idles out.
+        held.sendall(health)
+        assert read_response(held)[0] == 200
+        held.sendall(b"GET /v1/topics/idle/queues/0/messages?offset=0&wait_ms=2500 HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = read_response(held)
+        assert (status, orjson.loads(body)["status"]) == (200, "NO_NEW_MSG")
+        assert read_until_closed(held) == b""
+
+
 def test_connections_past_the_bound_get_503_and_health_is_served(make_broker) -> None:
     config = (
         SMALL_STORE + SMALL_BROKER + "max_connections = 4\nmax_held_pulls = 2\nkeep_alive_timeout_s = 60\nheader_read_timeout_ms = 60000\n"
