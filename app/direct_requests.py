@@ -17,8 +17,10 @@ routes HotRoutes serves itself) here when it can:
 - at its end: `serve` runs HotRoutes' `answer` (the query, the ACL gate's verdict, the handler, its
   errors mapped: the same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
   reply is written at once (ReplyTransport joins it with the turn's other writes, after the
-  turn's dispatch pass); one that waits (a durability wait, a held pull or receive) is continued
-  by a task in the server's task set, which graceful shutdown waits for;
+  turn's dispatch pass); one that waits (a durability wait, a held pull or receive) is resumed
+  when the future it waits on completes (`_Resumed`: no Task) or, past a wait on anything else, continued
+  by a task; either is in the server's task set, which graceful shutdown waits for and, at its deadline,
+  cancels;
 - the reply's head is the status line, uvicorn's default headers (the date) and the response's
   own; the request is counted and logged as HotRoutes counts it, and uvicorn's
   `on_response_complete` runs (the keep-alive timer, a pipelined request's start).
@@ -101,7 +103,8 @@ class DirectRequests:
     def __init__(self, hot: HotRoutes) -> None:
         self.hot = hot
         self.served = 0  # requests served here (tests and benchmarks)
-        self.continued = 0  # of them, those whose handler waited and a task continued
+        self.continued = 0  # of them, those whose handler waited and that were continued
+        self.resumed = 0  # of those, the ones continued without a task (_Resumed) from their first wait
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
         """At a request's complete headers: its exchange when it is served here (its scope completed
@@ -141,9 +144,19 @@ class DirectRequests:
             self.reply(protocol, exchange, done.value)
             return
         except Exception:
-            self._failed(protocol, exchange)
+            self.failed(protocol, exchange)
             return
         self.continued += 1
+        if _awaitable_here(waited, protocol.loop):
+            self.resumed += 1
+            _Resumed(self, protocol, exchange, answer).wait_on(waited)
+        else:
+            self.continue_in_task(protocol, exchange, answer, waited)
+
+    def continue_in_task(
+        self, protocol: BoundedHttpProtocol, exchange: DirectExchange, answer: Coroutine[Any, Any, Response], waited: Any
+    ) -> None:
+        """Continue `answer`, stepped by hand until it yielded `waited`, in a task of the server's task set."""
         task = protocol.loop.create_task(self._continue(protocol, exchange, answer, waited))
         tasks = protocol.tasks
         tasks.add(task)
@@ -155,10 +168,10 @@ class DirectRequests:
         try:
             response = await _Continued(answer, waited)
         except asyncio.CancelledError:  # graceful shutdown's deadline passed: no reply, the connection closed
-            self._failed(protocol, exchange, cancelled=True)
+            self.failed(protocol, exchange, cancelled=True)
             raise
         except BaseException:  # a defect (HotRoutes maps the handler's errors): no reply, the connection closed
-            self._failed(protocol, exchange)
+            self.failed(protocol, exchange)
             raise
         self.reply(protocol, exchange, response)
 
@@ -188,7 +201,7 @@ class DirectRequests:
         hot.count(exchange.scope, status, exchange.start_ns, len(body))
         protocol.on_response_complete()
 
-    def _failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, cancelled: bool = False) -> None:
+    def failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, cancelled: bool = False) -> None:
         """An answer that raised (HotRoutes maps the handler's errors: this is a defect) or was cancelled."""
         self.hot.stats.in_flight -= 1
         exchange.response_complete = True
@@ -199,6 +212,69 @@ class DirectRequests:
             log.exception("serving %s %s failed; closing the connection", what, path)
         self.hot.count(exchange.scope, 500, exchange.start_ns, 0)
         protocol.transport.close()
+
+
+def _awaitable_here(waited: Any, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether `waited`, what a coroutine stepped by hand yielded, is what a Task would wait on: a future of `loop`
+    awaited (its `_asyncio_future_blocking` set by its `__await__`)."""
+    return getattr(waited, "_asyncio_future_blocking", False) is True and asyncio.isfuture(waited) and waited.get_loop() is loop
+
+
+class _Resumed:
+    """A hot request whose answer waits for a future (a produce's durability wait, a held pull's arrival), resumed by
+    that future's completion, without a Task: a task is a coroutine object, a Task, its entry in asyncio's set of
+    all tasks (a WeakSet, in Python), a loop turn to start it and one to run its done callbacks; a produce under
+    SYNC_FLUSH waits once and is then answered. What a Task would do for it is done here: the future yielded is
+    waited on (`wait_on`) and the coroutine sent None when it completes; a yield that is not such a future (a bare
+    yield, a future of another loop) passes the coroutine to a Task from there on (`continue_in_task`). It is in the
+    server's task set until answered, so graceful shutdown waits for it, and its `cancel` (at the shutdown's
+    deadline) cancels the future it waits on: the coroutine's await raises CancelledError when resumed, as under a
+    Task, and the connection is closed without a reply."""
+
+    __slots__ = ("requests", "protocol", "exchange", "answer", "waiting")
+
+    def __init__(
+        self, requests: DirectRequests, protocol: BoundedHttpProtocol, exchange: DirectExchange, answer: Coroutine[Any, Any, Response]
+    ) -> None:
+        self.requests = requests
+        self.protocol = protocol
+        self.exchange = exchange
+        self.answer = answer
+        self.waiting: asyncio.Future[Any] | None = None  # the future the answer waits on
+        protocol.tasks.add(self)  # type: ignore[arg-type]  # uvicorn's task set: it waits for and cancels its members
+
+    def wait_on(self, waited: asyncio.Future[Any]) -> None:
+        waited._asyncio_future_blocking = False  # taken, as a Task takes it
+        self.waiting = waited
+        waited.add_done_callback(self._resume)
+
+    def _resume(self, _done: asyncio.Future[Any]) -> None:
+        self.waiting = None
+        requests, protocol, exchange = self.requests, self.protocol, self.exchange
+        try:
+            waited = self.answer.send(None)
+        except StopIteration as done:
+            protocol.tasks.discard(self)
+            requests.reply(protocol, exchange, done.value)
+            return
+        except asyncio.CancelledError:  # graceful shutdown's deadline passed: no reply, the connection closed
+            protocol.tasks.discard(self)
+            requests.failed(protocol, exchange, cancelled=True)
+            return
+        except Exception:  # a defect (HotRoutes maps the handler's errors): no reply, the connection closed
+            protocol.tasks.discard(self)
+            requests.failed(protocol, exchange)
+            return
+        if _awaitable_here(waited, protocol.loop):
+            self.wait_on(waited)
+            return
+        protocol.tasks.discard(self)
+        requests.continue_in_task(protocol, exchange, self.answer, waited)
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Cancel the future waited on (Task.cancel's effect on a task that waits): False when there is none."""
+        waiting = self.waiting
+        return waiting.cancel(msg) if waiting is not None else False
 
 
 class _Continued:

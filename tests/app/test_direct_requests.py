@@ -7,6 +7,7 @@ in their requests' order on a pipelined connection, `Connection: close` honoured
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import socket
 import time
@@ -171,7 +172,7 @@ def test_a_produce_that_waits_for_its_flush_is_continued(make_broker) -> None:
     broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
     assert broker.client.put("/v1/topics/d6", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
-    continued = direct.continued
+    continued, resumed = direct.continued, direct.resumed
     store = broker.started.broker.store
     produce = produce_request("d6", orjson.dumps({"body": "s", "queue_id": 0}))
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
@@ -180,7 +181,8 @@ def test_a_produce_that_waits_for_its_flush_is_continued(make_broker) -> None:
         replies = [reader.next() for _ in range(3)]
     assert [status for status, _, _ in replies] == [201, 201, 201]
     assert [orjson.loads(body)["queue_offset"] for _, _, body in replies] == [0, 1, 2]
-    assert direct.continued == continued + 1  # waited for its flush in a task; the app served the two behind it
+    assert direct.continued == continued + 1  # waited for its flush; the app served the two behind it
+    assert direct.resumed == resumed + 1  # resumed by the flush's completion, without a task
     last = orjson.loads(replies[2][2])
     assert store.commit_log.flushed_where() >= last["commitlog_offset"] + 1
 
@@ -240,6 +242,29 @@ def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends
     while broker.started.broker.http_requests.in_flight != 0:  # the gone client's pull ended too, and was counted
         assert time.monotonic() < deadline, "a held pull stayed in flight"
         time.sleep(0.01)
+
+
+def test_a_resumed_request_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(make_broker) -> None:
+    broker = make_broker(SMALL_STORE + SMALL_BROKER.replace("max_wait_ms = 5000", "max_wait_ms = 60000"))  # held past the test
+    assert broker.client.put("/v1/topics/d10", json={"queues": 1}).status_code == 201
+    direct = direct_of(broker)
+    resumed = direct.resumed
+    tasks = broker.started.server.server_state.tasks  # what graceful shutdown waits for, and cancels at its deadline
+    held = b"GET /v1/topics/d10/queues/0/messages?offset=0&wait_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(held)
+        deadline = time.monotonic() + PATIENCE_S
+        while direct.resumed < resumed + 1:
+            assert time.monotonic() < deadline, "the pull was not held"
+            time.sleep(0.01)
+        (waiting,) = [t for t in list(tasks) if not isinstance(t, asyncio.Task)]
+        waiting.protocol.loop.call_soon_threadsafe(waiting.cancel, "the graceful shutdown's deadline")
+        assert read_until_closed(sock) == b""  # no reply: the connection is closed
+    deadline = time.monotonic() + PATIENCE_S
+    while broker.started.broker.http_requests.in_flight != 0 or waiting in tasks:
+        assert time.monotonic() < deadline, "the cancelled pull stayed in flight or in the task set"
+        time.sleep(0.01)
+    assert broker.client.get("/v1/topics/d10/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
 
 def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker, tmp_path) -> None:
