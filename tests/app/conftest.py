@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -158,8 +158,24 @@ class BrokerProcess:
             self.client.close()
 
 
+class MakeBroker(Protocol):
+    """The `make_broker` fixture's factory: a started broker, in this process unless `process` (or `env`, or a
+    descriptor limit) asks for a process of its own."""
+
+    def __call__(
+        self,
+        config_text: str = ...,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        name: str = "store",
+        nofile_soft: int | None = None,
+        nofile_hard: int | None = None,
+        process: bool = False,
+    ) -> BrokerProcess | InProcessBroker: ...
+
+
 @pytest.fixture
-def make_broker(tmp_path: Path) -> Iterator:
+def make_broker(tmp_path: Path) -> Iterator[MakeBroker]:
     """Factory of brokers, all stopped at the end of the test: in this process, or a process with
     `process=True` (also whenever `env` or a descriptor limit is given: those need a process of their own)."""
     started: list[BrokerProcess | InProcessBroker] = []
