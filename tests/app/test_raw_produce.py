@@ -8,7 +8,7 @@ reference's way (which a query the packed path does not take, here an empty `tag
 from __future__ import annotations
 
 import asyncio
-import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,11 @@ LIMITS = Limits(max_message_size_bytes=4096, max_batch_messages=50, delay_levels
 RAW = {"content-type": "application/octet-stream"}
 
 
-@pytest.mark.parametrize("body", [b"", b"x", b"\x00\x01\x02\xff" * 3, os.urandom(1024), b"a" * 4096])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"x", b"\x00\x01\x02\xff" * 3, random.Random(7).randbytes(1024), b"a" * 4096],
+    ids=["empty", "one-byte", "binary", "random-1KiB", "at-the-limit"],  # one id on every worker
+)
 def test_a_raw_body_is_packed_as_the_reference_packs_it(body: bytes) -> None:
     got = packed_raw(body, 3, LIMITS.max_message_size_bytes)
     assert got is not None
