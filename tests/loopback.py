@@ -33,9 +33,11 @@ def bound_port(log_path: Path, log_from: int, proc: subprocess.Popen[bytes], tim
         return None
 
     try:
-        return wait_for(named_port, timeout_s, what="the broker to name its port", poll_s=0.02)
+        port = wait_for(named_port, timeout_s, what="the broker to name its port", poll_s=0.02)
     except AssertionError:
         raise RuntimeError(f"broker named no bound port within {timeout_s}s:\n{log_path.read_text(errors='replace')[-5000:]}") from None
+    assert port is not None  # wait_for answers a truthy value
+    return port
 
 
 def free_port() -> int:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.waiting import wait_for
 
 
-def problem(response: httpx.Response, status: int, code: str) -> dict:
+def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     """Assert a problem+json reply with this status and code; return its body."""
     assert response.status_code == status, (response.status_code, response.text)
     assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = response.json()
+    body: dict[str, Any] = response.json()
     assert body["code"] == code, body
     assert body["status"] == status
     assert body["title"] and body["detail"] and body["type"].startswith("https://")
@@ -34,14 +36,14 @@ def wait_dispatched(client: httpx.Client, timeout_s: float = 10.0) -> None:
     wait_for(lambda: client.get("/v1/store").json()["runtime"]["dispatch_lag_bytes"] == 0, timeout_s, "dispatch to catch up")
 
 
-def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, **fields) -> dict:
+def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, **fields: Any) -> dict[str, Any]:
     """Produce one message and wait until pulls can see it."""
     message = {"body": body, **fields}
     if queue_id is not None:
         message["queue_id"] = queue_id
     r = client.post(f"/v1/topics/{topic}/messages", json=message)
     assert r.status_code == 201, r.text
-    sent = r.json()
+    sent: dict[str, Any] = r.json()
     wait_visible(client, topic, sent["queue_id"], sent["queue_offset"])
     return sent
 
@@ -49,4 +51,5 @@ def send(client: httpx.Client, topic: str, body: str, queue_id: int | None = 0, 
 def commitlog_max(client: httpx.Client) -> int:
     """The commitlog's max offset: unchanged when a refused request stored nothing, on a broker
     nothing else writes to meanwhile (the `quiet_client` fixture's)."""
-    return client.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
+    max_offset: int = client.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
+    return max_offset

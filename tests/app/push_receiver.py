@@ -73,10 +73,12 @@ class PushReceiver:
 
     def wait_for(self, done: Callable[[list[Delivery]], bool], timeout_s: float = 30.0) -> list[Delivery]:
         # A 1-tuple: an empty list of deliveries may meet the condition, and is falsy.
-        (got,) = wait_for(
+        found = wait_for(
             lambda: (seen,) if done(seen := self.got()) else None,
             timeout_s,
             what=lambda: f"the deliveries to meet the condition: {[(d.body, d.status) for d in self.got()]}",
             poll_s=0.02,
         )
+        assert found is not None  # wait_for answers a truthy value
+        (got,) = found
         return got

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from store import DefaultMessageStore, MessageStoreConfig, build_message
 from tests.waiting import wait_for
 
 # Small files (many of them to map and check) with room for 1,000-byte messages.
-FILLER_STORE = {
+FILLER_STORE: dict[str, Any] = {
     "mapped_file_size_commit_log_bytes": 16384,
     "mapped_file_size_consume_queue_bytes": 20000,
     "max_message_size_bytes": 4096,

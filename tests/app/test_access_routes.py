@@ -5,13 +5,16 @@ and that no refused request stored or changed anything."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from store import pack_batch
 from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
+from tests.app.conftest import BrokerProcess, MakeBroker
 from tests.app.helpers import problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +111,12 @@ def fill(text: str, topic: str, group: str) -> str:
     )
 
 
+# A query parameter as httpx takes it.
+Param = tuple[str, str | int | float | bool | None]
+# The acl_broker fixture: a broker started with the ACL, and a client of its administrator.
+AclBroker = tuple[BrokerProcess, httpx.Client]
+
+
 def call(
     client: httpx.Client,
     method: str,
@@ -116,13 +125,13 @@ def call(
     topic: str,
     group: str,
     token: str | None,
-    query: list[tuple[str, str]] | None = None,
+    query: list[Param] | None = None,
 ) -> tuple[int, str | None, httpx.Headers]:
     """The status, problem code and headers of one request (a stream is closed after its head);
     `query` replaces the operation's usual query parameters."""
     body = BODIES.get(op)
     content = json.dumps(body).replace("{topic}", topic).encode() if body is not None and not isinstance(body, bytes) else body
-    params: list[tuple[str, str]] = query if query is not None else [(k, fill(v, topic, group)) for k, v in QUERIES.get(op, {}).items()]
+    params: list[Param] = query if query is not None else [(k, fill(v, topic, group)) for k, v in QUERIES.get(op, {}).items()]
     media = "application/octet-stream" if isinstance(body, bytes) else "application/json"  # a binary batch, or JSON
     headers = {"Content-Type": media, **(bearer(token) if token else {})}
     with client.stream(method, fill(path, topic, group), params=params, content=content, headers=headers) as r:
@@ -133,7 +142,7 @@ def call(
         return r.status_code, code, r.headers
 
 
-def snapshot(admin: httpx.Client) -> dict:
+def snapshot(admin: httpx.Client) -> dict[str, Any]:
     """What a refused request must not change: the commitlog, the topics, groups, offsets, producer groups."""
     offsets = {
         (g, t): admin.get(f"/v1/groups/{g}/offsets", params={"topic": t}).json()
@@ -153,8 +162,9 @@ def snapshot(admin: httpx.Client) -> dict:
 
 
 @pytest.fixture
-def acl_broker(make_broker, tmp_path):
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def acl_broker(make_broker: MakeBroker, tmp_path: Path) -> Iterator[AclBroker]:
+    # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
+    broker, _ = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path)
     admin = as_admin(broker)
     for t in ("billing-a", "billingx", "orders"):
         assert admin.put(f"/v1/topics/{t}", json={"queues": 4}).status_code == 201
@@ -163,7 +173,7 @@ def acl_broker(make_broker, tmp_path):
     admin.close()
 
 
-def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker) -> None:
+def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker: AclBroker) -> None:
     broker, admin = acl_broker
     client = broker.client
     assert client is not None
@@ -198,7 +208,7 @@ def test_refused_requests_are_401_or_403_and_change_nothing(acl_broker) -> None:
     assert snapshot(admin) == before, "a refused request changed the broker's state"
 
 
-def test_allowed_requests_pass_the_gate(acl_broker) -> None:
+def test_allowed_requests_pass_the_gate(acl_broker: AclBroker) -> None:
     broker, admin = acl_broker
     client = broker.client
     assert client is not None
@@ -220,7 +230,7 @@ def test_allowed_requests_pass_the_gate(acl_broker) -> None:
     assert r.status_code == 200 and r.headers["x-tidemq-status"] == "FOUND", r.text
 
 
-def test_paths_outside_the_spec(acl_broker) -> None:
+def test_paths_outside_the_spec(acl_broker: AclBroker) -> None:
     broker, _ = acl_broker
     client = broker.client
     assert client is not None
@@ -233,7 +243,7 @@ def test_paths_outside_the_spec(acl_broker) -> None:
     assert client.head("/v1/topics", headers=bearer(BILLING)).status_code == 403
 
 
-def test_a_repeated_query_parameter_is_refused_on_every_route_that_names_a_topic_or_group(acl_broker) -> None:
+def test_a_repeated_query_parameter_is_refused_on_every_route_that_names_a_topic_or_group(acl_broker: AclBroker) -> None:
     """The gate and the route read one parse: a name given twice is 400 before either reads it, so a
     gate can never judge one value while the route serves another. Every operation of the app's own
     spec that names a topic or a group (in its path or its query) is probed, with every query
@@ -252,7 +262,9 @@ def test_a_repeated_query_parameter_is_refused_on_every_route_that_names_a_topic
                 continue
             for name in sorted(names | {"topic", "group"}):
                 first, second = values.get(name, ("0", "1"))
-                query = [(k, fill(v, "billing-a", "billing")) for k, v in QUERIES.get(op["operationId"], {}).items() if k != name]
+                query: list[Param] = [
+                    (k, fill(v, "billing-a", "billing")) for k, v in QUERIES.get(op["operationId"], {}).items() if k != name
+                ]
                 query += [(name, first), (name, second)]
                 for token in (OPS, BILLING, None):
                     status, code, _ = call(client, method.upper(), path, op["operationId"], "billing-a", "billing", token, query)
@@ -263,7 +275,7 @@ def test_a_repeated_query_parameter_is_refused_on_every_route_that_names_a_topic
     assert snapshot(admin) == before, "a refused request changed the broker's state"
 
 
-def test_the_gate_judges_the_topic_the_route_serves(acl_broker) -> None:
+def test_the_gate_judges_the_topic_the_route_serves(acl_broker: AclBroker) -> None:
     broker, _ = acl_broker
     client = broker.client
     assert client is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -106,7 +107,7 @@ def consume_once(c: httpx.Client, history: History, wait_ms: int) -> int:
 
 
 @pytest.mark.slow
-def test_no_message_is_delivered_again_after_its_ack_answered_ok_across_sigkills(tmp_path) -> None:
+def test_no_message_is_delivered_again_after_its_ack_answered_ok_across_sigkills(tmp_path: Path) -> None:
     config = SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER
     broker = BrokerProcess(tmp_path / "store", config)
     history = History()

@@ -8,6 +8,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -36,11 +37,11 @@ def c(zipped: InProcessBroker) -> httpx.Client:
     return zipped.client
 
 
-def shown_body(view: dict) -> bytes:
+def shown_body(view: dict[str, Any]) -> bytes:
     return view["body"].encode() if view["encoding"] == "utf-8" else base64.b64decode(view["body"])
 
 
-def assert_view(view: dict, case: Case) -> None:
+def assert_view(view: dict[str, Any], case: Case) -> None:
     assert shown_body(view) == case.body, case.key
     assert view.get("body_error") == case.error, case.key
     assert view.get("compressed") == (True if case.sys_flag & 1 else None), case.key
@@ -77,7 +78,7 @@ def test_the_python_client_decodes_bodies_as_produced(zipped: InProcessBroker, s
 
 
 def test_a_receive_shows_bodies_as_produced(c: httpx.Client) -> None:
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     for _ in range(len(CASES)):  # bounded: each receive returns at least one message until all are taken
         r = c.post(f"/v1/groups/zipped-readers/topics/{TOPIC}/receive", params={"max": 32})
         assert r.status_code == 200, r.text
@@ -112,7 +113,7 @@ def test_a_redelivered_message_is_still_shown_as_produced(c: httpx.Client) -> No
     kept = {"text", "corrupt", "plain"}
     acked = [m["receipt_handle"] for m in first if m["keys"][0] not in kept]
     assert c.post(base + "/ack", json={"receipt_handles": acked}).status_code == 200
-    again: list[dict] = []
+    again: list[dict[str, Any]] = []
     deadline = time.monotonic() + 20
     while len(again) < len(kept):
         assert time.monotonic() < deadline, f"redelivered {[m['keys'] for m in again]}"
@@ -125,7 +126,7 @@ def test_a_redelivered_message_is_still_shown_as_produced(c: httpx.Client) -> No
 
 def test_a_receive_stream_shows_bodies_as_produced(zipped: InProcessBroker) -> None:
     url = f"/v1/groups/zipped-stream/topics/{TOPIC}/stream"
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     with httpx.Client(base_url=zipped.url, timeout=10) as own, own.stream("GET", url, params={"max_in_flight": 32}) as r:
         assert r.status_code == 200
         for line in r.iter_lines():

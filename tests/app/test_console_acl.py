@@ -48,7 +48,7 @@ def enter_token(page: Any, token: str) -> None:
     page.wait_for_selector("header .token-state:text('token set')")
 
 
-def test_static_files_need_no_token_but_the_api_does(broker) -> None:
+def test_static_files_need_no_token_but_the_api_does(broker: BrokerProcess) -> None:
     for path in ("/console", "/console/main.js", "/console/pages/topic.js", "/docs/assets/swagger-ui-bundle.js"):
         assert httpx.get(broker.url + path).status_code == 200, path
     for path in ("/v1/topics", "/v1/store/files", "/docs"):
@@ -58,7 +58,7 @@ def test_static_files_need_no_token_but_the_api_does(broker) -> None:
     assert status == 401 and b"UNAUTHENTICATED" in body
 
 
-def test_without_a_token_the_problem_is_shown_then_the_token_is_used(context, broker) -> None:
+def test_without_a_token_the_problem_is_shown_then_the_token_is_used(context: Any, broker: BrokerProcess) -> None:
     page = context.new_page()
     watched = watch(page, broker.url)
     page.goto("/console#/topics")
@@ -79,7 +79,7 @@ def test_without_a_token_the_problem_is_shown_then_the_token_is_used(context, br
     assert all("401" in e for e in watched.errors), watched.errors  # only the refused calls made before the token
 
 
-def test_a_limited_account_sees_its_topic_and_a_403_elsewhere(context, broker) -> None:
+def test_a_limited_account_sees_its_topic_and_a_403_elsewhere(context: Any, broker: BrokerProcess) -> None:
     page = context.new_page()
     watch(page, broker.url)
     page.goto("/console#/topics/billing-a")

@@ -14,6 +14,7 @@ import pytest
 
 from tests.app.browser import browser_context, require_chromium, screenshot
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.in_process import InProcessBroker
 from tests.app.push_receiver import PushReceiver
 from tests.app.test_console import clean, open_console
 from tests.waiting import wait_for
@@ -28,23 +29,25 @@ CONFIG = (
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     require_chromium()
     yield from running_broker(tmp_path_factory, "console-push", CONFIG)
 
 
 @pytest.fixture(scope="module")
-def context(broker: BrokerProcess) -> Iterator[Any]:
+def context(broker: BrokerProcess | InProcessBroker) -> Iterator[Any]:
     yield from browser_context(broker.url)
 
 
 @pytest.fixture
-def c(broker: BrokerProcess) -> httpx.Client:
+def c(broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert broker.client is not None
     return broker.client
 
 
-def test_a_subscription_made_on_the_push_page_delivers_shows_its_counts_and_stops(context, broker, c) -> None:
+def test_a_subscription_made_on_the_push_page_delivers_shows_its_counts_and_stops(
+    context: Any, broker: BrokerProcess | InProcessBroker, c: httpx.Client
+) -> None:
     assert c.put("/v1/topics/hooks", json={"queues": 1}).status_code == 201
     with PushReceiver() as receiver:
         page, watched = open_console(context, broker, "push")
@@ -76,12 +79,16 @@ def test_a_subscription_made_on_the_push_page_delivers_shows_its_counts_and_stop
         clean(page, watched, "push-stopped")
 
 
-def test_the_redrive_button_moves_dead_letters_back(context, broker, c) -> None:
+def test_the_redrive_button_moves_dead_letters_back(
+    context: Any,
+    broker: BrokerProcess | InProcessBroker,
+    c: httpx.Client,
+) -> None:
     assert c.put("/v1/topics/dead", json={"queues": 1}).status_code == 201
     assert c.put("/v1/groups/mourner", json={"max_reconsume_times": 0}).status_code == 201
     for i in range(2):
         assert c.post("/v1/topics/dead/messages", json={"body": f"lost {i}"}).status_code == 201
-    taken: list[dict] = []
+    taken: list[dict[str, Any]] = []
     deadline = time.monotonic() + 20
     while len(taken) < 2:
         assert time.monotonic() < deadline

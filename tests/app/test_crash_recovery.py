@@ -7,15 +7,16 @@ import signal
 
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.helpers import send
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) -> None:
+def test_committed_offsets_survive_sigkill(make_broker: MakeBroker, topic: str, flush: str) -> None:
     config = SMALL_STORE + f'flush_disk_type = "{flush}"\n' + SMALL_BROKER
     broker = make_broker(config, process=True)  # killed
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 3}).status_code == 201
     for i in range(9):
         send(c, topic, f"m{i}", queue_id=i % 3)
@@ -30,6 +31,7 @@ def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) 
     broker.stop(signal.SIGKILL)  # at once after the last 200: no periodic compaction has run
 
     broker.start()
+    assert broker.client is not None
     got = {
         q["queue_id"]: q["committed_offset"] for q in broker.client.get("/v1/groups/g1/offsets", params={"topic": topic}).json()["queues"]
     }
@@ -41,9 +43,10 @@ def test_committed_offsets_survive_sigkill(make_broker, topic: str, flush: str) 
 
 
 @pytest.mark.parametrize("damage", ["deleted", "corrupt"])
-def test_topics_rebuilt_from_the_log_when_topics_json_is_lost(make_broker, topic: str, damage: str) -> None:
+def test_topics_rebuilt_from_the_log_when_topics_json_is_lost(make_broker: MakeBroker, topic: str, damage: str) -> None:
     broker = make_broker(process=True)  # its exit status and log
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 4}).status_code == 201
     sent = [send(c, topic, f"body-{i}", queue_id=i % 3) for i in range(6)]  # queue 3 stays empty: no directory
     assert broker.stop() == 0
@@ -57,6 +60,7 @@ def test_topics_rebuilt_from_the_log_when_topics_json_is_lost(make_broker, topic
 
     broker.start()
     c = broker.client
+    assert c is not None
     listed = {t["topic"]: t for t in c.get("/v1/topics").json()["topics"]}
     # The topic table's state records hold the exact queue count (the queues on disk would say 3).
     assert topic in listed and listed[topic]["read_queues"] == 4

@@ -11,12 +11,17 @@ import asyncio
 import gc
 import socket
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
 
-from app.direct_requests import DirectExchange
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from app.direct_requests import DirectExchange, DirectRequests, _Resumed
+from store import DefaultMessageStore
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
+from tests.app.in_process import InProcessBroker
 from tests.app.test_slow_clients import problem_code, read_response, read_until_closed
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,17 +68,21 @@ class Replies:
         self.data += chunk
 
 
-def direct_of(broker):  # the server's DirectRequests (in-process brokers only)
-    return broker.started.app.state.direct_requests
+def direct_of(broker: InProcessBroker) -> DirectRequests:  # the server's DirectRequests (in-process brokers only)
+    assert broker.started is not None
+    direct: DirectRequests = broker.started.app.state.direct_requests
+    return direct
 
 
-def head_names(sock: socket.socket) -> tuple[int, list[str], dict]:
+def head_names(sock: socket.socket) -> tuple[int, list[str], dict[str, Any]]:
     status, headers, body = read_response(sock)
     return status, list(headers), orjson.loads(body)
 
 
-def test_a_produce_is_answered_as_the_app_answers_it(make_broker) -> None:
+def test_a_produce_is_answered_as_the_app_answers_it(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d1", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     before = direct.served
@@ -95,8 +104,10 @@ def test_a_produce_is_answered_as_the_app_answers_it(make_broker) -> None:
     assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
 
 
-def test_problems_are_the_apps_and_nothing_is_stored(make_broker) -> None:
+def test_problems_are_the_apps_and_nothing_is_stored(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d2", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     before = direct.served
@@ -118,8 +129,9 @@ def test_problems_are_the_apps_and_nothing_is_stored(make_broker) -> None:
     assert broker.client.get("/v1/topics/d2/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
 
-def test_pipelined_requests_are_answered_in_order(make_broker) -> None:
+def test_pipelined_requests_are_answered_in_order(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d3", json={"queues": 1}).status_code == 201
     produce = produce_request("d3", orjson.dumps({"body": "p", "queue_id": 0}))
     # Produces, a request of the app and a held pull between them, all in one write.
@@ -136,8 +148,9 @@ def test_pipelined_requests_are_answered_in_order(make_broker) -> None:
     assert orjson.loads(replies[3][2])["status"] == "NO_NEW_MSG"  # the pull ran after the produces before it only
 
 
-def test_connection_close_and_http_1_0_are_honoured(make_broker) -> None:
+def test_connection_close_and_http_1_0_are_honoured(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d4", json={"queues": 1}).status_code == 201
     body = orjson.dumps({"body": "c", "queue_id": 0})
     close = produce_request("d4", body, extra=b"Connection: close\r\n")
@@ -152,8 +165,9 @@ def test_connection_close_and_http_1_0_are_honoured(make_broker) -> None:
     assert broker.client.get("/v1/topics/d4/queues/0/messages", params={"offset": 0}).json()["next_offset"] == 2
 
 
-def test_a_body_in_pieces_is_served_whole(make_broker) -> None:
+def test_a_body_in_pieces_is_served_whole(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d5", json={"queues": 1}).status_code == 201
     text = "y" * 5000
     request = produce_request("d5", orjson.dumps({"body": text, "queue_id": 0}))
@@ -168,12 +182,16 @@ def test_a_body_in_pieces_is_served_whole(make_broker) -> None:
     assert [m["body"] for m in got["messages"]] == [text]
 
 
-def test_a_produce_that_waits_for_its_flush_is_continued(make_broker) -> None:
+def test_a_produce_that_waits_for_its_flush_is_continued(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.started is not None
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d6", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     continued, resumed = direct.continued, direct.resumed
     store = broker.started.broker.store
+    assert isinstance(store, DefaultMessageStore)
     produce = produce_request("d6", orjson.dumps({"body": "s", "queue_id": 0}))
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
         sock.sendall(produce * 3)  # the second and third wait in uvicorn's pipeline for the first's reply
@@ -187,9 +205,11 @@ def test_a_produce_that_waits_for_its_flush_is_continued(make_broker) -> None:
     assert store.commit_log.flushed_where() >= last["commitlog_offset"] + 1
 
 
-def test_requests_the_protocol_does_not_serve(make_broker) -> None:
+def test_requests_the_protocol_does_not_serve(make_broker: MakeBroker) -> None:
     # Hot routes off: every produce goes to the FastAPI app.
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "hot_routes = false\n")
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d7", json={"queues": 1}).status_code == 201
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
         sock.sendall(produce_request("d7", orjson.dumps({"body": "h"})))
@@ -201,8 +221,10 @@ def test_requests_the_protocol_does_not_serve(make_broker) -> None:
     assert direct_of(broker).served == 0
 
 
-def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker) -> None:
+def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d8", json={"queues": 1}).status_code == 201
     body = orjson.dumps({"body": "e", "queue_id": 0})
     request = produce_request("d8", body, extra=b"Expect: 100-continue\r\n")
@@ -219,8 +241,11 @@ def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker) ->
     assert direct_of(broker).served == 0
 
 
-def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends_it(make_broker) -> None:
+def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends_it(make_broker: MakeBroker) -> None:
     broker = make_broker()
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.started is not None
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d9", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     served, continued = direct.served, direct.continued
@@ -244,8 +269,11 @@ def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends
         time.sleep(0.01)
 
 
-def test_a_resumed_request_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(make_broker) -> None:
+def test_a_resumed_request_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER.replace("max_wait_ms = 5000", "max_wait_ms = 60000"))  # held past the test
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.started is not None
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d10", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     resumed = direct.resumed
@@ -258,6 +286,7 @@ def test_a_resumed_request_cancelled_at_the_shutdown_deadline_closes_its_connect
             assert time.monotonic() < deadline, "the pull was not held"
             time.sleep(0.01)
         (waiting,) = [t for t in list(tasks) if not isinstance(t, asyncio.Task)]
+        assert isinstance(waiting, _Resumed)  # uvicorn's task set is typed for tasks only
         waiting.protocol.loop.call_soon_threadsafe(waiting.cancel, "the graceful shutdown's deadline")
         assert read_until_closed(sock) == b""  # no reply: the connection is closed
     deadline = time.monotonic() + PATIENCE_S
@@ -267,17 +296,20 @@ def test_a_resumed_request_cancelled_at_the_shutdown_deadline_closes_its_connect
     assert broker.client.get("/v1/topics/d10/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
 
-def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker, tmp_path) -> None:
+def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker: MakeBroker, tmp_path: Path) -> None:
     from tests.app.acl_fixtures import BILLING, LIMITED, OPS, bearer, start_with_acl
 
-    broker, _ = start_with_acl(make_broker, tmp_path)
+    # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
+    broker, _ = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     ops = bearer(OPS)
     assert broker.client.put("/v1/topics/billing-d", json={"queues": 1}, headers=ops).status_code == 201
     direct = direct_of(broker)
     served = direct.served
     message = orjson.dumps({"body": "b", "queue_id": 0})
 
-    def produce(topic: str, token: str | None) -> tuple[int, dict, bytes]:
+    def produce(topic: str, token: str | None) -> tuple[int, dict[str, str], bytes]:
         auth = b"" if token is None else b"Authorization: Bearer " + token.encode() + b"\r\n"
         with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
             sock.sendall(produce_request(topic, message, extra=auth))
@@ -303,12 +335,14 @@ def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker, tmp_p
     assert status == 200 and [m["body"] for m in orjson.loads(body)["messages"]] == ["b"]
 
 
-def test_an_answered_request_is_freed_without_the_cyclic_collector(make_broker) -> None:
+def test_an_answered_request_is_freed_without_the_cyclic_collector(make_broker: MakeBroker) -> None:
     # A reference cycle per hot request left every one to the cyclic collector: a collection every few dozen
     # requests, whose pauses were a held pull's slowest deliveries. With the collector off, an answered
     # exchange must be freed by its last reference going away; only a connection's last one is kept (uvicorn's
     # protocol holds its current cycle).
     broker = make_broker()
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/d10", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     served = direct.served

@@ -142,7 +142,10 @@ def test_full_disk_is_503_disk_full_never_a_signal_and_reads_survive_a_restart(s
 
     # Space returns: puts are accepted again (within a cleanup pass) and readable.
     subprocess.run(["mount", "-o", "remount,size=24m", str(small_disk)], check=True)
-    r = wait_for(lambda: accepted_put(broker.client, "after"), 15, what="puts to be accepted after space returned", poll_s=0.2)
+    client = broker.client
+    accepted = wait_for(lambda: accepted_put(client, "after"), 15, what="puts to be accepted after space returned", poll_s=0.2)
+    assert accepted is not None  # wait_for answers a truthy value
+    r = accepted
     stored.append((0, r.json()["queue_offset"], "after"))
     assert_all_readable(broker.client, stored)
     assert broker.stop() == 0, broker.log()

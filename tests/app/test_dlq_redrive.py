@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker, running_broker
 from tests.app.helpers import problem, send
+from tests.app.in_process import InProcessBroker
 from tests.client.cli_helpers import tidemq
 from tests.waiting import wait_for
 
@@ -22,20 +24,21 @@ POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\
 
 
 @pytest.fixture(scope="module")
-def redrive_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def redrive_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     yield from running_broker(tmp_path_factory, "redrive", POP_STORE + SMALL_BROKER)
 
 
 @pytest.fixture
-def c(redrive_broker: BrokerProcess) -> httpx.Client:
+def c(redrive_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert redrive_broker.client is not None
     return redrive_broker.client
 
 
-def receive(c: httpx.Client, group: str, topic: str, **params: object) -> list[dict]:
+def receive(c: httpx.Client, group: str, topic: str, **params: int) -> list[dict[str, Any]]:
     r = c.post(f"/v1/groups/{group}/topics/{topic}/receive", params=params)
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 def dead_letter(c: httpx.Client, group: str, topic: str, bodies: list[str]) -> None:
@@ -43,7 +46,7 @@ def dead_letter(c: httpx.Client, group: str, topic: str, bodies: list[str]) -> N
     assert c.put(f"/v1/groups/{group}", json={"max_reconsume_times": 0}).status_code in (200, 201)
     for body in bodies:
         send(c, topic, body)
-    taken: list[dict] = []
+    taken: list[dict[str, Any]] = []
     deadline = time.monotonic() + 20
     while len(taken) < len(bodies):
         assert time.monotonic() < deadline
@@ -57,18 +60,20 @@ def dead_letter(c: httpx.Client, group: str, topic: str, bodies: list[str]) -> N
     wait_for(dead_lettered, 20, what=lambda: f"{len(bodies)} dead letters: {last[0].text}", poll_s=0.05)
 
 
-def redrive_when(c: httpx.Client, group: str, done: Callable[[dict], bool], what: str) -> dict:
+def redrive_when(c: httpx.Client, group: str, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
     """The group's redrive status once `done` holds for it (20 s at most)."""
-    last: list[dict] = []
+    last: list[dict[str, Any]] = []
 
-    def status() -> dict | None:
+    def status() -> dict[str, Any] | None:
         last[:] = [c.get(f"/v1/groups/{group}/dlq/redrive").json()]
         return last[0] if done(last[0]) else None
 
-    return wait_for(status, 20, what=lambda: f"{what}: {last}", poll_s=0.02)
+    info = wait_for(status, 20, what=lambda: f"{what}: {last}", poll_s=0.02)
+    assert info is not None  # wait_for answers a truthy value
+    return info
 
 
-def wait_done(c: httpx.Client, group: str) -> dict:
+def wait_done(c: httpx.Client, group: str) -> dict[str, Any]:
     return redrive_when(c, group, lambda info: info["state"] == "done", "the redrive to finish")
 
 
@@ -109,7 +114,11 @@ def test_refusals(c: httpx.Client, topic: str) -> None:
     problem(c.post("/v1/groups/bad.group/dlq/redrive"), 400, "GROUP_INVALID")
 
 
-def test_the_command_line_redrives_and_waits(redrive_broker: BrokerProcess, c: httpx.Client, topic: str) -> None:
+def test_the_command_line_redrives_and_waits(
+    redrive_broker: BrokerProcess | InProcessBroker,
+    c: httpx.Client,
+    topic: str,
+) -> None:
     group = "cli-" + topic
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     dead_letter(c, group, topic, ["x", "y"])
@@ -125,10 +134,11 @@ def test_the_command_line_redrives_and_waits(redrive_broker: BrokerProcess, c: h
     assert refused.returncode == 2 and "--max-messages" in refused.stderr
 
 
-def test_a_second_redrive_while_one_runs_is_409_with_the_running_one(make_broker) -> None:
+def test_a_second_redrive_while_one_runs_is_409_with_the_running_one(make_broker: MakeBroker) -> None:
     # Passes a minute apart: the first pass moves 16 batches of 32, then the redrive runs until the next.
     broker = make_broker(SMALL_STORE + "pop_revive_interval_ms = 60000\n" + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     assert c.put("/v1/topics/T", json={"queues": 1}).status_code == 201
     # Dead letters as the revive service writes them: in %DLQ%{group}, naming their topic in RETRY_TOPIC.
     batch = [{"body": f"d{i}", "properties": {"RETRY_TOPIC": "T"}} for i in range(600)]

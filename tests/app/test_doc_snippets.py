@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.conftest import ROOT, SMALL_STORE
+from tests.app.conftest import ROOT, SMALL_STORE, MakeBroker
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(sh|python)\n(.*?)^```$", re.S | re.M)
@@ -64,7 +64,7 @@ UNMARKED = [s for s in snippets() if s.marker is None]
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("snippet", UNMARKED, ids=str)
-def test_the_unmarked_snippets_run(make_broker, snippet: Snippet) -> None:
+def test_the_unmarked_snippets_run(make_broker: MakeBroker, snippet: Snippet) -> None:
     broker = make_broker(SMALL_STORE)
     address = f"127.0.0.1:{broker.port}"
     code = snippet.code.replace("localhost:8080", address).replace("127.0.0.1:8080", address)

@@ -14,11 +14,13 @@ import socket
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 from app.cli import parser
 from app.routes_status import HEALTH_PATH
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +112,7 @@ def image_env() -> dict[str, str]:
     out: dict[str, str] = {}
     for keyword, args in stages()[-1]:
         if keyword == "ENV":
-            out.update(pair.split("=", 1) for pair in shlex.split(args))
+            out.update(cast("Iterator[tuple[str, str]]", (pair.split("=", 1) for pair in shlex.split(args))))
     return out
 
 
@@ -120,7 +122,7 @@ def health_command() -> list[str]:
     return health
 
 
-def test_the_health_check_follows_the_port_the_broker_serves(make_broker) -> None:
+def test_the_health_check_follows_the_port_the_broker_serves(make_broker: MakeBroker) -> None:
     """The image's health command, run as the image runs it (this interpreter standing in for the image's
     python), against a broker on another port than 8080: healthy with that port in TIDEMQ_PORT, unhealthy
     without a broker there."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.conftest import ROOT
+from tests.app.conftest import ROOT, MakeBroker
 from tests.app.scrape import samples, serve_hot_routes
 
 pytestmark = pytest.mark.timeout(90)
@@ -28,7 +28,8 @@ VARIABLES = {"$__rate_interval": "1m", "$instance": ".*", "$topic": ".*", "$grou
 
 
 def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    dash: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return dash
 
 
 def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
@@ -62,8 +63,9 @@ def test_every_panel_is_labelled_and_queries_prometheus() -> None:
             assert all(t["legendFormat"] for t in panel["targets"]), panel["title"]
 
 
-def test_every_series_the_dashboard_queries_is_exported(make_broker) -> None:
+def test_every_series_the_dashboard_queries_is_exported(make_broker: MakeBroker) -> None:
     client = make_broker().client
+    assert client is not None
     topic, group = "t-" + uuid.uuid4().hex[:8], "g-" + uuid.uuid4().hex[:8]
     serve_hot_routes(client, topic, group)
     assert client.put(f"/v1/groups/{group}-pull/offsets", json={"topic": topic, "queue_id": 0, "offset": 1}).status_code == 200

@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from app.broker import Broker
 from app.routes_pull import Puller
 from app.settings import BrokerSettings
-from store import MessageStoreConfig, PutBatch, build_message
+from store import DefaultMessageStore, MessageStoreConfig, PutBatch, build_message
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,7 +33,7 @@ WAIT_MS = 200
 def pull_request(topic: str, offset: int, wait_ms: int) -> Request:
     never = asyncio.Event()
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         await never.wait()  # the client stays connected
         return {"type": "http.disconnect"}
 
@@ -52,11 +53,12 @@ def test_a_wake_up_overtaken_by_the_deadline_still_answers_the_message(tmp_path:
     settings = BrokerSettings(store_dir=str(tmp_path / "s"), store=config).validate()
     broker = Broker(settings)
 
-    async def scenario() -> dict:
+    async def scenario() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         await broker.start()
         try:
             store = broker.store
+            assert isinstance(store, DefaultMessageStore)
             store.topic_config_manager.create_or_update("t", 1)
             puller = Puller(broker)
             # Listeners are called in order: once this one ran, the broker's (added at its start) has

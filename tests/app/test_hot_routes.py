@@ -84,9 +84,10 @@ BATCH_OPERATIONS = 40
 FIRST_PULL = 8
 
 
-def max_offset_reaches(c: httpx.AsyncClient, count: int) -> Callable[[], Awaitable[bool]]:
+def max_offset_reaches(c: httpx.AsyncClient, count: int) -> Callable[[], bool | Awaitable[bool]]:
     async def reached() -> bool:
-        return (await c.get("/v1/topics/t")).json()["queues"][0]["max_offset"] >= count
+        max_offset: int = (await c.get("/v1/topics/t")).json()["queues"][0]["max_offset"]
+        return max_offset >= count
 
     return reached
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from store.native import pack_batch
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.scrape import samples, serve_hot_routes, value
 
 pytestmark = pytest.mark.timeout(90)
@@ -20,14 +20,15 @@ PULL_BATCH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
 REQUESTS = "tidemq_http_requests_total"
 
 
-def counted(scrape, route: str, method: str, status: str) -> float:
+def counted(scrape: dict[str, list[tuple[dict[str, str], float]]], route: str, method: str, status: str) -> float:
     return value(scrape, REQUESTS, route=route, method=method, status=status)
 
 
 @pytest.mark.parametrize("hot_routes", ["true", "false"])
-def test_each_request_is_counted_under_its_route_template(make_broker, hot_routes: str) -> None:
+def test_each_request_is_counted_under_its_route_template(make_broker: MakeBroker, hot_routes: str) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + f"hot_routes = {hot_routes}\n")
     c = broker.client
+    assert c is not None
     topic, group = "orders-" + uuid.uuid4().hex[:8], "billing-" + uuid.uuid4().hex[:8]
     before = samples(c.get("/metrics").text)
     serve_hot_routes(c, topic, group)
@@ -58,8 +59,9 @@ def test_each_request_is_counted_under_its_route_template(make_broker, hot_route
     assert value(after, "tidemq_http_response_bytes_total", route="/healthz", method="GET", status="200") == 15 * gets
 
 
-def test_the_latency_histogram_agrees_with_the_request_counts(make_broker) -> None:
+def test_the_latency_histogram_agrees_with_the_request_counts(make_broker: MakeBroker) -> None:
     c = make_broker().client
+    assert c is not None
     serve_hot_routes(c, "t-" + uuid.uuid4().hex[:8], "g-" + uuid.uuid4().hex[:8])
     scrape = samples(c.get("/metrics").text)
     for labels, requests in scrape[REQUESTS]:
@@ -73,9 +75,10 @@ def test_the_latency_histogram_agrees_with_the_request_counts(make_broker) -> No
         assert value(scrape, "tidemq_http_request_duration_seconds_sum", **series) > 0
 
 
-def test_head_healthz_answers_like_get_without_a_body(make_broker) -> None:
+def test_head_healthz_answers_like_get_without_a_body(make_broker: MakeBroker) -> None:
     for hot_routes in ("true", "false"):
         c = make_broker(SMALL_STORE + SMALL_BROKER + f"hot_routes = {hot_routes}\n", name=f"hot-{hot_routes}").client
+        assert c is not None
         get, head = c.get("/healthz"), c.head("/healthz")
         assert head.status_code == get.status_code == 200
         assert head.content == b"" and get.json() == {"status": "ok"}

@@ -10,7 +10,7 @@ import httpx
 
 from store import pack_batch
 from store.codec.message import encode_properties
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.helpers import commitlog_max, problem
 
 BATCH_TYPE = {"content-type": "application/x-tidemq-batch"}
@@ -89,9 +89,10 @@ def test_bad_keys_are_refused_400(quiet_client: httpx.Client, topic: str) -> Non
     assert commitlog_max(c) == end
 
 
-def test_the_bound_is_answered_503_with_retry_after(make_broker, topic: str) -> None:
+def test_the_bound_is_answered_503_with_retry_after(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(SMALL_STORE + "dedup_max_keys = 2\n" + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     create(c, topic)
     for key in ("a", "b"):
         assert c.post(f"/v1/topics/{topic}/messages", json={"body": key}, headers={"Idempotency-Key": key}).status_code == 201
@@ -102,9 +103,10 @@ def test_the_bound_is_answered_503_with_retry_after(make_broker, topic: str) -> 
     assert c.post(f"/v1/topics/{topic}/messages", json={"body": "no key"}).status_code == 201
 
 
-def test_a_key_survives_sigkill(make_broker, topic: str) -> None:
+def test_a_key_survives_sigkill(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(process=True)  # killed
     c = broker.client
+    assert c is not None
     create(c, topic)
     first = c.post(f"/v1/topics/{topic}/messages", json={"body": "once", "queue_id": 1}, headers={"Idempotency-Key": "crash-1"})
     assert first.status_code == 201, first.text
@@ -112,6 +114,7 @@ def test_a_key_survives_sigkill(make_broker, topic: str) -> None:
 
     broker.start()
     c = broker.client
+    assert c is not None
     again = c.post(f"/v1/topics/{topic}/messages", json={"body": "once", "queue_id": 1}, headers={"Idempotency-Key": "crash-1"})
     assert again.status_code == 200, again.text
     assert again.json()["duplicate"] is True and again.json()["msg_id"] == first.json()["msg_id"]

@@ -69,6 +69,7 @@ def test_readyz_answers_index_rebuilding_until_the_index_is_whole(tmp_path: Path
                 body = problem(await c.get("/readyz"), 503, "INDEX_REBUILDING")
                 assert body["phase"] == "rebuilding index" and body["total_bytes"] > 0
                 assert "tidemq_ready 0" in (await c.get("/metrics")).text
+                r: httpx.Response | None  # then what wait_for_async answers
                 r = await c.get(f"/v1/topics/{TOPIC}/queues/0/messages", params={"offset": 0, "max": 1})
                 assert r.status_code == 200 and r.json()["messages"][0]["body"] == "body-0"  # served meanwhile
                 os.unlink(root / "index")
@@ -81,6 +82,7 @@ def test_readyz_answers_index_rebuilding_until_the_index_is_whole(tmp_path: Path
                     return None
 
                 r = await wait_for_async(ready, 60, what="the index rebuild to finish", poll_s=0.02)
+                assert r is not None  # wait_for_async answers a truthy value
                 assert r.json() == {"status": "ready"}
                 assert await keys_found(c) == list(range(COUNT))
         finally:

@@ -8,11 +8,12 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import problem, send, wait_visible
 from tests.loopback import free_port
 from tests.waiting import wait_for
@@ -20,9 +21,10 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_restart_keeps_messages_offsets_and_topics(make_broker) -> None:
-    first: BrokerProcess = make_broker()
+def test_restart_keeps_messages_offsets_and_topics(make_broker: MakeBroker) -> None:
+    first = make_broker()
     c = first.client
+    assert c is not None
     assert c.put("/v1/topics/orders", json={"queues": 3}).status_code == 201
     assert c.put("/v1/topics/audit", json={"queues": 1, "perm": "r"}).status_code == 201
     sent = [send(c, "orders", f"order-{i}", queue_id=i % 3, keys=[f"k{i}"], tags="T") for i in range(30)]
@@ -33,8 +35,9 @@ def test_restart_keeps_messages_offsets_and_topics(make_broker) -> None:
     assert c.put("/v1/groups/g1/offsets", json={"topic": "orders", "queue_id": 0, "offset": 4}).status_code == 200
     assert first.stop() == 0
 
-    second: BrokerProcess = make_broker()
+    second = make_broker()
     c = second.client
+    assert c is not None
     topics = {t["topic"]: t for t in c.get("/v1/topics").json()["topics"]}
     assert topics["orders"]["read_queues"] == 3 and topics["audit"]["perm"] == "r"
     got = c.get("/v1/topics/orders/queues/0/messages", params={"offset": 0, "max": 20}).json()
@@ -52,9 +55,12 @@ def test_restart_keeps_messages_offsets_and_topics(make_broker) -> None:
     assert second.stop() == 0
 
 
-def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
-    broker: BrokerProcess = make_broker(process=True)  # signalled; its exit status and log
-    assert broker.client.put("/v1/topics/t", json={"queues": 1}).status_code == 201
+def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker: MakeBroker) -> None:
+    broker = make_broker(process=True)  # signalled; its exit status and log
+    assert isinstance(broker, BrokerProcess)
+    c = broker.client
+    assert c is not None
+    assert c.put("/v1/topics/t", json={"queues": 1}).status_code == 201
     replies: list[httpx.Response] = []
 
     def held_pull() -> None:
@@ -62,7 +68,7 @@ def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
 
     thread = threading.Thread(target=held_pull)
     thread.start()
-    wait_for(lambda: "tidemq_held_pulls 1" in broker.client.get("/metrics").text, 5, what="the pull to be held", poll_s=0.02)
+    wait_for(lambda: "tidemq_held_pulls 1" in c.get("/metrics").text, 5, what="the pull to be held", poll_s=0.02)
     started = time.monotonic()
     assert broker.stop(signal.SIGTERM) == 0
     thread.join(10)
@@ -71,9 +77,11 @@ def test_sigterm_answers_held_pulls_and_exits_cleanly(make_broker) -> None:
     assert "store shut down" in broker.log()
 
 
-def test_sync_flush_replies_after_the_flush(make_broker) -> None:
-    broker: BrokerProcess = make_broker(env={"TIDEMQ_FLUSH": "sync"})
+def test_sync_flush_replies_after_the_flush(make_broker: MakeBroker) -> None:
+    broker = make_broker(env={"TIDEMQ_FLUSH": "sync"})
+    assert isinstance(broker, BrokerProcess)
     c = broker.client
+    assert c is not None
     status = c.get("/v1/store").json()
     assert status["flush_mode"] == "SYNC_FLUSH"
     assert c.put("/v1/topics/s", json={"queues": 1}).status_code == 201
@@ -87,11 +95,12 @@ def test_sync_flush_replies_after_the_flush(make_broker) -> None:
     assert c.get("/v1/store").json()["runtime"]["commitlog_flushed_offset"] > batch.json()["results"][-1]["commitlog_offset"]
 
 
-def test_flush_timeout_is_504_and_the_message_is_stored(make_broker) -> None:
+def test_flush_timeout_is_504_and_the_message_is_stored(make_broker: MakeBroker) -> None:
     # With no room for group commit requests the store answers FLUSH_DISK_TIMEOUT at once (the bytes are written).
     config = SMALL_STORE + "max_group_commit_requests = 0\n" + SMALL_BROKER
-    broker: BrokerProcess = make_broker(config, args=["--flush", "sync"])
+    broker = make_broker(config, args=["--flush", "sync"])
     c = broker.client
+    assert c is not None
     # The topic's record is a put too: answered 504 as well, and stored.
     problem(c.put("/v1/topics/s", json={"queues": 1}), 504, "FLUSH_DISK_TIMEOUT")
     assert c.get("/v1/topics/s").json()["read_queues"] == 1
@@ -103,10 +112,11 @@ def test_flush_timeout_is_504_and_the_message_is_stored(make_broker) -> None:
     assert got["messages"][0]["body"] == "maybe-durable"
 
 
-def test_topics_are_not_created_by_default_and_held_pull_bound(make_broker) -> None:
+def test_topics_are_not_created_by_default_and_held_pull_bound(make_broker: MakeBroker) -> None:
     config = SMALL_STORE + SMALL_BROKER + "max_held_pulls = 1\n"  # auto_create_topics left at its default: off
-    broker: BrokerProcess = make_broker(config)
+    broker = make_broker(config)
     c = broker.client
+    assert c is not None
     assert c.put("/v1/topics/orders", json={"queues": 1}).status_code == 201
     before = c.get("/v1/store").json()["runtime"]["commitlog_max_offset"]
     body = problem(c.post("/v1/topics/ordres/messages", json={"body": "x"}), 404, "TOPIC_NOT_FOUND")
@@ -125,13 +135,13 @@ def test_topics_are_not_created_by_default_and_held_pull_bound(make_broker) -> N
     thread.join()
 
 
-def test_second_broker_on_the_same_store_fails_to_start(make_broker) -> None:
+def test_second_broker_on_the_same_store_fails_to_start(make_broker: MakeBroker) -> None:
     make_broker(process=True)  # two processes: the lock file excludes another process
     with pytest.raises(RuntimeError, match="broker exited with 3"):
         make_broker(process=True)
 
 
-def test_cli_refuses_a_bad_config(tmp_path) -> None:
+def test_cli_refuses_a_bad_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[broker]\nmax_wait_ms = 'long'\n")
     cmd = [sys.executable, "-m", "app", "serve", "--config", str(bad), "--store", str(tmp_path / "s")]
@@ -140,11 +150,12 @@ def test_cli_refuses_a_bad_config(tmp_path) -> None:
     assert not (tmp_path / "s").exists()
 
 
-def test_a_slave_refuses_puts_with_not_master_and_names_its_master(make_broker) -> None:
+def test_a_slave_refuses_puts_with_not_master_and_names_its_master(make_broker: MakeBroker) -> None:
     # No master listens at the HA address: the slave still serves, and names the configured master.
     args = ["--role", "slave", "--master-ha-address", f"127.0.0.1:{free_port()}", "--master-http-address", "http://127.0.0.1:1"]
-    broker: BrokerProcess = make_broker(args=args)
+    broker = make_broker(args=args)
     c = broker.client
+    assert c is not None
     status = c.get("/v1/store").json()
     assert status["role"] == "SLAVE" and status["ha"]["role"] == "slave"
     assert status["ha"]["connection_state"] in ("connecting", "disconnected")
@@ -159,7 +170,7 @@ def test_a_slave_refuses_puts_with_not_master_and_names_its_master(make_broker) 
     assert "tidemq_ha_connected 0" in text and "tidemq_ha_connects_total" in text
 
 
-def test_store_role_contradicting_the_replication_role_is_refused(tmp_path) -> None:
+def test_store_role_contradicting_the_replication_role_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[store]\nbroker_role = "SLAVE"\n')
     cmd = [sys.executable, "-m", "app", "serve", "--config", str(config), "--store", str(tmp_path / "s")]
@@ -168,7 +179,7 @@ def test_store_role_contradicting_the_replication_role_is_refused(tmp_path) -> N
     assert not (tmp_path / "s").exists()
 
 
-def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path) -> None:
+def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -181,14 +192,15 @@ def test_a_taken_ha_port_fails_the_start_cleanly(tmp_path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_a_full_disk_refuses_puts_with_disk_full(make_broker) -> None:
+def test_a_full_disk_refuses_puts_with_disk_full(make_broker: MakeBroker) -> None:
     # Every ratio at 1 %: any real disk is "full", so the cleanup service raises the flag.
     ratios = "disk_max_used_space_ratio_percent = 1\ndisk_clean_forcibly_ratio_percent = 1\ndisk_warning_ratio_percent = 1\n"
     # Auto-creation on: the topic's own record, a put made by the produce, is refused as well.
-    broker: BrokerProcess = make_broker(
-        SMALL_STORE + ratios + "clean_resource_interval_ms = 50\n" + SMALL_BROKER + "auto_create_topics = true\n"
+    broker = make_broker(
+        SMALL_STORE + ratios + "clean_resource_interval_ms = 50\n" + SMALL_BROKER + "auto_create_topics = true\n",
     )
     c = broker.client
+    assert c is not None
     if c.get("/v1/store").json()["runtime"]["disk_used_ratio"] <= 0.01:
         pytest.skip("the temporary directory's disk is almost empty")
     wait_for(lambda: c.get("/v1/store").json()["runtime"]["disk_full"], 10, what="the store to flag the disk as full", poll_s=0.05)

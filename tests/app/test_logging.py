@@ -9,11 +9,13 @@ import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.logs import JsonFormatter, TextFormatter
-from tests.app.conftest import ROOT
+from tests.app.conftest import ROOT, MakeBroker
 from tests.app.scrape import serve_hot_routes
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,14 +26,15 @@ ROUTES = {
 }
 
 
-def run_and_stop(make_broker, **options) -> list[str]:
+def run_and_stop(make_broker: MakeBroker, **options: Any) -> list[str]:
     broker = make_broker(**options, process=True)  # the log the process writes
+    assert broker.client is not None
     serve_hot_routes(broker.client, "t-" + uuid.uuid4().hex[:8], "g-" + uuid.uuid4().hex[:8])
     assert broker.stop() == 0
     return [line for line in broker.log_path.read_text().splitlines() if line]
 
 
-def test_text_is_the_default_and_uvicorn_lines_share_it_without_an_access_log(make_broker) -> None:
+def test_text_is_the_default_and_uvicorn_lines_share_it_without_an_access_log(make_broker: MakeBroker) -> None:
     lines = run_and_stop(make_broker)
     assert all(TEXT_LINE.match(line) for line in lines), [line for line in lines if not TEXT_LINE.match(line)]
     loggers = {line.split()[2].rstrip(":") for line in lines}
@@ -39,7 +42,7 @@ def test_text_is_the_default_and_uvicorn_lines_share_it_without_an_access_log(ma
     assert "tidemq.access" not in loggers  # off by default
 
 
-def test_json_lines_with_an_access_log(make_broker) -> None:
+def test_json_lines_with_an_access_log(make_broker: MakeBroker) -> None:
     lines = run_and_stop(make_broker, args=["--log-format", "json", "--access-log"])
     entries = [json.loads(line) for line in lines]  # every line is one object
     for entry in entries:
@@ -61,7 +64,7 @@ def test_json_lines_with_an_access_log(make_broker) -> None:
     }
 
 
-def test_the_environment_chooses_too_and_the_access_log_ignores_the_level(make_broker) -> None:
+def test_the_environment_chooses_too_and_the_access_log_ignores_the_level(make_broker: MakeBroker) -> None:
     env = {"TIDEMQ_LOG_FORMAT": "json", "TIDEMQ_ACCESS_LOG": "true", "TIDEMQ_LOG_LEVEL": "warning"}
     entries = [json.loads(line) for line in run_and_stop(make_broker, env=env)]
     assert any(e["logger"] == "tidemq.access" for e in entries)
@@ -74,7 +77,7 @@ def test_the_environment_chooses_too_and_the_access_log_ignores_the_level(make_b
 @pytest.mark.parametrize(
     ("option", "env"), [(["--log-format", "xml"], {}), ([], {"TIDEMQ_ACCESS_LOG": "maybe"}), ([], {"TIDEMQ_LOG_FORMAT": "xml"})]
 )
-def test_a_bad_choice_refuses_the_start(tmp_path, option: list[str], env: dict[str, str]) -> None:
+def test_a_bad_choice_refuses_the_start(tmp_path: Path, option: list[str], env: dict[str, str]) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(tmp_path / "s"), *option],
         cwd=ROOT,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -85,11 +87,11 @@ def test_wake_ups_are_coalesced_per_queue() -> None:
         scheduled: list[object] = []
         original = loop.call_soon_threadsafe
 
-        def counting(callback, *args):  # type: ignore[no-untyped-def]
+        def counting(callback: Callable[..., object], *args: Any) -> asyncio.Handle:
             scheduled.append(args)
             return original(callback, *args)
 
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign,assignment]  # counts what is scheduled, no context
         waiter = held.register("t", 0, frozenset({tags_hash("Z")}))
         assert waiter is not None
         # Many arrivals before the loop runs: one callback; more distinct codes than remembered wakes everyone.
@@ -106,7 +108,7 @@ def test_no_waiter_no_callback() -> None:
         held = HeldPulls(max_held=10)
         held.bind(loop)
         calls: list[object] = []
-        loop.call_soon_threadsafe = lambda *a: calls.append(a)  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = lambda *a: calls.append(a)  # type: ignore[method-assign,assignment]  # records instead
         arrive_from_thread(held, ("t", 0, 0), ("t", 1, 0))
         assert calls == []
 
@@ -119,7 +121,7 @@ def test_an_arrival_dispatched_on_the_loop_wakes_matching_waiters_at_once_withou
         held = HeldPulls(max_held=10)
         held.bind(loop)
         scheduled: list[object] = []
-        loop.call_soon_threadsafe = lambda *a: scheduled.append(a)  # type: ignore[method-assign,assignment,return-value]
+        loop.call_soon_threadsafe = lambda *a: scheduled.append(a)  # type: ignore[method-assign,assignment]  # records instead
         shared = loop.create_future()
         tag_a = held.register("t", 0, frozenset({tags_hash("A")}), shared)
         retry = held.register("%RETRY%g_t", 0, frozenset({tags_hash("A")}), shared)
@@ -154,7 +156,7 @@ def test_a_held_wait_ends_by_arrival_departure_revocation_or_deadline() -> None:
                 return await wait_held(waiter.future, 0.05 if ending == "deadline" else 30, gone, revoked)
             finally:
                 held.unregister(waiter)
-                assert not gone._callbacks and not revoked._callbacks  # type: ignore[attr-defined]  # the links are removed
+                assert not gone._callbacks and not revoked._callbacks  # the links are removed
 
         assert await wait("arrival") is Wake.ARRIVED
         assert await wait("departure") is Wake.GONE

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from typing import Any
 
 import orjson
 import pytest
@@ -68,7 +69,7 @@ def test_random_messages_render_as_the_python_path_renders_them() -> None:
         ("65 properties", dict(props="".join(f"p{i}\x01v\x02" for i in range(65)).encode())),
     ],
 )
-def test_what_the_kernel_cannot_render_exactly_goes_the_python_way(why: str, message: dict) -> None:
+def test_what_the_kernel_cannot_render_exactly_goes_the_python_way(why: str, message: dict[str, Any]) -> None:
     rng = random.Random(why)
     plain = stored(rng, b"TAGS\x01t\x02")
     assert render_views(plain) == python_views(plain)

@@ -6,12 +6,15 @@ import base64
 import socket
 import time
 import zlib
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import commitlog_max, problem
+from tests.app.in_process import InProcessBroker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,13 +24,14 @@ def create(client: httpx.Client, topic: str, queues: int = 4, perm: str = "rw") 
     assert r.status_code in (200, 201), r.text
 
 
-def pull_one(client: httpx.Client, topic: str, queue_id: int, offset: int) -> dict:
+def pull_one(client: httpx.Client, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
     # wait_ms: the reply comes as soon as the message is dispatched.
     r = client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"offset": offset, "max": 1, "wait_ms": 3000})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "FOUND", body
-    return body["messages"][0]
+    message: dict[str, Any] = body["messages"][0]
+    return message
 
 
 def test_send_one_message_and_read_it_back(client: httpx.Client, topic: str) -> None:
@@ -116,8 +120,9 @@ def test_raw_body_with_query_fields(client: httpx.Client, topic: str) -> None:
     assert base64.b64decode(got["body"]) == payload and got["tags"] == "TagR" and got["keys"] == ["k1", "k2"]
 
 
-def test_produce_auto_creates_topic_with_default_queues_when_it_is_on(make_broker, topic: str) -> None:
+def test_produce_auto_creates_topic_with_default_queues_when_it_is_on(make_broker: MakeBroker, topic: str) -> None:
     client = make_broker(SMALL_STORE + SMALL_BROKER + "auto_create_topics = true\n").client
+    assert client is not None
     assert client.get(f"/v1/topics/{topic}").status_code == 404
     assert client.post(f"/v1/topics/{topic}/messages", json={"body": "x"}).status_code == 201
     info = client.get(f"/v1/topics/{topic}").json()
@@ -219,7 +224,7 @@ def test_sizes(quiet_client: httpx.Client, topic: str) -> None:
 
 
 def test_chunked_body_over_the_limit_is_refused(client: httpx.Client, topic: str) -> None:
-    def chunks():
+    def chunks() -> Iterator[bytes]:
         for _ in range(17):  # 139,264 bytes: just over the 131,072-byte cap
             yield b"x" * 8192
 
@@ -228,7 +233,7 @@ def test_chunked_body_over_the_limit_is_refused(client: httpx.Client, topic: str
     problem(client.get(f"/v1/topics/{topic}"), 404, "TOPIC_NOT_FOUND")
 
 
-def test_content_length_over_the_limit_is_refused_before_reading(shared_broker) -> None:
+def test_content_length_over_the_limit_is_refused_before_reading(shared_broker: BrokerProcess | InProcessBroker) -> None:
     with socket.create_connection(("127.0.0.1", shared_broker.port), timeout=10) as s:
         s.sendall(
             b"POST /v1/topics/big/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 99999999\r\n\r\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any
 
 import httpx
 import pytest
@@ -27,7 +28,7 @@ def post(client: httpx.Client, topic: str, body: bytes, **params: str) -> httpx.
     return client.post(f"/v1/topics/{topic}/messages", content=body, headers=BATCH, params=params)
 
 
-def pull_stored(client: httpx.Client, topic: str, queue_id: int, offset: int, count: int) -> list[dict]:
+def pull_stored(client: httpx.Client, topic: str, queue_id: int, offset: int, count: int) -> list[dict[str, Any]]:
     """The stored messages as the batch pull returns them, decoded (once all `count` are dispatched)."""
     wait_visible(client, topic, queue_id, offset + count - 1)
     r = client.get(
@@ -140,7 +141,9 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
         "body-too-large", "properties-too-large",
     ],
 )  # fmt: skip
-def test_a_malformed_batch_is_refused_whole_and_stores_nothing(quiet_client: httpx.Client, topic: str, body, status, code, index) -> None:
+def test_a_malformed_batch_is_refused_whole_and_stores_nothing(
+    quiet_client: httpx.Client, topic: str, body: bytes, status: int, code: str, index: int
+) -> None:
     before = commitlog_max(quiet_client)
     reply = problem(post(quiet_client, topic, body), status, code)
     assert reply["index"] == index and reply["batch_error"] and f"message {index}" in reply["detail"]
@@ -157,7 +160,9 @@ def test_a_malformed_batch_is_refused_whole_and_stores_nothing(quiet_client: htt
         (GOOD, {"queue_id": "4"}, 404, "QUEUE_NOT_FOUND"),
     ],
 )
-def test_bad_requests_store_nothing(quiet_client: httpx.Client, topic: str, body: bytes, params: dict, status: int, code: str) -> None:
+def test_bad_requests_store_nothing(
+    quiet_client: httpx.Client, topic: str, body: bytes, params: dict[str, str], status: int, code: str
+) -> None:
     create(quiet_client, topic, queues=4)
     before = commitlog_max(quiet_client)
     problem(post(quiet_client, topic, body, **params), status, code)

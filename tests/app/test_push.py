@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 from app.push_signature import SIGNATURE_HEADER, verify
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
 from tests.app.helpers import commitlog_max, problem, send
+from tests.app.in_process import InProcessBroker
 from tests.app.push_receiver import Delivery, PushReceiver
 from tests.waiting import wait_for
 
@@ -28,12 +30,12 @@ PUSH_BROKER = SMALL_BROKER + 'push_allowed_hosts = ["127.0.0.1"]\npush_idle_poll
 
 
 @pytest.fixture(scope="module")
-def push_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def push_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     yield from running_broker(tmp_path_factory, "push", PUSH_STORE + PUSH_BROKER)
 
 
 @pytest.fixture
-def c(push_broker: BrokerProcess) -> httpx.Client:
+def c(push_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert push_broker.client is not None
     return push_broker.client
 
@@ -46,17 +48,20 @@ def accepted(got: list[Delivery]) -> set[bytes]:
     return {d.body for d in got if 200 <= d.status < 300}
 
 
-def dead_letters(c: httpx.Client, group: str, want: int) -> list[dict]:
+def dead_letters(c: httpx.Client, group: str, want: int) -> list[dict[str, Any]]:
     """The messages of the group's dead-letter topic once it holds `want` (it exists once the first arrives)."""
 
-    def held() -> list[dict] | None:
+    def held() -> list[dict[str, Any]] | None:
         r = c.get(f"/v1/topics/%DLQ%{group}/queues/0/messages", params={"offset": 0})
         if r.status_code == 200 and len(r.json()["messages"]) >= want:
-            return r.json()["messages"]
+            messages: list[dict[str, Any]] = r.json()["messages"]
+            return messages
         assert r.status_code in (200, 404), r.text
         return None
 
-    return wait_for(held, 30, what=f"the dead-letter topic to hold {want} messages", poll_s=0.05)
+    letters = wait_for(held, 30, what=f"the dead-letter topic to hold {want} messages", poll_s=0.05)
+    assert letters is not None  # wait_for answers a truthy value
+    return letters
 
 
 def test_every_message_arrives_signed_and_a_failing_receivers_messages_end_in_the_dlq(c: httpx.Client, topic: str) -> None:
@@ -148,11 +153,12 @@ def test_a_redirect_is_not_followed_and_a_slow_receiver_times_out(c: httpx.Clien
         send(c, topic, "moved")
         send(c, topic, "slow")
 
-        def both_failed() -> dict | None:
+        def both_failed() -> dict[str, Any] | None:
             counts = c.get(f"/v1/groups/redirected-{topic}/push").json()["counts"]
             return counts if counts["failed"] >= 1 and counts["errors"] >= 1 else None
 
         counts = wait_for(both_failed, 30, what="a failed delivery and an error", poll_s=0.05)
+        assert counts is not None  # wait_for answers a truthy value
         assert c.delete(f"/v1/groups/redirected-{topic}/push").status_code == 204
     assert counts["delivered"] == 0  # neither the redirect nor the reply that came too late is an ack
     assert all(d.path == "/hook?x=1" for d in receiver.got())  # the 307's Location (/elsewhere) was never asked for

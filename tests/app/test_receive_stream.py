@@ -8,15 +8,18 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, as_admin, bearer, start_with_acl
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker, running_broker
 from tests.app.helpers import problem, send
+from tests.app.in_process import InProcessBroker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,13 +27,13 @@ STREAM_BROKER = SMALL_BROKER + "stream_heartbeat_ms = 300\n"
 
 
 @pytest.fixture(scope="module")
-def sse_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def sse_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     yield from running_broker(tmp_path_factory, "sse", SMALL_STORE + STREAM_BROKER)
 
 
-def events(lines: Iterator[str], n: int) -> tuple[list[dict], list[str]]:
+def events(lines: Iterator[str], n: int) -> tuple[list[dict[str, Any]], list[str]]:
     """The next `n` message events (and the comment lines seen meanwhile)."""
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     comments: list[str] = []
     kind = None
     for raw in lines:
@@ -47,7 +50,10 @@ def events(lines: Iterator[str], n: int) -> tuple[list[dict], list[str]]:
     return got, comments
 
 
-def test_stream_holds_max_in_flight_and_an_ack_lets_the_next_one_through(sse_broker: BrokerProcess, topic: str) -> None:
+def test_stream_holds_max_in_flight_and_an_ack_lets_the_next_one_through(
+    sse_broker: BrokerProcess | InProcessBroker,
+    topic: str,
+) -> None:
     c = sse_broker.client
     assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
@@ -74,7 +80,7 @@ def test_stream_holds_max_in_flight_and_an_ack_lets_the_next_one_through(sse_bro
         assert [m["body"] for m in third] == ["e2"] and third[0]["reconsume_times"] == 0
 
 
-def test_a_produce_reaches_an_open_stream_and_curl_reads_it(sse_broker: BrokerProcess, topic: str) -> None:
+def test_a_produce_reaches_an_open_stream_and_curl_reads_it(sse_broker: BrokerProcess | InProcessBroker, topic: str) -> None:
     curl = shutil.which("curl")
     if curl is None:
         pytest.skip("curl is not installed")
@@ -99,7 +105,7 @@ def test_a_produce_reaches_an_open_stream_and_curl_reads_it(sse_broker: BrokerPr
         proc.stdout.close()
 
 
-def test_bad_stream_parameters_are_refused(sse_broker: BrokerProcess, topic: str) -> None:
+def test_bad_stream_parameters_are_refused(sse_broker: BrokerProcess | InProcessBroker, topic: str) -> None:
     c = sse_broker.client
     assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
@@ -111,9 +117,10 @@ def test_bad_stream_parameters_are_refused(sse_broker: BrokerProcess, topic: str
     assert problem(c.get(f"/v1/groups/g/topics/none-{topic}/stream"), 404, "TOPIC_NOT_FOUND")
 
 
-def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker, topic: str) -> None:
+def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(SMALL_STORE + STREAM_BROKER, process=True)  # SIGTERM and its exit status
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     opened, ended = threading.Event(), threading.Event()
     errors: list[BaseException] = []
@@ -136,9 +143,9 @@ def test_a_stream_ends_cleanly_when_the_broker_stops(make_broker, topic: str) ->
     assert errors == [] and ended.is_set()
 
 
-def end_of(lines: Iterator[str]) -> tuple[list[dict], dict]:
+def end_of(lines: Iterator[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The message events, then the end event's problem document; the body must end right after it."""
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     kind = None
     for raw in lines:
         line = raw.rstrip("\n")
@@ -154,9 +161,10 @@ def end_of(lines: Iterator[str]) -> tuple[list[dict], dict]:
     raise AssertionError(f"the stream ended without an end event after {got}")
 
 
-def test_a_topic_deleted_under_a_stream_ends_it_with_an_event_saying_so(make_broker, topic: str) -> None:
+def test_a_topic_deleted_under_a_stream_ends_it_with_an_event_saying_so(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(SMALL_STORE + STREAM_BROKER)
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 2}).status_code == 201
     send(c, topic, "before")
     with (
@@ -173,12 +181,13 @@ def test_a_topic_deleted_under_a_stream_ends_it_with_an_event_saying_so(make_bro
     assert "Traceback" not in broker.log() and " ERROR " not in broker.log(), broker.log()
 
 
-def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(make_broker, tmp_path) -> None:
+def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(make_broker: MakeBroker, tmp_path: Path) -> None:
     """The billing account loses SUB on its topic: its stream ends (FORBIDDEN) without another request
     arriving, its held pull and receive are answered 403, and nothing produced afterwards reaches it.
     Then the account is removed altogether: a new stream of its token ends UNAUTHENTICATED."""
     config = "acl_reload_interval_ms = 10\nstream_heartbeat_ms = 200\n"
-    broker, acl = start_with_acl(make_broker, tmp_path, config=config)
+    # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
+    broker, acl = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path, config=config)
     with as_admin(broker) as admin, httpx.Client(base_url=broker.url, timeout=10, headers=bearer(BILLING)) as billing:
         assert admin.put("/v1/topics/billing-a", json={"queues": 1}).status_code == 201
         pool = ThreadPoolExecutor(2)

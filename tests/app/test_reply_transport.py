@@ -23,7 +23,7 @@ async def _pair() -> tuple[asyncio.Transport, socket.socket, list[bytes]]:
     calls: list[bytes] = []
     real_write = transport.write
 
-    def write(data: bytes) -> None:
+    def write(data: bytes | bytearray | memoryview) -> None:
         calls.append(bytes(data))
         real_write(data)
 

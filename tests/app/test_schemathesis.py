@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.acl_fixtures import ACL_TEXT, OPS, bearer
-from tests.app.conftest import SMALL_STORE
+from tests.app.conftest import SMALL_STORE, MakeBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = """
@@ -60,7 +60,7 @@ CONFIG = (
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_schemathesis_finds_the_spec_and_the_server_agree(make_broker, tmp_path: Path) -> None:
+def test_schemathesis_finds_the_spec_and_the_server_agree(make_broker: MakeBroker, tmp_path: Path) -> None:
     acl = tmp_path / "acl.toml"
     acl.write_text(ACL_TEXT)
     broker = make_broker(SMALL_STORE + BROKER, args=["--acl", str(acl)])

@@ -17,8 +17,9 @@ import pytest
 
 from app.settings import BrokerSettings
 from core.errors import ConfigInvalid
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import commitlog_max
+from tests.app.in_process import InProcessBroker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,14 +28,14 @@ PATIENCE_S = 30.0
 TIMEOUTS = "header_read_timeout_ms = 300\nbody_read_timeout_ms = 300\nkeep_alive_timeout_s = 60\n"
 
 
-def connect(broker: BrokerProcess) -> socket.socket:
+def connect(broker: BrokerProcess | InProcessBroker) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S)
     return sock
 
 
 def read_until_closed(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes the connection (a reset fails the test)."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         data = sock.recv(65536)
         if not data:
@@ -63,10 +64,11 @@ def problem_code(raw: bytes, status: int) -> str:
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(f"HTTP/1.1 {status} ".encode()), raw[:200]
     assert b"application/problem+json" in head.lower(), head
-    return orjson.loads(body)["code"]
+    code: str = orjson.loads(body)["code"]
+    return code
 
 
-def test_a_slowloris_connection_is_closed_with_408(make_broker) -> None:
+def test_a_slowloris_connection_is_closed_with_408(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + TIMEOUTS)
     # Headers that stop halfway: 408 REQUEST_TIMEOUT, then the connection is closed.
     with connect(broker) as sock:
@@ -96,12 +98,14 @@ def test_a_slowloris_connection_is_closed_with_408(make_broker) -> None:
     # An idle connection that never sends a byte is closed too (nothing to answer).
     with connect(broker) as sock:
         assert read_until_closed(sock) == b""
+    assert broker.client is not None
     assert broker.client.get("/healthz").status_code == 200
 
 
 @pytest.mark.parametrize("kind", ["chunked-never-ends", "short-content-length", "short-json"])
-def test_a_body_that_never_arrives_whole_is_408_and_nothing_is_stored(make_broker, kind: str) -> None:
+def test_a_body_that_never_arrives_whole_is_408_and_nothing_is_stored(make_broker: MakeBroker, kind: str) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + TIMEOUTS)
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/slow", json={"queues": 1}).status_code == 201
     before = commitlog_max(broker.client)
     if kind == "chunked-never-ends":
@@ -122,8 +126,9 @@ def test_a_body_that_never_arrives_whole_is_408_and_nothing_is_stored(make_broke
     assert broker.client.get("/v1/topics/slow/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
 
-def test_an_idle_keep_alive_connection_is_closed_after_its_timeout_and_a_busy_one_is_not(make_broker) -> None:
+def test_an_idle_keep_alive_connection_is_closed_after_its_timeout_and_a_busy_one_is_not(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "keep_alive_timeout_s = 1\n")
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/idle", json={"queues": 1}).status_code == 201
     health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     with connect(broker) as idle, connect(broker) as steady, connect(broker) as held:
@@ -150,11 +155,12 @@ def test_an_idle_keep_alive_connection_is_closed_after_its_timeout_and_a_busy_on
         assert read_until_closed(held) == b""
 
 
-def test_connections_past_the_bound_get_503_and_health_is_served(make_broker) -> None:
+def test_connections_past_the_bound_get_503_and_health_is_served(make_broker: MakeBroker) -> None:
     config = (
         SMALL_STORE + SMALL_BROKER + "max_connections = 4\nmax_held_pulls = 2\nkeep_alive_timeout_s = 60\nheader_read_timeout_ms = 60000\n"
     )
     broker = make_broker(config)
+    assert broker.client is not None
     broker.client.close()  # its keep-alive connection would count against the bound
     kept = []
     try:
@@ -184,13 +190,15 @@ def test_connections_past_the_bound_get_503_and_health_is_served(make_broker) ->
             sock.close()
 
 
-def test_held_pulls_past_the_bound_get_503_not_resets_with_a_low_descriptor_limit(make_broker) -> None:
+def test_held_pulls_past_the_bound_get_503_not_resets_with_a_low_descriptor_limit(make_broker: MakeBroker) -> None:
     held, excess = 300, 50
     config = SMALL_STORE + SMALL_BROKER.replace("max_wait_ms = 5000", "max_wait_ms = 60000") + f"max_held_pulls = {held}\n"
     # The process starts with fewer descriptors than held pulls: the start must make room for the bound.
     broker = make_broker(config, nofile_soft=128)
+    assert broker.client is not None
     assert broker.client.put("/v1/topics/held", json={"queues": 1}).status_code == 201
     request = b"GET /v1/topics/held/queues/0/messages?offset=0&wait_ms=50000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    sock: object  # each connection, then each ready key's file object (checked to be a socket)
     socks = []
     selector = selectors.DefaultSelector()
     try:
@@ -219,17 +227,19 @@ def test_held_pulls_past_the_bound_get_503_not_resets_with_a_low_descriptor_limi
             sock.close()
 
 
-def test_a_hard_descriptor_limit_below_the_bounds_lowers_them_so_they_still_answer(make_broker) -> None:
+def test_a_hard_descriptor_limit_below_the_bounds_lowers_them_so_they_still_answer(make_broker: MakeBroker) -> None:
     """The hard limit cannot fit max_connections: the bounds are lowered (WARNING) and still answer, no resets."""
     config = SMALL_STORE + SMALL_BROKER.replace("max_wait_ms = 5000", "max_wait_ms = 60000")
     config += "max_held_pulls = 400\nmax_connections = 500\nreserved_fds = 80\n"
     broker = make_broker(config, nofile_soft=200, nofile_hard=200)
+    assert broker.client is not None
     assert "cannot hold max_connections 500 plus reserved_fds 80" in broker.log()
     metrics = broker.client.get("/metrics").text
     bound = int(metrics.split("\ntidemq_held_pulls_max ")[1].split()[0])
     assert 0 < bound < 200
     assert broker.client.put("/v1/topics/low", json={"queues": 1}).status_code == 201
     request = b"GET /v1/topics/low/queues/0/messages?offset=0&wait_ms=50000 HTTP/1.1\r\nHost: x\r\n\r\n"
+    sock: object  # each connection, then each ready key's file object (checked to be a socket)
     socks = []
     selector = selectors.DefaultSelector()
     try:
@@ -238,7 +248,7 @@ def test_a_hard_descriptor_limit_below_the_bounds_lowers_them_so_they_still_answ
             sock.sendall(request)
             socks.append(sock)
             selector.register(sock, selectors.EVENT_READ)
-        codes = []
+        codes: list[str] = []
         deadline = time.monotonic() + PATIENCE_S
         while len(codes) < 20:
             assert time.monotonic() < deadline, f"only {len(codes)} of 20 pulls were answered"
@@ -270,12 +280,13 @@ def broker_rss_bytes(broker: BrokerProcess) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
-def test_header_bytes_are_bounded_per_request_and_over_all_connections(make_broker) -> None:
+def test_header_bytes_are_bounded_per_request_and_over_all_connections(make_broker: MakeBroker) -> None:
     """100 KB of header lines is 431 HEADERS_TOO_LARGE; 60 connections each holding 60 KB of unfinished
     headers pass the 1 MiB total: the ones past it are answered 503 HEADERS_BUSY and closed, and the
     broker's resident memory grows by less than the bytes the clients sent."""
     limits = "max_header_bytes = 65536\nmax_header_bytes_total = 1048576\nheader_read_timeout_ms = 30000\n"
     broker = make_broker(SMALL_STORE + SMALL_BROKER + limits, process=True)
+    assert isinstance(broker, BrokerProcess)  # process=True: its resident memory is read from /proc
     sock = connect(broker)
     # Less than one socket read (the server reads all of it, so its close is a FIN and the reply arrives).
     sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"x-filler: " + b"a" * 100_000)

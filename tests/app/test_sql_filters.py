@@ -16,8 +16,9 @@ import pytest
 
 from store import decode_message
 from store.layouts import iter_messages
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker, running_broker
 from tests.app.helpers import commitlog_max, problem, send
+from tests.app.in_process import InProcessBroker
 
 pytestmark = pytest.mark.timeout(60)
 POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\n"
@@ -33,12 +34,12 @@ ORDERS = [
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     yield from running_broker(tmp_path_factory, "sql", POP_STORE + SMALL_BROKER + "stream_heartbeat_ms = 300\n")
 
 
 @pytest.fixture
-def c(broker: BrokerProcess) -> httpx.Client:
+def c(broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert broker.client is not None
     return broker.client
 
@@ -49,21 +50,23 @@ def orders(c: httpx.Client, topic: str) -> None:
         send(c, topic, body, tags=tag, properties=props)
 
 
-def pull(c: httpx.Client, topic: str, **params: Any) -> dict:
+def pull(c: httpx.Client, topic: str, **params: Any) -> dict[str, Any]:
     r = c.get(f"/v1/topics/{topic}/queues/0/messages", params=params)
     assert r.status_code == 200, r.text
-    return r.json()
+    reply: dict[str, Any] = r.json()
+    return reply
 
 
-def bodies(reply: dict | list) -> list[str]:
+def bodies(reply: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
     messages = reply["messages"] if isinstance(reply, dict) else reply
     return [m["body"] for m in messages]
 
 
-def receive(c: httpx.Client, group: str, topic: str, **params: Any) -> list[dict]:
+def receive(c: httpx.Client, group: str, topic: str, **params: Any) -> list[dict[str, Any]]:
     r = c.post(f"/v1/groups/{group}/topics/{topic}/receive", params=params)
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 def test_a_pull_returns_the_matching_messages_and_moves_past_the_others(c: httpx.Client, topic: str) -> None:
@@ -83,7 +86,11 @@ def test_a_pull_returns_the_matching_messages_and_moves_past_the_others(c: httpx
     assert [decode_message(r.content, pos)["body"] for pos, _ in iter_messages(r.content)] == [b"o2", b"o3"]
 
 
-def test_a_held_pull_answers_the_first_matching_arrival(broker: BrokerProcess, c: httpx.Client, topic: str) -> None:
+def test_a_held_pull_answers_the_first_matching_arrival(
+    broker: BrokerProcess | InProcessBroker,
+    c: httpx.Client,
+    topic: str,
+) -> None:
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
 
     def later() -> None:
@@ -129,10 +136,14 @@ def test_a_group_filter_applies_to_every_receive_of_the_group(c: httpx.Client, t
     assert bodies(receive(c, "eu-g", topic, max=32)) == ["o8"]
 
 
-def test_the_event_stream_sends_only_matching_messages(broker: BrokerProcess, c: httpx.Client, topic: str) -> None:
+def test_the_event_stream_sends_only_matching_messages(
+    broker: BrokerProcess | InProcessBroker,
+    c: httpx.Client,
+    topic: str,
+) -> None:
     orders(c, topic)
     url = f"/v1/groups/stream-g/topics/{topic}/stream"
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     with (
         httpx.Client(base_url=broker.url, timeout=10) as own,
         own.stream("GET", url, params={"sql": "amount > 100.0 OR region = 'us'"}, headers={"accept": "text/event-stream"}) as r,
@@ -179,13 +190,15 @@ def test_a_bad_expression_is_400_filter_invalid_with_its_position_and_changes_no
     assert commitlog_max(c) == before
 
 
-def test_a_group_filter_is_state_a_killed_broker_keeps(make_broker, topic: str) -> None:
+def test_a_group_filter_is_state_a_killed_broker_keeps(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(POP_STORE + SMALL_BROKER, process=True)
     c = broker.client
+    assert c is not None
     assert c.put("/v1/groups/kept-g", json={"filter": {"sql": "TAGS = 'x'"}}).status_code == 201
     broker.stop(signal.SIGKILL)
     broker.start()
     c = broker.client
+    assert c is not None
     assert c.get("/v1/groups/kept-g").json()["filter"] == {"sql": "TAGS = 'x'"}
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     send(c, topic, "no", tags="y")

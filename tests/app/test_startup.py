@@ -8,11 +8,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.app.conftest import ROOT, SMALL_BROKER
+from tests.app.conftest import ROOT, SMALL_BROKER, MakeBroker
 from tests.app.helpers import problem
 from tests.app.store_filler import FILLER_STORE, QUEUES, TOPIC
 from tests.loopback import free_port
@@ -35,12 +36,13 @@ def refusal_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if " INFO " not in line]
 
 
-def test_a_second_broker_on_a_locked_store_prints_one_line_and_exits_3(make_broker) -> None:
+def test_a_second_broker_on_a_locked_store_prints_one_line_and_exits_3(make_broker: MakeBroker) -> None:
     first = make_broker()
     done = subprocess.run(serve_command(first.store_dir, free_port()), capture_output=True, text=True, timeout=PATIENCE_S, cwd=ROOT)
     assert done.returncode == 3, done.stderr
     lines = refusal_lines(done.stderr)
     assert len(lines) == 1 and lines[0].startswith("tidemq: ") and "used by another process" in lines[0], done.stderr
+    assert first.client is not None
     assert first.client.get("/readyz").status_code == 200  # the first broker is untouched
 
 
@@ -68,7 +70,7 @@ def test_health_answers_and_ready_reports_progress_during_a_recovery(tmp_path: P
     log_path = tmp_path / "big.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(serve_command(store_dir, port, config), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    starting: list[dict] = []
+    starting: list[dict[str, Any]] = []
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=PATIENCE_S) as client:
 

@@ -7,6 +7,7 @@ import re
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -15,7 +16,9 @@ import pytest
 from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig
+from tests.app.conftest import BrokerProcess
 from tests.app.helpers import problem, send
+from tests.app.in_process import InProcessBroker
 from tests.app.test_produce import create
 from tests.waiting import wait_for
 
@@ -59,7 +62,9 @@ def test_metrics_count_puts_and_gets(client: httpx.Client, topic: str) -> None:
     declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     for line in text.splitlines():
         if line and not line.startswith("#"):
-            name = re.match(r"[a-z_]+", line).group(0)
+            match = re.match(r"[a-z_]+", line)
+            assert match is not None, line
+            name = match.group(0)
             assert name.startswith("tidemq_") and any(name.startswith(d) for d in declared), line
 
 
@@ -82,17 +87,18 @@ def test_store_status(client: httpx.Client) -> None:
     assert cleanup["disk_warning_ratio"] > cleanup["disk_clean_forcibly_ratio"] > cleanup["disk_max_used_ratio"]
 
 
-def test_store_files_match_the_disk(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_store_files_match_the_disk(shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str) -> None:
     create(client, topic)
     send(client, topic, "x", queue_id=0)
 
-    def settled_listing() -> dict | None:
+    def settled_listing() -> dict[str, Any] | None:
         # A commitlog file being made ahead lists as 0 bytes between its creation and its sizing.
         listing = client.get("/v1/store/files").json()
         settled = all(f["size_bytes"] > 0 for f in listing["files"] if f["kind"] == "commitlog")
         return listing if settled else None
 
     listing = wait_for(settled_listing, 5.0, "the files made ahead to be sized")
+    assert listing is not None  # wait_for answers a truthy value
     root = Path(listing["root"])
     assert root == shared_broker.store_dir.resolve() or root == shared_broker.store_dir
     assert not listing["truncated"] and listing["total_bytes"] == sum(f["size_bytes"] for f in listing["files"])
@@ -164,7 +170,7 @@ def test_reads_past_the_bound_are_refused(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def raw_post(base_url: str, path: str, content_length: str) -> tuple[int, dict]:
+def raw_post(base_url: httpx.URL, path: str, content_length: str) -> tuple[int, dict[str, Any]]:
     """A POST whose head declares `content_length` (no HTTP library sends a wrong one), its body never sent."""
     with socket.create_connection((base_url.host, base_url.port), timeout=15) as sock:
         head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\ncontent-length: {content_length}\r\n\r\n"

@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import problem
 from tests.app.scrape import samples, value
 from tests.waiting import wait_for
@@ -42,7 +45,7 @@ def open_streams(port: int, path: str, n: int, token: str | None = None) -> list
     return socks
 
 
-def held(url: str, method: str, path: str, params: dict) -> Future[httpx.Response]:
+def held(url: str, method: str, path: str, params: dict[str, Any]) -> Future[httpx.Response]:
     """A long poll sent from a thread of its own; its reply, once answered."""
     pool = ThreadPoolExecutor(1)
 
@@ -74,10 +77,11 @@ def metric(client: httpx.Client, name: str, **labels: str) -> float:
     return value(samples(client.get("/metrics").text), name, **labels)
 
 
-def test_streams_never_use_up_the_long_poll_budget(make_broker, topic: str) -> None:
+def test_streams_never_use_up_the_long_poll_budget(make_broker: MakeBroker, topic: str) -> None:
     """200 streams on a 64-queue topic once held 65 pulls each; a budget of 100 held pulls stays free."""
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "max_held_pulls = 100\n", process=True)
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 64}).status_code == 201
     socks = open_streams(broker.port, f"/v1/groups/idle/topics/{topic}/stream", 200)
     try:
@@ -96,8 +100,10 @@ def test_streams_never_use_up_the_long_poll_budget(make_broker, topic: str) -> N
     wait_for(lambda: metric(c, "tidemq_streams_open") == 0, PATIENCE_S, "the streams' slots were freed")
 
 
-def test_streams_past_their_bounds_are_refused_before_a_200(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path, config="max_streams = 5\nmax_streams_per_account = 3\n", process=True)
+def test_streams_past_their_bounds_are_refused_before_a_200(make_broker: MakeBroker, tmp_path: Path) -> None:
+    # start_with_acl takes a factory of BrokerProcess: with process=True make_broker makes one.
+    factory = cast("Callable[..., BrokerProcess]", make_broker)
+    broker, _ = start_with_acl(factory, tmp_path, config="max_streams = 5\nmax_streams_per_account = 3\n", process=True)
     with as_admin(broker) as admin:
         assert admin.put("/v1/topics/billing-a", json={"queues": 1}).status_code == 201
         path = "/v1/groups/billing/topics/billing-a/stream"
@@ -119,12 +125,13 @@ def test_streams_past_their_bounds_are_refused_before_a_200(make_broker, tmp_pat
         close_all(open_streams(broker.port, path, 3, BILLING))  # the account's slots are back
 
 
-def test_thousands_of_streams_leave_produces_and_long_polls_answered(make_broker, topic: str) -> None:
+def test_thousands_of_streams_leave_produces_and_long_polls_answered(make_broker: MakeBroker, topic: str) -> None:
     """3,000 streams of one group: each message goes to exactly one of them, produces and a held pull
     are answered while they are open, and nothing is cut after its 200 (no READS_BUSY, no traceback)."""
     streams = 3_000
     broker = make_broker(SMALL_STORE + SMALL_BROKER + f"max_streams = {streams}\n", process=True)
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 8}).status_code == 201
     socks = open_streams(broker.port, f"/v1/groups/many/topics/{topic}/stream?max_in_flight=1", streams)
     try:
@@ -169,9 +176,10 @@ def delivered(socks: list[socket.socket], expected: int) -> list[str]:
     return bodies
 
 
-def test_a_stream_whose_client_stops_reading_is_cut(make_broker, topic: str) -> None:
+def test_a_stream_whose_client_stops_reading_is_cut(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "send_stall_timeout_ms = 500\n", process=True)
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read: a stopped client
@@ -188,11 +196,12 @@ def test_a_stream_whose_client_stops_reading_is_cut(make_broker, topic: str) -> 
         assert metric(c, "tidemq_http_send_stalls_total") == 1
 
 
-def test_a_never_acking_stream_holds_no_more_handles_than_it_has_in_flight(make_broker, topic: str) -> None:
+def test_a_never_acking_stream_holds_no_more_handles_than_it_has_in_flight(make_broker: MakeBroker, topic: str) -> None:
     """Expired handles are forgotten: redelivery after redelivery, the stream tracks at most max_in_flight."""
     config = SMALL_STORE + "pop_ack_margin_ms = 0\n" + SMALL_BROKER + "stream_heartbeat_ms = 200\n"
     broker = make_broker(config, process=True)
     c = broker.client
+    assert c is not None
     assert c.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
     for i in range(4):
         assert c.post(f"/v1/topics/{topic}/messages", json={"body": f"n{i}", "queue_id": 0}).status_code == 201

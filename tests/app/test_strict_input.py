@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.strict_json import colons_are, duplicate_name
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import commitlog_max, problem
+from tests.app.in_process import InProcessBroker
 
 pytestmark = pytest.mark.timeout(120)
 RAW = {"content-type": "application/octet-stream"}
@@ -54,9 +55,10 @@ def test_colons_are_counts_as_count_does(data: bytes, expected: int) -> None:
 
 
 @pytest.fixture(params=[True, False], ids=["hot-routes", "fastapi-routes"])
-def broker(request, make_broker):
+def broker(request: pytest.FixtureRequest, make_broker: MakeBroker) -> BrokerProcess | InProcessBroker:
     config = SMALL_STORE + SMALL_BROKER + f"hot_routes = {'true' if request.param else 'false'}\n"
     started = make_broker(config)
+    assert started.client is not None
     assert started.client.put("/v1/topics/strict", json={"queues": 2}).status_code == 201
     return started
 
@@ -77,8 +79,11 @@ def broker(request, make_broker):
         ("PUT", "/v1/topics/other", JSON, b'{"queues":2,"queues":3}', "BODY_INVALID"),
     ],
 )
-def test_bad_input_is_400_and_nothing_is_stored(broker, method, path, headers, content, code) -> None:
+def test_bad_input_is_400_and_nothing_is_stored(
+    broker: BrokerProcess | InProcessBroker, method: str, path: str, headers: dict[str, str], content: bytes, code: str
+) -> None:
     c = broker.client
+    assert c is not None
     before = commitlog_max(c)
     problem(c.request(method, path, headers=headers, content=content), 400, code)
     assert commitlog_max(c) == before

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import httpx
 
 from store import pack_batch
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.helpers import problem
 from tests.waiting import wait_for
 
@@ -22,9 +23,15 @@ def create(client: httpx.Client, topic: str, queues: int = 1) -> None:
     assert client.put(f"/v1/topics/{topic}", json={"queues": queues}).status_code in (200, 201)
 
 
-def pull_all(client: httpx.Client, topic: str, queue_id: int = 0, want: int = 1, timeout_s: float = 10.0) -> list[dict]:
+def pull_all(
+    client: httpx.Client,
+    topic: str,
+    queue_id: int = 0,
+    want: int = 1,
+    timeout_s: float = 10.0,
+) -> list[dict[str, Any]]:
     """Pull until `want` messages arrived (or the timeout); each is returned with the time it was seen."""
-    got: list[dict] = []
+    got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
         r = client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"offset": len(got), "max": 256, "wait_ms": 1000})
@@ -78,8 +85,9 @@ def test_raw_and_binary_batch_produce_honour_the_time(client: httpx.Client, topi
     assert len({m["msg_id"] for m in got}) == 3  # batch messages got UNIQ_KEYs of their own
 
 
-def test_timer_status_and_metrics(make_broker, topic: str) -> None:
+def test_timer_status_and_metrics(make_broker: MakeBroker, topic: str) -> None:
     client = make_broker().client  # a broker of its own: the shared one holds other tests' timers
+    assert client is not None
     create(client, topic)
     enqueued_before = client.get("/v1/timers").json()["enqueued"]
     due = int(time.time() * 1000) + 60_000
@@ -90,6 +98,7 @@ def test_timer_status_and_metrics(make_broker, topic: str) -> None:
         what="the timer message to be enqueued",
         poll_s=0.02,
     )
+    assert status is not None  # wait_for answers a truthy value
     assert status["pending"] >= 1 and status["precision_ms"] == PRECISION_MS
     assert status["next_due_ms"] is not None and status["next_due_ms"] <= due + PRECISION_MS
     assert {"p50_ms", "p99_ms", "count"} <= set(status["lateness"])
@@ -117,21 +126,24 @@ def _delivered_keys(c: httpx.Client, topic: str, want: int, timeout_s: float = 1
     return keys
 
 
-def test_sigkill_with_timers_pending_delivers_each_once(make_broker, topic: str) -> None:
+def test_sigkill_with_timers_pending_delivers_each_once(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER, process=True)  # killed
     c = broker.client
+    assert c is not None
     create(c, topic, queues=2)
     sent = _send_timers(c, topic, 40, int(time.time() * 1000) + 2_000)
     broker.stop(signal.SIGKILL)
     broker.start()
+    assert broker.client is not None
     got = _delivered_keys(broker.client, topic, 40)
     assert sorted(got) == sorted(sent)
 
 
-def test_sigkill_while_timers_are_delivered_delivers_each_once(make_broker, topic: str) -> None:
+def test_sigkill_while_timers_are_delivered_delivers_each_once(make_broker: MakeBroker, topic: str) -> None:
     # The checkpoint is written rarely: after the kill the wheel is read again from an old read time.
     broker = make_broker(SMALL_STORE + "timer_flush_interval_ms = 60000\n" + SMALL_BROKER, process=True)  # killed
     c = broker.client
+    assert c is not None
     create(c, topic, queues=2)
     sent = _send_timers(c, topic, 200, int(time.time() * 1000) + 1_500, spread_ms=15)
     wait_for(
@@ -139,6 +151,7 @@ def test_sigkill_while_timers_are_delivered_delivers_each_once(make_broker, topi
     )
     broker.stop(signal.SIGKILL)
     broker.start()
+    assert broker.client is not None
     got = _delivered_keys(broker.client, topic, 200)
     assert sorted(got) == sorted(sent)
     assert broker.client.get("/v1/timers").json()["pending"] == 0

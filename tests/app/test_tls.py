@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.settings import build_settings
+from app.settings import BrokerSettings, build_settings
 from core import ConfigInvalid
 from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
 from tests.app.in_process import InProcessBroker
@@ -51,8 +51,9 @@ def tls_broker(tmp_path: Path, certs: Certs) -> Iterator[Callable[..., InProcess
             broker.kill()
 
 
-def test_https_with_the_ca_serves_the_api(tls_broker, certs):
+def test_https_with_the_ca_serves_the_api(tls_broker: Callable[..., InProcessBroker], certs: Certs) -> None:
     broker = tls_broker()
+    assert broker.client is not None
     assert broker.url.startswith("https://")
     assert broker.client.put("/v1/topics/tls-t", json={"queues": 1}).status_code == 201
     r = broker.client.post("/v1/topics/tls-t/messages", json={"body": "over tls", "queue_id": 0})
@@ -63,8 +64,11 @@ def test_https_with_the_ca_serves_the_api(tls_broker, certs):
         httpx.get(f"{broker.url}/healthz", timeout=5)
 
 
-def test_plain_http_to_the_tls_port_fails_cleanly_and_the_server_keeps_serving(tls_broker):
+def test_plain_http_to_the_tls_port_fails_cleanly_and_the_server_keeps_serving(
+    tls_broker: Callable[..., InProcessBroker],
+) -> None:
     broker = tls_broker()
+    assert broker.client is not None
     with pytest.raises(httpx.TransportError):
         httpx.get(f"http://127.0.0.1:{broker.port}/healthz", timeout=5)
     with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
@@ -74,8 +78,11 @@ def test_plain_http_to_the_tls_port_fails_cleanly_and_the_server_keeps_serving(t
     assert broker.client.get("/healthz").status_code == 200
 
 
-def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one_signed_by_the_client_ca(tls_broker, certs):
+def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one_signed_by_the_client_ca(
+    tls_broker: Callable[..., InProcessBroker], certs: Certs
+) -> None:
     broker = tls_broker(mutual=True, client_cert=(certs.client_cert, certs.client_key))
+    assert broker.client is not None
     assert broker.client.get("/healthz").status_code == 200
     assert broker.client.put("/v1/topics/mtls", json={"queues": 1}).status_code == 201
     assert broker.client.post("/v1/topics/mtls/messages", json={"body": "b", "queue_id": 0}).status_code == 201
@@ -89,11 +96,11 @@ def test_mutual_tls_refuses_a_client_without_a_certificate_and_accepts_one_signe
     assert broker.client.get("/healthz").status_code == 200
 
 
-def settings_with(**broker: object):
+def settings_with(**broker: object) -> BrokerSettings:
     return build_settings({"broker": broker}, {})
 
 
-def test_unusable_tls_settings_are_refused_at_start_with_one_line(tmp_path, certs):
+def test_unusable_tls_settings_are_refused_at_start_with_one_line(tmp_path: Path, certs: Certs) -> None:
     with pytest.raises(ConfigInvalid, match="both tls_cert_file and tls_key_file"):
         settings_with(tls_cert_file=str(certs.server_cert))
     with pytest.raises(ConfigInvalid, match="does not exist"):
@@ -110,7 +117,7 @@ def test_unusable_tls_settings_are_refused_at_start_with_one_line(tmp_path, cert
     assert ok.ha.tls is not None and ok.ha.tls.cert_file == str(certs.server_cert)
 
 
-def test_the_command_line_exits_2_naming_the_bad_tls_file(tmp_path, certs):
+def test_the_command_line_exits_2_naming_the_bad_tls_file(tmp_path: Path, certs: Certs) -> None:
     cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--tls-cert", str(certs.server_cert)]
     done = subprocess.run([*cmd, "--tls-key", str(certs.client_key)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "tls_key_file" in done.stderr and done.stderr.count("\n") == 1, done.stderr
@@ -119,7 +126,7 @@ def test_the_command_line_exits_2_naming_the_bad_tls_file(tmp_path, certs):
     assert done.returncode == 2 and "nope.key" in done.stderr, done.stderr
 
 
-def test_the_openssl_commands_of_docs_tls_md_make_usable_files(tmp_path):
+def test_the_openssl_commands_of_docs_tls_md_make_usable_files(tmp_path: Path) -> None:
     doc = (ROOT / "docs" / "tls.md").read_text()
     script = doc.split("## A test certificate with openssl", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)

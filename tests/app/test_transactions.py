@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from store import PRODUCER_GROUP_MAX_BYTES, pack_batch
-from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.helpers import problem, wait_dispatched
 from tests.waiting import wait_for
 
@@ -33,10 +33,10 @@ def create(client: httpx.Client, topic: str, queues: int = 1) -> None:
     assert client.put(f"/v1/topics/{topic}", json={"queues": queues}).status_code in (200, 201)
 
 
-def half(client: httpx.Client, topic: str, body: str, group: str = "pg", queue_id: int = 0) -> dict:
+def half(client: httpx.Client, topic: str, body: str, group: str = "pg", queue_id: int = 0) -> dict[str, Any]:
     r = client.post(f"/v1/topics/{topic}/messages", json={"body": body, "queue_id": queue_id, "transaction": {"producer_group": group}})
     assert r.status_code == 201, r.text
-    reply = r.json()
+    reply: dict[str, Any] = r.json()
     assert reply["transaction_id"] and reply["queue_offset"] is None
     return reply
 
@@ -51,10 +51,11 @@ def bodies(client: httpx.Client, topic: str, queue_id: int = 0, wait_ms: int = 0
     return [m["body"] for m in r.json().get("messages", [])]
 
 
-def pending(client: httpx.Client, group: str, state: str = "pending") -> list[dict]:
+def pending(client: httpx.Client, group: str, state: str = "pending") -> list[dict[str, Any]]:
     r = client.get(f"/v1/producer-groups/{group}/transactions", params={"state": state})
     assert r.status_code == 200, r.text
-    return r.json()["transactions"]
+    transactions: list[dict[str, Any]] = r.json()["transactions"]
+    return transactions
 
 
 # Commit, rollback, conflicts --------------------------------------------------------------
@@ -168,10 +169,11 @@ def test_a_producer_group_name_has_one_limit_that_the_spec_and_the_error_state(c
         assert f"producer group is longer than {PRODUCER_GROUP_MAX_BYTES} bytes" in detail and "topic" not in detail
 
 
-def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: str) -> None:
+def test_unresolved_transactions_are_listed_for_their_group(make_broker: MakeBroker, topic: str) -> None:
     # 3 s: the three halves and the first listing fit in it on a loaded machine.
     broker = make_broker(SMALL_STORE + "transaction_timeout_ms = 3000\ntransaction_check_interval_ms = 60000\n" + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     create(c, topic)
     a = half(c, topic, "a", group="pg-list")
     b = half(c, topic, "b", group="pg-list")
@@ -180,6 +182,7 @@ def test_unresolved_transactions_are_listed_for_their_group(make_broker, topic: 
     assert [t["transaction_id"] for t in pending(c, "pg-list")] == [a["transaction_id"], b["transaction_id"]]
     # Past transaction_timeout_ms (3 s) both are unknown: waited for, not slept.
     listed = wait_for(lambda: found if len(found := pending(c, "pg-list", "unknown")) == 2 else None, 10.0, "both halves unknown")
+    assert listed is not None
     assert [t["transaction_id"] for t in listed] == [a["transaction_id"], b["transaction_id"]]
     assert listed[0]["topic"] == topic and listed[0]["queue_id"] == 0 and listed[0]["msg_id"] == a["msg_id"]
     problem(c.get("/v1/producer-groups/pg-list/transactions", params={"state": "done"}), 400, "REQUEST_INVALID")
@@ -197,7 +200,7 @@ class CheckServer:
     """A producer's check endpoint: answers by the message body (commit, rollback, unknown, slow, fail)."""
 
     def __init__(self) -> None:
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -265,7 +268,7 @@ def checked_broker(make_broker: Any, topic: str, group: str, check_server: Check
     return broker
 
 
-def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str, check_server: CheckServer) -> None:
+def test_check_back_applies_commit_rollback_and_unknown(make_broker: MakeBroker, topic: str, check_server: CheckServer) -> None:
     broker = checked_broker(make_broker, topic, "pg-check", check_server)
     c = broker.client
     commit = half(c, topic, "commit-1", group="pg-check")
@@ -287,7 +290,9 @@ def test_check_back_applies_commit_rollback_and_unknown(make_broker, topic: str,
     assert "tidemq_transaction_check_rollbacks_total 1" in metrics
 
 
-def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(make_broker, topic: str, check_server: CheckServer) -> None:
+def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(
+    make_broker: MakeBroker, topic: str, check_server: CheckServer
+) -> None:
     broker = checked_broker(make_broker, topic, "pg-bad", check_server)
     c = broker.client
     slow = half(c, topic, "slow-1", group="pg-bad")
@@ -304,7 +309,7 @@ def test_slow_and_failing_check_urls_leave_it_pending_then_roll_back(make_broker
 
 
 def test_a_dripping_check_url_holds_only_its_groups_share_and_never_delays_shutdown(
-    make_broker, topic: str, check_server: CheckServer
+    make_broker: MakeBroker, topic: str, check_server: CheckServer
 ) -> None:
     """8 transactions of a group whose check URL drips its reply (one byte a second, each read within
     the 3 s check timeout) do not hold the 8 check slots: another group's 5 transactions are checked
@@ -312,6 +317,7 @@ def test_a_dripping_check_url_holds_only_its_groups_share_and_never_delays_shutd
     promptly although drips are under way."""
     broker = make_broker(CHECK_STORE + SMALL_BROKER + "transaction_check_timeout_ms = 3000\n", process=True)
     c = broker.client
+    assert c is not None
     create(c, topic)
     for group in ("pg-drip", "pg-ok"):
         assert c.put(f"/v1/producer-groups/{group}", json={"check_url": check_server.url}).status_code == 201
@@ -331,9 +337,10 @@ def test_a_dripping_check_url_holds_only_its_groups_share_and_never_delays_shutd
     assert time.monotonic() - stopping < 5.0
 
 
-def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_broker, topic: str) -> None:
+def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_broker: MakeBroker, topic: str) -> None:
     broker = make_broker(CHECK_STORE + CHECK_BROKER)
     c = broker.client
+    assert c is not None
     create(c, topic)
     t = half(c, topic, "never", group="pg-silent")
     wait_for(lambda: pending(c, "pg-silent") == [], 10.0)
@@ -345,10 +352,11 @@ def test_a_group_without_check_url_is_rolled_back_after_the_max_checks(make_brok
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_sigkill_keeps_committed_once_rolled_back_never_pending_pending(make_broker, topic: str, flush: str) -> None:
+def test_sigkill_keeps_committed_once_rolled_back_never_pending_pending(make_broker: MakeBroker, topic: str, flush: str) -> None:
     config = SMALL_STORE + f'flush_disk_type = "{flush}"\ntransaction_check_interval_ms = 60000\n' + SMALL_BROKER
     broker = make_broker(config, process=True)  # killed
     c = broker.client
+    assert c is not None
     create(c, topic)
     committed = [half(c, topic, f"c{i}", group="pg-kill") for i in range(3)]
     rolled = [half(c, topic, f"r{i}", group="pg-kill") for i in range(3)]
@@ -361,6 +369,7 @@ def test_sigkill_keeps_committed_once_rolled_back_never_pending_pending(make_bro
 
     broker.start()
     c = broker.client
+    assert c is not None
     assert sorted(bodies(c, topic, wait_ms=1000)) == ["c0", "c1", "c2"]
     assert [t["transaction_id"] for t in pending(c, "pg-kill")] == [t["transaction_id"] for t in waiting]
     for t in committed:
@@ -374,5 +383,6 @@ def test_sigkill_keeps_committed_once_rolled_back_never_pending_pending(make_bro
 
     broker.start()
     c = broker.client
+    assert c is not None
     assert sorted(bodies(c, topic, wait_ms=1000)) == ["c0", "c1", "c2", "p0"]
     assert [t["transaction_id"] for t in pending(c, "pg-kill")] == [waiting[2]["transaction_id"]]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -13,8 +15,10 @@ from tests.client.test_cli import held_pulls
 from tests.waiting import wait_for_async
 from tidemq import AsyncClient, BatchMessage, Forbidden, NotFound, Timeout
 
+T = TypeVar("T")
 
-def run(coro):  # type: ignore[no-untyped-def]
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 

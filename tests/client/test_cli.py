@@ -11,11 +11,12 @@ import sys
 import uuid
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.app.conftest import ROOT, BrokerProcess
-from tests.client.cli_helpers import COMMAND_TIMEOUT_S, command_env, tidemq
+from tests.client.cli_helpers import COMMAND_TIMEOUT_S, Done, command_env, tidemq
 from tests.client.cli_helpers import start as start_command
 from tests.loopback import free_port
 from tests.waiting import wait_for
@@ -32,7 +33,7 @@ def create(url: str, topic: str, queues: int = 4) -> None:
         c.create_topic(topic, queues)
 
 
-def as_json(done) -> list[dict]:  # type: ignore[no-untyped-def]
+def as_json(done: Done) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.lines()]
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.app.conftest import ROOT, SMALL_STORE
+from tests.app.conftest import ROOT, SMALL_STORE, MakeBroker
 
 README = (ROOT / "README.md").read_text()
 CLIENT_DOC = (ROOT / "docs" / "client.md").read_text()
@@ -36,7 +36,7 @@ def run_python(code: str, url: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.timeout(180)
-def test_the_readme_client_examples_run(make_broker) -> None:
+def test_the_readme_client_examples_run(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE)
     cli = run_sh(block(README, "## Command-line client", "sh"), broker.url)
     assert cli.returncode == 0, cli.stderr
@@ -59,7 +59,7 @@ def test_the_readme_client_examples_run(make_broker) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_the_client_doc_examples_run(make_broker) -> None:
+def test_the_client_doc_examples_run(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE)
     python = run_python(block(CLIENT_DOC, "## Python client", "python"), broker.url)
     assert python.returncode == 0, python.stderr

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
+from collections.abc import Generator, Iterator
 
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tidemq import (
     BadRequest,
     BatchMessage,
@@ -21,7 +22,7 @@ from tidemq import (
 
 
 @pytest.fixture
-def tq(shared_broker: BrokerProcess) -> Client:
+def tq(shared_broker: BrokerProcess) -> Iterator[Client]:
     c = Client(shared_broker.url, max_connections=4)
     yield c
     c.close()
@@ -54,7 +55,10 @@ def test_json_batch_keeps_binary_bodies(tq: Client, topic: str) -> None:
 
 def test_binary_batch_lands_in_one_queue_with_its_properties(tq: Client, topic: str) -> None:
     tq.create_topic(topic, 1)
-    messages = [b"plain", BatchMessage(b"full", tags="paid", keys=["a", "b"], msg_id="U-1", properties={"p": "v"})]
+    messages: list[BatchMessage | bytes] = [
+        b"plain",
+        BatchMessage(b"full", tags="paid", keys=["a", "b"], msg_id="U-1", properties={"p": "v"}),
+    ]
     result = tq.produce_binary(topic, messages, queue_id=0, with_crc=True)
     assert (result.queue_id, result.first_queue_offset, result.count) == (0, 0, 2)
     got = tq.pull(topic, 0, 0).messages
@@ -124,7 +128,9 @@ def test_a_group_configured_with_a_filter_receives_only_what_it_passes_and_a_bad
         tq.produce(topic, f"from {region}".encode(), properties={"region": region}, queue_id=0)
     assert [m.body for m in tq.pull(topic, 0, offset=0, sql="region = 'us'").messages] == [b"from us"]
     assert [m.body for m in tq.receive(group, topic, wait_ms=1000, sql="region IS NOT NULL")] == [b"from eu"]
-    with contextlib.closing(tq.stream(group + "-s", topic, sql="region = 'eu'")) as stream:
+    stream = tq.stream(group + "-s", topic, sql="region = 'eu'")
+    assert isinstance(stream, Generator)  # Client.stream is a generator function: it closes
+    with contextlib.closing(stream):
         first = next(stream)
         assert first.body == b"from eu"
         tq.ack(group + "-s", topic, [first.receipt_handle or ""])
@@ -141,6 +147,7 @@ def test_stream_yields_received_messages(tq: Client, topic: str) -> None:
     tq.produce_batch(topic, [b"s1", b"s2"], queue_id=0)
     seen = []
     stream = tq.stream(group, topic, max_in_flight=8)
+    assert isinstance(stream, Generator)  # Client.stream is a generator function: it closes
     for m in stream:
         seen.append(m.body)
         assert tq.ack(group, topic, [m.receipt_handle or ""])[0].status == "OK"
@@ -210,7 +217,7 @@ def test_topics_offsets_and_queries(tq: Client, topic: str) -> None:
         tq.topic(topic)
 
 
-def test_a_connection_the_broker_closed_while_idle_is_replaced(make_broker) -> None:
+def test_a_connection_the_broker_closed_while_idle_is_replaced(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER + "keep_alive_timeout_s = 1\n")
     with Client(broker.url, max_connections=1) as c:
         c.create_topic("idle", 1)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.conftest import SMALL_STORE, BrokerProcess, running_broker
+from tests.app.in_process import InProcessBroker
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 # Written after a successful `npm ci`: the lock file's hash it installed.
@@ -21,7 +22,7 @@ NPM_CI_TIMEOUT_S = 600
 
 
 @pytest.fixture(scope="session")
-def clients_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def clients_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     # The broker's default max_wait_ms: the walk-throughs hold pulls for 10 s as README does; push to
     # loopback allowed as `make run` does (the walk-throughs' push subscriptions deliver there).
     yield from running_broker(tmp_path_factory, "clients", SMALL_STORE + '[broker]\npush_allowed_hosts = ["127.0.0.1"]\n')

@@ -189,7 +189,7 @@ def test_generated_python_client_sends_and_pulls_binary_batches(generated: dict[
     data = reply.parsed.payload.read()
     assert reply.headers["X-Tidemq-Status"] == "FOUND" and reply.headers["X-Tidemq-Count"] == "2"
     assert reply.headers["X-Tidemq-Next-Offset"] == "3"
-    sizes = []
+    sizes: list[int] = []
     while sum(sizes) < len(data):
         sizes.append(int.from_bytes(data[sum(sizes) : sum(sizes) + 4], "big"))  # each stored message starts with its TOTALSIZE
     assert sum(sizes) == len(data) and len(sizes) == 2

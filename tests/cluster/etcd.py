@@ -49,7 +49,8 @@ class EtcdServer:
             if proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
             try:
-                return httpx.get(self.url + "/health", timeout=1.0).json().get("health") == "true"
+                health: object = httpx.get(self.url + "/health", timeout=1.0).json().get("health")
+                return health == "true"
             except (httpx.HTTPError, ValueError):
                 return False
 

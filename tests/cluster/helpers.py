@@ -29,7 +29,9 @@ def is_master(node: Node) -> bool:
 
 
 def wait_master(nodes: list[Node], timeout_s: float = 15.0) -> Node:
-    return wait_for(lambda: next((n for n in nodes if is_master(n)), None), timeout_s, "a master")
+    master = wait_for(lambda: next((n for n in nodes if is_master(n)), None), timeout_s, "a master")
+    assert master is not None  # wait_for answers a truthy value
+    return master
 
 
 def in_sync(master: Node, slave: Node) -> bool:

@@ -123,7 +123,7 @@ class History:
         """Every fault, sample and operation (and `records`: what the final log holds, e.g. `commit_records`), one JSON
         object a line in time order, each with its wall-clock time too: what a failed check is read against."""
         with self._lock:
-            rows = [{"at": f.at, "fault": asdict(f)} for f in self.faults]
+            rows: list[dict[str, Any]] = [{"at": f.at, "fault": asdict(f)} for f in self.faults]
             rows += [{"at": s.at, "sample": asdict(s)} for s in self.samples]
             rows += [{"at": op.invoked, "op": asdict(op)} for op in self.ops]
         rows += [{"at": r["store_timestamp"] / 1000.0 - self.wall_offset, "record": r} for r in records or []]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -20,7 +22,7 @@ TOPIC = "orders"
 LEASE_TTL_S = 2.0
 
 
-def group_of_two(brokers, extra_cluster: str = "") -> tuple[Node, Node]:
+def group_of_two(brokers: Callable[..., Node], extra_cluster: str = "") -> tuple[Node, Node]:
     a1, a2 = brokers("a1", "a", extra_cluster=extra_cluster), brokers("a2", "a", extra_cluster=extra_cluster)
     master = wait_master([a1, a2])
     slave = a2 if master is a1 else a1
@@ -34,7 +36,9 @@ def stored(node: Node) -> list[str]:
     return [m["body"] for m in r.json()["messages"]]
 
 
-def test_the_client_retries_through_an_election_then_follows_the_route_when_its_master_dies(brokers) -> None:
+def test_the_client_retries_through_an_election_then_follows_the_route_when_its_master_dies(
+    brokers: Callable[..., Node],
+) -> None:
     master, slave = group_of_two(brokers)
     with Client(slave.url, timeout_s=5.0, retry_backoff_min_s=0.02, retry_backoff_max_s=0.2, retry_total_s=LEASE_TTL_S + 8) as c:
         assert c.produce(TOPIC, b"before", queue_id=0).queue_offset == 0
@@ -58,10 +62,14 @@ def test_the_client_retries_through_an_election_then_follows_the_route_when_its_
     assert stored(master) == ["before", "through the election", "after the second failover"]
 
 
-def test_not_enough_replicas_is_retried_until_a_slave_rejoins_and_not_past_retry_total_s(brokers) -> None:
+def test_not_enough_replicas_is_retried_until_a_slave_rejoins_and_not_past_retry_total_s(brokers: Callable[..., Node]) -> None:
     master, slave = group_of_two(brokers, extra_cluster="min_in_sync_replicas = 2\n")
     slave.kill()
-    wait_for(lambda: cluster_status(master)["write_refusal"] == "NOT_ENOUGH_REPLICAS", timeout_s=10, what="the set to shrink")
+    wait_for(
+        lambda: cast(dict[str, Any], cluster_status(master))["write_refusal"] == "NOT_ENOUGH_REPLICAS",
+        timeout_s=10,
+        what="the set to shrink",
+    )
 
     async def refused_within_bound() -> float:
         async with AsyncClient(master.url, retry_backoff_min_s=0.05, retry_backoff_max_s=0.2, retry_total_s=1.0) as c:

@@ -11,15 +11,17 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, wait_master
-from tests.ha.cluster import Node
+from tests.ha.cluster import FaultProxy, Node
 from tests.loopback import free_port
 from tests.waiting import wait_for
 
@@ -101,7 +103,7 @@ def readable(node: Node) -> set[str]:
         offset = reply["next_offset"]
 
 
-def group_of_two(brokers) -> tuple[Node, Node]:
+def group_of_two(brokers: Callable[..., Node]) -> tuple[Node, Node]:
     a1, a2 = brokers("a1", "a"), brokers("a2", "a")
     master = wait_master([a1, a2])
     slave = a2 if master is a1 else a1
@@ -110,7 +112,9 @@ def group_of_two(brokers) -> tuple[Node, Node]:
     return master, slave
 
 
-def test_a_stopped_master_is_fenced_and_returns_as_a_slave_with_its_divergent_tail_cut(brokers, proxies) -> None:
+def test_a_stopped_master_is_fenced_and_returns_as_a_slave_with_its_divergent_tail_cut(
+    brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy]
+) -> None:
     # The first master's slave connects through a proxy, so the test can hold back what it sends.
     ha_port = free_port()
     proxy = proxies(ha_port)
@@ -157,7 +161,7 @@ def test_a_stopped_master_is_fenced_and_returns_as_a_slave_with_its_divergent_ta
     assert old.proc.poll() is None, "the old master restarted in place (same process id)"
 
 
-def test_losing_etcd_keeps_the_roles_and_elects_nobody(brokers, etcd: EtcdServer) -> None:
+def test_losing_etcd_keeps_the_roles_and_elects_nobody(brokers: Callable[..., Node], etcd: EtcdServer) -> None:
     master, slave = group_of_two(brokers)
     assert master.produce(TOPIC, "before").status_code == 201
     etcd.kill()
@@ -169,9 +173,16 @@ def test_losing_etcd_keeps_the_roles_and_elects_nobody(brokers, etcd: EtcdServer
         r = master.produce(TOPIC, f"during{n}")
         assert r.status_code == 201, r.text
         n += 1
-    assert cluster_status(slave)["role"] == "slave" and cluster_status(master)["role"] == "master"
+    assert cast(dict[str, Any], cluster_status(slave))["role"] == "slave"
+    assert cast(dict[str, Any], cluster_status(master))["role"] == "master"
     etcd.start()
-    wait_for(lambda: cluster_status(master)["etcd_error"] is None and cluster_status(slave)["etcd_error"] is None, what="etcd back")
-    assert is_master(master) and cluster_status(slave)["role"] == "slave"
+    wait_for(
+        lambda: (
+            cast(dict[str, Any], cluster_status(master))["etcd_error"] is None
+            and cast(dict[str, Any], cluster_status(slave))["etcd_error"] is None
+        ),
+        what="etcd back",
+    )
+    assert is_master(master) and cast(dict[str, Any], cluster_status(slave))["role"] == "slave"
     assert master.produce(TOPIC, "after").status_code == 201
     assert readable(slave) >= {"before", "after", *(f"during{i}" for i in range(n))}

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import cluster_status, is_master, wait_in_sync, wait_master
 from tests.cluster.history import (
     QUEUES,
@@ -64,7 +67,9 @@ def fault_round(history: History, nodes: list[Node], round_no: int) -> None:
 
 
 @pytest.mark.parametrize("size", [2, 3])
-def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writer_per_epoch(brokers, etcd, size, tmp_path) -> None:
+def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writer_per_epoch(
+    brokers: Callable[..., Node], etcd: EtcdServer, size: int, tmp_path: Path
+) -> None:
     nodes = [brokers(f"a{i}", "a") for i in range(1, size + 1)]
     master = wait_master(nodes)
     wait_in_sync(master, *[n for n in nodes if n is not master])
@@ -80,7 +85,10 @@ def test_a_group_under_kills_and_stops_keeps_every_acknowledged_put_and_one_writ
     final = read_final(master.url, etcd.url, "test", "a")
     final.offset_commits = [(r["queue"], r["offset"]) for r in commit_records(master.store_dir)]
     for node in nodes:  # every replica holds exactly the master's log
-        wait_for(lambda node=node: node.max_offset() == master.max_offset(), what=f"{node.url} to catch up")
+        wait_for(
+            lambda node=node: node.max_offset() == master.max_offset(),  # type: ignore[misc]  # mypy: lambda with a default
+            what=f"{node.url} to catch up",
+        )
         assert {q: read_queue(node.client, node.url, q) for q in range(QUEUES)} == final.queues
     problems = check(history, final, window_s=LEASE_TTL_S + 2) + timer_deliveries_twice(master.store_dir)
     faults = ", ".join(f"{f.kind} {f.node}@{f.at:.2f}" for f in history.faults)

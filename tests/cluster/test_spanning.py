@@ -5,14 +5,16 @@ Real etcd and real broker processes on loopback; group a and group b have one br
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 import pytest
 
 from cluster.etcd_client import EtcdClient
+from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import DIRECT, wait_master
 from tests.ha.cluster import Node
 from tests.waiting import wait_for
@@ -20,7 +22,7 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.timeout(180)]
 
 
-def two_groups(brokers) -> tuple[Node, Node]:
+def two_groups(brokers: Callable[..., Node]) -> tuple[Node, Node]:
     a1, b1 = brokers("a1", "a", replication="async"), brokers("b1", "b", replication="async")
     wait_master([a1])
     wait_master([b1])
@@ -41,7 +43,9 @@ def stored_bodies(node: Node, topic: str, queues: int) -> list[str]:
     return bodies
 
 
-def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_in_one_group(brokers, etcd) -> None:
+def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_in_one_group(
+    brokers: Callable[..., Node], etcd: EtcdServer
+) -> None:
     # Produces that create their topic (auto_create_topics on), at both groups at once.
     a1, b1 = brokers("a1", "a", replication="async", auto_create=True), brokers("b1", "b", replication="async", auto_create=True)
     wait_master([a1])
@@ -57,6 +61,7 @@ def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_
             return None if r.status_code == 503 and r.json()["code"] == "NO_MASTER" else r
 
         r = wait_for(answered, 5, what=f"{node.url} to see a master for {topic}", poll_s=0.1)
+        assert r is not None  # wait_for answers a truthy value
         assert r.status_code == 201, r.text
         return r.status_code
 
@@ -71,7 +76,10 @@ def test_the_first_writes_of_new_topics_at_two_groups_at_once_create_each_topic_
         etcd_client.close()
     assert set(claims) == set(topics)
     for topic in topics:
-        wait_for(lambda topic=topic: route_groups(a1, topic) == [claims[topic]], what=f"{topic} routed to its claim's group only")
+        wait_for(  # cast: mypy cannot infer a lambda with a default
+            cast(Callable[[], bool], lambda topic=topic: route_groups(a1, topic) == [claims[topic]]),
+            what=f"{topic} routed to its claim's group only",
+        )
         owner, other = (a1, b1) if claims[topic] == "a" else (b1, a1)
         assert sorted(stored_bodies(owner, topic, 8)) == sorted(f"{topic}-{n.url}-{i}" for n in (a1, b1) for i in range(3))
         assert other.client.get(f"/v1/topics/{topic}", headers=DIRECT).status_code == 404, "the other group never created it"
@@ -105,7 +113,9 @@ def receive_all(node: Node, expected: int) -> list[dict[str, Any]]:
     return got
 
 
-def test_a_topic_spanning_groups_is_produced_received_acked_and_queried_through_one_address(brokers) -> None:
+def test_a_topic_spanning_groups_is_produced_received_acked_and_queried_through_one_address(
+    brokers: Callable[..., Node],
+) -> None:
     a1, b1 = two_groups(brokers)
     spanning_topic(a1, b1)
     # Unordered produces through b1 are spread over both groups; ordered ones all go to group a, the first by name.
@@ -145,7 +155,7 @@ def test_a_topic_spanning_groups_is_produced_received_acked_and_queried_through_
         assert r.status_code == 200 and r.json()["messages"] == [], "every message was acked in its own group"
 
 
-def test_an_invisible_time_change_goes_to_the_group_its_handle_names(brokers) -> None:
+def test_an_invisible_time_change_goes_to_the_group_its_handle_names(brokers: Callable[..., Node]) -> None:
     a1, b1 = two_groups(brokers)
     spanning_topic(a1, b1)
     assert b1.client.post("/v1/topics/wide/messages", json={"body": "in-b", "queue_id": 0}, headers=DIRECT).status_code == 201
@@ -159,7 +169,7 @@ def test_an_invisible_time_change_goes_to_the_group_its_handle_names(brokers) ->
     assert r.json()["results"][0]["status"] == "OK"
 
 
-def test_an_event_stream_is_relayed_as_it_comes_from_the_group_that_owns_the_topic(brokers) -> None:
+def test_an_event_stream_is_relayed_as_it_comes_from_the_group_that_owns_the_topic(brokers: Callable[..., Node]) -> None:
     a1, b1 = two_groups(brokers)
     assert b1.client.put("/v1/topics/only-b", json={"queues": 1}, headers=DIRECT).status_code == 201
     wait_for(lambda: route_groups(a1, "only-b") == ["b"], what="a1 to route the topic to group b")

@@ -43,6 +43,8 @@ START_TIMEOUT_S = 30.0
 class Node:
     """One broker process (master or slave) over its own store directory, restartable on the same ports."""
 
+    ha_port: int  # set by Nodes.add: the master's HA port (0 on a slave)
+
     def __init__(
         self,
         root: Path,
@@ -125,7 +127,8 @@ class Node:
     # Reading the node ------------------------------------------------------------------
 
     def ha(self) -> dict[str, Any]:
-        return self.client.get("/v1/store").json()["ha"]
+        ha: dict[str, Any] = self.client.get("/v1/store").json()["ha"]
+        return ha
 
     def max_offset(self) -> int:
         return int(self.client.get("/v1/store").json()["runtime"]["commitlog_max_offset"])
@@ -183,7 +186,7 @@ class Nodes:
         self.made: list[Node] = []
 
     def add(self, node: Node, ha_port: int, start: bool) -> Node:
-        node.ha_port = ha_port  # type: ignore[attr-defined]
+        node.ha_port = ha_port
         self.made.append(node)
         return node.start() if start else node
 

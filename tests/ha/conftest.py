@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, FaultProxy, Node, Nodes, free_port
+from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, FaultProxy, Node, Nodes
+from tests.loopback import free_port
 
 
 @pytest.fixture

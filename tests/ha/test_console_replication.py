@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.app.browser import browser_context, require_chromium, screenshot, watch
+from tests.ha.cluster import Node
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def test_overview_shows_replication_on_master_and_slave(cluster) -> None:
+def test_overview_shows_replication_on_master_and_slave(cluster: Callable[..., Node]) -> None:
     require_chromium()
     master = cluster("master", "master")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")

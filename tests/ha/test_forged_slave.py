@@ -44,7 +44,7 @@ def start_sync_master(
 
 
 @pytest.fixture(params=[None, SECRET], ids=["no-secret", "secret"])
-def sync_master(request, tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
+def sync_master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
     store, node = start_sync_master(tmp_path / "m", request.param)
     try:
         yield store, node
@@ -62,7 +62,7 @@ def keep_acking(sock: socket.socket, store: DefaultMessageStore, stop: threading
         pass  # cut off by the master
 
 
-def test_a_forged_hello_claiming_the_masters_end_wins_no_put(sync_master):
+def test_a_forged_hello_claiming_the_masters_end_wins_no_put(sync_master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = sync_master
     for i in range(10):
         store.put_message(build_message("T", f"before-{i}".encode(), 0))  # SLAVE_NOT_AVAILABLE, but stored
@@ -86,7 +86,7 @@ def test_a_forged_hello_claiming_the_masters_end_wins_no_put(sync_master):
     assert node.status()["acknowledged_offset"] == -1 and node.status()["connection_state"] == "no_slave"
 
 
-def test_acknowledgements_never_pass_what_was_sent_on_the_connection(tmp_path: Path):
+def test_acknowledgements_never_pass_what_was_sent_on_the_connection(tmp_path: Path) -> None:
     """An empty 'slave' is accepted and streamed to, but it does not read: its report of the master's end
     is more than the master handed its socket, and it is cut off without counting (the housekeeping
     interval, which would also cut a peer that takes nothing, is far longer than the wait here)."""
@@ -107,9 +107,12 @@ def test_acknowledgements_never_pass_what_was_sent_on_the_connection(tmp_path: P
             sent = stalled_sent_offset(node)
             assert 0 <= sent < end, (sent, end)
             sock.sendall(REPORT.pack(end))
-            acked = []
+            acked: list[int] = []
             wait_for(
-                lambda: acked.append(node.status()["acknowledged_offset"]) or node.status()["connection_state"] == "no_slave",
+                lambda: (
+                    acked.append(node.status()["acknowledged_offset"])  # type: ignore[func-returns-value]  # append, then check
+                    or node.status()["connection_state"] == "no_slave"
+                ),
                 5.0,
                 what=lambda: f"the master to drop the forger: {node.status()['slaves']}",
             )
@@ -131,5 +134,7 @@ def stalled_sent_offset(node: HANode) -> int:
             return None
         return (sent,) if time.monotonic() - seen["since"] > 0.5 else None
 
-    (sent,) = wait_for(stalled, 20, what=lambda: f"the writer to stop sending: {seen['sent']}", poll_s=0.05)
+    stalled_at = wait_for(stalled, 20, what=lambda: f"the writer to stop sending: {seen['sent']}", poll_s=0.05)
+    assert stalled_at is not None  # wait_for answers a truthy value
+    (sent,) = stalled_at
     return sent

@@ -25,7 +25,7 @@ def service(slave_ok: bool = True, max_pending: int = 10) -> tuple[GroupTransfer
     return gts, clock, woken
 
 
-def test_put_waits_until_an_ack_passes_its_end():
+def test_put_waits_until_an_ack_passes_its_end() -> None:
     gts, _, woken = service()
     f = gts.waiter(500)
     assert f is not None and not f.done() and woken == [1]
@@ -35,22 +35,23 @@ def test_put_waits_until_an_ack_passes_its_end():
     assert f.result(0) is PutMessageStatus.PUT_OK and gts.pending() == 0
 
 
-def test_already_acknowledged_put_is_answered_at_once():
+def test_already_acknowledged_put_is_answered_at_once() -> None:
     gts, _, _ = service()
     gts.notify_acked(1_000)
     assert gts.waiter(900) is None
 
 
-def test_no_slave_answers_slave_not_available():
+def test_no_slave_answers_slave_not_available() -> None:
     gts, _, _ = service(slave_ok=False)
     f = gts.waiter(10)
     assert f is not None and f.result(0) is PutMessageStatus.SLAVE_NOT_AVAILABLE
     assert gts.not_available_total == 1 and gts.pending() == 0
 
 
-def test_deadline_answers_flush_slave_timeout_and_a_late_ack_changes_nothing():
+def test_deadline_answers_flush_slave_timeout_and_a_late_ack_changes_nothing() -> None:
     gts, clock, _ = service()
     f = gts.waiter(100)
+    assert f is not None
     clock.now += 0.999
     gts.expire()
     assert not f.done()
@@ -61,27 +62,30 @@ def test_deadline_answers_flush_slave_timeout_and_a_late_ack_changes_nothing():
     assert f.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and gts.timeouts_total == 1
 
 
-def test_bound_on_waiting_puts_answers_flush_slave_timeout_at_once():
+def test_bound_on_waiting_puts_answers_flush_slave_timeout_at_once() -> None:
     gts, _, _ = service(max_pending=2)
     a, b = gts.waiter(10), gts.waiter(20)
     c = gts.waiter(30)
+    assert a is not None and b is not None
     assert c is not None and c.result(0) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     assert not a.done() and not b.done() and gts.overflow_total == 1
 
 
-def test_ack_completes_only_the_covered_prefix_in_arrival_order():
+def test_ack_completes_only_the_covered_prefix_in_arrival_order() -> None:
     gts, _, _ = service()
     a, b, c = gts.waiter(100), gts.waiter(300), gts.waiter(200)
+    assert a is not None and b is not None and c is not None
     gts.notify_acked(250)
     assert a.done() and not b.done() and not c.done()
     gts.notify_acked(300)
     assert b.result(0) is PutMessageStatus.PUT_OK and c.result(0) is PutMessageStatus.PUT_OK
 
 
-def test_shutdown_answers_every_waiting_put():
+def test_shutdown_answers_every_waiting_put() -> None:
     gts, _, _ = service()
     gts.start()
     f = gts.waiter(100)
+    assert f is not None
     gts.shutdown()
     assert f.result(1) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     late = gts.waiter(200)
@@ -92,7 +96,7 @@ def in_sync_service(min_acks: int = 0) -> GroupTransferService:
     return GroupTransferService(1_000, 10, lambda end: False, lambda: None, Clock(), min_acks=min_acks)
 
 
-def test_every_required_member_must_acknowledge_and_nobody_required_acknowledges_at_once():
+def test_every_required_member_must_acknowledge_and_nobody_required_acknowledges_at_once() -> None:
     gts = in_sync_service()
     assert gts.waiter(100) is None, "a master alone in its set acknowledges what it stored"
     assert gts.require("b") == 100 and gts.require("c") == 100
@@ -107,29 +111,31 @@ def test_every_required_member_must_acknowledge_and_nobody_required_acknowledges
     assert f.result(0) is PutMessageStatus.PUT_OK and gts.acked == 300
 
 
-def test_releasing_a_member_answers_the_puts_only_it_lacked():
+def test_releasing_a_member_answers_the_puts_only_it_lacked() -> None:
     gts = in_sync_service()
     gts.require("b")
     gts.require("c")
     gts.notify_acked(500, "b")
     a, b = gts.waiter(400), gts.waiter(600)
+    assert a is not None and b is not None
     gts.release({"c"})
     assert a.result(0) is PutMessageStatus.PUT_OK and not b.done()
     gts.release({"b"})
     assert b.result(0) is PutMessageStatus.PUT_OK, "nobody left to wait for"
 
 
-def test_below_min_acks_nothing_is_acknowledged_by_a_shrink():
+def test_below_min_acks_nothing_is_acknowledged_by_a_shrink() -> None:
     gts = in_sync_service(min_acks=1)
     gts.require("b")
     f = gts.waiter(100)
+    assert f is not None
     gts.release({"b"})
     assert not f.done(), "min_in_sync_replicas 2 with the master alone: the put is not acknowledged"
     late = gts.waiter(200)
     assert late is not None and not late.done()
 
 
-def test_a_new_connection_restarts_a_members_count_lower():
+def test_a_new_connection_restarts_a_members_count_lower() -> None:
     gts = in_sync_service()
     gts.require("b")
     gts.require("c")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from ha import HANode, HASettings, attach
+from ha.ha_connection import HAConnection
 from ha.protocol import (
     FRAME_HEADER,
     HELLO,
@@ -18,6 +20,7 @@ from ha.protocol import (
     REPORT,
     VERSION,
     Hello,
+    Reply,
     Verdict,
     log_crc,
     read_reply,
@@ -87,15 +90,15 @@ def hello_for(store: DefaultMessageStore, end: int, check: int = 4096) -> Hello:
     return Hello(VERSION, FILE_SIZE, end, start, len(data), log_crc(data))
 
 
-def handshake(node: HANode, hello: Hello) -> tuple[socket.socket, object]:
+def handshake(node: HANode, hello: Hello) -> tuple[socket.socket, Reply]:
     sock = connect(node)
     sock.sendall(hello.pack())
     return sock, read_reply(lambda n: recv_exact(sock, n))
 
 
-def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(master):
+def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
-    end = node.offsets[10]
+    end: int = cast(Any, node).offsets[10]  # set by the master fixture
     sock, reply = handshake(node, hello_for(store, end))
     with sock:
         assert reply.verdict is Verdict.ACCEPT and reply.start_offset == end
@@ -115,20 +118,27 @@ def test_slave_at_a_message_boundary_is_accepted_and_streamed_whole_messages(mas
     [
         (lambda h, m: setattr(h, "max_offset", m + 100), Verdict.DIVERGED, "beyond the master's end"),
         (lambda h, m: setattr(h, "check_crc", h.check_crc ^ 1), Verdict.DIVERGED, "differ from the master's"),
-        (lambda h, m: (setattr(h, "max_offset", h.max_offset - 3), setattr(h, "check_length", 0)), Verdict.DIVERGED, "inside one of"),
+        (lambda h, m: (setattr(h, "max_offset", h.max_offset - 3),  # type: ignore[func-returns-value]  # sets 2 fields
+                       setattr(h, "check_length", 0)),  # type: ignore[func-returns-value]  # sets 2 fields
+         Verdict.DIVERGED, "inside one of"),
         (lambda h, m: setattr(h, "file_size", FILE_SIZE * 2), Verdict.INCOMPATIBLE, "file size"),
         (lambda h, m: setattr(h, "version", VERSION + 1), Verdict.INCOMPATIBLE, "protocol version"),
         # A claim its check does not cover proves nothing: no check, a short one, one that stops before the end.
-        (lambda h, m: (setattr(h, "check_length", 0), setattr(h, "check_start", h.max_offset)), Verdict.INCOMPATIBLE, "must cover"),
-        (lambda h, m: (setattr(h, "check_start", h.check_start + 1), setattr(h, "check_length", h.check_length - 1)),
+        (lambda h, m: (setattr(h, "check_length", 0),  # type: ignore[func-returns-value]  # sets 2 fields
+                       setattr(h, "check_start", h.max_offset)),  # type: ignore[func-returns-value]  # sets 2 fields
+         Verdict.INCOMPATIBLE, "must cover"),
+        (lambda h, m: (setattr(h, "check_start", h.check_start + 1),  # type: ignore[func-returns-value]  # sets 2 fields
+                       setattr(h, "check_length", h.check_length - 1)),  # type: ignore[func-returns-value]  # sets 2 fields
          Verdict.INCOMPATIBLE, "must cover"),
         (lambda h, m: setattr(h, "check_length", h.check_length - 1), Verdict.INCOMPATIBLE, "must cover"),
     ],
 )  # fmt: skip
-def test_refused_handshakes_say_why_and_store_nothing(master, mutate, verdict, words):
+def test_refused_handshakes_say_why_and_store_nothing(
+    master: tuple[DefaultMessageStore, HANode], mutate: Callable[[Hello, int], object], verdict: Verdict, words: str
+) -> None:
     store, node = master
     master_end = store.commit_log.get_max_offset()
-    end = node.offsets[20]
+    end: int = cast(Any, node).offsets[20]  # set by the master fixture
     hello = hello_for(store, end)
     mutate(hello, master_end)
     sock, reply = handshake(node, hello)
@@ -145,7 +155,10 @@ def test_refused_handshakes_say_why_and_store_nothing(master, mutate, verdict, w
     [b"GET / HTTP/1.1\r\n\r\n" + b"x" * 40, b"\x00" * HELLO.size, struct.pack(">4sH", b"TMQS", 1)],
     ids=["http", "zeros", "short"],
 )
-def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(master, garbage):
+def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(
+    master: tuple[DefaultMessageStore, HANode],
+    garbage: bytes,
+) -> None:
     store, node = master
     end = store.commit_log.get_max_offset()
     sock = connect(node)
@@ -168,7 +181,7 @@ def test_garbage_on_the_ha_port_is_dropped_and_the_master_keeps_serving(master, 
         assert reply.verdict is Verdict.ACCEPT
 
 
-def test_the_master_knows_each_slave_by_the_broker_id_its_hello_names(master):
+def test_the_master_knows_each_slave_by_the_broker_id_its_hello_names(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
     end = store.commit_log.get_max_offset()
     hello = hello_for(store, end)
@@ -180,7 +193,7 @@ def test_the_master_knows_each_slave_by_the_broker_id_its_hello_names(master):
         assert node.service is not None and node.service.member_acks() == {"http://127.0.0.1:8123": end}
 
 
-def test_a_version_1_hello_without_a_broker_id_is_answered_incompatible(master):
+def test_a_version_1_hello_without_a_broker_id_is_answered_incompatible(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
     hello = hello_for(store, store.commit_log.get_max_offset())
     hello.version = 1
@@ -190,7 +203,7 @@ def test_a_version_1_hello_without_a_broker_id_is_answered_incompatible(master):
         assert reply.verdict is Verdict.INCOMPATIBLE and "protocol version 1" in reply.reason
 
 
-def test_a_broker_id_over_the_bound_is_a_protocol_violation(master):
+def test_a_broker_id_over_the_bound_is_a_protocol_violation(master: tuple[DefaultMessageStore, HANode]) -> None:
     _, node = master
     sock = connect(node)
     with sock:
@@ -200,7 +213,7 @@ def test_a_broker_id_over_the_bound_is_a_protocol_violation(master):
     wait_for(lambda: node.status()["slaves"] == [], 5.0, "the dropped connection to leave the slaves")
 
 
-def test_a_slave_reporting_more_than_the_master_has_is_cut_off(master):
+def test_a_slave_reporting_more_than_the_master_has_is_cut_off(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
     end = store.commit_log.get_max_offset()
     sock, reply = handshake(node, hello_for(store, end))
@@ -215,7 +228,7 @@ def test_a_slave_reporting_more_than_the_master_has_is_cut_off(master):
     assert node.status()["acknowledged_offset"] == -1
 
 
-def test_whole_messages_length_never_splits_a_message(master):
+def test_whole_messages_length_never_splits_a_message(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, _ = master
     res = store.commit_log.get_data(0)
     assert res is not None
@@ -242,7 +255,7 @@ def test_whole_messages_length_never_splits_a_message(master):
         res.release()
 
 
-class _GatedList(list):
+class _GatedList(list[HAConnection]):
     """A connection list whose first iteration by one thread waits for the acceptor to iterate it.
 
     It forces the interleaving of a remove and an add that a reconnect storm only hits by
@@ -251,7 +264,7 @@ class _GatedList(list):
     the wait ends at its timeout.
     """
 
-    def __init__(self, items, gated_thread: str) -> None:
+    def __init__(self, items: Iterable[HAConnection], gated_thread: str) -> None:
         import threading
 
         super().__init__(items)
@@ -259,7 +272,7 @@ class _GatedList(list):
         self.acceptor_iterated = threading.Event()
         self.gate_reached = threading.Event()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[HAConnection]:
         import threading
 
         name = threading.current_thread().name
@@ -271,7 +284,7 @@ class _GatedList(list):
         return super().__iter__()
 
 
-def test_a_slave_connecting_while_another_disconnects_stays_tracked(master):
+def test_a_slave_connecting_while_another_disconnects_stays_tracked(master: tuple[DefaultMessageStore, HANode]) -> None:
     """The acceptor's add and a reader's remove never overwrite each other (item: HA tracking race)."""
     store, node = master
     assert node.service is not None

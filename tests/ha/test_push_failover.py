@@ -4,8 +4,11 @@ there. Real broker processes with SYNC replication on loopback, a receiver on lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.app.push_receiver import Delivery, PushReceiver
-from tests.ha.cluster import Node, free_port
+from tests.ha.cluster import Node
+from tests.loopback import free_port
 from tests.waiting import wait_for
 
 PUSH = 'push_allowed_hosts = ["127.0.0.1"]\npush_idle_poll_ms = 50\n'
@@ -15,7 +18,7 @@ def accepted(got: list[Delivery]) -> set[bytes]:
     return {d.body for d in got if d.status == 200}
 
 
-def test_a_promoted_slave_delivers_its_masters_push_subscription(cluster) -> None:
+def test_a_promoted_slave_delivers_its_masters_push_subscription(cluster: Callable[..., Node]) -> None:
     ha_port = free_port()
     master: Node = cluster("master", "master", ha_port=ha_port, replication="sync", extra_config=PUSH)
     slave: Node = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}", extra_config=PUSH)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import signal
 import struct
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from store import decode_message
 from store.layouts import iter_messages
-from tests.ha.cluster import caught_up
+from tests.ha.cluster import Node, caught_up
 from tests.store.rocketmq_records import Record, host_text, write_commit_log
 from tests.waiting import wait_for
 
@@ -26,7 +28,7 @@ def metric(text: str, name: str) -> float:
     return float(match.group(1))
 
 
-def test_slave_started_late_catches_up_and_serves_reads(cluster):
+def test_slave_started_late_catches_up_and_serves_reads(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master")
     bodies = [f"m{i}-" + "x" * (i % 700) for i in range(600)]  # ~220 KB: crosses 256 KiB files with the headers
     for i, body in enumerate(bodies):
@@ -60,7 +62,7 @@ def test_slave_started_late_catches_up_and_serves_reads(cluster):
     assert metric(master.client.get("/metrics").text, "tidemq_ha_slaves") == 1
 
 
-def test_slave_refuses_produce_and_stores_nothing(cluster):
+def test_slave_refuses_produce_and_stores_nothing(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master")
     assert master.produce("orders", "first").status_code == 201
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
@@ -92,12 +94,12 @@ def test_slave_refuses_produce_and_stores_nothing(cluster):
     assert slave.ha()["diverged"] is False
 
 
-def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
+def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master", replication="sync")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
 
-    def put(i: int) -> tuple[int, dict]:
+    def put(i: int) -> tuple[int, dict[str, Any]]:
         r = master.produce("pay", f"p{i}", queue_id=i % 4)
         return r.status_code, r.json()
 
@@ -105,6 +107,7 @@ def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
         results = list(pool.map(put, range(400)))
     acked = [(reply["queue_id"], reply["queue_offset"], f"p{i}") for i, (status, reply) in enumerate(results) if status == 201]
     assert len(acked) == 400, [r for r in results if r[0] != 201][:3]
+    assert master.proc is not None
     master.proc.send_signal(signal.SIGKILL)
     master.proc.wait(10)
     # Every acknowledged message is on the slave, whatever the dead master had not sent.
@@ -114,7 +117,7 @@ def test_sync_master_acknowledged_puts_survive_master_sigkill(cluster):
         assert got == [expected[o] for o in range(len(expected))]
 
 
-def test_sync_master_without_a_slave_answers_slave_not_available(cluster):
+def test_sync_master_without_a_slave_answers_slave_not_available(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master", replication="sync")
     r = master.client.put("/v1/topics/pay", json={"queues": 1})  # the topic's record waits for a slave as a message does
     assert r.status_code == 503 and r.json()["code"] == "SLAVE_NOT_AVAILABLE" and r.json()["stored"] is True, r.text
@@ -128,7 +131,7 @@ def test_sync_master_without_a_slave_answers_slave_not_available(cluster):
     assert master.ha()["sync_slave_not_available_total"] == counted + 1
 
 
-def test_async_master_keeps_working_with_the_slave_down(cluster):
+def test_async_master_keeps_working_with_the_slave_down(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     assert master.produce("ev", "before").status_code == 201
@@ -142,11 +145,12 @@ def test_async_master_keeps_working_with_the_slave_down(cluster):
     assert slave.pull_all("ev", 0, 51) == ["before", *[f"down{i}" for i in range(50)]]
 
 
-def test_slave_reconnects_after_the_master_restarts(cluster):
+def test_slave_reconnects_after_the_master_restarts(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     assert master.produce("ev", "one").status_code == 201
     wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    assert master.proc is not None
     master.proc.send_signal(signal.SIGKILL)
     master.proc.wait(10)
     wait_for(lambda: slave.ha()["connection_state"] in ("disconnected", "connecting"), what="the slave to notice")
@@ -158,13 +162,14 @@ def test_slave_reconnects_after_the_master_restarts(cluster):
     assert ha["sessions_total"] >= 2 and ha["diverged"] is False
 
 
-def test_slave_killed_with_a_torn_tail_truncates_and_resumes(cluster):
+def test_slave_killed_with_a_torn_tail_truncates_and_resumes(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     for i in range(100):
         assert master.produce("ev", f"a{i}").status_code == 201
     wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
     end = slave.max_offset()
+    assert slave.proc is not None
     slave.proc.send_signal(signal.SIGKILL)
     slave.proc.wait(10)
     # A torn write: the start of a message (valid size and magic) with the rest missing.
@@ -183,7 +188,7 @@ def test_slave_killed_with_a_torn_tail_truncates_and_resumes(cluster):
     assert f"commitlog truncated at offset {end}" in slave.log()
 
 
-def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster):
+def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster: Callable[..., Node]) -> None:
     """A log holding 20-byte (IPv6) host fields is streamed, applied and dispatched on the slave like any other."""
     master = cluster("master", "master", start=False)
     records = [Record("v6hosts", f"r{i}".encode(), {"KEYS": f"k{i}"}, 0, i, HOST_FLAGS[i % 4]) for i in range(40)]
@@ -195,7 +200,7 @@ def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster)
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
     assert slave.pull_all("v6hosts", 0, 41) == [f"r{i}" for i in range(40)] + ["after"]
-    decoded: list[dict] = []
+    decoded: list[dict[str, Any]] = []
     while len(decoded) < 41:  # a pull answers a bounded count: page through the queue
         r = slave.client.get(
             "/v1/topics/v6hosts/queues/0/messages",
@@ -212,7 +217,7 @@ def test_messages_with_ipv6_hosts_replicate_and_are_served_by_the_slave(cluster)
 FILE_BYTES = 262_144  # tests/app/conftest.py's commitlog file size
 
 
-def test_a_file_ending_in_an_eight_byte_end_marker_is_replicated_past(cluster):
+def test_a_file_ending_in_an_eight_byte_end_marker_is_replicated_past(cluster: Callable[..., Node]) -> None:
     """A file whose last message leaves exactly 8 bytes ends with an end marker of 8 bytes (RocketMQ's
     END_FILE_MIN_BLANK_LENGTH): the master streams it like any marker, and the slave goes on into the next file."""
     master = cluster("master", "master")

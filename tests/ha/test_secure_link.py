@@ -6,9 +6,11 @@ import re
 import shutil
 import socket
 import ssl
+from collections.abc import Callable
 
 import pytest
 
+from tests.ha.cluster import Node
 from tests.loopback import read_until_closed
 from tests.tls_certs import Certs, make_certs
 from tests.waiting import wait_for
@@ -37,13 +39,13 @@ def tls_client(certs: Certs) -> dict[str, object]:
     return {"verify": context}
 
 
-def metric(node, name: str) -> float:
+def metric(node: Node, name: str) -> float:
     match = re.search(rf"^{name} (\S+)$", node.client.get("/metrics").text, re.M)
     assert match, name
     return float(match.group(1))
 
 
-def test_mutual_tls_and_the_secret_replicate_and_refuse_strangers(cluster, certs):
+def test_mutual_tls_and_the_secret_replicate_and_refuse_strangers(cluster: Callable[..., Node], certs: Certs) -> None:
     secure = {"extra_args": tls_args(certs), "extra_config": f'\n[ha]\nha_secret = "{SECRET}"\n', "client_options": tls_client(certs)}
     master = cluster("master", "master", **secure)
     bodies = [f"tls-{i}-" + "y" * (i % 300) for i in range(200)]
@@ -77,7 +79,7 @@ def test_mutual_tls_and_the_secret_replicate_and_refuse_strangers(cluster, certs
     wait_for(lambda: slave.max_offset() == master.max_offset(), what="replication to go on")
 
 
-def test_a_slave_with_the_wrong_secret_gets_nothing_and_is_counted(cluster):
+def test_a_slave_with_the_wrong_secret_gets_nothing_and_is_counted(cluster: Callable[..., Node]) -> None:
     master = cluster("master", "master", extra_config=f'\n[ha]\nha_secret = "{SECRET}"\n')
     assert master.produce("t", "secret data").status_code == 201
     wrong = cluster("wrong", "slave", master_ha=f"127.0.0.1:{master.ha_port}", extra_config='\n[ha]\nha_secret = "some other secret!!"\n')

@@ -8,9 +8,11 @@ Real broker processes (`python -m app serve`) with SYNC replication on loopback.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from tests.ha.cluster import Node, caught_up, free_port
+from tests.ha.cluster import Node, caught_up
+from tests.loopback import free_port
 from tests.waiting import wait_for
 
 TOPIC = "billing"
@@ -23,7 +25,8 @@ def receive(node: Node, max_count: int, wait_ms: int = 0) -> list[dict[str, Any]
         f"/v1/groups/{GROUP}/topics/{TOPIC}/receive", params={"max": max_count, "invisible_ms": INVISIBLE_MS, "wait_ms": wait_ms}
     )
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
 def ack(node: Node, handles: list[str]) -> list[str]:
@@ -38,7 +41,7 @@ def offsets(node: Node, group: str, topic: str) -> dict[int, int]:
     return {q["queue_id"]: q["committed_offset"] for q in r.json()["queues"]}
 
 
-def test_a_promoted_slave_holds_every_state_of_its_master(cluster) -> None:
+def test_a_promoted_slave_holds_every_state_of_its_master(cluster: Callable[..., Node]) -> None:
     ha_port = free_port()
     master = cluster("master", "master", ha_port=ha_port, replication="sync")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}")

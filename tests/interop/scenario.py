@@ -163,6 +163,6 @@ def _delays(p: _Producer) -> None:
     p.put(SCHEDULE_TOPIC, 17, b"remind 3", tags="reminder", keys=["late-3"], properties={"DELAY": "18", **real})
 
 
-def consumable(writer: RocketMQStoreWriter, topic: str) -> list:
+def consumable(writer: RocketMQStoreWriter, topic: str) -> list[Message]:
     """Every consumable message of a topic, in commitlog order."""
     return [m for m in writer.messages if m.topic == topic and m.consumable]

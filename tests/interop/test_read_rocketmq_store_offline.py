@@ -86,7 +86,7 @@ def test_stats_counts_each_queue(rocketmq_store: Store) -> None:
 @pytest.mark.timeout(600)
 def test_spark_store_source_reads_every_record(spark: Any, rocketmq_store: Store) -> None:
     root, store = rocketmq_store
-    df = spark.read.format("tidemq-store").load(str(root))  # type: ignore[attr-defined]
+    df = spark.read.format("tidemq-store").load(str(root))
     assert df.rdd.getNumPartitions() == 2  # one per commitlog file
     got = [
         (
@@ -102,5 +102,5 @@ def test_spark_store_source_reads_every_record(spark: Any, rocketmq_store: Store
         )  # TAGS, KEYS and UNIQ_KEY are columns of their own, not repeated in properties
         for m in store.messages
     ]  # fmt: skip
-    audit = spark.read.format("tidemq-store").option("topic", "audit").load(str(root))  # type: ignore[attr-defined]
+    audit = spark.read.format("tidemq-store").option("topic", "audit").load(str(root))
     assert audit.count() == sum(1 for m in store.messages if m.topic == "audit")

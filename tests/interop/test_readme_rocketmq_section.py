@@ -7,6 +7,7 @@ import dataclasses
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from store import MessageStoreConfig
 from tests.interop import scenario
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## Serving an existing RocketMQ store"
 
 
-def _toml_block() -> dict:
+def _toml_block() -> dict[str, Any]:
     section = (ROOT / "README.md").read_text().split(HEADING, 1)[1].split("\n## ", 1)[0]
     match = re.search(r"```toml\n(.*?)```", section, re.S)
     assert match, "the section has a toml block"

@@ -39,11 +39,13 @@ def _msg(body: bytes = b"hello", born: Host = V4_BORN, store: Host = V4_STORE, *
 
 
 def _int(buf: bytes, pos: int) -> int:
-    return struct.unpack_from(">i", buf, pos)[0]
+    value: int = struct.unpack_from(">i", buf, pos)[0]
+    return value
 
 
 def _long(buf: bytes, pos: int) -> int:
-    return struct.unpack_from(">q", buf, pos)[0]
+    value: int = struct.unpack_from(">q", buf, pos)[0]
+    return value
 
 
 def test_java_string_hash_matches_known_java_values() -> None:

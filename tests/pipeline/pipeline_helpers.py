@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,7 +74,7 @@ def build_commitlog(directory: Path, file_size: int, messages: list[tuple[str, i
 class Server:
     url: str
     store_dir: Path
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
 
 
 def start_server(tmp: Path, broker_lines: tuple[str, ...] = ()) -> Server:
@@ -124,9 +125,9 @@ def create_topic(url: str, topic: str, queues: int, perm: str = "rw") -> None:
     assert response.status_code in (200, 201), response.text
 
 
-def produce(url: str, topic: str, messages: list[dict]) -> list[dict]:
+def produce(url: str, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Send messages with the JSON produce API (straight over HTTP, not through the pipeline's client)."""
-    results: list[dict] = []
+    results: list[dict[str, Any]] = []
     for i in range(0, len(messages), 1000):
         response = httpx.post(f"{url}/v1/topics/{topic}/messages", json={"messages": messages[i : i + 1000]}, timeout=60)
         assert response.status_code == 201, response.text

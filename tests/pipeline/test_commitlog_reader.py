@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline.commitlog_reader import (
+    FileScan,
     FileWalk,
     NotACommitLog,
     StopReason,
@@ -24,8 +27,9 @@ def sample(n: int, body_size: int = 300) -> list[tuple[str, int, bytes, dict[str
     return [(f"topic{i % 2}", i % 3, bytes([i % 251]) * body_size, {"TAGS": f"T{i % 4}", "n": str(i)}) for i in range(n)]
 
 
-def read_all(path: Path, check_crc: bool = True) -> tuple[list[dict], list]:
-    messages, scans = [], []
+def read_all(path: Path, check_crc: bool = True) -> tuple[list[dict[str, Any]], list[FileScan]]:
+    messages: list[dict[str, Any]] = []
+    scans: list[FileScan] = []
     for f in list_commitlog_files(str(path)):
         walk = FileWalk(f, check_crc)
         messages.extend(decode_message(buf, pos) for buf, pos, _ in walk)
@@ -122,7 +126,7 @@ def test_finds_the_commitlog_from_a_store_root_or_itself_and_ignores_other_names
 
 
 @pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: p])
-def test_a_path_without_a_commitlog_is_refused(tmp_path: Path, make) -> None:
+def test_a_path_without_a_commitlog_is_refused(tmp_path: Path, make: Callable[[Path], Path]) -> None:
     (tmp_path / "other.txt").write_text("x")
     with pytest.raises(NotACommitLog):
         list_commitlog_files(str(make(tmp_path)))

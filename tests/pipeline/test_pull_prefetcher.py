@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -49,6 +49,7 @@ def test_read_ahead_is_bounded_by_the_depth() -> None:
 def test_stopping_early_ends_the_thread() -> None:
     prefetcher = PullPrefetcher(iter(range(10_000)), 2, "t")
     results = prefetcher.results()
+    assert isinstance(results, Generator)  # results() is a generator function
     assert next(results) == 0
     results.close()  # the consumer stops (e.g. a LIMIT was reached)
     assert not prefetcher.is_alive()

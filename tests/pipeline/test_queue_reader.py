@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_server(s)
 
 
-def rows(server: Server, part: QueueRangePartition, **settings: object) -> list[dict]:
+def rows(server: Server, part: QueueRangePartition, **settings: object) -> list[dict[str, Any]]:
     read = ReadSettings(ClientSettings(server.url), TOPIC, **settings)  # type: ignore[arg-type]
     return [row for batch in read_partition(read, part) for row in batch.to_pylist()]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import pytest
 
@@ -28,12 +29,12 @@ def server(tidemq_server: Server) -> Server:
     return tidemq_server  # the package's broker fixture (tests/pipeline/conftest.py), under this module's name
 
 
-def row(body: bytes | str, **fields: object) -> dict:
+def row(body: bytes | str, **fields: object) -> dict[str, Any]:
     return {name: fields.get(name) for name in COLUMNS} | {"body": body}
 
 
-def stored(server: Server, topic: str, queue_id: int) -> list[dict]:
-    out: list[dict] = []
+def stored(server: Server, topic: str, queue_id: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     with BrokerClient(ClientSettings(server.url)) as client:
         while True:
             batch = client.pull(topic, queue_id, len(out), 32)
@@ -71,7 +72,7 @@ def test_a_row_becomes_a_binary_batch_item_unless_only_its_sharding_key_names_a_
         ({"msg_id": "m\x01"}, "MESSAGE_ID_INVALID"),
     ],
 )
-def test_a_field_the_encoding_cannot_carry_fails_the_row_with_the_json_produce_code(fields: dict, code: str) -> None:
+def test_a_field_the_encoding_cannot_carry_fails_the_row_with_the_json_produce_code(fields: dict[str, Any], code: str) -> None:
     with pytest.raises(RowInvalid) as e:
         outgoing_of(row("x", **fields), COLUMNS)
     assert str(e.value).startswith(code)

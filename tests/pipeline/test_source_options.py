@@ -9,6 +9,7 @@ from pipeline.http_client import check_url
 from pipeline.offsets import (
     EARLIEST,
     LATEST,
+    OffsetSpec,
     QueueRange,
     allot_rows,
     from_json_offsets,
@@ -59,7 +60,7 @@ QUEUES = {0: QueueRange(0, 30), 1: QueueRange(5, 10), 2: QueueRange(0, 0)}
         ('{"0": 12, "2": -1, "1": -2}', EARLIEST, EARLIEST, {0: 12, 2: LATEST, 1: EARLIEST}),
     ],
 )
-def test_offset_specs_parse(text: str | None, default: int, want_default: int, want_per_queue: dict) -> None:
+def test_offset_specs_parse(text: str | None, default: int, want_default: int, want_per_queue: dict[int, int]) -> None:
     spec = parse_offset_spec("startingOffsets", text, default)
     assert (spec.default, spec.per_queue) == (want_default, want_per_queue)
 
@@ -85,7 +86,7 @@ def test_bad_offset_specs_name_the_option(text: str, message: str) -> None:
     assert str(exc.value).startswith("option startingOffsets: ") and message in str(exc.value)
 
 
-def spec(option: str, text: str | None) -> object:
+def spec(option: str, text: str | None) -> OffsetSpec:
     return parse_offset_spec(option, text, EARLIEST if option == "startingOffsets" else LATEST)
 
 
@@ -141,7 +142,9 @@ def test_stream_offsets_round_trip_through_json_and_bad_checkpoints_are_clear() 
         ({0: 0, 1: 0, 2: 0}, {0: 9, 1: 9, 2: 9}, 1, {0: 0, 1: 0, 2: 1}),
     ],
 )
-def test_rows_are_allotted_fairly_within_the_limit(start: dict, available: dict, max_rows: int, want: dict) -> None:
+def test_rows_are_allotted_fairly_within_the_limit(
+    start: dict[int, int], available: dict[int, int], max_rows: int, want: dict[int, int]
+) -> None:
     got = allot_rows(start, available, max_rows)
     assert got == want
     assert sum(got[q] - start.get(q, 0) for q in got) == min(max_rows, sum(available[q] - start.get(q, 0) for q in available))
@@ -175,7 +178,7 @@ def test_read_settings_defaults() -> None:
         ({"maxMessagesPerPartition": "1e3"}, "option maxMessagesPerPartition: must be an integer"),
     ],
 )
-def test_bad_batch_options_name_the_option(options: dict, message: str) -> None:
+def test_bad_batch_options_name_the_option(options: dict[str, str | None], message: str) -> None:
     merged = {k: v for k, v in {"url": URL, "topic": "orders", **options}.items() if v is not None}
     with pytest.raises(OptionInvalid) as exc:
         TidemqBatchReader(merged)
@@ -190,7 +193,7 @@ def test_bad_batch_options_name_the_option(options: dict, message: str) -> None:
         ({"startingOffsets": '{"x": 1}'}, "option startingOffsets: queue id 'x'"),
     ],
 )
-def test_bad_stream_options_name_the_option(options: dict, message: str) -> None:
+def test_bad_stream_options_name_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionInvalid) as exc:
         TidemqStreamReader({"url": URL, "topic": "orders", **options})
     assert message in str(exc.value)
@@ -236,7 +239,7 @@ def test_sink_settings_pick_the_message_columns_and_ignore_others() -> None:
         ("body string", {"url": "nope"}, "option url: must be an http:// URL"),
     ],
 )
-def test_bad_sink_input_names_the_problem(columns: str, options: dict, message: str) -> None:
+def test_bad_sink_input_names_the_problem(columns: str, options: dict[str, str], message: str) -> None:
     with pytest.raises(OptionInvalid) as exc:
         sink_settings({"url": URL, "topic": "t", **options}, ddl(columns))
     assert message in str(exc.value)

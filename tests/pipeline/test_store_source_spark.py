@@ -15,17 +15,20 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 FILE_SIZE = 64 * 1024
 COUNT = 600
+# One message as the source gives it: commitlog offset, message id, keys, tags, body, properties, store and born time.
+Row = tuple[int, str, list[str], str, bytes, dict[str, str], int, int]
+Written = tuple[Path, dict[tuple[str, int, int], Row]]
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int, int], tuple]]:
+def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
     """A store of COUNT messages over several commitlog files, shut down cleanly; what was put, by (topic, queue, offset)."""
     root = tmp_path_factory.mktemp("store")
     config = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log_bytes=FILE_SIZE, max_message_size_bytes=8192)
     store = DefaultMessageStore(config)
     store.load()
     store.start()
-    want: dict[tuple[str, int, int], tuple] = {}
+    want: dict[tuple[str, int, int], Row] = {}
     try:
         for start in range(0, COUNT, 50):
             msgs = []
@@ -45,7 +48,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[
     return root, want
 
 
-def rows(df: Any) -> dict[tuple[str, int, int], tuple]:
+def rows(df: Any) -> dict[tuple[str, int, int], Row]:
     out = {}
     for r in df.collect():
         key = (r.topic, r.queue_id, r.queue_offset)
@@ -64,7 +67,7 @@ def load(spark: Any, path: Path, **options: str) -> Any:
     return reader.load(str(path))
 
 
-def test_reads_every_message_the_engine_wrote_one_partition_per_file(spark: Any, written: tuple) -> None:
+def test_reads_every_message_the_engine_wrote_one_partition_per_file(spark: Any, written: Written) -> None:
     root, want = written
     files = list_commitlog_files(str(root))
     assert len(files) >= 3
@@ -74,16 +77,16 @@ def test_reads_every_message_the_engine_wrote_one_partition_per_file(spark: Any,
     assert rows(load(spark, root / "commitlog")) == want
 
 
-def test_topic_option_keeps_one_topic(spark: Any, written: tuple) -> None:
+def test_topic_option_keeps_one_topic(spark: Any, written: Written) -> None:
     root, want = written
     assert rows(load(spark, root, topic="beta")) == {k: v for k, v in want.items() if k[0] == "beta"}
 
 
-def last_message_offset(want: dict) -> int:
+def last_message_offset(want: dict[tuple[str, int, int], Row]) -> int:
     return max(v[0] for v in want.values())
 
 
-def test_a_torn_tail_is_dropped_as_recovery_would(spark: Any, written: tuple, tmp_path: Path) -> None:
+def test_a_torn_tail_is_dropped_as_recovery_would(spark: Any, written: Written, tmp_path: Path) -> None:
     root, want = written
     copy = tmp_path / "copy"
     shutil.copytree(root / "commitlog", copy / "commitlog")
@@ -97,7 +100,7 @@ def test_a_torn_tail_is_dropped_as_recovery_would(spark: Any, written: tuple, tm
     assert got == {k: v for k, v in want.items() if v[0] != last}
 
 
-def test_a_corrupt_body_stops_its_file_unless_crc_checks_are_off(spark: Any, written: tuple, tmp_path: Path) -> None:
+def test_a_corrupt_body_stops_its_file_unless_crc_checks_are_off(spark: Any, written: Written, tmp_path: Path) -> None:
     root, want = written
     copy = tmp_path / "copy"
     shutil.copytree(root / "commitlog", copy / "commitlog")
@@ -124,7 +127,7 @@ def test_a_corrupt_body_stops_its_file_unless_crc_checks_are_off(spark: Any, wri
     ],
 )
 def test_bad_paths_and_options_fail_with_a_clear_message(
-    spark: Any, written: tuple, tmp_path: Path, path: str, options: dict, message: str
+    spark: Any, written: Written, tmp_path: Path, path: str, options: dict[str, str], message: str
 ) -> None:
     (tmp_path / "empty").mkdir()
     target = written[0] if path == "store" else tmp_path / path

@@ -15,6 +15,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 TOPIC = "orders"
 QUEUES = 3
 COUNT = 90
+# (queue_id, queue_offset) -> the fields of the row read there
+Rows = dict[tuple[int, int], tuple[Any, ...]]
 
 
 def make_messages(n: int, prefix: str = "m") -> list[dict[str, Any]]:
@@ -39,7 +41,7 @@ def body_of(msg: dict[str, Any]) -> bytes:
     return base64.b64decode(msg["body"]) if msg.get("encoding") == "base64" else msg["body"].encode()
 
 
-def expected_rows(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[tuple[int, int], tuple]:
+def expected_rows(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> Rows:
     return {
         (r["queue_id"], r["queue_offset"]): (
             r["commitlog_offset"],
@@ -54,7 +56,7 @@ def expected_rows(messages: list[dict[str, Any]], results: list[dict[str, Any]])
     }
 
 
-def rows_by_offset(df: Any) -> dict[tuple[int, int], tuple]:
+def rows_by_offset(df: Any) -> Rows:
     out = {}
     for row in df.collect():
         key = (row.queue_id, row.queue_offset)
@@ -65,7 +67,7 @@ def rows_by_offset(df: Any) -> dict[tuple[int, int], tuple]:
 
 
 @pytest.fixture(scope="module")
-def produced(tidemq_server: Server) -> dict[tuple[int, int], tuple]:
+def produced(tidemq_server: Server) -> Rows:
     create_topic(tidemq_server.url, TOPIC, QUEUES)
     messages = make_messages(COUNT)
     return expected_rows(messages, produce(tidemq_server.url, TOPIC, messages))
@@ -81,7 +83,7 @@ def read(spark: Any, server: Server, topic: str = TOPIC, **options: str) -> Any:
 # Batch ------------------------------------------------------------------------------------------
 
 
-def test_batch_read_equals_what_was_produced(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_batch_read_equals_what_was_produced(spark: Any, tidemq_server: Server, produced: Rows) -> None:
     df = read(spark, tidemq_server)
     assert df.columns == [
         "topic", "queue_id", "queue_offset", "commitlog_offset", "msg_id", "keys", "tags", "body", "properties",
@@ -93,7 +95,7 @@ def test_batch_read_equals_what_was_produced(spark: Any, tidemq_server: Server, 
     assert row.topic == TOPIC and row.born_timestamp <= row.store_timestamp
 
 
-def test_offset_ranges_per_queue(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_offset_ranges_per_queue(spark: Any, tidemq_server: Server, produced: Rows) -> None:
     df = read(spark, tidemq_server, startingOffsets='{"0": 5, "1": -2}', endingOffsets='{"0": 10, "2": 3}')
     want = {k: v for k, v in produced.items() if (k[0] == 0 and 5 <= k[1] < 10) or k[0] == 1 or (k[0] == 2 and k[1] < 3)}
     assert rows_by_offset(df) == want
@@ -103,13 +105,17 @@ def test_offset_ranges_per_queue(spark: Any, tidemq_server: Server, produced: di
     assert empty_range.count() == 0
 
 
-def test_large_queues_split_into_several_partitions_with_the_same_rows(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_large_queues_split_into_several_partitions_with_the_same_rows(
+    spark: Any,
+    tidemq_server: Server,
+    produced: Rows,
+) -> None:
     df = read(spark, tidemq_server, maxMessagesPerPartition="7", pullMessages="4")
     assert df.rdd.getNumPartitions() == QUEUES * 5  # 30 messages per queue in ranges of 7
     assert rows_by_offset(df) == produced
 
 
-def test_tag_filter(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_tag_filter(spark: Any, tidemq_server: Server, produced: Rows) -> None:
     only_a = read(spark, tidemq_server, tag="TagA")
     assert rows_by_offset(only_a) == {k: v for k, v in produced.items() if v[3] == "TagA"}
     both = read(spark, tidemq_server, tag="TagA||TagB", startingOffsets='{"0": 3}', endingOffsets='{"0": 20}', pullMessages="3")
@@ -118,7 +124,7 @@ def test_tag_filter(spark: Any, tidemq_server: Server, produced: dict) -> None:
     assert read(spark, tidemq_server, tag="*").count() == COUNT
 
 
-def test_the_offline_reader_sees_what_the_http_source_sees(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_the_offline_reader_sees_what_the_http_source_sees(spark: Any, tidemq_server: Server, produced: Rows) -> None:
     offline = spark.read.format("tidemq-store").option("topic", TOPIC).load(str(tidemq_server.store_dir))
     assert rows_by_offset(offline) == produced
 
@@ -135,7 +141,9 @@ def test_the_offline_reader_sees_what_the_http_source_sees(spark: Any, tidemq_se
         ({"tag": "A||"}, "TAG_INVALID"),
     ],
 )
-def test_bad_read_options_fail_with_a_clear_message(spark: Any, tidemq_server: Server, produced: dict, options: dict, message: str) -> None:
+def test_bad_read_options_fail_with_a_clear_message(
+    spark: Any, tidemq_server: Server, produced: Rows, options: dict[str, str], message: str
+) -> None:
     url = options.pop("url", tidemq_server.url)
     topic = options.pop("topic", TOPIC)
     reader = spark.read.format("tidemq").option("url", url).option("topic", topic)
@@ -245,7 +253,7 @@ def test_stream_starts_at_latest_by_default(spark: Any, tidemq_server: Server, t
     assert [bytes(r.body) for r in spark.read.parquet(str(out)).collect()] == [b"new"]
 
 
-def test_stream_refuses_ending_offsets(spark: Any, tidemq_server: Server, produced: dict) -> None:
+def test_stream_refuses_ending_offsets(spark: Any, tidemq_server: Server, produced: Rows) -> None:
     reader = spark.readStream.format("tidemq").option("url", tidemq_server.url).option("topic", TOPIC).option("endingOffsets", "latest")
     with pytest.raises(Exception) as exc:
         reader.load().writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
@@ -278,7 +286,7 @@ def test_sink_round_trip(spark: Any, tidemq_server: Server) -> None:
     assert back[b"s1"] == ["x", "y"] and back[b"s2"] == []
 
 
-def test_stream_sink_copies_a_topic(spark: Any, tidemq_server: Server, produced: dict, tmp_path: Path) -> None:
+def test_stream_sink_copies_a_topic(spark: Any, tidemq_server: Server, produced: Rows, tmp_path: Path) -> None:
     create_topic(tidemq_server.url, "copy", 1)
     source = spark.readStream.format("tidemq").option("url", tidemq_server.url).option("topic", TOPIC).option("startingOffsets", "earliest")
     query = (
@@ -322,7 +330,7 @@ def test_sink_failure_carries_the_broker_problem_code_and_stores_nothing(spark: 
     ],
 )
 def test_bad_sink_input_fails_with_a_clear_message(
-    spark: Any, tidemq_server: Server, ddl: str, rows: list, options: dict, message: str
+    spark: Any, tidemq_server: Server, ddl: str, rows: list[tuple[Any, ...]], options: dict[str, str], message: str
 ) -> None:
     create_topic(tidemq_server.url, "sinkbad", 1)
     settings = {"url": tidemq_server.url, "topic": "sinkbad", **options}
@@ -354,8 +362,8 @@ def percentile(values: list[int], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def expected_stats(spark: Any, server: Server, topic: str) -> dict[tuple, tuple]:
-    groups: dict[tuple, list[tuple[int, int]]] = {}
+def expected_stats(spark: Any, server: Server, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    groups: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for r in read(spark, server, topic).collect():
         minute = r.store_timestamp.replace(second=0, microsecond=0)
         delay = round((r.store_timestamp - r.born_timestamp).total_seconds() * 1000)
@@ -366,7 +374,7 @@ def expected_stats(spark: Any, server: Server, topic: str) -> dict[tuple, tuple]
     }
 
 
-def job_output(spark: Any, out: Path) -> dict[tuple, tuple]:
+def job_output(spark: Any, out: Path) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     rows = spark.read.parquet(str(out)).collect()
     return {(r.topic, r.tag, r.minute): (r.messages, r.bytes, r.delay_p50_ms, r.delay_p99_ms) for r in rows}
 

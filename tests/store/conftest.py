@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -44,7 +45,7 @@ def open_store(config: MessageStoreConfig) -> DefaultMessageStore:
 
 
 @pytest.fixture
-def config(tmp_path) -> MessageStoreConfig:
+def config(tmp_path: Path) -> MessageStoreConfig:
     return small_config(str(tmp_path / "store"))
 
 

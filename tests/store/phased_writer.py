@@ -15,13 +15,13 @@ import sys
 import threading
 import time
 
-from store import DefaultMessageStore, build_message
+from store import DefaultMessageStore, MessageStoreConfig, build_message
 from tests.store.conftest import small_config, wait_dispatched
 
 TOPIC = "P"
 
 
-def config(root: str):  # -> MessageStoreConfig
+def config(root: str) -> MessageStoreConfig:
     return small_config(root, max_index_num=100_000, max_hash_slot_num=4096, flush_interval_consume_queue_ms=600_000)
 
 

@@ -13,11 +13,13 @@ import os
 import shutil
 import tempfile
 import threading
+from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageInner, build_message
+from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageInner, MessageStoreConfig, build_message
 from store.codec.message import tags_hash
 from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
 from tests.store.reference_dispatch import assert_matches_reference
@@ -27,7 +29,7 @@ TOPICS = ["A", "B", "C"]
 TAGS = [None, "a", "b", "c", "d", "e", "f", "g", "h", "i"]
 
 
-def dispatch_config(root: str, **overrides: object):
+def dispatch_config(root: str, **overrides: object) -> MessageStoreConfig:
     values: dict[str, object] = {
         "mapped_file_size_commit_log_bytes": 16 * 1024,
         "mapped_file_size_consume_queue_bytes": 20 * 8,  # 8 entries a file: runs cross files
@@ -72,7 +74,7 @@ operations = st.lists(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations, st.booleans())
-def test_bulk_dispatch_builds_the_queues_and_index_the_reference_builds(ops, uniq) -> None:
+def test_bulk_dispatch_builds_the_queues_and_index_the_reference_builds(ops: list[tuple[str, Any]], uniq: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = dispatch_config(os.path.join(tmp, "store"), message_index_uniq_key_enable=uniq)
         store = open_store(config)
@@ -86,9 +88,12 @@ def test_bulk_dispatch_builds_the_queues_and_index_the_reference_builds(ops, uni
                 elif op == "delete":
                     store.delete_topic(arg)
                 elif op == "touch":
-                    store.find_consume_queue(*arg, create=True)
+                    topic_queue: tuple[str, int] = arg
+                    store.find_consume_queue(*topic_queue, create=True)
                 elif arg != held:
-                    held = lock.acquire() if arg else lock.release() is not None
+                    held = (
+                        lock.acquire() if arg else lock.release() is not None  # type: ignore[func-returns-value]  # release: False
+                    )
             if held:
                 lock.release()
             wait_dispatched(store)
@@ -97,7 +102,7 @@ def test_bulk_dispatch_builds_the_queues_and_index_the_reference_builds(ops, uni
         assert_matches_reference(config, store.deleted_topics.cutoffs, os.path.join(tmp, "reference"))
 
 
-def test_concurrent_putters_keep_each_queue_in_commitlog_order(tmp_path) -> None:
+def test_concurrent_putters_keep_each_queue_in_commitlog_order(tmp_path: Path) -> None:
     """Threads putting singles and batches into shared queues: whoever dispatches, every entry is
     where the reference puts it (queue offset order is commitlog order, no gap, no duplicate)."""
     config = dispatch_config(str(tmp_path / "store"), mapped_file_size_consume_queue_bytes=20 * 64, max_index_num=512)
@@ -148,7 +153,7 @@ def wait_for_failure(store: DefaultMessageStore, timeout_s: float = 15.0) -> Non
     wait_for(lambda: store.reput_service.failure, timeout_s, what="dispatch to report the failure", poll_s=0.005)
 
 
-def test_a_queue_failing_in_the_middle_of_a_batch_resumes_at_the_first_message_not_dispatched(tmp_path) -> None:
+def test_a_queue_failing_in_the_middle_of_a_batch_resumes_at_the_first_message_not_dispatched(tmp_path: Path) -> None:
     """Queue A's entries of the batch are written, then B's directory cannot be made (a real OSError):
     once it can, dispatch goes on from there: nothing is missing, nothing is written twice."""
     config = dispatch_config(str(tmp_path / "store"))
@@ -177,7 +182,7 @@ def test_a_queue_failing_in_the_middle_of_a_batch_resumes_at_the_first_message_n
     assert_matches_reference(config, {}, str(tmp_path / "reference"))
 
 
-def test_an_index_failing_after_the_queues_were_written_resumes_without_duplicates(tmp_path) -> None:
+def test_an_index_failing_after_the_queues_were_written_resumes_without_duplicates(tmp_path: Path) -> None:
     config = dispatch_config(str(tmp_path / "store"))
     store = open_store(config)
     try:
@@ -194,7 +199,7 @@ def test_an_index_failing_after_the_queues_were_written_resumes_without_duplicat
     assert_matches_reference(config, {}, str(tmp_path / "reference"))
 
 
-def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_path) -> None:
+def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_path: Path) -> None:
     config = dispatch_config(
         str(tmp_path / "store"),
         transient_store_pool_enable=True,
@@ -283,7 +288,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_crash_recovery_re_dispatches_what_the_reference_builds(tmp_path) -> None:
+def test_crash_recovery_re_dispatches_what_the_reference_builds(tmp_path: Path) -> None:
     """SIGKILL with half the log dispatched, and topic B's queues lost as well (a machine crash can lose
     unflushed queue pages): load() re-dispatches from the checkpoint's file with the kernels, skipping
     what the queues hold, and the queues and index equal the reference's."""

@@ -19,7 +19,9 @@ import pytest
 from core import FakeClock
 from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutMessageStatus, PutRefusal, build_message
 from store.disk.disk_usage import disk_used_ratio
+from store.logfile.commit_log import CommitLog
 from store.logfile.mapped_file import MappedFile, SelectMappedBufferResult
+from store.queue.consume_queue import ConsumeQueue
 from tests.store.conftest import small_config, wait_dispatched
 from tests.waiting import wait_for
 
@@ -90,10 +92,12 @@ class Env:
         # flushers sync one file of a queue per round, so after a fill they go on walking older
         # files for seconds under load: they are stopped, and the test flushes everything itself.
         self.store.flush_service.shutdown()
+        assert self.store.flush_consume_queue_service is not None
         self.store.flush_consume_queue_service.shutdown()
         for mf in self.store.commit_log.mapped_file_queue.mapped_files:
             mf.mm.flush()  # no write-back may touch an mtime the test sets afterwards
-        for part in [self.store.commit_log, *self.store.all_consume_queues()]:
+        parts: list[CommitLog | ConsumeQueue] = [self.store.commit_log, *self.store.all_consume_queues()]
+        for part in parts:
             for _ in range(len(part.mapped_file_queue.mapped_files) + 1):
                 part.flush(0)
             assert part.mapped_file_queue.flushed_where == part.mapped_file_queue.get_max_offset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +69,12 @@ def test_many_threads_waiting_on_requests_completed_from_another_thread_all_get_
     waiters = [threading.Thread(target=wait, args=(r,)) for r in requests]
     for w in waiters:
         w.start()
-    completer = threading.Thread(target=lambda: [r.wakeup_customer(r.next_offset % 2 == 0) for r in requests])
+    completer = threading.Thread(
+        target=lambda: [
+            r.wakeup_customer(r.next_offset % 2 == 0)  # type: ignore[func-returns-value]  # called for its effect only
+            for r in requests
+        ]
+    )
     completer.start()
     completer.join(20)
     for w in waiters:
@@ -88,7 +94,7 @@ class Fields:
     dedup_id: str | None = None
 
 
-def test_a_put_answered_at_once_is_a_done_future_that_asyncio_and_callers_read(tmp_path) -> None:
+def test_a_put_answered_at_once_is_a_done_future_that_asyncio_and_callers_read(tmp_path: Path) -> None:
     """An ASYNC_FLUSH put waits for nothing: its future is done when made, runs callbacks at once, is
     never completed again, and asyncio awaits it like any concurrent future."""
     import asyncio

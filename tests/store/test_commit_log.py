@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from store import PutMessageStatus, PutRefusal, build_message
+from store import DefaultMessageStore, MessageStoreConfig, PutMessageStatus, PutRefusal, build_message
 from store.codec.message import MessageInner, encode_properties
 from store.codec.message_codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, DecodeOutcome, check_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
@@ -18,7 +20,7 @@ def commitlog_files(root: str) -> list[str]:
     return sorted(os.listdir(d))
 
 
-def test_files_are_named_by_start_offset_and_end_with_a_blank(store, config) -> None:
+def test_files_are_named_by_start_offset_and_end_with_a_blank(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     body = b"b" * 1000
     for _ in range(200):
         assert store.put_message(build_message("T", body)).ok
@@ -41,7 +43,7 @@ def test_files_are_named_by_start_offset_and_end_with_a_blank(store, config) -> 
     assert count == size // (1000 + 91 + 1 + len(build_message("T", b"").properties_bytes))
 
 
-def test_queue_offsets_are_per_topic_and_queue(store) -> None:
+def test_queue_offsets_are_per_topic_and_queue(store: DefaultMessageStore) -> None:
     offsets: dict[tuple[str, int], list[int]] = {}
     for i in range(60):
         topic, qid = ("A", "B")[i % 2], i % 3
@@ -51,7 +53,7 @@ def test_queue_offsets_are_per_topic_and_queue(store) -> None:
         assert seq == list(range(len(seq)))
 
 
-def test_batch_put_assigns_consecutive_offsets_across_files(store, config) -> None:
+def test_batch_put_assigns_consecutive_offsets_across_files(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     msgs = [build_message("Batch", b"z" * 3000, queue_id=0) for _ in range(60)]
     result = store.put_messages(msgs)
     assert result.ok and len(result.items) == 60
@@ -80,7 +82,13 @@ def test_batch_put_assigns_consecutive_offsets_across_files(store, config) -> No
         (lambda: MessageInner("t", b"b", queue_id=1024), PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.QUEUE_NOT_FOUND),
     ],
 )
-def test_refused_puts_write_nothing(store, config, make, status, refusal) -> None:
+def test_refused_puts_write_nothing(
+    store: DefaultMessageStore,
+    config: MessageStoreConfig,
+    make: Callable[[], MessageInner],
+    status: PutMessageStatus,
+    refusal: PutRefusal,
+) -> None:
     before = store.commit_log.get_max_offset()
     result = store.put_message(make())
     assert (result.status, result.refusal) == (status, refusal)
@@ -89,7 +97,7 @@ def test_refused_puts_write_nothing(store, config, make, status, refusal) -> Non
     assert not os.path.exists(os.path.join(config.consume_queue_dir(), "..", "x"))
 
 
-def test_batch_with_one_bad_message_writes_nothing(store) -> None:
+def test_batch_with_one_bad_message_writes_nothing(store: DefaultMessageStore) -> None:
     good = build_message("t", b"ok")
     bad = MessageInner("t", b"x" * (8 * 1024 + 1))
     result = store.put_messages([good, bad])
@@ -97,20 +105,20 @@ def test_batch_with_one_bad_message_writes_nothing(store) -> None:
     assert store.commit_log.get_max_offset() == 0
 
 
-def test_batch_limits(store) -> None:
+def test_batch_limits(store: DefaultMessageStore) -> None:
     assert store.put_messages([]).refusal is PutRefusal.BATCH_EMPTY
     too_many = [build_message("t", b"") for _ in range(store.config.max_batch_messages + 1)]
     assert store.put_messages(too_many).refusal is PutRefusal.BATCH_TOO_LARGE
 
 
-def test_put_on_stopped_store_is_refused(config) -> None:
+def test_put_on_stopped_store_is_refused(config: MessageStoreConfig) -> None:
     s = open_store(config)
     s.shutdown()
     result = s.put_message(build_message("t", b"x"))
     assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and result.refusal is PutRefusal.SHUTTING_DOWN
 
 
-def test_largest_message_fits_and_rolls(tmp_path) -> None:
+def test_largest_message_fits_and_rolls(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "s"), max_message_size_bytes=30_000)
     s = open_store(cfg)
     try:
@@ -131,7 +139,7 @@ def test_largest_message_fits_and_rolls(tmp_path) -> None:
         s.shutdown()
 
 
-def test_properties_use_rocketmq_encoding(store) -> None:
+def test_properties_use_rocketmq_encoding(store: DefaultMessageStore) -> None:
     msg = build_message("t", b"x", tags="TagA", keys=["k1", "k2"], properties={"a": "b"}, uniq_key="U")
     assert msg.properties_bytes == encode_properties({"a": "b", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U"})
     assert b"TAGS\x01TagA\x02" in msg.properties_bytes and b"KEYS\x01k1 k2\x02" in msg.properties_bytes
@@ -141,7 +149,7 @@ def test_properties_use_rocketmq_encoding(store) -> None:
     assert r.items[0].msg_id == data["offset_msg_id"]
 
 
-def test_append_data_replicates_bytes_at_the_same_offsets(tmp_path, store) -> None:
+def test_append_data_replicates_bytes_at_the_same_offsets(tmp_path: Path, store: DefaultMessageStore) -> None:
     for i in range(500):
         store.put_message(build_message("Rep", f"{i:03d}".encode() * 100, queue_id=i % 2))
     wait_dispatched(store)
@@ -158,7 +166,8 @@ def test_append_data_replicates_bytes_at_the_same_offsets(tmp_path, store) -> No
             offset += len(chunk)
         assert not replica.commit_log.append_data(offset - 10, b"x"), "bytes must continue the log"
         assert replica.commit_log.get_max_offset() == end and replica.commit_log.get_min_offset() == start
-        assert replica.commit_log.mapped_file_queue.get_last_mapped_file().store_timestamp > 0
+        last_file = replica.commit_log.mapped_file_queue.get_last_mapped_file()
+        assert last_file is not None and last_file.store_timestamp > 0
         replica.reput_service.wakeup()
         wait_dispatched(replica)
         last = store.get_max_offset_in_queue("Rep", 1) - 1

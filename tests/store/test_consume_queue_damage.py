@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +32,7 @@ def fill(root: str) -> list[int]:
     return offsets
 
 
-def damage_head(root: str, entry_bytes) -> int:
+def damage_head(root: str, entry_bytes: Callable[[int], bytes]) -> int:
     """Overwrite the first DAMAGED entries; how many of them are not gap entries (size > 0)."""
     path = os.path.join(root, "consumequeue", TOPIC, "0", f"{0:020d}")
     entries = [entry_bytes(i) for i in range(DAMAGED)]
@@ -63,7 +65,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
-def test_a_damaged_queue_head_skips_only_the_damaged_entries(tmp_path, damage) -> None:
+def test_a_damaged_queue_head_skips_only_the_damaged_entries(tmp_path: Path, damage: str) -> None:
     root = str(tmp_path / "store")
     fill(root)
     pointing = damage_head(root, DAMAGE[damage])

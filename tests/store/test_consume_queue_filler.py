@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from store import DefaultMessageStore, build_message
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, FILLER_ENTRY, FILLER_SIZE, ConsumeQueue
@@ -70,7 +71,7 @@ def pull_all(store: DefaultMessageStore, low: int, high: int) -> dict[int, bytes
     return served
 
 
-def test_a_queue_created_mid_file_begins_with_filler(tmp_path) -> None:
+def test_a_queue_created_mid_file_begins_with_filler(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     low, high, bodies = store_whose_queue_starts_mid_file(root)
     assert low % PER_FILE != 0 and high == COUNT, (low, high)
@@ -87,7 +88,7 @@ def test_a_queue_created_mid_file_begins_with_filler(tmp_path) -> None:
     assert rocketmq_recovered_entries(data) == PER_FILE
 
 
-def test_filler_and_older_zeros_are_recovered_the_same(tmp_path) -> None:
+def test_filler_and_older_zeros_are_recovered_the_same(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     low, high, bodies = store_whose_queue_starts_mid_file(root)
     config = small_config(root)
@@ -108,7 +109,7 @@ def test_filler_and_older_zeros_are_recovered_the_same(tmp_path) -> None:
             assert fh.read((low % PER_FILE) * CQ_STORE_UNIT_SIZE) == FILLER_ENTRY * (low % PER_FILE)  # zeros rewritten
 
 
-def test_a_queue_whose_only_file_starts_mid_file_recovers_with_filler_or_zeros(tmp_path) -> None:
+def test_a_queue_whose_only_file_starts_mid_file_recovers_with_filler_or_zeros(tmp_path: Path) -> None:
     size = PER_FILE * CQ_STORE_UNIT_SIZE
     cq = ConsumeQueue(TOPIC, 0, str(tmp_path), size)
     for i in range(5):  # queue offsets 70..74, messages of 100 bytes from commitlog offset 7000

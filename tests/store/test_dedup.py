@@ -4,6 +4,8 @@ whose dedup ids were seen within dedup_window_s stores nothing and is answered w
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Any
 
 from core import FakeClock
 from store import (
@@ -22,7 +24,7 @@ from tests.store.conftest import small_config, wait_dispatched
 TOPIC = "Orders"
 
 
-def keyed(body: bytes, dedup_id: str | None, queue_id: int = 0, **fields) -> PutBatch:
+def keyed(body: bytes, dedup_id: str | None, queue_id: int = 0, **fields: Any) -> PutBatch:
     props = {DEDUP_PROPERTY: dedup_id} if dedup_id is not None else None
     return PutBatch.of([build_message(TOPIC, body, queue_id, properties=props, **fields)], dedup=True)
 
@@ -34,7 +36,7 @@ def open_at(root: str, clock: FakeClock | None = None, **overrides: object) -> D
     return store
 
 
-def test_a_seen_id_is_answered_with_the_first_ids_and_stores_nothing(tmp_path) -> None:
+def test_a_seen_id_is_answered_with_the_first_ids_and_stores_nothing(tmp_path: Path) -> None:
     store = open_at(str(tmp_path / "s"))
     try:
         first = store.put(keyed(b"one", "order-1", queue_id=1)).result()
@@ -57,7 +59,7 @@ def test_a_seen_id_is_answered_with_the_first_ids_and_stores_nothing(tmp_path) -
         store.shutdown()
 
 
-def test_an_id_expires_after_the_window(tmp_path) -> None:
+def test_an_id_expires_after_the_window(tmp_path: Path) -> None:
     clock = FakeClock(now_ms=1_800_000_000_000)
     store = open_at(str(tmp_path / "s"), clock, dedup_window_s=5)
     try:
@@ -72,7 +74,7 @@ def test_an_id_expires_after_the_window(tmp_path) -> None:
         store.shutdown()
 
 
-def test_concurrent_puts_of_one_id_store_it_once(tmp_path) -> None:
+def test_concurrent_puts_of_one_id_store_it_once(tmp_path: Path) -> None:
     store = open_at(str(tmp_path / "s"))
     results = []
     start = threading.Barrier(8)
@@ -97,7 +99,7 @@ def test_concurrent_puts_of_one_id_store_it_once(tmp_path) -> None:
         store.shutdown()
 
 
-def test_a_refused_put_releases_its_ids(tmp_path) -> None:
+def test_a_refused_put_releases_its_ids(tmp_path: Path) -> None:
     store = open_at(str(tmp_path / "s"))
     try:
         refused = store.put(keyed(b"x" * (9 * 1024), "big")).result()  # over max_message_size_bytes
@@ -108,7 +110,7 @@ def test_a_refused_put_releases_its_ids(tmp_path) -> None:
         store.shutdown()
 
 
-def test_batches_all_seen_partial_repeated_and_transactional(tmp_path) -> None:
+def test_batches_all_seen_partial_repeated_and_transactional(tmp_path: Path) -> None:
     store = open_at(str(tmp_path / "s"))
     try:
 
@@ -132,7 +134,7 @@ def test_batches_all_seen_partial_repeated_and_transactional(tmp_path) -> None:
         store.shutdown()
 
 
-def test_the_bound_refuses_new_ids_and_never_forgets_unexpired_ones(tmp_path) -> None:
+def test_the_bound_refuses_new_ids_and_never_forgets_unexpired_ones(tmp_path: Path) -> None:
     clock = FakeClock(now_ms=1_800_000_000_000)
     store = open_at(str(tmp_path / "s"), clock, dedup_max_keys=3, dedup_window_s=10)
     try:
@@ -148,7 +150,7 @@ def test_the_bound_refuses_new_ids_and_never_forgets_unexpired_ones(tmp_path) ->
         store.shutdown()
 
 
-def test_encoded_and_fields_batches_carry_the_id(tmp_path) -> None:
+def test_encoded_and_fields_batches_carry_the_id(tmp_path: Path) -> None:
     store = open_at(str(tmp_path / "s"))
     try:
         data = pack_batch(
@@ -173,7 +175,7 @@ def test_encoded_and_fields_batches_carry_the_id(tmp_path) -> None:
         store.shutdown()
 
 
-def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(tmp_path) -> None:
+def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     store = open_at(root)
     try:

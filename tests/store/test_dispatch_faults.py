@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
-from store import GetMessageStatus, PutRefusal, build_message
+from store import DefaultMessageStore, GetMessageStatus, PutRefusal, build_message
 from tests.store.conftest import open_store, run_until_killed, small_config, wait_dispatched
 
 
 class DispatchGate:
     """Holds the store's dispatch lock, so nothing is dispatched (puts leave it to the holder); set() lets dispatch go."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: DefaultMessageStore) -> None:
         self.lock = store.reput_service.dispatch_lock
         assert self.lock.acquire(timeout=10)
 
@@ -19,11 +20,11 @@ class DispatchGate:
         self.lock.release()
 
 
-def hold_dispatch(store) -> DispatchGate:
+def hold_dispatch(store: DefaultMessageStore) -> DispatchGate:
     return DispatchGate(store)
 
 
-def bodies(store, topic: str, queue_id: int = 0) -> list[bytes]:
+def bodies(store: DefaultMessageStore, topic: str, queue_id: int = 0) -> list[bytes]:
     r = store.get_message("g", topic, queue_id, 0, 64)
     try:
         assert r.status is GetMessageStatus.FOUND, r.status
@@ -32,7 +33,7 @@ def bodies(store, topic: str, queue_id: int = 0) -> list[bytes]:
         r.release()
 
 
-def test_a_topic_deleted_while_dispatch_lags_is_not_resurrected(tmp_path) -> None:
+def test_a_topic_deleted_while_dispatch_lags_is_not_resurrected(tmp_path: Path) -> None:
     store = open_store(small_config(str(tmp_path / "store")))
     try:
         gate = hold_dispatch(store)
@@ -54,7 +55,7 @@ def test_a_topic_deleted_while_dispatch_lags_is_not_resurrected(tmp_path) -> Non
         store.shutdown()
 
 
-def test_a_queue_made_while_dispatch_lags_gets_no_message_of_the_deleted_topic(tmp_path) -> None:
+def test_a_queue_made_while_dispatch_lags_gets_no_message_of_the_deleted_topic(tmp_path: Path) -> None:
     store = open_store(small_config(str(tmp_path / "store")))
     try:
         gate = hold_dispatch(store)
@@ -71,7 +72,7 @@ def test_a_queue_made_while_dispatch_lags_gets_no_message_of_the_deleted_topic(t
         store.shutdown()
 
 
-def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhile(tmp_path) -> None:
+def test_a_failing_dispatch_is_retried_not_skipped_and_puts_are_refused_meanwhile(tmp_path: Path) -> None:
     store = open_store(small_config(str(tmp_path / "store")))
     try:
         store.topic_config_manager.create_or_update("T", 1, "rw")
@@ -122,7 +123,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_deleted_topic_stays_deleted_across_a_crash_recovery(tmp_path) -> None:
+def test_a_deleted_topic_stays_deleted_across_a_crash_recovery(tmp_path: Path) -> None:
     """SIGKILL after an answered deletion, before dispatch passed the old messages: recovery re-dispatch drops them."""
     root = str(tmp_path / "store")
     run_until_killed(DELETE_THEN_KILL, root, "DELETED")

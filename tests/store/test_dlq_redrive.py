@@ -9,8 +9,19 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from store import BrokerRole, DefaultMessageStore, PushSubscription, RedriveState, build_message, decode_message, dlq_topic, retry_topic
+from store import (
+    BrokerRole,
+    DefaultMessageStore,
+    Popped,
+    PushSubscription,
+    RedriveState,
+    build_message,
+    decode_message,
+    dlq_topic,
+    retry_topic,
+)
 from tests.store.conftest import open_store, wait_dispatched
 from tests.store.test_state_log import config_of, replicate
 from tests.waiting import wait_for
@@ -24,7 +35,7 @@ def dead_letters(store: DefaultMessageStore, group: str, topic: str, count: int)
     store.create_or_update_topic(topic, 1, "rw")
     for i in range(count):
         assert store.put_message(build_message(topic, f"m{i}".encode(), 0)).ok
-    taken = []
+    taken: list[Popped] = []
     deadline = time.monotonic() + DEADLINE_S
     while len(taken) < count:
         assert time.monotonic() < deadline
@@ -45,7 +56,7 @@ def wait_done(store: DefaultMessageStore, group: str) -> None:
 
 def bodies(store: DefaultMessageStore, topic: str) -> list[tuple[bytes, int]]:
     """Every message of queue 0 of `topic`: (body, reconsume times)."""
-    out = []
+    out: list[tuple[bytes, int]] = []
     offset = 0
     while True:
         result = store.get_message("test", topic, 0, offset, 32)
@@ -57,7 +68,7 @@ def bodies(store: DefaultMessageStore, topic: str) -> list[tuple[bytes, int]]:
         offset = result.next_begin_offset
 
 
-def test_a_redrive_moves_dead_letters_back_and_the_group_receives_them_again(tmp_path) -> None:
+def test_a_redrive_moves_dead_letters_back_and_the_group_receives_them_again(tmp_path: Path) -> None:
     s = open_store(config_of(str(tmp_path / "s")))
     try:
         dead_letters(s, "g", "T", 5)
@@ -80,7 +91,7 @@ def test_a_redrive_moves_dead_letters_back_and_the_group_receives_them_again(tmp
         s.shutdown()
 
 
-def test_one_redrive_per_group_at_a_time_and_max_messages_bounds_it(tmp_path) -> None:
+def test_one_redrive_per_group_at_a_time_and_max_messages_bounds_it(tmp_path: Path) -> None:
     s = open_store(config_of(str(tmp_path / "s")))
     try:
         dead_letters(s, "g", "T", 6)
@@ -119,7 +130,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_redrive_killed_midway_goes_on_from_its_recorded_position(tmp_path) -> None:
+def test_a_redrive_killed_midway_goes_on_from_its_recorded_position(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", CRASH_WRITER, root], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
@@ -137,7 +148,7 @@ def test_a_redrive_killed_midway_goes_on_from_its_recorded_position(tmp_path) ->
         s.shutdown()
 
 
-def test_push_subscriptions_and_redrives_reach_a_slave_and_survive_a_restart(tmp_path) -> None:
+def test_push_subscriptions_and_redrives_reach_a_slave_and_survive_a_restart(tmp_path: Path) -> None:
     master = open_store(config_of(str(tmp_path / "m")))
     slave = open_store(config_of(str(tmp_path / "s"), broker_role=BrokerRole.SLAVE))
     sub = PushSubscription("pg", "T", "http://127.0.0.1:9/hook", 4, 2_000, "s3cret", 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from store import FlushDiskType, PutBatch, PutMessageStatus, build_message
+from store.logfile.group_commit_service import GroupCommitService
 from tests.store.conftest import open_store, small_config
 from tests.waiting import wait_for
 
@@ -19,6 +20,7 @@ def test_puts_owing_durability_share_one_flush_wait_under_sync_flush(tmp_path: P
     store = open_store(small_config(str(tmp_path / "store"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     try:
         service = store.flush_service
+        assert isinstance(service, GroupCommitService)
         futures = [store.put(owing("S", b"m%d" % i)) for i in range(6)]
         assert all(f.done() for f in futures)  # answered at once: the wait is the caller's
         results = [f.result() for f in futures]

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_the_index_s_next_file_is_made_at_its_mark_and_continues_the_last(config
         store.shutdown()
 
 
-def test_without_the_allocate_service_running_every_roll_creates_its_file(tmp_path) -> None:
+def test_without_the_allocate_service_running_every_roll_creates_its_file(tmp_path: Path) -> None:
     """Loading and recovery run before the service starts: their orders are refused, the rolls create the files."""
     cfg = small_config(str(tmp_path / "store"))
     store = DefaultMessageStore(cfg)
@@ -141,7 +142,7 @@ def check_exactly(store: DefaultMessageStore, count: int) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_files_made_ahead_are_harmless_after_a_sigkill(tmp_path) -> None:
+def test_files_made_ahead_are_harmless_after_a_sigkill(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     count = run_writer_and_kill(root)
     cfg = small_config(root)

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import FlushDiskType, GetMessageStatus, PutBatch, PutMessageStatus, build_message
+from store import (
+    DefaultMessageStore,
+    FlushDiskType,
+    GetMessageStatus,
+    MessageInner,
+    PutBatch,
+    PutMessageResult,
+    PutMessageStatus,
+    build_message,
+)
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 
-def test_sync_flush_answers_after_the_bytes_are_flushed(tmp_path) -> None:
+def test_sync_flush_answers_after_the_bytes_are_flushed(tmp_path: Path) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     try:
         for i in range(50):
@@ -24,10 +36,10 @@ def test_sync_flush_answers_after_the_bytes_are_flushed(tmp_path) -> None:
         s.shutdown()
 
 
-def test_one_flush_serves_many_waiters(tmp_path) -> None:
+def test_one_flush_serves_many_waiters(tmp_path: Path) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     try:
-        results: list = []
+        results: list[PutMessageResult] = []
         lock = threading.Lock()
 
         def producer(n: int) -> None:
@@ -47,7 +59,7 @@ def test_one_flush_serves_many_waiters(tmp_path) -> None:
         s.shutdown()
 
 
-def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypatch) -> None:
+def test_put_returns_before_its_flush_and_completes_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
     # A slow disk: no flush of the commitlog finishes until the gate opens (the only way to hold a
     # flush still while a put is under way).
@@ -60,7 +72,7 @@ def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypat
 
     monkeypatch.setattr(s.commit_log, "flush", held_flush)
     try:
-        returned: list = []
+        returned: list[concurrent.futures.Future[PutMessageResult]] = []
 
         def put() -> None:
             returned.extend(s.put(PutBatch.of((build_message("A", b"x" * 200),))) for _ in range(100))
@@ -71,7 +83,7 @@ def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypat
         assert len(returned) == 100, "put waited for the flush instead of returning its future"
         assert not any(f.done() for f in returned), "answered before the flush: not durable yet"
 
-        async def gather() -> list:
+        async def gather() -> list[PutMessageResult]:
             waiting = asyncio.gather(*(asyncio.wrap_future(f) for f in returned))
             await asyncio.sleep(0.05)  # nothing may complete while the flush is held
             assert not waiting.done()
@@ -86,7 +98,7 @@ def test_put_returns_before_its_flush_and_completes_after_it(tmp_path, monkeypat
         s.shutdown()
 
 
-def test_group_commit_bound_answers_flush_timeout(tmp_path) -> None:
+def test_group_commit_bound_answers_flush_timeout(tmp_path: Path) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH, max_group_commit_requests=0))
     try:
         r = s.put_message(build_message("F", b"x"))
@@ -95,14 +107,14 @@ def test_group_commit_bound_answers_flush_timeout(tmp_path) -> None:
         s.shutdown()
 
 
-def test_async_flush_future_is_done_at_once(store) -> None:
+def test_async_flush_future_is_done_at_once(store: DefaultMessageStore) -> None:
     fut = store.put(PutBatch.of((build_message("A", b"x"),)))
     assert fut.done() and fut.result().ok
     batch = store.put(PutBatch.of([build_message("A", b"y") for _ in range(5)]))
     assert [i.logics_offset for i in batch.result().items] == [1, 2, 3, 4, 5]
 
 
-def test_concurrent_puts_while_reading(store) -> None:
+def test_concurrent_puts_while_reading(store: DefaultMessageStore) -> None:
     writers, per_writer = 4, 300
     errors: list[str] = []
     stop = threading.Event()
@@ -148,7 +160,9 @@ def test_concurrent_puts_while_reading(store) -> None:
         max_size=60,
     )
 )
-def test_any_put_sequence_reads_back_in_order_per_queue(tmp_path_factory, puts) -> None:
+def test_any_put_sequence_reads_back_in_order_per_queue(
+    tmp_path_factory: pytest.TempPathFactory, puts: list[tuple[str, int, int, bool]]
+) -> None:
     root = str(tmp_path_factory.mktemp("prop"))
     cfg = small_config(root, mapped_file_size_commit_log_bytes=16 * 1024, max_message_size_bytes=6 * 1024, max_properties_size_bytes=1024)
     s = open_store(cfg)
@@ -156,7 +170,7 @@ def test_any_put_sequence_reads_back_in_order_per_queue(tmp_path_factory, puts) 
     try:
         pending = []
 
-        def submit(msgs: list) -> None:
+        def submit(msgs: list[MessageInner]) -> None:
             result = s.put_messages(msgs)
             assert result.ok
             for m, item in zip(msgs, result.items, strict=True):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import struct
 import time
+from pathlib import Path
 
-from store import GetMessageStatus, TagFilter, build_message
+from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, PutMessageResult, TagFilter, build_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.waiting import wait_for
 
 
-def put_n(store, n: int, topic: str = "T", queue_id: int = 0, tags=None, size: int = 10) -> list:
+def put_n(
+    store: DefaultMessageStore, n: int, topic: str = "T", queue_id: int = 0, tags: list[str] | None = None, size: int = 10
+) -> list[PutMessageResult]:
     out = []
     for i in range(n):
         tag = tags[i % len(tags)] if tags else None
@@ -22,7 +25,7 @@ def put_n(store, n: int, topic: str = "T", queue_id: int = 0, tags=None, size: i
     return out
 
 
-def test_statuses_of_an_empty_and_unknown_queue(store) -> None:
+def test_statuses_of_an_empty_and_unknown_queue(store: DefaultMessageStore) -> None:
     with store.get_message("g", "Nope", 0, 0, 10) as r:
         assert r.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
     put_n(store, 3)
@@ -36,8 +39,9 @@ def test_statuses_of_an_empty_and_unknown_queue(store) -> None:
         assert (r.min_offset, r.max_offset) == (0, 3)
 
 
-def test_consume_queue_entries_are_20_bytes(store, config) -> None:
+def test_consume_queue_entries_are_20_bytes(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     results = put_n(store, 70, tags=["TagA"])
+    assert store.flush_consume_queue_service is not None
     store.flush_consume_queue_service.do_flush(3)
     qdir = os.path.join(config.consume_queue_dir(), "T", "0")
     names = sorted(os.listdir(qdir))
@@ -50,7 +54,7 @@ def test_consume_queue_entries_are_20_bytes(store, config) -> None:
         assert (phy, size, tags_code) == (item.wrote_offset, item.wrote_bytes, 2598919)
 
 
-def test_a_filtered_get_examines_the_scan_window_of_bytes_or_of_the_count_asked(tmp_path) -> None:
+def test_a_filtered_get_examines_the_scan_window_of_bytes_or_of_the_count_asked(tmp_path: Path) -> None:
     """RocketMQ's DefaultMessageStore.getMessage: max(maxFilterMessageCount, maxMsgNums * 20) bytes of
     consume queue per get (here max_filter_message_size_bytes = 200: 10 entries)."""
     s = open_store(small_config(str(tmp_path / "s"), max_filter_message_size_bytes=200))
@@ -68,7 +72,7 @@ def test_a_filtered_get_examines_the_scan_window_of_bytes_or_of_the_count_asked(
     assert small_config("x").max_filter_message_size_bytes == 320_000  # 16,000 entries: see docs/benchmarks.md
 
 
-def test_tag_filter_by_hash_and_exact_tag(store) -> None:
+def test_tag_filter_by_hash_and_exact_tag(store: DefaultMessageStore) -> None:
     # "Aa" and "BB" share a Java hash code: the exact check must tell them apart.
     put_n(store, 30, tags=["Aa", "BB", "C"])
     with store.get_message("g", "T", 0, 0, 32, TagFilter.parse("Aa")) as r:
@@ -88,7 +92,7 @@ def test_tag_filter_by_hash_and_exact_tag(store) -> None:
         raise AssertionError(f"{bad!r} was accepted")
 
 
-def test_transfer_limits_count_and_bytes(tmp_path) -> None:
+def test_transfer_limits_count_and_bytes(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "s"), max_transfer_count_on_message_in_memory=5, max_transfer_bytes_on_message_in_memory=10_000)
     s = open_store(cfg)
     try:
@@ -104,7 +108,7 @@ def test_transfer_limits_count_and_bytes(tmp_path) -> None:
         s.shutdown()
 
 
-def test_raw_buffers_are_the_stored_bytes(store) -> None:
+def test_raw_buffers_are_the_stored_bytes(store: DefaultMessageStore) -> None:
     results = put_n(store, 5)
     with store.get_message("g", "T", 0, 0, 5) as r:
         raw = r.to_bytes()
@@ -113,7 +117,7 @@ def test_raw_buffers_are_the_stored_bytes(store) -> None:
         assert raw[: results[0].items[0].wrote_bytes] == store.get_commit_log_data(0, results[0].items[0].wrote_bytes)
 
 
-def test_offset_too_small_after_leading_files_are_deleted(tmp_path) -> None:
+def test_offset_too_small_after_leading_files_are_deleted(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "s"))
     s = open_store(cfg)
     try:
@@ -133,6 +137,7 @@ def test_offset_too_small_after_leading_files_are_deleted(tmp_path) -> None:
         min_phy = s.commit_log.get_min_offset()
         assert min_phy == 2 * cfg.mapped_file_size_commit_log_bytes
         cq = s.find_consume_queue("T", 0)
+        assert cq is not None
         cq.correct_min_offset(min_phy)
         new_min = s.get_min_offset_in_queue("T", 0)
         assert new_min > 0
@@ -144,7 +149,7 @@ def test_offset_too_small_after_leading_files_are_deleted(tmp_path) -> None:
         s.shutdown()
 
 
-def test_offset_in_queue_by_time(store) -> None:
+def test_offset_in_queue_by_time(store: DefaultMessageStore) -> None:
     put_n(store, 5)
     time.sleep(0.02)  # the mark lies strictly between the two batches' store times
     mark = int(time.time() * 1000)

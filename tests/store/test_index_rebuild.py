@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+from pathlib import Path
 
 from store import INDEX_REBUILD_PHASE, DefaultMessageStore, MessageStoreConfig, build_message
 from tests.store.conftest import open_store, small_config, wait_dispatched
@@ -46,7 +47,7 @@ def block_index_dir(config: MessageStoreConfig) -> None:
         pass
 
 
-def test_a_missing_index_is_rebuilt_in_the_background(tmp_path) -> None:
+def test_a_missing_index_is_rebuilt_in_the_background(tmp_path: Path) -> None:
     config = rebuild_config(str(tmp_path / "store"))
     write_keyed_messages(config)
     block_index_dir(config)  # the rebuild fails (and retries) until the path is freed: it is seen running
@@ -75,7 +76,7 @@ def test_a_missing_index_is_rebuilt_in_the_background(tmp_path) -> None:
         s.shutdown()
 
 
-def test_an_older_index_rebuilds_only_the_tail(tmp_path) -> None:
+def test_an_older_index_rebuilds_only_the_tail(tmp_path: Path) -> None:
     config = rebuild_config(str(tmp_path / "store"))
     write_keyed_messages(config)
     names = sorted(os.listdir(config.index_dir()))
@@ -100,7 +101,7 @@ def test_an_older_index_rebuilds_only_the_tail(tmp_path) -> None:
         s.shutdown()
 
 
-def test_a_rebuild_stopped_by_shutdown_goes_on_at_the_next_start(tmp_path) -> None:
+def test_a_rebuild_stopped_by_shutdown_goes_on_at_the_next_start(tmp_path: Path) -> None:
     config = rebuild_config(str(tmp_path / "store"))
     write_keyed_messages(config)
     block_index_dir(config)
@@ -117,7 +118,7 @@ def test_a_rebuild_stopped_by_shutdown_goes_on_at_the_next_start(tmp_path) -> No
         s.shutdown()
 
 
-def test_a_small_gap_is_dispatched_again_with_recovery(tmp_path) -> None:
+def test_a_small_gap_is_dispatched_again_with_recovery(tmp_path: Path) -> None:
     config = small_config(str(tmp_path / "store"))  # index_rebuild_background_min_bytes: 64 MiB
     write_keyed_messages(config)
     shutil.rmtree(config.index_dir())
@@ -132,7 +133,7 @@ def test_a_small_gap_is_dispatched_again_with_recovery(tmp_path) -> None:
         s.shutdown()
 
 
-def test_after_a_crash_the_gap_is_dispatched_with_recovery(tmp_path) -> None:
+def test_after_a_crash_the_gap_is_dispatched_with_recovery(tmp_path: Path) -> None:
     config = rebuild_config(str(tmp_path / "store"))  # would go to the background after a clean shutdown
     write_keyed_messages(config)
     shutil.rmtree(config.index_dir())

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -19,7 +22,7 @@ from tests.waiting import wait_for
 SIZE = 16 * 4096
 
 
-def test_name_and_positions(tmp_path) -> None:
+def test_name_and_positions(tmp_path: Path) -> None:
     path = str(tmp_path / offset_to_file_name(SIZE * 3))
     mf = MappedFile(path, SIZE)
     assert os.path.basename(path) == "00000000000000196608" and mf.file_from_offset == SIZE * 3
@@ -32,7 +35,7 @@ def test_name_and_positions(tmp_path) -> None:
     mf.close()
 
 
-def test_reader_delays_deletion_until_release(tmp_path) -> None:
+def test_reader_delays_deletion_until_release(tmp_path: Path) -> None:
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
     mf.append_bytes(b"hello world")
     view = mf.select_mapped_buffer(0, 5)
@@ -45,7 +48,7 @@ def test_reader_delays_deletion_until_release(tmp_path) -> None:
     assert not os.path.exists(mf.path)
 
 
-def test_forced_deletion_after_the_interval(tmp_path) -> None:
+def test_forced_deletion_after_the_interval(tmp_path: Path) -> None:
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
     mf.append_bytes(b"data")
     held = mf.select_mapped_buffer(0, 4)
@@ -57,7 +60,7 @@ def test_forced_deletion_after_the_interval(tmp_path) -> None:
     held.release()
 
 
-def test_reads_stop_at_the_read_position(tmp_path) -> None:
+def test_reads_stop_at_the_read_position(tmp_path: Path) -> None:
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
     mf.append_bytes(b"abc")
     assert mf.select_mapped_buffer(0, 4) is None
@@ -65,7 +68,7 @@ def test_reads_stop_at_the_read_position(tmp_path) -> None:
     mf.close()
 
 
-def test_transient_pool_commit_makes_bytes_readable(tmp_path) -> None:
+def test_transient_pool_commit_makes_bytes_readable(tmp_path: Path) -> None:
     pool = TransientStorePool(2, SIZE)
     pool.init()
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE, pool)
@@ -83,7 +86,7 @@ def test_transient_pool_commit_makes_bytes_readable(tmp_path) -> None:
     assert pool.available_buffer_count() == 2
 
 
-def test_warm_up_never_fails(tmp_path, caplog) -> None:
+def test_warm_up_never_fails(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="tidemq.store")
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), SIZE)
     mf.warm_up()
@@ -91,7 +94,7 @@ def test_warm_up_never_fails(tmp_path, caplog) -> None:
     mf.close()
 
 
-def test_queue_load_lookup_and_truncate(tmp_path) -> None:
+def test_queue_load_lookup_and_truncate(tmp_path: Path) -> None:
     d = str(tmp_path / "q")
     q = MappedFileQueue(d, SIZE)
     for _ in range(3):
@@ -110,7 +113,7 @@ def test_queue_load_lookup_and_truncate(tmp_path) -> None:
     q2.shutdown()
 
 
-def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
+def test_allocation_service_creates_the_next_file_ahead(tmp_path: Path) -> None:
     service = AllocateMappedFileService(timeout_ms=5_000)
     service.start()
     try:
@@ -128,13 +131,13 @@ def test_allocation_service_creates_the_next_file_ahead(tmp_path) -> None:
         service.close_unclaimed()
 
 
-def test_the_allocate_service_is_idle_only_when_every_ordered_file_is_made(tmp_path) -> None:
+def test_the_allocate_service_is_idle_only_when_every_ordered_file_is_made(tmp_path: Path) -> None:
     service = AllocateMappedFileService(timeout_ms=5_000)
     service.start()
     release = threading.Event()
     try:
         assert service.is_idle()
-        assert service.submit(lambda: release.wait(5))
+        assert service.submit(cast(Callable[[], None], lambda: release.wait(5)))
         path = tmp_path / "cl" / offset_to_file_name(0)
         service.order(str(path), SIZE)
         assert not service.is_idle()  # the job waits or runs until released, whichever the service took first
@@ -147,7 +150,7 @@ def test_the_allocate_service_is_idle_only_when_every_ordered_file_is_made(tmp_p
         service.close_unclaimed()
 
 
-def minor_faults_writing_one_byte_per_page(mf) -> int:
+def minor_faults_writing_one_byte_per_page(mf: MappedFile) -> int:
     """This thread's minor faults while it writes one byte of every page: the process's would also count the
     service's own prefault of the next file, which it starts as soon as this one is taken."""
     import resource
@@ -159,7 +162,7 @@ def minor_faults_writing_one_byte_per_page(mf) -> int:
 
 
 @pytest.mark.parametrize("prefault", [True, False])
-def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fault(tmp_path, prefault: bool) -> None:
+def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fault(tmp_path: Path, prefault: bool) -> None:
     """The process's minor page faults while one byte of every page of the file ordered ahead is
     written: none to speak of after the service prefaulted it, one per page without (the
     comparison that makes the first assertion mean something). The first file, which the
@@ -193,7 +196,7 @@ def test_allocation_service_prefaults_files_made_ahead_so_first_writes_do_not_fa
         service.close_unclaimed()
 
 
-def test_allocation_failure_is_reported_not_raised(tmp_path) -> None:
+def test_allocation_failure_is_reported_not_raised(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     service = AllocateMappedFileService(timeout_ms=2_000)
@@ -205,7 +208,7 @@ def test_allocation_failure_is_reported_not_raised(tmp_path) -> None:
         service.shutdown()
 
 
-def test_commit_log_with_pool_round_trips(tmp_path) -> None:
+def test_commit_log_with_pool_round_trips(tmp_path: Path) -> None:
     from store import build_message
     from tests.store.conftest import open_store, small_config, wait_dispatched
 
@@ -227,7 +230,7 @@ def test_commit_log_with_pool_round_trips(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, 4095])
-def test_config_rejects_tiny_files(tmp_path, bad: int) -> None:
+def test_config_rejects_tiny_files(tmp_path: Path, bad: int) -> None:
     from core import ConfigInvalid
     from store import MessageStoreConfig
 
@@ -247,7 +250,7 @@ def resident_kib(path: str) -> int:
     return rss
 
 
-def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) -> None:
+def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path: Path) -> None:
     size = 16 * OS_PAGE_SIZE
     q = MappedFileQueue(str(tmp_path), size)
     first = q.get_last_mapped_file_or_create(0)
@@ -263,11 +266,13 @@ def test_a_full_flushed_file_leaves_the_resident_set_and_reads_back(tmp_path) ->
     assert resident_kib(first.path) == 0  # full and flushed: out of the resident set
     q.flush(0)
     assert resident_kib(second.path) > 0  # the file being written stays resident
-    assert bytes(first.select_mapped_buffer(0, size).view) == payload  # and the bytes read back from the page cache
+    selected = first.select_mapped_buffer(0, size)
+    assert selected is not None
+    assert bytes(selected.view) == payload  # and the bytes read back from the page cache
     q.shutdown()
 
 
-def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_path) -> None:
+def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_path: Path) -> None:
     """Only the last RESIDENT_TAIL_BYTES flushed of a file being written stay resident."""
     from store.logfile.mapped_file_queue import RESIDENT_TAIL_BYTES
 
@@ -289,7 +294,7 @@ def test_flushed_pages_far_behind_the_write_position_leave_the_resident_set(tmp_
 
 
 @pytest.mark.parametrize("pooled", [False, True])
-def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(tmp_path, pooled: bool) -> None:
+def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(tmp_path: Path, pooled: bool) -> None:
     """A lagging flusher (one file per call) and a cleanup that deletes leading files at once:
     the positions skip the deleted files instead of staying below the first file for good."""
     pool = TransientStorePool(6, SIZE) if pooled else None
@@ -316,7 +321,7 @@ def test_flush_and_commit_go_on_when_cleanup_deleted_files_they_had_not_reached(
     q.shutdown()
 
 
-def test_prefault_follows_the_reserved_steps(tmp_path) -> None:
+def test_prefault_follows_the_reserved_steps(tmp_path: Path) -> None:
     """Each step a writer reserves is prefaulted once: a step queued while the service was busy is faulted in
     from where it starts to where it ends, not on to the file's latest reservation (which the later steps'
     own requests fault in again)."""
@@ -331,7 +336,7 @@ def test_prefault_follows_the_reserved_steps(tmp_path) -> None:
         wait_for(lambda: service.prefaulted_bytes >= PREFAULT_LEAD_BYTES, 20, what="the file made ahead to be prefaulted")
         wait_for(service.is_idle, 5, what="the service to finish")
         ahead, first = service.prefaulted_bytes, mf.reserved_to
-        assert service.submit(lambda: release.wait(5))  # the service is busy while the steps queue up
+        assert service.submit(cast(Callable[[], None], lambda: release.wait(5)))  # the service is busy while the steps queue up
         for _ in range(5):
             before = mf.reserved_to
             mf.ensure_reserved(before + 1)
@@ -347,7 +352,7 @@ def test_prefault_follows_the_reserved_steps(tmp_path) -> None:
         service.close_unclaimed()
 
 
-def test_a_file_made_ahead_is_reserved_and_prefaulted_for_its_first_megabytes(tmp_path) -> None:
+def test_a_file_made_ahead_is_reserved_and_prefaulted_for_its_first_megabytes(tmp_path: Path) -> None:
     """A file ordered ahead comes with its first PREFAULT_LEAD_BYTES reserved and faulted in, though its
     writer's own steps would start at the smallest one: writing them does not fault."""
     size = PREFAULT_LEAD_BYTES + 1024 * 1024
@@ -375,7 +380,7 @@ def test_a_file_made_ahead_is_reserved_and_prefaulted_for_its_first_megabytes(tm
         service.close_unclaimed()
 
 
-def test_a_quiet_reservation_on_a_full_disk_changes_and_reports_nothing(tmp_path) -> None:
+def test_a_quiet_reservation_on_a_full_disk_changes_and_reports_nothing(tmp_path: Path) -> None:
     """A reservation made ahead of any write (a file made ahead of need) that finds no room leaves the file as
     it was and reports no shortage, which the write that needs the bytes reports itself when it comes."""
     with small_volume(tmp_path, "2m") as mount:

@@ -134,7 +134,7 @@ def test_valid_topics(topic: str) -> None:
     assert topic_problem(topic) is None
 
 
-property_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20)
+property_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=20)
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,7 +147,9 @@ property_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", 
     phys=st.integers(0, 2**63 - 1),
     ts=st.integers(0, 2**62),
 )
-def test_encode_decode_round_trip(body: bytes, topic: str, props: dict, queue_id: int, queue_offset: int, phys: int, ts: int) -> None:
+def test_encode_decode_round_trip(
+    body: bytes, topic: str, props: dict[str, str], queue_id: int, queue_offset: int, phys: int, ts: int
+) -> None:
     raw = encode_message(
         topic.encode(), body, encode_properties(props), queue_id, queue_offset, phys, born_timestamp=ts, store_timestamp=ts
     )
@@ -173,7 +175,7 @@ def test_encode_decode_round_trip(body: bytes, topic: str, props: dict, queue_id
     props=st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", "DELAY"]), property_text, max_size=5),
     queue_id=st.integers(0, 1000),
 )
-def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict, queue_id: int) -> None:
+def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict[str, str], queue_id: int) -> None:
     from store.codec.message_codec import DISPATCH_BLANK, DISPATCH_END, decode_for_dispatch
 
     raw = encode_message(

@@ -11,6 +11,7 @@ import os
 import struct
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -83,7 +84,7 @@ def scan_all(buf: bytearray, uniq: bool = True) -> tuple[bytearray, int, bytearr
     return records, r.records, keys, r.keys
 
 
-def record(records: bytearray, i: int) -> dict:
+def record(records: bytearray, i: int) -> dict[str, Any]:
     return dict(zip(nk.RECORD_FIELDS, nk.RECORD.unpack_from(records, i * nk.RECORD.size), strict=True))
 
 
@@ -126,7 +127,9 @@ def reference_runs(buf: bytearray, records: bytearray, first: int, end: int) -> 
     return runs
 
 
-def group(buf, records, n, first, max_runs):
+def group(
+    buf: bytearray, records: bytearray, n: int, first: int, max_runs: int
+) -> tuple[nk.Grouped, list[dict[str, Any]], bytearray, bytearray]:
     runs, entries = bytearray(nk.RUN.size * max_runs), bytearray(CQ_STORE_UNIT_SIZE * n)
     scratch = bytearray(nk.runs_scratch_bytes(n))
     g = nk.queue_runs(buf, records, n, first, runs, entries, scratch)
@@ -137,7 +140,15 @@ def group(buf, records, n, first, max_runs):
     return g, got, entries, scratch
 
 
-def assert_runs_equal(buf, records, first, g, got, entries, scratch) -> None:
+def assert_runs_equal(
+    buf: bytearray,
+    records: bytearray,
+    first: int,
+    g: nk.Grouped,
+    got: list[dict[str, Any]],
+    entries: bytearray,
+    scratch: bytearray,
+) -> None:
     want = reference_runs(buf, records, first, g.record_pos)
     assert len(got) == len(want)
     for run, ref in zip(got, want, strict=True):
@@ -161,7 +172,7 @@ def assert_runs_equal(buf, records, first, g, got, entries, scratch) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(message_lists(), st.data())
-def test_queue_runs_group_as_the_reference(msgs, data) -> None:
+def test_queue_runs_group_as_the_reference(msgs: list[Message], data: st.DataObject) -> None:
     jitter = data.draw(st.lists(st.integers(-200, 0), min_size=len(msgs), max_size=len(msgs))) if data.draw(st.booleans()) else None
     buf = encode_log(msgs, jitter)
     records, n, _keys, _ = scan_all(buf)
@@ -173,7 +184,7 @@ def test_queue_runs_group_as_the_reference(msgs, data) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(message_lists(), st.integers(1, 4))
-def test_queue_runs_stops_before_a_record_needing_one_run_too_many(msgs, max_runs) -> None:
+def test_queue_runs_stops_before_a_record_needing_one_run_too_many(msgs: list[Message], max_runs: int) -> None:
     buf = encode_log(msgs)
     records, n, _keys, _ = scan_all(buf)
     first = 0
@@ -249,7 +260,9 @@ def build_bulk(root: str, buf: bytearray, slots: int, entries: int, uniq: bool, 
 
 @settings(max_examples=120, deadline=None)
 @given(message_lists(max_size=30), st.integers(1, 8), st.integers(2, 9), st.booleans(), st.integers(1, 2), st.integers(1, 5))
-def test_index_put_writes_the_files_build_index_writes(msgs, slots, entries, uniq, passes, chunk) -> None:
+def test_index_put_writes_the_files_build_index_writes(
+    msgs: list[Message], slots: int, entries: int, uniq: bool, passes: int, chunk: int
+) -> None:
     """Also across rolls (a message's keys split over two files), keyless messages after a full file,
     chunks of a few messages, and the whole log applied twice (the second pass adds nothing)."""
     buf = encode_log(msgs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -116,6 +118,7 @@ def test_check_batch_limits_name_the_item() -> None:
     items = [(b"a", b"", 0), (b"bb", b"TAGS\x01t\x02", 0), (b"c" * 50, b"k\x01v\x02", 0)]
     batch = nk.pack_batch(items)
     second, third = 23, 23 + 22 + 2 + 7
+    kwargs: Any  # check_batch's keyword limits: as a dict[str, int], mypy would match it to check_properties too
     assert nk.check_batch(batch, 50, max_count=3, max_properties_bytes=7, check_properties=True)[0] == 3
     for kwargs, code, pos, index in (
         ({"max_count": 2}, nk.BatchErrorCode.TOO_MANY, third, 2),
@@ -137,7 +140,7 @@ def test_check_batch_limits_name_the_item() -> None:
 # Prefault ----------------------------------------------------------------------------------
 
 
-def test_prefault_faults_pages_in_without_changing_a_byte(tmp_path) -> None:
+def test_prefault_faults_pages_in_without_changing_a_byte(tmp_path: Path) -> None:
     import mmap
 
     path = tmp_path / "f"
@@ -167,7 +170,7 @@ def test_encode_argument_types_are_checked_as_the_signature_says() -> None:
     from store import _kernels
 
     batch, dest, out = nk.pack_batch([(b"abc", b"", 0)]), bytearray(200), bytearray(16)
-    args = [dest, 0, 200, batch, 0, out, 1, b"T", 0, 0, 1, HOST_A, 2, HOST_B, 0, 0, 0, 0]
+    args: list[Any] = [dest, 0, 200, batch, 0, out, 1, b"T", 0, 0, 1, HOST_A, 2, HOST_B, 0, 0, 0, 0]
     assert _kernels.encode_batch(*args)[:2] == (nk.Stop.DONE, 1)
     for index, bad, error in (
         (0, bytes(200), BufferError),  # dest must be writable
@@ -178,7 +181,7 @@ def test_encode_argument_types_are_checked_as_the_signature_says() -> None:
         (1, "0", TypeError),
     ):
         with pytest.raises(error):
-            _kernels.encode_batch(*args[:index], bad, *args[index + 1 :])
+            _kernels.encode_batch(*args[:index], bad, *args[index + 1 :])  # type: ignore[call-arg]  # 18 arguments, spliced
     with pytest.raises(TypeError):
         _kernels.encode_batch(*args[:-1])
 

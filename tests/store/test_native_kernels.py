@@ -12,6 +12,7 @@ import struct
 import types
 import zlib
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -23,6 +24,7 @@ from store.codec.message import build_message, encode_properties, java_string_ha
 from store.codec.message_codec import (
     BLANK_MAGIC_CODE,
     DecodeOutcome,
+    DispatchRequest,
     check_message,
     decode_for_dispatch,
     encode_message,
@@ -50,8 +52,8 @@ def hosts_for(sys_flag: int) -> tuple[bytes, bytes]:
 
 
 # Property text: anything but the separators (\x01, \x02); keys also without spaces.
-prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
-key_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=10)
+prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=12)
+key_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=["Cs"]), min_size=1, max_size=10)
 delay_text = st.one_of(st.integers(-3, 12).map(str), st.sampled_from(["", " 2", "+1", "0x1", "1_0", "99999999999"]), prop_text)
 
 
@@ -69,8 +71,10 @@ def properties(draw: st.DrawFn, schedule: bool = False) -> dict[str, str]:
     return props
 
 
+# A message of a batch: body, properties, flag.
+Item = tuple[bytes, dict[str, str], int]
 message_item = st.tuples(st.binary(max_size=300), properties(), st.integers(-(2**31), 2**31 - 1))
-topics = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20).map(lambda t: t.encode()[:255])
+topics = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=20).map(lambda t: t.encode()[:255])
 
 
 # Java hash ---------------------------------------------------------------------------------
@@ -103,7 +107,16 @@ def test_java_hash_counts_non_bmp_as_a_surrogate_pair() -> None:
 # Encode ------------------------------------------------------------------------------------
 
 
-def reference_image(topic: bytes, items: list, queue_id: int, sys_flag: int, qoff: int, phys: int, born: int, stored: int) -> bytes:
+def reference_image(
+    topic: bytes,
+    items: list[Item],
+    queue_id: int,
+    sys_flag: int,
+    qoff: int,
+    phys: int,
+    born: int,
+    stored: int,
+) -> bytes:
     out = []
     for i, (body, props, flag) in enumerate(items):
         born_host, store_host = hosts_for(sys_flag)
@@ -115,7 +128,14 @@ def reference_image(topic: bytes, items: list, queue_id: int, sys_flag: int, qof
     return b"".join(out)
 
 
-def encode_all(topic: bytes, items: list, dest: bytearray, pos: int, limit: int, **kw: int) -> tuple[nk.Encoded, bytearray]:
+def encode_all(
+    topic: bytes,
+    items: list[Item],
+    dest: bytearray,
+    pos: int,
+    limit: int,
+    **kw: int,
+) -> tuple[nk.Encoded, bytearray]:
     batch = nk.pack_batch((b, encode_properties(p), f) for b, p, f in items)
     out = bytearray(16 * len(items))
     born_host, store_host = hosts_for(kw["sys_flag"])
@@ -137,7 +157,9 @@ def encode_all(topic: bytes, items: list, dest: bytearray, pos: int, limit: int,
     st.integers(0, 2**45),
     st.integers(0, 64),
 )
-def test_encode_matches_reference(topic, items, queue_id, sys_flag, qoff, phys, ts, pad) -> None:
+def test_encode_matches_reference(
+    topic: bytes, items: list[Item], queue_id: int, sys_flag: int, qoff: int, phys: int, ts: int, pad: int
+) -> None:
     kw = {"queue_id": queue_id, "sys_flag": sys_flag, "qoff": qoff, "phys": phys, "born": ts - 7, "stored": ts}
     want = reference_image(topic, items, queue_id, sys_flag, qoff, phys, ts - 7, ts)
     dest = bytearray(pad + len(want) + 8 + 5)
@@ -153,7 +175,11 @@ def test_encode_matches_reference(topic, items, queue_id, sys_flag, qoff, phys, 
 
 
 @given(topics, st.lists(message_item, min_size=1, max_size=6), st.data())
-def test_encode_stops_where_the_next_message_and_an_end_marker_do_not_fit(topic, items, data) -> None:
+def test_encode_stops_where_the_next_message_and_an_end_marker_do_not_fit(
+    topic: bytes,
+    items: list[Item],
+    data: st.DataObject,
+) -> None:
     sizes = [message_length(len(b), len(topic), len(encode_properties(p))) for b, p, _ in items]
     limit = data.draw(st.integers(0, sum(sizes) + 8))
     fits, used = 0, 0
@@ -168,7 +194,7 @@ def test_encode_stops_where_the_next_message_and_an_end_marker_do_not_fit(topic,
     assert dest[used:] == bytes(len(dest) - used)
 
 
-def reference_batch_items(batch: bytes, max_body: int) -> list | None:
+def reference_batch_items(batch: bytes, max_body: int) -> list[bytes] | None:
     """The items of a RocketMQ batch, or None when it is malformed (what check_batch decides)."""
     import zlib
 
@@ -189,7 +215,7 @@ def reference_batch_items(batch: bytes, max_body: int) -> list | None:
 
 
 @given(st.lists(message_item, min_size=1, max_size=4), st.data())
-def test_check_batch_refuses_truncated_or_corrupt_batches_as_the_reference_does(items, data) -> None:
+def test_check_batch_refuses_truncated_or_corrupt_batches_as_the_reference_does(items: list[Item], data: st.DataObject) -> None:
     batch = bytearray(nk.pack_batch((b, encode_properties(p), f) for b, p, f in items))
     cut = data.draw(st.integers(0, len(batch)))
     batch = batch[:cut]
@@ -219,7 +245,7 @@ def test_check_batch_checks_a_non_zero_body_crc() -> None:
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.binary(max_size=300), st.sampled_from([b"", b"a\x01b\x02"]), st.booleans()), min_size=1, max_size=6))
-def test_check_batch_crcs_are_the_bodies_crc31(items) -> None:
+def test_check_batch_crcs_are_the_bodies_crc31(items: list[tuple[bytes, bytes, bool]]) -> None:
     """check_batch_crcs returns what check_batch does and the BODYCRC of every item, non-zero given or not."""
     parts = []
     for body, props, given_crc in items:
@@ -302,19 +328,23 @@ def commitlog(draw: st.DrawFn) -> tuple[bytearray, int, list[int]]:
     return buf, end, starts
 
 
-def scan(buf, pos: int, limit: int, uniq: bool = True, recs_n: int = 64, keys_n: int = 256):
+def scan(
+    buf: bytes | bytearray, pos: int, limit: int, uniq: bool = True, recs_n: int = 64, keys_n: int = 256
+) -> tuple[nk.Scanned, list[dict[str, Any]], list[tuple[Any, ...]]]:
     recs, keys = bytearray(nk.RECORD.size * recs_n), bytearray(nk.KEY.size * keys_n)
     r = nk.dispatch_scan(buf, pos, limit, recs, keys, uniq_key_index=uniq, delay_levels=nk.delay_levels_array(LEVELS_MS))
     records = [dict(zip(nk.RECORD_FIELDS, nk.RECORD.unpack_from(recs, i * nk.RECORD.size), strict=True)) for i in range(r.records)]
     return r, records, [nk.KEY.unpack_from(keys, i * nk.KEY.size) for i in range(r.keys)]
 
 
-def reference_keys(req, uniq: bool) -> list[int]:
+def reference_keys(req: DispatchRequest, uniq: bool) -> list[int]:
     keys = [req.uniq_key] if uniq and req.uniq_key else []
     return [key_hash(f"{req.topic}#{k}") for k in keys + [k for k in req.keys.split(" ") if k]]
 
 
-def assert_record_matches(buf, pos: int, limit: int, rec: dict, rec_keys: list, uniq: bool) -> None:
+def assert_record_matches(
+    buf: bytes | bytearray, pos: int, limit: int, rec: dict[str, Any], rec_keys: list[tuple[Any, ...]], uniq: bool
+) -> None:
     size, req = decode_for_dispatch(buf, pos, limit, LEVELS_MS)
     assert req is not None and rec["size"] == size
     if req.sys_flag & 0xC in (0x4, 0xC):  # prepared, rolled back: no queue entry; a rolled-back one no index keys
@@ -335,9 +365,9 @@ def assert_record_matches(buf, pos: int, limit: int, rec: dict, rec_keys: list, 
     assert all(k[2:] == (req.commitlog_offset, req.store_timestamp) for k in rec_keys)
 
 
-def reference_walk(buf, pos: int, limit: int) -> tuple[list[int], DecodeOutcome, str, int]:
+def reference_walk(buf: bytes | bytearray, pos: int, limit: int) -> tuple[list[int], DecodeOutcome, str, int]:
     """(message positions, outcome, reason, position) where check_message stops."""
-    starts = []
+    starts: list[int] = []
     while True:
         r = check_message(buf, pos, limit, False, False)
         if r.outcome is not DecodeOutcome.MESSAGE:
@@ -346,7 +376,7 @@ def reference_walk(buf, pos: int, limit: int) -> tuple[list[int], DecodeOutcome,
         pos += r.size
 
 
-def assert_scan_matches(buf, limit: int, uniq: bool) -> None:
+def assert_scan_matches(buf: bytes | bytearray, limit: int, uniq: bool) -> None:
     r, records, keys = scan(buf, 0, limit, uniq)
     starts, outcome, reason, stop_pos = reference_walk(buf, 0, limit)
     assert r.records == len(starts) and r.pos == stop_pos
@@ -368,14 +398,16 @@ def assert_scan_matches(buf, limit: int, uniq: bool) -> None:
 
 @settings(max_examples=200)
 @given(commitlog(), st.booleans())
-def test_dispatch_scan_matches_decode_for_dispatch(log, uniq) -> None:
+def test_dispatch_scan_matches_decode_for_dispatch(log: tuple[bytearray, int, list[int]], uniq: bool) -> None:
     buf, _end, _starts = log
     assert_scan_matches(buf, len(buf), uniq)
 
 
 @settings(max_examples=200)
 @given(commitlog(), st.data())
-def test_dispatch_scan_on_truncated_or_corrupt_log_stops_where_the_reference_does(log, data) -> None:
+def test_dispatch_scan_on_truncated_or_corrupt_log_stops_where_the_reference_does(
+    log: tuple[bytearray, int, list[int]], data: st.DataObject
+) -> None:
     buf, _end, _starts = log
     assume(buf)
     limit = data.draw(st.integers(0, len(buf)))
@@ -433,7 +465,14 @@ def test_dispatch_scan_checks_the_body_crc_when_asked() -> None:
 def test_encode_rejects_bad_positions_hosts_topics_and_overlap() -> None:
     batch = nk.pack_batch([(b"abc", b"", 0)])
     dest, out = bytearray(200), bytearray(16)
-    common = {"topic": b"T", "queue_id": 0, "queue_offset": 0, "physical_offset": 0, "store_timestamp": 0, "born_timestamp": 0}
+    common: dict[str, Any] = {
+        "topic": b"T",
+        "queue_id": 0,
+        "queue_offset": 0,
+        "physical_offset": 0,
+        "store_timestamp": 0,
+        "born_timestamp": 0,
+    }
     ok = dict(common, store_host=HOST_B, born_host=HOST_A)
     for args in ((dest, 0, 201, batch, 0, out, 1), (dest, 10, 5, batch, 0, out, 1), (dest, 0, 200, batch, len(batch) + 1, out, 1)):
         with pytest.raises(ValueError):
@@ -466,7 +505,7 @@ TAGS = ["a", "b", "\U0001f600", "TagC", ""]
 
 
 @pytest.fixture(scope="module")
-def filled_store(tmp_path_factory) -> Iterator[DefaultMessageStore]:
+def filled_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DefaultMessageStore]:
     """A real store with messages of random tags and sizes over several commitlog files."""
     config: MessageStoreConfig = small_config(
         str(tmp_path_factory.mktemp("native") / "store"),
@@ -488,9 +527,13 @@ def filled_store(tmp_path_factory) -> Iterator[DefaultMessageStore]:
         store.shutdown()
 
 
-def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None):
+def native_get(
+    store: DefaultMessageStore, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None
+) -> tuple[nk.Gathered, bytes, list[tuple[Any, ...]]]:
     cq = store.find_consume_queue("G", queue_id)
+    assert cq is not None
     index_buf = cq.get_index_buffer(offset)
+    assert index_buf is not None
     cl = store.commit_log
     cfg = store.config
     files = cl.mapped_file_queue.mapped_files
@@ -516,7 +559,9 @@ def native_get(store: DefaultMessageStore, queue_id: int, offset: int, max_count
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(st.integers(0, 1), st.integers(0, 199), st.integers(1, 40), st.sets(st.sampled_from(TAGS[:4] + ["none"]), max_size=2))
-def test_gather_matches_the_message_getter(filled_store, queue_id, offset, max_count, tags) -> None:
+def test_gather_matches_the_message_getter(
+    filled_store: DefaultMessageStore, queue_id: int, offset: int, max_count: int, tags: set[str]
+) -> None:
     tag_filter = TagFilter(frozenset(tags)) if tags else None
     ref = ReferenceGetter(filled_store.config, filled_store.commit_log, filled_store.stats, filled_store.find_consume_queue).get_message(
         "", "G", queue_id, offset, max_count, tag_filter
@@ -616,7 +661,9 @@ def gather_all(log: bytes, starts: list[int], sizes: list[int], codes: list[int]
 
 
 @given(gather_log(), st.data())
-def test_gather_skips_entries_in_damaged_ranges_as_the_commit_log_decides(log_parts, data) -> None:
+def test_gather_skips_entries_in_damaged_ranges_as_the_commit_log_decides(
+    log_parts: tuple[bytes, list[int], list[int], list[int]], data: st.DataObject
+) -> None:
     log, starts, sizes, codes = log_parts
     # Range ends on, just before and just after message starts; overlapping ranges too: the rule is CommitLog's.
     near_start = st.tuples(st.sampled_from(starts + [len(log)]), st.integers(-2, 2)).map(sum)
@@ -633,12 +680,16 @@ def test_gather_skips_entries_in_damaged_ranges_as_the_commit_log_decides(log_pa
 
 
 @given(gather_log(), st.integers(0, 11), st.integers(1, 64), st.sets(st.sampled_from(TAGS[:3]), max_size=2))
-def test_gather_resumed_where_it_stopped_gives_what_one_call_gives(log_parts, cut, grow, tags) -> None:
+def test_gather_resumed_where_it_stopped_gives_what_one_call_gives(
+    log_parts: tuple[bytes, list[int], list[int], list[int]], cut: int, grow: int, tags: set[str]
+) -> None:
     """Out grown from one byte and the second file's segment added only when missed, as
     MessageGetter drives it: the same messages, counts and meta as one call with everything."""
     log, starts, sizes, codes = log_parts
     entries, limits = gather_all(log, starts, sizes, codes)
-    tag_args = (nk.tag_codes_array(java_string_hash(t) for t in tags), tuple(t.encode() for t in tags)) if tags else (None, None)
+    tag_args: tuple[bytes | None, tuple[bytes, ...] | None] = (
+        (nk.tag_codes_array(java_string_hash(t) for t in tags), tuple(t.encode() for t in tags)) if tags else (None, None)
+    )
     n = len(starts)
     want_out, want_meta = bytearray(len(log)), bytearray(16 * n)
     want = nk.gather(entries, n, [(0, log)], want_out, want_meta, limits, *tag_args)
@@ -692,5 +743,13 @@ def test_gather_refuses_malformed_ranges_and_start_states() -> None:
     shared = bytearray(nk.ranges_array([(100, 200)]) + bytes(len(log)))
     before = bytes(shared)
     with pytest.raises(ValueError):
-        nk.gather(entries, 1, [(0, log)], memoryview(shared)[8:], None, limits, damaged_ranges=memoryview(shared)[:16])
+        nk.gather(
+            entries,
+            1,
+            [(0, log)],
+            memoryview(shared)[8:],
+            None,
+            limits,
+            damaged_ranges=cast(bytes, memoryview(shared)[:16]),
+        )
     assert shared == before

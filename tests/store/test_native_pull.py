@@ -12,7 +12,9 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
@@ -96,6 +98,7 @@ def open_pull_store(config: MessageStoreConfig) -> DefaultMessageStore:
     pull meanwhile. The revive service is stopped; nothing else pulls.
     """
     store = open_store(config)
+    assert store.group_consumption.revive_service is not None
     store.group_consumption.revive_service.shutdown()
     return store
 
@@ -156,7 +159,19 @@ def damage(store: DefaultMessageStore, plan: Plan, written: list[tuple[int, int]
         event("a middle commitlog file shut down")
 
 
-def outcome(getter: MessageGetter, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None) -> tuple:
+# What a pull answers: status, next begin offset, min and max offsets, the bytes, the queue and commitlog offsets.
+Answer = tuple[GetMessageStatus, int, int, int, bytes, list[int], list[int]]
+# A drawn pull: queue id, offset, max count, tags.
+Pull = tuple[int, int, int, set[str]]
+
+
+def outcome(
+    getter: MessageGetter,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter | None,
+) -> tuple[Answer, list[int]]:
     """Everything a pull answers, and what it added to the store's counters."""
     stats = getter.stats
     names = ("damaged_queue_entries", "get_found", "get_miss", "get_transferred_messages", "get_transferred_bytes")
@@ -166,14 +181,19 @@ def outcome(getter: MessageGetter, queue_id: int, offset: int, max_count: int, t
     return answer, [getattr(stats, n) - b for n, b in zip(names, before, strict=True)]
 
 
-def assert_same_pull(store: DefaultMessageStore, reference: ReferenceGetter, queue_id: int, offset: int, max_count: int, tags) -> int:
+def assert_same_pull(
+    store: DefaultMessageStore, reference: ReferenceGetter, queue_id: int, offset: int, max_count: int, tags: Collection[str]
+) -> int:
     """Compare one pull of both; the next offset."""
     return same_pull(store, reference, queue_id, offset, max_count, tags)[1]
 
 
-def same_pull(store: DefaultMessageStore, reference: ReferenceGetter, queue_id: int, offset: int, max_count: int, tags) -> tuple:
+def same_pull(
+    store: DefaultMessageStore, reference: ReferenceGetter, queue_id: int, offset: int, max_count: int, tags: Collection[str]
+) -> tuple[GetMessageStatus, int]:
     """Compare one pull of both; its status and next offset."""
     tag_filter = TagFilter(frozenset(tags)) if tags else None
+    assert store.group_consumption.revive_service is not None
     assert not store.group_consumption.revive_service.is_alive(), "a background pull would count in the compared counters"
     got = outcome(store.getter, queue_id, offset, max_count, tag_filter)
     want = outcome(reference, queue_id, offset, max_count, tag_filter)
@@ -191,7 +211,7 @@ pulls = st.tuples(st.integers(0, 1), st.integers(0, 28), st.integers(1, 40), st.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],  # explaining a failure here takes minutes
 )
 @given(plans(), st.lists(pulls, min_size=1, max_size=8), pulls)
-def test_get_message_matches_the_reference(plan: Plan, queries, follow) -> None:
+def test_get_message_matches_the_reference(plan: Plan, queries: list[Pull], follow: Pull) -> None:
     with tempfile.TemporaryDirectory() as root:
         store = open_pull_store(pull_config(root, **plan.limits))
         try:
@@ -212,7 +232,7 @@ def test_get_message_matches_the_reference(plan: Plan, queries, follow) -> None:
             store.shutdown()
 
 
-def test_a_message_whose_tags_cannot_be_read_is_skipped_alone_and_counted(tmp_path) -> None:
+def test_a_message_whose_tags_cannot_be_read_is_skipped_alone_and_counted(tmp_path: Path) -> None:
     store = open_store(pull_config(str(tmp_path / "s")))
     try:
         offsets = [store.put_message(build_message(TOPIC, b"m%d" % i, 0, tags="a")).items[0].wrote_offset for i in range(3)]
@@ -231,7 +251,7 @@ def test_a_message_whose_tags_cannot_be_read_is_skipped_alone_and_counted(tmp_pa
         store.shutdown()
 
 
-def test_a_result_owns_its_bytes_in_the_batch_format(tmp_path) -> None:
+def test_a_result_owns_its_bytes_in_the_batch_format(tmp_path: Path) -> None:
     store = open_store(pull_config(str(tmp_path / "s")))
     try:
         results = [store.put_message(build_message(TOPIC, b"x" * (100 * i), 0, tags="t")) for i in range(1, 30)]
@@ -250,7 +270,7 @@ def test_a_result_owns_its_bytes_in_the_batch_format(tmp_path) -> None:
         store.shutdown()
 
 
-def test_a_file_held_by_a_pull_is_not_unmapped_under_it_even_when_forced(tmp_path) -> None:
+def test_a_file_held_by_a_pull_is_not_unmapped_under_it_even_when_forced(tmp_path: Path) -> None:
     store = open_store(pull_config(str(tmp_path / "s")))
     try:
         items = [store.put_message(build_message(TOPIC, b"%04d" % i * 100, 0)).items[0] for i in range(20)]
@@ -270,7 +290,7 @@ def test_a_file_held_by_a_pull_is_not_unmapped_under_it_even_when_forced(tmp_pat
 
 
 @pytest.mark.timeout(60)
-def test_pulls_racing_file_deletion_read_only_whole_messages(tmp_path) -> None:
+def test_pulls_racing_file_deletion_read_only_whole_messages(tmp_path: Path) -> None:
     store = open_store(pull_config(str(tmp_path / "s"), destroy_mapped_file_interval_forcibly_ms=0))
     try:
         for i in range(400):
@@ -305,7 +325,7 @@ def test_pulls_racing_file_deletion_read_only_whole_messages(tmp_path) -> None:
         store.shutdown()
 
 
-def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_as_the_reference_does(tmp_path) -> None:
+def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_as_the_reference_does(tmp_path: Path) -> None:
     store = open_pull_store(pull_config(str(tmp_path / "s")))
     try:
         items = [store.put_message(build_message(TOPIC, b"%04d" % i * 100, i % 2, tags=f"t{i}")).items[0] for i in range(60)]
@@ -330,7 +350,7 @@ def test_a_pull_meeting_a_file_that_cannot_be_read_skips_the_rest_of_that_file_a
         store.shutdown()
 
 
-def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(tmp_path) -> None:
+def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(tmp_path: Path) -> None:
     store = open_pull_store(pull_config(str(tmp_path / "s")))
     try:
         for i in range(10):
@@ -349,11 +369,12 @@ def test_the_reference_pull_counts_damaged_entries_as_the_production_pull_does(t
         store.shutdown()
 
 
-def test_only_the_compared_pulls_move_the_get_counters_of_a_pull_store(tmp_path) -> None:
+def test_only_the_compared_pulls_move_the_get_counters_of_a_pull_store(tmp_path: Path) -> None:
     store = open_pull_store(pull_config(str(tmp_path / "s"), pop_revive_interval_ms=10))
     try:
         names = ("get_found", "get_miss", "get_transferred_messages", "get_transferred_bytes")
         revive = store.group_consumption.revive_service
+        assert revive is not None
         before = [getattr(store.stats, n) for n in names]
         revive.revive_pass()  # what the service does on its thread every interval
         assert store.stats.get_miss > before[1], "its reads count in the store's get counters"

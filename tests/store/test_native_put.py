@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,8 +35,8 @@ FILE_SIZE = 4096
 STORE_IP = "10.1.2.3"
 HOST = bytes([10, 1, 2, 3, 0, 0, 0x2A, 0x9F])  # STORE_IP and the default store port, 10911
 
-text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=10)
-key_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=("Cs",)), min_size=1, max_size=8)
+text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=10)
+key_text = st.text(st.characters(blacklist_characters="\x01\x02 ", blacklist_categories=["Cs"]), min_size=1, max_size=8)
 
 
 @st.composite
@@ -72,7 +74,7 @@ class Expected:
     pos: int = 0
     queues: dict[tuple[str, int], int] | None = None
 
-    def add(self, topic: bytes, body: bytes, props: bytes, fields: dict, store_ts: int) -> tuple[int, int, int]:
+    def add(self, topic: bytes, body: bytes, props: bytes, fields: dict[str, Any], store_ts: int) -> tuple[int, int, int]:
         """Lay one message out as the invariants say; (physical offset, size, queue offset)."""
         queues = self.queues if self.queues is not None else {}
         self.queues = queues
@@ -135,7 +137,9 @@ def assert_files_equal(log: CommitLog, expected: Expected) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.lists(messages(), min_size=1, max_size=6), min_size=1, max_size=8), st.booleans())
-def test_put_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled) -> None:
+def test_put_writes_what_the_reference_encoder_writes(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[MessageInner]], pooled: bool
+) -> None:
     clock = FakeClock(now_ms=1_800_000_000_000)
     log = commit_log(str(tmp_path_factory.mktemp("cl")), pooled, clock)
     expected = Expected([bytearray(FILE_SIZE)])
@@ -171,7 +175,12 @@ batch_items = st.lists(
     st.booleans(),
     st.booleans(),
 )
-def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, batches, pooled, carried) -> None:
+def test_put_batch_writes_what_the_reference_encoder_writes(
+    tmp_path_factory: pytest.TempPathFactory,
+    batches: list[tuple[str, int, list[tuple[bytes, bytes, int]]]],
+    pooled: bool,
+    carried: bool,
+) -> None:
     """A batch appended as it came (the binary produce's path) against the same reference, with the
     CRCs its check computed carried to the encoder (across file ends) or computed again."""
     clock = FakeClock(now_ms=1_800_000_000_000)
@@ -197,7 +206,7 @@ def test_put_batch_writes_what_the_reference_encoder_writes(tmp_path_factory, ba
         log.shutdown()
 
 
-def test_a_message_larger_than_an_empty_file_is_refused_not_looped_on(tmp_path) -> None:
+def test_a_message_larger_than_an_empty_file_is_refused_not_looped_on(tmp_path: Path) -> None:
     """Validation keeps such messages out; the commit log itself still stops instead of rolling forever."""
     log = commit_log(str(tmp_path / "cl"), False, FakeClock())
     try:
@@ -212,7 +221,7 @@ def test_a_message_larger_than_an_empty_file_is_refused_not_looped_on(tmp_path) 
 
 
 @pytest.fixture
-def pooled_store(tmp_path) -> Iterator[DefaultMessageStore]:
+def pooled_store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
     config = small_config(
         str(tmp_path / "store"), mapped_file_size_commit_log_bytes=FILE_SIZE, max_message_size_bytes=1600, max_properties_size_bytes=1024,
         transient_store_pool_enable=True, transient_store_pool_size=2, max_batch_messages=16, store_host=STORE_IP,
@@ -257,7 +266,9 @@ def test_store_puts_json_and_binary_batches_in_pool_mode_as_the_reference_does(p
         ([(b"x", b"", 0)] * 17, nk.BatchErrorCode.TOO_MANY),
     ],
 )
-def test_store_check_batch_refuses_what_the_store_would_not_take(pooled_store: DefaultMessageStore, items, code) -> None:
+def test_store_check_batch_refuses_what_the_store_would_not_take(
+    pooled_store: DefaultMessageStore, items: list[tuple[bytes, bytes, int]], code: nk.BatchErrorCode
+) -> None:
     with pytest.raises(nk.BatchError) as e:
         pooled_store.check_batch(nk.pack_batch(items))
     assert e.value.args[1] == code

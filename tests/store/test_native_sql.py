@@ -11,6 +11,7 @@ does not decide itself; programs whose bytes are damaged are refused, never eval
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from store import FilterInvalid, GetMessageStatus, MessageFilter, SqlFilter, TagFilter, build_message
 from store.codec.message import decode_properties
 from store.filter.sql_eval import evaluate
-from store.filter.sql_parser import Op
+from store.filter.sql_parser import Node, Op
 from store.filter.sql_program import CONSTANT, HEADER, NODE
 from store.filter.sql_values import TRUE, EvalAborted, JType
 from store.native import SqlOutcome, sql_eval
@@ -34,7 +35,7 @@ VALUES = [
 LITERALS = ["1", "5", "2147483648", "1.5", "5.0", "1E3", "'x'", "'5'", "'axb'", "''", "'é'", "TRUE", "FALSE", "NULL", "-5", "-1.5"]
 
 value_text = st.one_of(
-    st.sampled_from(VALUES), st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=6)
+    st.sampled_from(VALUES), st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=6)
 )
 
 
@@ -104,7 +105,7 @@ def deferrable(f: SqlFilter, raw: bytes) -> bool:
     return False
 
 
-def walk(node):
+def walk(node: Node) -> Iterator[Node]:
     yield node
     for a in node.args:
         yield from walk(a)
@@ -187,7 +188,9 @@ FILTERS = [
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(filled(), st.sampled_from(FILTERS), st.sampled_from([None, "t1"]), st.integers(1, 40), st.integers(0, 10))
-def test_a_filtered_pull_matches_the_reference(messages, expression: str, tag: str | None, max_count: int, offset: int) -> None:
+def test_a_filtered_pull_matches_the_reference(
+    messages: list[tuple[str | None, dict[str, str], int]], expression: str, tag: str | None, max_count: int, offset: int
+) -> None:
     with tempfile.TemporaryDirectory() as root:
         store = open_store(small_config(root, **PULL_STORE))
         try:

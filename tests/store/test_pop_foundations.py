@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -60,7 +61,7 @@ HANDLE = ReceiptHandle(start_offset=100, pop_time=1_700_000_000_000, invisible_t
                        offset=105, retry=False, reconsume_times=0)  # fmt: skip
 
 
-def test_a_handle_reads_back_for_its_group_and_topic_only(tmp_path) -> None:
+def test_a_handle_reads_back_for_its_group_and_topic_only(tmp_path: Path) -> None:
     handles = ReceiptHandles.load_or_create(str(tmp_path))
     text = handles.encode("billing", "orders", HANDLE)
     assert handles.decode("billing", "orders", text) == HANDLE
@@ -97,7 +98,7 @@ def test_an_altered_handle_is_refused(position: int, char: str) -> None:
         handles.decode("g", "t", altered)
 
 
-def test_a_forged_handle_with_another_secret_is_refused(tmp_path) -> None:
+def test_a_forged_handle_with_another_secret_is_refused(tmp_path: Path) -> None:
     forged = ReceiptHandles(b"x" * 32).encode("g", "t", HANDLE)
     with pytest.raises(HandleInvalid):
         ReceiptHandles.load_or_create(str(tmp_path)).decode("g", "t", forged)
@@ -106,14 +107,14 @@ def test_a_forged_handle_with_another_secret_is_refused(tmp_path) -> None:
             ReceiptHandles.load_or_create(str(tmp_path)).decode("g", "t", junk)
 
 
-def test_the_secret_survives_a_reopen_and_only_the_owner_reads_it(tmp_path) -> None:
+def test_the_secret_survives_a_reopen_and_only_the_owner_reads_it(tmp_path: Path) -> None:
     text = ReceiptHandles.load_or_create(str(tmp_path)).encode("g", "t", HANDLE)
     assert ReceiptHandles.load_or_create(str(tmp_path)).decode("g", "t", text) == HANDLE
     mode = stat.S_IMODE(os.stat(tmp_path / SECRET_FILE).st_mode)
     assert mode == 0o600
 
 
-def test_groups_persist_in_rocketmq_shape(tmp_path) -> None:
+def test_groups_persist_in_rocketmq_shape(tmp_path: Path) -> None:
     groups = SubscriptionGroupManager(str(tmp_path))
     assert groups.put(SubscriptionGroup("billing", max_reconsume_times=3, fifo=True)) is True
     assert groups.put(SubscriptionGroup("audit")) is True
@@ -132,7 +133,7 @@ def test_groups_persist_in_rocketmq_shape(tmp_path) -> None:
     assert [g.name for g in again.all()] == ["billing"]
 
 
-def test_rocketmq_5_group_attributes_are_kept_across_an_update(tmp_path) -> None:
+def test_rocketmq_5_group_attributes_are_kept_across_an_update(tmp_path: Path) -> None:
     (tmp_path / FILE_NAME).write_text(
         '{"subscriptionGroupTable":{"g":{"groupName":"g","retryMaxTimes":4,"attributes":{"lite.bind.topic":"t"}}},'
         '"dataVersion":{"counter":9,"stateVersion":0,"timestamp":1700000000000}}'
@@ -147,7 +148,7 @@ def test_rocketmq_5_group_attributes_are_kept_across_an_update(tmp_path) -> None
     assert table["new"]["attributes"] == {}
 
 
-def test_a_bad_groups_file_is_refused_at_load(tmp_path) -> None:
+def test_a_bad_groups_file_is_refused_at_load(tmp_path: Path) -> None:
     (tmp_path / FILE_NAME).write_text(json.dumps({"subscriptionGroupTable": {"g": {"retryMaxTimes": -1}}}))
     with pytest.raises(ConfigInvalid):
         SubscriptionGroupManager(str(tmp_path)).load()

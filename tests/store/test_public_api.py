@@ -112,7 +112,7 @@ def test_the_protocol_lists_what_the_other_packages_need() -> None:
     assert len(PROTOCOL_MEMBERS) > 40
 
 
-def test_default_message_store_has_every_protocol_member(tmp_path) -> None:
+def test_default_message_store_has_every_protocol_member(tmp_path: Path) -> None:
     instance = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path)))
     assert isinstance(instance, MessageStore)
     missing = sorted(name for name in PROTOCOL_MEMBERS if not hasattr(instance, name))

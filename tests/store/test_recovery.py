@@ -8,24 +8,32 @@ import shutil
 
 import pytest
 
-from store import DefaultMessageStore, GetMessageStatus, build_message, decode_message
+from store import (
+    DefaultMessageStore,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageStoreConfig,
+    PutMessageResult,
+    build_message,
+    decode_message,
+)
 from tests.store.conftest import open_store, small_config, wait_dispatched
 
 FAR = 2**62
 
 
-def fill(store: DefaultMessageStore, n: int) -> list:
+def fill(store: DefaultMessageStore, n: int) -> list[PutMessageResult]:
     results = [store.put_message(build_message("R", f"body-{i:05d}".encode() * 20, queue_id=i % 2, keys=[f"k{i}"])) for i in range(n)]
     assert all(r.ok for r in results)
     wait_dispatched(store)
     return results
 
 
-def reopen(config) -> DefaultMessageStore:
+def reopen(config: MessageStoreConfig) -> DefaultMessageStore:
     return open_store(config)
 
 
-def test_clean_restart_keeps_everything(config) -> None:
+def test_clean_restart_keeps_everything(config: MessageStoreConfig) -> None:
     s = open_store(config)
     results = fill(s, 300)
     end = s.commit_log.get_max_offset()
@@ -43,7 +51,7 @@ def test_clean_restart_keeps_everything(config) -> None:
 
 
 @pytest.mark.parametrize("crashed", [True, False])
-def test_log_is_cut_at_a_torn_tail(config, caplog, crashed: bool) -> None:
+def test_log_is_cut_at_a_torn_tail(config: MessageStoreConfig, caplog: pytest.LogCaptureFixture, crashed: bool) -> None:
     s = open_store(config)
     results = fill(s, 300)
     s.shutdown()
@@ -69,6 +77,7 @@ def test_log_is_cut_at_a_torn_tail(config, caplog, crashed: bool) -> None:
         assert s.runtime_info()["commitlog_damaged_ranges"] == []  # a torn tail is cut, not a damaged range
         q = victim.queue_id
         assert s.get_max_offset_in_queue("R", q) == victim.logics_offset
+        r: GetMessageResult | PutMessageResult
         with s.get_message("g", "R", q, victim.logics_offset, 5) as r:
             assert r.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         assert s.query_message("R", "k250", 5, 0, FAR) == []  # index entries past the end are never served
@@ -84,7 +93,7 @@ def test_log_is_cut_at_a_torn_tail(config, caplog, crashed: bool) -> None:
         s.shutdown()
 
 
-def test_lost_consume_queues_are_rebuilt_from_the_log(config) -> None:
+def test_lost_consume_queues_are_rebuilt_from_the_log(config: MessageStoreConfig) -> None:
     s = open_store(config)
     fill(s, 200)
     s.shutdown()
@@ -99,7 +108,7 @@ def test_lost_consume_queues_are_rebuilt_from_the_log(config) -> None:
         s.shutdown()
 
 
-def test_consume_queue_entries_past_the_log_end_are_dropped(config) -> None:
+def test_consume_queue_entries_past_the_log_end_are_dropped(config: MessageStoreConfig) -> None:
     s = open_store(config)
     results = fill(s, 100)
     s.shutdown()
@@ -125,7 +134,7 @@ def test_consume_queue_entries_past_the_log_end_are_dropped(config) -> None:
         s.shutdown()
 
 
-def test_a_short_last_file_is_completed_on_load(config) -> None:
+def test_a_short_last_file_is_completed_on_load(config: MessageStoreConfig) -> None:
     s = open_store(config)
     fill(s, 10)
     end = s.commit_log.get_max_offset()
@@ -142,7 +151,7 @@ def test_a_short_last_file_is_completed_on_load(config) -> None:
         s.shutdown()
 
 
-def test_files_of_the_wrong_size_stop_the_load(config) -> None:
+def test_files_of_the_wrong_size_stop_the_load(config: MessageStoreConfig) -> None:
     s = open_store(config)
     fill(s, 10)
     s.shutdown()
@@ -161,7 +170,9 @@ def test_files_of_the_wrong_size_stop_the_load(config) -> None:
 
 
 @pytest.mark.parametrize("torn", [True, False])
-def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_too(config, caplog, torn: bool) -> None:
+def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_too(
+    config: MessageStoreConfig, caplog: pytest.LogCaptureFixture, torn: bool
+) -> None:
     # A receive puts its checkpoint and the group's offset commit in one put. A crash inside the put's write can
     # leave the checkpoint whole and the commit torn; kept alone, the checkpoint would revive the message after
     # the next receive took it again (and its consumer acked it there).
@@ -179,8 +190,12 @@ def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_t
     pos = before
     while pos < s.commit_log.get_max_offset():
         offsets.append(pos)
-        size = int.from_bytes(s.commit_log.get_message(pos, 4).view[:4], "big")
-        topics.append(decode_message(s.commit_log.get_message(pos, size).view, 0)["topic"])
+        head = s.commit_log.get_message(pos, 4)
+        assert head is not None
+        size = int.from_bytes(head.view[:4], "big")
+        whole = s.commit_log.get_message(pos, size)
+        assert whole is not None
+        topics.append(decode_message(whole.view, 0)["topic"])
         pos += size
     assert topics[-2:] == ["rmq_sys_wheel_timer", "rmq_sys_TIDEMQ_STATE"], topics
     s.shutdown()
@@ -210,7 +225,7 @@ def test_a_receive_whose_offset_commit_the_crash_tore_off_loses_its_checkpoint_t
         s.shutdown()
 
 
-def test_a_producer_naming_the_put_part_property_cuts_nothing(config) -> None:
+def test_a_producer_naming_the_put_part_property_cuts_nothing(config: MessageStoreConfig) -> None:
     # Recovery reads the marker only on the store's own records: a message a producer gave it is kept whole.
     s = open_store(config)
     s.create_or_update_topic("U", 1)

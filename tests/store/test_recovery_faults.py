@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from store import DefaultMessageStore, GetMessageStatus, build_message
+from store import DefaultMessageStore, GetMessageStatus, MessageStoreConfig, build_message
 from store.codec.message_codec import HEADER_BYTES
 from tests.store.conftest import open_store, wait_dispatched
 from tests.store.phased_writer import TOPIC, body_of
@@ -63,7 +64,7 @@ def assert_all_readable(store: DefaultMessageStore, count: int, missing: set[int
 
 
 @pytest.mark.timeout(120)
-def test_index_dropped_after_a_crash_is_rebuilt_from_where_it_really_ends(tmp_path) -> None:
+def test_index_dropped_after_a_crash_is_rebuilt_from_where_it_really_ends(tmp_path: Path) -> None:
     store_dir = str(tmp_path / "s")
     # Old messages, 3.5 s later newer ones and a full flush (the checkpoint), then a few more:
     # the one index file ends past the checkpoint and is dropped; the checkpoint's commitlog
@@ -79,7 +80,7 @@ def test_index_dropped_after_a_crash_is_rebuilt_from_where_it_really_ends(tmp_pa
         s.shutdown()
 
 
-def flip_bit(cfg, offset: int) -> None:
+def flip_bit(cfg: MessageStoreConfig, offset: int) -> None:
     size = cfg.mapped_file_size_commit_log_bytes
     path = os.path.join(cfg.commit_log_dir(), f"{offset - offset % size:020d}")
     with open(path, "r+b") as fh:
@@ -92,7 +93,7 @@ def flip_bit(cfg, offset: int) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("stop", ["clean", "sigkill"])
 @pytest.mark.parametrize("where", ["body", "magic"])
-def test_flipped_bit_in_flushed_data_loses_only_its_message(tmp_path, stop: str, where: str) -> None:
+def test_flipped_bit_in_flushed_data_loses_only_its_message(tmp_path: Path, stop: str, where: str) -> None:
     store_dir = str(tmp_path / "s")
     cfg = writer_config(store_dir)
     if stop == "sigkill":
@@ -132,7 +133,7 @@ def test_flipped_bit_in_flushed_data_loses_only_its_message(tmp_path, stop: str,
             open(cfg.abort_path(), "w").close()  # the second start recovers as after a crash again
 
 
-def test_recovery_progress_after_load(tmp_path) -> None:
+def test_recovery_progress_after_load(tmp_path: Path) -> None:
     cfg = writer_config(str(tmp_path / "s"))
     s = DefaultMessageStore(cfg)
     assert s.recovery_progress() == {"phase": "not started", "scanned_bytes": 0, "total_bytes": 0}

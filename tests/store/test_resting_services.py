@@ -10,9 +10,11 @@ wake-up are made a minute long, so a test passes only when the wake-up came.
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import cast
 
 from core import FakeClock
-from store import DefaultMessageStore, build_message, deliver_at
+from store import DefaultMessageStore, Popped, TimerStatus, build_message, deliver_at
 from store.dispatch.reput_message_service import IDLE_WAIT_MS
 from tests.store.conftest import small_config
 from tests.waiting import wait_for
@@ -60,7 +62,7 @@ def test_a_thread_that_failed_does_not_rest(store: DefaultMessageStore) -> None:
     assert store.reput_service.resting
 
 
-def test_the_timer_enqueue_is_woken_by_dispatch_and_the_dequeue_not_by_its_poll(tmp_path) -> None:
+def test_the_timer_enqueue_is_woken_by_dispatch_and_the_dequeue_not_by_its_poll(tmp_path: Path) -> None:
     """Its idle wait is a minute: the message reaches the wheel because dispatch woke the enqueue, and the
     slot is delivered because the dequeue woke it to move the write time past the slot."""
     clock = FakeClock()
@@ -78,10 +80,14 @@ def test_the_timer_enqueue_is_woken_by_dispatch_and_the_dequeue_not_by_its_poll(
         wait_for(lambda: not enqueue._has_notified, 10.0, "the enqueue service never took the wake-up")
         due = clock.now_ms() + 1_500
         assert store.put_message(deliver_at(build_message("T", b"soon", 0), due)).ok
-        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, 10.0, "dispatch did not wake the enqueue")
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] == 1,
+            10.0,
+            "dispatch did not wake the enqueue",
+        )
         clock.set_ms(due + config.timer_precision_ms)
         wait_for(lambda: store.get_max_offset_in_queue("T", 0) == 1, 10.0, "the dequeue did not get the write time moved")
-        wait_for(lambda: store.timer_status()["delivered"] == 1, 10.0, "the delivery was never counted")
+        wait_for(lambda: cast("TimerStatus", store.timer_status())["delivered"] == 1, 10.0, "the delivery was never counted")
     finally:
         store.shutdown()
 
@@ -99,7 +105,7 @@ def test_idle_timer_services_rest_while_the_wheel_is_empty(store: DefaultMessage
     assert max(woke) <= 3, f"idle timer services woke {woke} times in 1 s (the enqueue, the dequeue)"
 
 
-def test_an_idle_delay_scan_rests_and_a_delayed_put_wakes_it(tmp_path) -> None:
+def test_an_idle_delay_scan_rests_and_a_delayed_put_wakes_it(tmp_path: Path) -> None:
     """With no delayed message the scan wakes about once a second, not every schedule_scan_interval_ms (100 ms);
     with its rest a minute long, a delayed message is still delivered when due: dispatch woke the scan."""
     clock = FakeClock()
@@ -124,7 +130,7 @@ def test_an_idle_delay_scan_rests_and_a_delayed_put_wakes_it(tmp_path) -> None:
         store.shutdown()
 
 
-def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path) -> None:
+def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path: Path) -> None:
     """With nothing held the revive service wakes about once a second, not every pop_revive_interval_ms (10 ms
     here); with its rest a minute long, an unacked message still comes back: the checkpoint's arrival woke it."""
     config = small_config(str(tmp_path / "s"), pop_ack_margin_ms=50, pop_revive_interval_ms=10, pop_revive_queue_num=1)
@@ -145,8 +151,13 @@ def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path) -> 
         store.create_or_update_topic("P", 1)
         assert store.put_message(build_message("P", b"unacked", 0)).ok
         (first,) = store.group_consumption.receive("g", "P", 1, 300)
-        again: list = []
-        wait_for(lambda: again.extend(store.group_consumption.receive("g", "P", 1, 300)) or bool(again), 15.0, "never revived")
+        again: list[Popped] = []
+        # extend answers None: `or` then answers whether the list holds anything
+        wait_for(
+            lambda: cast(object, again.extend(store.group_consumption.receive("g", "P", 1, 300))) or bool(again),
+            15.0,
+            "never revived",
+        )
         assert again[0].reconsume_times == 1 and again[0].queue_offset >= 0
     finally:
         store.shutdown()
@@ -168,12 +179,20 @@ def test_a_stream_of_timer_puts_wakes_the_enqueue_at_its_pace_not_once_a_put(sto
     enqueue = timer.enqueue_service
     due = int(time.time() * 1000) + 60_000
     assert store.put_message(deliver_at(build_message("T", b"first", 0), due)).ok
-    wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, 10.0, "the first timer message never reached the wheel")
+    wait_for(
+        lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] == 1,
+        10.0,
+        "the first timer message never reached the wheel",
+    )
     n = 400
     before = enqueue.waits
     paced_puts(store, lambda i: deliver_at(build_message("T", f"t{i}".encode(), 0), due), n)
     woke = enqueue.waits - before
-    wait_for(lambda: store.timer_status()["pending_in_wheel"] == n + 1, 10.0, "the stream's messages never reached the wheel")
+    wait_for(
+        lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] == n + 1,
+        10.0,
+        "the stream's messages never reached the wheel",
+    )
     assert woke <= n // 3, f"the enqueue woke {woke} times for {n} timer puts"
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from store import MetadataCorrupt
+from store import MessageStoreConfig, MetadataCorrupt
 from store.disk.json_file import loads_metadata, quote_integer_keys
 from store.schedule.delay_offset_table import DelayOffsetTable
 from tests.store.conftest import open_store
@@ -51,7 +53,7 @@ def test_anything_but_unquoted_integer_keys_is_still_refused(text: str) -> None:
         loads_metadata(text.encode())
 
 
-def test_rocketmq_topics_json_is_loaded_and_written_back_in_its_shape(config) -> None:
+def test_rocketmq_topics_json_is_loaded_and_written_back_in_its_shape(config: MessageStoreConfig) -> None:
     path = _write_config_file(config, "topics.json", ROCKETMQ_TOPICS)
     s = open_store(config)
     try:
@@ -86,7 +88,7 @@ STARTUP_TOPICS = {
 }  # fmt: skip
 
 
-def test_rocketmqs_system_topics_are_written_as_its_broker_writes_them_and_kept_apart(config) -> None:
+def test_rocketmqs_system_topics_are_written_as_its_broker_writes_them_and_kept_apart(config: MessageStoreConfig) -> None:
     # A RocketMQ broker's own entries: its cluster topic without clusterTopicEnable (perm 1), its broker's sync topic.
     path = _write_config_file(
         config, "topics.json",
@@ -118,7 +120,7 @@ def test_rocketmqs_system_topics_are_written_as_its_broker_writes_them_and_kept_
 
 
 @pytest.mark.parametrize(("perm", "bits"), [("rw", 6), ("r", 4), ("w", 2), ("", 0)])
-def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config, perm: str, bits: int) -> None:
+def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config: MessageStoreConfig, perm: str, bits: int) -> None:
     s = open_store(config)
     try:
         s.topic_config_manager.create_or_update("T", 2, perm)
@@ -138,7 +140,7 @@ def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config, per
         s.shutdown()
 
 
-def test_the_former_topics_shape_is_migrated_on_load(config, caplog) -> None:
+def test_the_former_topics_shape_is_migrated_on_load(config: MessageStoreConfig, caplog: pytest.LogCaptureFixture) -> None:
     former = {"topics": {"Old": {"topic_name": "Old", "read_queue_nums": 2, "write_queue_nums": 2, "perm": "r"}}}
     _write_config_file(config, "topics.json", json.dumps(former))
     with caplog.at_level(logging.INFO, logger="tidemq.store"):
@@ -151,13 +153,13 @@ def test_the_former_topics_shape_is_migrated_on_load(config, caplog) -> None:
     assert _topics_doc(config)["topicConfigTable"]["Old"]["perm"] == 4
 
 
-def test_a_topic_entry_of_the_wrong_type_is_refused(config) -> None:
+def test_a_topic_entry_of_the_wrong_type_is_refused(config: MessageStoreConfig) -> None:
     _write_config_file(config, "topics.json", '{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":"4","perm":6}}}')
     with pytest.raises(MetadataCorrupt):
         open_store(config)
 
 
-def test_rocketmq_consumer_offsets_with_unquoted_keys_are_read_and_written_as_json(config) -> None:
+def test_rocketmq_consumer_offsets_with_unquoted_keys_are_read_and_written_as_json(config: MessageStoreConfig) -> None:
     path = _write_config_file(config, "consumerOffset.json", ROCKETMQ_OFFSETS)
     s = open_store(config)
     try:
@@ -169,7 +171,7 @@ def test_rocketmq_consumer_offsets_with_unquoted_keys_are_read_and_written_as_js
         assert json.load(fh)["offsetTable"] == {"Orders@g1": {"0": 7, "1": 4}, "%RETRY%g1@g1": {"0": 0}}
 
 
-def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path) -> None:
+def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path: Path) -> None:
     (tmp_path / "delayOffset.json").write_text(ROCKETMQ_DELAY_OFFSETS)
     table = DelayOffsetTable(str(tmp_path))
     table.load()
@@ -181,7 +183,7 @@ def test_rocketmq_delay_offsets_with_unquoted_keys_are_read(tmp_path) -> None:
     assert doc["dataVersion"]["counter"] == 1 and doc["dataVersion"]["stateVersion"] == 0  # DelayOffsetSerializeWrapper's
 
 
-def test_a_rocketmq_5_delay_offset_files_data_version_counts_on(tmp_path) -> None:
+def test_a_rocketmq_5_delay_offset_files_data_version_counts_on(tmp_path: Path) -> None:
     (tmp_path / "delayOffset.json").write_text(
         '{"dataVersion":{"counter":41,"stateVersion":0,"timestamp":1700000000000},"offsetTable":{1:5}}'
     )
@@ -193,7 +195,7 @@ def test_a_rocketmq_5_delay_offset_files_data_version_counts_on(tmp_path) -> Non
     assert doc["offsetTable"] == {"1": 6} and doc["dataVersion"]["counter"] == 42
 
 
-def _write_config_file(config, name: str, text: str) -> str:
+def _write_config_file(config: MessageStoreConfig, name: str, text: str) -> str:
     """`text` as the metadata file `name` of a store not yet opened; its path."""
     os.makedirs(config.config_dir(), exist_ok=True)
     path = os.path.join(config.config_dir(), name)
@@ -202,6 +204,7 @@ def _write_config_file(config, name: str, text: str) -> str:
     return path
 
 
-def _topics_doc(config) -> dict:
+def _topics_doc(config: MessageStoreConfig) -> dict[str, Any]:
     with open(os.path.join(config.config_dir(), "topics.json")) as fh:
-        return json.load(fh)
+        doc: dict[str, Any] = json.load(fh)
+        return doc

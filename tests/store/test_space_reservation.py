@@ -4,7 +4,9 @@ blocks follow the writes, and nothing is ever written where no block is reserved
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +30,7 @@ def first_hole(path: str) -> int:
         os.close(fd)
 
 
-def test_a_new_file_reserves_one_small_step_and_keeps_its_full_size(tmp_path) -> None:
+def test_a_new_file_reserves_one_small_step_and_keeps_its_full_size(tmp_path: Path) -> None:
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 64 * MIB, reservation=SpaceReservation(8 * MIB))
     assert os.path.getsize(mf.path) == 64 * MIB
     assert MIN_STEP_BYTES <= mf.reserved_to <= MIN_STEP_BYTES + 4096
@@ -38,7 +40,9 @@ def test_a_new_file_reserves_one_small_step_and_keeps_its_full_size(tmp_path) ->
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.integers(1, 300_000), min_size=1, max_size=40))
-def test_every_written_byte_lies_below_the_reserved_mark_and_steps_stay_bounded(tmp_path_factory, sizes) -> None:
+def test_every_written_byte_lies_below_the_reserved_mark_and_steps_stay_bounded(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int]
+) -> None:
     ahead = 1 * MIB
     path = str(tmp_path_factory.mktemp("r") / offset_to_file_name(0))
     mf = MappedFile(path, 8 * MIB, reservation=SpaceReservation(ahead))
@@ -56,13 +60,13 @@ def test_every_written_byte_lies_below_the_reserved_mark_and_steps_stay_bounded(
         mf.close()
 
 
-def test_whole_file_reservation_when_ahead_is_zero(tmp_path) -> None:
+def test_whole_file_reservation_when_ahead_is_zero(tmp_path: Path) -> None:
     mf = MappedFile(str(tmp_path / offset_to_file_name(0)), 4 * MIB, reservation=SpaceReservation(0))
     assert mf.reserved_to == 4 * MIB and allocated(mf.path) >= 4 * MIB
     mf.close()
 
 
-def test_the_index_reserves_its_slots_whole_and_its_entries_in_steps(tmp_path) -> None:
+def test_the_index_reserves_its_slots_whole_and_its_entries_in_steps(tmp_path: Path) -> None:
     (tmp_path / "index").mkdir()
     f = IndexFile(str(tmp_path / "index" / "20260101000000000"), 500_000, 2_000_000, reservation=SpaceReservation(8 * MIB))
     slots_end = HEADER_BYTES + 500_000 * SLOT_BYTES
@@ -75,7 +79,7 @@ def test_the_index_reserves_its_slots_whole_and_its_entries_in_steps(tmp_path) -
     f.close()
 
 
-def test_a_cut_log_punches_its_tail_and_reserves_it_again_when_written(tmp_path) -> None:
+def test_a_cut_log_punches_its_tail_and_reserves_it_again_when_written(tmp_path: Path) -> None:
     q = MappedFileQueue(str(tmp_path / "cl"), 4 * MIB)
     mf = q.get_last_mapped_file_or_create(0)
     assert mf is not None
@@ -89,7 +93,7 @@ def test_a_cut_log_punches_its_tail_and_reserves_it_again_when_written(tmp_path)
     q.shutdown()
 
 
-def test_a_loaded_file_counts_only_the_blocks_it_has_as_reserved(tmp_path) -> None:
+def test_a_loaded_file_counts_only_the_blocks_it_has_as_reserved(tmp_path: Path) -> None:
     path = str(tmp_path / offset_to_file_name(0))
     mf = MappedFile(path, 4 * MIB, reservation=SpaceReservation(1 * MIB))
     mf.append_bytes(b"\x01" * 300_000)

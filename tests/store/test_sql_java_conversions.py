@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def corpus() -> list[str]:
 
 
 def python_line(s: str) -> str:
-    def attempt(f) -> str:
+    def attempt(f: Callable[[], str]) -> str:
         try:
             return f()
         except EvalAborted:

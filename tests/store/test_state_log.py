@@ -11,10 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from store import BrokerRole, DefaultMessageStore, build_message
+from store import BrokerRole, DefaultMessageStore, MessageStoreConfig, build_message
 from store.state.state_log import MIN_DELTAS_BETWEEN_SNAPSHOTS, STATE_TOPIC
 from store.state.state_table import StateKind
 from tests.store.conftest import open_store, small_config, wait_dispatched
@@ -24,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEADLINE_S = 20.0
 
 
-def config_of(root: str, **overrides: object):
+def config_of(root: str, **overrides: object) -> MessageStoreConfig:
     values: dict[str, object] = {"max_message_size_bytes": 64 * 1024, "mapped_file_size_commit_log_bytes": 256 * 1024}
     return small_config(root, **{**values, **overrides})
 
@@ -50,7 +51,7 @@ def queue_end(store: DefaultMessageStore, kind: StateKind) -> int:
     return cq.get_max_offset_in_queue() if cq is not None else 0
 
 
-def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path) -> None:
+def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path: Path) -> None:
     master = open_store(config_of(str(tmp_path / "m")))
     slave = open_store(config_of(str(tmp_path / "s"), broker_role=BrokerRole.SLAVE))
     try:
@@ -95,7 +96,7 @@ def test_every_table_reaches_a_slave_and_a_promoted_slave_serves_it(tmp_path) ->
         slave.shutdown()
 
 
-def test_offsets_survive_a_restart_and_the_local_file_holds_only_the_base(tmp_path) -> None:
+def test_offsets_survive_a_restart_and_the_local_file_holds_only_the_base(tmp_path: Path) -> None:
     config = config_of(str(tmp_path / "s"))
     s = open_store(config)
     s.commit_offsets("g", [("T", 0, 5)])
@@ -109,7 +110,7 @@ def test_offsets_survive_a_restart_and_the_local_file_holds_only_the_base(tmp_pa
         s.shutdown()
 
 
-def test_a_lost_local_file_is_rebuilt_from_the_log(tmp_path) -> None:
+def test_a_lost_local_file_is_rebuilt_from_the_log(tmp_path: Path) -> None:
     config = config_of(str(tmp_path / "s"))
     s = open_store(config)
     s.create_or_update_topic("A", 3, "r")
@@ -131,7 +132,7 @@ def test_a_lost_local_file_is_rebuilt_from_the_log(tmp_path) -> None:
         s.shutdown()
 
 
-def test_a_local_file_ahead_of_a_cut_log_is_rebuilt_from_the_log(tmp_path) -> None:
+def test_a_local_file_ahead_of_a_cut_log_is_rebuilt_from_the_log(tmp_path: Path) -> None:
     config = config_of(str(tmp_path / "s"))
     s = open_store(config)
     s.commit_offsets("g", [("A", 0, 1)])
@@ -165,7 +166,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_every_answered_commit_survives_a_sigkill(tmp_path) -> None:
+def test_every_answered_commit_survives_a_sigkill(tmp_path: Path) -> None:
     root = str(tmp_path / "s")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-c", CRASH_WRITER, root, "200"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
@@ -184,7 +185,7 @@ def test_every_answered_commit_survives_a_sigkill(tmp_path) -> None:
         s.shutdown()
 
 
-def test_compaction_keeps_a_base_in_the_log_when_old_files_go(tmp_path) -> None:
+def test_compaction_keeps_a_base_in_the_log_when_old_files_go(tmp_path: Path) -> None:
     config = config_of(
         str(tmp_path / "s"), mapped_file_size_commit_log_bytes=64 * 1024, max_message_size_bytes=16 * 1024, file_reserved_time_hours=0
     )
@@ -223,7 +224,7 @@ def test_compaction_keeps_a_base_in_the_log_when_old_files_go(tmp_path) -> None:
         s.shutdown()
 
 
-def test_an_offset_log_of_an_older_version_is_applied_once(tmp_path) -> None:
+def test_an_offset_log_of_an_older_version_is_applied_once(tmp_path: Path) -> None:
     import json
     import struct
     import zlib
@@ -250,17 +251,19 @@ def test_an_offset_log_of_an_older_version_is_applied_once(tmp_path) -> None:
         s.shutdown()
 
 
-def test_clients_never_read_the_state_topic(store) -> None:
+def test_clients_never_read_the_state_topic(store: DefaultMessageStore) -> None:
     store.commit_offsets("g", [("T", 0, 1)])
     wait_dispatched(store)
     cq = store.find_consume_queue(STATE_TOPIC, int(StateKind.CONSUMER_OFFSETS))
     assert cq is not None and cq.get_max_offset_in_queue() == 1
-    phy = cq.read_entry(0)[0]
+    entry = cq.read_entry(0)
+    assert entry is not None
+    phy = entry[0]
     assert store.look_message_by_offset(phy) is None
 
 
 @pytest.mark.parametrize("replicated", [False, True])
-def test_a_standalone_store_writes_no_state_record_it_was_not_asked_for(tmp_path, replicated: bool) -> None:
+def test_a_standalone_store_writes_no_state_record_it_was_not_asked_for(tmp_path: Path, replicated: bool) -> None:
     s = open_store(config_of(str(tmp_path / "s")))
     try:
         s.set_replicated(replicated)
@@ -272,7 +275,7 @@ def test_a_standalone_store_writes_no_state_record_it_was_not_asked_for(tmp_path
         s.shutdown()
 
 
-def test_a_store_without_topic_records_rebuilds_lost_topics_from_its_queues(tmp_path) -> None:
+def test_a_store_without_topic_records_rebuilds_lost_topics_from_its_queues(tmp_path: Path) -> None:
     """A store written before topics were state records (or by RocketMQ): its queues on disk are the only witness."""
     config = config_of(str(tmp_path / "s"))
     s = open_store(config)

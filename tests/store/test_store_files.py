@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from store import build_message
+from store import DefaultMessageStore, MessageStoreConfig, build_message
 from store.logfile.store_files import list_store_files
 from tests.store.conftest import wait_dispatched
 from tests.waiting import wait_for
 
 
-def test_lists_the_commitlog_consume_queue_and_index_files(store, config) -> None:
+def test_lists_the_commitlog_consume_queue_and_index_files(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     assert store.put_message(build_message("files-t", b"x" * 100, queue_id=1, keys=["k1"])).stored
     wait_dispatched(store)
     # Files ordered ahead (the next commitlog file, a queue's next file) are made on the allocate
@@ -32,7 +33,7 @@ def test_lists_the_commitlog_consume_queue_and_index_files(store, config) -> Non
         assert f["size_bytes"] == on_disk.st_size
 
 
-def test_stops_at_the_limit_and_says_so(tmp_path) -> None:
+def test_stops_at_the_limit_and_says_so(tmp_path: Path) -> None:
     for i in range(5):
         (tmp_path / f"f{i}").write_bytes(b"ab")
     (tmp_path / "sub").mkdir()
@@ -44,6 +45,6 @@ def test_stops_at_the_limit_and_says_so(tmp_path) -> None:
     assert cut["truncated"] and len(cut["files"]) == 3
 
 
-def test_a_missing_root_lists_nothing(tmp_path) -> None:
+def test_a_missing_root_lists_nothing(tmp_path: Path) -> None:
     listing = list_store_files(str(tmp_path / "absent"))
     assert listing["files"] == [] and listing["total_bytes"] == 0 and not listing["truncated"]

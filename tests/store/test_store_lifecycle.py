@@ -7,15 +7,26 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from store import DefaultMessageStore, GetMessageStatus, MetadataCorrupt, StoreLocked, TopicInvalid, build_message
+from store import (
+    DefaultMessageStore,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageStoreConfig,
+    MetadataCorrupt,
+    PutMessageResult,
+    StoreLocked,
+    TopicInvalid,
+    build_message,
+)
 from store.logfile.store_checkpoint import StoreCheckpoint
 from tests.store.conftest import open_store, wait_dispatched
 
 
-def test_second_store_on_the_same_directory_fails_at_once(store, config) -> None:
+def test_second_store_on_the_same_directory_fails_at_once(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     with pytest.raises(StoreLocked, match="used by another process"):
         DefaultMessageStore(config).load()
     code = (
@@ -27,7 +38,7 @@ def test_second_store_on_the_same_directory_fails_at_once(store, config) -> None
     assert proc.returncode == 3
 
 
-def test_abort_file_marks_a_running_store(config) -> None:
+def test_abort_file_marks_a_running_store(config: MessageStoreConfig) -> None:
     s = open_store(config)
     assert os.path.exists(config.abort_path())
     s.shutdown()
@@ -36,7 +47,12 @@ def test_abort_file_marks_a_running_store(config) -> None:
 
 
 @pytest.mark.parametrize("topic", ["../x", "..", "a/../../b", "/etc/passwd", "x\x00y", "."])
-def test_topics_never_reach_outside_the_store(store, config, tmp_path, topic: str) -> None:
+def test_topics_never_reach_outside_the_store(
+    store: DefaultMessageStore,
+    config: MessageStoreConfig,
+    tmp_path: Path,
+    topic: str,
+) -> None:
     before = set(os.listdir(tmp_path))
     assert not store.put_message(build_message(topic, b"x")).stored
     with store.get_message("g", topic, 0, 0, 1) as r:
@@ -50,7 +66,7 @@ def test_topics_never_reach_outside_the_store(store, config, tmp_path, topic: st
     assert not os.path.exists(os.path.join(config.store_path_root_dir, "x"))
 
 
-def test_topic_config_and_offsets_persist_atomically(config) -> None:
+def test_topic_config_and_offsets_persist_atomically(config: MessageStoreConfig) -> None:
     s = open_store(config)
     s.topic_config_manager.create_or_update("Orders", 8, "rw")
     s.consumer_offset_manager.commit_offset("g1", "Orders", 3, 42)
@@ -66,7 +82,7 @@ def test_topic_config_and_offsets_persist_atomically(config) -> None:
         s.shutdown()
 
 
-def test_a_torn_metadata_file_falls_back_to_its_backup_then_to_the_log(config) -> None:
+def test_a_torn_metadata_file_falls_back_to_its_backup_then_to_the_log(config: MessageStoreConfig) -> None:
     s = open_store(config)
     s.topic_config_manager.create_or_update("A", 2)
     s.state_snapshot_service.persist_all()
@@ -93,7 +109,7 @@ def test_a_torn_metadata_file_falls_back_to_its_backup_then_to_the_log(config) -
         s.shutdown()
 
 
-def test_an_unreadable_topics_file_with_nothing_to_rebuild_from_refuses_the_start(config) -> None:
+def test_an_unreadable_topics_file_with_nothing_to_rebuild_from_refuses_the_start(config: MessageStoreConfig) -> None:
     os.makedirs(config.config_dir(), exist_ok=True)
     path = os.path.join(config.config_dir(), "topics.json")
     for name in (path, path + ".bak"):
@@ -103,7 +119,7 @@ def test_an_unreadable_topics_file_with_nothing_to_rebuild_from_refuses_the_star
         DefaultMessageStore(config).load()
 
 
-def test_checkpoint_round_trip(tmp_path) -> None:
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
     path = str(tmp_path / "checkpoint")
     cp = StoreCheckpoint(path)
     cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp = 10_000, 20_000, 15_000
@@ -115,7 +131,7 @@ def test_checkpoint_round_trip(tmp_path) -> None:
     again.shutdown()
 
 
-def test_arriving_listener_sees_each_message_after_its_queue_entry(store) -> None:
+def test_arriving_listener_sees_each_message_after_its_queue_entry(store: DefaultMessageStore) -> None:
     seen: list[tuple[str, int, int, tuple[int, ...] | None]] = []
     done = threading.Event()
 
@@ -133,7 +149,7 @@ def test_arriving_listener_sees_each_message_after_its_queue_entry(store) -> Non
     assert seen == [("L", 1, 1, (0,)), ("L", 1, 2, (2598919,)), ("L", 1, 3, (2598919,))]
 
 
-def test_delete_topic_drops_queues_config_and_offsets(store, config) -> None:
+def test_delete_topic_drops_queues_config_and_offsets(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     store.topic_config_manager.create_or_update("Gone", 2)
     store.consumer_offset_manager.commit_offset("g", "Gone", 0, 1)
     store.put_message(build_message("Gone", b"x"))
@@ -142,13 +158,14 @@ def test_delete_topic_drops_queues_config_and_offsets(store, config) -> None:
     assert store.topic_config_manager.get("Gone") is None
     assert store.consumer_offset_manager.query_offset("g", "Gone", 0) == -1
     assert not os.path.exists(os.path.join(config.consume_queue_dir(), "Gone"))
+    r: GetMessageResult | PutMessageResult
     with store.get_message("g", "Gone", 0, 0, 1) as r:
         assert r.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
     r = store.put_message(build_message("Gone", b"y"))
     assert r.items[0].logics_offset == 0, "a re-created topic starts its queues again"
 
 
-def test_runtime_info_and_stats(store) -> None:
+def test_runtime_info_and_stats(store: DefaultMessageStore) -> None:
     for _ in range(10):
         store.put_message(build_message("S", b"12345"))
     wait_dispatched(store)

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from store import DefaultMessageStore, StoreLocked
+from store import DefaultMessageStore, MessageStoreConfig, StoreLocked
 from tests.store.conftest import open_store
 
 # Holds a write record lock on byte 0 of argv[1] (what the JVM's tryLock does on Linux) until stdin closes.
@@ -72,7 +73,7 @@ def _release(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
-def test_a_record_lock_held_by_another_process_refuses_the_store(config) -> None:
+def test_a_record_lock_held_by_another_process_refuses_the_store(config: MessageStoreConfig) -> None:
     os.makedirs(config.store_path_root_dir, exist_ok=True)
     holder = _held_by([sys.executable, "-c", PY_HOLDER, config.lock_path()])
     try:
@@ -83,11 +84,14 @@ def test_a_record_lock_held_by_another_process_refuses_the_store(config) -> None
     open_store(config).shutdown()  # free again once the other process let go
 
 
-def test_the_store_makes_another_process_record_lock_fail(store, config) -> None:
+def test_the_store_makes_another_process_record_lock_fail(store: DefaultMessageStore, config: MessageStoreConfig) -> None:
     assert subprocess.run([sys.executable, "-c", PY_TRY, config.lock_path()], timeout=60).returncode == 3
 
 
-def test_a_second_store_object_in_the_process_keeps_the_record_lock(store, config) -> None:
+def test_a_second_store_object_in_the_process_keeps_the_record_lock(
+    store: DefaultMessageStore,
+    config: MessageStoreConfig,
+) -> None:
     with pytest.raises(StoreLocked):
         DefaultMessageStore(config).load()
     # The refused attempt must not have dropped the first store's record lock.
@@ -95,7 +99,7 @@ def test_a_second_store_object_in_the_process_keeps_the_record_lock(store, confi
 
 
 @pytest.fixture
-def try_lock_class(tmp_path) -> str:
+def try_lock_class(tmp_path: Path) -> str:
     javac = shutil.which("javac")
     if javac is None or shutil.which("java") is None:
         pytest.skip("no JDK on this machine")
@@ -106,12 +110,16 @@ def try_lock_class(tmp_path) -> str:
     return str(src)
 
 
-def test_java_try_lock_fails_while_the_store_is_open(try_lock_class, store, config) -> None:
+def test_java_try_lock_fails_while_the_store_is_open(
+    try_lock_class: str,
+    store: DefaultMessageStore,
+    config: MessageStoreConfig,
+) -> None:
     proc = subprocess.run(["java", "-cp", try_lock_class, "TryLock", config.lock_path()], timeout=300)
     assert proc.returncode == 3
 
 
-def test_a_java_try_lock_refuses_the_store_and_frees_it(try_lock_class, config) -> None:
+def test_a_java_try_lock_refuses_the_store_and_frees_it(try_lock_class: str, config: MessageStoreConfig) -> None:
     os.makedirs(config.store_path_root_dir, exist_ok=True)
     holder = _held_by(["java", "-cp", try_lock_class, "TryLock", config.lock_path(), "hold"])
     try:

@@ -7,16 +7,18 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from store import HALF_TOPIC, OP_TOPIC, DefaultMessageStore, PutBatch, ResolveStatus, TransactionAction, TransactionState, build_message
-from store.transaction.transaction_message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, op_offsets
+from store.codec.message_codec import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE
+from store.transaction.transaction_message import op_offsets
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def messages(store: DefaultMessageStore, topic: str, queue_id: int = 0) -> list[dict]:
+def messages(store: DefaultMessageStore, topic: str, queue_id: int = 0) -> list[dict[str, Any]]:
     """Every message of the queue, decoded (through its consume queue entries)."""
     cq = store.find_consume_queue(topic, queue_id)
     found = []
