@@ -10,11 +10,12 @@ wake-up are made a minute long, so a test passes only when the wake-up came.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 from core import FakeClock
-from store import DefaultMessageStore, Popped, TimerStatus, build_message, deliver_at
+from store import DefaultMessageStore, MessageInner, Popped, TimerStatus, build_message, deliver_at
 from store.dispatch.reput_message_service import IDLE_WAIT_MS
 from tests.store.conftest import small_config
 from tests.waiting import wait_for
@@ -152,21 +153,21 @@ def test_an_idle_revive_rests_and_a_checkpoint_coming_due_wakes_it(tmp_path: Pat
         assert store.put_message(build_message("P", b"unacked", 0)).ok
         (first,) = store.group_consumption.receive("g", "P", 1, 300)
         again: list[Popped] = []
-        # extend answers None: `or` then answers whether the list holds anything
-        wait_for(
-            lambda: cast(object, again.extend(store.group_consumption.receive("g", "P", 1, 300))) or bool(again),
-            15.0,
-            "never revived",
-        )
+
+        def revived() -> bool:
+            again.extend(store.group_consumption.receive("g", "P", 1, 300))
+            return bool(again)
+
+        wait_for(revived, 15.0, "never revived")
         assert again[0].reconsume_times == 1 and again[0].queue_offset >= 0
     finally:
         store.shutdown()
 
 
-def paced_puts(store: DefaultMessageStore, make: object, n: int) -> None:
+def paced_puts(store: DefaultMessageStore, make: Callable[[int], MessageInner], n: int) -> None:
     """`n` puts about a millisecond apart, as a stream of requests puts them."""
     for i in range(n):
-        assert store.put_message(make(i)).ok  # type: ignore[operator]
+        assert store.put_message(make(i)).ok
         time.sleep(0.001)
 
 
