@@ -84,6 +84,7 @@ lint: $(SPARK_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy core app store ha pipeline tidemq cluster
 	$(PY) -m mypy --explicit-package-bases bench
+	$(PY) -m mypy tests
 	$(PY) -m ruff format --check core store app ha pipeline tidemq cluster bench tests setup.py
 
 openapi: $(STAMP)

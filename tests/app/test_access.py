@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -17,12 +19,16 @@ import pytest
 from app.acl import CREATE, PUB, SUB, AclInvalid, parse_acl, token_hash
 from core import ConfigInvalid
 from tests.app.acl_fixtures import ACL_TEXT, BILLING, LIMITED, NEWCOMER, OPS, as_admin, bearer, create_topics, sha, start_with_acl
-from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import ROOT, SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import problem
 from tests.waiting import wait_for
 
+# start_with_acl's parameter type: a factory of BrokerProcess. make_broker's brokers (in this process unless
+# `process`) serve its uses alike, so the fixture is cast to it.
+AclFactory = Callable[..., BrokerProcess]
 
-def account(topics: dict[str, str], groups: dict[str, str] | None = None) -> dict:
+
+def account(topics: dict[str, str], groups: dict[str, str] | None = None) -> dict[str, Any]:
     return {"accounts": [{"name": "a", "token_sha256": sha("t"), "topics": topics, "groups": groups or {}}]}
 
 
@@ -74,13 +80,13 @@ def test_lookup_is_by_the_tokens_digest() -> None:
         ({"users": []}, "unknown"),
     ],
 )
-def test_invalid_files_are_refused(data: dict, fault: str) -> None:
+def test_invalid_files_are_refused(data: dict[str, Any], fault: str) -> None:
     with pytest.raises(AclInvalid, match=fault):
         parse_acl(data)
 
 
-def test_message_by_id_needs_sub_on_its_topic(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def test_message_by_id_needs_sub_on_its_topic(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
     create_topics(broker, "orders")
     with as_admin(broker) as admin:
         sent = admin.post("/v1/topics/orders/messages", json={"body": "o"}).json()
@@ -92,8 +98,8 @@ def test_message_by_id_needs_sub_on_its_topic(make_broker, tmp_path) -> None:
     problem(client.get(path), 401, "UNAUTHENTICATED")
 
 
-def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker, tmp_path) -> None:
-    broker, acl = start_with_acl(make_broker, tmp_path, process=True)  # its log
+def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, acl = start_with_acl(cast("AclFactory", make_broker), tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.get("/v1/topics/billing-a", headers=bearer(BILLING)).status_code == 404  # allowed: no such topic
@@ -119,8 +125,8 @@ def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker, tmp_path) -
     problem(client.get("/v1/topics/billing-a", headers=bearer(BILLING)), 401, "UNAUTHENTICATED")
 
 
-def test_rate_limit_answers_429_with_retry_after(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def test_rate_limit_answers_429_with_retry_after(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
     create_topics(broker, "limited")
     client = broker.client
     assert client is not None
@@ -134,8 +140,8 @@ def test_rate_limit_answers_429_with_retry_after(make_broker, tmp_path) -> None:
     assert client.post("/v1/topics/limited/messages", json={"body": "x"}, headers=bearer(LIMITED)).status_code == 201
 
 
-def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path, process=True)  # its log
+def test_admin_actions_are_audited(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.put("/v1/topics/audited", json={}, headers=bearer(OPS)).status_code in (200, 201)
@@ -147,6 +153,7 @@ def test_admin_actions_are_audited(make_broker, tmp_path) -> None:
     assert client.delete("/v1/topics/audited", headers=bearer(OPS)).status_code == 204
     last = "tidemq.audit: DELETE /v1/topics/audited account=ops status=204"
     log = wait_for(lambda: text if last in (text := broker.log()) else None, 10, what="the last audit line")
+    assert log is not None
     assert "tidemq.audit: PUT /v1/topics/audited account=ops status=20" in log
     # A known account refused for lacking admin is named; no token or an unknown one is "-".
     assert "tidemq.audit: DELETE /v1/topics/audited account=billing status=403" in log
@@ -166,10 +173,10 @@ topics = {{ "team-*" = "PUB|SUB|CREATE", "team-fixed" = "PUB|SUB" }}
 )
 
 
-def test_creating_a_topic_needs_create_by_any_route(make_broker, tmp_path) -> None:
+def test_creating_a_topic_needs_create_by_any_route(make_broker: MakeBroker, tmp_path: Path) -> None:
     """With auto-creation on, a produce to a missing topic creates it only for an account with CREATE on it;
     PUT creates with CREATE, and changes an existing topic only for an administrator."""
-    broker, _ = start_with_acl(make_broker, tmp_path, CREATOR_ACL, config="auto_create_topics = true\n")
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, CREATOR_ACL, config="auto_create_topics = true\n")
     client = broker.client
     assert client is not None
     # PUB on billing-* does not create billing-eu, by a produce or by PUT; nothing is created.
@@ -195,35 +202,35 @@ def test_creating_a_topic_needs_create_by_any_route(make_broker, tmp_path) -> No
     assert client.put("/v1/topics/team-b", json={"queues": 8}, headers=bearer(OPS)).status_code == 200
 
 
-def test_metrics_needs_a_token_unless_public(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def test_metrics_needs_a_token_unless_public(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
     assert broker.client is not None
     problem(broker.client.get("/metrics"), 401, "UNAUTHENTICATED")
     assert broker.client.get("/metrics", headers=bearer(LIMITED)).status_code == 200
     assert broker.client.get("/healthz").status_code == 200 and broker.client.get("/readyz").status_code == 200
-    public, _ = start_with_acl(make_broker, tmp_path, config="metrics_public = true\n", name="public")
+    public, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, config="metrics_public = true\n", name="public")
     assert public.client is not None and public.client.get("/metrics").status_code == 200
 
 
-def serve(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "app", "serve", "--port", "0", "--store", str(tmp_path / "s"), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_an_open_broker_refuses_a_non_loopback_address(tmp_path) -> None:
+def test_an_open_broker_refuses_a_non_loopback_address(tmp_path: Path) -> None:
     done = serve(tmp_path, "--host", "0.0.0.0")
     assert done.returncode == 3, done.stderr
     assert "without an ACL" in done.stderr and "--insecure-open" in done.stderr
     assert not (tmp_path / "s").exists()  # refused before the store was touched
 
 
-def test_an_open_broker_warns(make_broker) -> None:
+def test_an_open_broker_warns(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER, args=["--host", "0.0.0.0", "--insecure-open"], process=True)  # its log
     assert broker.client is not None and broker.client.get("/v1/topics").status_code == 200
     assert "WARNING tidemq.app: no ACL (--acl)" in broker.log()
 
 
-def test_a_bad_acl_file_refuses_the_start(tmp_path) -> None:
+def test_a_bad_acl_file_refuses_the_start(tmp_path: Path) -> None:
     acl = tmp_path / "acl.toml"
     acl.write_text("[[accounts]]\nname = 'x'\n")
     done = serve(tmp_path, "--acl", str(acl))
@@ -237,8 +244,8 @@ def test_acl_hash_prints_the_tokens_sha256() -> None:
     assert by_arg.stdout == by_stdin.stdout == token_hash("s3cret") + "\n" == hashlib.sha256(b"s3cret").hexdigest() + "\n"
 
 
-def test_the_spec_declares_the_bearer_scheme(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def test_the_spec_declares_the_bearer_scheme(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
     spec = httpx.get(broker.url + "/openapi.json", headers=bearer(BILLING)).json()
     assert spec["components"]["securitySchemes"]["bearerAuth"] == {
         **spec["components"]["securitySchemes"]["bearerAuth"],
@@ -250,8 +257,8 @@ def test_the_spec_declares_the_bearer_scheme(make_broker, tmp_path) -> None:
     assert "401" in spec["paths"]["/v1/topics/{topic}/messages"]["post"]["responses"]
 
 
-def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
-    broker, _ = start_with_acl(make_broker, tmp_path)
+def test_a_generated_client_sends_the_token(make_broker: MakeBroker, tmp_path: Path) -> None:
+    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
     create_topics(broker, "billing-sdk")
     out = tmp_path / "client"
     bin_dir = Path(sys.executable).parent
@@ -277,7 +284,7 @@ def test_a_generated_client_sends_the_token(make_broker, tmp_path) -> None:
             del sys.modules[name]
 
 
-def test_acl_and_insecure_open_from_options_and_environment(tmp_path) -> None:
+def test_acl_and_insecure_open_from_options_and_environment(tmp_path: Path) -> None:
     from app.cli import parser, settings_from
 
     acl = tmp_path / "acl.toml"

@@ -7,8 +7,9 @@ import http.client
 import json
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def ipv6_loopback_bindable() -> bool:
         return False
 
 
-def post(broker: InProcessBroker, path: str, body: bytes, content_type: str) -> tuple[dict, tuple[str, int]]:
+def post(broker: InProcessBroker, path: str, body: bytes, content_type: str) -> tuple[dict[str, Any], tuple[str, int]]:
     """POST on a connection of its own: (the JSON reply, the client's own address and port)."""
     connection = http.client.HTTPConnection(broker.host, broker.port, timeout=15)
     try:
@@ -63,7 +64,7 @@ def produce_every_way(broker: InProcessBroker, topic: str) -> dict[int, tuple[st
     return sent
 
 
-def pulled(broker: InProcessBroker, topic: str) -> list[dict]:
+def pulled(broker: InProcessBroker, topic: str) -> list[dict[str, Any]]:
     assert broker.client is not None
     out = []
     for queue_id in (0, 1):
@@ -94,7 +95,7 @@ def assert_born_hosts(broker: InProcessBroker, want_text: str, v6: bool) -> None
 
 
 @pytest.fixture
-def broker_on(tmp_path: Path) -> Iterator:
+def broker_on(tmp_path: Path) -> Iterator[Callable[[str], InProcessBroker]]:
     started: list[InProcessBroker] = []
 
     def start(host: str) -> InProcessBroker:
@@ -110,10 +111,10 @@ def broker_on(tmp_path: Path) -> Iterator:
             broker.kill()
 
 
-def test_born_host_of_an_ipv4_client(broker_on) -> None:
+def test_born_host_of_an_ipv4_client(broker_on: Callable[[str], InProcessBroker]) -> None:
     assert_born_hosts(broker_on("127.0.0.1"), "127.0.0.1:{port}", v6=False)
 
 
 @pytest.mark.skipif(not ipv6_loopback_bindable(), reason="::1 cannot be bound on this machine (no IPv6 loopback)")
-def test_born_host_of_an_ipv6_client(broker_on) -> None:
+def test_born_host_of_an_ipv6_client(broker_on: Callable[[str], InProcessBroker]) -> None:
     assert_born_hosts(broker_on("::1"), "[::1]:{port}", v6=True)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.app.browser import Watched, browser_context, require_chromium, screenshot, watch
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.in_process import InProcessBroker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -23,13 +24,13 @@ ORDER = {"order": 17, "state": "paid"}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     require_chromium()
     yield from running_broker(tmp_path_factory, "console", SMALL_STORE + SMALL_BROKER)
 
 
 @pytest.fixture(scope="module")
-def seeded(broker: BrokerProcess) -> dict[str, Any]:
+def seeded(broker: BrokerProcess | InProcessBroker) -> dict[str, Any]:
     """Topics, messages (text, JSON, binary, delayed), offsets and group consumption to look at."""
     c = broker.client
     assert c is not None
@@ -62,11 +63,11 @@ def seeded(broker: BrokerProcess) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def context(broker: BrokerProcess, seeded: dict[str, Any]) -> Iterator[Any]:
+def context(broker: BrokerProcess | InProcessBroker, seeded: dict[str, Any]) -> Iterator[Any]:
     yield from browser_context(broker.url)
 
 
-def open_console(context: Any, broker: BrokerProcess, route: str) -> tuple[Any, Watched]:
+def open_console(context: Any, broker: BrokerProcess | InProcessBroker, route: str) -> tuple[Any, Watched]:
     page = context.new_page()
     watched = watch(page, broker.url)
     page.goto(f"/console#/{route}")
@@ -82,7 +83,7 @@ def clean(page: Any, watched: Watched, name: str) -> None:
     assert watched.foreign == [], watched.foreign
 
 
-def test_overview_shows_topics_store_figures_and_live_rates(context, broker) -> None:
+def test_overview_shows_topics_store_figures_and_live_rates(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     page, watched = open_console(context, broker, "")
     row = page.locator("#overview-topics tr", has_text=TOPIC)
     assert row.locator("td").nth(3).inner_text() == "3"  # text, JSON and binary; the delayed two wait in other topics
@@ -96,7 +97,7 @@ def test_overview_shows_topics_store_figures_and_live_rates(context, broker) -> 
     clean(page, watched, "overview")
 
 
-def test_topics_page_lists_queues_creates_and_deletes(context, broker) -> None:
+def test_topics_page_lists_queues_creates_and_deletes(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     client = broker.client
     assert client is not None
     page, watched = open_console(context, broker, "topics")
@@ -135,7 +136,7 @@ def test_topics_page_lists_queues_creates_and_deletes(context, broker) -> None:
     clean(page, watched, "topics-after-delete")
 
 
-def test_a_bad_topic_name_shows_the_problem(context, broker) -> None:
+def test_a_bad_topic_name_shows_the_problem(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     page, watched = open_console(context, broker, "topics")
     page.fill("#create-topic input[name=topic]", "x" * 127)
     page.fill("#create-topic input[name=queues]", "100000")
@@ -147,7 +148,11 @@ def test_a_bad_topic_name_shows_the_problem(context, broker) -> None:
     assert all("400" in e for e in watched.errors), watched.errors  # the browser logs the refused request itself
 
 
-def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> None:
+def test_topic_page_browses_searches_and_previews(
+    context: Any,
+    broker: BrokerProcess | InProcessBroker,
+    seeded: dict[str, Any],
+) -> None:
     page, watched = open_console(context, broker, f"topics/{TOPIC}")
     # The newest messages are shown as the page opens, without a click.
     assert page.locator("#results[data-by=newest] .messages >> text=" + seeded["text"]["msg_id"]).count() == 1
@@ -204,7 +209,9 @@ def test_topic_page_browses_searches_and_previews(context, broker, seeded) -> No
     clean(page, watched, "topic")
 
 
-def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker, seeded) -> None:
+def test_groups_pages_show_offsets_counts_and_reset_to_a_time(
+    context: Any, broker: BrokerProcess | InProcessBroker, seeded: dict[str, Any]
+) -> None:
     client = broker.client
     assert client is not None
     page, watched = open_console(context, broker, "groups")
@@ -231,7 +238,9 @@ def test_groups_pages_show_offsets_counts_and_reset_to_a_time(context, broker, s
     clean(page, watched, "group")
 
 
-def test_group_page_shows_consumers_and_sends_dead_letters_back(context, broker, seeded) -> None:
+def test_group_page_shows_consumers_and_sends_dead_letters_back(
+    context: Any, broker: BrokerProcess | InProcessBroker, seeded: dict[str, Any]
+) -> None:
     client = broker.client
     assert client is not None
     page, watched = open_console(context, broker, "groups/dlq-g")
@@ -248,7 +257,7 @@ def test_group_page_shows_consumers_and_sends_dead_letters_back(context, broker,
     clean(page, watched, "group-dead-letters")
 
 
-def test_delayed_page_shows_waiting_messages(context, broker) -> None:
+def test_delayed_page_shows_waiting_messages(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     page, watched = open_console(context, broker, "delayed")
     level9 = page.locator("#levels-table tr").nth(9).locator("td").all_inner_texts()
     assert level9[0] == "9" and level9[2] == "1"
@@ -259,7 +268,7 @@ def test_delayed_page_shows_waiting_messages(context, broker) -> None:
     clean(page, watched, "delayed")
 
 
-def test_files_page_lists_the_store_files(context, broker) -> None:
+def test_files_page_lists_the_store_files(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     page, watched = open_console(context, broker, "files")
     listing = httpx.get(f"{broker.url}/v1/store/files").json()
     commitlog = next(f for f in listing["files"] if f["kind"] == "commitlog")
@@ -268,7 +277,7 @@ def test_files_page_lists_the_store_files(context, broker) -> None:
     clean(page, watched, "files")
 
 
-def test_swagger_ui_is_served_locally(context, broker) -> None:
+def test_swagger_ui_is_served_locally(context: Any, broker: BrokerProcess | InProcessBroker) -> None:
     page = context.new_page()
     watched = watch(page, broker.url)
     page.goto("/docs")

@@ -7,10 +7,11 @@ import socket
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.problems import PROBLEMS
-from tests.app.conftest import SMALL_STORE
+from tests.app.conftest import SMALL_STORE, MakeBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "http-api.md").read_text()
@@ -24,7 +25,7 @@ def quick_start() -> str:
 
 
 @pytest.mark.timeout(120)
-def test_the_curl_walk_through_works_as_written(make_broker) -> None:
+def test_the_curl_walk_through_works_as_written(make_broker: MakeBroker) -> None:
     # The broker's defaults (max_wait_ms 30000), small files, push to loopback allowed as `make run` does.
     broker = make_broker(SMALL_STORE + '[broker]\npush_allowed_hosts = ["127.0.0.1"]\n')
     with socket.socket() as probe:  # a free port for the walk-through's push receiver (9000 as written)
@@ -51,7 +52,7 @@ def test_every_problem_code_is_documented() -> None:
         assert f"| `{code}` | {kind.status} |" in DOC, code
 
 
-def test_every_metric_is_documented(client) -> None:
+def test_every_metric_is_documented(client: httpx.Client) -> None:
     names = set(re.findall(r"^# TYPE (tidemq_\w+) ", client.get("/metrics").text, re.M))
     assert names
     for name in names:

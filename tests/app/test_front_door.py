@@ -19,7 +19,7 @@ import pytest
 from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.scrape import samples, value
 from tests.waiting import wait_for, wait_for_async
 
@@ -158,9 +158,10 @@ def held_request(port: int, request: bytes) -> socket.socket:
     return sock
 
 
-def test_a_held_pull_and_a_held_receive_end_when_their_client_goes_away(make_broker) -> None:
+def test_a_held_pull_and_a_held_receive_end_when_their_client_goes_away(make_broker: MakeBroker) -> None:
     broker = make_broker(SMALL_STORE + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     assert c.put("/v1/topics/held", json={"queues": 2}).status_code == 201
 
     def metric(name: str) -> float:

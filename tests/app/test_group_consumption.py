@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, running_broker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker, running_broker
 from tests.app.helpers import problem, send
+from tests.app.in_process import InProcessBroker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -24,12 +25,12 @@ POP_STORE = SMALL_STORE + "pop_ack_margin_ms = 100\npop_revive_interval_ms = 20\
 
 
 @pytest.fixture(scope="module")
-def pop_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def pop_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess | InProcessBroker]:
     yield from running_broker(tmp_path_factory, "pop", POP_STORE + SMALL_BROKER)
 
 
 @pytest.fixture
-def c(pop_broker: BrokerProcess) -> httpx.Client:
+def c(pop_broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     assert pop_broker.client is not None
     return pop_broker.client
 
@@ -38,14 +39,22 @@ def base(group: str, topic: str) -> str:
     return f"/v1/groups/{group}/topics/{topic}"
 
 
-def receive(c: httpx.Client, group: str, topic: str, **params: Any) -> list[dict]:
+def receive(c: httpx.Client, group: str, topic: str, **params: Any) -> list[dict[str, Any]]:
     r = c.post(base(group, topic) + "/receive", params=params)
     assert r.status_code == 200, r.text
-    return r.json()["messages"]
+    messages: list[dict[str, Any]] = r.json()["messages"]
+    return messages
 
 
-def receive_until(c: httpx.Client, group: str, topic: str, want: int, timeout_s: float = 20, **params: Any) -> list[dict]:
-    got: list[dict] = []
+def receive_until(
+    c: httpx.Client,
+    group: str,
+    topic: str,
+    want: int,
+    timeout_s: float = 20,
+    **params: Any,
+) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want:
         assert time.monotonic() < deadline, f"got {[m['body'] for m in got]}, wanted {want}"
@@ -262,7 +271,7 @@ def test_a_held_receive_is_woken_by_a_produce(c: httpx.Client, topic: str) -> No
         ({"bogus": 1}, 400, "REQUEST_INVALID"),
     ],
 )
-def test_bad_receives_are_refused(c: httpx.Client, topic: str, params: dict, status: int, code: str) -> None:
+def test_bad_receives_are_refused(c: httpx.Client, topic: str, params: dict[str, Any], status: int, code: str) -> None:
     create(c, topic, queues=1)
     assert problem(c.post(base("g1", topic) + "/receive", params=params), status, code)
 
@@ -301,9 +310,13 @@ def test_groups_are_listed_with_topics_lag_and_counts(c: httpx.Client, topic: st
     assert f'tidemq_group_lag{{group="list-g",topic="{topic}"}} 2' in metrics
 
 
-def test_sigkill_during_receives_and_acks_loses_nothing_and_redelivers_no_acked_message(make_broker, topic: str) -> None:
+def test_sigkill_during_receives_and_acks_loses_nothing_and_redelivers_no_acked_message(
+    make_broker: MakeBroker,
+    topic: str,
+) -> None:
     broker = make_broker(POP_STORE + SMALL_BROKER, process=True)  # killed
     c = broker.client
+    assert c is not None
     create(c, topic, queues=2)
     bodies = [f"m{i}" for i in range(20)]
     for i, body in enumerate(bodies):
@@ -316,6 +329,7 @@ def test_sigkill_during_receives_and_acks_loses_nothing_and_redelivers_no_acked_
 
     broker.start()
     c = broker.client
+    assert c is not None
     remaining = set(bodies) - {m["body"] for m in acked}
     delivered: dict[str, int] = {}
     deadline = time.monotonic() + 40

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.scrape import samples, value
 from tests.waiting import wait_for
 
@@ -24,8 +24,9 @@ def wait_counted(c: httpx.Client, topic: str, count: int) -> None:
     )
 
 
-def test_per_topic_series_are_bounded_by_metrics_max_topics(make_broker) -> None:
+def test_per_topic_series_are_bounded_by_metrics_max_topics(make_broker: MakeBroker) -> None:
     c = make_broker(SMALL_STORE + SMALL_BROKER + "metrics_max_topics = 2\n").client
+    assert c is not None
     names = ["a-topic", "b-topic", "c-topic"]
     for name in names:
         assert c.put(f"/v1/topics/{name}", json={"queues": 2}).status_code == 201
@@ -57,8 +58,9 @@ def proc_status(pid: int, field: str) -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="process metrics read /proc, which this system lacks")
-def test_process_metrics_describe_the_broker_process(make_broker) -> None:
+def test_process_metrics_describe_the_broker_process(make_broker: MakeBroker) -> None:
     broker = make_broker(process=True)  # the metrics describe the process
+    assert isinstance(broker, BrokerProcess) and broker.client is not None and broker.proc is not None
     scrape = samples(broker.client.get("/metrics").text)
     pid = broker.proc.pid
     open_fds = value(scrape, "tidemq_process_open_fds")
@@ -78,17 +80,19 @@ def test_process_metrics_describe_the_broker_process(make_broker) -> None:
     assert value(scrape, "tidemq_gc_collections_total", generation="0") > 0
 
 
-def test_an_in_process_broker_leaves_its_host_process_heap_alone(make_broker) -> None:
+def test_an_in_process_broker_leaves_its_host_process_heap_alone(make_broker: MakeBroker) -> None:
     import gc
 
     frozen = gc.get_freeze_count()
     broker = make_broker()  # served from this process: the heap is the test process's, not the broker's to freeze
+    assert broker.client is not None
     assert broker.client.get("/readyz").status_code == 200
     assert gc.get_freeze_count() == frozen
 
 
-def test_per_group_series_cover_offset_committing_groups_within_metrics_max_groups(make_broker) -> None:
+def test_per_group_series_cover_offset_committing_groups_within_metrics_max_groups(make_broker: MakeBroker) -> None:
     c = make_broker(SMALL_STORE + SMALL_BROKER + "metrics_max_groups = 2\n").client
+    assert c is not None
     assert c.put("/v1/topics/orders", json={"queues": 2}).status_code == 201
     for i in range(5):
         assert c.post("/v1/topics/orders/messages", json={"body": f"m{i}", "queue_id": i % 2}).status_code == 201

@@ -5,13 +5,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
 
 from store import decode_message
 from store.layouts import iter_messages
+from tests.app.conftest import BrokerProcess
 from tests.app.helpers import problem, send
+from tests.app.in_process import InProcessBroker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,13 +24,14 @@ def create(client: httpx.Client, topic: str, queues: int = 1) -> None:
     assert client.put(f"/v1/topics/{topic}", json={"queues": queues}).status_code in (200, 201)
 
 
-def pull(client: httpx.Client, topic: str, queue_id: int = 0, **params) -> dict:
+def pull(client: httpx.Client, topic: str, queue_id: int = 0, **params: Any) -> dict[str, Any]:
     r = client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params=params)
     assert r.status_code == 200, r.text
-    return r.json()
+    got: dict[str, Any] = r.json()
+    return got
 
 
-def send_later(url: str, topic: str, delay_s: float, body: str = "late", **fields) -> threading.Thread:
+def send_later(url: str, topic: str, delay_s: float, body: str = "late", **fields: Any) -> threading.Thread:
     def run() -> None:
         time.sleep(delay_s)  # the test's timeline: the message is sent this long after the call
         httpx.post(f"{url}/v1/topics/{topic}/messages", json={"body": body, "queue_id": 0, **fields}, timeout=10)
@@ -53,7 +57,9 @@ def test_statuses(client: httpx.Client, topic: str) -> None:
     assert far["status"] == "OFFSET_OVERFLOW_BADLY" and far["next_offset"] == 5 and far["messages"] == []
 
 
-def test_held_pull_returns_as_soon_as_a_message_is_sent(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_held_pull_returns_as_soon_as_a_message_is_sent(
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
+) -> None:
     create(client, topic)
     sender = send_later(shared_broker.url, topic, 0.3, "wake-up")
     started = time.monotonic()
@@ -73,7 +79,9 @@ def test_held_pull_times_out_with_no_new_msg(client: httpx.Client, topic: str) -
     assert elapsed >= 0.39, elapsed
 
 
-def test_message_in_another_queue_does_not_wake_a_pull(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_message_in_another_queue_does_not_wake_a_pull(
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
+) -> None:
     create(client, topic, queues=2)
     before = held_pulls(client)
     r = threading.Thread(
@@ -85,10 +93,11 @@ def test_message_in_another_queue_does_not_wake_a_pull(shared_broker, client: ht
     assert got["status"] == "NO_NEW_MSG"
 
 
-def test_tag_filter(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_tag_filter(shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str) -> None:
     create(client, topic)
     for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA", None]):
-        send(client, topic, f"m{i}", **({"tags": tag} if tag else {}))
+        tags: dict[str, Any] = {"tags": tag} if tag else {}
+        send(client, topic, f"m{i}", **tags)
     got = pull(client, topic, offset=0, tag="TagA||TagC")
     assert [m["body"] for m in got["messages"]] == ["m0", "m2", "m3"]
     assert pull(client, topic, offset=0, tag="*")["messages"][4]["body"] == "m4"
@@ -96,7 +105,9 @@ def test_tag_filter(shared_broker, client: httpx.Client, topic: str) -> None:
     assert nothing["status"] == "NO_MATCHED_MSG" and nothing["messages"] == [] and nothing["next_offset"] == 5
 
 
-def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
+) -> None:
     create(client, topic)
     send(client, topic, "old", tags="TagB")
 
@@ -119,7 +130,9 @@ def test_held_pull_with_a_tag_is_woken_only_by_a_matching_message(shared_broker,
     assert 0.45 <= elapsed < 3.5, elapsed
 
 
-def test_a_held_pull_with_a_tag_goes_through_a_backlog_of_other_tags(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_a_held_pull_with_a_tag_goes_through_a_backlog_of_other_tags(
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
+) -> None:
     """A held pull whose read matched nothing reads on from next_offset (in the read pool, far behind
     the tail) until the match, over more entries than one read examines and the inline window holds."""
     create(client, topic)
@@ -148,7 +161,9 @@ def held_pulls(client: httpx.Client) -> int:
     raise AssertionError("tidemq_held_pulls missing")
 
 
-def test_disconnected_long_poll_is_released_at_once(shared_broker, client: httpx.Client, topic: str) -> None:
+def test_disconnected_long_poll_is_released_at_once(
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
+) -> None:
     create(client, topic)
     before = held_pulls(client)
     sock = socket.create_connection(("127.0.0.1", shared_broker.port), timeout=10)
@@ -208,7 +223,7 @@ def test_pull_parameter_errors(client: httpx.Client, topic: str) -> None:
 
 
 def test_a_held_pull_past_the_end_of_an_empty_queue_is_not_served_from_below_its_offset(
-    shared_broker, client: httpx.Client, topic: str
+    shared_broker: BrokerProcess | InProcessBroker, client: httpx.Client, topic: str
 ) -> None:
     """Offset 1 of an empty queue is past its end: answered at once as moved, never held and then
     answered with message 0 (a consumer would see a message below the offset it asked for)."""

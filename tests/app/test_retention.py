@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
 from tests.app.helpers import commitlog_max, problem
 from tests.waiting import wait_for
 
@@ -38,23 +39,25 @@ PERIODIC_RETENTION_CONFIG = EXPIRING_STORE + f'delete_when = "{EVERY_HOUR}"\ncle
 LEVELS = 'message_delay_level = "1s 2s 5s 1h"\n'
 
 
-def cleaned(c: httpx.Client) -> tuple[dict, int] | None:
+def cleaned(c: httpx.Client) -> tuple[dict[str, Any], int] | None:
     """(The store's runtime report, Aged's queue 0 minimum offset) once three files are deleted and the minimum moved."""
     runtime = c.get("/v1/store").json()["runtime"]
     min_offset = c.get("/v1/topics/Aged").json()["queues"][0]["min_offset"]
     return (runtime, min_offset) if deleted_at_least(runtime, 3) and min_offset > 0 else None
 
 
-def deleted_at_least(runtime: dict, files: int) -> bool:
+def deleted_at_least(runtime: dict[str, Any], files: int) -> bool:
     """Whether `files` commitlog files are deleted, by the count and by the minimum offset. The report
     reads them at different moments: during a pass the minimum already moved past the file shut down
     first while the files after it are still being deleted, and the count grows at the pass's end."""
-    return runtime["cleanup"]["commitlog_files_deleted"] >= files and runtime["commitlog_min_offset"] >= files * 65536
+    deleted: bool = runtime["cleanup"]["commitlog_files_deleted"] >= files and runtime["commitlog_min_offset"] >= files * 65536
+    return deleted
 
 
-def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(make_broker) -> None:
-    broker: BrokerProcess = make_broker(RETENTION_CONFIG + SMALL_BROKER)
+def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(make_broker: MakeBroker) -> None:
+    broker = make_broker(RETENTION_CONFIG + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     assert c.put("/v1/topics/Aged", json={"queues": 1}).status_code == 201
     for batch in range(12):
         messages = [{"body": "a" * 400, "keys": [f"aged-{batch * 50 + i}"], "queue_id": 0} for i in range(50)]
@@ -64,13 +67,14 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     # must be past every full file first. Once it is, it holds at most the last full file (its pages
     # are dropped after the move), and the pass still deletes the files before it.
 
-    def flushed_past_full_files() -> dict | None:
+    def flushed_past_full_files() -> dict[str, Any] | None:
         runtime = c.get("/v1/store").json()["runtime"]
         return runtime if runtime["commitlog_flushed_offset"] >= runtime["commitlog_max_offset"] // 65536 * 65536 else None
 
     runtime = wait_for(
         flushed_past_full_files, 60, what=lambda: f"the flush to pass every full file: {c.get('/v1/store').json()['runtime']}", poll_s=0.05
     )
+    assert runtime is not None
     assert runtime["commitlog_max_offset"] // 65536 >= 4, "the pass must find at least four full files"
     cleanup = runtime["cleanup"]
     assert cleanup["commitlog_files_deleted"] == 0 and cleanup["manual_rounds_left"] == 0
@@ -83,9 +87,14 @@ def test_manual_cleanup_deletes_expired_files_and_consumers_see_the_new_minimum(
     started = r.json()
     assert started["rounds"] == 20 and started["next_pass_ms"] >= before_ms
 
-    runtime, min_offset = wait_for(
-        partial(cleaned, c), 30, what=lambda: f"three files deleted: {c.get('/v1/store').json()['runtime']}", poll_s=0.05
+    found = wait_for(
+        partial(cleaned, c),
+        30,
+        what=lambda: f"three files deleted: {c.get('/v1/store').json()['runtime']}",
+        poll_s=0.05,
     )
+    assert found is not None
+    runtime, min_offset = found
     cleanup = runtime["cleanup"]
     assert cleanup["passes"] >= 1 and cleanup["manual_rounds_left"] < 20
     assert cleanup["next_pass_ms"] > cleanup["last_pass_ms"] >= before_ms
@@ -110,9 +119,10 @@ def test_admin_routes_refuse_other_methods(client: httpx.Client) -> None:
     problem(client.get("/v1/admin"), 404, "NOT_FOUND")
 
 
-def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
-    broker: BrokerProcess = make_broker(SMALL_STORE + LEVELS + SMALL_BROKER)
+def test_schedule_status_counts_waiting_messages_per_level(make_broker: MakeBroker) -> None:
+    broker = make_broker(SMALL_STORE + LEVELS + SMALL_BROKER)
     c = broker.client
+    assert c is not None
     status = c.get("/v1/schedule").json()
     assert [(x["level"], x["delay"], x["delay_ms"], x["waiting"]) for x in status["levels"]] == [
         (1, "1s", 1000, 0),
@@ -141,6 +151,7 @@ def test_schedule_status_counts_waiting_messages_per_level(make_broker) -> None:
         what=lambda: f"the delivery to be counted: {c.get('/v1/schedule').json()}",
         poll_s=0.05,
     )
+    assert status is not None
     assert status["levels"][0]["waiting"] == 0 and status["levels"][3]["waiting"] == 3
     # delay_ms and deliver_at_ms are timer messages, bounded by timer_max_delay_ms (3 days), not the longest level.
     before = commitlog_max(c)
@@ -163,9 +174,11 @@ def test_consumers_see_the_new_minimum_and_lose_deleted_keys_over_http(tmp_path:
             r = client.post("/v1/topics/Aged/messages", json={"messages": messages})
             assert r.status_code == 201, r.text
         # Every file but the last is expired at once; the periodic pass deletes them.
-        _, new_min = wait_for(
+        found = wait_for(
             partial(cleaned, client), 30, what=lambda: f"three files deleted: {client.get('/v1/store').json()['runtime']}", poll_s=0.05
         )
+        assert found is not None
+        _, new_min = found
 
         stale = client.get("/v1/topics/Aged/queues/0/messages", params={"offset": 0}).json()
         assert stale["status"] == "OFFSET_TOO_SMALL"

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -69,11 +70,11 @@ def test_a_48_mib_volume_fills_past_80_percent_then_disk_full_reads_go_on_and_pu
         stored: list[tuple[int, str]] = []
         ratio_at_first_refusal = None
         for n in range(10_000):
-            body = f"{n:06d}{BODY}"
-            r = client.post("/v1/topics/fill/messages", json={"body": body, "queue_id": 0})
+            text = f"{n:06d}{BODY}"
+            r = client.post("/v1/topics/fill/messages", json={"body": text, "queue_id": 0})
             if r.status_code == 201:
                 assert ratio_at_first_refusal is None, "a put was accepted after DISK_FULL while nothing was freed"
-                stored.append((r.json()["queue_offset"], body))
+                stored.append((r.json()["queue_offset"], text))
                 continue
             problem(r, 503, "DISK_FULL")
             if ratio_at_first_refusal is None:
@@ -110,8 +111,9 @@ def test_a_48_mib_volume_fills_past_80_percent_then_disk_full_reads_go_on_and_pu
             problem(r, 503, "DISK_FULL")
             return None
 
-        r = wait_for(accepted, 15, what="puts to be accepted after space returned", poll_s=0.2)
-        assert r.json()["queue_offset"] == len(stored)
+        resumed = wait_for(accepted, 15, what="puts to be accepted after space returned", poll_s=0.2)
+        assert resumed is not None
+        assert resumed.json()["queue_offset"] == len(stored)
         r = client.get("/v1/topics/fill/queues/0/messages", params={"offset": len(stored), "max": 1})
         assert r.json()["messages"][0]["body"] == "after"
         assert broker.stop() == 0, broker.log()
@@ -160,7 +162,7 @@ max_topic_queue_nums = 2000
 """
 
 
-def first_message(client: httpx.Client, qid: int) -> dict | None:
+def first_message(client: httpx.Client, qid: int) -> dict[str, Any] | None:
     """The pull of queue `qid`'s first message of topic "many", once it holds one."""
     reply = client.get(f"/v1/topics/many/queues/{qid}/messages", params={"offset": 0, "max": 1}).json()
     return reply if reply["messages"] else None
@@ -180,6 +182,7 @@ def test_2000_queues_under_a_descriptor_limit_of_256_stay_readable_within_a_seco
             assert r.status_code == 201, (qid, r.text)
             acked = time.monotonic()
             reply = wait_for(partial(first_message, client, qid), 1.0, what=f"queue {qid}'s acknowledged message to be readable")
+            assert reply is not None
             assert reply["messages"][0]["body"] == f"m{qid}"
             worst = max(worst, time.monotonic() - acked)
             if qid % 250 == 0:

@@ -129,6 +129,7 @@ def test_query_by_key_and_msg_id(client: httpx.Client, topic: str) -> None:
         what="both messages of key order-1 to be indexed",
         poll_s=0.05,
     )
+    assert found is not None
     assert sorted(m["body"] for m in found) == ["first", "second"]
     assert {m["msg_id"] for m in found} == {a["msg_id"], b["msg_id"]}
     one = client.get(f"/v1/topics/{topic}/messages", params={"key": "order-1", "max": 1}).json()["messages"]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tidemq import BatchFormatError, BatchMessage, decode_batch, decode_stored, encode_batch
 
-names = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=8)
+names = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), min_size=1, max_size=8)
 messages = st.builds(
     BatchMessage,
     body=st.binary(max_size=64),

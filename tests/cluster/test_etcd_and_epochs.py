@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from cluster.epoch_file import Epoch, EpochFile, truncation_offset
 from cluster.etcd_client import EtcdClient, EtcdUnavailable
 from cluster.settings import ClusterSettings
 from core import ConfigInvalid
+from tests.cluster.etcd import EtcdServer
 from tests.loopback import free_port
 
 
-def test_put_range_transactions_and_leases_on_a_real_etcd(etcd) -> None:
+def test_put_range_transactions_and_leases_on_a_real_etcd(etcd: EtcdServer) -> None:
     client = EtcdClient([f"http://127.0.0.1:{free_port()}", etcd.url], 2_000)  # the first endpoint answers nothing
     try:
         client.put("/t/a", {"n": 1})
@@ -42,7 +46,7 @@ def test_no_endpoint_answering_is_etcd_unavailable() -> None:
         client.close()
 
 
-def test_the_epoch_file_survives_a_reopen_and_names_the_cut(tmp_path) -> None:
+def test_the_epoch_file_survives_a_reopen_and_names_the_cut(tmp_path: Path) -> None:
     epochs = EpochFile(str(tmp_path))
     assert epochs.last() is None
     epochs.append(1, 0)
@@ -67,7 +71,7 @@ def test_the_epoch_file_survives_a_reopen_and_names_the_cut(tmp_path) -> None:
         ({"advertised_ha_address": "nope"}, "host:port"),
     ],
 )
-def test_cluster_settings_are_checked(values: dict, message: str) -> None:
+def test_cluster_settings_are_checked(values: dict[str, Any], message: str) -> None:
     settings = ClusterSettings(**{"cluster_etcd": "http://127.0.0.1:2379", "broker_name": "b1", **values})
     with pytest.raises(ConfigInvalid, match=message):
         settings.validate()

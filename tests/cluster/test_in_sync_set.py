@@ -8,13 +8,16 @@ Real etcd and broker processes on loopback (tests/cluster/conftest.py: leases of
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
 
 import httpx
 import pytest
 
+from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, sync_state, wait_in_sync, wait_master
-from tests.ha.cluster import Node
+from tests.ha.cluster import FaultProxy, Node
 from tests.loopback import free_port
 from tests.waiting import wait_for
 
@@ -39,7 +42,7 @@ def bodies(node: Node) -> list[str]:
     return [m["body"] for m in r.json()["messages"]]
 
 
-def group(brokers, names: list[str], extra_cluster: str = "") -> tuple[Node, list[Node]]:
+def group(brokers: Callable[..., Node], names: list[str], extra_cluster: str = "") -> tuple[Node, list[Node]]:
     nodes = [brokers(n, "a", extra_cluster=extra_cluster) for n in names]
     master = wait_master(nodes)
     slaves = [n for n in nodes if n is not master]
@@ -48,10 +51,13 @@ def group(brokers, names: list[str], extra_cluster: str = "") -> tuple[Node, lis
     return master, slaves
 
 
-def test_a_dead_slave_leaves_the_set_in_etcd_before_puts_are_acknowledged_without_it_then_rejoins(brokers, etcd) -> None:
+def test_a_dead_slave_leaves_the_set_in_etcd_before_puts_are_acknowledged_without_it_then_rejoins(
+    brokers: Callable[..., Node], etcd: EtcdServer
+) -> None:
     master, (slave,) = group(brokers, ["a1", "a2"])
     assert put(master, "before").status_code == 201
-    assert sync_state(etcd.url, "a")["in_sync"] == [slave.url]
+    state = sync_state(etcd.url, "a")
+    assert state is not None and state["in_sync"] == [slave.url]
     slave.kill()
     killed_at = time.monotonic()
     r = put(master, "waits-for-the-shrink")
@@ -62,20 +68,25 @@ def test_a_dead_slave_leaves_the_set_in_etcd_before_puts_are_acknowledged_withou
     assert answered - killed_at >= LAG_MAX_S - 0.3, "the put waited for the dead slave until the set shrank"
     for i in range(5):  # and from then on at once
         assert put(master, f"alone{i}").status_code == 201
-    assert cluster_status(master)["in_sync"] == []
+    status = cluster_status(master)
+    assert status is not None and status["in_sync"] == []
 
     slave.start()  # catches up and rejoins; puts wait for it again
     wait_for(lambda: in_sync(master, slave), timeout_s=20, what="the slave to rejoin the set")
-    assert sync_state(etcd.url, "a")["in_sync"] == [slave.url]
+    state = sync_state(etcd.url, "a")
+    assert state is not None and state["in_sync"] == [slave.url]
     assert put(master, "after").status_code == 201
     assert bodies(slave) == ["before", "waits-for-the-shrink", *(f"alone{i}" for i in range(5)), "after"]
 
 
-def test_min_in_sync_replicas_of_two_refuses_writes_with_one_broker_left_and_stores_nothing(brokers) -> None:
+def test_min_in_sync_replicas_of_two_refuses_writes_with_one_broker_left_and_stores_nothing(
+    brokers: Callable[..., Node],
+) -> None:
     master, (slave,) = group(brokers, ["a1", "a2"], extra_cluster="min_in_sync_replicas = 2\n")
     assert put(master, "both").status_code == 201
     slave.kill()
-    wait_for(lambda: cluster_status(master)["in_sync"] == [], timeout_s=10, what="the set to shrink")
+    # A cast, not an assert (in a lambda): a status not answered still fails at once (None is not indexable).
+    wait_for(lambda: cast("dict[str, Any]", cluster_status(master))["in_sync"] == [], timeout_s=10, what="the set to shrink")
     for body in ("refused-1", "refused-2"):
         r = put(master, body)
         assert r.status_code == 503 and r.json()["code"] == "NOT_ENOUGH_REPLICAS", r.text
@@ -85,13 +96,16 @@ def test_min_in_sync_replicas_of_two_refuses_writes_with_one_broker_left_and_sto
     # The queue, not the commitlog's end: a master may write state records of its own meanwhile.
     assert queue_end(master) == 1 and bodies(master) == ["both"], "nothing was stored"
     status = cluster_status(master)
+    assert status is not None
     assert status["write_refusal"] == "NOT_ENOUGH_REPLICAS" and status["accepting_puts"] is False
     slave.start()
     wait_for(lambda: put(master, "again").status_code == 201, timeout_s=20, what="writes once the slave rejoined")
     assert "refused-1" not in bodies(slave) and bodies(slave)[0] == "both"
 
 
-def test_a_group_of_three_acknowledges_a_put_once_both_slaves_have_it(brokers, proxies, etcd) -> None:
+def test_a_group_of_three_acknowledges_a_put_once_both_slaves_have_it(
+    brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy], etcd: EtcdServer
+) -> None:
     """The master's slaves connect through a proxy; one slave's connection is held back: the put waits for it."""
     ha_port = free_port()
     proxy = proxies(ha_port)
@@ -112,10 +126,13 @@ def test_a_group_of_three_acknowledges_a_put_once_both_slaves_have_it(brokers, p
         assert not pending.done(), "a put is not acknowledged while one in-sync slave lacks it"
         proxy.resume_peers()
         assert pending.result(10).status_code == 201
-    assert sync_state(etcd.url, "a")["in_sync"] == sorted([fast.url, slow.url]), "the slave held back never left the set"
+    state = sync_state(etcd.url, "a")
+    assert state is not None and state["in_sync"] == sorted([fast.url, slow.url]), "the slave held back never left the set"
 
 
-def test_a_group_of_three_elects_its_most_advanced_in_sync_broker(brokers, proxies, etcd) -> None:
+def test_a_group_of_three_elects_its_most_advanced_in_sync_broker(
+    brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy], etcd: EtcdServer
+) -> None:
     """Two in-sync slaves, one with puts the other lacks: the master dies; the one that lacks them reads the cluster
     ten times as often (so it would win any race to campaign) and defers; the most advanced one is elected."""
     ha_port = free_port()
@@ -134,7 +151,8 @@ def test_a_group_of_three_elects_its_most_advanced_in_sync_broker(brokers, proxi
         end = first.max_offset()
         wait_for(lambda: ahead.max_offset() >= end > behind.max_offset(), what="one slave to be ahead")
         first.kill()  # within in_sync_lag_max_ms: both slaves are still in the set
-    assert sorted(sync_state(etcd.url, "a")["in_sync"]) == sorted([ahead.url, behind.url])
+    state = sync_state(etcd.url, "a")
+    assert state is not None and sorted(state["in_sync"]) == sorted([ahead.url, behind.url])
     wait_for(lambda: is_master(ahead) or is_master(behind), timeout_s=LEASE_TTL_S + 5, what="a new master")
     assert is_master(ahead) and not is_master(behind), "the most advanced in-sync broker was elected"
     assert "deferring to " + ahead.url in behind.log()

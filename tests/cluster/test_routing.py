@@ -6,12 +6,16 @@ import re
 import ssl
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
 
 import pytest
 
 from cluster.etcd_client import EtcdClient
+from tests.cluster.etcd import EtcdServer
 from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
-from tests.ha.cluster import ROOT
+from tests.ha.cluster import ROOT, Node
 from tests.loopback import free_port
 from tests.tls_certs import make_certs
 from tests.waiting import wait_for
@@ -19,7 +23,9 @@ from tests.waiting import wait_for
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_topic(brokers, etcd) -> None:
+def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_topic(
+    brokers: Callable[..., Node], etcd: EtcdServer
+) -> None:
     # Group b has no slave: it runs as an ASYNC_MASTER (a SYNC_MASTER without a slave answers 503 SLAVE_NOT_AVAILABLE).
     a1, a2, b1 = brokers("a1", "a"), brokers("a2", "a"), brokers("b1", "b", replication="async")
     master_a = wait_master([a1, a2])
@@ -39,7 +45,10 @@ def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_t
         "groups": [{"broker_name": "a", "epoch": 1, "master": master_a.url, "slaves": [slave_a.url], "queues": 2}],
     }
     for node in (a1, a2, b1):
-        wait_for(lambda node=node: node.client.get("/v1/topics/orders/route").json() == expected, what=f"the route on {node.url}")
+        wait_for(  # cast: mypy infers no type for a lambda with a default (it binds the loop's node)
+            cast("Callable[[], bool]", lambda node=node: node.client.get("/v1/topics/orders/route").json() == expected),
+            what=f"the route on {node.url}",
+        )
     assert b1.client.get("/v1/topics/nothing/route").json()["code"] == "TOPIC_NOT_FOUND"
 
     # The registration records, read from etcd itself.
@@ -59,7 +68,8 @@ def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_t
         assert r.status_code == 201, r.text
     assert b1.client.get("/v1/topics/orders/queues/0/messages", params={"offset": 0, "max": 10}).json()["messages"][0]["body"] == "via-b1-0"
     assert master_a.pull_all("orders", 0, 5) == [f"via-b1-{i}" for i in range(5)]
-    assert cluster_status(b1)["master"] == b1.url
+    status = cluster_status(b1)
+    assert status is not None and status["master"] == b1.url
     metrics = b1.client.get("/metrics").text
     assert "tidemq_cluster_master 1" in metrics and "tidemq_cluster_epoch 1" in metrics
     assert re.search(r"^tidemq_cluster_forwarded_total (\d+)", metrics, re.M) and "tidemq_cluster_forwarded_total 0" not in metrics
@@ -68,7 +78,7 @@ def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_t
     wait_for(lambda: [g["broker_name"] for g in a1.client.get("/v1/topics/payments/route").json().get("groups", [])] == ["b"], what="route")
 
 
-def test_role_is_refused_in_cluster_mode(etcd, tmp_path) -> None:
+def test_role_is_refused_in_cluster_mode(etcd: EtcdServer, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--cluster-etcd", etcd.url, "--broker-name", "a"]
     done = subprocess.run([*cmd, "--role", "master"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "a cluster's roles come from its elections" in done.stderr
@@ -82,7 +92,7 @@ def test_role_is_refused_in_cluster_mode(etcd, tmp_path) -> None:
     assert "the cluster's etcd did not answer" in done.stderr and "asking again (etcd_start_wait_ms)" in done.stderr
 
 
-def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_any_broker(brokers) -> None:
+def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_any_broker(brokers: Callable[..., Node]) -> None:
     a1, b1 = brokers("a1", "a", replication="async"), brokers("b1", "b", replication="async")
     wait_master([a1])
     wait_master([b1])
@@ -93,6 +103,7 @@ def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_
             r = node.client.post("/v1/topics/wide/messages", json={"body": f"{group}-{i}", "queue_id": 1}, headers=DIRECT)
             assert r.status_code == 201, r.text
     route = wait_for(lambda: (r := a1.client.get("/v1/topics/wide/route").json()) and len(r.get("groups", [])) == 2 and r, what="route")
+    assert route  # wait_for answers the truthy value: the route
     assert [(g["broker_name"], g["master"], g["queues"]) for g in route["groups"]] == [("a", a1.url, 2), ("b", b1.url, 2)]
     for node in (a1, b1):
         for group in ("a", "b"):
@@ -103,7 +114,7 @@ def test_a_topic_spanning_two_groups_is_pulled_by_broker_name_and_queue_id_from_
     assert r.status_code == 503 and r.json()["code"] == "NO_MASTER"
 
 
-def test_forwarding_over_https_trusts_the_configured_ca_and_only_it(brokers, tmp_path) -> None:
+def test_forwarding_over_https_trusts_the_configured_ca_and_only_it(brokers: Callable[..., Node], tmp_path: Path) -> None:
     certs = make_certs(tmp_path / "certs")
     client = {"verify": ssl.create_default_context(cafile=str(certs.ca))}
     tls = ("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
@@ -126,7 +137,7 @@ def test_forwarding_over_https_trusts_the_configured_ca_and_only_it(brokers, tmp
     assert r.status_code == 503 and r.json()["code"] == "FORWARD_FAILED", r.text
 
 
-def test_an_unreadable_forward_ca_file_refuses_the_start(etcd, tmp_path) -> None:
+def test_an_unreadable_forward_ca_file_refuses_the_start(etcd: EtcdServer, tmp_path: Path) -> None:
     config = tmp_path / "bad.toml"
     config.write_text(f'[cluster]\nforward_ca_file = "{tmp_path / "missing.pem"}"\n')
     cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--config", str(config),

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.timeout(60)
 SECRET = "correct horse battery staple"
 
 
-def start_master(root: Path, secret: str | None, **extra: object) -> tuple[DefaultMessageStore, HANode]:
-    settings = HASettings(role="master", ha_port=0, ha_secret=secret, **extra)  # type: ignore[arg-type]
+def start_master(root: Path, secret: str | None, **extra: Any) -> tuple[DefaultMessageStore, HANode]:
+    settings = HASettings(role="master", ha_port=0, ha_secret=secret, **extra)
     store = DefaultMessageStore(settings.apply_to(store_config(root)))
     store.load()
     node = attach(store, settings)
@@ -57,20 +58,28 @@ def open_master(tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
         store.shutdown()
 
 
+def refused_total(node: HANode) -> int:
+    """The master's count of refused peers (its HA service exists once it serves)."""
+    assert node.service is not None
+    return node.service.auth_refused_total
+
+
 def assert_dropped_after_challenge(node: HANode, sock: socket.socket, refused_before: int, words: str) -> None:
     """The peer got the master's challenge and nothing else: no REPLY, no offsets, no log byte; it was counted."""
     received = read_until_closed(sock)
     assert len(received) == CHALLENGE.size and received.startswith(CHALLENGE_MAGIC), received[:80]
     assert b"secret-body" not in received
     assert node.service is not None
-    wait_for(lambda: node.service.auth_refused_total == refused_before + 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
+    wait_for(lambda: refused_total(node) == refused_before + 1, 5.0, "the refusal to be counted")
     assert words in node.status()["last_auth_refusal"]["reason"]
     assert node.status()["refused_total"] == 0, "an unproven peer is never judged"
     metric_rows = {name: value for name, _, _, value in node.metrics()}
     assert metric_rows["tidemq_ha_auth_refused_total"] == refused_before + 1
 
 
-def test_a_peer_without_the_secret_is_dropped_before_any_log_byte_and_counted(master):
+def test_a_peer_without_the_secret_is_dropped_before_any_log_byte_and_counted(
+    master: tuple[DefaultMessageStore, HANode],
+) -> None:
     store, node = master
     sock = connect(node)
     with sock:
@@ -78,7 +87,7 @@ def test_a_peer_without_the_secret_is_dropped_before_any_log_byte_and_counted(ma
         assert_dropped_after_challenge(node, sock, 0, "without proving")
 
 
-def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(master):
+def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
     sock = connect(node)
     with sock:
@@ -90,11 +99,11 @@ def test_a_peer_with_a_wrong_hmac_is_dropped_before_any_log_byte_and_counted(mas
         sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + forged + hello)
         rest = read_until_closed(sock)
         assert rest == b"", "nothing after the challenge: no reply, no frames"
-    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
+    wait_for(lambda: refused_total(node) == 1, 5.0, "the refusal to be counted")
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
 
 
-def test_the_proof_covers_the_broker_id_a_slave_claims(master):
+def test_the_proof_covers_the_broker_id_a_slave_claims(master: tuple[DefaultMessageStore, HANode]) -> None:
     """A MAC made for one broker id does not carry another: a peer cannot acknowledge in another broker's name."""
     store, node = master
     sock = connect(node)
@@ -106,13 +115,13 @@ def test_the_proof_covers_the_broker_id_a_slave_claims(master):
         claimed = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:8002").pack()
         sock.sendall(OFFER.pack(OFFER_MAGIC, slave_nonce) + proof + claimed)
         assert read_until_closed(sock) == b"", "nothing after the challenge: no reply, no frames"
-    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
+    wait_for(lambda: refused_total(node) == 1, 5.0, "the refusal to be counted")
     assert "wrong HMAC" in node.status()["last_auth_refusal"]["reason"]
     assert node.service is not None and node.service.member_acks() == {}
     assert all(row["broker_id"] is None for row in node.status()["slaves"]), "the claim was never taken"
 
 
-def test_garbage_after_the_challenge_is_dropped_and_counted(master):
+def test_garbage_after_the_challenge_is_dropped_and_counted(master: tuple[DefaultMessageStore, HANode]) -> None:
     _, node = master
     sock = connect(node)
     with sock:
@@ -120,7 +129,7 @@ def test_garbage_after_the_challenge_is_dropped_and_counted(master):
         assert_dropped_after_challenge(node, sock, 0, "not a tidemq slave")
 
 
-def test_a_silent_peer_is_dropped_at_the_handshake_deadline(tmp_path):
+def test_a_silent_peer_is_dropped_at_the_handshake_deadline(tmp_path: Path) -> None:
     store, node = start_master(tmp_path / "m", SECRET, handshake_timeout_ms=300)
     try:
         sock = connect(node)
@@ -132,7 +141,9 @@ def test_a_silent_peer_is_dropped_at_the_handshake_deadline(tmp_path):
         store.shutdown()
 
 
-def test_a_slave_with_the_secret_is_accepted_verifies_the_master_and_gets_frames(master):
+def test_a_slave_with_the_secret_is_accepted_verifies_the_master_and_gets_frames(
+    master: tuple[DefaultMessageStore, HANode],
+) -> None:
     store, node = master
     sock = connect(node)
     with sock:
@@ -146,24 +157,26 @@ def test_a_slave_with_the_secret_is_accepted_verifies_the_master_and_gets_frames
     assert node.service is not None and node.service.auth_refused_total == 0
 
 
-def test_a_slave_without_a_secret_is_told_the_master_requires_one(master):
+def test_a_slave_without_a_secret_is_told_the_master_requires_one(master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = master
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="requires ha_secret"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, None, hello_for(store, 0))
-    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
+    wait_for(lambda: refused_total(node) == 1, 5.0, "the refusal to be counted")
 
 
-def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(open_master):
+def test_a_slave_with_a_secret_is_refused_by_a_master_without_one_and_counted(
+    open_master: tuple[DefaultMessageStore, HANode],
+) -> None:
     store, node = open_master
     sock = connect(node)
     with sock, pytest.raises(ProtocolViolation, match="does not authenticate"):
         slave_handshake(lambda n: recv_exact(sock, n), sock.sendall, SECRET.encode(), hello_for(store, 0))
-    wait_for(lambda: node.service.auth_refused_total == 1, 5.0, "the refusal to be counted")  # type: ignore[union-attr]
+    wait_for(lambda: refused_total(node) == 1, 5.0, "the refusal to be counted")
     assert "this master has none" in node.status()["last_auth_refusal"]["reason"]
 
 
-def test_without_secrets_on_either_side_the_handshake_is_unchanged(open_master):
+def test_without_secrets_on_either_side_the_handshake_is_unchanged(open_master: tuple[DefaultMessageStore, HANode]) -> None:
     store, node = open_master
     sock = connect(node)
     with sock:
@@ -194,7 +207,7 @@ def fake_master(proof_secret: bytes) -> tuple[socket.socket, threading.Thread]:
     return slave_end, thread
 
 
-def test_a_fake_master_without_the_secret_is_not_believed():
+def test_a_fake_master_without_the_secret_is_not_believed() -> None:
     hello = Hello(VERSION, FILE_SIZE, 0, 0, 0, 0, "http://127.0.0.1:1")
     sock, thread = fake_master(b"a guess at the secret")
     with sock, pytest.raises(ProtocolViolation, match="did not prove"):
@@ -206,6 +219,6 @@ def test_a_fake_master_without_the_secret_is_not_believed():
     thread.join(5)
 
 
-def test_a_short_secret_is_refused_at_start():
+def test_a_short_secret_is_refused_at_start() -> None:
     with pytest.raises(ConfigInvalid, match="at least 16"):
         HASettings(role="master", ha_secret="short").validate()

@@ -7,13 +7,16 @@ tests/ha/test_state_replication.py runs and promotes a pair.
 
 from __future__ import annotations
 
-from tests.ha.cluster import caught_up, free_port
+from collections.abc import Callable
+
+from tests.ha.cluster import Node, caught_up
+from tests.loopback import free_port
 from tests.waiting import wait_for
 
 TOPIC = "payments"
 
 
-def test_a_promoted_slave_answers_a_key_its_master_stored_as_a_duplicate(cluster) -> None:
+def test_a_promoted_slave_answers_a_key_its_master_stored_as_a_duplicate(cluster: Callable[..., Node]) -> None:
     ha_port = free_port()
     master = cluster("master", "master", ha_port=ha_port, replication="sync")
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.ha.cluster import Node, caught_up
+from tests.ha.cluster import FaultProxy, Node, caught_up
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -32,7 +32,7 @@ def restart_against(slave: Node, master: Node) -> dict[str, Any]:
     return wait_for(lambda: (h := slave.ha())["diverged"] and h, what="the slave to report divergence")
 
 
-def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster):
+def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster: Callable[..., Node]) -> None:
     long_master = cluster("long", "master")
     for i in range(40):
         assert long_master.produce("ev", f"long{i}").status_code == 201
@@ -49,7 +49,7 @@ def test_slave_pointed_at_a_master_with_a_shorter_log_reports_divergence(cluster
     assert master_view["diverged"] is True and master_view["refused_total"] >= 1
 
 
-def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster):
+def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster: Callable[..., Node]) -> None:
     other = cluster("other", "master")
     assert other.produce("ev", "other-history").status_code == 201
     slave, held = stopped_copy_of(cluster, other)
@@ -63,7 +63,9 @@ def test_slave_whose_bytes_differ_from_the_master_reports_divergence(cluster):
     assert slave.max_offset() == held
 
 
-def test_connection_cut_mid_frame_leaves_whole_messages_and_resumes(cluster, proxies):
+def test_connection_cut_mid_frame_leaves_whole_messages_and_resumes(
+    cluster: Callable[..., Node], proxies: Callable[[int], FaultProxy]
+) -> None:
     master = cluster("master", "master")
     bodies = [f"c{i}-" + "y" * 500 for i in range(200)]
     for body in bodies:
@@ -78,7 +80,9 @@ def test_connection_cut_mid_frame_leaves_whole_messages_and_resumes(cluster, pro
     assert slave.pull_all("ev", 0, 200) == bodies
 
 
-def test_slave_paused_longer_than_the_heartbeat_keeps_its_connection(cluster, proxies):
+def test_slave_paused_longer_than_the_heartbeat_keeps_its_connection(
+    cluster: Callable[..., Node], proxies: Callable[[int], FaultProxy]
+) -> None:
     master = cluster("master", "master", replication="sync")
     proxy = proxies(master.ha_port)
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")
@@ -100,7 +104,9 @@ def test_slave_paused_longer_than_the_heartbeat_keeps_its_connection(cluster, pr
     assert slave.pull_all("ev", 0, 3) == ["before", "during", "after"]
 
 
-def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(cluster, proxies):
+def test_slave_paused_past_housekeeping_is_dropped_and_reconnects(
+    cluster: Callable[..., Node], proxies: Callable[[int], FaultProxy]
+) -> None:
     master = cluster("master", "master", replication="sync")
     proxy = proxies(master.ha_port)
     slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{proxy.port}")

@@ -61,7 +61,7 @@ def master(tmp_path: Path) -> Iterator[tuple[DefaultMessageStore, HANode]]:
         result = store.put_message(build_message("T", f"body-{i}".encode() * 20, 0))
         assert result.ok
         offsets.append(result.items[0].wrote_offset)
-    node.offsets = offsets  # type: ignore[attr-defined]
+    node.offsets = offsets  # type: ignore[attr-defined]  # the test reads the offsets it put through the node it yields
     try:
         yield store, node
     finally:

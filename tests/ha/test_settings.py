@@ -18,13 +18,13 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> HASettings:
     return from_args(parser.parse_args(argv), env or {})
 
 
-def test_defaults_are_standalone_async():
+def test_defaults_are_standalone_async() -> None:
     s = parse([])
     assert (s.role, s.ha_port, s.replication) == ("standalone", 10912, "async")
     assert s.broker_role() is BrokerRole.ASYNC_MASTER
 
 
-def test_roles_map_to_store_roles():
+def test_roles_map_to_store_roles() -> None:
     assert parse(["--role", "master", "--replication", "sync"]).broker_role() is BrokerRole.SYNC_MASTER
     assert parse(["--role", "master"]).broker_role() is BrokerRole.ASYNC_MASTER
     slave = parse(["--role", "slave", "--master-ha-address", "127.0.0.1:10912"])
@@ -32,7 +32,7 @@ def test_roles_map_to_store_roles():
     assert config.broker_role is BrokerRole.SLAVE
 
 
-def test_environment_fills_what_the_command_line_leaves_out():
+def test_environment_fills_what_the_command_line_leaves_out() -> None:
     env = {"TIDEMQ_ROLE": "slave", "TIDEMQ_MASTER_HA_ADDRESS": "127.0.0.1:7000", "TIDEMQ_HA_PORT": "7001", "TIDEMQ_REPLICATION": "sync"}
     s = parse([], env)
     assert (s.role, s.master_ha_address, s.ha_port, s.replication) == ("slave", "127.0.0.1:7000", 7001, "sync")
@@ -51,12 +51,12 @@ def test_environment_fills_what_the_command_line_leaves_out():
         (["--role", "slave", "--master-ha-address", "h:0"], {}, "host:port"),
     ],
 )
-def test_bad_settings_are_refused(argv, env, words):
+def test_bad_settings_are_refused(argv: list[str], env: dict[str, str], words: str) -> None:
     with pytest.raises(ConfigInvalid, match=words):
         parse(argv, env)
 
 
-def test_attach_refuses_a_store_built_with_another_role(tmp_path):
+def test_attach_refuses_a_store_built_with_another_role(tmp_path: Path) -> None:
     store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=str(tmp_path)))
     before = list(store.extra_services)
     with pytest.raises(AssertionError):
@@ -64,7 +64,7 @@ def test_attach_refuses_a_store_built_with_another_role(tmp_path):
     assert attach(store, HASettings()) is None and store.extra_services == before
 
 
-def test_master_whose_port_is_taken_fails_at_attach(tmp_path):
+def test_master_whose_port_is_taken_fails_at_attach(tmp_path: Path) -> None:
     import socket
 
     from ha import HAStartFailed
@@ -80,7 +80,7 @@ def test_master_whose_port_is_taken_fails_at_attach(tmp_path):
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.0.0.1", "mq-1.internal"])
-def test_a_master_beyond_loopback_without_ha_secret_refuses_to_start(tmp_path, host):
+def test_a_master_beyond_loopback_without_ha_secret_refuses_to_start(tmp_path: Path, host: str) -> None:
     from ha import HAStartFailed
 
     settings = HASettings(role="master", ha_port=0, ha_host=host)
@@ -92,7 +92,7 @@ def test_a_master_beyond_loopback_without_ha_secret_refuses_to_start(tmp_path, h
     assert HASettings(role="master", ha_host="localhost").exposure_problem() is None
 
 
-def test_serve_refuses_a_master_beyond_loopback_without_ha_secret(tmp_path):
+def test_serve_refuses_a_master_beyond_loopback_without_ha_secret(tmp_path: Path) -> None:
     """As the HTTP port without an ACL: a one-line refusal and exit status 3, before anything listens."""
     import subprocess
     import sys

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tests.interop.rocketmq_store import (
     COMPRESSED_FLAG,
@@ -83,13 +84,13 @@ class _Producer:
         self.clock = base_ms
         self.counter = 0
 
-    def put(self, topic: str, queue_id: int, body: bytes, born: Host = BORN_V4, store: Host = STORE_V4, **kw: object) -> Message:
+    def put(self, topic: str, queue_id: int, body: bytes, born: Host = BORN_V4, store: Host = STORE_V4, **kw: Any) -> Message:
         self.clock += 7
         self.counter += 1
-        props = {"WAIT": "true", "CLUSTER": "DefaultCluster", **kw.pop("properties", {})}  # type: ignore[dict-item]
+        props = {"WAIT": "true", "CLUSTER": "DefaultCluster", **kw.pop("properties", {})}
         uniq = kw.pop("uniq", None) or uniq_key(born.ip, 4242, 0x1B6D3586, self.clock - 3, self.counter)
         born_ms = kw.pop("born_ms", None) or self.clock - 3
-        msg = Message(topic, queue_id, body, born, store, born_ms, self.clock, uniq=uniq, properties=props, **kw)  # type: ignore[arg-type]
+        msg = Message(topic, queue_id, body, born, store, born_ms, self.clock, uniq=uniq, properties=props, **kw)
         return self.writer.append(msg)
 
 

@@ -10,6 +10,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 from tests.interop import scenario
 from tests.interop.rocketmq_store import (
@@ -34,8 +35,8 @@ V6_BORN = Host("2001:db8::20", 6)
 SMALL = StoreLayout(commitlog_file_bytes=256, cq_file_bytes=200, hash_slots=8, index_entries=32)
 
 
-def _msg(body: bytes = b"hello", born: Host = V4_BORN, store: Host = V4_STORE, **kw: object) -> Message:
-    return Message("T", 1, body, born, store, 1000, 2000, tags="A", keys=["k1"], **kw)  # type: ignore[arg-type]
+def _msg(body: bytes = b"hello", born: Host = V4_BORN, store: Host = V4_STORE, **kw: Any) -> Message:
+    return Message("T", 1, body, born, store, 1000, 2000, tags="A", keys=["k1"], **kw)
 
 
 def _int(buf: bytes, pos: int) -> int:

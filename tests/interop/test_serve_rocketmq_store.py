@@ -246,7 +246,8 @@ def test_the_overdue_delayed_message_is_delivered_with_rocketmqs_properties(serv
 
     def found() -> bool:
         reply.update(served.client.get("/v1/topics/delayed/queues/0/messages", params={"offset": 1}).json())
-        return reply["status"] == "FOUND"
+        delivered: bool = reply["status"] == "FOUND"
+        return delivered
 
     wait_for(found, POLL_TIMEOUT_S, what=lambda: f"the overdue message to be delivered: {reply}", poll_s=0.05)
     copy = reply["messages"][0]

@@ -10,6 +10,7 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ OK, ACKED, SUPERSEDED = AckOutcome.OK, AckOutcome.ALREADY_ACKED, AckOutcome.HAND
 
 
 @pytest.fixture
-def store(tmp_path) -> Iterator[DefaultMessageStore]:
+def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
     cfg = small_config(str(tmp_path / "store"), pop_ack_margin_ms=50, pop_revive_interval_ms=10, pop_revive_queue_num=2)
     s = open_store(cfg)
     try:
@@ -109,7 +110,7 @@ def test_racing_acks_of_one_handle_store_one_record_and_answer_ok_once(store: De
     assert acked_count(store, "orders") == 1
 
 
-def test_past_its_bound_the_table_forgets_the_handle_that_expires_first(tmp_path) -> None:
+def test_past_its_bound_the_table_forgets_the_handle_that_expires_first(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "store"), pop_acked_handles_max=2, pop_ack_margin_ms=50, pop_revive_interval_ms=10)
     store = open_store(cfg)
     try:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,8 +50,8 @@ def run_and_kill(store_dir: str, kill_after_s: float) -> list[tuple[str, int, in
     return acked
 
 
-def read_queue(store: DefaultMessageStore, queue_id: int) -> list[dict]:
-    out: list[dict] = []
+def read_queue(store: DefaultMessageStore, queue_id: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     offset = 0
     while True:
         with store.get_message("check", "Crash", queue_id, offset, 32) as r:
@@ -69,7 +71,7 @@ def read_queue(store: DefaultMessageStore, queue_id: int) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_sigkill_loses_no_acknowledged_message(tmp_path, seed: int) -> None:
+def test_sigkill_loses_no_acknowledged_message(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     store_dir = str(tmp_path / "crash")
     all_acked: list[tuple[str, int, int]] = []

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import struct
 import time
+from pathlib import Path
 
 import pytest
 
-from store import build_message
+from store import DefaultMessageStore, build_message
 from store.index.index_file import HEADER_BYTES, IndexFile, key_hash
 from store.index.index_service import IndexService
 from tests.store.conftest import open_store, small_config, wait_dispatched
@@ -16,7 +17,7 @@ from tests.store.conftest import open_store, small_config, wait_dispatched
 FAR = 2**62
 
 
-def test_index_file_layout(tmp_path) -> None:
+def test_index_file_layout(tmp_path: Path) -> None:
     path = str(tmp_path / "20260101000000000")
     f = IndexFile(path, slot_num=8, index_num=16)
     assert f.put_key("t#a", 100, 1_000_000)
@@ -39,14 +40,14 @@ def test_index_file_layout(tmp_path) -> None:
     again.close()
 
 
-def test_full_index_file_refuses(tmp_path) -> None:
+def test_full_index_file_refuses(tmp_path: Path) -> None:
     f = IndexFile(str(tmp_path / "1"), slot_num=4, index_num=3)
     assert f.put_key("a", 1, 1) and f.put_key("b", 2, 2)
     assert not f.put_key("c", 3, 3)
     f.close()
 
 
-def test_query_by_key_confirms_hits_against_messages(store) -> None:
+def test_query_by_key_confirms_hits_against_messages(store: DefaultMessageStore) -> None:
     # "Aa" and "BB" collide in Java's hash: the index returns both, the store keeps the right one.
     r1 = store.put_message(build_message("T", b"one", keys=["Aa"]))
     r2 = store.put_message(build_message("T", b"two", keys=["BB"]))
@@ -59,7 +60,7 @@ def test_query_by_key_confirms_hits_against_messages(store) -> None:
     assert r2.ok
 
 
-def test_forced_hash_collisions_in_one_slot(tmp_path) -> None:
+def test_forced_hash_collisions_in_one_slot(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "s"), max_hash_slot_num=1, max_index_num=500)
     s = open_store(cfg)
     try:
@@ -73,7 +74,7 @@ def test_forced_hash_collisions_in_one_slot(tmp_path) -> None:
         s.shutdown()
 
 
-def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path) -> None:
+def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "s"), max_index_num=20)
     s = open_store(cfg)
     try:
@@ -92,7 +93,7 @@ def test_uniq_key_lookup_and_newest_first_across_rolled_files(tmp_path) -> None:
         s.shutdown()
 
 
-def test_time_range_filters(store) -> None:
+def test_time_range_filters(store: DefaultMessageStore) -> None:
     store.put_message(build_message("T", b"old", keys=["k"]))
     wait_dispatched(store)
     time.sleep(2.1)  # the two messages' store times must lie well apart (the query below allows 1.5 s)
@@ -103,7 +104,7 @@ def test_time_range_filters(store) -> None:
     assert [m["body"] for m in store.query_message("T", "k", 10, 0, mark - 1500)] == [b"old"]
 
 
-def test_a_key_query_returns_at_most_max_msgs_num_batch(tmp_path) -> None:
+def test_a_key_query_returns_at_most_max_msgs_num_batch(tmp_path: Path) -> None:
     """RocketMQ's IndexService.queryOffset caps maxNum at maxMsgsNumBatch (64 by default)."""
     s = open_store(small_config(str(tmp_path / "s"), max_msgs_num_batch=5))
     try:
@@ -118,7 +119,7 @@ def test_a_key_query_returns_at_most_max_msgs_num_batch(tmp_path) -> None:
     assert small_config("x").max_msgs_num_batch == 64
 
 
-def test_the_index_walk_stops_after_the_first_file_begun_before_the_range(tmp_path) -> None:
+def test_the_index_walk_stops_after_the_first_file_begun_before_the_range(tmp_path: Path) -> None:
     """Files are read newest first; once one began before `begin`, no older file is read
     (RocketMQ's IndexService.queryOffset). An older file whose entries claim later times
     (written before the clock stepped back) is therefore not consulted."""
@@ -140,7 +141,7 @@ def test_the_index_walk_stops_after_the_first_file_begun_before_the_range(tmp_pa
         service.shutdown()
 
 
-def test_a_message_put_after_a_restart_past_the_loaded_blocks_is_found_by_offset_and_key(tmp_path) -> None:
+def test_a_message_put_after_a_restart_past_the_loaded_blocks_is_found_by_offset_and_key(tmp_path: Path) -> None:
     """A reopened file's readable bytes were bounded by the blocks it had when loaded, and that bound never
     moved: a message put after a restart, further into the same file, was not found by offset or key until
     the next restart (the timer's and the delay levels' checks after a failover read it so)."""

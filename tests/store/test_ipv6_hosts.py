@@ -5,6 +5,7 @@ published layout (tests/store/rocketmq_records.py)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -172,7 +173,7 @@ def mixed_records(n: int) -> list[Record]:
 
 
 @pytest.mark.parametrize("crashed", [True, False])
-def test_recovery_keeps_a_log_of_v6_records_and_dispatch_serves_them(tmp_path, crashed: bool) -> None:
+def test_recovery_keeps_a_log_of_v6_records_and_dispatch_serves_them(tmp_path: Path, crashed: bool) -> None:
     config = small_config(str(tmp_path / "store"))
     records = mixed_records(40)
     starts = write_commit_log(config.commit_log_dir(), config.mapped_file_size_commit_log_bytes, records)
@@ -202,7 +203,7 @@ def test_recovery_keeps_a_log_of_v6_records_and_dispatch_serves_them(tmp_path, c
         s.shutdown()
 
 
-def test_a_v6_born_host_put_is_stored_with_its_flag_and_read_back(tmp_path) -> None:
+def test_a_v6_born_host_put_is_stored_with_its_flag_and_read_back(tmp_path: Path) -> None:
     config = small_config(str(tmp_path / "store"))
     s = open_store(config)
     try:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,7 +27,7 @@ ops = st.lists(
 )
 
 
-def outcome(fn):  # type: ignore[no-untyped-def]
+def outcome(fn: Callable[..., object]) -> tuple[str, object]:
     """What a call gives: its value, or the kind of error it raises (the two must raise alike)."""
     try:
         return ("ok", fn())
@@ -34,7 +37,7 @@ def outcome(fn):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=150, deadline=None)
 @given(ops)
-def test_slices_bytes_and_find_match_mmap(tmp_path_factory, steps) -> None:
+def test_slices_bytes_and_find_match_mmap(tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[Any, ...]]) -> None:
     path = tmp_path_factory.mktemp("m") / "f"
     with open(path, "wb") as f:
         f.truncate(SIZE)
@@ -72,7 +75,7 @@ def test_slices_bytes_and_find_match_mmap(tmp_path_factory, steps) -> None:
         ref.close()
 
 
-def test_a_mapping_keeps_no_descriptor_and_refuses_to_close_under_a_view(tmp_path) -> None:
+def test_a_mapping_keeps_no_descriptor_and_refuses_to_close_under_a_view(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(bytes(8192))
     before = set(os.listdir("/proc/self/fd"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ GROUP = "billing"
 
 
 @pytest.fixture
-def store(tmp_path) -> Iterator[DefaultMessageStore]:
+def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
     cfg = small_config(str(tmp_path / "store"), pop_ack_margin_ms=50, pop_revive_interval_ms=10, pop_revive_queue_num=2)
     s = open_store(cfg)
     try:
@@ -177,7 +178,7 @@ def test_fifo_message_dead_lettered_after_its_attempts(store: DefaultMessageStor
     assert store.get_max_offset_in_queue(dlq_topic(GROUP), 0) == 1
 
 
-def test_records_go_to_the_revive_topic_and_survive_a_reopen(tmp_path) -> None:
+def test_records_go_to_the_revive_topic_and_survive_a_reopen(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "store"), pop_ack_margin_ms=50, pop_revive_interval_ms=10, pop_revive_queue_num=2)
     s = open_store(cfg)
     produce(s, "orders", ["a", "b"], queues=1)
@@ -187,7 +188,10 @@ def test_records_go_to_the_revive_topic_and_survive_a_reopen(tmp_path) -> None:
     # One checkpoint, one ack: timer messages due at their revive time (in the timer until then), in the
     # timer's queue once the next dispatch pass reached them (the store's own records are dispatched lazily).
     wait_dispatched(s)
-    assert sum(s.get_max_offset_in_queue(revive, q) for q in range(2)) + s.timer_status()["pending"] == 2
+    in_queues = sum(s.get_max_offset_in_queue(revive, q) for q in range(2))
+    status = s.timer_status()
+    assert status is not None
+    assert in_queues + status["pending"] == 2
     s.shutdown()
     s = open_store(cfg)
     try:
@@ -213,10 +217,11 @@ def test_messages_in_flight_are_held_in_files_not_in_the_revive_service(store: D
     time.sleep(0.2)  # several revive passes
     stats = store.group_consumption.stats()
     assert stats["revive_in_memory"] == 0 and stats["revived"] == 0
-    assert store.timer_status()["pending"] >= 4_000 // 32
+    status = store.timer_status()
+    assert status is not None and status["pending"] >= 4_000 // 32
 
 
-def test_a_fifo_batch_stays_invisible_across_a_reopen(tmp_path) -> None:
+def test_a_fifo_batch_stays_invisible_across_a_reopen(tmp_path: Path) -> None:
     cfg = small_config(str(tmp_path / "store"), pop_ack_margin_ms=50, pop_revive_interval_ms=10)
     s = open_store(cfg)
     try:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import cast
 
 import pytest
 
-from store import BrokerRole, DefaultMessageStore, PutRefusal, build_message, deliver_at
+from store import BrokerRole, DefaultMessageStore, MessageStoreConfig, PutRefusal, TimerStatus, build_message, deliver_at
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.store.test_timer import timer_config, wait_delivered
 from tests.waiting import wait_for
 
 
-def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
+def test_a_slave_made_master_accepts_puts_and_back(config: MessageStoreConfig) -> None:
     config.broker_role = BrokerRole.SLAVE
     s = open_store(config)
     try:
@@ -27,7 +29,7 @@ def test_a_slave_made_master_accepts_puts_and_back(config) -> None:
         s.shutdown()
 
 
-def test_a_promoted_slave_continues_the_queue_offsets_it_replicated(tmp_path) -> None:
+def test_a_promoted_slave_continues_the_queue_offsets_it_replicated(tmp_path: Path) -> None:
     master = open_store(small_config(str(tmp_path / "m")))
     slave = open_store(small_config(str(tmp_path / "s"), broker_role=BrokerRole.SLAVE))
     try:
@@ -53,7 +55,7 @@ def test_a_promoted_slave_continues_the_queue_offsets_it_replicated(tmp_path) ->
 
 
 @pytest.mark.parametrize("crashed", [False, True])
-def test_the_recovery_limit_cuts_the_log_its_queues_and_its_index(config, crashed: bool) -> None:
+def test_the_recovery_limit_cuts_the_log_its_queues_and_its_index(config: MessageStoreConfig, crashed: bool) -> None:
     s = open_store(config)
     kept = [s.put_message(build_message("R", f"kept-{i}".encode() * 50, queue_id=0, keys=[f"k{i}"])) for i in range(200)]
     limit = s.commit_log_max_offset()
@@ -81,7 +83,7 @@ def test_the_recovery_limit_cuts_the_log_its_queues_and_its_index(config, crashe
         s.shutdown()
 
 
-def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_delivered(tmp_path) -> None:
+def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_delivered(tmp_path: Path) -> None:
     """The old master delivered a slot after its last progress record (here it recorded none), so the
     promoted slave must check the slot's units against the index before putting them. The election is
     held half-way, as a delay-level scan in progress holds it (the scan's lock): a role that read master
@@ -101,7 +103,9 @@ def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_deliver
             offset += len(data)
         wait_dispatched(slave)
         wait_for(lambda: slave.get_max_offset_in_queue("T", 0) == 3, what="the slave to hold the master's deliveries")
-        assert slave.timer_status()["read_time_ms"] < due  # nothing told the slave that the slot was delivered
+        status = slave.timer_status()
+        assert status is not None
+        assert status["read_time_ms"] < due  # nothing told the slave that the slot was delivered
 
         scan_lock = slave.schedule_service._pass_lock
         with scan_lock:
@@ -110,10 +114,14 @@ def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_deliver
             time.sleep(0.6)  # three passes of the timer's idle wait (200 ms) while the election waits for the scan
         election.join(10)
         assert not election.is_alive() and slave.config.broker_role is BrokerRole.SYNC_MASTER
-        wait_for(lambda: slave.timer_status()["read_time_ms"] > due, what="the promoted slave's timer to pass the slot")
+        wait_for(
+            lambda: cast("TimerStatus", slave.timer_status())["read_time_ms"] > due,
+            what="the promoted slave's timer to pass the slot",
+        )
         wait_dispatched(slave)
         assert slave.get_max_offset_in_queue("T", 0) == 3
-        assert slave.timer_status()["deduplicated"] == 3
+        status = slave.timer_status()
+        assert status is not None and status["deduplicated"] == 3
         assert [m["body"] for m in wait_delivered(slave, "T", 3)] == [m["body"] for m in delivered]
     finally:
         master.shutdown()
@@ -121,7 +129,9 @@ def test_a_promoted_slave_does_not_deliver_again_a_timer_slot_its_master_deliver
 
 
 @pytest.mark.parametrize("index_setting", ["message_index_enable", "message_index_uniq_key_enable"])
-def test_a_replicated_store_without_the_key_index_says_what_a_failover_may_deliver_again(tmp_path, caplog, index_setting) -> None:
+def test_a_replicated_store_without_the_key_index_says_what_a_failover_may_deliver_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, index_setting: str
+) -> None:
     # A new master finds what its old master delivered after its last progress record by UNIQ_KEY in the index.
     s = open_store(small_config(str(tmp_path / "s"), **{index_setting: False}))
     try:
@@ -132,7 +142,7 @@ def test_a_replicated_store_without_the_key_index_says_what_a_failover_may_deliv
         s.shutdown()
 
 
-def test_a_replicated_store_with_the_key_index_warns_of_nothing(tmp_path, caplog) -> None:
+def test_a_replicated_store_with_the_key_index_warns_of_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     s = open_store(small_config(str(tmp_path / "s")))
     try:
         with caplog.at_level("WARNING", logger="tidemq.store"):

@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,8 +87,8 @@ def opened() -> Iterator[Opened]:
             store.shutdown()
 
 
-def queue_messages(store: DefaultMessageStore, topic: str, queue_id: int) -> list[dict]:
-    out: list[dict] = []
+def queue_messages(store: DefaultMessageStore, topic: str, queue_id: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     offset = store.get_min_offset_in_queue(topic, queue_id)
     while True:
         with store.get_message("g", topic, queue_id, offset, 32) as res:
@@ -156,7 +157,10 @@ def test_delayed_put_waits_in_schedule_topic_until_due_then_reaches_its_queue(tm
     assert scheduled["properties"]["REAL_QID"] == "2"
     assert scheduled["properties"]["DELAY"] == "2"
     due = scheduled["store_timestamp"] + 2_000
-    assert store.find_consume_queue(SCHEDULE_TOPIC, 1).read_entry(0)[2] == due
+    cq = store.find_consume_queue(SCHEDULE_TOPIC, 1)
+    assert cq is not None
+    entry = cq.read_entry(0)
+    assert entry is not None and entry[2] == due
 
     store.schedule_service.scan_once()
     assert store.get_max_offset_in_queue("Orders", 2) == 0, "delivered before its due time"
@@ -212,7 +216,10 @@ def test_a_delivered_copy_keeps_its_delay_properties_and_is_delivered_exactly_on
         "Once",
         "1",
     )
-    assert store.find_consume_queue("Once", 1).read_entry(0)[2] == tags_hash("TagA")  # a tag's code, not a due time
+    cq = store.find_consume_queue("Once", 1)
+    assert cq is not None
+    entry = cq.read_entry(0)
+    assert entry is not None and entry[2] == tags_hash("TagA")  # a tag's code, not a due time
 
     # Put again as it is stored (what a retry or dead-letter copy does), it is not delayed again.
     again = MessageInner("Once", delivered["body"], 0, dict(delivered["properties"]))
@@ -354,6 +361,7 @@ def test_restart_before_the_due_time_still_waits_for_it(tmp_path: Path, opened: 
     assert level["oldest_age_ms"] == clock.now_ms() - scheduled["store_timestamp"]
     assert store.get_max_offset_in_queue("Hourly", 0) == 0
 
+    assert level["oldest_due_in_ms"] is not None
     clock.advance_ms(level["oldest_due_in_ms"])
     store.schedule_service.scan_once()
     wait_for(lambda: store.get_max_offset_in_queue("Hourly", 0) == 1, 10, "the delayed messages delivered")

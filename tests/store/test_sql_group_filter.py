@@ -5,6 +5,8 @@ filter is refused before anything is recorded."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from store import FilterInvalid, SubscriptionGroup
 from store.pop.subscription_group_manager import FILE_NAME, SubscriptionGroupManager
 
 
-def test_the_filter_travels_in_the_record_the_snapshot_and_the_file(tmp_path) -> None:
+def test_the_filter_travels_in_the_record_the_snapshot_and_the_file(tmp_path: Path) -> None:
     groups = SubscriptionGroupManager(str(tmp_path))
     assert groups.put(SubscriptionGroup("eu", 5, False, filter_sql="region = 'eu' AND amount > 100.0"))
     assert groups.put(SubscriptionGroup("plain", 3))
@@ -41,7 +43,7 @@ def test_the_filter_travels_in_the_record_the_snapshot_and_the_file(tmp_path) ->
     assert slave.get("eu") == reloaded.get("eu") and slave.get("plain") == reloaded.get("plain")
 
 
-def test_a_bad_filter_is_refused_before_anything_is_recorded(tmp_path) -> None:
+def test_a_bad_filter_is_refused_before_anything_is_recorded(tmp_path: Path) -> None:
     groups = SubscriptionGroupManager(str(tmp_path))
     groups.put(SubscriptionGroup("g", 4, False, filter_sql="a = 1"))
     with pytest.raises(FilterInvalid) as caught:
@@ -55,7 +57,7 @@ def test_a_bad_filter_is_refused_before_anything_is_recorded(tmp_path) -> None:
     [{"expressionType": "SQL92", "expression": "a = "}, {"expressionType": "TAG", "expression": "a"}, {"expressionType": "SQL92"},
      {"expression": "a = 1"}, {"expressionType": "SQL92", "expression": 5}],
 )  # fmt: skip
-def test_a_file_with_a_bad_filter_is_refused_at_load(tmp_path, fields) -> None:
+def test_a_file_with_a_bad_filter_is_refused_at_load(tmp_path: Path, fields: dict[str, Any]) -> None:
     doc = {**SubscriptionGroup("g").to_rocketmq(), **fields}
     (tmp_path / FILE_NAME).write_text(json.dumps({"subscriptionGroupTable": {"g": doc}}))
     with pytest.raises(ConfigInvalid):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+from typing import Any, cast
 
 from core import FakeClock
-from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageStoreConfig, PutRefusal, build_message, deliver_at
+from store import SCHEDULE_TOPIC, DefaultMessageStore, MessageStoreConfig, PutRefusal, TimerStatus, build_message, deliver_at
 from store.timer.timer_log import UNIT_SIZE
 from tests.store.conftest import open_store, small_config, wait_dispatched
 from tests.waiting import wait_for
@@ -26,11 +28,17 @@ def timer_config(root: str, **overrides: object) -> MessageStoreConfig:
     return small_config(root, **values)
 
 
-def wait_delivered(store: DefaultMessageStore, topic: str, n: int, timeout_s: float = 15.0, queue_id: int = 0) -> list[dict]:
+def wait_delivered(
+    store: DefaultMessageStore,
+    topic: str,
+    n: int,
+    timeout_s: float = 15.0,
+    queue_id: int = 0,
+) -> list[dict[str, Any]]:
     wait_for(lambda: store.get_max_offset_in_queue(topic, queue_id) >= n, timeout_s, f"{n} messages delivered to {topic}/{queue_id}")
     cq = store.find_consume_queue(topic, queue_id)
     assert cq is not None
-    out = []
+    out: list[dict[str, Any]] = []
     for i in range(cq.get_max_offset_in_queue()):
         entry = cq.read_entry(i)
         assert entry is not None
@@ -52,7 +60,7 @@ def slot_of(due: int) -> int:
     return due - due % PRECISION_MS - (PRECISION_MS if due % PRECISION_MS == 0 else 0)
 
 
-def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> None:
+def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path: Path) -> None:
     """On a FakeClock, so that the timing is the store's decision, not the scheduler's: the slot is
     left while the clock is before its end and delivered once the clock reaches it."""
     clock = FakeClock()
@@ -66,8 +74,14 @@ def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> No
         slot_end = slot + PRECISION_MS
         assert due <= slot_end < due + PRECISION_MS
         clock.set_ms(slot_end - 1)
-        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, what="the message never reached the wheel")
-        wait_for(lambda: store.timer_status()["read_time_ms"] == slot, what="the dequeue service never reached the slot")
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] == 1,
+            what="the message never reached the wheel",
+        )
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["read_time_ms"] == slot,
+            what="the dequeue service never reached the slot",
+        )
         assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
         clock.set_ms(slot_end)
         [got] = wait_delivered(store, "T", 1)
@@ -78,8 +92,9 @@ def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> No
         assert (props["REAL_TOPIC"], props["REAL_QID"]) == ("T", "0")
         assert {"TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS"} <= set(props)
         # The copy is readable before the dequeue service counts it: the counters follow.
-        wait_for(lambda: store.timer_status()["delivered"] == 1, what="the delivery was never counted")
+        wait_for(lambda: cast("TimerStatus", store.timer_status())["delivered"] == 1, what="the delivery was never counted")
         status = store.timer_status()
+        assert status is not None
         assert status["pending"] == 0 and status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
         # The delivered copy went to its topic as it was: not to the timer topic again.
         assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 1 and store.get_max_offset_in_queue("T", 0) == 1
@@ -87,7 +102,7 @@ def test_a_message_is_delivered_within_the_precision_not_a_level(tmp_path) -> No
         store.shutdown()
 
 
-def test_past_times_deliver_at_once_and_too_long_is_refused(tmp_path) -> None:
+def test_past_times_deliver_at_once_and_too_long_is_refused(tmp_path: Path) -> None:
     store = open_store(timer_config(str(tmp_path / "s")))
     try:
         past = deliver_at(build_message("T", b"p", 0), int(time.time() * 1000) - 5_000)
@@ -102,7 +117,7 @@ def test_past_times_deliver_at_once_and_too_long_is_refused(tmp_path) -> None:
         store.shutdown()
 
 
-def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> None:
+def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path: Path) -> None:
     """On a FakeClock (the schedule service's time; store times stay the wall clock's): a level-1 message
     asking for a 60 s timer as well is a level-1 delay, due 1 s after its store time, and not a timer."""
     clock = FakeClock()
@@ -110,7 +125,9 @@ def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> N
     try:
         msg = build_message("T", b"lvl", 0, delay_level=1, properties={"TIMER_DELAY_MS": "60000"})
         assert store.put_message(msg).ok and msg.topic == SCHEDULE_TOPIC
-        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0 and store.timer_status()["pending"] == 0
+        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0
+        status = store.timer_status()
+        assert status is not None and status["pending"] == 0
         wait_for(lambda: store.get_max_offset_in_queue(SCHEDULE_TOPIC, 0) == 1, what="the delayed message was never dispatched")
         cq = store.find_consume_queue(SCHEDULE_TOPIC, 0)
         entry = cq.read_entry(0) if cq is not None else None
@@ -126,12 +143,14 @@ def test_delay_levels_are_unchanged_and_win_over_timer_properties(tmp_path) -> N
         [got] = wait_delivered(store, "T", 1)
         assert got["body"] == b"lvl" and "TIMER_DELAY_MS" not in got["properties"]
         assert store.schedule_status()["delivered"] == 1
-        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0 and store.timer_status()["pending"] == 0
+        assert store.get_max_offset_in_queue("rmq_sys_wheel_timer", 0) == 0
+        status = store.timer_status()
+        assert status is not None and status["pending"] == 0
     finally:
         store.shutdown()
 
 
-def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path) -> None:
+def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path: Path) -> None:
     """On a FakeClock: a delivery 5 s ahead, past the 3 s roll window, rolls once at the window's end
     (its unit goes round the timer topic again) and is delivered at its slot's end, not 1 ms before."""
     clock = FakeClock()
@@ -140,33 +159,48 @@ def test_delays_beyond_the_wheel_window_roll_and_arrive_on_time(tmp_path) -> Non
         now = clock.now_ms()
         due = now + 5_000
         assert store.put_message(deliver_at(build_message("T", b"far", 0), due)).ok
-        wait_for(lambda: store.timer_status()["pending_in_wheel"] == 1, what="the message never reached the wheel")
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] == 1,
+            what="the message never reached the wheel",
+        )
         # 2 s or more past the window: the roll unit goes to the window's end (timer_message_store.enqueue).
         roll_slot = now - now % PRECISION_MS + 30 * PRECISION_MS
-        assert store.timer_status()["next_due_ms"] == roll_slot + PRECISION_MS
+        status = store.timer_status()
+        assert status is not None and status["next_due_ms"] == roll_slot + PRECISION_MS
         clock.set_ms(roll_slot + PRECISION_MS - 1)
-        wait_for(lambda: store.timer_status()["read_time_ms"] == roll_slot, what="the dequeue service never reached the roll slot")
-        assert store.timer_status()["rolled"] == 0
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["read_time_ms"] == roll_slot,
+            what="the dequeue service never reached the roll slot",
+        )
+        status = store.timer_status()
+        assert status is not None and status["rolled"] == 0
         clock.set_ms(roll_slot + PRECISION_MS)
-        wait_for(lambda: (s := store.timer_status())["rolled"] == 1 and s["pending_in_wheel"] == 1, what="the roll never came back")
+        wait_for(
+            lambda: (s := cast("TimerStatus", store.timer_status()))["rolled"] == 1 and s["pending_in_wheel"] == 1,
+            what="the roll never came back",
+        )
         slot = slot_of(due)
         slot_end = slot + PRECISION_MS
         clock.set_ms(slot_end - 1)
-        wait_for(lambda: store.timer_status()["read_time_ms"] == slot, what="the dequeue service never reached the slot")
+        wait_for(
+            lambda: cast("TimerStatus", store.timer_status())["read_time_ms"] == slot,
+            what="the dequeue service never reached the slot",
+        )
         assert store.get_max_offset_in_queue("T", 0) == 0  # 1 ms before the slot's end: still waiting
         clock.set_ms(slot_end)
         [got] = wait_delivered(store, "T", 1)
         props = got["properties"]
         assert props["TIMER_ROLL_TIMES"] == "1" and int(props["TIMER_OUT_MS"]) == slot and int(props["TIMER_DEQUEUE_MS"]) == slot_end
-        wait_for(lambda: store.timer_status()["delivered"] == 1, what="the delivery was never counted")
+        wait_for(lambda: cast("TimerStatus", store.timer_status())["delivered"] == 1, what="the delivery was never counted")
         status = store.timer_status()
+        assert status is not None
         assert status["rolled"] == 1 and status["pending"] == 0
         assert status["lateness"]["count"] == 1 and status["lateness"]["max_ms"] == slot_end - due
     finally:
         store.shutdown()
 
 
-def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path) -> None:
+def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path: Path) -> None:
     config = timer_config(str(tmp_path / "s"))
     store = open_store(config)
     due = int(time.time() * 1000) + 2_500
@@ -175,15 +209,17 @@ def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path)
         msg = deliver_at(build_message("T", b"m%d" % i, i % 2), due + (i % 7) * 50)
         assert store.put_message(msg).ok
         keys.append(msg.properties["UNIQ_KEY"])
-    wait_for(lambda: store.timer_status()["pending_in_wheel"] >= 200, 5, "the messages to reach the wheel")
-    assert store.timer_status()["pending_in_wheel"] == 200
+    wait_for(lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] >= 200, 5, "the messages to reach the wheel")
+    status = store.timer_status()
+    assert status is not None and status["pending_in_wheel"] == 200
     store.shutdown()
     assert len([n for n in os.listdir(tmp_path / "s" / "timerlog")]) >= 2
     store = open_store(config)
     try:
-        assert store.timer_status()["pending"] == 200
+        status = store.timer_status()
+        assert status is not None and status["pending"] == 200
         got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
-        wait_for(lambda: store.timer_status()["pending"] == 0, what="nothing left to deliver")
+        wait_for(lambda: cast("TimerStatus", store.timer_status())["pending"] == 0, what="nothing left to deliver")
         wait_dispatched(store)  # a duplicate delivery would be in the queues now
         got = wait_delivered(store, "T", 100, queue_id=0) + wait_delivered(store, "T", 100, queue_id=1)
         assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)
@@ -191,7 +227,7 @@ def test_many_timers_cross_timer_log_files_and_survive_a_clean_restart(tmp_path)
         store.shutdown()
 
 
-def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) -> None:
+def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path: Path) -> None:
     config = timer_config(str(tmp_path / "s"))
     store = open_store(config)
     due = int(time.time() * 1000) + 3_000
@@ -200,7 +236,7 @@ def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) 
         msg = deliver_at(build_message("T", b"m%d" % i, 0), due)
         store.put_message(msg)
         keys.append(msg.properties["UNIQ_KEY"])
-    wait_for(lambda: store.timer_status()["pending_in_wheel"] >= 20, 5, "the messages to reach the wheel")
+    wait_for(lambda: cast("TimerStatus", store.timer_status())["pending_in_wheel"] >= 20, 5, "the messages to reach the wheel")
     store.shutdown()
     # Tear the last three units: a half-written unit and garbage after it.
     log_dir = tmp_path / "s" / "timerlog"
@@ -216,7 +252,7 @@ def test_a_torn_timer_log_tail_is_cut_and_its_messages_enqueued_again(tmp_path) 
     store = open_store(config)
     try:
         got = wait_delivered(store, "T", 20)
-        wait_for(lambda: store.timer_status()["pending"] == 0, what="nothing left to deliver")
+        wait_for(lambda: cast("TimerStatus", store.timer_status())["pending"] == 0, what="nothing left to deliver")
         wait_dispatched(store)  # a duplicate delivery would be in the queues now
         got = wait_delivered(store, "T", 20)
         assert sorted(m["properties"]["UNIQ_KEY"] for m in got) == sorted(keys)

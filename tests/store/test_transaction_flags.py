@@ -5,6 +5,8 @@ and the Python reference agree byte for byte, and the reput offset moves past ev
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from store import GetMessageStatus, MessageInner
@@ -26,7 +28,7 @@ def typed_records() -> list[Record]:
 
 
 @pytest.mark.parametrize("crashed", [True, False])
-def test_prepared_and_rolled_back_messages_get_no_queue_entry(tmp_path, crashed: bool) -> None:
+def test_prepared_and_rolled_back_messages_get_no_queue_entry(tmp_path: Path, crashed: bool) -> None:
     config = small_config(str(tmp_path / "store"), message_index_uniq_key_enable=True)
     records = typed_records()
     starts = write_commit_log(config.commit_log_dir(), config.mapped_file_size_commit_log_bytes, records)
@@ -49,7 +51,7 @@ def test_prepared_and_rolled_back_messages_get_no_queue_entry(tmp_path, crashed:
     assert_matches_reference(config, {}, str(tmp_path / "reference"))
 
 
-def test_a_put_prepared_message_takes_queue_offset_zero_and_leaves_the_queue_alone(tmp_path) -> None:
+def test_a_put_prepared_message_takes_queue_offset_zero_and_leaves_the_queue_alone(tmp_path: Path) -> None:
     config = small_config(str(tmp_path / "store"))
     s = open_store(config)
     try:

@@ -26,7 +26,8 @@ class Fields:
 
 
 def local_ms(*args: int) -> int:
-    return int(datetime(*args).timestamp() * 1000)  # a naive datetime is local time
+    # A naive datetime is local time.
+    return int(datetime(*args).timestamp() * 1000)  # type: ignore[arg-type]  # int fields only (year..second): no tzinfo
 
 
 class FixedClock:
