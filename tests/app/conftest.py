@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import pytest
@@ -158,29 +158,17 @@ class BrokerProcess:
             self.client.close()
 
 
-class MakeBroker(Protocol):
-    """The `make_broker` fixture's factory: a started broker, in this process unless `process` (or `env`, or a
-    descriptor limit) asks for a process of its own."""
+class MakeBroker:
+    """The `make_broker` fixture's factory of started brokers: in this process, or a process of its own with
+    `process=True` (also whenever `env` or a descriptor limit is given: those need a process of their own).
+    The fixture kills every broker it made at the end of the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[BrokerProcess | InProcessBroker] = []
 
     def __call__(
         self,
-        config_text: str = ...,
-        args: list[str] | None = None,
-        env: dict[str, str] | None = None,
-        name: str = "store",
-        nofile_soft: int | None = None,
-        nofile_hard: int | None = None,
-        process: bool = False,
-    ) -> BrokerProcess | InProcessBroker: ...
-
-
-@pytest.fixture
-def make_broker(tmp_path: Path) -> Iterator[MakeBroker]:
-    """Factory of brokers, all stopped at the end of the test: in this process, or a process with
-    `process=True` (also whenever `env` or a descriptor limit is given: those need a process of their own)."""
-    started: list[BrokerProcess | InProcessBroker] = []
-
-    def make(
         config_text: str = SMALL_STORE + SMALL_BROKER,
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
@@ -191,16 +179,21 @@ def make_broker(tmp_path: Path) -> Iterator[MakeBroker]:
     ) -> BrokerProcess | InProcessBroker:
         broker: BrokerProcess | InProcessBroker
         if process or env or nofile_soft is not None or nofile_hard is not None:
-            broker = BrokerProcess(tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
+            broker = BrokerProcess(self.tmp_path / name, config_text, args, env, nofile_soft, nofile_hard)
         else:
-            broker = InProcessBroker(tmp_path / name, config_text, args)
-        started.append(broker)
+            broker = InProcessBroker(self.tmp_path / name, config_text, args)
+        self.started.append(broker)
         return broker.start()
 
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[MakeBroker]:
+    """Brokers for one test (MakeBroker), all stopped at its end."""
+    factory = MakeBroker(tmp_path)
     try:
-        yield make
+        yield factory
     finally:
-        for broker in started:
+        for broker in factory.started:
             broker.kill()
 
 
