@@ -9,10 +9,12 @@ with a deadline and nothing asserts a duration.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -97,11 +99,24 @@ def in_background(work: Callable[[], object]) -> tuple[threading.Thread, list[ob
     return t, out
 
 
+def frame_of(t: threading.Thread) -> FrameType | None:
+    """Thread `t`'s current frame. `sys._current_frames` holds the interpreter's lock on its thread list while it
+    builds its dict; under CPython 3.11 a collection that allocation starts can wait for that same lock, for ever
+    (python/cpython#106883: a run of this test hung so), so the collector is off meanwhile."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames().get(t.ident or -1)
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def wait_in_offset_commit(t: threading.Thread) -> None:
     """Poll until thread `t` stands in an offset commit's durability wait (the slave the test holds)."""
 
     def in_commit() -> bool:
-        frame = sys._current_frames().get(t.ident or -1)
+        frame = frame_of(t)
         names = set()
         while frame is not None:
             names.add(frame.f_code.co_name)
