@@ -180,7 +180,7 @@ class ReputMessageService(ServiceThread):
                 return count
             try:
                 cursor, end = self.reput_from_offset, self._end_offset()
-                count += self._reput_locked()
+                count += self._reput_locked(end)
             finally:
                 self._lock.release()
             now = self._end_offset()
@@ -194,7 +194,8 @@ class ReputMessageService(ServiceThread):
         with self._lock:
             return self._reput_locked()
 
-    def _reput_locked(self) -> int:
+    def _reput_locked(self, end: int = -1) -> int:
+        """Dispatch what is readable (up to `end` when given: the caller looks again after releasing the lock)."""
         cl = self.commit_log
         files = self._mfq.mapped_files
         if files and self.reput_from_offset < files[0].file_from_offset + cl.file_size:  # else above the minimum
@@ -204,7 +205,7 @@ class ReputMessageService(ServiceThread):
                 self._advance_locked(min_offset)
         count = 0
         try:
-            count = self._dispatch_available_locked(cl)
+            count = self._dispatch_available_locked(cl, end)
         except Exception as exc:  # any failure is retried, never skipped
             self._failed_locked(exc)
         else:
@@ -213,11 +214,15 @@ class ReputMessageService(ServiceThread):
         self.dispatched_messages += count
         return count
 
-    def _dispatch_available_locked(self, cl: CommitLog) -> int:
+    def _dispatch_available_locked(self, cl: CommitLog, end: int) -> int:
+        """Dispatch up to `end`, or while anything is readable when it is -1."""
         count = 0
         mfq = cl.mapped_file_queue
+        to_end = end < 0
         while True:
-            cursor, end = self.reput_from_offset, self._end_offset()
+            cursor = self.reput_from_offset
+            if to_end:
+                end = self._end_offset()
             if cursor >= end:
                 break
             damaged = None

@@ -156,8 +156,8 @@ class MappedFileQueue:
         return first.file_from_offset if first is not None else 0
 
     def get_max_offset(self) -> int:
-        last = self.get_last_mapped_file()
-        return last.file_from_offset + last.get_read_position() if last is not None else 0
+        files = self.mapped_files  # the last file without get_last_mapped_file: read several times by every put
+        return files[-1].file_from_offset + files[-1].get_read_position() if files else 0
 
     def get_max_wrote_position(self) -> int:
         last = self.get_last_mapped_file()
