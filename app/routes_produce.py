@@ -59,6 +59,7 @@ from app.produce_parse import (
     parse_raw,
 )
 from app.query import query_of
+from app.raw_query import raw_query
 from app.responses import JsonResponse, docs
 from app.strict_route import StrictRoute
 from store import (
@@ -267,16 +268,6 @@ def produce_headers(scope: Scope) -> tuple[str, str | None, str | None]:
     content_type, transaction, key = found
     media = content_type.decode("latin-1").partition(";")[0].strip().lower() if content_type is not None else ""
     return media, None if transaction is None else transaction.decode("latin-1"), None if key is None else key.decode("latin-1")
-
-
-def packed_raw_queue(query: bytes) -> int | None:
-    """The queue a raw produce's query names when the store may pack it (`packed_raw`): -1 for no query, N for
-    `queue_id=N` alone (the digits parse_raw takes, at most 18); None for any other query (parse_raw reads it)."""
-    if not query:
-        return -1
-    if query.startswith(b"queue_id=") and 9 < len(query) <= 27 and query[9:].isdigit():
-        return int(query[9:])
-    return None
 
 
 def named_queue(topic: str, queues: int, queue_id: int) -> int:
@@ -492,8 +483,8 @@ class Producer:
 
     async def serve(self, request: Request) -> Response:
         """Serve a produce; the topic is `request.path_params["topic"]` (see app.hot_routes). Without the transaction
-        and Idempotency-Key headers, a JSON body of the common shape and no query parameters, or a raw body with no
-        query parameter but `queue_id`, is packed by the store (`packed_json`, `packed_raw`), the same bytes as its
+        and Idempotency-Key headers, a JSON body of the common shape and no query parameters, or a raw body whose query
+        app.raw_query takes (a queue, a tag, keys), is packed by the store (`packed_json`, `packed_raw`), the same bytes as its
         parsed message(s) would be; any other goes through parse_json or parse_raw."""
         media, header, key = produce_headers(request.scope)
         if media == BATCH_MEDIA_TYPE:
@@ -507,10 +498,10 @@ class Producer:
                 body, limits = await request.body(), self.limits
                 packed = packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
             elif media == OCTET_STREAM:
-                queue_id = packed_raw_queue(query)
-                if queue_id is not None:
+                raw = raw_query(query)
+                if raw is not None:
                     body = await request.body()
-                    packed = packed_raw(body, queue_id, self.limits.max_message_size_bytes)
+                    packed = packed_raw(body, raw.queue_id, self.limits.max_message_size_bytes, raw.properties)
             if packed is not None:
                 return await self.serve_packed(request, topic, packed)
         drafts, is_batch = await self.drafts(request, media, body)

@@ -205,14 +205,15 @@ def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: b
     return PackedProduce(data, count, queue_id, is_batch, head, first)
 
 
-def packed_raw(body: bytes, queue_id: int, max_body_bytes: int) -> PackedProduce | None:
-    """A raw produce's body as its one message with no field but its queue (`queue_id`; -1: none named), packed as
-    `packed_fields` packs it (its only property a fresh UNIQ_KEY); None for a body over `max_body_bytes`, which the
-    caller's own path refuses."""
+def packed_raw(body: bytes, queue_id: int, max_body_bytes: int, properties: bytes = b"") -> PackedProduce | None:
+    """A raw produce's body as its one message to `queue_id` (-1: none named), packed as `packed_fields` packs it:
+    its properties `properties` (RocketMQ's encoding, as properties_of writes a message's TAGS and KEYS; the put's
+    batch check refuses ill-formed or oversized ones) and a fresh UNIQ_KEY; None for a body over `max_body_bytes`,
+    which the caller's own path refuses."""
     if len(body) > max_body_bytes:
         return None
     head, first = reserve_uniq_keys(1)
-    props = b"%s\x01%s%04X\x02" % (UNIQ_KEY_NAME, head, first & 0xFFFF)
+    props = b"%s%s\x01%s%04X\x02" % (properties, UNIQ_KEY_NAME, head, first & 0xFFFF)
     return PackedProduce(pack_one(body, props), 1, queue_id, False, head, first)
 
 

@@ -1,9 +1,10 @@
 """A raw produce the store packs (store.packed_raw) against its reference: app.produce_parse.parse_raw, then the
 store's packing of the parsed message (store.put.put_batch.properties_of, store.pack_one).
 
-The packed path takes a raw body with no query parameter but `queue_id` and neither the transaction nor the
-Idempotency-Key header; it stores the bytes the reference would, and the broker answers as it answers the
-reference's way (which a query the packed path does not take, here an empty `tags`, still goes)."""
+The packed path takes a raw body whose query app.raw_query takes (a queue, a tag, keys, with nothing to unquote) and
+neither the transaction nor the Idempotency-Key header; it stores the bytes the reference would, and the broker
+answers as it answers the reference's way (which a query the packed path does not take, here an empty `tags`, still
+goes)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import httpx
 import pytest
 
 from app.produce_parse import Limits, check_msg_id, parse_raw
-from app.routes_produce import packed_raw_queue
+from app.query import parse_query
+from app.raw_query import RawQuery, raw_query
 from app.server import create_app
 from app.settings import BrokerSettings
 from store import MessageStoreConfig, packed_raw
@@ -53,28 +55,60 @@ def test_each_packed_body_gets_a_fresh_key() -> None:
     assert len({k.uniq_keys[0] for k in keys if k is not None}) == 300
 
 
+def _short_id(value: object) -> str:
+    """A parameter's test id, cut short (the same on every worker)."""
+    return repr(value)[:40]
+
+
 @pytest.mark.parametrize(
-    ("query", "queue"),
+    ("query", "taken"),
     [
-        (b"", -1),
-        (b"queue_id=0", 0),
-        (b"queue_id=17", 17),
-        (b"queue_id=" + b"9" * 18, 10**18 - 1),
-        (b"queue_id=", None),
-        (b"queue_id=-1", None),
-        (b"queue_id=1x", None),
-        (b"queue_id=" + b"9" * 19, None),
-        (b"queue_id=1&tags=a", None),
-        (b"tags=a", None),
-        (b"queue_id=%31", None),
+        (b"", RawQuery(-1, b"")),
+        (b"queue_id=0", RawQuery(0, b"")),
+        (b"queue_id=17", RawQuery(17, b"")),
+        (b"queue_id=" + b"9" * 18, RawQuery(10**18 - 1, b"")),
+        (b"tags=TagA", RawQuery(-1, b"TAGS\x01TagA\x02")),
+        (b"keys=order-1,,o.2~x,", RawQuery(-1, b"KEYS\x01order-1 o.2~x\x02")),
+        (b"keys=k&queue_id=3&tags=t_1", RawQuery(3, b"TAGS\x01t_1\x02KEYS\x01k\x02")),
+        (b"tags=" + b"t" * 255, RawQuery(-1, b"TAGS\x01" + b"t" * 255 + b"\x02")),
     ],
+    ids=_short_id,
 )
-def test_only_a_lone_queue_id_query_is_taken(query: bytes, queue: int | None) -> None:
-    assert packed_raw_queue(query) == queue
+def test_a_query_of_a_queue_a_tag_and_keys_is_taken(query: bytes, taken: RawQuery) -> None:
+    assert raw_query(query) == taken
 
 
-def exchange(tmp_path: Path, requests: list[tuple[dict[str, str], bytes, dict[str, str]]]) -> tuple[list[Any], list[Any]]:
-    """The replies to raw produces (query, body, extra headers) on topic t (2 queues), and what each queue holds."""
+@pytest.mark.parametrize(
+    "query",
+    [
+        b"queue_id=", b"queue_id=-1", b"queue_id=1x", b"queue_id=" + b"9" * 19, b"queue_id=%31", b"queue_id=1&queue_id=2",
+        b"tags=", b"tags=a%20b", b"tags=a+b", b"tags=a|b", b"tags=*", b"tags=a&tags=b", b"tags=" + b"t" * 256,
+        b"tags=a,b", b"keys=", b"keys=,,", b"keys=a%20b", b"keys=a&keys=b", b"msg_id=1", b"sharding_key=s",
+        b"delay_ms=5", b"queue_id=1&", b"tags", b"&", "tags=é".encode(),
+    ],
+    ids=_short_id,
+)
+def test_any_other_query_is_left_to_the_reference(query: bytes) -> None:
+    assert raw_query(query) is None
+
+
+@pytest.mark.parametrize(
+    "query", [b"tags=TagA", b"keys=a,b.c", b"queue_id=2&tags=x-y&keys=k1,,k2", b"keys=only~one&tags=" + b"t" * 255], ids=_short_id
+)
+def test_a_taken_query_packs_the_bytes_the_reference_packs(query: bytes) -> None:
+    taken = raw_query(query)
+    assert taken is not None
+    body = random.Random(query).randbytes(100)
+    got = packed_raw(body, taken.queue_id, LIMITS.max_message_size_bytes, taken.properties)
+    assert got is not None
+    draft = parse_raw(body, parse_query(query), LIMITS)
+    assert got.data == pack_one(draft.body, properties_of(draft, got.uniq_keys[0]))
+    assert got.queue_id == (-1 if draft.queue_id is None else draft.queue_id)
+
+
+def exchange(tmp_path: Path, requests: list[tuple[dict[str, str] | str, bytes, dict[str, str]]]) -> tuple[list[Any], list[Any]]:
+    """The replies to raw produces (query: parameters or the query string as sent, body, extra headers) on topic t
+    (2 queues), and what each queue holds."""
     config = MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 22, max_message_size_bytes=4096)
     app = create_app(BrokerSettings(store_dir=str(tmp_path / "store"), store=config).validate())
     broker = app.state.broker
@@ -86,7 +120,10 @@ def exchange(tmp_path: Path, requests: list[tuple[dict[str, str], bytes, dict[st
                 assert (await c.put("/v1/topics/t", json={"queues": 2})).status_code in (200, 201)
                 replies = []
                 for query, body, headers in requests:
-                    r = await c.post("/v1/topics/t/messages", params=query, content=body, headers={**RAW, **headers})
+                    if isinstance(query, str):
+                        r = await c.post(f"/v1/topics/t/messages?{query}", content=body, headers={**RAW, **headers})
+                    else:
+                        r = await c.post("/v1/topics/t/messages", params=query, content=body, headers={**RAW, **headers})
                     replies.append((r.status_code, r.json()))
                 held = []
                 for q in (0, 1):
@@ -129,3 +166,23 @@ def test_the_broker_answers_and_stores_a_packed_raw_produce_as_the_reference(tmp
     varying = ("msg_id", "queue_offset", "commitlog_offset", "offset_msg_id", "store_timestamp", "born_timestamp")
     views = [{k: v for k, v in m.items() if k not in varying} for m in q0]
     assert views[0] == views[1] and views[0]["properties"] == {} and views[0]["tags"] is None
+
+
+def test_a_raw_produce_with_a_tag_and_keys_is_stored_as_the_reference_stores_it(tmp_path: Path) -> None:
+    body = b"tagged"
+    replies, held = exchange(
+        tmp_path,
+        [
+            ("queue_id=1&tags=TagA&keys=k1,k2", body, {}),  # packed
+            ("queue_id=1&tags=Tag%41&keys=k1%2Ck2", body, {}),  # the same values, unquoted: the reference
+            ("queue_id=1&tags=" + "t" * 256, body, {}),  # a tag past MAX_TAG_CHARS: the reference refuses it
+        ],
+    )
+    (s0, packed), (s1, reference), (s2, long_tag) = replies
+    assert (s0, s1) == (201, 201) and sorted(packed) == sorted(reference)
+    assert (s2, long_tag["code"]) == (400, "TAG_INVALID")
+    _, q1 = held
+    assert [m["msg_id"] for m in q1] == [packed["msg_id"], reference["msg_id"]]
+    varying = ("msg_id", "queue_offset", "commitlog_offset", "offset_msg_id", "store_timestamp", "born_timestamp")
+    views = [{k: v for k, v in m.items() if k not in varying} for m in q1]
+    assert views[0] == views[1] and (views[0]["tags"], views[0]["keys"], views[0]["properties"]) == ("TagA", ["k1", "k2"], {})
