@@ -40,6 +40,7 @@ class ValidatedStore(Protocol):
 
 class PutValidator:
     hook_name = "validation"
+    sees_plain = True  # every batch is validated
 
     def __init__(self, store: ValidatedStore) -> None:
         self.store = store

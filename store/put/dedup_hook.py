@@ -25,6 +25,7 @@ from store.status import PutMessageResult, PutMessageStatus, PutRefusal
 
 class DedupHook:
     hook_name = "dedup"
+    sees_plain = False  # a plain batch has no dedup id
 
     def __init__(self, window: DedupWindow) -> None:
         self.window = window

@@ -25,6 +25,12 @@ class PutHook(Protocol):
         """What the hook does, for logs and docs (RocketMQ's hookName)."""
         ...
 
+    @property
+    def sees_plain(self) -> bool:
+        """Whether `before_put` can act on a plain batch (ENCODED, with no dedup id, producer group or due time): the
+        pipeline gives such a batch only to the hooks that can (store/put/put_pipeline.py)."""
+        ...
+
     def before_put(self, batch: PutBatch) -> PutMessageResult | None:
         """Rewrite `batch` in place, or refuse it: a result whose status is not PUT_OK; None to go on."""
         ...

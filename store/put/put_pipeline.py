@@ -2,7 +2,8 @@
 
 A FIELDS batch is packed into RocketMQ's batch encoding and checked (it becomes ENCODED); the put
 hooks run in order (dedup ids, half messages, timer messages, validation, delay levels:
-store/put/put_hook.py), the first refusal answering; the commitlog appends the batch (MESSAGES with
+store/put/put_hook.py; a plain batch, ENCODED with no dedup id, producer group or due time, only through those
+that can act on one), the first refusal answering; the commitlog appends the batch (MESSAGES with
 their runs, ENCODED as it came); the put is counted; then its dispatch runs, or is owed to the
 caller's pass (`defer_dispatch`) or to the next pass (`lazy_dispatch`), after the flush request is
 queued so that the flush overlaps the dispatch, and never under the put lock; and the answer is the
@@ -49,6 +50,7 @@ class PutPipeline:
         self.config = config
         self.commit_log = commit_log
         self.hooks = hooks
+        self.plain_hooks = [hook for hook in hooks if hook.sees_plain]  # in order: what a plain batch goes through
         self.stats = stats
         self.durability = durability
         self.reput_service = reput_service
@@ -69,7 +71,7 @@ class PutPipeline:
         """Store `batch` (the module's docstring says in what order)."""
         refusal = self._pack_fields(batch) if batch.form is BatchForm.FIELDS else None
         if refusal is None:
-            for hook in self.hooks:
+            for hook in self.plain_hooks if _is_plain(batch) else self.hooks:
                 refusal = hook.before_put(batch)
                 if refusal is not None:
                     break
@@ -129,3 +131,13 @@ class PutPipeline:
         if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end, batch.lazy_dispatch)):
             self.reput_service.dispatch_through(end)
         return result, waiter
+
+
+def _is_plain(batch: PutBatch) -> bool:
+    """An ENCODED batch with no dedup id (check_batch looked at every item's properties), producer group or due time,
+    and not packed from parsed fields (whose dedup ids the dedup hook reads from the fields)."""
+    encoded = batch.encoded
+    return (
+        batch.form is BatchForm.ENCODED and encoded is not None and not encoded.has_dedup_id and batch.producer_group is None
+        and batch.deliver_at_ms is None and not batch.fields
+    )  # fmt: skip

@@ -17,6 +17,7 @@ from store.status import PutMessageResult
 
 class DelayLevelHook:
     hook_name = "delay level"
+    sees_plain = False  # it rewrites MESSAGES batches only
 
     def __init__(self, delay_levels_ms: list[int]) -> None:
         self.levels = len(delay_levels_ms)

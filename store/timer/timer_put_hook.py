@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 class TimerPutHook:
     hook_name = "timer message"
+    sees_plain = False  # a plain batch has no due time and is not MESSAGES
 
     def __init__(self, timer: TimerMessageStore | None) -> None:
         self.timer = timer  # None: timer messages are off

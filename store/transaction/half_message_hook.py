@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 class HalfMessageHook:
     hook_name = "half message"
+    sees_plain = False  # a plain batch has no producer group
 
     def __init__(self, transactions: Transactions) -> None:
         self.transactions = transactions
