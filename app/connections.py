@@ -191,7 +191,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.in_body = False
         cycle: Any = self.cycle  # uvicorn's cycle, or this protocol's DirectExchange
         if type(cycle) is DirectExchange:
-            self._disarm_body_timer()
+            if self.body_timer is not None:
+                self._disarm_body_timer()
             if not cycle.response_complete:
                 cycle.more_body = False
                 assert self.direct is not None, "an exchange is made by the connection's DirectRequests"
@@ -279,7 +280,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.reading_headers = False
         self.in_body = True
         self._release_header_bytes()  # the rest of this read, and what follows, is the body
-        self._disarm_header_timer()
+        if self.header_timer is not None:  # the common request came whole: no timer, no call
+            self._disarm_header_timer()
         direct = self.direct
         if direct is not None and (self.cycle is None or self.cycle.response_complete):
             exchange = direct.begin(self)
@@ -292,7 +294,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         """uvicorn's end of a reply (the next pipelined request started, reads resumed), with the keep-alive
         deadline kept by one timer that is re-armed only when it fires (`_keep_alive_due`) instead of a timer
         made by every reply and cancelled by the next read."""
-        self._disarm_body_timer()  # answered (e.g. 413 before the body): the rest of the body is not waited for
+        if self.body_timer is not None:  # answered (e.g. 413 before the body): the rest of the body is not waited for
+            self._disarm_body_timer()
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return

@@ -84,7 +84,12 @@ class PutValidator:
 
     def check_batch(self, topic: str, queue_id: int, messages: int) -> PutMessageResult | None:
         """The checks of a batch appended as it came (check_batch has checked its items)."""
-        return self.check_state() or self._check_count(messages) or self._check_target(topic, queue_id)
+        refusal = self.check_state()
+        if refusal is not None:
+            return refusal
+        if 0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None:
+            return None  # the common batch: the detailed checks below only say why one is refused
+        return self._check_count(messages) or self._check_target(topic, queue_id)
 
     def check_state(self) -> PutMessageResult | None:
         """Whether the store takes puts now (running, master, disk, dispatch, lock)."""

@@ -111,13 +111,14 @@ class PutPipeline:
         of a put the commit log answered."""
         state_records = batch.state_records
         items = result.items
-        if not items:
+        stored = len(items)
+        if not stored:
             self.stats.put_failures += 1
             if self.space_exhausted():
                 detail = "the disk has no space for a new file; nothing was stored"
                 return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, detail), None
             return result, None
-        messages = len(items) - min(state_records, len(items))
+        messages = stored - min(state_records, stored)
         if messages:
             size = total_bytes(items[:messages] if state_records else items)
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
