@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from app.produce_parse import MAX_TAG_CHARS
-from store.codec.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS
+from store import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS
 
 # Bytes a value may hold and be taken as it is: RFC 3986's unreserved characters (nothing to unquote; no space,
 # control character, `|`, `*`, \x01 or \x02, which check_tag and check_keys refuse).

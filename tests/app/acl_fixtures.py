@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
+from tests.app.in_process import InProcessBroker
 
 OPS = "ops-token-3f9a1c"
 BILLING = "billing-token-77d2e0"
@@ -46,24 +46,24 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def start_with_acl(
-    make_broker: Callable[..., BrokerProcess],
+    make_broker: MakeBroker,
     tmp_path: Path,
     text: str = ACL_TEXT,
     config: str = "",
     name: str = "store",
     process: bool = False,
-) -> tuple[BrokerProcess, Path]:
+) -> tuple[BrokerProcess | InProcessBroker, Path]:
     acl = tmp_path / f"{name}-acl.toml"
     acl.write_text(text)
     broker = make_broker(SMALL_STORE + SMALL_BROKER + config, args=["--acl", str(acl)], name=name, process=process)
     return broker, acl
 
 
-def as_admin(broker: BrokerProcess) -> httpx.Client:
+def as_admin(broker: BrokerProcess | InProcessBroker) -> httpx.Client:
     return httpx.Client(base_url=broker.url, headers=bearer(OPS), timeout=15.0)
 
 
-def create_topics(broker: BrokerProcess, *topics: str, queues: int = 4) -> None:
+def create_topics(broker: BrokerProcess | InProcessBroker, *topics: str, queues: int = 4) -> None:
     """Create topics as the administrator (topics are not created by producing)."""
     with as_admin(broker) as admin:
         for topic in topics:

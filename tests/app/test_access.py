@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -86,7 +86,7 @@ def test_invalid_files_are_refused(data: dict[str, Any], fault: str) -> None:
 
 
 def test_message_by_id_needs_sub_on_its_topic(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     create_topics(broker, "orders")
     with as_admin(broker) as admin:
         sent = admin.post("/v1/topics/orders/messages", json={"body": "o"}).json()
@@ -99,7 +99,7 @@ def test_message_by_id_needs_sub_on_its_topic(make_broker: MakeBroker, tmp_path:
 
 
 def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, acl = start_with_acl(cast("AclFactory", make_broker), tmp_path, process=True)  # its log
+    broker, acl = start_with_acl(make_broker, tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.get("/v1/topics/billing-a", headers=bearer(BILLING)).status_code == 404  # allowed: no such topic
@@ -126,7 +126,7 @@ def test_reload_takes_a_good_file_and_refuses_a_bad_one(make_broker: MakeBroker,
 
 
 def test_rate_limit_answers_429_with_retry_after(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     create_topics(broker, "limited")
     client = broker.client
     assert client is not None
@@ -141,7 +141,7 @@ def test_rate_limit_answers_429_with_retry_after(make_broker: MakeBroker, tmp_pa
 
 
 def test_admin_actions_are_audited(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, process=True)  # its log
+    broker, _ = start_with_acl(make_broker, tmp_path, process=True)  # its log
     client = broker.client
     assert client is not None
     assert client.put("/v1/topics/audited", json={}, headers=bearer(OPS)).status_code in (200, 201)
@@ -176,7 +176,7 @@ topics = {{ "team-*" = "PUB|SUB|CREATE", "team-fixed" = "PUB|SUB" }}
 def test_creating_a_topic_needs_create_by_any_route(make_broker: MakeBroker, tmp_path: Path) -> None:
     """With auto-creation on, a produce to a missing topic creates it only for an account with CREATE on it;
     PUT creates with CREATE, and changes an existing topic only for an administrator."""
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, CREATOR_ACL, config="auto_create_topics = true\n")
+    broker, _ = start_with_acl(make_broker, tmp_path, CREATOR_ACL, config="auto_create_topics = true\n")
     client = broker.client
     assert client is not None
     # PUB on billing-* does not create billing-eu, by a produce or by PUT; nothing is created.
@@ -203,12 +203,12 @@ def test_creating_a_topic_needs_create_by_any_route(make_broker: MakeBroker, tmp
 
 
 def test_metrics_needs_a_token_unless_public(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     assert broker.client is not None
     problem(broker.client.get("/metrics"), 401, "UNAUTHENTICATED")
     assert broker.client.get("/metrics", headers=bearer(LIMITED)).status_code == 200
     assert broker.client.get("/healthz").status_code == 200 and broker.client.get("/readyz").status_code == 200
-    public, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path, config="metrics_public = true\n", name="public")
+    public, _ = start_with_acl(make_broker, tmp_path, config="metrics_public = true\n", name="public")
     assert public.client is not None and public.client.get("/metrics").status_code == 200
 
 
@@ -245,7 +245,7 @@ def test_acl_hash_prints_the_tokens_sha256() -> None:
 
 
 def test_the_spec_declares_the_bearer_scheme(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     spec = httpx.get(broker.url + "/openapi.json", headers=bearer(BILLING)).json()
     assert spec["components"]["securitySchemes"]["bearerAuth"] == {
         **spec["components"]["securitySchemes"]["bearerAuth"],
@@ -258,7 +258,7 @@ def test_the_spec_declares_the_bearer_scheme(make_broker: MakeBroker, tmp_path: 
 
 
 def test_a_generated_client_sends_the_token(make_broker: MakeBroker, tmp_path: Path) -> None:
-    broker, _ = start_with_acl(cast("AclFactory", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     create_topics(broker, "billing-sdk")
     out = tmp_path / "client"
     bin_dir = Path(sys.executable).parent

@@ -5,9 +5,9 @@ and that no refused request stored or changed anything."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +16,7 @@ from store import pack_batch
 from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
 from tests.app.conftest import BrokerProcess, MakeBroker
 from tests.app.helpers import problem
+from tests.app.in_process import InProcessBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = json.loads((ROOT / "openapi" / "openapi.json").read_text())
@@ -114,7 +115,7 @@ def fill(text: str, topic: str, group: str) -> str:
 # A query parameter as httpx takes it.
 Param = tuple[str, str | int | float | bool | None]
 # The acl_broker fixture: a broker started with the ACL, and a client of its administrator.
-AclBroker = tuple[BrokerProcess, httpx.Client]
+AclBroker = tuple[BrokerProcess | InProcessBroker, httpx.Client]
 
 
 def call(
@@ -163,8 +164,7 @@ def snapshot(admin: httpx.Client) -> dict[str, Any]:
 
 @pytest.fixture
 def acl_broker(make_broker: MakeBroker, tmp_path: Path) -> Iterator[AclBroker]:
-    # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
-    broker, _ = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     admin = as_admin(broker)
     for t in ("billing-a", "billingx", "orders"):
         assert admin.put(f"/v1/topics/{t}", json={"queues": 4}).status_code == 201

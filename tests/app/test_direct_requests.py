@@ -11,16 +11,15 @@ import asyncio
 import gc
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pytest
 
 from app.direct_requests import DirectExchange, DirectRequests, _Resumed
 from store import DefaultMessageStore
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.in_process import InProcessBroker
 from tests.app.test_slow_clients import problem_code, read_response, read_until_closed
 
@@ -300,7 +299,7 @@ def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker: MakeB
     from tests.app.acl_fixtures import BILLING, LIMITED, OPS, bearer, start_with_acl
 
     # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
-    broker, _ = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path)
+    broker, _ = start_with_acl(make_broker, tmp_path)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     ops = bearer(OPS)

@@ -54,7 +54,9 @@ def test_the_produces_of_one_turn_are_dispatched_in_one_pass_and_others_inline(t
                 sent.append(message)
 
             await entry(produce_scope(barrier if marked else None), receive, send)
-            statuses.append(int(sent[0]["status"]))  # type: ignore[call-overload]
+            status = sent[0]["status"]
+            assert isinstance(status, int), sent
+            statuses.append(status)
         return statuses
 
     async def walk() -> None:

@@ -195,8 +195,9 @@ def test_a_subscription_survives_a_sigkill_and_delivers_after_the_restart(tmp_pa
             assert subscribe(c, "durable", topic, receiver.url).status_code == 201
             send(c, topic, "before")
             receiver.wait_for(lambda got: accepted(got) == {b"before"})
-            broker.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-            broker.proc.wait(10)  # type: ignore[union-attr]
+            assert broker.proc is not None
+            broker.proc.send_signal(signal.SIGKILL)
+            broker.proc.wait(10)
             broker.start()
             c = broker.client
             assert c is not None

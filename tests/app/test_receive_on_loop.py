@@ -4,6 +4,7 @@ only for a group that is not FIFO, and a take only when what it reads is near th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def spec(group: str, topic: str) -> ReceiveSpec:
     return ReceiveSpec(group, topic, 32, 30_000, 0, None, None)
 
 
-def run_with_broker(tmp_path: Path, flush: FlushDiskType, window: int, scenario) -> None:  # type: ignore[no-untyped-def]
+def run_with_broker(tmp_path: Path, flush: FlushDiskType, window: int, scenario: Callable[[Broker, Receiver], Awaitable[None]]) -> None:
     config = MessageStoreConfig(mapped_file_size_commit_log_bytes=1 << 22, max_message_size_bytes=1 << 16, flush_disk_type=flush)
     settings = BrokerSettings(store_dir=str(tmp_path / flush.name), store=config, inline_read_window_messages=window).validate()
     broker = Broker(settings)

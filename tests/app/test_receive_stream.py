@@ -8,10 +8,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -186,8 +186,7 @@ def test_an_acl_reload_ends_the_streams_and_held_requests_it_no_longer_allows(ma
     arriving, its held pull and receive are answered 403, and nothing produced afterwards reaches it.
     Then the account is removed altogether: a new stream of its token ends UNAUTHENTICATED."""
     config = "acl_reload_interval_ms = 10\nstream_heartbeat_ms = 200\n"
-    # start_with_acl is typed for a factory of BrokerProcess; make_broker's brokers serve it alike.
-    broker, acl = start_with_acl(cast("Callable[..., BrokerProcess]", make_broker), tmp_path, config=config)
+    broker, acl = start_with_acl(make_broker, tmp_path, config=config)
     with as_admin(broker) as admin, httpx.Client(base_url=broker.url, timeout=10, headers=bearer(BILLING)) as billing:
         assert admin.put("/v1/topics/billing-a", json={"queues": 1}).status_code == 201
         pool = ThreadPoolExecutor(2)

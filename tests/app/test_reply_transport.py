@@ -27,7 +27,7 @@ async def _pair() -> tuple[asyncio.Transport, socket.socket, list[bytes]]:
         calls.append(bytes(data))
         real_write(data)
 
-    transport.write = write  # type: ignore[method-assign]
+    transport.write = write  # type: ignore[method-assign]  # the test replaces the transport's write to record it
     return transport, right, calls
 
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 import re
 import socket
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.app.acl_fixtures import BILLING, OPS, as_admin, bearer, start_with_acl
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, BrokerProcess, MakeBroker
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.helpers import problem
 from tests.app.scrape import samples, value
 from tests.waiting import wait_for
@@ -101,9 +100,7 @@ def test_streams_never_use_up_the_long_poll_budget(make_broker: MakeBroker, topi
 
 
 def test_streams_past_their_bounds_are_refused_before_a_200(make_broker: MakeBroker, tmp_path: Path) -> None:
-    # start_with_acl takes a factory of BrokerProcess: with process=True make_broker makes one.
-    factory = cast("Callable[..., BrokerProcess]", make_broker)
-    broker, _ = start_with_acl(factory, tmp_path, config="max_streams = 5\nmax_streams_per_account = 3\n", process=True)
+    broker, _ = start_with_acl(make_broker, tmp_path, config="max_streams = 5\nmax_streams_per_account = 3\n", process=True)
     with as_admin(broker) as admin:
         assert admin.put("/v1/topics/billing-a", json={"queues": 1}).status_code == 201
         path = "/v1/groups/billing/topics/billing-a/stream"
@@ -168,11 +165,15 @@ def delivered(socks: list[socket.socket], expected: int) -> list[str]:
         while len(bodies) < expected:
             assert time.monotonic() < deadline, f"only {bodies} arrived"
             for key, _ in selector.select(timeout=1.0):
-                data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                readable = key.fileobj
+                assert isinstance(readable, socket.socket)
+                data = readable.recv(65536)
                 bodies += re.findall(r'"body":"([^"]*)"', data.decode("utf-8", "replace"))
         time.sleep(0.5)  # a duplicate delivery would arrive now
         for key, _ in selector.select(timeout=0):
-            bodies += re.findall(r'"body":"([^"]*)"', key.fileobj.recv(65536).decode("utf-8", "replace"))  # type: ignore[union-attr]
+            readable = key.fileobj
+            assert isinstance(readable, socket.socket)
+            bodies += re.findall(r'"body":"([^"]*)"', readable.recv(65536).decode("utf-8", "replace"))
     return bodies
 
 

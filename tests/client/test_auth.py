@@ -8,18 +8,20 @@ from pathlib import Path
 import pytest
 
 from tests.app.acl_fixtures import BILLING, OPS, create_topics, start_with_acl
+from tests.app.conftest import BrokerProcess, MakeBroker
+from tests.app.in_process import InProcessBroker
 from tests.client.cli_helpers import tidemq
 from tidemq import Client, Forbidden, Unauthenticated
 
 
 @pytest.fixture
-def acl_broker(make_broker, tmp_path: Path):  # type: ignore[no-untyped-def]
+def acl_broker(make_broker: MakeBroker, tmp_path: Path) -> BrokerProcess | InProcessBroker:
     broker, _ = start_with_acl(make_broker, tmp_path)
     create_topics(broker, "billing-x", "billing-cli", "orders")
     return broker
 
 
-def test_tokens_are_sent_and_refusals_carry_their_codes(acl_broker) -> None:  # type: ignore[no-untyped-def]
+def test_tokens_are_sent_and_refusals_carry_their_codes(acl_broker: BrokerProcess | InProcessBroker) -> None:
     with Client(acl_broker.url) as anonymous, pytest.raises(Unauthenticated) as e:
         anonymous.topics()
     assert (e.value.code, e.value.status) == ("UNAUTHENTICATED", 401)
@@ -34,7 +36,7 @@ def test_tokens_are_sent_and_refusals_carry_their_codes(acl_broker) -> None:  # 
         assert "billing-x" in [t.topic for t in ops.topics()]
 
 
-def test_the_cli_takes_the_token_from_the_flag_or_the_environment(acl_broker) -> None:  # type: ignore[no-untyped-def]
+def test_the_cli_takes_the_token_from_the_flag_or_the_environment(acl_broker: BrokerProcess | InProcessBroker) -> None:
     refused = tidemq(acl_broker.url, "topics")
     assert refused.returncode == 1 and refused.stderr.startswith("tidemq: 401 UNAUTHENTICATED: ") and refused.stderr.count("\n") == 1
     bad = tidemq(acl_broker.url, "topics", "--token", "not-a-token")

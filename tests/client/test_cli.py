@@ -102,7 +102,9 @@ def test_consume_positions_offset_since_and_max(url: str, topic: str) -> None:
 def held_pulls(broker: BrokerProcess) -> int:
     assert broker.client is not None
     metrics = broker.client.get("/metrics").text
-    return int(float(re.search(r"^tidemq_held_pulls (\S+)$", metrics, re.M).group(1)))  # type: ignore[union-attr]
+    sample = re.search(r"^tidemq_held_pulls (\S+)$", metrics, re.M)
+    assert sample is not None, metrics
+    return int(float(sample.group(1)))
 
 
 def test_consume_follow_waits_for_new_messages(shared_broker: BrokerProcess, url: str, topic: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pytest
 
@@ -37,8 +37,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_server(s)
 
 
-def rows(server: Server, part: QueueRangePartition, **settings: object) -> list[dict[str, Any]]:
-    read = ReadSettings(ClientSettings(server.url), TOPIC, **settings)  # type: ignore[arg-type]
+class ReadOptions(TypedDict, total=False):
+    """ReadSettings' fields past the client and topic, as a test names them."""
+
+    tag: str | None
+    pull_messages: int
+    fail_on_data_loss: bool
+    prefetch_pulls: int
+
+
+def rows(server: Server, part: QueueRangePartition, **settings: Unpack[ReadOptions]) -> list[dict[str, Any]]:
+    read = ReadSettings(ClientSettings(server.url), TOPIC, **settings)
     return [row for batch in read_partition(read, part) for row in batch.to_pylist()]
 
 

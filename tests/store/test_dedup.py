@@ -13,6 +13,7 @@ from store import (
     DefaultMessageStore,
     DuplicateItem,
     PutBatch,
+    PutMessageResult,
     PutMessageStatus,
     PutRefusal,
     build_message,
@@ -34,6 +35,13 @@ def open_at(root: str, clock: FakeClock | None = None, **overrides: object) -> D
     store.load()
     store.start()
     return store
+
+
+def first_duplicate(result: PutMessageResult) -> DuplicateItem:
+    """The first item of a put answered as a duplicate: the first ids, and where they went."""
+    item = result.items[0]
+    assert isinstance(item, DuplicateItem), item
+    return item
 
 
 def test_a_seen_id_is_answered_with_the_first_ids_and_stores_nothing(tmp_path: Path) -> None:
@@ -170,7 +178,7 @@ def test_encoded_and_fields_batches_carry_the_id(tmp_path: Path) -> None:
         fields = PutBatch.of_fields(TOPIC, 2, [Fields("f0")], dedup=True)
         assert store.put(fields).result().ok and fields.uniq_keys
         dup = store.put(PutBatch.of_fields(TOPIC, 2, [Fields("f0")], dedup=True)).result()
-        assert dup.duplicate and dup.items[0].uniq_key == fields.uniq_keys[0]  # type: ignore[attr-defined]
+        assert dup.duplicate and first_duplicate(dup).uniq_key == fields.uniq_keys[0]
     finally:
         store.shutdown()
 
@@ -183,7 +191,7 @@ def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(
         delayed = store.put(keyed(b"later", "d1", queue_id=1, delay_level=3)).result()
         plain = store.put(keyed(b"now", "p1", queue_id=2)).result()
         dup = store.put(keyed(b"later", "d1", queue_id=1)).result()
-        assert dup.duplicate and dup.items[0].moved and dup.items[0].queue_id == 1  # type: ignore[attr-defined]
+        assert dup.duplicate and first_duplicate(dup).moved and first_duplicate(dup).queue_id == 1
         wait_dispatched(store)
     finally:
         store.shutdown()
@@ -195,6 +203,6 @@ def test_a_delayed_message_is_found_moved_and_after_a_restart_through_the_index(
         assert again.items[0].logics_offset == 0 and again.items[0].msg_id == plain.items[0].msg_id
         moved = store.put(keyed(b"later", "d1", queue_id=1)).result()
         assert moved.duplicate and moved.items[0].wrote_offset == delayed.items[0].wrote_offset
-        assert moved.items[0].moved and moved.items[0].queue_id == 1  # type: ignore[attr-defined]
+        assert first_duplicate(moved).moved and first_duplicate(moved).queue_id == 1
     finally:
         store.shutdown()

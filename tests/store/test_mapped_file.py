@@ -105,7 +105,9 @@ def test_queue_load_lookup_and_truncate(tmp_path: Path) -> None:
     q.shutdown()
     q2 = MappedFileQueue(d, SIZE)
     assert q2.load() and len(q2.mapped_files) == 3
-    assert q2.find_mapped_file_by_offset(SIZE + 5).file_from_offset == SIZE  # type: ignore[union-attr]
+    found = q2.find_mapped_file_by_offset(SIZE + 5)
+    assert found is not None
+    assert found.file_from_offset == SIZE
     assert q2.find_mapped_file_by_offset(10 * SIZE) is None
     q2.truncate_dirty_files(SIZE + 100)
     assert len(q2.mapped_files) == 2 and q2.get_max_offset() == SIZE + 100

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def pull_all(store: DefaultMessageStore, queue_id: int) -> list[bytes]:
     return bodies
 
 
-def assert_all_readable(store: DefaultMessageStore, count: int, missing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+def assert_all_readable(store: DefaultMessageStore, count: int, missing: AbstractSet[int] = frozenset()) -> None:
     expected = [i for i in range(count) if i not in missing]
     pulled = pull_all(store, 0) + pull_all(store, 1)
     assert sorted(pulled) == sorted(body_of(i) for i in expected)

@@ -135,7 +135,9 @@ def test_each_perm_is_written_as_permname_bits_and_the_counter_grows(config: Mes
     assert second["dataVersion"]["counter"] == first["dataVersion"]["counter"] + 1
     s = open_store(config)
     try:
-        assert s.topic_config_manager.get("T").perm == perm  # type: ignore[union-attr]
+        topic = s.topic_config_manager.get("T")
+        assert topic is not None
+        assert topic.perm == perm
     finally:
         s.shutdown()
 
@@ -146,7 +148,9 @@ def test_the_former_topics_shape_is_migrated_on_load(config: MessageStoreConfig,
     with caplog.at_level(logging.INFO, logger="tidemq.store"):
         s = open_store(config)
     try:
-        assert s.topic_config_manager.get("Old").perm == "r"  # type: ignore[union-attr]
+        topic = s.topic_config_manager.get("Old")
+        assert topic is not None
+        assert topic.perm == "r"
     finally:
         s.shutdown()
     assert [r for r in caplog.records if "migrated 1 topic" in r.getMessage()]

@@ -75,7 +75,9 @@ def test_topic_config_and_offsets_persist_atomically(config: MessageStoreConfig)
         assert json.load(fh)["topicConfigTable"]["Orders"]["readQueueNums"] == 8
     s = open_store(config)
     try:
-        assert s.topic_config_manager.get("Orders").write_queue_nums == 8  # type: ignore[union-attr]
+        topic = s.topic_config_manager.get("Orders")
+        assert topic is not None
+        assert topic.write_queue_nums == 8
         assert s.consumer_offset_manager.query_offset("g1", "Orders", 3) == 42
         assert s.consumer_offset_manager.query_offset("g1", "Orders", 4) == -1
     finally:
@@ -104,7 +106,9 @@ def test_a_torn_metadata_file_falls_back_to_its_backup_then_to_the_log(config: M
     s = open_store(config)
     try:  # neither file: the topics are rebuilt from the state records in the log
         assert [t.topic_name for t in s.topic_configs()] == ["A", "B"]
-        assert s.topic_config_manager.get("B").read_queue_nums == 2  # type: ignore[union-attr]
+        topic = s.topic_config_manager.get("B")
+        assert topic is not None
+        assert topic.read_queue_nums == 2
     finally:
         s.shutdown()
 
