@@ -38,7 +38,7 @@ STORE_SETTINGS = {"mapped_file_size_commit_log_bytes": 64 << 20, "prefault_mappe
 
 
 def store_config(root: str, window_bytes: int) -> MessageStoreConfig:
-    return MessageStoreConfig(store_path_root_dir=root, max_filter_message_size_bytes=window_bytes, **STORE_SETTINGS)  # type: ignore[arg-type]
+    return MessageStoreConfig.from_dict({"store_path_root_dir": root, "max_filter_message_size_bytes": window_bytes, **STORE_SETTINGS})
 
 
 def fill(root: str, backlog: int) -> None:

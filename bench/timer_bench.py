@@ -122,9 +122,10 @@ def part_lateness(rate: int, seconds: int) -> dict[str, object]:
     }
 
 
-def in_child(part: str, *args: str) -> dict[str, object]:
+def in_child(part: str, *args: str) -> dict[str, float]:
+    """The child's figures (JSON numbers) for `part`."""
     out = subprocess.run([sys.executable, __file__, "--child", part, *args], check=True, capture_output=True, text=True)
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -150,13 +151,13 @@ def main() -> None:
         print(
             f"| {name} | {r['VmRSS']:.0f} MB | {r['RssAnon']:.0f} MB | {r['RssFile']:.0f} MB | {r['put_s']:.1f} | {r['all_in_wheel_s']:.1f} |"
         )
-    print(f"timers / plain VmRSS: {timers['VmRSS'] / plain['VmRSS']:.2f}x; target < {RSS_TARGET_MB:.0f} MB: "  # type: ignore[operator]
-          f"{'met' if timers['VmRSS'] < RSS_TARGET_MB else 'MISSED'} (pending {timers['pending']:,})")  # type: ignore[operator]  # fmt: skip
+    print(f"timers / plain VmRSS: {timers['VmRSS'] / plain['VmRSS']:.2f}x; target < {RSS_TARGET_MB:.0f} MB: "
+          f"{'met' if timers['VmRSS'] < RSS_TARGET_MB else 'MISSED'} (pending {timers['pending']:,})")  # fmt: skip
     late = in_child("lateness", str(args.rate), str(args.seconds))
     print(
         f"lateness at {args.rate:,} due msg/s for {args.seconds} s ({late['delivered']:,}/{late['messages']:,} delivered): "
         f"p50 {late['p50_ms']} ms, p99 {late['p99_ms']} ms, max {late['max_ms']} ms, min {late['min_ms']} ms; "
-        f"p99 / precision = {late['p99_ms'] / precision:.2f} (target <= 2); store histogram p99 bucket {late['store_p99_bucket_ms']} ms"  # type: ignore[operator]
+        f"p99 / precision = {late['p99_ms'] / precision:.2f} (target <= 2); store histogram p99 bucket {late['store_p99_bucket_ms']} ms"
     )
     print(f"load average after: {late['loadavg']}")
 
