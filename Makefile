@@ -23,9 +23,9 @@ $(STAMP): pyproject.toml setup.py | $(PY)
 	$(PIP) install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
-# What the broker needs to run, without the test extra; the editable install builds store._kernels in
+# What the broker needs to run, without the test extra; the editable install builds store._kernels and app._http in
 # place (default editable mode: no deprecated compat mode), again when the C sources change.
-$(RUN_STAMP): pyproject.toml setup.py $(wildcard store/_native/*) | $(PY)
+$(RUN_STAMP): pyproject.toml setup.py $(wildcard store/_native/*) $(wildcard app/_native/*) | $(PY)
 	$(PIP) install -q -e .
 	touch $@
 
@@ -39,8 +39,8 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 venv: $(STAMP) native
 
-# store._kernels (C, setup.py) is built in place by the editable install; this rebuilds it when
-# store/_native/ changes (setuptools compares the sources and headers with the built module).
+# store._kernels and app._http (C, setup.py) are built in place by the editable install; this rebuilds
+# them when store/_native/ or app/_native/ changes (setuptools compares the sources and headers with the built module).
 native: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
@@ -54,7 +54,7 @@ test-native-asan: $(STAMP)
 	TIDEMQ_NATIVE_CFLAGS="$(ASAN_FLAGS)" TIDEMQ_NATIVE_LDFLAGS="-fsanitize=address" \
 		$(PY) setup.py -q build_ext --inplace --force --build-temp build/asan
 	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
-		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py tests/store/test_native_sql.py tests/store/test_sql_eval.py tests/app/test_message_views.py tests/app/test_json_produce.py; \
+		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_mapping.py tests/store/test_native_sql.py tests/store/test_sql_eval.py tests/app/test_message_views.py tests/app/test_json_produce.py tests/app/test_whole_request.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
 # Serves on 127.0.0.1:8080; topics are created explicitly (PUT /v1/topics/NAME or `tidemq topics create NAME`),

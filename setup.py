@@ -1,4 +1,5 @@
-"""Builds store._kernels, the C data-path kernels (docs/native.md); the rest is in pyproject.toml.
+"""Builds store._kernels, the C data-path kernels, and app._http, the whole-request reader of the hot
+routes (docs/native.md); the rest is in pyproject.toml.
 
 TIDEMQ_NATIVE_CFLAGS adds compiler flags after these (make test-native-asan passes -fsanitize=address
 and -UNDEBUG, which turns the kernels' assertions on: docs/native.md "Assertions").
@@ -42,6 +43,13 @@ setup(
             ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
-        )
+        ),
+        Extension(
+            "app._http",
+            sources=["app/_native/http_request.c", "app/_native/http_binding.c"],
+            depends=["app/_native/http_request.h"],
+            extra_compile_args=CFLAGS,
+            extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
+        ),
     ]
 )

@@ -50,6 +50,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app._http import whole_request
 from app.body_limit import BODY_TIMED_OUT
 from app.direct_requests import DirectExchange, DirectRequests
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
@@ -61,6 +62,8 @@ from app.settings import BrokerSettings
 log = logging.getLogger("tidemq.app")
 # A connection's `idle_since` while a request is under way (no keep-alive deadline runs).
 BUSY = -1.0
+# How a request app._http may read whole starts: a hot route's method and path prefix (app.hot_routes).
+WHOLE_REQUEST_STARTS = (b"POST /v1/topics/", b"GET /v1/topics/", b"POST /v1/groups/")
 # Paths still served on a connection past the bound (cheap, no store access).
 ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
 
@@ -141,6 +144,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.idle_since = BUSY  # the loop's time its last reply completed with nothing after it (BUSY: a request is under way)
 
     def data_received(self, data: bytes) -> None:
+        if data.startswith(WHOLE_REQUEST_STARTS) and self.direct is not None and self._at_request_start() and self._serve_whole(data):
+            return
         if not self._count_header_bytes(data):
             return
         super().data_received(data)
@@ -150,6 +155,53 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # Only a body still incomplete after this read is timed: one that came with its headers costs no timer.
         if self.body_timer is None and cycle is not None and cycle.more_body and not cycle.response_complete:
             self.body_timer = self.loop.call_later(self.body_read_timeout_s, self._body_too_slow, cycle)
+
+    def _at_request_start(self) -> bool:
+        """No request of this connection is being read or is unanswered, and the parser holds nothing."""
+        cycle = self.cycle
+        return (
+            not self.reading_headers and not self.in_body and not self.header_bytes and not self.pipeline
+            and (cycle is None or cycle.response_complete)
+        )  # fmt: skip
+
+    def _serve_whole(self, data: bytes) -> bool:
+        """Serve `data` when it is exactly one plain request to a hot route, read by app._http in one call instead of
+        through httptools' callbacks (its scope as uvicorn's callbacks make it); False when it is not (the parser
+        has not seen it: it reads it as usual). Its head is within both header bounds, or it is not taken here."""
+        total = self.header_bytes_total
+        whole = whole_request(data, min(self.max_header_bytes, total.limit - total.held))
+        if whole is None:
+            return False
+        is_post, target, headers, body, keep_alive, http_10 = whole
+        scope: Any = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.0" if http_10 else "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "headers": headers,
+            "state": self.app_state.copy(),
+            LOST_KEY: self.lost_future,
+        }
+        if self.dispatch_barrier is not None:
+            scope[BARRIER_KEY] = self.dispatch_barrier
+        direct = self.direct
+        assert direct is not None, "checked by data_received"
+        exchange = direct.begin_whole(scope, is_post, target, keep_alive, self.root_path)
+        if exchange is None:
+            return False
+        self.idle_since = BUSY
+        if self.header_timer is not None:
+            self._disarm_header_timer()
+        self.scope, self.headers, self.url = scope, headers, target  # what uvicorn's callbacks leave for its request
+        if body:
+            exchange.chunks.append(body)
+        exchange.more_body = False
+        self.cycle = exchange  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
+        direct.serve(self, exchange)
+        return True
 
     def _count_header_bytes(self, data: bytes) -> bool:
         """Count a read's bytes up to the blank line ending the headers (all of them when it has none)

@@ -105,10 +105,13 @@ class DirectRequests:
         self.served = 0  # requests served here (tests and benchmarks)
         self.continued = 0  # of them, those whose handler waited and that were continued
         self.resumed = 0  # of those, the ones continued without a task (_Resumed) from their first wait
+        self.read_whole = 0  # of the requests served here, those read by app._http in one call (`begin_whole`)
+        self._defaults: list[tuple[bytes, bytes]] | None = None  # uvicorn's default headers last joined
+        self._defaults_head = b""  # they as head lines
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
-        """At a request's complete headers: its exchange when it is served here (its scope completed
-        as uvicorn completes it: a POST or GET only), else None and uvicorn serves it."""
+        """At a request's complete headers (httptools' callbacks): its exchange when it is served here (its scope
+        completed as uvicorn completes it: a POST or GET only), else None and uvicorn serves it."""
         if not protocol.url.startswith(HOT_URL_PREFIXES):  # health, admin, console: uvicorn's, without a second parse here
             return None
         parser = protocol.parser
@@ -117,21 +120,37 @@ class DirectRequests:
             return None
         scope: Any = protocol.scope  # uvicorn's HTTPScope, completed here as uvicorn completes it
         http_version = parser.get_http_version()
+        if http_version != "1.1":
+            scope["http_version"] = http_version
         url = httptools.parse_url(protocol.url)
-        raw_path = url.path
+        keep_alive = http_version != "1.0" and parser.should_keep_alive()
+        return self._exchange(scope, method == b"POST", url.path, url.query or b"", keep_alive, protocol.root_path)
+
+    def begin_whole(self, scope: Any, is_post: bool, target: bytes, keep_alive: bool, root_path: str) -> DirectExchange | None:
+        """A request read whole by app._http (`whole_request`: an origin-form target without a fragment, its
+        scope made by the protocol as uvicorn makes it): its exchange when it is served here, else None."""
+        raw_path, _, query = target.partition(b"?")
+        exchange = self._exchange(scope, is_post, raw_path, query, keep_alive, root_path)
+        if exchange is not None:
+            self.read_whole += 1
+        return exchange
+
+    def _exchange(
+        self, scope: Any, is_post: bool, raw_path: bytes, query: bytes, keep_alive: bool, root_path: str
+    ) -> DirectExchange | None:
+        """The scope completed with the method, path and query (as uvicorn's `on_headers_complete` completes it) and
+        the exchange of a hot route's handler; None when HotRoutes has none for it."""
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        scope["method"] = "POST" if method == b"POST" else "GET"
-        if http_version != "1.1":
-            scope["http_version"] = http_version
-        scope["path"] = protocol.root_path + path
-        scope["raw_path"] = protocol.root_path.encode("ascii") + raw_path
-        scope["query_string"] = url.query or b""
+        scope["method"] = "POST" if is_post else "GET"
+        scope["path"] = root_path + path
+        scope["raw_path"] = root_path.encode("ascii") + raw_path
+        scope["query_string"] = query
         handler = self.hot.direct_handler(scope)
         if handler is None:
             return None
-        return DirectExchange(scope, handler, http_version != "1.0" and parser.should_keep_alive())
+        return DirectExchange(scope, handler, keep_alive)
 
     def serve(self, protocol: BoundedHttpProtocol, exchange: DirectExchange) -> None:
         """At the request's end: answer it now, or continue it in a task when its handler waits."""
@@ -185,9 +204,7 @@ class DirectRequests:
         body = response.body
         if not exchange.disconnected:
             keep_alive = exchange.keep_alive
-            head: list[bytes | memoryview] = [STATUS_LINE[status]]
-            for name, value in protocol.server_state.default_headers:
-                head += (name, b": ", value, b"\r\n")
+            head: list[bytes | memoryview] = [STATUS_LINE[status], self._default_head(protocol.server_state.default_headers)]
             for name, value in response.raw_headers:
                 if name == b"connection" and b"close" in value.lower():
                     keep_alive = False
@@ -200,6 +217,14 @@ class DirectRequests:
                 protocol.transport.close()
         hot.count(exchange.scope, status, exchange.start_ns, len(body))
         protocol.on_response_complete()
+
+    def _default_head(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """uvicorn's default headers as head lines, joined once per list: uvicorn's server replaces the list when the
+        date it carries changes (once a second)."""
+        if headers is not self._defaults:
+            self._defaults = headers
+            self._defaults_head = b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers)
+        return self._defaults_head
 
     def failed(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, cancelled: bool = False) -> None:
         """An answer that raised (HotRoutes maps the handler's errors: this is a defect) or was cancelled."""
