@@ -27,7 +27,10 @@ a plain-text 503. `bounded_protocol` subclasses uvicorn's httptools protocol to 
   first, and its scope carries the barrier (`BARRIER_KEY`), so a produce may defer its dispatch
   to the turn's one pass (app.dispatch_barrier).
 - A produce the server can serve without an ASGI cycle (app.direct_requests) is served by the
-  protocol itself: its exchange takes the cycle's place from its headers to its reply.
+  protocol itself: its exchange takes the cycle's place from its headers to its reply. One that
+  arrives whole in one read while the connection is between requests, in the plain forms, is read
+  by one C call (app._http: docs/native.md) and httptools never sees it; its head is held to the
+  same two header bounds, and anything that call does not take goes to httptools as it came.
 - A request's scope offers (`LOST_KEY`, app.long_poll) a future completed when its connection is
   lost, which held requests wait on instead of reading the request's messages until a disconnect.
 - A reply whose client takes nothing for `send_stall_timeout_ms` while the connection's buffers
