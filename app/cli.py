@@ -147,10 +147,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         run(settings)
     except RestartRequested as e:
         # The same command again, in this process (same pid): the start-up cuts the log and rejoins as a slave.
-        # On the port it had (the last --port wins): a `--port 0` start keeps its address, its cluster id.
+        # On the ports it had (the last --port and --ha-port win): a `--port 0` start keeps its address, its
+        # cluster id, and a `--ha-port 0` start the HA address its registration advertised.
         logging.getLogger("tidemq.app").warning("restarting the broker: %s", e)
         logging.shutdown()
-        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:], "--port", str(settings.port)])
+        ports = ["--port", str(settings.port), "--ha-port", str(settings.ha.ha_port)]
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:], *ports])
     except HAStartFailed as e:
         print(f"tidemq: replication could not start: {e}", file=sys.stderr)
         return EXIT_START_FAILED

@@ -15,9 +15,10 @@ When etcd does not answer, the round stops at the failing call: roles stay as th
 campaign happens (there is no election without etcd).
 
 Role changes: a slave stops its HAClient before it campaigns (it no longer acknowledges the old
-master); when it wins it starts its master side (`ha.start_node`: store role, HA port, SYNC wait). A master that is
-deposed refuses puts at once (store role SLAVE), resigns, stops replication and asks for a process
-restart (`on_restart`): at start, `prepare()` cuts the log back to the new epoch's start
+master); when it wins it starts its master side (`ha.start_node`: store role, SYNC wait, an
+HAService on the HA port it has listened on since its start). A master that is deposed refuses
+puts at once (store role SLAVE), resigns, stops replication and asks for a process restart
+(`on_restart`): at start, `prepare()` cuts the log back to the new epoch's start
 (cluster/epoch_file.py) before the store recovers, and the broker rejoins as a slave. A slave whose
 master says its log diverged restarts the same way.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import time
 from collections.abc import Callable
 
@@ -40,7 +42,7 @@ from cluster.registration import Registration
 from cluster.registry import ClusterView, GroupView, Keys, parse_view
 from cluster.settings import ClusterSettings
 from core import ServiceThread
-from ha import HANode, HASettings, HAStartFailed, start_node, stop_node
+from ha import HANode, HASettings, HAStartFailed, listen_for_slaves, start_node, stop_node
 from store import BrokerRole, MessageStore
 
 log = logging.getLogger("tidemq.cluster")
@@ -58,6 +60,11 @@ class ClusterNode(ServiceThread):
         self.ha_base = ha
         self.store = store
         self.broker_id = ha.advertised_http_address
+        # The HA port is held from the start (listening; connections wait in its backlog until this broker is master
+        # and its HAService accepts them): a port taken by then fails the start-up (HAStartFailed), never an election
+        # won, and `ha_port` 0 becomes the port the kernel picked, kept by a restart (app/cli.py).
+        self.ha_listener: socket.socket | None = listen_for_slaves(ha)
+        ha.ha_port = self.ha_listener.getsockname()[1]
         self.ha_address = settings.advertised_ha_address or f"{ha.ha_host}:{ha.ha_port}"
         self.etcd = EtcdClient(settings.endpoints(), settings.etcd_request_timeout_ms)
         self.keys = Keys(settings.cluster_name)
@@ -123,6 +130,8 @@ class ClusterNode(ServiceThread):
         self.store.set_broker_role(BrokerRole.SLAVE)
         self.election.resign()
         self._stop_node()
+        if self.ha_listener is not None:  # never master: no HAService took it
+            self.ha_listener.close()
         self.registration.withdraw()
         self.etcd.close()
 
@@ -265,8 +274,9 @@ class ClusterNode(ServiceThread):
         self.elections_won_total += 1
         settings = dataclasses.replace(self.ha_base, role="master", advertised_http_address=self.broker_id)
         settings.in_sync_min_acks = self.settings.min_in_sync_replicas - 1 if self.sync else None
+        listener, self.ha_listener = self.ha_listener, None  # the master's HAService owns it from here
         try:
-            self._start_node(settings, self.election.epoch)
+            self._start_node(settings, self.election.epoch, listener)
         except HAStartFailed as exc:
             log.error("elected but the HA port cannot be bound (%s); resigning", exc)
             self.election.resign()
@@ -293,10 +303,10 @@ class ClusterNode(ServiceThread):
 
     # Replication and restarts -----------------------------------------------------------
 
-    def _start_node(self, settings: HASettings, epoch: int) -> None:
+    def _start_node(self, settings: HASettings, epoch: int, listener: socket.socket | None = None) -> None:
         settings.tls = self.ha_base.tls  # not dataclass fields: replace() does not carry them
         settings.epoch = epoch
-        self.node = start_node(self.store, settings)
+        self.node = start_node(self.store, settings, listener)
         self.on_node_change(self.node)
 
     def _stop_node(self) -> None:
@@ -340,6 +350,8 @@ class ClusterNode(ServiceThread):
             "broker_name": self.group_name,
             "broker_id": self.broker_id,
             "role": self.role,
+            "ha_address": self.ha_address,
+            "ha_listen_address": f"{self.ha_base.ha_host}:{self.ha_base.ha_port}",
             "epoch": self.epoch(),
             "master": group.master_id,
             "in_sync": sorted(self.in_sync.published) if self.role == "master" else (group.sync_state or {}).get("in_sync", []),

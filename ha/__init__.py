@@ -7,13 +7,14 @@ and `node.metrics()` for /metrics. The store starts and stops the services it is
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from core import ServiceThread
 from ha.errors import HAError, HAStartFailed
 from ha.group_transfer_service import GroupTransferService
 from ha.ha_client import HAClient
-from ha.ha_service import HAService
+from ha.ha_service import HAService, listen_for_slaves
 from ha.settings import HASettings, add_cli_arguments, from_args, is_loopback
 from store import BrokerRole, MessageStore
 
@@ -28,6 +29,7 @@ __all__ = [
     "attach",
     "from_args",
     "is_loopback",
+    "listen_for_slaves",
     "start_node",
     "stop_node",
 ]
@@ -151,17 +153,18 @@ def attach(store: MessageStore, settings: HASettings) -> HANode | None:
     return node
 
 
-def start_node(store: MessageStore, settings: HASettings) -> HANode:
+def start_node(store: MessageStore, settings: HASettings, listener: socket.socket | None = None) -> HANode:
     """Start a master's or a slave's replication beside a running store (a cluster's role change).
 
     The store's role is set to the settings' first (`set_broker_role`); stop the node with
-    `stop_node` before the store shuts down. HAStartFailed when a master cannot bind its HA port.
+    `stop_node` before the store shuts down. A master takes `listener` (from `listen_for_slaves`, which the
+    master then owns) or binds its HA port now (HAStartFailed when it cannot).
     """
     settings.validate()
     assert settings.role != "standalone", "a node is a master or a slave"
     store.set_broker_role(settings.broker_role())
     store.set_replicated(True)
-    node = _build(store, settings)
+    node = _build(store, settings, listener)
     for service in node.services():
         service.start()
     return node
@@ -175,7 +178,7 @@ def stop_node(store: MessageStore, node: HANode) -> None:
         store.set_replication_waiter(None)
 
 
-def _build(store: MessageStore, settings: HASettings) -> HANode:
+def _build(store: MessageStore, settings: HASettings, listener: socket.socket | None = None) -> HANode:
     if settings.role == "slave":
         return HANode(settings, client=HAClient(store, settings))
     service = HAService(store, settings)
@@ -189,5 +192,5 @@ def _build(store: MessageStore, settings: HASettings) -> HANode:
         )
         service.transfer = transfer
         store.set_replication_waiter(transfer.waiter)
-    service.bind()
+    service.bind(listener)
     return HANode(settings, service=service)

@@ -50,6 +50,24 @@ log = logging.getLogger("tidemq.ha")
 _MAGIC_AT = struct.Struct(">iI")
 
 
+def listen_for_slaves(settings: HASettings) -> socket.socket:
+    """A socket listening on `ha_host:ha_port` (port 0: one the kernel picks), backlog `max_slave_connections`;
+    HAStartFailed when the port is in use or `ha_host` is exposed without ha_secret. Connections wait in the backlog
+    until an HAService accepts them."""
+    refusal = settings.exposure_problem()
+    if refusal is not None:
+        raise HAStartFailed(refusal)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.ha_host, settings.ha_port))
+        sock.listen(settings.max_slave_connections)
+    except OSError as exc:
+        sock.close()
+        raise HAStartFailed(f"cannot listen on {settings.ha_host}:{settings.ha_port}: {exc.strerror}") from exc
+    return sock
+
+
 class HAService(ServiceThread):
     def __init__(self, store: MessageStore, settings: HASettings, transfer: GroupTransferService | None = None) -> None:
         super().__init__("HAAcceptService")
@@ -73,24 +91,15 @@ class HAService(ServiceThread):
 
     # Lifecycle -------------------------------------------------------------------------
 
-    def bind(self) -> None:
+    def bind(self, listener: socket.socket | None = None) -> None:
         """Listen on the HA port now, so a port in use (or a non-loopback address without ha_secret) fails
-        the start-up, not a thread later."""
-        refusal = self.settings.exposure_problem()
-        if refusal is not None:
-            raise HAStartFailed(refusal)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.settings.ha_host, self.settings.ha_port))
-            sock.listen(self.settings.max_slave_connections)
-        except OSError as exc:
-            sock.close()
-            raise HAStartFailed(f"cannot listen on {self.settings.ha_host}:{self.settings.ha_port}: {exc.strerror}") from exc
-        sock.settimeout(self.settings.io_poll_ms / 1000.0)
-        host, port = sock.getsockname()[:2]
+        the start-up, not a thread later; `listener`: one `listen_for_slaves` opened before (a cluster broker's,
+        held from its start), which this service owns from here on."""
+        server = listener if listener is not None else listen_for_slaves(self.settings)
+        server.settimeout(self.settings.io_poll_ms / 1000.0)
+        host, port = server.getsockname()[:2]
         self.listen_address = f"{host}:{port}"
-        self._server = sock
+        self._server = server
         log.info("HA service listening on %s", self.listen_address)
 
     def run(self) -> None:

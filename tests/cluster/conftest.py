@@ -12,7 +12,6 @@ from cluster.local_cluster import FAST_FAILOVER
 from tests.cluster.etcd import ETCD, EtcdServer
 from tests.ha.cluster import SMALL_BROKER, SMALL_STORE, Node, Nodes
 from tests.ha.conftest import proxies  # noqa: F401  (the fault-injecting TCP proxy fixture)
-from tests.loopback import free_port
 
 # A put waiting on a dead slave is answered once the in-sync set shrank (in_sync_lag_max_ms 1.5 s, then an
 # etcd write of at most 0.5 s), before it times out: 3 s rather than the HA tests' 1.5 s.
@@ -39,7 +38,8 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
-    """make(name, group, ...) -> a started cluster broker Node (`ha_port` set); `extra_store` and `extra_cluster` add
+    """make(name, group, ...) -> a started cluster broker Node (`ha_port` 0 unless given: the broker listens on a
+    port the kernel picks, read with tests/cluster/helpers.ha_listen_port); `extra_store` and `extra_cluster` add
     [store] and [cluster] lines, `auto_create` lets a produce create a missing topic (for the tests of how a cluster
     places new topics)."""
     with Nodes() as nodes:
@@ -57,7 +57,6 @@ def brokers(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Node]]:
             client_options: dict[str, Any] | None = None,
             auto_create: bool = False,
         ) -> Node:
-            ha_port = ha_port or free_port()
             broker = SMALL_BROKER + ("auto_create_topics = true\n" if auto_create else "")
             config = CLUSTER_STORE + extra_store + broker + overridden(FAST_FAILOVER, extra_cluster) + extra_cluster
             node = Node(tmp_path, name, [], config, client_options)

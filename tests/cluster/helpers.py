@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from cluster.etcd_client import EtcdClient
-from tests.ha.cluster import Node
+from tests.ha.cluster import FaultProxy, Node
 from tests.waiting import wait_for
 
 # Sent on requests a test addresses to one broker: it serves them itself, never forwards (cluster/forwarding.py).
@@ -28,8 +29,28 @@ def is_master(node: Node) -> bool:
     return bool(status and status["role"] == "master" and status["accepting_puts"])
 
 
+def ha_listen_port(node: Node) -> int:
+    """The HA port the broker listens on (a cluster broker started with `--ha-port 0`: the one the kernel picked)."""
+    status = cluster_status(node)
+    assert status is not None, f"{node.url} does not answer"
+    return int(str(status["ha_listen_address"]).rsplit(":", 1)[1])
+
+
+def proxied_broker(brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy], name: str, group: str) -> tuple[Node, FaultProxy]:
+    """A broker whose slaves reach it through a fault-injecting proxy, its advertised HA address. The proxy is told
+    the broker's HA port once the broker listens on it, before any slave follows it: no port is picked in advance,
+    so none can be taken by another process in between."""
+    proxy = proxies(0)
+    node = brokers(name, group, extra_cluster=f'advertised_ha_address = "127.0.0.1:{proxy.port}"\n')
+    proxy.target_port = ha_listen_port(node)
+    return node, proxy
+
+
 def wait_master(nodes: list[Node], timeout_s: float = 15.0) -> Node:
-    master = wait_for(lambda: next((n for n in nodes if is_master(n)), None), timeout_s, "a master")
+    def what() -> str:  # each broker's status and its log's end: why none became master
+        return "a master; " + "; ".join(f"{n.url}: {cluster_status(n)}\n{n.log()[-3000:]}" for n in nodes)
+
+    master = wait_for(lambda: next((n for n in nodes if is_master(n)), None), timeout_s, what)
     assert master is not None  # wait_for answers a truthy value
     return master
 

@@ -20,9 +20,8 @@ import httpx
 import pytest
 
 from tests.cluster.etcd import EtcdServer
-from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, wait_master
+from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, proxied_broker, wait_master
 from tests.ha.cluster import FaultProxy, Node
-from tests.loopback import free_port
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
@@ -116,9 +115,7 @@ def test_a_stopped_master_is_fenced_and_returns_as_a_slave_with_its_divergent_ta
     brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy]
 ) -> None:
     # The first master's slave connects through a proxy, so the test can hold back what it sends.
-    ha_port = free_port()
-    proxy = proxies(ha_port)
-    old = brokers("a1", "a", ha_port=ha_port, extra_cluster=f'advertised_ha_address = "127.0.0.1:{proxy.port}"\n')
+    old, proxy = proxied_broker(brokers, proxies, "a1", "a")
     wait_for(lambda: is_master(old), what="the first master")
     new = brokers("a2", "a")
     wait_for(lambda: in_sync(old, new), what="the slave to be in sync")

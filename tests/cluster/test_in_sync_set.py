@@ -16,9 +16,8 @@ import httpx
 import pytest
 
 from tests.cluster.etcd import EtcdServer
-from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, sync_state, wait_in_sync, wait_master
+from tests.cluster.helpers import DIRECT, cluster_status, in_sync, is_master, proxied_broker, sync_state, wait_in_sync, wait_master
 from tests.ha.cluster import FaultProxy, Node
-from tests.loopback import free_port
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -107,9 +106,7 @@ def test_a_group_of_three_acknowledges_a_put_once_both_slaves_have_it(
     brokers: Callable[..., Node], proxies: Callable[[int], FaultProxy], etcd: EtcdServer
 ) -> None:
     """The master's slaves connect through a proxy; one slave's connection is held back: the put waits for it."""
-    ha_port = free_port()
-    proxy = proxies(ha_port)
-    first = brokers("a1", "a", ha_port=ha_port, extra_cluster=f'advertised_ha_address = "127.0.0.1:{proxy.port}"\n')
+    first, proxy = proxied_broker(brokers, proxies, "a1", "a")
     wait_for(lambda: is_master(first), what="the first master")
     fast, slow = brokers("a2", "a"), brokers("a3", "a")
     wait_in_sync(first, fast, slow)
@@ -135,9 +132,7 @@ def test_a_group_of_three_elects_its_most_advanced_in_sync_broker(
 ) -> None:
     """Two in-sync slaves, one with puts the other lacks: the master dies; the one that lacks them reads the cluster
     ten times as often (so it would win any race to campaign) and defers; the most advanced one is elected."""
-    ha_port = free_port()
-    proxy = proxies(ha_port)
-    first = brokers("a1", "a", ha_port=ha_port, extra_cluster=f'advertised_ha_address = "127.0.0.1:{proxy.port}"\n')
+    first, proxy = proxied_broker(brokers, proxies, "a1", "a")
     wait_for(lambda: is_master(first), what="the first master")
     ahead = brokers("a2", "a", extra_cluster="refresh_interval_ms = 600\n")
     behind = brokers("a3", "a")

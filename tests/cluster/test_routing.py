@@ -14,7 +14,7 @@ import pytest
 
 from cluster.etcd_client import EtcdClient
 from tests.cluster.etcd import EtcdServer
-from tests.cluster.helpers import DIRECT, cluster_status, in_sync, wait_master
+from tests.cluster.helpers import DIRECT, cluster_status, ha_listen_port, in_sync, wait_master
 from tests.ha.cluster import ROOT, Node
 from tests.loopback import free_port
 from tests.tls_certs import make_certs
@@ -59,7 +59,8 @@ def test_registration_route_and_forwarding_from_a_broker_that_does_not_own_the_t
         etcd_client.close()
     assert set(records) == {a1.url, a2.url, b1.url}
     assert records[master_a.url]["role"] == "master" and records[master_a.url]["topics"] == {"orders": 2}
-    assert records[master_a.url]["ha_address"] == f"127.0.0.1:{master_a.ha_port}"
+    # Started with `--ha-port 0`: it advertises the port it listens on, which its slave streams from.
+    assert records[master_a.url]["ha_address"] == f"127.0.0.1:{ha_listen_port(master_a)}" != "127.0.0.1:0"
     assert records[b1.url]["broker_name"] == "b" and records[b1.url]["epoch"] == 1
 
     # b1 does not own "orders": its produce and its pull are forwarded to group a's master.
