@@ -18,7 +18,7 @@ import httpx
 
 from store.layouts import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from tests.app.conftest import SMALL_STORE as APP_SMALL_STORE
-from tests.loopback import bound_port, free_port, wait_until_serving
+from tests.loopback import bound_port, wait_until_serving
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ START_TIMEOUT_S = 30.0
 class Node:
     """One broker process (master or slave) over its own store directory, restartable on the same ports."""
 
-    ha_port: int  # set by Nodes.add: the master's HA port (0 on a slave)
+    ha_port: int  # set by Nodes.add: the master's HA port (0 on a slave, and on a master until `--ha-port 0` bound one)
 
     def __init__(
         self,
@@ -88,7 +88,18 @@ class Node:
             self.client = httpx.Client(base_url=self.url, timeout=15.0, **self.client_options)
         if wait_ready:
             self.wait_ready()
+            self._learn_ha_port()
         return self
+
+    def _learn_ha_port(self) -> None:
+        """A master started with `--ha-port 0` listens on a port the kernel picked: remembered, and put in its
+        arguments so a restart listens there again (its slaves' address). No port is picked before the start,
+        where another process could take it first."""
+        args = self.args
+        if "--role" not in args or args[args.index("--role") + 1] != "master" or args[args.index("--ha-port") + 1] != "0":
+            return
+        self.ha_port = int(str(self.ha()["ha_address"]).rsplit(":", 1)[1])
+        args[args.index("--ha-port") + 1] = str(self.ha_port)
 
     def wait_ready(self) -> None:
         proc = self.proc
@@ -203,7 +214,6 @@ class FaultProxy:
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
-        self.port = free_port()
         self.paused = threading.Event()
         # Upstream local ports (the master's view of a slave's address) of the connections held back one by one.
         self.paused_ports: set[int] = set()
@@ -211,7 +221,8 @@ class FaultProxy:
         self.cuts = 0
         self.connections = 0
         self._stop = threading.Event()
-        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
         self._server.settimeout(0.1)
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []

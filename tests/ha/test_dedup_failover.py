@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.ha.cluster import Node, caught_up
-from tests.loopback import free_port
 from tests.waiting import wait_for
 
 TOPIC = "payments"
 
 
 def test_a_promoted_slave_answers_a_key_its_master_stored_as_a_duplicate(cluster: Callable[..., Node]) -> None:
-    ha_port = free_port()
-    master = cluster("master", "master", ha_port=ha_port, replication="sync")
-    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}")
+    master = cluster("master", "master", replication="sync")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
     c = master.client
     assert c.put(f"/v1/topics/{TOPIC}", json={"queues": 2}).status_code == 201
@@ -32,7 +30,7 @@ def test_a_promoted_slave_answers_a_key_its_master_stored_as_a_duplicate(cluster
 
     master.kill()  # the producer's reply may be lost with it: it resends to the new master
     slave.stop()
-    slave.args = ["--role", "master", "--ha-port", str(free_port()), "--replication", "async"]
+    slave.args = ["--role", "master", "--ha-port", "0", "--replication", "async"]
     slave.start()
 
     s = slave.client

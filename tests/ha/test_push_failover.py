@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 from tests.app.push_receiver import Delivery, PushReceiver
 from tests.ha.cluster import Node
-from tests.loopback import free_port
 from tests.waiting import wait_for
 
 PUSH = 'push_allowed_hosts = ["127.0.0.1"]\npush_idle_poll_ms = 50\n'
@@ -19,9 +18,8 @@ def accepted(got: list[Delivery]) -> set[bytes]:
 
 
 def test_a_promoted_slave_delivers_its_masters_push_subscription(cluster: Callable[..., Node]) -> None:
-    ha_port = free_port()
-    master: Node = cluster("master", "master", ha_port=ha_port, replication="sync", extra_config=PUSH)
-    slave: Node = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}", extra_config=PUSH)
+    master: Node = cluster("master", "master", replication="sync", extra_config=PUSH)
+    slave: Node = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}", extra_config=PUSH)
     wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
     with PushReceiver() as receiver:
         c = master.client
@@ -36,7 +34,7 @@ def test_a_promoted_slave_delivers_its_masters_push_subscription(cluster: Callab
 
         master.kill()
         slave.stop()
-        slave.args = ["--role", "master", "--ha-port", str(free_port()), "--replication", "async"]
+        slave.args = ["--role", "master", "--ha-port", "0", "--replication", "async"]
         slave.start()
         assert slave.client.get("/v1/groups/hooked/push").json()["state"] == "delivering"
         assert slave.produce("hooks", "after").status_code == 201

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.ha.cluster import Node, caught_up
-from tests.loopback import free_port
 from tests.waiting import wait_for
 
 TOPIC = "billing"
@@ -42,9 +41,8 @@ def offsets(node: Node, group: str, topic: str) -> dict[int, int]:
 
 
 def test_a_promoted_slave_holds_every_state_of_its_master(cluster: Callable[..., Node]) -> None:
-    ha_port = free_port()
-    master = cluster("master", "master", ha_port=ha_port, replication="sync")
-    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{ha_port}")
+    master = cluster("master", "master", replication="sync")
+    slave = cluster("slave", "slave", master_ha=f"127.0.0.1:{master.ha_port}")
     wait_for(lambda: master.ha()["connection_state"] == "connected", what="the slave to connect")
     c = master.client
     assert c.put(f"/v1/topics/{TOPIC}", json={"queues": 2}).status_code == 201
@@ -70,7 +68,7 @@ def test_a_promoted_slave_holds_every_state_of_its_master(cluster: Callable[...,
 
     master.kill()
     slave.stop()
-    slave.args = ["--role", "master", "--ha-port", str(free_port()), "--replication", "async"]
+    slave.args = ["--role", "master", "--ha-port", "0", "--replication", "async"]
     slave.start()
 
     assert offsets(slave, "billing", "orders") == {0: 15, 1: 12}
