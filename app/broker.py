@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import time
@@ -66,6 +67,25 @@ PROGRESS_LOG_INTERVAL_S = 5.0
 # How often a FIFO group's held receives and event streams look again without an arrival (an ack or an
 # invisible time ending frees a FIFO queue, and nothing announces it).
 FIFO_RECHECK_MS = 100
+
+
+# Topic names whose check `topic_name_problem` keeps (past it, the least recently asked are checked again).
+TOPIC_NAME_CHECKS_CACHED = 4_096
+
+
+@functools.lru_cache(maxsize=TOPIC_NAME_CHECKS_CACHED)
+def topic_name_problem(topic: str, max_length_bytes: int, cluster_name: str, for_write: bool) -> tuple[str, str] | None:
+    """(problem code, detail) when `topic` may not be served, or (`for_write`) written or configured; None when it
+    may. A pure function of its arguments, asked on every request that names a topic: cached, as `topic_problem` is
+    (a hit is one C call, no Python frame)."""
+    problem = topic_problem(topic, max_length_bytes)
+    if problem is not None:
+        return "TOPIC_INVALID", f"{problem}: {topic[:200]!r}"
+    if for_write and (topic in SYSTEM_TOPICS or is_rocketmq_system_topic(topic, cluster_name)):
+        return "TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured"
+    if topic in INTERNAL_TOPICS:
+        return "TOPIC_RESERVED", f"{topic} holds the broker's own state and is not served"
+    return None
 
 
 class Broker:
@@ -229,13 +249,9 @@ class Broker:
     # Topics ------------------------------------------------------------------------
 
     def check_topic_name(self, topic: str, for_write: bool = False) -> None:
-        problem = topic_problem(topic, self.config.max_topic_length_bytes)  # the store's check, cached there
+        problem = topic_name_problem(topic, self.config.max_topic_length_bytes, self.config.broker_cluster_name, for_write)
         if problem is not None:
-            raise ProblemError("TOPIC_INVALID", f"{problem}: {topic[:200]!r}")
-        if for_write and (topic in SYSTEM_TOPICS or is_rocketmq_system_topic(topic, self.config.broker_cluster_name)):
-            raise ProblemError("TOPIC_RESERVED", f"{topic} is a system topic and cannot be written or configured")
-        if topic in INTERNAL_TOPICS:
-            raise ProblemError("TOPIC_RESERVED", f"{topic} holds the broker's own state and is not served")
+            raise ProblemError(*problem)
 
     def may_create_topic(self, topic: str, explicit: bool) -> bool:
         """Whether a write may create the topic: a valid name, not a system topic; a PUT, or auto-creation on."""
@@ -273,7 +289,9 @@ class Broker:
     def writable_topic(self, topic: str) -> TopicConfig | None:
         """The config of an existing topic a put may write (the checks of `topic_for_produce`), None when it
         does not exist: the produce's common case without a coroutine of its own."""
-        self.check_topic_name(topic, for_write=True)
+        problem = topic_name_problem(topic, self.config.max_topic_length_bytes, self.config.broker_cluster_name, True)
+        if problem is not None:  # `check_topic_name(topic, for_write=True)`, without its call (every produce asks)
+            raise ProblemError(*problem)
         self.check_master()
         config = self.store.topic_config(topic)
         if config is not None and "w" not in config.perm:

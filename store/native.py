@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import struct
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from store import _kernels
@@ -190,26 +190,21 @@ class CheckedBatch(NamedTuple):
     has_dedup_id: bool
 
 
-def json_produce(
-    body: Any, max_messages: int, max_body: int, reserved: bytes, reserve: Callable[[int], tuple[bytes, int]]
-) -> tuple[bytes, int, int, bool, tuple[bytes, int]] | None:
-    """A JSON produce body in RocketMQ's batch encoding, as store.put.put_batch.packed_fields packs the messages
-    app.produce_parse.parse_json makes of it (docs/native.md "JSON produce"): (packed, count, queue_id: the queue
-    every message named or -1, is_batch, what `reserve(count)` returned: the UNIQ_KEY head and first counter value
-    the keys were written with). None for a body the kernel leaves to the Python path: any shape or value it does
-    not take, anything the Python path would refuse, more than `max_messages` messages, a body over `max_body`
-    bytes, a property named in `reserved` (names separated by NUL bytes)."""
-    return _kernels.json_produce(body, max_messages, max_body, reserved, reserve)
+# json_produce(body, max_messages, max_body, reserved, reserve) -> (packed, count, queue_id, is_batch, (head, first))
+# or None. A JSON produce body in RocketMQ's batch encoding, as store.put.put_batch.packed_fields packs the messages
+# app.produce_parse.parse_json makes of it (docs/native.md "JSON produce"): queue_id is the queue every message named
+# or -1; (head, first) is what `reserve(count)` returned: the UNIQ_KEY head and first counter value the keys were
+# written with. None for a body the kernel leaves to the Python path: any shape or value it does not take, anything
+# the Python path would refuse, more than `max_messages` messages, a body over `max_body` bytes, a property named in
+# `reserved` (names separated by NUL bytes). The kernel itself (no wrapper: a call on every produce).
+json_produce = _kernels.json_produce
 
-
-def render_produce_reply(
-    head: bytes, first: int, host_hex: bytes, queue_id: int, first_queue_offset: int, store_timestamp: int, offsets: bytes, is_batch: bool
-) -> bytes:
-    """The JSON reply to a put of messages json_produce packed with keys `head` + `first`..: a SendResult, or
-    {"kind": "batch", "results": [...]} of them, as orjson writes the reply app.routes_produce.packed_reply builds.
-    `offsets`: EncodedItems.offsets (each message's commitlog offset and size, host-order int64s); `host_hex`: the
-    store host in upper-case hex."""
-    return _kernels.render_produce_reply(head, first, host_hex, queue_id, first_queue_offset, store_timestamp, offsets, is_batch)
+# render_produce_reply(head, first, host_hex, queue_id, first_queue_offset, store_timestamp, offsets, is_batch) -> bytes.
+# The JSON reply to a put of messages json_produce packed with keys `head` + `first`..: a SendResult, or
+# {"kind": "batch", "results": [...]} of them, as orjson writes the reply app.routes_produce.packed_reply builds.
+# `offsets`: EncodedItems.offsets (each message's commitlog offset and size, host-order int64s); `host_hex`: the
+# store host in upper-case hex. The kernel itself (no wrapper: a call on every produce).
+render_produce_reply = _kernels.render_produce_reply
 
 
 def render_views(data: Any) -> bytes | None:

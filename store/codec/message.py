@@ -368,9 +368,9 @@ def new_uniq_keys(n: int) -> list[str]:
     return _DEFAULT_GENERATOR.next_batch(n)
 
 
-def reserve_uniq_keys(n: int) -> tuple[bytes, int]:
-    """`n` fresh UNIQ_KEY values for one batch as a head and a first counter value (UniqKeyGenerator.reserve)."""
-    return _DEFAULT_GENERATOR.reserve(n)
+# reserve_uniq_keys(n) -> (head, first): `n` fresh UNIQ_KEY values for one batch as a head and a first counter value
+# (UniqKeyGenerator.reserve); the bound method itself, called by every packed produce.
+reserve_uniq_keys = _DEFAULT_GENERATOR.reserve
 
 
 def uniq_keys_of(head: bytes, first: int, n: int) -> list[str]:

@@ -36,7 +36,9 @@ class PutDurability:
 
     def answers_at_once(self) -> bool:
         """True when a put is answered without waiting for a flush or a slave."""
-        return self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH and not self._needs_slave()
+        config = self.config  # `_needs_slave` written out: asked by every put
+        needs_slave = config.broker_role is BrokerRole.SYNC_MASTER and self.replication_waiter is not None
+        return config.flush_disk_type is FlushDiskType.ASYNC_FLUSH and not needs_slave
 
     def _needs_slave(self) -> bool:
         return self.config.broker_role is BrokerRole.SYNC_MASTER and self.replication_waiter is not None
