@@ -238,7 +238,8 @@ class ReputMessageService(ServiceThread):
                 break
             try:
                 base = mf.file_from_offset
-                limit = min(mf.get_read_position(), end - base)
+                readable = mf.get_read_position()
+                limit = min(readable, end - base)
                 if damaged is not None:
                     limit = min(limit, damaged - base)  # stop there; the check above skips the range
                 stop, dispatched = self._dispatch_file_locked(mf.mm, cursor - base, limit, base)
@@ -249,6 +250,10 @@ class ReputMessageService(ServiceThread):
                 self._advance_locked(cl.roll_next_file(base))
             elif stop != native.Stop.DONE:
                 break  # nothing whole past the cursor yet, or corrupt bytes (logged)
+            elif readable < cl.file_size and base + readable < end:
+                # A file readable no further for now though the log goes on past it: the transient store pool's
+                # uncommitted tail of a file the writer left. The commit that makes it readable wakes this thread.
+                break
         return count
 
     def _advance_locked(self, offset: int) -> None:

@@ -230,6 +230,81 @@ def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_p
         store.shutdown()
 
 
+def commit_all(store: DefaultMessageStore) -> None:
+    """Commit every write buffer's bytes (a commit takes one file at a time: True once nothing was left)."""
+    for _ in range(8):
+        if store.commit_log.commit(0):
+            return
+    raise AssertionError("the write buffers were not committed in 8 commits")
+
+
+def test_with_the_transient_store_pool_dispatch_stops_where_a_files_uncommitted_tail_starts(tmp_path: Path) -> None:
+    """A put that rolls into the next file leaves the previous file's tail in its write buffer: dispatch stops where
+    that tail starts (the commit that makes it readable wakes the dispatch thread) rather than reading the file's end
+    again and again, holding the put (and the event loop that made it) until a commit comes."""
+    config = dispatch_config(
+        str(tmp_path / "store"),
+        transient_store_pool_enable=True,
+        transient_store_pool_size=2,
+        commit_interval_commit_log_ms=60_000,  # the commit service commits once at its start, then not within the test
+        commit_commit_log_thorough_interval_ms=60_000,
+    )
+    store = open_store(config)
+    mfq = store.commit_log.mapped_file_queue
+    puts: list[int] = []
+    done = threading.Event()
+
+    def put_into_the_second_file() -> None:
+        while len(mfq.mapped_files) < 2 or len(puts) < 2:
+            assert store.put_message(build_message("P", b"x" * 1000, 0)).ok
+            puts.append(len(mfq.mapped_files))
+        done.set()
+
+    thread = threading.Thread(target=put_into_the_second_file, daemon=True)
+    try:
+        thread.start()
+        answered = done.wait(10)
+        if not answered:
+            commit_all(store)  # what the puts were held for: the test then fails, not hangs
+        thread.join(10)
+        assert answered, "a put was held until a commit made the first file's tail readable"
+        assert puts[-1] == 2, "the puts reached the second file"
+        commit_all(store)
+        wait_dispatched(store)
+        assert store.get_max_offset_in_queue("P", 0) == len(puts)
+    finally:
+        store.shutdown()
+
+
+def test_with_the_transient_store_pool_one_commit_round_commits_every_file_the_writer_left(tmp_path: Path) -> None:
+    """A writer that fills files faster than `commit_interval_commit_log_ms` passes: one wake-up of the commit service
+    commits them all, up to the file being written, and dispatch reads them (one file an interval would leave the
+    commit, and dispatch with it, further behind at each file)."""
+    config = dispatch_config(
+        str(tmp_path / "store"),
+        transient_store_pool_enable=True,
+        transient_store_pool_size=2,
+        commit_interval_commit_log_ms=60_000,  # the commit service commits at its start, then when woken
+        commit_commit_log_thorough_interval_ms=60_000,
+        commit_commit_log_least_pages=0,  # a round commits what is pending however little
+    )
+    store = open_store(config)
+    mfq = store.commit_log.mapped_file_queue
+    try:
+        count = 0
+        while len(mfq.mapped_files) < 6:  # pooled files and, the pool lent out, files written through their mapping
+            assert store.put_message(build_message("P", b"x" * 1000, 0)).ok
+            count += 1
+        service = store.commit_service
+        assert service is not None
+        service.wakeup()
+        wait_for(lambda: mfq.committed_where == mfq.get_max_wrote_position(), 5, what="one round to commit every file")
+        wait_dispatched(store)
+        assert store.get_max_offset_in_queue("P", 0) == count
+    finally:
+        store.shutdown()
+
+
 def test_a_put_answers_only_once_its_message_is_dispatched_while_another_thread_dispatches(store: DefaultMessageStore) -> None:
     """The second put finds the dispatch lock held by a thread that read the end before it: it returns
     only once its message is in its queue (dispatched by the holder, which reads the end again, or
