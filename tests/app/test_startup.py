@@ -16,7 +16,7 @@ import pytest
 from tests.app.conftest import ROOT, SMALL_BROKER, MakeBroker
 from tests.app.helpers import problem
 from tests.app.store_filler import FILLER_STORE, QUEUES, TOPIC
-from tests.loopback import free_port
+from tests.loopback import bound_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -38,7 +38,7 @@ def refusal_lines(stderr: str) -> list[str]:
 
 def test_a_second_broker_on_a_locked_store_prints_one_line_and_exits_3(make_broker: MakeBroker) -> None:
     first = make_broker()
-    done = subprocess.run(serve_command(first.store_dir, free_port()), capture_output=True, text=True, timeout=PATIENCE_S, cwd=ROOT)
+    done = subprocess.run(serve_command(first.store_dir, 0), capture_output=True, text=True, timeout=PATIENCE_S, cwd=ROOT)
     assert done.returncode == 3, done.stderr
     lines = refusal_lines(done.stderr)
     assert len(lines) == 1 and lines[0].startswith("tidemq: ") and "used by another process" in lines[0], done.stderr
@@ -66,12 +66,12 @@ def test_health_answers_and_ready_reports_progress_during_a_recovery(tmp_path: P
     assert (store_dir / "abort").exists()  # left as a crash leaves it: the start recovers
     config = tmp_path / "big.toml"
     config.write_text("[store]\n" + "".join(f"{k} = {v}\n" for k, v in FILLER_STORE.items()) + SMALL_BROKER)
-    port = free_port()
     log_path = tmp_path / "big.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(serve_command(store_dir, port, config), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "wb") as log:  # port 0: the port is bound (and named in the log) before the store loads
+        proc = subprocess.Popen(serve_command(store_dir, 0, config), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     starting: list[dict[str, Any]] = []
     try:
+        port = bound_port(log_path, 0, proc, PATIENCE_S)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=PATIENCE_S) as client:
 
             def ready() -> bool:
