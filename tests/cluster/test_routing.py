@@ -88,7 +88,8 @@ def test_role_is_refused_in_cluster_mode(etcd: EtcdServer, tmp_path: Path) -> No
     # A broker reads its group's epochs before its store loads: without etcd it does not start, once it has
     # asked for etcd_start_wait_ms (5 s by default: a loaded machine's etcd can miss one request and answer the next).
     silent = f"http://127.0.0.1:{free_port()}"
-    done = subprocess.run([*cmd[:7], silent, *cmd[8:], "--port", str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ports = ["--port", "0", "--ha-port", "0"]  # bound at start: none picked in advance, none another process may hold
+    done = subprocess.run([*cmd[:7], silent, *cmd[8:], *ports], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "the cluster's etcd cannot be read" in done.stderr, done.stderr
     assert "the cluster's etcd did not answer" in done.stderr and "asking again (etcd_start_wait_ms)" in done.stderr
 
@@ -142,6 +143,6 @@ def test_an_unreadable_forward_ca_file_refuses_the_start(etcd: EtcdServer, tmp_p
     config = tmp_path / "bad.toml"
     config.write_text(f'[cluster]\nforward_ca_file = "{tmp_path / "missing.pem"}"\n')
     cmd = [sys.executable, "-m", "app", "serve", "--store", str(tmp_path / "s"), "--config", str(config),
-           "--cluster-etcd", etcd.url, "--broker-name", "a", "--port", str(free_port())]  # fmt: skip
+           "--cluster-etcd", etcd.url, "--broker-name", "a", "--port", "0", "--ha-port", "0"]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "forward_ca_file" in done.stderr and "cannot be loaded" in done.stderr, done.stderr
