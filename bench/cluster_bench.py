@@ -157,7 +157,8 @@ def spans(urls: list[str], topic: str, groups: int) -> bool:
 
 
 def kill_and_wait(cluster: LocalCluster, load: Load, urls: list[str]) -> tuple[float, float]:
-    """SIGKILL the master, restart it at once; seconds until a new master accepts puts, and the producers' outage:
+    """SIGKILL the master, restart it at once; seconds until a master (the slave, or the restarted broker when its
+    log goes further) accepts puts again, and the producers' outage:
     the longest gap between two acknowledged puts from just before the kill until puts are acknowledged again."""
     wait(lambda: all_in_sync(cluster), 60, "the slave to be in sync")
     time.sleep(0.5)
@@ -166,7 +167,8 @@ def kill_and_wait(cluster: LocalCluster, load: Load, urls: list[str]) -> tuple[f
     cluster.kill(cluster.broker_name(0, index))
     restart = threading.Thread(target=cluster.start_broker, args=(0, index))
     restart.start()
-    wait(lambda: status(urls[1 - index]).get("accepting_puts", False), 30, "a new master")
+    # Either broker: the restarted one is elected when its log goes further (cluster/election.py's `rival`).
+    wait(lambda: any(status(url).get("accepting_puts", False) for url in urls), 30, "a new master")
     elected = time.monotonic() - killed_at
     # Replies already on their way when the master died may still arrive just after the kill.
     resumed_after = time.monotonic()
@@ -187,8 +189,10 @@ def failover_windows(args: argparse.Namespace) -> tuple[list[float], list[float]
         cluster = LocalCluster(Path(root), 1, 2, BASE_PORT, FAST_FAILOVER)
         try:
             cluster.start()
-            masters(cluster)
+            (master,) = masters(cluster)
             urls = [cluster.broker_url(0, j) for j in range(2)]
+            # Topics are created explicitly (auto_create_topics is off): without it every put is refused (404).
+            httpx.put(f"{master}/v1/topics/failover", json={"queues": 8}, timeout=10.0).raise_for_status()
             with Load([(u, "failover") for u in urls], args.producers, "x" * args.body_bytes) as load:
                 for _ in range(args.rounds):
                     window = kill_and_wait(cluster, load, urls)
