@@ -48,7 +48,6 @@ def measure(replication: str | None, producers: int, seconds: float, body_bytes:
         node = attach(store, settings)
         assert node is not None and node.service is not None
         store.start()
-        store.topic_config_manager.create_or_update(TOPIC, 8)
         slave = None
         stop = multiprocessing.Event()
         if replication is not None:
@@ -60,6 +59,8 @@ def measure(replication: str | None, producers: int, seconds: float, body_bytes:
             while node.status()["connection_state"] != "connected":
                 assert time.monotonic() < deadline, "the slave did not connect"
                 time.sleep(0.01)
+        # After the slave connected: a SYNC_MASTER confirms the topic's state record only once a slave holds it.
+        store.topic_config_manager.create_or_update(TOPIC, 8)
         body = b"x" * body_bytes
         latencies: list[list[float]] = [[] for _ in range(producers)]
         failures = [0]
