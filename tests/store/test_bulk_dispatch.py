@@ -199,15 +199,20 @@ def test_an_index_failing_after_the_queues_were_written_resumes_without_duplicat
     assert_matches_reference(config, {}, str(tmp_path / "reference"))
 
 
+def pooled_config(tmp_path: Path, **overrides: object) -> MessageStoreConfig:
+    """A store writing through a transient store pool of two buffers, whose commit service commits once at its start
+    and then only when woken (or by the test's own commits) within a test."""
+    values: dict[str, object] = {
+        "transient_store_pool_enable": True,
+        "transient_store_pool_size": 2,
+        "commit_interval_commit_log_ms": 60_000,
+        "commit_commit_log_thorough_interval_ms": 60_000,
+    }
+    return dispatch_config(str(tmp_path / "store"), **{**values, **overrides})
+
+
 def test_with_the_transient_store_pool_only_committed_bytes_are_dispatched(tmp_path: Path) -> None:
-    config = dispatch_config(
-        str(tmp_path / "store"),
-        transient_store_pool_enable=True,
-        transient_store_pool_size=2,
-        commit_interval_commit_log_ms=60_000,  # the commit service commits once at its start, then not within the test
-        commit_commit_log_thorough_interval_ms=60_000,
-    )
-    store = open_store(config)
+    store = open_store(pooled_config(tmp_path))
     mfq = store.commit_log.mapped_file_queue
     arrivals: list[int] = []
     store.add_message_arriving_listener(lambda _t, _q, after, _codes: arrivals.append(after))
@@ -242,14 +247,7 @@ def test_with_the_transient_store_pool_dispatch_stops_where_a_files_uncommitted_
     """A put that rolls into the next file leaves the previous file's tail in its write buffer: dispatch stops where
     that tail starts (the commit that makes it readable wakes the dispatch thread) rather than reading the file's end
     again and again, holding the put (and the event loop that made it) until a commit comes."""
-    config = dispatch_config(
-        str(tmp_path / "store"),
-        transient_store_pool_enable=True,
-        transient_store_pool_size=2,
-        commit_interval_commit_log_ms=60_000,  # the commit service commits once at its start, then not within the test
-        commit_commit_log_thorough_interval_ms=60_000,
-    )
-    store = open_store(config)
+    store = open_store(pooled_config(tmp_path))
     mfq = store.commit_log.mapped_file_queue
     puts: list[int] = []
     done = threading.Event()
@@ -280,15 +278,8 @@ def test_with_the_transient_store_pool_one_commit_round_commits_every_file_the_w
     """A writer that fills files faster than `commit_interval_commit_log_ms` passes: one wake-up of the commit service
     commits them all, up to the file being written, and dispatch reads them (one file an interval would leave the
     commit, and dispatch with it, further behind at each file)."""
-    config = dispatch_config(
-        str(tmp_path / "store"),
-        transient_store_pool_enable=True,
-        transient_store_pool_size=2,
-        commit_interval_commit_log_ms=60_000,  # the commit service commits at its start, then when woken
-        commit_commit_log_thorough_interval_ms=60_000,
-        commit_commit_log_least_pages=0,  # a round commits what is pending however little
-    )
-    store = open_store(config)
+    # A round commits what is pending however little.
+    store = open_store(pooled_config(tmp_path, commit_commit_log_least_pages=0))
     mfq = store.commit_log.mapped_file_queue
     try:
         count = 0
