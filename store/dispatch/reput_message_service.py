@@ -132,7 +132,7 @@ class ReputMessageService(ServiceThread):
         holds it without having reached `offset`; returns early while dispatch is failing (this
         thread retries) or when the bytes are not readable yet (transient store pool, a slave's
         unconfirmed end). Returns the messages this call dispatched."""
-        count = self.dispatch_now()
+        count = self._dispatch_rounds() if not self.failure else 0  # dispatch_now, one frame fewer (every put)
         if self.reput_from_offset >= offset or self.failure or self.reput_from_offset >= self._end_offset():
             return count
         if self.holder_ident == threading.get_ident():
@@ -198,7 +198,12 @@ class ReputMessageService(ServiceThread):
         """Dispatch what is readable (up to `end` when given: the caller looks again after releasing the lock)."""
         cl = self.commit_log
         files = self._mfq.mapped_files
-        if files and self.reput_from_offset < files[0].file_from_offset + cl.file_size:  # else above the minimum
+        first = files[0] if files else None
+        if (  # else at or above the minimum: the first file's start, or the next one's when the first is going away
+            first is not None
+            and self.reput_from_offset < first.file_from_offset + cl.file_size
+            and (self.reput_from_offset < first.file_from_offset or not first.is_available())
+        ):
             min_offset = cl.get_min_offset()
             if 0 <= self.reput_from_offset < min_offset:
                 log.warning("reput offset %d is below the commitlog minimum %d; skipping ahead", self.reput_from_offset, min_offset)

@@ -138,11 +138,16 @@ class IndexFile:
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count, self.index_count
         )  # fmt: skip
         last_entry = min(self.index_num, self.index_count + key_to - key_from)
-        self.mapped_file.ensure_reserved(self._entries_pos + last_entry * ENTRY_BYTES)
+        mf = self.mapped_file
+        if self._entries_pos + last_entry * ENTRY_BYTES > mf.reserved_to:  # ensure_reserved's own test, one frame fewer a pass
+            mf.ensure_reserved(self._entries_pos + last_entry * ENTRY_BYTES)
         stop, pos, current, last_put, header = _index_put(
             self.mm, self.slot_num, self.index_num, header, keys, key_from, key_to, current_record
         )
-        self._set_header(header)
+        (  # _set_header, inline (every dispatch pass)
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset, self.hash_slot_count,
+            self.index_count,
+        ) = header  # fmt: skip
         return stop, pos, current, last_put
 
     def trailing_entries_at(self, phy_offset: int) -> int:

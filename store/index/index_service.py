@@ -138,7 +138,7 @@ class IndexService:
         files = self.index_files
         f = files[-1] if files and files[-1].index_count < self.index_num else self._writable_file()
         pos, current, last_put = 0, -1, -1
-        resume = self._split_message_resume(f, keys, n_keys)
+        resume = self._split_message_resume(f, keys, n_keys) if self._split_resume_at is not None else None
         if resume is not None:
             pos, current = resume  # the keys before it are of messages indexed before (below the end offset)
         while pos < n_keys:
@@ -148,7 +148,7 @@ class IndexService:
                 break
             log.info("index file %s is full; rolling", f.file_name)
             f = self._writable_file()
-        if last_put < n_records - 1 and f.is_write_full():
+        if last_put < n_records - 1 and f.index_count >= f.index_num:  # f.is_write_full()
             f = self._writable_file()  # build_index rolls at the next message, with keys or without
         if last_offset >= f.end_phy_offset:
             self.last_store_timestamp = last_timestamp

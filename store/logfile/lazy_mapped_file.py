@@ -178,10 +178,12 @@ class LazyMappedFile(MappedFile):
             self._map()
         with self._map_lock:
             self.used = True
-            remapped = self._mm is None
-            if remapped:
-                self._map_locked()
-            super().write_at(pos, data)
+            mm = self._mm
+            remapped = mm is None
+            if mm is None:
+                mm, _ = self._map_locked()
+            assert self.write_buffer is None, "a lazily mapped file has no write buffer"
+            self._write_into(mm, pos, data)  # the mapping at hand: not through `write_target` and `mm`
         if remapped:
             self._budget.added(self)
 

@@ -231,11 +231,15 @@ class MappedFile:
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write at an explicit position (consume queue gaps, replication); moves wrote_position forward."""
+        self._write_into(self.write_target, pos, data)
+
+    def _write_into(self, target: bytearray | Mapping, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """write_at into `target` (this file's write target, which a subclass may have at hand already)."""
         n = len(data)
         assert 0 <= pos and pos + n <= self.file_size, "write outside the file"
         if pos + n > self.reserved_to:
             self.ensure_reserved(pos + n)
-        self.write_target[pos : pos + n] = data
+        target[pos : pos + n] = data
         if pos + n > self.wrote_position:
             self.wrote_position = pos + n
             if self.write_buffer is None:
