@@ -157,10 +157,9 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     if group is not None and deliver_at_ms is not None:
         raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
     producer_group = None if group is None else check_producer_group(group)
-    future = producer.put(
+    result = producer.put(
         PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
     )
-    result = future.result()  # answered at once (defer_durability)
     if result.durability_owed:
         result = await producer.durable(result)
     if not result.ok:

@@ -28,7 +28,6 @@ import asyncio
 import functools
 import zlib
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -436,22 +435,22 @@ class Producer:
         )
         return PutMessageResult(status, items=result.items, detail=what)
 
-    def put(self, batch: PutBatch, scope: Scope) -> Future[PutMessageResult]:
+    def put(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """Put `batch`, answered at once: its durability wait, when owed, is `durable`'s, shared with the loop
         turn's other puts (app.durable_turns); a request whose reply waits for the server's dispatch barrier
         (app.dispatch_barrier) leaves the dispatch to the loop turn's one pass."""
-        batch.defer_durability = True
+        batch.defer_durability = True  # so the store answers with no waiter (MessageStore.put_answer)
         barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
         if barrier is None:
-            return self.store.put(batch)
+            return self.store.put_answer(batch)[0]
         batch.defer_dispatch = True
-        future = self.store.put(batch)
+        result = self.store.put_answer(batch)[0]
         barrier.owe()
-        return future
+        return result
 
     async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
-        result = self.put(batch, scope).result()  # answered at once (defer_durability)
+        result = self.put(batch, scope)
         if result.durability_owed:
             result = await self.durable(result)
         if not result.ok:

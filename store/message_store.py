@@ -114,6 +114,12 @@ class MessageStore(Protocol):
         """
         ...
 
+    def put_answer(self, batch: PutBatch) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None]:
+        """`put` without the future: the result and its durability waiter (None: answered at once, always so for a
+        batch with `defer_durability`, whose result says `durability_owed` instead). What `put` answers, for a
+        caller that answers many puts (the front end's produces)."""
+        ...
+
     def dispatch_owed(self) -> int:
         """Dispatch what puts with `defer_dispatch` appended (at once when nothing is owed); the messages dispatched."""
         ...

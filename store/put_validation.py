@@ -59,7 +59,13 @@ class PutValidator:
         if batch.form is BatchForm.MESSAGES:
             return self.check(batch.messages)
         assert batch.form is BatchForm.ENCODED and batch.encoded is not None, "a FIELDS batch is packed before the hooks"
-        return self.check_batch(batch.topic, batch.queue_id, batch.encoded.messages)
+        refusal = self.check_state()  # check_batch, written out (every produce)
+        if refusal is not None:
+            return refusal
+        topic, queue_id, messages = batch.topic, batch.queue_id, batch.encoded.messages
+        if 0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None:
+            return None
+        return self._check_count(messages) or self._check_target(topic, queue_id)
 
     def check(self, msgs: Sequence[MessageInner]) -> PutMessageResult | None:
         refusal = self.check_state()
@@ -103,7 +109,7 @@ class PutValidator:
         if store.space_exhausted:
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, "the disk has no space for a new file")
         reput = store.reput_service
-        if reput.failure or store.commit_log.get_max_offset() - reput.reput_from_offset > self.max_dispatch_lag:
+        if reput.failure or store.commit_log.mapped_file_queue.get_max_offset() - reput.reput_from_offset > self.max_dispatch_lag:
             # Acknowledged messages must become readable: none is taken while dispatch cannot keep up.
             return _refused(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISPATCH_BEHIND, self._dispatch_detail())
         begin = store.commit_log.begin_time_in_lock_ms

@@ -150,6 +150,16 @@ class LazyItems(Sequence[AppendMessageResult]):
             return int(_OFFSET_AND_SIZE.unpack_from(self.offsets)[1])
         return sum(array("q", self.offsets)[1::2])
 
+    def span(self) -> tuple[int, int, int]:
+        """(messages, the bytes they take, the commitlog offset past the last): len, total_bytes and
+        end_offset in one call (a put's bookkeeping asks for all three)."""
+        offsets = self.offsets
+        if len(offsets) == 16:  # one message, the common put
+            offset, size = _OFFSET_AND_SIZE.unpack_from(offsets)
+            return 1, int(size), int(offset + size)
+        offset, size = _OFFSET_AND_SIZE.unpack_from(offsets, len(offsets) - 16)
+        return len(offsets) // 16, sum(array("q", offsets)[1::2]), int(offset + size)
+
 
 class EncodedItems(LazyItems):
     """The results of a batch appended to one queue by the encode kernel, each built only when asked for.

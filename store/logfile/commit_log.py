@@ -252,9 +252,10 @@ class CommitLog:
             self.begin_time_in_lock_ms = wall = int(time.time() * 1000)
             try:
                 now = wall if self.clock is None else self.clock.now_ms()
-                first = self.topic_queue_table.get((head.topic, head.queue_id), 0) if enters_consume_queue(head.sys_flag) else 0
+                queued = enters_consume_queue(head.sys_flag)
+                first = self.topic_queue_table.get((head.topic, head.queue_id), 0) if queued else 0
                 crcs = memoryview(checked.crcs) if len(checked.crcs) == 4 * checked.messages else None
-                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs)
+                pos = self._encode_locked(checked.data, 0, checked.messages, head, now, offsets, crcs, queued)
                 items = EncodedItems(bytes(offsets), first, head.queue_id, now, self.store_host)
                 if on_appended_locked is not None and len(items):
                     on_appended_locked(items)
@@ -288,12 +289,13 @@ class CommitLog:
 
     def _encode_locked(
         self, batch: bytes, pos: int, n: int, head: RunHead, now: int, into: list[AppendMessageResult] | bytearray,
-        crcs: memoryview | None = None,
+        crcs: memoryview | None = None, queued: bool | None = None,
     ) -> int:  # fmt: skip
         """Append `n` batch items from `pos` to `head`'s topic and queue; the caller holds `put_lock`.
 
         Each result goes `into` a list (AppendMessageResult) or a bytearray (the kernel's offset
         and size pairs); `crcs` are the items' BODYCRCs when a check computed them (CheckedBatch).
+        `queued` is enters_consume_queue(head.sys_flag) when the caller has it already.
         Returns the batch position after the items; NO_FILE when no file could be created or its
         space not reserved (the store then answers DISK_FULL: store/disk/space_reservation.py),
         TOO_LARGE when an item does not fit an empty file (validation keeps such out).
@@ -301,7 +303,8 @@ class CommitLog:
         key = (head.topic, head.queue_id)
         # A prepared or rolled-back transaction message gets no queue entry, so it takes queue offset 0
         # and leaves the queue's next offset alone (DefaultAppendMessageCallback.doAppend): one at a time.
-        queued = enters_consume_queue(head.sys_flag)
+        if queued is None:
+            queued = enters_consume_queue(head.sys_flag)
         queue_offset = self.topic_queue_table.get(key, 0) if queued else 0
         out, file_size, host = self._out, self.file_size, self.store_host
         while n > 0:
@@ -319,8 +322,9 @@ class CommitLog:
                 if not mf.try_reserve(min(need, file_size), strict=True):
                     return NO_FILE
                 self._reserved_ahead(mf, max(reserved_before, need))
+            target = mf.write_buffer if mf.write_buffer is not None else mf.mm  # mf.write_target, written out (every put)
             stop, count, pos, end = _encode(
-                mf.write_target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
+                target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
                 head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
                 queue_offset, mf.file_from_offset + start, crcs,
             )  # fmt: skip
@@ -329,7 +333,10 @@ class CommitLog:
                     crcs = crcs[4 * count :]
                 mf.mark_written(end)
                 mf.store_timestamp = now
-                _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
+                if type(into) is bytearray:  # a batch: the kernel's offsets and sizes as they are (_collect's first case)
+                    into += memoryview(out)[: 16 * count]
+                else:
+                    _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
                 n -= count
                 if queued:
                     queue_offset += count

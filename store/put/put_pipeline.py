@@ -29,7 +29,7 @@ from store.native import CheckedBatch
 from store.put.put_batch import BatchForm, PutBatch, packed_fields
 from store.put.put_hook import PutHook
 from store.stats.store_stats_service import StoreStatsService
-from store.status import PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
+from store.status import EncodedItems, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
 
 # Why the check of a packed FIELDS batch refused it -> the refusal the put answers.
 _BATCH_REFUSALS = {
@@ -81,13 +81,16 @@ class PutPipeline:
             batch.refused()
             return refusal, None
         t0 = time.perf_counter_ns()
+        cl = self.commit_log
         if batch.form is BatchForm.MESSAGES:
-            result = self.commit_log.put_messages(batch.messages, batch.on_appended_locked)
+            result = cl.put_messages(batch.messages, batch.on_appended_locked)
         else:
             assert batch.encoded is not None
-            head = BatchHead(batch.topic, batch.topic.encode("utf-8"), batch.queue_id, self.commit_log.now_ms(), batch.born_host)
-            result = self.commit_log.put_batch(batch.encoded, head, batch.on_appended_locked)
-        if not result.items:
+            now = int(time.time() * 1000) if cl.clock is None else cl.clock.now_ms()  # cl.now_ms(), written out (every put)
+            head = BatchHead(batch.topic, batch.topic.encode("utf-8"), batch.queue_id, now, batch.born_host)
+            result = cl.put_batch(batch.encoded, head, batch.on_appended_locked)
+        # A PUT_OK result holds the batch's messages (the validator refuses an empty batch): only a failure is counted.
+        if result.status is not PutMessageStatus.PUT_OK and not result.items:
             batch.refused()
         return self._after_put(result, t0, batch)
 
@@ -97,13 +100,16 @@ class PutPipeline:
             data = batch.packed.data
         else:
             data, batch.uniq_keys = packed_fields(batch.fields)
-        try:
-            checked = self.check_batch(data)
+        cfg, data = self.config, bytes(data)
+        try:  # check_batch, its kernel called directly (every packed produce)
+            count, stored, crcs, has_dedup_id = _kernels.check_batch(
+                data, cfg.max_message_size_bytes, cfg.max_batch_messages, cfg.max_properties_size_bytes, True, True
+            )
         except native.BatchError as e:
             reason = native.BatchErrorCode(e.args[1])
             detail = f"message {e.index}: refused by the batch check ({reason.name}); nothing was stored"
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, _BATCH_REFUSALS.get(reason, PutRefusal.NONE), detail)
-        batch.form, batch.encoded = BatchForm.ENCODED, checked
+        batch.form, batch.encoded = BatchForm.ENCODED, CheckedBatch(data, count, stored, crcs, has_dedup_id)
         return None
 
     def _after_put(self, result: PutMessageResult, t0: int, batch: PutBatch) -> PutAnswer:
@@ -111,24 +117,28 @@ class PutPipeline:
         of a put the commit log answered."""
         state_records = batch.state_records
         items = result.items
-        stored = len(items)
-        if not stored:
-            self.stats.put_failures += 1
-            if self.space_exhausted():
-                detail = "the disk has no space for a new file; nothing was stored"
-                return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, detail), None
-            return result, None
-        messages = stored - min(state_records, stored)
+        if type(items) is EncodedItems and items.offsets and not state_records:  # a batch as it came: one call for all three
+            messages, size, end = items.span()
+        else:
+            stored = len(items)
+            if not stored:
+                self.stats.put_failures += 1
+                if self.space_exhausted():
+                    detail = "the disk has no space for a new file; nothing was stored"
+                    return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, PutRefusal.DISK_FULL, detail), None
+                return result, None
+            messages = stored - min(state_records, stored)
+            size = total_bytes(items[:messages] if state_records else items) if messages else 0
+            end = result.end_offset
         if messages:
-            size = total_bytes(items[:messages] if state_records else items)
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
+        ok = result.status is PutMessageStatus.PUT_OK
         if batch.defer_durability:
             waiter = None
-            result.durability_owed = result.ok and not self.durability.answers_at_once()
+            result.durability_owed = ok and not self.durability.answers_at_once()
         else:
             waiter = self.durability.waiter(result)
         # After the flush request is queued, so the flush overlaps dispatch; never under the put lock.
-        end = result.end_offset
         if not ((batch.defer_dispatch or batch.lazy_dispatch) and self.reput_service.owe(end, batch.lazy_dispatch)):
             self.reput_service.dispatch_through(end)
         return result, waiter

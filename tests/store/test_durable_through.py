@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from store import FlushDiskType, PutBatch, PutMessageStatus, build_message
 from store.logfile.group_commit_service import GroupCommitService
+from store.put.put_batch import packed_json
+from store.status import PutRefusal
 from tests.store.conftest import open_store, small_config
 from tests.waiting import wait_for
 
@@ -58,5 +61,50 @@ def test_a_wait_with_no_room_is_not_confirmed_and_the_put_stays_stored(tmp_path:
         durable = store.durable_through(result.end_offset)
         assert durable is not None and durable.result(10) is PutMessageStatus.FLUSH_DISK_TIMEOUT
         assert store.get_max_offset_in_queue("F", 0) == 1
+    finally:
+        store.shutdown()
+
+
+def packed(topic: str, body: str, queue_id: int = 0) -> PutBatch:
+    """A JSON produce as the front end packs it, owing durability (a single produce's batch)."""
+    got = packed_json(json.dumps({"body": body}).encode(), 64, 4096, b"")
+    assert got is not None
+    batch = PutBatch.of_packed(topic, queue_id, got)
+    batch.defer_durability = True
+    return batch
+
+
+def test_put_answer_is_the_result_of_a_packed_put_with_no_waiter_and_counts_it_once(tmp_path: Path) -> None:
+    store = open_store(small_config(str(tmp_path / "store"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    try:
+        messages_before, bytes_before = store.stats.put_messages, store.stats.put_bytes
+        result, waiter = store.put_answer(packed("P", "one"))
+        assert waiter is None and result.ok and result.durability_owed
+        assert len(result.items) == 1 and store.get_max_offset_in_queue("P", 0) == 1
+        assert store.stats.put_messages == messages_before + 1
+        assert store.stats.put_bytes == bytes_before + result.items[0].wrote_bytes
+        assert result.end_offset == store.commit_log.get_max_offset()
+        durable = store.durable_through(result.end_offset)
+        assert durable is not None and durable.result(10) is PutMessageStatus.PUT_OK
+        with store.get_message("G", "P", 0, 0, 1) as got:
+            assert [m["body"] for m in got.decode()] == [b"one"]
+        # A batch of three of different sizes: counted as three messages and their stored bytes.
+        three = packed_json(json.dumps({"messages": [{"body": f"b{i}" * (i + 1)} for i in range(3)]}).encode(), 64, 4096, b"")
+        assert three is not None
+        batch = PutBatch.of_packed("P", 0, three)
+        batch.defer_durability = True
+        counted = store.stats.put_bytes
+        batch_result, waiter = store.put_answer(batch)
+        assert waiter is None and batch_result.ok and len(batch_result.items) == 3
+        assert store.stats.put_messages == messages_before + 4
+        assert store.stats.put_bytes == counted + sum(item.wrote_bytes for item in batch_result.items)
+        assert (
+            batch_result.end_offset
+            == store.commit_log.get_max_offset()
+            == batch_result.items[2].wrote_offset + batch_result.items[2].wrote_bytes
+        )
+        refused, waiter = store.put_answer(packed("P", "two", queue_id=10_000))  # past max_topic_queue_nums
+        assert waiter is None and not refused.ok and not refused.items and refused.refusal is PutRefusal.QUEUE_NOT_FOUND
+        assert store.get_max_offset_in_queue("P", 0) == 4 and store.stats.put_messages == messages_before + 4
     finally:
         store.shutdown()
