@@ -55,16 +55,17 @@ class PutValidator:
         self.max_dispatch_lag = cfg.max_dispatch_lag_bytes
 
     def before_put(self, batch: PutBatch) -> PutMessageResult | None:
-        """The checks of a MESSAGES batch (`check`) or of an ENCODED one appended as it came (`check_batch`)."""
+        """The checks of a MESSAGES batch (`check`) or of an ENCODED one appended as it came (check_batch, the kernel,
+        has checked its items: the store's state, the count, the queue and the topic are left)."""
         if batch.form is BatchForm.MESSAGES:
             return self.check(batch.messages)
         assert batch.form is BatchForm.ENCODED and batch.encoded is not None, "a FIELDS batch is packed before the hooks"
-        refusal = self.check_state()  # check_batch, written out (every produce)
+        refusal = self.check_state()
         if refusal is not None:
             return refusal
         topic, queue_id, messages = batch.topic, batch.queue_id, batch.encoded.messages
         if 0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None:
-            return None
+            return None  # the common batch: the detailed checks below only say why one is refused
         return self._check_count(messages) or self._check_target(topic, queue_id)
 
     def check(self, msgs: Sequence[MessageInner]) -> PutMessageResult | None:
@@ -87,15 +88,6 @@ class PutValidator:
                 if refusal is not None:
                     return refusal
         return None
-
-    def check_batch(self, topic: str, queue_id: int, messages: int) -> PutMessageResult | None:
-        """The checks of a batch appended as it came (check_batch has checked its items)."""
-        refusal = self.check_state()
-        if refusal is not None:
-            return refusal
-        if 0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None:
-            return None  # the common batch: the detailed checks below only say why one is refused
-        return self._check_count(messages) or self._check_target(topic, queue_id)
 
     def check_state(self) -> PutMessageResult | None:
         """Whether the store takes puts now (running, master, disk, dispatch, lock)."""

@@ -333,10 +333,10 @@ class CommitLog:
                     crcs = crcs[4 * count :]
                 mf.mark_written(end)
                 mf.store_timestamp = now
-                if type(into) is bytearray:  # a batch: the kernel's offsets and sizes as they are (_collect's first case)
+                if isinstance(into, bytearray):  # a batch: the kernel's offsets and sizes as they are
                     into += memoryview(out)[: 16 * count]
                 else:
-                    _collect(into, out, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
+                    _collect(into, count, mf.file_from_offset + start, end - start, queue_offset, head.queue_id, now, host)
                 n -= count
                 if queued:
                     queue_offset += count
@@ -520,16 +520,13 @@ _run_key = operator.attrgetter(
 
 
 def _collect(
-    into: list[AppendMessageResult] | bytearray, out: bytearray, count: int, first_offset: int, written: int, queue_offset: int,
-    queue_id: int, now: int, host: bytes,
+    into: list[AppendMessageResult], count: int, first_offset: int, written: int, queue_offset: int, queue_id: int, now: int,
+    host: bytes,
 ) -> None:  # fmt: skip
-    """Record `count` messages the kernel just wrote (their offsets and sizes are in `out`): in a
-    bytearray (batches), or as the AppendMessageResult of a single put's one message."""
-    if isinstance(into, bytearray):
-        into += memoryview(out)[: 16 * count]
-    else:
-        assert count == 1, "a list collects a single put"
-        into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
+    """Record the one message a single put's kernel call just wrote as its AppendMessageResult (a batch's offsets and
+    sizes are appended to its bytearray by the encode loop itself)."""
+    assert count == 1, "a list collects a single put"
+    into.append(AppendMessageResult(AppendMessageStatus.PUT_OK, first_offset, written, now, queue_offset, queue_id, host))
 
 
 def _last_store_timestamp(buf: bytearray | Mapping, start: int, end: int) -> int:
