@@ -113,10 +113,13 @@ class Scenario:
 
 
 def measure_rounds(scenarios: list[Scenario], rounds: int, connections: int, seconds: float) -> dict[str, Measured]:
-    """Every scenario once per round, rounds interleaved; per scenario the round with the median CPU per request."""
+    """Every scenario once per round, rounds interleaved; per scenario the round with the median CPU per request.
+    Each measurement starts with no write-back under way (`os.sync` first, outside it): the gigabytes a batch row
+    leaves dirty would otherwise be written back during the next rows, Redis's and the no-op's too, and slow them."""
     runs: dict[str, list[Measured]] = {s.name: [] for s in scenarios}
     for r in range(rounds):
         for s in scenarios:
+            os.sync()
             m = loadgen(s.port, s.request, s.protocol, s.pid, connections, seconds, s.replies, s.messages)
             runs[s.name].append(m)
             if s.after is not None:
