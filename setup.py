@@ -40,6 +40,7 @@ setup(
                 f"{NATIVE}/mapping_binding.h",
                 f"{NATIVE}/sql_binding.h",
                 f"{NATIVE}/produce_binding.h",
+                f"{NATIVE}/put_lane_binding.h",
             ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),

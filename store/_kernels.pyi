@@ -40,6 +40,18 @@ def render_produce_reply(
     /,
 ) -> bytes: ...
 def render_received(message: Any, topic: bytes, reconsume_times: int, handle: bytes, invisible_until_ms: int, /) -> bytes | None: ...
+def put_packed(
+    log: Any,
+    batch: Any,
+    topic: str,
+    topic_bytes: bytes,
+    queue_id: int,
+    born_host: bytes,
+    max_body: int,
+    max_count: int,
+    max_props: int,
+    /,
+) -> tuple[bytes, int, int, int, int, int] | None: ...
 def encode_batch(
     dest: Any,
     dest_pos: int,

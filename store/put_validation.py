@@ -68,6 +68,14 @@ class PutValidator:
             return None  # the common batch: the detailed checks below only say why one is refused
         return self._check_count(messages) or self._check_target(topic, queue_id)
 
+    def admits_plain(self, topic: str, queue_id: int, messages: int) -> bool:
+        """Whether `before_put` would let a plain batch of `messages` to `topic`'s `queue_id` through (the put lane asks
+        before its one call; a refusal is left to `before_put`, which says why)."""
+        return (
+            0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None
+            and self.check_state() is None
+        )  # fmt: skip
+
     def check(self, msgs: Sequence[MessageInner]) -> PutMessageResult | None:
         refusal = self.check_state()
         if refusal is not None:

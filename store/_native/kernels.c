@@ -414,6 +414,7 @@ static PyObject *py_gil_releases(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(
 #include "gather_binding.h"
 #include "apply_binding.h"
 #include "produce_binding.h"
+#include "put_lane_binding.h"
 
 static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_VARARGS, "java_hash(utf8, prefix=0) -> Java String.hashCode of the decoded text, folded onto prefix"},
@@ -435,6 +436,9 @@ static PyMethodDef methods[] = {
      "json_produce(body, max_messages, max_body, reserved, reserve) -> (packed, count, queue_id, is_batch, reserve(count)) or None"},
     {"render_produce_reply", py_render_produce_reply, METH_VARARGS,
      "render_produce_reply(head, first, host_hex, queue_id, first_queue_offset, store_timestamp, offsets, is_batch) -> the reply's JSON"},
+    {"put_packed", (PyCFunction)(void (*)(void))py_put_packed, METH_FASTCALL,
+     "put_packed(log, batch, topic, topic_bytes, queue_id, born_host, max_body, max_count, max_props) -> (offsets, first queue "
+     "offset, store timestamp, end offset, count, stored bytes), or None: declined (CommitLog.put_packed)"},
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},
@@ -471,7 +475,7 @@ static int kernels_exec(PyObject *m) {
     }
     if (make_batch_error() < 0 || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
         PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "ASSERTIONS", ASSERTIONS_ON) < 0 || add_mapping(m) < 0)
+        PyModule_AddIntConstant(m, "ASSERTIONS", ASSERTIONS_ON) < 0 || add_mapping(m) < 0 || make_put_names() < 0)
         return -1;
     return 0;
 }

@@ -29,7 +29,7 @@ import operator
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tidemq.store")
 
+# CommitLog.put_packed: the put lane's one call (its comment in CommitLog.__init__ says what it does).
+PackedPut = Callable[[Any, str, bytes, int, bytes, int, int, int], "tuple[bytes, int, int, int, int, int] | None"]
 _encode = _kernels.encode_batch  # called positionally under the lock (store.native.encode_batch names the arguments)
 _FILE_FULL = int(Stop.FILE_FULL)
 # _encode_locked's failures (negative, so a batch position is never mistaken for one).
@@ -103,6 +105,15 @@ class CommitLog:
         self._last_file: MappedFile | None = None
         # The encode kernel's out buffer (offset and size per message), used under put_lock only.
         self._out = bytearray(OFFSET_AND_SIZE.size * config.max_batch_messages)
+        # put_packed(batch, topic, topic_bytes, queue_id, born_host, max_body, max_count, max_props): put_batch's common
+        # case, a batch in RocketMQ's encoding to one queue, checked and appended in one kernel call
+        # (store/_native/put_lane_binding.h) -> (offsets, first queue offset, store timestamp, end offset, messages,
+        # stored bytes) as put_batch's EncodedItems would hold them; None when it declines, having changed nothing (the
+        # lock is held, no last file, a write buffer, a reservation or a roll to make, a batch the check refuses or with
+        # a dedup id, a store clock): put_batch then answers. It reads and writes this object's put_lock, _last_file,
+        # topic_queue_table, store_host, file_size, begin_time_in_lock_ms and clock, and the last file's write_buffer,
+        # wrote_position, reserved_to, file_from_offset, mm, committed_position and store_timestamp, as put_batch does.
+        self.put_packed: PackedPut = functools.partial(_kernels.put_packed, self)
         self.damaged_ranges: tuple[tuple[int, int], ...] = ()
         self._damaged_path = os.path.join(config.store_path_root_dir, "damaged_ranges.json")
 

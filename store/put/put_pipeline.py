@@ -55,6 +55,10 @@ class PutPipeline:
         self.durability = durability
         self.reput_service = reput_service
         self.space_exhausted = space_exhausted  # a file's space could not be reserved (the store's flag)
+        # The validator's admits_plain (store/put_validation.py), when the validator is the only hook a plain batch
+        # goes through: a packed batch then takes the put lane (`_put_packed`).
+        only = self.plain_hooks[0] if len(self.plain_hooks) == 1 else None
+        self.lane_admits: Callable[[str, int, int], bool] | None = getattr(only, "admits_plain", None)
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:
         """A batch in RocketMQ's encoding checked against the store's limits (store.native.check_batch
@@ -69,6 +73,10 @@ class PutPipeline:
 
     def put(self, batch: PutBatch) -> PutAnswer:
         """Store `batch` (the module's docstring says in what order)."""
+        if batch.packed is not None and self.lane_admits is not None:
+            answer = self._put_packed(batch)
+            if answer is not None:
+                return answer
         refusal = self._pack_fields(batch) if batch.form is BatchForm.FIELDS else None
         if refusal is None:
             for hook in self.plain_hooks if _is_plain(batch) else self.hooks:
@@ -93,6 +101,30 @@ class PutPipeline:
         if result.status is not PutMessageStatus.PUT_OK and not result.items:
             batch.refused()
         return self._after_put(result, t0, batch)
+
+    def _put_packed(self, batch: PutBatch) -> PutAnswer | None:
+        """The put lane: a packed batch (`PutBatch.of_packed`) the validator admits, checked and appended by the commitlog's
+        one kernel call (CommitLog.put_packed), counted, then answered as `_after_put` answers; None when the validator
+        would refuse it or the kernel declines, having changed nothing: the general path then stores or refuses it."""
+        packed = batch.packed
+        assert packed is not None and self.lane_admits is not None
+        if batch.producer_group is not None or batch.deliver_at_ms is not None or batch.on_appended_locked or batch.state_records:
+            return None  # of_packed makes none of these; a caller that sets one takes the hooks that act on it
+        topic, queue_id = batch.topic, batch.queue_id
+        if not self.lane_admits(topic, queue_id, packed.messages):
+            return None
+        cfg = self.config
+        t0 = time.perf_counter_ns()
+        stored = self.commit_log.put_packed(
+            packed.data, topic, topic.encode(), queue_id, batch.born_host, cfg.max_message_size_bytes, cfg.max_batch_messages,
+            cfg.max_properties_size_bytes,
+        )  # fmt: skip
+        if stored is None:
+            return None
+        offsets, first, now, end, messages, size = stored
+        result = PutMessageResult(PutMessageStatus.PUT_OK, items=EncodedItems(offsets, first, queue_id, now, self.commit_log.store_host))
+        self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
+        return self._answer(result, end, batch)
 
     def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
         """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""
@@ -132,6 +164,10 @@ class PutPipeline:
             end = result.end_offset
         if messages:
             self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
+        return self._answer(result, end, batch)
+
+    def _answer(self, result: PutMessageResult, end: int, batch: PutBatch) -> PutAnswer:
+        """`result` with its durability waiter (or marked `durability_owed`), its dispatch through `end` run or owed."""
         ok = result.status is PutMessageStatus.PUT_OK
         if batch.defer_durability:
             waiter = None

@@ -71,3 +71,47 @@ def test_topics_rebuilt_from_the_log_when_topics_json_is_lost(make_broker: MakeB
     assert "rebuilt" in broker.log() and "WARNING" in broker.log()
     saved = json.loads((config_dir / "topics.json").read_text())
     assert topic in saved["topicConfigTable"]
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_produces_answered_before_sigkill_are_there_after_it_as_answered(make_broker: MakeBroker, topic: str, flush: str) -> None:
+    """Single and batched JSON produces (the put lane's, store/_native/put_lane_binding.h, and the general path's at a
+    file roll) across several commitlog files: every message answered 201 is there after a SIGKILL, at the queue offset
+    and with the ids and body its reply gave."""
+    broker = make_broker(SMALL_STORE + f'flush_disk_type = "{flush}"\n' + SMALL_BROKER, process=True)  # killed
+    c = broker.client
+    assert c is not None
+    assert c.put(f"/v1/topics/{topic}", json={"queues": 2}).status_code == 201
+    sent: dict[tuple[int, int], tuple[str, str, str]] = {}
+    for i in range(240):
+        queue_id = i % 2
+        bodies = [f"{i}.{j}:" + "x" * (700 + 37 * ((i + j) % 50)) for j in range(1 if i % 6 else 3)]
+        doc: dict[str, object] = (
+            {"body": bodies[0], "queue_id": queue_id}
+            if len(bodies) == 1
+            else {"messages": [{"body": b, "queue_id": queue_id} for b in bodies]}
+        )
+        r = c.post(f"/v1/topics/{topic}/messages", json=doc)
+        assert r.status_code == 201, r.text
+        reply = r.json()
+        for body, answer in zip(bodies, reply["results"] if len(bodies) > 1 else [reply], strict=True):
+            assert answer["queue_id"] == queue_id
+            sent[(queue_id, answer["queue_offset"])] = (body, answer["msg_id"], answer["offset_msg_id"])
+    assert c.get("/v1/store").json()["runtime"]["commitlog_max_offset"] > 2 * 262144  # three files at least
+    broker.stop(signal.SIGKILL)
+
+    broker.start()
+    assert broker.client is not None
+    got: dict[tuple[int, int], tuple[str, str, str]] = {}
+    for queue_id in range(2):
+        offset = 0
+        while True:
+            r = broker.client.get(f"/v1/topics/{topic}/queues/{queue_id}/messages", params={"offset": offset, "max": 64})
+            assert r.status_code == 200, r.text
+            messages = r.json()["messages"]
+            if not messages:
+                break
+            for m in messages:
+                got[(queue_id, m["queue_offset"])] = (m["body"], m["msg_id"], m["offset_msg_id"])
+            offset = messages[-1]["queue_offset"] + 1
+    assert got == sent

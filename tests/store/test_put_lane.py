@@ -1,0 +1,154 @@
+"""The put lane: a packed batch appended by the commitlog's one kernel call (CommitLog.put_packed) stores what the
+general path (CommitLog.put_batch) stores, and a lane that declines changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from store import DefaultMessageStore, PutBatch
+from store.codec.message_codec import decode_message
+from store.put.put_batch import PackedProduce, packed_json
+from tests.store.conftest import open_store, small_config
+
+IPV4_HOST = bytes([10, 0, 0, 7, 0, 0, 0x1F, 0x90])
+IPV6_HOST = bytes(range(16)) + bytes([0, 0, 0x1F, 0x91])
+LIMITS = (8 * 1024, 1024, 32767)  # small_config's max_message_size_bytes, the default batch and properties limits
+
+
+def pack(messages: list[dict[str, Any]], max_body: int = 64 * 1024) -> PackedProduce:
+    body = {"messages": messages} if len(messages) > 1 else messages[0]
+    got = packed_json(json.dumps(body).encode(), 64, max_body, b"")
+    assert got is not None
+    return got
+
+
+def produces() -> list[tuple[str, int, PackedProduce, bytes]]:
+    """Puts of every shape the lane takes: single and batched, tags, keys and properties, both host sizes, two topics
+    and queues, bodies of 5 bytes to 7 KiB; enough of them to roll a 64 KiB commitlog file twice."""
+    out = []
+    for i in range(64):
+        one = {"body": "b" * (100 + 110 * i), "tags": f"T{i % 3}", "keys": [f"k{i}"], "properties": {"n": str(i)}}
+        batch = [{"body": f"m{i}-{j}" * (j + 1)} for j in range(1 + i % 4)]
+        out.append(("lane-a" if i % 2 else "lane-b", i % 3, pack([one] if i % 5 else batch), IPV6_HOST if i % 7 == 0 else IPV4_HOST))
+    return out
+
+
+def put_all(store: DefaultMessageStore, puts: list[tuple[str, int, PackedProduce, bytes]]) -> list[Any]:
+    results = []
+    for topic, queue_id, packed, host in puts:
+        result, waiter = store.put_answer(PutBatch.of_packed(topic, queue_id, packed, born_host=host))
+        assert result.ok and waiter is None
+        results.append(result)
+    return results
+
+
+def stored_messages(store: DefaultMessageStore, puts: list[tuple[str, int, PackedProduce, bytes]]) -> list[tuple[int, bytes]]:
+    """Every message of the log, by its commitlog offset, as stored but for its two timestamps (a put's clock
+    reading, zeroed): BORNTIMESTAMP at byte 40, STORETIMESTAMP at 56 (68 after a 20-byte born host)."""
+    got = []
+    for topic, queue_id in sorted({(t, q) for t, q, _, _ in puts}):
+        with store.get_message("G", topic, queue_id, 0, 1000) as found:
+            for pos, size in found.positions():
+                message = decode_message(found.data, pos)
+                assert message["born_timestamp"] == message["store_timestamp"] > 0 and message["store_size"] == size
+                raw = bytearray(found.data[pos : pos + size])
+                store_ts_at = 56 + (12 if message["sys_flag"] & 0x10 else 0)  # BORNHOST_V6_FLAG
+                raw[40:48] = raw[store_ts_at : store_ts_at + 8] = bytes(8)
+                got.append((message["commitlog_offset"], bytes(raw)))
+    assert len(got) == sum(p.messages for _, _, p, _ in puts)
+    return sorted(got)
+
+
+def counting(store: DefaultMessageStore) -> list[int]:
+    """Calls of the store's put lane and those it answered, counted (the lane is the commitlog's put_packed)."""
+    calls = [0, 0]
+    lane: Callable[..., Any] = store.commit_log.put_packed
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        answer = lane(*args)
+        calls[1] += answer is not None
+        return answer
+
+    store.commit_log.put_packed = counted
+    return calls
+
+
+def test_the_lane_stores_what_the_general_path_stores_byte_for_byte(tmp_path: Path) -> None:
+    puts = produces()
+    lane = open_store(small_config(str(tmp_path / "lane")))
+    general = open_store(small_config(str(tmp_path / "general")))
+    try:
+        calls = counting(lane)
+        general.pipeline.lane_admits = None  # every packed put takes the general path
+        lane_results, general_results = put_all(lane, puts), put_all(general, puts)
+        # The lane answered all but the puts that needed a file made or reserved further (a roll, a reservation step).
+        assert calls[0] == len(puts) and len(puts) - 16 <= calls[1] < len(puts)
+        for a, b in zip(lane_results, general_results, strict=True):
+            assert [(i.wrote_offset, i.wrote_bytes, i.logics_offset, i.queue_id) for i in a.items] == [
+                (i.wrote_offset, i.wrote_bytes, i.logics_offset, i.queue_id) for i in b.items
+            ]
+            assert a.end_offset == b.end_offset
+        assert lane.commit_log.get_max_offset() == general.commit_log.get_max_offset() > 2 * 64 * 1024
+        assert lane.commit_log.topic_queue_table == general.commit_log.topic_queue_table
+        assert lane.stats.put_messages == general.stats.put_messages and lane.stats.put_bytes == general.stats.put_bytes
+        assert stored_messages(lane, puts) == stored_messages(general, puts)
+    finally:
+        lane.shutdown()
+        general.shutdown()
+
+
+def test_a_lane_that_declines_changes_nothing_and_the_general_path_answers(tmp_path: Path) -> None:
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        cl = store.commit_log
+        put = cl.put_packed
+        one = pack([{"body": "first"}])
+        args = ("q", b"q", 0, IPV4_HOST, *LIMITS)
+        assert put(one.data, *args) is None  # no file yet: the general path makes the first one
+        assert store.put_answer(PutBatch.of_packed("q", 0, one))[0].ok
+        mf = cl.mapped_file_queue.get_last_mapped_file()
+        assert mf is not None
+
+        def unchanged(data: bytes, *rest: Any) -> None:
+            before = (mf.wrote_position, dict(cl.topic_queue_table), cl.get_max_offset())
+            assert put(data, *(rest or args)) is None
+            assert (mf.wrote_position, dict(cl.topic_queue_table), cl.get_max_offset()) == before
+
+        with cl.put_lock:  # another put holds the lock: the lane does not wait for it
+            unchanged(pack([{"body": "locked"}]).data)
+        unchanged(one.data[:-3])  # a malformed batch: the general path says why
+        unchanged(pack([{"body": "x" * 5000}]).data, "q", b"q", 0, IPV4_HOST, 4096, 1024, 32767)  # past max_body
+        unchanged(pack([{"body": "a"}, {"body": "b"}]).data, "q", b"q", 0, IPV4_HOST, 8192, 1, 32767)  # past max_count
+        dedup = packed_json(json.dumps({"body": "d", "properties": {"TIDEMQ_DEDUP_ID": "x"}}).encode(), 64, 8192, b"")
+        assert dedup is not None
+        unchanged(dedup.data)  # a dedup id: the dedup hook's to see
+        taken = put(pack([{"body": "second"}]).data, *args)
+        assert taken is not None
+        offsets, first_queue_offset, store_timestamp, end, messages, stored = taken
+        assert (first_queue_offset, messages, end, len(offsets)) == (1, 1, cl.get_max_offset(), 16)
+        assert mf.wrote_position == mf.committed_position and mf.store_timestamp == store_timestamp
+        assert cl.topic_queue_table[("q", 0)] == 2 and stored == end - int.from_bytes(offsets[:8], "little")
+    finally:
+        store.shutdown()
+
+
+def test_refusals_are_the_general_paths_and_store_nothing(tmp_path: Path) -> None:
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        calls = counting(store)
+        for body in ("first", "second"):  # the first makes the file, the second takes the lane
+            assert store.put_answer(PutBatch.of_packed("r", 0, pack([{"body": body}])))[0].ok
+        assert calls == [2, 1]
+        before = (store.commit_log.get_max_offset(), store.stats.put_messages)
+        too_big, _ = store.put_answer(PutBatch.of_packed("r", 0, pack([{"body": "y" * 9000}])))
+        no_queue, _ = store.put_answer(PutBatch.of_packed("r", 100_000, pack([{"body": "q"}])))
+        assert not too_big.ok and too_big.refusal.name == "MESSAGE_TOO_LARGE"
+        assert not no_queue.ok and no_queue.refusal.name == "QUEUE_NOT_FOUND"
+        assert (store.commit_log.get_max_offset(), store.stats.put_messages) == before
+        assert calls == [3, 1]  # the oversized body reached the lane, which declined; the queue was refused before it
+    finally:
+        store.shutdown()
