@@ -57,7 +57,8 @@ class PutPipeline:
         self.space_exhausted = space_exhausted  # a file's space could not be reserved (the store's flag)
         # The validator's admits_plain (store/put_validation.py), when the validator is the only hook a plain batch
         # goes through: a packed batch then takes the put lane (`_put_packed`).
-        only = self.plain_hooks[0] if len(self.plain_hooks) == 1 else None
+        # With the transient store pool every file has a write buffer, which the lane declines: no lane at all.
+        only = self.plain_hooks[0] if len(self.plain_hooks) == 1 and not config.transient_store_pool_enable else None
         self.lane_admits: Callable[[str, int, int], bool] | None = getattr(only, "admits_plain", None)
 
     def check_batch(self, batch: bytes | bytearray | memoryview) -> CheckedBatch:

@@ -152,3 +152,16 @@ def test_refusals_are_the_general_paths_and_store_nothing(tmp_path: Path) -> Non
         assert calls == [3, 1]  # the oversized body reached the lane, which declined; the queue was refused before it
     finally:
         store.shutdown()
+
+
+def test_a_pooled_store_takes_no_lane_and_its_packed_puts_are_stored(tmp_path: Path) -> None:
+    store = open_store(small_config(str(tmp_path / "store"), transient_store_pool_enable=True, transient_store_pool_size=2))
+    try:
+        calls = counting(store)
+        assert store.pipeline.lane_admits is None  # every file writes into a pool buffer, which the lane declines
+        for i in range(3):
+            result, _ = store.put_answer(PutBatch.of_packed("p", 0, pack([{"body": f"pooled {i}"}])))
+            assert result.ok and result.items[0].logics_offset == i
+        assert calls == [0, 0]
+    finally:
+        store.shutdown()
