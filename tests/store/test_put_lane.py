@@ -4,14 +4,17 @@ general path (CommitLog.put_batch) stores, and a lane that declines changes noth
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from store import DefaultMessageStore, PutBatch
+from store import DefaultMessageStore, PutBatch, build_message
 from store.codec.message_codec import decode_message
 from store.put.put_batch import PackedProduce, packed_json
 from tests.store.conftest import open_store, small_config
+from tests.waiting import wait_for
 
 IPV4_HOST = bytes([10, 0, 0, 7, 0, 0, 0x1F, 0x90])
 IPV6_HOST = bytes(range(16)) + bytes([0, 0, 0x1F, 0x91])
@@ -163,5 +166,54 @@ def test_a_pooled_store_takes_no_lane_and_its_packed_puts_are_stored(tmp_path: P
             result, _ = store.put_answer(PutBatch.of_packed("p", 0, pack([{"body": f"pooled {i}"}])))
             assert result.ok and result.items[0].logics_offset == i
         assert calls == [0, 0]
+    finally:
+        store.shutdown()
+
+
+def dispatched(store: DefaultMessageStore, queue_id: int) -> bool:
+    return store.get_max_offset_in_queue("shared", queue_id) == 240
+
+
+def test_lane_puts_and_locked_puts_from_other_threads_share_the_queues_exactly(tmp_path: Path) -> None:
+    """The lane takes the put lock without waiting and declines when another put holds it: puts from four threads
+    (two of packed batches, which take the lane or the general path, two of messages, which lock) to the same two
+    queues leave every message stored once, queue offsets without a gap or a repeat, across file rolls."""
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        calls = counting(store)
+        stored: list[tuple[int, int, bytes]] = []
+        lock = threading.Lock()
+
+        def producer(name: str, packed: bool) -> None:
+            for i in range(120):
+                body = f"{name}-{i}".encode() * (20 + i % 20)
+                batch = (
+                    PutBatch.of_packed("shared", i % 2, pack([{"body": body.decode()}]))
+                    if packed
+                    else PutBatch.of([build_message("shared", body, i % 2)])
+                )
+                result, waiter = store.put_answer(batch)
+                assert result.ok and waiter is None
+                with lock:
+                    stored.append((i % 2, result.items[0].logics_offset, body))
+
+        threads = [threading.Thread(target=producer, args=(f"t{n}", n < 2)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads) and len(stored) == 480
+        assert calls[1] > 0 and store.commit_log.get_max_offset() > 2 * 64 * 1024
+        for queue_id in range(2):
+            offsets = sorted(offset for q, offset, _ in stored if q == queue_id)
+            assert offsets == list(range(240))
+            wait_for(partial(dispatched, store, queue_id), 10, "dispatch")
+            got: dict[int, bytes] = {}
+            while len(got) < 240:  # a get returns at most max_transfer_count_on_message_in_memory messages
+                with store.get_message("G", "shared", queue_id, len(got), 1000) as found:
+                    messages = found.decode()
+                assert messages
+                got.update((m["queue_offset"], m["body"]) for m in messages)
+            assert got == {offset: body for q, offset, body in stored if q == queue_id}
     finally:
         store.shutdown()
