@@ -62,6 +62,15 @@ static int64_t wall_clock_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A buffer of the attribute `name` of `obj` (the exporter stays alive through view->obj); -1 with an exception. */
+static int attr_buffer(PyObject *obj, enum put_name name, Py_buffer *view, int flags) {
+    PyObject *o = PyObject_GetAttr(obj, put_names[name]);
+    if (o == NULL) return -1;
+    int got = PyObject_GetBuffer(o, view, flags);
+    Py_DECREF(o);
+    return got;
+}
+
 /* What one put_packed call holds; released by put_release. */
 struct packed_put {
     Py_buffer batch, topic, born, store_host, dest;
@@ -149,11 +158,7 @@ static int put_queue_offset(struct packed_put *p, PyObject *topic, PyObject *que
 
 /* The batch encoded into the file's mapping from its wrote position; 1: all of it, 0: decline, -1: error. */
 static int put_encode(struct packed_put *p, int32_t queue_id) {
-    PyObject *mm = PyObject_GetAttr(p->file, put_names[PN_MM]);
-    if (mm == NULL) return -1;
-    int got = PyObject_GetBuffer(mm, &p->dest, PyBUF_WRITABLE);
-    Py_DECREF(mm);
-    if (got < 0) return -1;
+    if (attr_buffer(p->file, PN_MM, &p->dest, PyBUF_WRITABLE) < 0) return -1;
     p->held_dest = 1;
     if (p->dest.len < p->file_size || overlaps(&p->dest, &p->batch)) return 0;
     if ((p->offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 * p->count))) == NULL) return -1;
@@ -206,11 +211,7 @@ static int put_buffers(struct packed_put *p, PyObject *const *a) {
     p->held_topic = 1;
     if (PyObject_GetBuffer(a[PP_BORN_HOST], &p->born, PyBUF_SIMPLE) < 0) return -1;
     p->held_born = 1;
-    PyObject *host = PyObject_GetAttr(p->log, put_names[PN_STORE_HOST]);
-    if (host == NULL) return -1;
-    int got = PyObject_GetBuffer(host, &p->store_host, PyBUF_SIMPLE);
-    Py_DECREF(host);
-    if (got < 0) return -1;
+    if (attr_buffer(p->log, PN_STORE_HOST, &p->store_host, PyBUF_SIMPLE) < 0) return -1;
     p->held_host = 1;
     if (p->topic.len == 0 || p->topic.len > MAX_TOPIC_BYTES || (p->born.len != 8 && p->born.len != 20) ||
         (p->store_host.len != 8 && p->store_host.len != 20)) {
