@@ -4,14 +4,22 @@ general path (CommitLog.put_batch) stores, and a lane that declines changes noth
 from __future__ import annotations
 
 import json
+import struct
 import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from store import DefaultMessageStore, PutBatch, build_message
-from store.codec.message_codec import decode_message
+from store import native as nk
+from store.codec.message import encode_properties
+from store.codec.message_codec import decode_message, encode_message
+from store.logfile.commit_log import BatchHead, CommitLog
 from store.put.put_batch import PackedProduce, packed_json
 from tests.store.conftest import open_store, small_config
 from tests.waiting import wait_for
@@ -217,3 +225,54 @@ def test_lane_puts_and_locked_puts_from_other_threads_share_the_queues_exactly(t
             assert got == {offset: body for q, offset, body in stored if q == queue_id}
     finally:
         store.shutdown()
+
+
+safe_text = st.text(st.characters(blacklist_categories=["Cs", "Cc"], blacklist_characters="\x01\x02"), max_size=12)
+lane_properties = st.dictionaries(st.sampled_from(["a", "order", "ключ", "来源", "x-y"]), safe_text, max_size=3).map(
+    lambda props: {k: v for k, v in props.items() if v}
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.binary(max_size=1500), lane_properties, st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=5),
+    st.sampled_from(["L", "Läne", "队列"]),
+    st.integers(0, 3),
+    st.sampled_from([IPV4_HOST, IPV6_HOST]),
+)
+def test_the_lane_writes_what_the_reference_encoder_writes(
+    tmp_path_factory: pytest.TempPathFactory, items: list[tuple[bytes, dict[str, str], int]], topic: str, queue_id: int, born: bytes
+) -> None:
+    """Random batches (binary bodies, unicode topics and properties, any flag, both host sizes) appended by the lane are
+    the bytes message_codec.encode_message makes of the same fields, at the offsets, queue offsets and timestamp the
+    lane answered."""
+    config = small_config(str(tmp_path_factory.mktemp("lane")), mapped_file_size_commit_log_bytes=64 * 1024)
+    log = CommitLog(config, None, None)
+    assert log.load()
+    try:
+        first = nk.pack_batch([(b"first", encode_properties({}), 0)])  # the general path makes the file
+        checked = nk.CheckedBatch(first, *nk.check_batch_crcs(first, 8 * 1024)[:1], 0, b"", False)
+        assert log.put_batch(checked, BatchHead(topic, topic.encode(), queue_id, 1, born)).ok
+        encoded = [(body, encode_properties(props), flag) for body, props, flag in items]
+        answer = log.put_packed(nk.pack_batch(encoded), topic, topic.encode(), queue_id, born, 8 * 1024, 64, 32767)
+        assert answer is not None  # the file holds its whole reservation (64 KiB, the first step): the lane takes it
+        offsets, first_queue_offset, store_timestamp, end, messages, stored = answer
+        assert (first_queue_offset, messages) == (1, len(items))
+        sys_flag = 0x10 if len(born) == 20 else 0  # BORNHOST_V6_FLAG from the born host's length
+        want = b""
+        for i, (body, props, flag) in enumerate(encoded):
+            phys, size = struct.unpack_from("<qq", offsets, 16 * i)
+            image = encode_message(
+                topic.encode(), body, props, queue_id=queue_id, queue_offset=1 + i, physical_offset=phys, flag=flag,
+                sys_flag=sys_flag, born_timestamp=store_timestamp, born_host=born, store_timestamp=store_timestamp,
+                store_host=log.store_host,
+            )  # fmt: skip
+            assert size == len(image) and phys == struct.unpack_from("<q", offsets)[0] + len(want)
+            want += image
+        mf = log.mapped_file_queue.get_last_mapped_file()
+        assert mf is not None and end == mf.file_from_offset + mf.wrote_position and stored == len(want)
+        start = end - stored
+        assert bytes(mf.mm[start:end]) == want
+        assert log.topic_queue_table[(topic, queue_id)] == 1 + len(items)
+    finally:
+        log.shutdown()
