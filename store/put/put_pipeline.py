@@ -10,6 +10,10 @@ queued so that the flush overlaps the dispatch, and never under the put lock; an
 result with its durability waiter (none when answered at once), or with `defer_durability` the
 result marked `durability_owed`. With nothing stored, the batch's `on_refused` callbacks run.
 
+A packed batch (`PutBatch.of_packed`) the validator admits first takes the put lane (`_put_packed`): its check and
+append are the commitlog's one kernel call (CommitLog.put_packed), then it is counted and answered as above; when the
+kernel declines, nothing has changed and the batch goes the way above.
+
 It is given the objects it uses (the commitlog, the hooks, the stats, the durability waits, the
 dispatch) and a way to read whether the disk refused a file's space; the store owns them all.
 """
