@@ -56,8 +56,10 @@ BATCH_PROBLEMS: dict[BatchErrorCode, tuple[str, str]] = {
     ),
     BatchErrorCode.RESERVED_PROPERTY: (
         "PROPERTIES_INVALID",
-        "DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC, REAL_TOPIC and REAL_QID cannot be set on a batch's messages "
-        "(a batch is delayed as a whole: delay_ms or deliver_at_ms)",
+        "a delay (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC), the real destination (REAL_TOPIC, REAL_QID), the "
+        "timer's marks (TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES) and the transaction's (TRAN_MSG, "
+        "PGROUP, TRANSACTION_CHECK_TIMES, TIDEMQ_TRAN_ACTION) cannot be set on a batch's messages (a batch is delayed as a "
+        "whole: delay_ms or deliver_at_ms; made transactional by the X-Tidemq-Transaction header)",
     ),
     BatchErrorCode.BAD_TAGS: ("TAG_INVALID", "TAGS must be at most 255 characters, not '*', without '||' or control characters"),
     BatchErrorCode.BAD_UNIQ_KEY: ("MESSAGE_ID_INVALID", "UNIQ_KEY must be 1..128 characters without spaces"),

@@ -85,12 +85,19 @@ class BatchErrorCode(enum.IntEnum):
     TOO_MANY = 13
 
 
-# Properties a batch item may not carry (encode.c's RESERVED_NAMES): a delay, which a batch takes as
+# Properties a batch item may not carry (encode.c's is_reserved): a delay, which a batch takes as
 # a whole (delay_ms / deliver_at_ms; RocketMQ's broker reads a delay only from the batch's own
-# properties, so one on an item is never honoured), and the real destination the put path sets.
-# The rest of what a RocketMQ producer sets on an item (WAIT, UNIQ_KEY, TAGS, KEYS, user
-# properties) is stored as given; docs/http-api.md lists them.
-RESERVED_BATCH_PROPERTIES = frozenset({"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"})
+# properties, so one on an item is never honoured); the real destination the put path sets; the
+# timer's own marks (an item with TIMER_OUT_MS is taken for a timer copy: a delayed batch would store
+# it at once); and the transaction's (a batch's producer group is the X-Tidemq-Transaction header).
+# These are the names the JSON produce reserves but for the ones an item carries as its own fields
+# (TAGS, KEYS, UNIQ_KEY, TIDEMQ_DEDUP_ID) and WAIT, which every RocketMQ producer sets; the rest of
+# what a RocketMQ producer sets on an item is stored as given; docs/http-api.md lists them.
+RESERVED_BATCH_PROPERTIES = frozenset(
+    {"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"}
+    | {"TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES"}
+    | {"TRAN_MSG", "PGROUP", "TRANSACTION_CHECK_TIMES", "TIDEMQ_TRAN_ACTION"}
+)
 
 
 # One batch item as RocketMQ's MessageDecoder.encodeMessages writes it (before body and properties).

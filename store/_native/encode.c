@@ -173,10 +173,15 @@ int utf8_well_formed(struct span v) {
 static int check_utf8(struct span v) { return utf8_well_formed(v) ? BATCH_OK : BATCH_BAD_PROPERTY; }
 
 /* Names a batch item may not carry (store.native.RESERVED_BATCH_PROPERTIES): a delay, which a batch
- * takes as a whole (delay_ms, deliver_at_ms), and the real destination the put path sets. */
+ * takes as a whole (delay_ms, deliver_at_ms); the real destination the put path sets; the timer's
+ * own marks (a message carrying TIMER_OUT_MS is taken for a timer copy and never delayed); and the
+ * transaction's (a producer group is named by the request's header). */
 static int is_reserved(struct span name) {
     return NAME_IS(name, "DELAY") || NAME_IS(name, "TIMER_DELIVER_MS") || NAME_IS(name, "TIMER_DELAY_MS") ||
-           NAME_IS(name, "TIMER_DELAY_SEC") || NAME_IS(name, "REAL_TOPIC") || NAME_IS(name, "REAL_QID");
+           NAME_IS(name, "TIMER_DELAY_SEC") || NAME_IS(name, "REAL_TOPIC") || NAME_IS(name, "REAL_QID") ||
+           NAME_IS(name, "TIMER_OUT_MS") || NAME_IS(name, "TIMER_ENQUEUE_MS") || NAME_IS(name, "TIMER_DEQUEUE_MS") ||
+           NAME_IS(name, "TIMER_ROLL_TIMES") || NAME_IS(name, "TRAN_MSG") || NAME_IS(name, "PGROUP") ||
+           NAME_IS(name, "TRANSACTION_CHECK_TIMES") || NAME_IS(name, "TIDEMQ_TRAN_ACTION");
 }
 
 /* One property's name and value (neither holds \x01 or \x02). */

@@ -78,7 +78,7 @@ enum batch_error {
     /* check_batch with limits and property checks only: */
     BATCH_PROPERTIES_TOO_LARGE = 8, /* properties longer than the limit */
     BATCH_BAD_PROPERTY = 9,         /* properties not `name \x01 value \x02` pairs of UTF-8 with a non-empty name */
-    BATCH_RESERVED_PROPERTY = 10,   /* a delay (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC) or REAL_TOPIC, REAL_QID */
+    BATCH_RESERVED_PROPERTY = 10,   /* a name encode.c's is_reserved lists (a delay, REAL_TOPIC, the timer's or transaction's) */
     BATCH_BAD_TAGS = 11,            /* TAGS '*', over 255 characters, with '||' or a control character */
     BATCH_BAD_UNIQ_KEY = 12,        /* UNIQ_KEY empty, over 128 characters or with a space */
     BATCH_TOO_MANY = 13             /* more items than the limit */

@@ -127,6 +127,8 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
         (pack_batch([(b"x", props(DELAY="2"), 0)]), 400, "PROPERTIES_INVALID", 0),
         (pack_batch([(b"x", props(WAIT="true"), 0), (b"y", props(TIMER_DELAY_MS="500"), 0)]), 400, "PROPERTIES_INVALID", 1),
         (pack_batch([(b"x", b"", 0), (b"y", props(REAL_TOPIC="other"), 0)]), 400, "PROPERTIES_INVALID", 1),
+        (pack_batch([(b"x", b"", 0), (b"y", props(TIMER_OUT_MS="1"), 0)]), 400, "PROPERTIES_INVALID", 1),
+        (pack_batch([(b"x", props(WAIT="true", TRAN_MSG="true", PGROUP="pg"), 0)]), 400, "PROPERTIES_INVALID", 0),
         (pack_batch([(b"x", b"TAGS\x01a", 0)]), 400, "PROPERTIES_INVALID", 0),  # no closing \x02
         (pack_batch([(b"x", b"\xff\x01v\x02", 0)]), 400, "PROPERTIES_INVALID", 0),  # not UTF-8
         (pack_batch([(b"x", props(TAGS="a||b"), 0)]), 400, "TAG_INVALID", 0),
@@ -137,7 +139,7 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
     ],
     ids=[
         "short-head", "short-last", "stray-byte", "body-length-past-end", "total-past-end", "negative-body", "total-disagrees",
-        "magic", "crc", "delay", "timer", "real-topic", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
+        "magic", "crc", "delay", "timer", "real-topic", "timer-mark", "transaction-mark", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
         "body-too-large", "properties-too-large",
     ],
 )  # fmt: skip

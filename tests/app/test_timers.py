@@ -85,6 +85,19 @@ def test_raw_and_binary_batch_produce_honour_the_time(client: httpx.Client, topi
     assert len({m["msg_id"] for m in got}) == 3  # batch messages got UNIQ_KEYs of their own
 
 
+def test_a_delayed_binary_batch_whose_message_carries_a_timer_mark_is_refused_whole(client: httpx.Client, topic: str) -> None:
+    # A message with TIMER_OUT_MS is taken for the timer's own copy and was stored at once, ahead of its batch's time.
+    create(client, topic)
+    url = f"/v1/topics/{topic}/messages"
+    due = int(time.time() * 1000) + 60_000
+    enqueued = client.get("/v1/timers").json()["enqueued"]
+    body = pack_batch([(b"b0", b"", 0), (b"b1", b"TIMER_OUT_MS\x011\x02", 0)])
+    reply = problem(client.post(url, content=body, headers={"content-type": BATCH}, params={"deliver_at_ms": str(due)}), 400, "PROPERTIES_INVALID")
+    assert reply["index"] == 1 and "TIMER_OUT_MS" in reply["detail"]
+    assert client.get("/v1/timers").json()["enqueued"] == enqueued
+    assert client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0}).json()["messages"] == []
+
+
 def test_timer_status_and_metrics(make_broker: MakeBroker, topic: str) -> None:
     client = make_broker().client  # a broker of its own: the shared one holds other tests' timers
     assert client is not None

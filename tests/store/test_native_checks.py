@@ -13,10 +13,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.problems import ProblemError
-from app.produce_parse import check_msg_id, check_tag
-from store import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, PROPERTY_WAIT, _kernels
+from app.produce_parse import RESERVED_PROPERTIES, check_msg_id, check_tag
+from store import (
+    DEDUP_PROPERTY,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    _kernels,
+)
 from store import native as nk
 from store.timer.timer_message import REQUEST_PROPERTIES
+from store.timer.timer_message import RESERVED_PROPERTIES as TIMER_MARKS
+from store.transaction.transaction_message import TRANSACTION_PROPERTIES
 
 HOST_A = bytes([10, 0, 0, 7, 0, 0, 0x26, 0xAD])
 HOST_B = bytes([192, 168, 1, 2, 0, 0, 0x1F, 0x90])
@@ -97,8 +109,12 @@ def test_check_batch_crcs_finds_a_dedup_id_where_the_reference_decoding_does(pro
     assert nk.check_batch_crcs(batch, 100, check_properties=True)[3] is want
 
 
-def test_the_reserved_names_are_a_delay_and_the_real_destination() -> None:
-    assert nk.RESERVED_BATCH_PROPERTIES == {PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, *REQUEST_PROPERTIES}
+def test_the_reserved_names_are_a_delay_the_real_destination_and_the_timers_and_transactions_marks() -> None:
+    assert nk.RESERVED_BATCH_PROPERTIES == {
+        PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, *REQUEST_PROPERTIES, *TIMER_MARKS, *TRANSACTION_PROPERTIES
+    }  # fmt: skip
+    # What the JSON produce reserves, but for what an item carries as its own (tag, keys, id, dedup id) and WAIT.
+    assert nk.RESERVED_BATCH_PROPERTIES == RESERVED_PROPERTIES - {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DEDUP_PROPERTY, PROPERTY_WAIT}
     assert PROPERTY_WAIT not in nk.RESERVED_BATCH_PROPERTIES
 
 
