@@ -92,7 +92,9 @@ def test_a_delayed_binary_batch_whose_message_carries_a_timer_mark_is_refused_wh
     due = int(time.time() * 1000) + 60_000
     enqueued = client.get("/v1/timers").json()["enqueued"]
     body = pack_batch([(b"b0", b"", 0), (b"b1", b"TIMER_OUT_MS\x011\x02", 0)])
-    reply = problem(client.post(url, content=body, headers={"content-type": BATCH}, params={"deliver_at_ms": str(due)}), 400, "PROPERTIES_INVALID")
+    reply = problem(
+        client.post(url, content=body, headers={"content-type": BATCH}, params={"deliver_at_ms": str(due)}), 400, "PROPERTIES_INVALID"
+    )
     assert reply["index"] == 1 and "TIMER_OUT_MS" in reply["detail"]
     assert client.get("/v1/timers").json()["enqueued"] == enqueued
     assert client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0}).json()["messages"] == []

@@ -114,7 +114,8 @@ def test_the_reserved_names_are_a_delay_the_real_destination_and_the_timers_and_
         PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, *REQUEST_PROPERTIES, *TIMER_MARKS, *TRANSACTION_PROPERTIES
     }  # fmt: skip
     # What the JSON produce reserves, but for what an item carries as its own (tag, keys, id, dedup id) and WAIT.
-    assert nk.RESERVED_BATCH_PROPERTIES == RESERVED_PROPERTIES - {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DEDUP_PROPERTY, PROPERTY_WAIT}
+    own = {PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, DEDUP_PROPERTY, PROPERTY_WAIT}
+    assert nk.RESERVED_BATCH_PROPERTIES == RESERVED_PROPERTIES - own
     assert PROPERTY_WAIT not in nk.RESERVED_BATCH_PROPERTIES
 
 
