@@ -5,28 +5,9 @@ waits of a put (store/logfile/put_durability.py), key queries (store/index/key_q
 between master and slave (store/role_change.py), loading the consume queues (store/queue/consume_queue_table.py)
 and the status report (store/store_report.py).
 
-Lifecycle: `load()` takes the lock file, maps the files and recovers; `start()` creates
-the abort file and starts the services; `shutdown()` stops them in this order, each
-for a reason:
-  1. refuse new puts (`_running = False`), stop the TransactionCheckService (registered last at
-     load, so stopped first: it puts commits and op records; its final pass persists the check
-     counts), then the group consumption's dead-letter redrive and revive services (they put moved
-     messages and redeliveries), then the timer services
-     (TimerDequeueService, which appends, then TimerEnqueueService, then TimerFlushService, whose
-     final pass records their progress in timercheck), then the cleanup and schedule services —
-     nothing may append or delete while the rest shuts down;
-  2. IndexRebuildService when one runs (it stops writing the index; the next start goes on
-     where it stopped), then ReputMessageService — drains dispatch so the queues and index
-     cover the whole log;
-  3. CommitRealTimeService, then the commitlog flusher — the final flush of the log,
-     after every append and before the checkpoint records it;
-  4. FlushConsumeQueueService — the final flush of queues, index and checkpoint, after
-     dispatch finished;
-  5. AllocateMappedFileService, StoreStatsService, StateSnapshotService — nothing
-     needs them any more (the state tables' files are written once more in step 6);
-  6. metadata persisted, files closed (the timer's files after its final checkpoint), abort
-     file removed, lock released — the abort
-     file goes only after everything above succeeded, so a failure means crash recovery.
+Lifecycle (store/store_lifecycle.py, where the shutdown order is written with its reasons): `load()`
+takes the lock file, maps the files and recovers; `start()` creates the abort file and starts the
+services; `shutdown()` refuses puts, stops the services, closes the files and releases the lock.
 
 Puts: `put(PutBatch)` is the one way in (store/put/put_batch.py), through the put pipeline
 (store/put/put_pipeline.py): a FIELDS batch is packed, the put hooks run in order (dedup ids, half
@@ -54,7 +35,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +42,6 @@ from core import SYSTEM_CLOCK, Clock
 from core.service_thread import ServiceThread
 from store.codec.message import (
     SCHEDULE_TOPIC,
-    SYSTEM_TOPICS,
     TIMER_TOPIC,
     MessageInner,
 )
@@ -97,7 +76,6 @@ from store.metadata.topic_config_manager import TopicConfig, TopicConfigManager
 from store.metadata.topic_deletion import TopicRemovals, delete_topic
 from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
-from store.pop.revive_horizon import ReviveHorizon
 from store.put.dedup_hook import DedupHook
 from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
 from store.put.put_batch import PutBatch
@@ -123,7 +101,7 @@ from store.status import (
     PutMessageResult,
     PutMessageStatus,
 )
-from store.store_recovery import recover_store
+from store.store_lifecycle import close_files, load_parts, start_services, stop_services
 from store.store_report import degraded_reasons, runtime_info
 from store.timer.timer_message_store import TimerMessageStore
 from store.timer.timer_put_hook import TimerPutHook
@@ -292,60 +270,16 @@ class DefaultMessageStore:
     # Lifecycle -----------------------------------------------------------------------
 
     def load(self) -> bool:
-        cfg = self.config
-        check_space(cfg)  # a file size no volume can hold refuses the start (store/disk/space_check.py)
+        """Take the lock file, map the files and recover (store/store_lifecycle.py: `load_parts`)."""
+        check_space(self.config)  # a file size no volume can hold refuses the start (store/disk/space_check.py)
         self.lock()
         try:
-            self._recovery_progress.begin("loading files", 0)
-            self.last_exit_ok = not os.path.exists(cfg.abort_path())
-            self.checkpoint = StoreCheckpoint(cfg.checkpoint_path())
-            if self.transient_store_pool is not None:
-                self.transient_store_pool.init()
-            ok = self.commit_log.load() and self.consume_queues.load(cfg.consume_queue_dir())
-            ok = ok and self.index_service.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
-            if not ok:
-                raise StoreNotRunning("the store files could not be loaded (see the log)")
-            self._load_topic_configs()
-            self.deleted_topics.load()  # before recovery: re-dispatch must drop deleted topics' messages
-            self._load_state_files()
-            self._ready_offset = recover_store(self, self._recovery_progress)
-            self.state_log.load()  # after recovery: the records past each local file, from the dispatched state queues
-            self.topic_config_manager.settle()
-            self.topic_removals.finish(self.deleted_topics)
-            self.schedule_service.load()  # after recovery: it reads the delay queues' ends
-            if self.timer is not None:
-                self.timer.load(self.last_exit_ok)  # after recovery: it reads the timer topic's queue and the index
-            # After the state records: the revive service reads the revive group's offsets.
-            timer = self.timer
-            timer_read_ms = (lambda: timer.read_time_ms) if timer is not None else None
-            horizon = ReviveHorizon(
-                self.now_ms, timer_read_ms, self.commit_log.get_max_offset, lambda: self.reput_service.reput_from_offset
-            )
-            self.extra_services += self.group_consumption.load(horizon)
-            revive = self.group_consumption.revive_service
-            assert revive is not None
-            self.bulk_dispatch.topic_wakers[revive.topic] = revive.on_entries  # checkpoints and acks come due there
-            self.transactions.load()  # after recovery and the offsets: it reads the half and op queues and its progress
-            self.extra_services.append(self.transaction_check_service)
+            self._ready_offset = load_parts(self, self._recovery_progress)
         except BaseException:
             self._lock_file.release()
             raise
-        self.flush_consume_queue_service = FlushConsumeQueueService(
-            cfg, self.consume_queues.all, self.index_service, self.checkpoint, lambda: self.bulk_dispatch.last_dispatched_timestamp
-        )
         self.loaded = True
         return True
-
-    def _load_state_files(self) -> None:
-        """The state tables' local files (before recovery; the records after them are applied after it)."""
-        self.consumer_offset_manager.load()
-        self.schedule_service.offsets.load()
-        self.group_consumption.load_files()
-        self.transactions.producer_groups.load()
-
-    def _load_topic_configs(self) -> None:
-        queue_ids = {topic: list(queues) for topic, queues in self.consume_queues.queues.items() if topic not in SYSTEM_TOPICS}
-        self.topic_config_manager.load_or_rebuild(queue_ids)
 
     def lock(self) -> None:
         """Take the store directory's lock file (StoreLocked when another process holds it); load() calls it too."""
@@ -360,82 +294,21 @@ class DefaultMessageStore:
             raise StoreNotRunning("load() the store before start()")
         with open(self.config.abort_path(), "w"):
             pass
-        self.allocate_service.start()
-        # Next files ahead of need (docs/concurrency.md): refused while the service was not running.
-        self.commit_log.order_next_file()
-        for cq in self.consume_queues.all():
-            cq.order_ahead_again()
-        self.index_service.order_ahead_again()
-        self.flush_service.start()
-        if self.commit_service is not None:
-            self.commit_service.start()
-        self.reput_service.start()
-        if self.index_rebuild_from is not None:
-            cfg = self.config
-            self.index_rebuild_service = IndexRebuildService(
-                self.commit_log, self.index_service, self.reput_service, self._recovery_progress,
-                self.index_rebuild_from, cfg.message_index_uniq_key_enable, self.bulk_dispatch.delay_levels_ms,
-            )  # fmt: skip
-            self.index_rebuild_service.start()
-        assert self.flush_consume_queue_service is not None
-        self.flush_consume_queue_service.start()
-        self.stats.start()
-        self.state_log.writable = True
-        self.state_log.following = self.validator.is_slave
-        self.state_snapshot_service.start()
-        for service in self.extra_services:
-            service.start()
+        start_services(self, self._recovery_progress)
         self.dedup_window.restart(self._last_stored_ms())  # ids put before this start are read from the index
         self._running = True
 
     def shutdown(self) -> None:
-        """Stop services in the order the module docstring gives; idempotent."""
+        """Stop services in the order store/store_lifecycle.py gives, close the files, release the lock; idempotent."""
         if self._shutdown_done:
             return
         self._shutdown_done = True
         was_running = self._running
         self._running = False
-        for service in reversed(self.extra_services):
-            service.shutdown()
-        if self.index_rebuild_service is not None:
-            self.index_rebuild_service.shutdown()
-        self.reput_service.shutdown()
-        if self.commit_service is not None:
-            self.commit_service.shutdown()
-        self.flush_service.shutdown()
-        if self.flush_consume_queue_service is not None:
-            self.flush_consume_queue_service.shutdown()
-        self.allocate_service.shutdown()
-        self.allocate_service.close_unclaimed()
-        self.stats.shutdown()
-        self.state_snapshot_service.shutdown()
+        stop_services(self)
         if self.loaded:
-            self._close_files(clean=was_running)
+            close_files(self, clean=was_running)
         self._lock_file.release()
-
-    def _close_files(self, clean: bool) -> None:
-        assert self.checkpoint is not None
-        self.commit_log.flush(0)
-        for cq in self.consume_queues.all():
-            cq.flush(0)
-        self.index_service.flush()
-        self.checkpoint.physic_msg_timestamp = max(self.checkpoint.physic_msg_timestamp, self.commit_log.mapped_file_queue.store_timestamp)
-        self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, self.bulk_dispatch.last_dispatched_timestamp)
-        self.state_snapshot_service.persist_all()
-        if self.timer is not None:
-            self.timer.close()
-        self.commit_log.shutdown()
-        for cq in self.consume_queues.all():
-            cq.shutdown()
-        self.index_service.shutdown()
-        self.checkpoint.shutdown()
-        if self.transient_store_pool is not None:
-            self.transient_store_pool.destroy()
-        if clean and self.reput_service.behind() == 0:
-            try:
-                os.unlink(self.config.abort_path())
-            except FileNotFoundError:
-                pass
 
     def is_running(self) -> bool:
         return self._running
