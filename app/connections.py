@@ -274,7 +274,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             cycle.message_event.set()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn declares BaseTransport
-        super().connection_made(ReplyTransport(transport, self.loop, self.dispatch_barrier))  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
+        self.replies = ReplyTransport(transport, self.loop, self.dispatch_barrier)  # what `transport` is from here on
+        super().connection_made(self.replies)  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections, self.problem)
             self.direct = None  # every request of this connection is refused by the app above

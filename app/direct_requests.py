@@ -107,6 +107,8 @@ class DirectRequests:
         self.resumed = 0  # of those, the ones continued without a task (_Resumed) from their first wait
         self.read_whole = 0  # of the requests served here, those read by app._http in one call (`begin_whole`)
         self._defaults: list[tuple[bytes, bytes]] | None = None  # uvicorn's default headers last joined
+        # A produce's reply yields to the replies of the held requests its dispatch woke (app.reply_transport).
+        self._yielding_handlers = (hot.produce, hot.produce_batch)
         self._defaults_head = b""  # they as head lines
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
@@ -212,7 +214,11 @@ class DirectRequests:
             if not keep_alive:
                 head.append(b"connection: close\r\n")
             head += (b"\r\n", body)
-            protocol.transport.write(b"".join(head))
+            handler = exchange.handler
+            if handler is self._yielding_handlers[0] or handler is self._yielding_handlers[1]:
+                protocol.replies.write_yielding(b"".join(head))
+            else:
+                protocol.replies.write(b"".join(head))
             if not keep_alive:
                 protocol.transport.close()
         hot.count(exchange.scope, status, exchange.start_ns, len(body))

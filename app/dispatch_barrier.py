@@ -15,6 +15,12 @@ accepts) puts with `defer_dispatch` and owes its dispatch here:
 A request that reaches the app some other way (an in-process ASGI client: no ReplyTransport) is not
 marked (`BARRIER_KEY` absent from its scope) and its put dispatches inline, as every other put does.
 
+A pass that woke held pulls (or held receives) marks its turn (`woke`, cleared by the next turn): a
+produce's reply written in that turn yields to theirs (app.reply_transport: `write_yielding`). Their
+continuations run in the next turn and their replies are flushed in the one after, while the produce's
+own reply on loopback wakes its producer, a cost the consumer would otherwise wait behind; so the
+consumer of a message hears of it first, and the producer at most two turns later.
+
 Invariants: owed dispatch is run on the event loop's thread only; after `run` returns, every put
 that owed it before the call is dispatched (or dispatch is failing, when the store refuses puts and
 its thread retries); a write through a ReplyTransport runs a pending `run` first.
@@ -30,12 +36,14 @@ BARRIER_KEY = "tidemq.dispatch_barrier"
 
 
 class DispatchBarrier:
-    __slots__ = ("_dispatch_owed", "pending", "runs")
+    __slots__ = ("_dispatch_owed", "_woken", "pending", "runs", "woke")
 
-    def __init__(self, dispatch_owed: Callable[[], int]) -> None:
+    def __init__(self, dispatch_owed: Callable[[], int], woken: Callable[[], int] | None = None) -> None:
         self._dispatch_owed = dispatch_owed
+        self._woken = woken  # held requests woken so far (app.long_poll: HeldPulls.woken_total); None: never `woke`
         self.pending = False  # a run is scheduled and has not run yet
         self.runs = 0  # passes run (tests and benchmarks: puts per pass)
+        self.woke = False  # a pass of this loop turn woke held requests (cleared by the next turn)
 
     def owe(self) -> None:
         """A put was made with `defer_dispatch`: its dispatch runs at the end of this turn, before its reply."""
@@ -48,7 +56,18 @@ class DispatchBarrier:
         if self.pending:
             self.pending = False
             self.runs += 1
+            woken = self._woken
+            if woken is None:
+                self._dispatch_owed()
+                return
+            before = woken()
             self._dispatch_owed()
+            if woken() != before and not self.woke:
+                self.woke = True
+                asyncio.get_running_loop().call_soon(self._turn_over)
+
+    def _turn_over(self) -> None:
+        self.woke = False
 
     def run_pending(self) -> None:
         """Before a reply is written: the pass, when one is pending."""

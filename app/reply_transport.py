@@ -10,6 +10,12 @@ waiting in between) leaves in one segment. It never delays a write past the curr
 a write over JOIN_MAX_BYTES is not held or copied. Before anything is written the server's
 dispatch barrier runs when a pass is pending (app.dispatch_barrier): no reply leaves before the
 produces made before it are dispatched.
+
+A produce's reply is written with `write_yielding`: when the turn's dispatch pass woke held pulls or
+receives (the barrier's `woke`), what the connection holds is written YIELD_TURNS turns later, after
+the woken requests' replies (theirs continue in the next turn and are flushed in the one after). A
+close, a write past JOIN_MAX_BYTES or the end of writing flush at once, yielding or not: nothing is
+reordered or lost.
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from app.dispatch_barrier import DispatchBarrier
 
 # Writes up to this size are held to be joined; a larger one (a big body: many segments anyway) is written at once.
 JOIN_MAX_BYTES = 64 * 1024
+# Turns a yielding reply waits when its turn's dispatch pass woke held requests: theirs are written in the second.
+YIELD_TURNS = 2
 
 
 class ReplyTransport:
     """A transport whose writes within one loop turn are joined; everything else is the wrapped transport's."""
 
-    __slots__ = ("_transport", "_loop", "_pending", "_scheduled", "_barrier")
+    __slots__ = ("_transport", "_loop", "_pending", "_scheduled", "_barrier", "_yielding", "_yield_turns")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, barrier: DispatchBarrier | None = None) -> None:
         self._transport = transport
@@ -34,12 +42,14 @@ class ReplyTransport:
         self._pending: list[bytes] = []
         self._scheduled = False
         self._barrier = barrier  # run before a write when a pass is pending
+        self._yielding = False  # what is held holds a produce's reply (`write_yielding`)
+        self._yield_turns = 0  # turns the held writes still wait for woken requests' replies
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         if len(data) > JOIN_MAX_BYTES:  # a large body: what is held goes first, then the body, now
-            self.flush()
+            self._flush_now()
             if self._barrier is not None and self._barrier.pending:
                 self._barrier.run()
             if not self._transport.is_closing():
@@ -50,9 +60,33 @@ class ReplyTransport:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
+    def write_yielding(self, data: bytes) -> None:
+        """`write` a produce's reply, which yields to the replies of held requests its turn's dispatch woke."""
+        self.write(data)
+        self._yielding = True
+
     def flush(self) -> None:
-        """Write what is held, in order, with one call."""
+        """Write what is held, in order, with one call (the scheduled call at a turn's end)."""
         self._scheduled = False
+        barrier = self._barrier
+        if barrier is not None and self._pending:
+            if barrier.pending:
+                barrier.run()
+            if self._yielding:
+                self._yielding = False
+                if barrier.woke:
+                    self._yield_turns = YIELD_TURNS
+            if self._yield_turns:
+                self._yield_turns -= 1
+                self._scheduled = True
+                self._loop.call_soon(self.flush)
+                return
+        self._flush_now()
+
+    def _flush_now(self) -> None:
+        """Write what is held, yielding or not (a close, a large write, the scheduled flush)."""
+        self._yielding = False
+        self._yield_turns = 0
         pending, self._pending = self._pending, []
         if not pending or self._transport.is_closing():
             return
@@ -71,11 +105,11 @@ class ReplyTransport:
         return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
 
     def close(self) -> None:
-        self.flush()  # what was sent before the close is still delivered, as by the wrapped transport
+        self._flush_now()  # what was sent before the close is still delivered, as by the wrapped transport
         self._transport.close()
 
     def write_eof(self) -> None:
-        self.flush()
+        self._flush_now()
         self._transport.write_eof()
 
     def abort(self) -> None:

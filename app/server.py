@@ -262,8 +262,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(title="tidemq", version=API_VERSION, description=DESCRIPTION, lifespan=lifespan, docs_url=None, redoc_url=None, **options)
     app.state.broker = broker
-    # The produces of one loop turn dispatched in one pass before their replies (app.dispatch_barrier).
-    app.state.dispatch_barrier = DispatchBarrier(broker.store.dispatch_owed)
+    # The produces of one loop turn dispatched in one pass before their replies, which yield to those of the held
+    # requests the pass woke (app.dispatch_barrier).
+    app.state.dispatch_barrier = DispatchBarrier(broker.store.dispatch_owed, lambda: broker.held.woken_total)
     # Called with the one-line reason when the store cannot be loaded (the server then stops).
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
     produce_router, produce, produce_batch = routes_produce.router(broker)

@@ -7,7 +7,7 @@ import asyncio
 import socket
 
 from app.dispatch_barrier import DispatchBarrier
-from app.reply_transport import JOIN_MAX_BYTES, ReplyTransport
+from app.reply_transport import JOIN_MAX_BYTES, YIELD_TURNS, ReplyTransport
 from tests.waiting import wait_for_async
 
 
@@ -141,3 +141,98 @@ def test_a_write_runs_a_pending_dispatch_pass_before_its_bytes_leave() -> None:
     events, calls = asyncio.run(run())
     assert events == [("pass", 0), ("pass", 1)]
     assert [len(c) for c in calls] == [9, JOIN_MAX_BYTES + 1, 11]
+
+
+async def _pair_into(calls: list[tuple[str, bytes]], name: str) -> tuple[asyncio.Transport, socket.socket]:
+    """A real socket transport whose write calls are recorded in a list shared with others, and the peer socket."""
+    left, right = socket.socketpair()
+    transport, _ = await asyncio.get_running_loop().connect_accepted_socket(Recording, left)
+    real_write = transport.write
+
+    def write(data: bytes | bytearray | memoryview) -> None:
+        calls.append((name, bytes(data)))
+        real_write(data)
+
+    transport.write = write  # type: ignore[method-assign]  # the test replaces the transport's write to record it
+    return transport, right
+
+
+def test_a_produce_reply_yields_to_the_replies_of_the_held_requests_its_pass_woke() -> None:
+    """The turn's pass wakes a held pull, whose continuation runs in the next turn and writes its reply (as
+    app.routes_pull's does): the produce's reply, written yielding in the pass's turn, leaves after it, and
+    a reply written plainly in that turn does not wait."""
+
+    async def run() -> tuple[list[tuple[str, bytes]], list[int]]:
+        loop = asyncio.get_running_loop()
+        calls: list[tuple[str, bytes]] = []
+        (p_transport, p_peer), (c_transport, c_peer), (o_transport, o_peer) = [
+            await _pair_into(calls, name) for name in ("producer", "consumer", "other")
+        ]
+        woken = [0]
+        barrier = DispatchBarrier(lambda: 0, lambda: woken[0])
+        producer = ReplyTransport(p_transport, loop, barrier)
+        consumer = ReplyTransport(c_transport, loop, barrier)
+        other = ReplyTransport(o_transport, loop, barrier)
+
+        def pass_that_wakes() -> int:
+            woken[0] += 1
+            loop.call_soon(lambda: consumer.write(b"found"))  # the woken pull's continuation, next turn
+            return 1
+
+        barrier._dispatch_owed = pass_that_wakes
+        barrier.owe()  # a put of this turn
+        producer.write_yielding(b"201")
+        other.write(b"200")
+        turns_to_201 = 0
+        while not any(name == "producer" for name, _ in calls):
+            await asyncio.sleep(0)
+            turns_to_201 += 1
+        assert not barrier.woke  # the turn that woke is over
+        # A pass that wakes nobody: the next produce reply leaves in its own turn.
+        barrier._dispatch_owed = lambda: 1
+        barrier.owe()
+        producer.write_yielding(b"201 again")
+        before = len(calls)
+        await asyncio.sleep(0)
+        assert calls[before:] == [("producer", b"201 again")]
+        for transport, peer in ((producer, p_peer), (consumer, c_peer), (other, o_peer)):
+            transport.close()
+            peer.close()
+        return calls, [turns_to_201]
+
+    calls, (turns,) = asyncio.run(run())
+    assert [name for name, _ in calls[:3]] == ["other", "consumer", "producer"]
+    assert turns == 1 + YIELD_TURNS  # its own turn, then the turns it yields
+
+
+def test_a_yielding_reply_is_written_at_once_by_a_close_or_a_large_write_and_in_order() -> None:
+    async def run() -> tuple[list[tuple[str, bytes]], bytes]:
+        loop = asyncio.get_running_loop()
+        calls: list[tuple[str, bytes]] = []
+        transport, peer = await _pair_into(calls, "producer")
+        woken = [0]
+
+        def pass_that_wakes() -> int:
+            woken[0] += 1
+            return 1
+
+        barrier = DispatchBarrier(pass_that_wakes, lambda: woken[0])
+        reply = ReplyTransport(transport, loop, barrier)
+        barrier.owe()
+        reply.write_yielding(b"201 first")
+        await asyncio.sleep(0)  # the pass woke: the reply yields
+        assert calls == [] and barrier.woke
+        reply.write(b"B" * (JOIN_MAX_BYTES + 1))  # what is held goes first, then the large write, now
+        assert [len(data) for _, data in calls] == [9, JOIN_MAX_BYTES + 1]
+        barrier.owe()
+        reply.write_yielding(b"201 last")
+        await asyncio.sleep(0)
+        reply.close()  # held, yielding: written before the close
+        got = bytearray()
+        await wait_for_async(lambda: _take_available(peer, got), 5, what=lambda: f"the end of the stream after {len(got)} bytes")
+        peer.close()
+        return calls, bytes(got)
+
+    calls, got = asyncio.run(run())
+    assert got == b"201 first" + b"B" * (JOIN_MAX_BYTES + 1) + b"201 last"
+    assert [data for _, data in calls][-1] == b"201 last"
