@@ -50,6 +50,8 @@ PULL_STATUS = {
     GetMessageStatus.OFFSET_FOUND_NULL: "OFFSET_FOUND_NULL",
     GetMessageStatus.MESSAGE_WAS_REMOVING: "MESSAGE_WAS_REMOVING",
 }
+# The same by the store status's name: an Enum member's hash is a Python call (Enum.__hash__), its name an attribute.
+PULL_STATUS_OF_NAME = {status._name_: pull_status for status, pull_status in PULL_STATUS.items()}
 OCTET_STREAM = "application/octet-stream"
 # pullBatch's path: the batch format has an operation of its own, so that the pull's reply is one type.
 BATCH_PATH = "/v1/topics/{topic}/queues/{queue_id}/messages/batch"
@@ -259,7 +261,7 @@ class Puller:
         """Read and serialise (runs in the read pool, or inline for just-written data)."""
         result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
         try:
-            status = PULL_STATUS[result.status]
+            status = PULL_STATUS_OF_NAME[result.status._name_]
             if status == "NO_NEW_MSG" and result.next_begin_offset < offset:
                 # An empty (or not yet made) queue asked past its end: the offset moved, as RocketMQ
                 # answers it; held, the re-read would start below the offset asked for.
@@ -339,6 +341,7 @@ class Puller:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
+                woken = False  # by an arrival: the read below is of what was just written
                 waiter = held.register(spec.topic, spec.queue_id, spec.codes)
                 if waiter is None:
                     if held.closed:
@@ -357,12 +360,14 @@ class Puller:
                             raise ProblemError(*access.future.result())
                         if why is Wake.DEADLINE:
                             break
+                        woken = why is Wake.ARRIVED
                 finally:
                     held.unregister(waiter)
-                # A woken pull reads what was just written, inline. A tag-filtered pull whose read matched
-                # nothing goes on from `next_offset` at once: far behind the tail (a backlog of other
-                # tags, one scan window a read) it reads in the pool, so the loop serves others meanwhile.
-                r = await self.read_at(spec, offset)
+                # A woken pull reads what was just written, inline: from the queue's end when it registered, so
+                # in memory. A tag-filtered pull whose read matched nothing goes on from `next_offset` at once:
+                # far behind the tail (a backlog of other tags, one scan window a read) it reads in the pool, so
+                # the loop serves others meanwhile.
+                r = self.read(spec, offset) if woken else await self.read_at(spec, offset)
         finally:
             self.broker.revocations.release(access)
             if departure is not None:

@@ -63,6 +63,10 @@ class Stop(enum.IntEnum):
     FILTER_DEFER = 16
 
 
+# Stop by its code: indexing a tuple is a C call, where Stop(code) is two Python frames (the hot kernels' wrappers).
+_STOP_OF = tuple(Stop)
+assert all(stop.value == code for code, stop in enumerate(_STOP_OF)), "Stop's codes are 0..n-1"
+
 CORRUPT = frozenset({Stop.BAD_MAGIC, Stop.BAD_BLANK, Stop.BAD_TOTAL, Stop.BAD_BODY, Stop.BAD_TOPIC, Stop.BAD_PARTS, Stop.BAD_CRC})
 
 
@@ -278,7 +282,7 @@ def encode_batch(
         dest, dest_pos, dest_limit, batch, batch_pos, out, max_count, topic, queue_id, sys_flag, born_timestamp, born_host,
         store_timestamp, store_host, reconsume_times, prepared_transaction_offset, queue_offset, physical_offset, crcs,
     )  # fmt: skip
-    return Encoded(Stop(r[0]), r[1], r[2], r[3])
+    return Encoded(_STOP_OF[r[0]], r[1], r[2], r[3])
 
 
 class Scanned(NamedTuple):
@@ -311,7 +315,7 @@ def dispatch_scan(
     """
     flags = (SCAN_UNIQ_KEY if uniq_key_index else 0) | (SCAN_CHECK_CRC if check_crc else 0)
     r = _kernels.dispatch_scan(buf, pos, limit, records, keys, flags, delay_levels)
-    return Scanned(Stop(r[0]), r[1], r[2], r[3])
+    return Scanned(_STOP_OF[r[0]], r[1], r[2], r[3])
 
 
 def runs_scratch_bytes(n_records: int) -> int:
@@ -335,7 +339,7 @@ def queue_runs(buf: Any, records: Any, n_records: int, record_from: int, runs: A
     entries of each run are copied, contiguous, to `entries` from the run's `entries_at`; afterwards
     the int32 at scratch[4 * (i - record_from)] is the entry index of record i."""
     r = _kernels.queue_runs(buf, records, n_records, record_from, runs, entries, scratch)
-    return Grouped(Stop(r[0]), r[1], r[2], r[3])
+    return Grouped(_STOP_OF[r[0]], r[1], r[2], r[3])
 
 
 class IndexHeader(NamedTuple):
@@ -361,7 +365,7 @@ def index_put(
     """Add dispatch_scan keys [key_from, key_to) to an index file as IndexFile.put_key does, skipping
     the keys of a message at or below the file's end offset (indexed before), and write the header."""
     r = _kernels.index_put(file, slot_num, index_num, (*header,), keys, key_from, key_to, current_record)
-    return IndexPut(Stop(r[0]), r[1], r[2], r[3], IndexHeader(*r[4]))
+    return IndexPut(_STOP_OF[r[0]], r[1], r[2], r[3], IndexHeader(*r[4]))
 
 
 class GatherLimits(NamedTuple):
@@ -432,7 +436,7 @@ def gather(
     FILTER_DEFER) after the caller dealt with the entry it stopped at; the counts returned include it.
     """
     r = _kernels.gather(entries, n, segments, out, meta, tuple(limits), codes, tags, damaged_ranges, start, sql)
-    return Gathered(Stop(r[0]), r[1], r[2], r[3], bool(r[4]), r[5])
+    return Gathered(_STOP_OF[r[0]], r[1], r[2], r[3], bool(r[4]), r[5])
 
 
 class SqlOutcome(enum.IntEnum):
