@@ -92,6 +92,11 @@ class IndexFile:
     def file_name(self) -> str:
         return os.path.basename(self.path)
 
+    def reserve_slots_quietly(self) -> bool:
+        """Reserve the header and slots (a loaded file's first write would) so they can be prefaulted; False,
+        unreported, when the volume has no room for them (the first write then reports it)."""
+        return self.mapped_file.reserve_quietly(self._entries_pos)
+
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 

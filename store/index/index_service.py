@@ -14,6 +14,14 @@ not per message); a roll takes it when it is ready, and its header is then set t
 last file ends, as a file created at the roll would. Otherwise the roll creates the file itself.
 A made file never taken is removed at shutdown; after a kill it lies on disk with no entry, and
 `load` removes trailing files without entries (their headers may begin before the last file ends).
+
+Prefault: a key's hash picks any of a file's slots, so until most of a fresh file's slot pages were
+touched (tens of thousands of keys) nearly every key faulted a new page in on the dispatching thread
+(the event loop for an HTTP put). So every file made (ahead or at a roll) and the last file at the
+store's start have their header and slots (reserved whole with the header) faulted in by the
+allocate service's thread, in steps with the GIL released, when prefault_mapped_file_enable is on
+(AllocateMappedFileService.prefault_reserved). A slot page cleaned since its last write (a flush,
+the kernel's writeback) still faults once at its next write, as any page of a mapped file does.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ class IndexService:
         # then adds no keys, so the index is written in commitlog order by one writer.
         self.rebuilding = False
         self.ahead: FileAhead[IndexFile] = FileAhead(allocate_service, _remove_file)
+        self._allocate_service = allocate_service  # prefaults the files' slots (module docstring)
         self._order_at = max(2, self.index_num * ORDER_NEXT_FILE_AT_PERCENT // 100)  # index_count of the last file
         self._ordered_after: IndexFile | None = None  # the last file whose next one was ordered (or refused)
 
@@ -156,8 +165,16 @@ class IndexService:
             self._order_next_file(f)
 
     def order_ahead_again(self) -> None:
-        """Order the next file again (the store's start: an order made during recovery was refused)."""
+        """Order the next file again (the store's start: an order made during recovery was refused), and prefault
+        the last file's slots (the allocate service runs now)."""
         self._ordered_after = None
+        if self.index_files and self.index_files[-1].reserve_slots_quietly():  # a loaded file is reserved at its first write
+            self._prefault_slots(self.index_files[-1])
+
+    def _prefault_slots(self, f: IndexFile) -> None:
+        """Have the allocate service fault in `f`'s header, slots and the entries reserved so far (no byte changes)."""
+        if self._allocate_service is not None:
+            self._allocate_service.prefault_reserved(f.mapped_file, 0)
 
     def _order_next_file(self, last: IndexFile) -> None:
         """Order the file after `last` (one order per file, taken or refused); the caller is the writer."""
@@ -167,7 +184,9 @@ class IndexService:
     def _create_ahead(self, after: str) -> IndexFile:
         """A new empty file named after `after` (the allocate service's thread); its header is set when a roll takes it."""
         name = self._next_name(after)
-        return IndexFile(os.path.join(self.store_path, name), self.slot_num, self.index_num, reservation=self.reservation)
+        f = IndexFile(os.path.join(self.store_path, name), self.slot_num, self.index_num, reservation=self.reservation)
+        self._prefault_slots(f)
+        return f
 
     @staticmethod
     def _next_name(after: str | None) -> str:
@@ -267,7 +286,7 @@ class IndexService:
         name = self._next_name(last.file_name if last is not None else None)
         try:
             os.makedirs(self.store_path, exist_ok=True)
-            return IndexFile(
+            f = IndexFile(
                 os.path.join(self.store_path, name),
                 self.slot_num,
                 self.index_num,
@@ -277,6 +296,8 @@ class IndexService:
             )
         except OSError as exc:
             raise DispatchFailed(f"cannot create an index file: {exc}") from exc  # dispatch retries the message
+        self._prefault_slots(f)
+        return f
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Candidate commitlog offsets for `topic#key` in [begin, end], newest first.

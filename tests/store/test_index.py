@@ -13,6 +13,8 @@ from store import DefaultMessageStore, build_message
 from store.index.index_file import HEADER_BYTES, IndexFile, key_hash
 from store.index.index_service import IndexService
 from tests.store.conftest import open_store, small_config, wait_dispatched
+from tests.store.test_mapped_file import resident_kib
+from tests.waiting import wait_for
 
 FAR = 2**62
 
@@ -168,3 +170,39 @@ def test_a_message_put_after_a_restart_past_the_loaded_blocks_is_found_by_offset
         assert s.look_message_by_offset(first) is not None
     finally:
         s.shutdown()
+
+
+def _slot_pages_resident(f: IndexFile) -> int:
+    """Kibibytes of `f`'s header and slots resident in this process (its mapping's pages faulted in)."""
+    slots_end = HEADER_BYTES + 4 * f.slot_num
+    assert f.mapped_file.reserved_to >= slots_end  # the slots are reserved whole with the header
+    return resident_kib(f.path)
+
+
+def test_an_index_files_slots_are_faulted_in_by_the_allocate_service(tmp_path: Path) -> None:
+    """Any key's hash picks any slot: the allocate service faults in the header and slots of a file made at a
+    roll, of one made ahead, and of the last one at a start, so the dispatching thread does not fault there."""
+    slot_num = 256 * 1024  # 1 MiB of slots
+    config = small_config(str(tmp_path), max_hash_slot_num=slot_num, max_index_num=8, prefault_mapped_file_enable=True)
+    slots_kib = (HEADER_BYTES + 4 * slot_num) // 1024
+    store = open_store(config)
+    try:
+        service = store.allocate_service
+        store.put_message(build_message("T", b"one", keys=["k1"]))  # the first file: made at the roll
+        wait_dispatched(store)
+        wait_for(lambda: _slot_pages_resident(store.index_service.index_files[0]) >= slots_kib, 20, what="the first file's slots")
+        for i in range(8):  # past ORDER_NEXT_FILE_AT_PERCENT of 8 entries: the next file is made ahead, then rolled to
+            store.put_message(build_message("T", b"more", keys=[f"k{i + 2}"]))
+        wait_dispatched(store)
+        files = store.index_service.index_files
+        assert len(files) >= 2
+        wait_for(lambda: all(_slot_pages_resident(f) >= slots_kib for f in files), 20, what="every file's slots")
+        assert service.prefaulted_bytes >= 2 * slots_kib * 1024
+    finally:
+        store.shutdown()
+    again = open_store(config)  # a new process's mapping: the start prefaults the last file's slots
+    try:
+        last = again.index_service.index_files[-1]
+        wait_for(lambda: _slot_pages_resident(last) >= slots_kib, 20, what="the last file's slots after a start")
+    finally:
+        again.shutdown()
