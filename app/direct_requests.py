@@ -214,8 +214,7 @@ class DirectRequests:
             if not keep_alive:
                 head.append(b"connection: close\r\n")
             head += (b"\r\n", body)
-            handler = exchange.handler
-            if handler is self._yielding_handlers[0] or handler is self._yielding_handlers[1]:
+            if exchange.handler in self._yielding_handlers:  # identity first: no __eq__ call
                 protocol.replies.write_yielding(b"".join(head))
             else:
                 protocol.replies.write(b"".join(head))

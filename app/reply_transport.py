@@ -61,15 +61,25 @@ class ReplyTransport:
             self._loop.call_soon(self.flush)
 
     def write_yielding(self, data: bytes) -> None:
-        """`write` a produce's reply, which yields to the replies of held requests its turn's dispatch woke."""
-        self.write(data)
+        """`write` a produce's reply (bytes), which yields to the replies of held requests its turn's dispatch woke."""
+        if len(data) > JOIN_MAX_BYTES:
+            self.write(data)
+            return
         self._yielding = True
+        self._pending.append(data)  # `write`'s small case, one frame fewer (every produce)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write what is held, in order, with one call (the scheduled call at a turn's end)."""
+        """Write what is held, in order, with one call (the scheduled call at a turn's end), after the turn's
+        dispatch pass; a produce's reply YIELD_TURNS turns later when that pass woke held requests."""
         self._scheduled = False
+        pending = self._pending
+        if not pending:
+            return
         barrier = self._barrier
-        if barrier is not None and self._pending:
+        if barrier is not None:
             if barrier.pending:
                 barrier.run()
             if self._yielding:
@@ -81,7 +91,9 @@ class ReplyTransport:
                 self._scheduled = True
                 self._loop.call_soon(self.flush)
                 return
-        self._flush_now()
+        self._pending = []
+        if not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def _flush_now(self) -> None:
         """Write what is held, yielding or not (a close, a large write, the scheduled flush)."""
