@@ -105,6 +105,9 @@ class MessageStoreConfig:
     # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.
     # The pages become dirty: the kernel writes back what the writer has not overwritten by then.
     prefault_mapped_file_enable: bool = setting(True)
+    # Flushed commitlog bytes behind the flush position left in the OS page cache; older flushed pages are
+    # dropped (store/logfile/page_cache_window.py). 0 leaves them to the OS. Not a RocketMQ setting.
+    page_cache_window_bytes: int = setting(GIB, 0, 2**50)
     # Most messages one key query returns (RocketMQ's maxMsgsNumBatch; IndexService.queryOffset caps at it).
     max_msgs_num_batch: int = setting(64, 1, 100_000)
     # Build IndexFile entries for KEYS and UNIQ_KEY (a new master's and a restart's duplicate checks need them).

@@ -58,6 +58,7 @@ from store.errors import MetadataCorrupt
 from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
+from store.logfile.page_cache_window import PageCacheWindow
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
 from store.status import AppendedHook, AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
 
@@ -92,8 +93,14 @@ class CommitLog:
         # Store timestamps come from the wall clock, or from `clock` when one is given (tests pin it).
         self.clock = clock
         self.file_size = config.mapped_file_size_commit_log_bytes
+        window = PageCacheWindow(config.page_cache_window_bytes) if config.page_cache_window_bytes else None
         self.mapped_file_queue = MappedFileQueue(
-            config.commit_log_dir(), self.file_size, allocate_service, functools.partial(MappedFile, reservation=reservation)
+            config.commit_log_dir(),
+            self.file_size,
+            allocate_service,
+            functools.partial(MappedFile, reservation=reservation),
+            page_cache_window=window,
+            unmap_before_flush=True,
         )
         self.transient_store_pool = transient_store_pool
         self.put_lock = threading.Lock()

@@ -206,10 +206,10 @@ class LazyMappedFile(MappedFile):
         self._budget.removed(self)
         return True
 
-    def flush(self, flush_least_pages: int) -> int:
+    def flush(self, flush_least_pages: int, unmap_first: bool = False) -> int:
         """As MappedFile.flush; an unmapped file is flushed through a descriptor, not a new mapping."""
         if self._mm is not None:
-            return super().flush(flush_least_pages)
+            return super().flush(flush_least_pages, unmap_first)
         readable = self.get_read_position()
         start = self.flushed_position
         if readable > start and self._is_able_to(readable, start, flush_least_pages) and self.hold():

@@ -274,8 +274,15 @@ class MappedFile:
         assert self.positions_ordered(0), self.positions()
         return self.committed_position
 
-    def flush(self, flush_least_pages: int) -> int:
-        """Make committed bytes durable (msync of the dirty range only); returns the flushed position."""
+    def flush(self, flush_least_pages: int, unmap_first: bool = False) -> int:
+        """Make committed bytes durable (msync of the dirty range only); returns the flushed position.
+
+        `unmap_first` (the commitlog's): the whole pages about to be flushed leave the mapping first, in
+        one madvise. A page still mapped writable when the kernel writes it back is write-protected
+        first, page by page, each with a TLB shootdown (an interrupt to the other CPUs the process's
+        threads run on); an unmapped dirty page is written back without one. The page the writer is
+        in stays mapped; readers fault what they read again from the page cache.
+        """
         readable = self.get_read_position()
         start = self.flushed_position
         if readable > start and self._is_able_to(readable, start, flush_least_pages):
@@ -284,6 +291,8 @@ class MappedFile:
                     if self._pool is not None:
                         os.fdatasync(self._fd)
                     else:
+                        if unmap_first:
+                            self._unmap_below(readable - readable % OS_PAGE_SIZE)
                         aligned = start - (start % OS_PAGE_SIZE)
                         self._msync(aligned, readable - aligned)
                     self.flushed_position = readable
@@ -321,14 +330,50 @@ class MappedFile:
         """
         end = min(end, self.flushed_position)
         end -= end % OS_PAGE_SIZE if end < self.file_size else 0
+        if end <= self.dropped_to or not self.hold():
+            return
+        try:
+            self._unmap_below(end)
+        finally:
+            self.release()
+
+    def _unmap_below(self, end: int) -> None:
+        """MADV_DONTNEED of [dropped_to, end), whole pages; the caller holds a reference. Dirty pages stay
+        dirty in the page cache (the kernel moves the mapping's dirty bit to the page)."""
         start = self.dropped_to
-        if end <= start or not self.hold():
+        if end <= start:
             return
         try:
             self.mm.madvise(_kernels.MADV_DONTNEED, start, end - start)
             self.dropped_to = end
         except (OSError, ValueError) as exc:
             log.debug("madvise(DONTNEED) refused for %s: %s", self.path, exc)
+
+    def drop_cached(self, start: int, end: int) -> int:
+        """Take the flushed pages of [start, end) out of the process's mapping and out of the OS page cache
+        (POSIX_FADV_DONTNEED); returns the bytes advised, 0 when the file is closed or refuses.
+
+        Only flushed bytes are dropped (`end` is capped at the flushed position): a dirty page stays
+        in the page cache whatever the advice, and so does a page a reader maps again after the
+        madvise. The file is opened for the advice (mappings hold no descriptor); one deleted
+        meanwhile has nothing left to drop.
+        """
+        end = min(end, self.flushed_position)
+        end -= end % OS_PAGE_SIZE if end < self.file_size else 0
+        if end <= start or not self.hold():
+            return 0
+        try:
+            self.mm.madvise(_kernels.MADV_DONTNEED, start, end - start)  # also what readers mapped again since
+            self.dropped_to = max(self.dropped_to, end)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            return end - start
+        except (OSError, ValueError) as exc:
+            log.debug("dropping cached pages of %s refused: %s", self.path, exc)
+            return 0
         finally:
             self.release()
 

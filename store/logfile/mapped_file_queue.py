@@ -24,6 +24,7 @@ from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBuff
 
 if TYPE_CHECKING:
     from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
+    from store.logfile.page_cache_window import PageCacheWindow
 
 log = logging.getLogger("tidemq.store")
 
@@ -38,8 +39,12 @@ class MappedFileQueue:
         mapped_file_size: int,
         allocate_service: AllocateMappedFileService | None = None,
         file_factory: Callable[[str, int], MappedFile] = MappedFile,
+        page_cache_window: PageCacheWindow | None = None,
+        unmap_before_flush: bool = False,
     ) -> None:
         self.store_path = store_path
+        self.page_cache_window = page_cache_window  # None: flushed pages stay in the page cache (the OS evicts them)
+        self.unmap_before_flush = unmap_before_flush  # MappedFile.flush's unmap_first (the commitlog's)
         self.file_factory = file_factory  # how files without an allocation service are made (lazy for queues)
         # Told the path of a file that could not be created for lack of disk space (the store marks the disk full).
         self.no_space_listener: Callable[[str], None] | None = None
@@ -180,7 +185,7 @@ class MappedFileQueue:
         if mf is None:
             return True
         store_ts = mf.store_timestamp
-        where = mf.file_from_offset + mf.flush(flush_least_pages)
+        where = mf.file_from_offset + mf.flush(flush_least_pages, self.unmap_before_flush)
         assert where >= before, f"the flushed position would move back from {before} to {where} (only truncation moves it back)"
         unchanged = where == before
         self.flushed_where = where
@@ -189,8 +194,10 @@ class MappedFileQueue:
         elif not unchanged and where - mf.file_from_offset - mf.dropped_to >= 2 * RESIDENT_TAIL_BYTES:
             # Flushed pages well behind the write position leave the resident set too; the last
             # RESIDENT_TAIL_BYTES stay mapped for the readers of recent entries (a read of an older
-            # one faults its page back from the page cache).
+            # one faults its page back from the page cache). The commitlog's left before its flush.
             mf.drop_resident_below(where - mf.file_from_offset - RESIDENT_TAIL_BYTES)
+        if not unchanged and self.page_cache_window is not None:
+            self.page_cache_window.trim(self.mapped_files, where)
         if flush_least_pages == 0 or not unchanged:
             self.store_timestamp = max(self.store_timestamp, store_ts)
         return unchanged

@@ -4,7 +4,8 @@ getMessage walks consume queue entries from `offset`, filters by tag hash, then 
 tag, then by an SQL92 expression over the message's properties (store.filter.message_filter), and copies
 the messages out of the commitlog until a transfer limit is hit:
 count and bytes, with tighter limits when the data is probably on disk (more than
-`access_message_in_memory_max_ratio_percent` of memory behind the log's end).
+`access_message_in_memory_max_ratio_percent` of memory, or more than `page_cache_window_bytes`, behind
+the log's end).
 At most `scan_entries(max_count)` entries are examined per call (RocketMQ's
 max(maxFilterMessageCount, maxMsgNums * 20) bytes of consume queue, with the byte count the
 setting `max_filter_message_size_bytes`), so a pull over a queue full of other tags is bounded too.
@@ -113,6 +114,8 @@ class MessageGetter:
         self.stats = stats
         self.find_consume_queue = find_consume_queue
         self.memory_window = total_physical_memory_bytes() * cfg.access_message_in_memory_max_ratio_percent // 100
+        if cfg.page_cache_window_bytes:  # further behind, the flushed log was dropped from the page cache
+            self.memory_window = min(self.memory_window, cfg.page_cache_window_bytes)
         self.limits_memory = (cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_memory)
         self.limits_disk = (cfg.max_transfer_count_on_message_in_disk, cfg.max_transfer_bytes_on_message_in_disk)
         # No stored message is longer than a body of max_message_size_bytes with its largest topic and properties.
