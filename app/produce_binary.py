@@ -6,10 +6,14 @@ to 31 bits, then checked) | FLAG 4 | BODY 4+n | PROPERTIES 2+m, big-endian.
 
 Invariants:
 - The whole body is checked by the check_batch kernel (every length against the body and the
-  store's limits, each message's properties as the JSON produce checks them) before the topic is
-  looked at; a refused batch stores nothing and answers a 4xx problem naming the message.
+  store's limits, each message's properties as the JSON produce checks them) before a topic is
+  made for it; a refused batch stores nothing and answers a 4xx problem naming the message.
 - The messages go to one queue (`queue_id`, else round-robin, one queue per request) in one
-  store `put` of an ENCODED PutBatch: no per-message Python work on the way in or in the reply.
+  store call: a plain batch (no delay, no transaction) to a topic that exists takes the put lane
+  (MessageStore.put_lane: the same check and the append in one kernel call); a batch the lane
+  declines (a refusal, a dedup id, the put lock held, a file to roll) is then checked, so that a
+  refusal names its message, and put as an ENCODED PutBatch. No per-message Python work on the
+  way in or in the reply.
 - The reply is compact: the first queue offset (message i has first_queue_offset + i), the
   commitlog offsets, and the offset message id prefix (the store host as 16 hex digits).
 - `delay_ms` / `deliver_at_ms` make every message of the batch a timer message due then
@@ -34,7 +38,7 @@ from app.problems import ProblemError, put_problem
 from app.produce_parse import TRANSACTION_HEADER, check_producer_group, parse_batch_query
 from app.query import query_of
 from app.responses import JsonResponse
-from store import BatchError, BatchErrorCode, EncodedItems, PutBatch
+from store import BatchError, BatchErrorCode, EncodedItems, PutBatch, packed_binary
 
 if TYPE_CHECKING:
     from app.routes_produce import Producer
@@ -75,6 +79,21 @@ def batch_problem(error: BatchError) -> ProblemError:
     position = error.args[2]
     detail = f"message {error.index} (at byte {position}): {what}; nothing was stored"
     return ProblemError(code, detail, {"batch_error": reason.name, "index": error.index, "position": position})
+
+
+async def stored_by_lane(producer: Producer, request: Request, batch: PutBatch) -> Response | None:
+    """A plain batch (no delay, no transaction) to a topic that exists, stored by the store's put lane: checked and
+    appended in one kernel call. None when the lane declines it, with nothing stored: then the batch is checked
+    (a refusal names its message) and put as an ENCODED batch, which also takes the messages with a dedup id."""
+    result = producer.put_lane(batch, request.scope)
+    if result is None:
+        return None
+    if result.durability_owed:
+        result = await producer.durable(result)
+    if not result.ok:
+        raise put_problem(result)
+    assert isinstance(result.items, EncodedItems)
+    return JsonResponse(reply_of(batch.queue_id, result.items), 201)
 
 
 def reply_of(queue_id: int, items: EncodedItems) -> dict[str, Any]:
@@ -141,21 +160,29 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     """Check and store a binary batch (the caller matched the media type)."""
     topic = request.path_params["topic"]
     queue_id, deliver_at_ms = parse_batch_query(query_of(request.scope), producer.limits)
+    body = await request.body()
+    born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
+    group = request.headers.get(TRANSACTION_HEADER)
+    writable = producer.broker.writable_topic(topic)
+    if group is None and deliver_at_ms is None and writable is not None and (queue_id is None or queue_id < writable.write_queue_nums):
+        if queue_id is None:
+            queue_id = producer.broker.next_round_robin(topic, writable.write_queue_nums)
+        lane = await stored_by_lane(producer, request, PutBatch.of_packed(topic, queue_id, packed_binary(body, queue_id), born_host))
+        if lane is not None:
+            return lane
     store = producer.store
     try:
-        checked = store.check_batch(await request.body())
+        checked = store.check_batch(body)
     except BatchError as e:
         raise batch_problem(e) from None
     if not checked.messages:
         raise ProblemError("BATCH_EMPTY", "the body holds no message")
-    config = producer.broker.writable_topic(topic) or await producer.broker.topic_for_produce(topic, request)
+    config = writable or await producer.broker.topic_for_produce(topic, request)
     queues = config.write_queue_nums
     if queue_id is None:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
-    born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
-    group = request.headers.get(TRANSACTION_HEADER)
     if group is not None and deliver_at_ms is not None:
         raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
     producer_group = None if group is None else check_producer_group(group)

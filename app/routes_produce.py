@@ -448,6 +448,19 @@ class Producer:
         barrier.owe()
         return result
 
+    def put_lane(self, batch: PutBatch, scope: Scope) -> PutMessageResult | None:
+        """`put` of a packed batch when the store's put lane takes it (MessageStore.put_lane); None, nothing stored,
+        when it declines."""
+        batch.defer_durability = True
+        barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
+        batch.defer_dispatch = barrier is not None
+        answer = self.store.put_lane(batch)
+        if answer is None:
+            return None
+        if barrier is not None:
+            barrier.owe()
+        return answer[0]
+
     async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
         result = self.put(batch, scope)

@@ -65,7 +65,7 @@ from store.pop.group_consumption import (
     SubscriptionGroup,
 )
 from store.put.dedup_window import DuplicateItem, dedup_id_problem
-from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedProduce, PutBatch, packed_json, packed_raw
+from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedProduce, PutBatch, packed_binary, packed_json, packed_raw
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.report_types import (
     CleanupStatus,
@@ -232,6 +232,7 @@ __all__ = [
     "new_uniq_keys",
     "offset_msg_id",
     "pack_batch",
+    "packed_binary",
     "packed_json",
     "packed_raw",
     "producer_group_problem",

@@ -332,6 +332,10 @@ class DefaultMessageStore:
         instance, the pipeline's `put` itself; the same answer."""
         return self.pipeline.put(batch)
 
+    def put_lane(self, batch: PutBatch) -> PutAnswer | None:
+        """The put lane alone (MessageStore.put_lane)."""
+        return self.pipeline.put_lane(batch)
+
     def put_message(self, msg: MessageInner) -> PutMessageResult:
         """Blocking helper: `put` of a batch of one, waited for."""
         return self.durability.wait(*self.pipeline.put(PutBatch.of((msg,))))

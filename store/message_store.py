@@ -120,6 +120,12 @@ class MessageStore(Protocol):
         caller that answers many puts (the front end's produces)."""
         ...
 
+    def put_lane(self, batch: PutBatch) -> tuple[PutMessageResult, concurrent.futures.Future[PutMessageResult] | None] | None:
+        """`put_answer` of a packed batch (`PutBatch.of_packed`) when the put lane takes it: checked and appended in one
+        kernel call. None, with nothing stored or changed, when the lane declines it (a check it fails, a dedup id,
+        the put lock held, a file to roll, no lane with the transient store pool)."""
+        ...
+
     def dispatch_owed(self) -> int:
         """Dispatch what puts with `defer_dispatch` appended (at once when nothing is owed); the messages dispatched."""
         ...

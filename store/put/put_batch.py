@@ -182,7 +182,7 @@ class PackedProduce(NamedTuple):
     (`packed_json`), a raw body as its one message (`packed_raw`)."""
 
     data: bytes  # RocketMQ's batch encoding, as packed_fields packs the body's messages
-    messages: int  # how many it holds
+    messages: int  # how many it holds (`packed_binary`: at least this many; the lane's kernel counts and limits them)
     queue_id: int  # the queue every message named; -1: none named one
     is_batch: bool  # {"messages": [...]}
     head: bytes  # the UNIQ_KEY head the keys were written with (UniqKeyGenerator.reserve)
@@ -192,6 +192,13 @@ class PackedProduce(NamedTuple):
     def uniq_keys(self) -> list[str]:
         """Each message's UNIQ_KEY, fresh (built when asked for: render_produce_reply writes them itself)."""
         return uniq_keys_of(self.head, self.first, self.messages)
+
+
+def packed_binary(body: bytes, queue_id: int) -> PackedProduce:
+    """A binary batch as a producer sent it (RocketMQ's batch encoding) for the put lane (MessageStore.put_lane), not
+    checked here: the lane's kernel checks it as check_batch does and declines what check_batch would refuse. Its
+    messages carry their own UNIQ_KEYs, or none, as the ENCODED put stores them."""
+    return PackedProduce(body, 1, queue_id, True, b"", 0)
 
 
 def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: bytes) -> PackedProduce | None:

@@ -107,6 +107,13 @@ class PutPipeline:
             batch.refused()
         return self._after_put(result, t0, batch)
 
+    def put_lane(self, batch: PutBatch) -> PutAnswer | None:
+        """The put lane alone (`_put_packed`): None, nothing changed, when there is no lane or it declines; the caller
+        then puts the batch its own way (a binary batch: checked first, so that a refusal names the message)."""
+        if batch.packed is None or self.lane_admits is None:
+            return None
+        return self._put_packed(batch)
+
     def _put_packed(self, batch: PutBatch) -> PutAnswer | None:
         """The put lane: a packed batch (`PutBatch.of_packed`) the validator admits, checked and appended by the commitlog's
         one kernel call (CommitLog.put_packed), counted, then answered as `_after_put` answers; None when the validator

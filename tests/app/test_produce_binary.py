@@ -112,9 +112,7 @@ GOOD = pack_batch([(b"first", props(TAGS="a"), 0), (b"second", b"", 0)])
 SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
 
 
-@pytest.mark.parametrize(
-    ("body", "status", "code", "index"),
-    [
+MALFORMED = [
         (GOOD[:10], 400, "BATCH_INVALID", 0),  # shorter than a message's fixed part
         (GOOD[:-1], 400, "BATCH_INVALID", 1),  # the last message cut short
         (GOOD + b"\x00", 400, "BATCH_INVALID", 2),  # a stray byte after the last message
@@ -136,7 +134,12 @@ SECOND = 22 + 5 + len(props(TAGS="a"))  # where the second message starts
         (pack_batch([(b"x", b"", 0)] * 1001), 413, "BATCH_TOO_LARGE", 1000),
         (pack_batch([(b"x", b"", 0), (b"y" * 65537, b"", 0)]), 413, "MESSAGE_TOO_LARGE", 1),
         (pack_batch([(b"x", props(p="v" * 33_000), 0)]), 413, "PROPERTIES_TOO_LARGE", 0),
-    ],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "index"),
+    MALFORMED,
     ids=[
         "short-head", "short-last", "stray-byte", "body-length-past-end", "total-past-end", "negative-body", "total-disagrees",
         "magic", "crc", "delay", "timer", "real-topic", "timer-mark", "transaction-mark", "unterminated-property", "property-not-utf8", "tags", "uniq-key", "too-many",
@@ -151,6 +154,38 @@ def test_a_malformed_batch_is_refused_whole_and_stores_nothing(
     assert reply["index"] == index and reply["batch_error"] and f"message {index}" in reply["detail"]
     assert commitlog_max(quiet_client) == before
     assert quiet_client.get(f"/v1/topics/{topic}").status_code == 404, "a refused batch creates no topic"
+
+
+@pytest.mark.parametrize("queue_id", [None, "1"])
+def test_a_malformed_batch_to_a_topic_that_exists_is_refused_whole_as_well(
+    quiet_client: httpx.Client, topic: str, queue_id: str | None
+) -> None:
+    """To a topic that exists a batch first meets the put lane, whose kernel declines what the check refuses: the same
+    answers as for a new topic, message named, nothing stored; then a good batch is stored in order."""
+    create(quiet_client, topic, queues=4)
+    params = {} if queue_id is None else {"queue_id": queue_id}
+    before = commitlog_max(quiet_client)
+    for body, status, code, index in MALFORMED:
+        reply = problem(post(quiet_client, topic, body, **params), status, code)
+        assert reply["index"] == index and f"message {index}" in reply["detail"], (code, reply)
+    problem(post(quiet_client, topic, b"", **params), 400, "BATCH_EMPTY")
+    assert commitlog_max(quiet_client) == before
+    sent = post(quiet_client, topic, GOOD, queue_id="1").json()
+    assert (sent["queue_id"], sent["first_queue_offset"], sent["count"]) == (1, 0, 2)
+    assert [m["body"] for m in pull_stored(quiet_client, topic, 1, 0, 2)] == [b"first", b"second"]
+
+
+def test_a_batch_the_lane_declines_keeps_the_queue_the_round_robin_gave_it(client: httpx.Client, topic: str) -> None:
+    """A batch with a dedup id goes past the put lane (the store puts it message by message): it is stored in the queue
+    chosen for it before the lane declined, so the round robin moves one queue a request either way."""
+    create(client, topic, queues=3)
+    plain = pack_batch([(b"plain", b"", 0)])
+    deduped = pack_batch([(b"once", props(TIDEMQ_DEDUP_ID="rr-1"), 0)])
+    replies = [post(client, topic, body) for body in (plain, deduped, plain, deduped)]
+    assert [r.status_code for r in replies] == [201, 201, 201, 200]  # the second dedup id was seen: nothing stored
+    assert [r.json()["queue_id"] for r in replies[:3]] == [0, 1, 2]
+    assert [m["body"] for m in pull_stored(client, topic, 1, 0, 1)] == [b"once"]
+    assert post(client, topic, plain).json()["queue_id"] == 1  # the duplicate took queue 0's turn
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from store import native as nk
 from store.codec.message import encode_properties
 from store.codec.message_codec import decode_message, encode_message
 from store.logfile.commit_log import BatchHead, CommitLog
-from store.put.put_batch import PackedProduce, packed_json
+from store.put.put_batch import PackedProduce, packed_binary, packed_json
 from tests.store.conftest import open_store, small_config
 from tests.waiting import wait_for
 
@@ -165,6 +165,38 @@ def test_refusals_are_the_general_paths_and_store_nothing(tmp_path: Path) -> Non
         store.shutdown()
 
 
+def test_a_binary_batch_as_sent_takes_the_lane_or_is_left_to_its_caller(tmp_path: Path) -> None:
+    """`put_lane` of a binary batch as a producer sent it (`packed_binary`): stored as the ENCODED put stores it, or
+    None with nothing changed when the lane declines (the caller then checks it and puts it the general way)."""
+    store = open_store(small_config(str(tmp_path / "store")))
+    try:
+        calls = counting(store)
+        body = nk.pack_batch([(b"one", encode_properties({"TAGS": "t", "KEYS": "k"}), 0), (b"\x00two", b"", 3)])
+        assert store.put_answer(PutBatch.of_packed("b", 0, pack([{"body": "first"}])))[0].ok  # makes the file
+        answer = store.put_lane(PutBatch.of_packed("b", 1, packed_binary(body, 1), born_host=IPV6_HOST))
+        assert answer is not None and calls == [2, 1]
+        lane = answer[0]
+        general = store.put_answer(PutBatch.of_encoded("b", 2, store.check_batch(body), IPV6_HOST))[0]
+        assert lane.ok and general.ok
+        assert [(i.logics_offset, i.queue_id) for i in lane.items] == [(0, 1), (1, 1)]
+        for a, b in zip(lane.items, general.items, strict=True):  # the same message but for the queue and the log offset
+            x, y = store.look_message_by_offset(a.wrote_offset), store.look_message_by_offset(b.wrote_offset)
+            assert x is not None and y is not None and x["body"] in (b"one", b"\x00two")
+            for key in ("queue_id", "queue_offset", "commitlog_offset", "offset_msg_id", "msg_id", "store_timestamp", "born_timestamp"):
+                x.pop(key), y.pop(key)
+            assert x == y and a.wrote_bytes == b.wrote_bytes
+        cl = store.commit_log
+        before = (cl.get_max_offset(), dict(cl.topic_queue_table), store.stats.put_messages)
+        dedup = nk.pack_batch([(b"d", encode_properties({"TIDEMQ_DEDUP_ID": "x"}), 0)])
+        for declined in (dedup, body[:-1], b"", nk.pack_batch([(b"x", encode_properties({"DELAY": "2"}), 0)])):
+            assert store.put_lane(PutBatch.of_packed("b", 1, packed_binary(declined, 1))) is None
+        with cl.put_lock:  # another put holds the lock: the lane does not wait for it
+            assert store.put_lane(PutBatch.of_packed("b", 1, packed_binary(body, 1))) is None
+        assert (cl.get_max_offset(), dict(cl.topic_queue_table), store.stats.put_messages) == before
+    finally:
+        store.shutdown()
+
+
 def test_a_pooled_store_takes_no_lane_and_its_packed_puts_are_stored(tmp_path: Path) -> None:
     store = open_store(small_config(str(tmp_path / "store"), transient_store_pool_enable=True, transient_store_pool_size=2))
     try:
@@ -174,6 +206,7 @@ def test_a_pooled_store_takes_no_lane_and_its_packed_puts_are_stored(tmp_path: P
             result, _ = store.put_answer(PutBatch.of_packed("p", 0, pack([{"body": f"pooled {i}"}])))
             assert result.ok and result.items[0].logics_offset == i
         assert calls == [0, 0]
+        assert store.put_lane(PutBatch.of_packed("p", 0, pack([{"body": "pooled"}]))) is None
     finally:
         store.shutdown()
 
