@@ -40,23 +40,27 @@ class PageCacheWindow:
     def trim(self, files: Sequence[MappedFile], flushed_where: int) -> int:
         """Drop the flushed pages from where the last trim stopped to `window_bytes` behind `flushed_where`,
         once that spans `step_bytes`; returns the bytes advised. A file flushed short of the range (none is,
-        below the log's flush position) stops the trim there: the next one starts from it."""
+        below the log's flush position) stops the trim there: the next one starts from it. The first trim of a
+        process starts at the log's first file: pages of the log the OS kept from before the start go too."""
         target = flushed_where - self.window_bytes
         target -= target % OS_PAGE_SIZE
-        if target - self.dropped_where < self.step_bytes:
+        if target - self.dropped_where < self.step_bytes or not files:
             return 0
-        advised = 0
-        for mf in files:
+        # Files are contiguous and of one size (MappedFileQueue's invariant): the first one in the range by arithmetic,
+        # so a trim looks at the files it drops from, not at every file of a large store.
+        first_base, size = files[0].file_from_offset, files[0].file_size
+        advised, reached = 0, target
+        for mf in files[max(0, (self.dropped_where - first_base) // size) :]:
             base = mf.file_from_offset
             low, high = max(self.dropped_where, base), min(target, base + mf.file_size)
             if low >= high:
+                if base >= target:
+                    break
                 continue
             advised += mf.drop_cached(low - base, high - base)
-            reached = base + min(high - base, mf.flushed_position)
-            self.dropped_where = reached
-            if reached < high:
+            if mf.flushed_position < high - base:
+                reached = base + max(low - base, mf.flushed_position)
                 break
-        else:
-            self.dropped_where = max(self.dropped_where, target)
+        self.dropped_where = max(self.dropped_where, reached)
         self.dropped_bytes_total += advised
         return advised
