@@ -100,6 +100,9 @@ class MessageStoreConfig:
     # Disk blocks reserved ahead of a file's write position at most, in steps that double from 64 KiB
     # (store/disk/space_reservation.py); 0 reserves every file whole at its creation. Not a RocketMQ setting.
     reserve_ahead_bytes: int = setting(64 * MIB, 0, GIB)
+    # A batch whose stored form may take at least this many bytes (up to 4 MiB) is encoded into a buffer and written to
+    # the commitlog with one pwrite, not through the file's mapping (no page fault per page); 0: never. Not a RocketMQ setting.
+    write_through_min_bytes: int = setting(64 * 1024, 0, GIB)
     # Touch every page of a new file and lock it in memory.
     warm_mapped_file_enable: bool = setting(False)
     # Fault a new commitlog file's pages in for writing in the allocation service, off the put path.

@@ -59,6 +59,7 @@ from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.logfile.mapped_file_queue import MappedFileQueue
 from store.logfile.page_cache_window import PageCacheWindow
+from store.logfile.write_through import WriteThrough
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
 from store.status import AppendedHook, AppendMessageResult, AppendMessageStatus, EncodedItems, PutMessageResult, PutMessageStatus, RunItems
 
@@ -104,6 +105,7 @@ class CommitLog:
         )
         self.transient_store_pool = transient_store_pool
         self.put_lock = threading.Lock()
+        self.write_through = WriteThrough(config.write_through_min_bytes)  # large batches: one pwrite each
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.store_host = config.store_host_bytes()
         self.delay_levels_ms = config.delay_levels_ms()
@@ -335,17 +337,25 @@ class CommitLog:
             # Blocks for what these items can take at most (each item's stored form is at most its batch
             # form plus the topic and the fixed fields) and the end marker: the kernel writes no further.
             need = start + len(batch) - pos + n * (len(head.topic_bytes) + _STORED_EXTRA_BYTES) + BLANK_MARKER_BYTES
+            # A large batch that fits the file whatever its stored size is written with one pwrite (store/logfile/write_through.py).
+            through = need <= file_size and self.write_through.takes(mf, need - start)
             if need > mf.reserved_to:  # also when pooled: the commit's pwrite then never meets a full disk
                 reserved_before = mf.reserved_to
                 if not mf.try_reserve(min(need, file_size), strict=True):
                     return NO_FILE
-                self._reserved_ahead(mf, max(reserved_before, need))
-            target = mf.write_buffer if mf.write_buffer is not None else mf.mm  # mf.write_target, written out (every put)
-            stop, count, pos, end = _encode(
-                target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
-                head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
-                queue_offset, mf.file_from_offset + start, crcs,
-            )  # fmt: skip
+                if not through:  # what a pwrite writes needs no page faulted in first
+                    self._reserved_ahead(mf, max(reserved_before, need))
+            if through:
+                stop, count, pos, end = self._encode_through_locked(
+                    mf, start, need, batch, pos, n if queued else 1, head, now, queue_offset, crcs
+                )
+            else:
+                target = mf.write_buffer if mf.write_buffer is not None else mf.mm  # mf.write_target, written out (every put)
+                stop, count, pos, end = _encode(
+                    target, start, file_size, batch, pos, out, n if queued else 1, head.topic_bytes, head.queue_id, head.sys_flag,
+                    head.born_timestamp, head.born_host, now, host, head.reconsume_times, head.prepared_transaction_offset,
+                    queue_offset, mf.file_from_offset + start, crcs,
+                )  # fmt: skip
             if count:
                 if crcs is not None:
                     crcs = crcs[4 * count :]
@@ -368,6 +378,23 @@ class CommitLog:
                 if self._roll_locked() is None:
                     return NO_FILE
         return pos
+
+    def _encode_through_locked(
+        self, mf: MappedFile, start: int, need: int, batch: bytes, pos: int, n: int, head: RunHead, now: int, queue_offset: int,
+        crcs: memoryview | None,
+    ) -> tuple[int, int, int, int]:  # fmt: skip
+        """_encode's answer for items encoded into the write-through buffer and written at `start` of `mf` (the file
+        position where the mapping would have had them); `need` bounds their stored form, so they all fit."""
+        buffer = self.write_through.buffer()
+        stop, count, pos, length = _encode(
+            buffer, 0, need - start, batch, pos, self._out, n, head.topic_bytes, head.queue_id, head.sys_flag,
+            head.born_timestamp, head.born_host, now, self.store_host, head.reconsume_times, head.prepared_transaction_offset,
+            queue_offset, mf.file_from_offset + start, crcs,
+        )  # fmt: skip
+        assert stop != _FILE_FULL, f"a batch bounded by {need - start} bytes did not fit them"
+        if count and not self.write_through.write_locked(mf, start, length):
+            mf.mm[start : start + length] = buffer[:length]  # the file refused the write: the mapping takes the bytes
+        return stop, count, pos, start + length
 
     def _reserved_ahead(self, mf: MappedFile, start: int) -> None:
         """Have the allocate service prefault what `mf` reserved past `start` (ahead of this put)."""
@@ -494,10 +521,13 @@ class CommitLog:
             self.mapped_file_queue.truncate_dirty_files(offset)
             self.mapped_file_queue.set_positions(offset)
             self._last_file = self.mapped_file_queue.get_last_mapped_file()
+            self.write_through.close()  # the cut may have removed the file it wrote last
         # Bytes past the cut will hold new messages: no damaged range may cover them.
         self._set_damaged_ranges(tuple((a, min(b, offset)) for a, b in self.damaged_ranges if a < offset))
 
     def shutdown(self) -> None:
+        with self.put_lock:
+            self.write_through.close()
         self.mapped_file_queue.shutdown()
 
     def destroy(self) -> None:

@@ -122,6 +122,9 @@ class PutPipeline:
         assert packed is not None and self.lane_admits is not None
         if batch.producer_group is not None or batch.deliver_at_ms is not None or batch.on_appended_locked or batch.state_records:
             return None  # of_packed makes none of these; a caller that sets one takes the hooks that act on it
+        through = self.commit_log.write_through.min_bytes
+        if through and len(packed.data) >= through:
+            return None  # a large batch is written through by put_batch (store/logfile/write_through.py): no page faulted
         topic, queue_id = batch.topic, batch.queue_id
         if not self.lane_admits(topic, queue_id, packed.messages):
             return None
