@@ -17,7 +17,8 @@ routes HotRoutes serves itself) here when it can:
 - at its end: `serve` runs HotRoutes' `answer` (the query, the ACL gate's verdict, the handler, its
   errors mapped: the same answers as the ASGI way) by stepping its coroutine; it usually ends without waiting and the
   reply is written at once (ReplyTransport joins it with the turn's other writes, after the
-  turn's dispatch pass); one that waits (a durability wait, a held pull or receive) is resumed
+  turn's dispatch pass); a durable produce's reply is held until its durability wait ends
+  (app.held_reply: `release` writes it); one that waits (a held pull or receive) is resumed
   when the future it waits on completes (`_Resumed`: no Task) or, past a wait on anything else, continued
   by a task; either is in the server's task set, which graceful shutdown waits for and, at its deadline,
   cancels;
@@ -45,6 +46,8 @@ import httptools
 from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from app.access_gate import audit_answer
+from app.held_reply import HELD_REPLY_KEY, HOLDS_REPLY_KEY, HeldReply
 from app.responses import is_plain
 
 if TYPE_CHECKING:
@@ -106,6 +109,7 @@ class DirectRequests:
         self.continued = 0  # of them, those whose handler waited and that were continued
         self.resumed = 0  # of those, the ones continued without a task (_Resumed) from their first wait
         self.read_whole = 0  # of the requests served here, those read by app._http in one call (`begin_whole`)
+        self.held_released = 0  # replies held for a durability wait (app.held_reply) and written
         self._defaults: list[tuple[bytes, bytes]] | None = None  # uvicorn's default headers last joined
         # A produce's reply yields to the replies of the held requests its dispatch woke (app.reply_transport).
         self._yielding_handlers = (hot.produce, hot.produce_batch)
@@ -152,6 +156,7 @@ class DirectRequests:
         handler = self.hot.direct_handler(scope)
         if handler is None:
             return None
+        scope[HOLDS_REPLY_KEY] = True  # a durable produce holds its reply here (`reply`) instead of waiting
         return DirectExchange(scope, handler, keep_alive)
 
     def serve(self, protocol: BoundedHttpProtocol, exchange: DirectExchange) -> None:
@@ -197,7 +202,32 @@ class DirectRequests:
         self.reply(protocol, exchange, response)
 
     def reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response) -> None:
-        """Write `response` (a whole body), count the request, and let uvicorn start what follows."""
+        """Write `response` (a whole body), count the request, and let uvicorn start what follows; a reply its
+        produce held (app.held_reply) is written when the durability wait it owes ends (`release`)."""
+        held: HeldReply | None = exchange.scope.pop(HELD_REPLY_KEY, None)
+        if held is not None:
+            held.hold(self, protocol, exchange, response)
+            return
+        self._write_reply(protocol, exchange, response)
+
+    def release(
+        self,
+        protocol: BoundedHttpProtocol,
+        exchange: DirectExchange,
+        response: Response,
+        problem: BaseException | None,
+        audited: str | None,
+    ) -> None:
+        """Write a held reply (app.held_reply) once its durability wait ended: `response`, or the reply `problem` maps to."""
+        self.held_released += 1
+        if problem is not None:
+            response = self.hot.error_reply(exchange.scope, problem)
+        if audited is not None:
+            audit_answer(exchange.scope, audited, response.status_code)
+        self._write_reply(protocol, exchange, response, True)
+
+    def _write_reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response, now: bool = False) -> None:
+        """Write the reply (`now`: a held one, at once; else joined with the turn's writes) and end the request."""
         assert is_plain(response), "the hot routes and their problems answer with a whole body"
         hot = self.hot
         hot.stats.in_flight -= 1
@@ -214,7 +244,9 @@ class DirectRequests:
             if not keep_alive:
                 head.append(b"connection: close\r\n")
             head += (b"\r\n", body)
-            if exchange.handler in self._yielding_handlers:  # identity first: no __eq__ call
+            if now:
+                protocol.replies.write_now(b"".join(head))
+            elif exchange.handler in self._yielding_handlers:  # identity first: no __eq__ call
                 protocol.replies.write_yielding(b"".join(head))
             else:
                 protocol.replies.write(b"".join(head))

@@ -7,11 +7,12 @@ many produces are served in one loop turn. So a produce puts with `defer_durabil
 result says the wait is owed, joins the turn's group (`wait`): at the end of the turn the group
 asks the store for one future through the highest end offset of its puts (`durable_through`),
 hands it to the loop through the CompletionRelay, and completes each member's own future with the
-status; one deadline timer per group.
+status; one deadline timer per group. A produce the connection serves itself joins with its held reply
+instead of a future (`hold`, app.held_reply), settled with the same outcome.
 
 Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
 when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
-away, the server stops) cancels only its own; the group's offset is at least each member's end, so
+away, the server stops) cancels only its own; every held reply is settled with that outcome, once; the group's offset is at least each member's end, so
 the group's PUT_OK is each put's. Runs on the event loop only.
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from functools import partial
 
 from app.completion_relay import CompletionRelay
+from app.held_reply import HeldReply
 from store import PutMessageStatus
 
 # The store's one future for the log up to an offset (DefaultMessageStore.durable_through); None: nothing to wait for.
@@ -32,11 +34,12 @@ Outcome = asyncio.Future["PutMessageStatus | None"]
 
 
 class _Group:
-    __slots__ = ("end", "members")
+    __slots__ = ("end", "members", "held")
 
     def __init__(self) -> None:
         self.end = 0  # the highest end offset of the group's puts
         self.members: list[Outcome] = []
+        self.held: list[HeldReply] = []
 
 
 class DurableTurns:
@@ -52,16 +55,25 @@ class DurableTurns:
 
     def wait(self, end: int) -> Outcome:
         """The outcome of the durability wait of a put ending at commitlog `end`, shared with the turn's other puts."""
+        loop = asyncio.get_running_loop()
+        group = self._joined(end, loop)
+        member: Outcome = loop.create_future()
+        group.members.append(member)
+        return member
+
+    def hold(self, end: int, held: HeldReply) -> None:
+        """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s)."""
+        self._joined(end, asyncio.get_running_loop()).held.append(held)
+
+    def _joined(self, end: int, loop: asyncio.AbstractEventLoop) -> _Group:
         group = self._open
         if group is None:
             group = self._open = _Group()
-            asyncio.get_running_loop().call_soon(self._close)
+            loop.call_soon(self._close)
         if end > group.end:
             group.end = end
-        member: Outcome = asyncio.get_running_loop().create_future()
-        group.members.append(member)
         self.members += 1
-        return member
+        return group
 
     def _close(self) -> None:
         group, self._open = self._open, None
@@ -98,3 +110,5 @@ def _complete(group: _Group, status: PutMessageStatus | None, exc: BaseException
             member.set_exception(exc)
         else:
             member.set_result(status)
+    for held in group.held:
+        held.settle(status, exc)

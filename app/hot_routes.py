@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.datastructures import Headers
 from starlette.requests import Request, empty_send
@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.access_gate import AccessGate, audit_answer
 from app.acl import Account
 from app.body_limit import BODY_TIMED_OUT, NO_BODY, BodyTimeout, BodyTooLarge, body_limit
+from app.held_reply import HELD_REPLY_KEY, HeldReply
 from app.http_requests import METHODS, ROUTE_KEY, RequestStats, log_request, route_of
 from app.problems import ProblemError, ProblemReply
 from app.query import QUERY_KEY, parse_query
@@ -64,7 +65,14 @@ PRODUCE_BATCH_ROUTE = PRODUCE_ROUTE + "/batch"
 PULL_BATCH_ROUTE = PULL_ROUTE + "/batch"
 GROUP_ROUTES = {"receive": "/v1/groups/{group}/topics/{topic}/receive", "ack": "/v1/groups/{group}/topics/{topic}/ack"}
 STARTING_DETAIL = "the store is being loaded and recovered; see /readyz for the progress"
-ErrorMapper = Callable[[Request, Exception], Awaitable[Response]]
+
+
+class ErrorMapper(Protocol):
+    """Exceptions -> problem replies (app.server.ErrorMapping): as an exception handler, and at once."""
+
+    async def __call__(self, request: Request, exc: Exception) -> Response: ...
+
+    def answer(self, request: Request, exc: BaseException) -> Response: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +299,16 @@ class HotRoutes:
         except Exception as exc:  # mapped like the app's own exception handlers
             response = await self.on_error(request, exc)
         if audited is not None:
-            audit_answer(scope, audited.name, response.status_code)
+            held: HeldReply | None = scope.get(HELD_REPLY_KEY)
+            if held is None:
+                audit_answer(scope, audited.name, response.status_code)
+            else:  # the answer is the held reply's outcome: audited when it is written (DirectRequests.release)
+                held.audited = audited.name
         return response
+
+    def error_reply(self, scope: Scope, exc: BaseException) -> Response:
+        """The reply `exc` maps to for a request served by the connection (a held reply's outcome: app.held_reply)."""
+        return self.on_error.answer(HotRequest.whole(scope, b""), exc)
 
     def _hot_handler(self, scope: Scope, path: str, method: str) -> Handler | None:
         """The handler of a hot route, with the route's path parameters and template set in `scope`.

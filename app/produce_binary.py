@@ -88,7 +88,7 @@ async def stored_by_lane(producer: Producer, request: Request, batch: PutBatch) 
     result = producer.put_lane(batch, request.scope)
     if result is None:
         return None
-    if result.durability_owed:
+    if result.durability_owed and not producer.held(result, request.scope):
         result = await producer.durable(result)
     if not result.ok:
         raise put_problem(result)
@@ -189,7 +189,7 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     result = producer.put(
         PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
     )
-    if result.durability_owed:
+    if result.durability_owed and not producer.held(result, request.scope):
         result = await producer.durable(result)
     if not result.ok:
         raise put_problem(result)

@@ -71,6 +71,12 @@ class ReplyTransport:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
+    def write_now(self, data: bytes) -> None:
+        """Write `data` after what is held, now: a reply released by a durability wait's end (app.held_reply),
+        whose dispatch ran turns before, so it has nothing to yield to or wait for in this turn."""
+        self._pending.append(data)
+        self._flush_now()
+
     def flush(self) -> None:
         """Write what is held, in order, with one call (the scheduled call at a turn's end), after the turn's
         dispatch pass; a produce's reply YIELD_TURNS turns later when that pass woke held requests."""

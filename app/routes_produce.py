@@ -39,6 +39,7 @@ from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.durable_turns import DurableTurns
+from app.held_reply import HELD_REPLY_KEY, HOLDS_REPLY_KEY, HeldReply
 from app.hot_routes import Handler
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
@@ -417,23 +418,49 @@ class Producer:
         )
         return ProblemError(self.timeout_code, detail, {"stored": True})
 
+    def _turns(self) -> DurableTurns:
+        if self.turns is None:
+            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s)
+        return self.turns
+
     async def durable(self, result: PutMessageResult) -> PutMessageResult:
         """`result` of a put this producer made (`put`: answered at once) whose flush and slave waits the store
         left owed, once the turn's shared wait (app.durable_turns) ended, without blocking the loop."""
-        if self.turns is None:
-            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s)
-        status = await self.turns.wait(result.end_offset)
-        if status is None:
-            raise self._not_confirmed()
+        status = await self._turns().wait(result.end_offset)
+        problem = self.durability_problem(result, status, None)
+        if problem is not None:
+            raise problem
         result.durability_owed = False
+        return result
+
+    def held(self, result: PutMessageResult, scope: Scope) -> bool:
+        """Whether the reply to `result`, a put whose durability wait is owed, is held by the request's connection
+        until the wait ends (app.held_reply: a request the connection serves itself) instead of awaited (`durable`);
+        then the caller answers as if the wait had ended PUT_OK."""
+        if not scope.get(HOLDS_REPLY_KEY):
+            return False
+        held = HeldReply(functools.partial(self.durability_problem, result))
+        self._turns().hold(result.end_offset, held)
+        scope[HELD_REPLY_KEY] = held
+        return True
+
+    def durability_problem(
+        self, result: PutMessageResult, status: PutMessageStatus | None, exc: BaseException | None
+    ) -> BaseException | None:
+        """What a put answers when its durability wait ended with `status` (None: past its deadline) or could not be
+        queued (`exc`); None when the wait confirmed it (PUT_OK)."""
+        if exc is not None:
+            return exc
+        if status is None:
+            return self._not_confirmed()
         if status is PutMessageStatus.PUT_OK:
-            return result
+            return None
         what = (
             "stored, not confirmed durable"
             if status is PutMessageStatus.FLUSH_DISK_TIMEOUT
             else "stored on the master, not confirmed on a slave"
         )
-        return PutMessageResult(status, items=result.items, detail=what)
+        return put_problem(PutMessageResult(status, items=result.items, detail=what))
 
     def put(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """Put `batch`, answered at once: its durability wait, when owed, is `durable`'s, shared with the loop
@@ -464,7 +491,7 @@ class Producer:
     async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
         """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
         result = self.put(batch, scope)
-        if result.durability_owed:
+        if result.durability_owed and not self.held(result, scope):
             result = await self.durable(result)
         if not result.ok:
             raise put_problem(result)

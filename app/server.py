@@ -153,6 +153,10 @@ class ErrorMapping:
         return response
 
     async def __call__(self, request: Request, exc: Exception) -> Response:
+        return self.answer(request, exc)
+
+    def answer(self, request: Request, exc: BaseException) -> Response:
+        """The problem reply to `exc` (the exception handlers' and HotRoutes'; it never waits)."""
         if isinstance(exc, ProblemError):
             return self.counted(exc.code, exc.detail, request, extra=exc.extra)
         if isinstance(exc, StateWriteFailed):  # an offset commit, group or topic change the store did not confirm

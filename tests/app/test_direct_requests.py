@@ -1,8 +1,8 @@
 """Hot requests served by the server's protocol without an ASGI cycle (app/direct_requests.py), over raw sockets.
 
 What must hold: the same answers as the ASGI way (status, headers, body, problems, counting), replies
-in their requests' order on a pipelined connection, `Connection: close` honoured, a handler that waits
-(SYNC_FLUSH) continued to its reply, and the requests the protocol must not serve left to the app.
+in their requests' order on a pipelined connection, `Connection: close` honoured, a durable produce's reply
+held until its flush (SYNC_FLUSH), a held pull continued to its reply, and the requests the protocol must not serve left to the app.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import orjson
 import pytest
 
 from app.direct_requests import DirectExchange, DirectRequests, _Resumed
+from app.held_reply import HeldReply
 from store import DefaultMessageStore
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.in_process import InProcessBroker
@@ -181,27 +183,128 @@ def test_a_body_in_pieces_is_served_whole(make_broker: MakeBroker) -> None:
     assert [m["body"] for m in got["messages"]] == [text]
 
 
-def test_a_produce_that_waits_for_its_flush_is_continued(make_broker: MakeBroker) -> None:
+class SlowDisk:
+    """A disk that stalls: no flush of the store's commitlog finishes until `go` (the only way to hold a group commit
+    still while its produce's reply is held)."""
+
+    def __init__(self, store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gate = threading.Event()
+        real_flush = store.commit_log.flush
+
+        def held_flush(least_pages: int = 0) -> bool:
+            self.gate.wait(PATIENCE_S)
+            return real_flush(least_pages)
+
+        monkeypatch.setattr(store.commit_log, "flush", held_flush)
+
+    def go(self) -> None:
+        self.gate.set()
+
+
+def held_replies(tasks: set[Any]) -> list[HeldReply]:
+    return [t for t in list(tasks) if isinstance(t, HeldReply)]  # uvicorn's task set is typed for tasks only
+
+
+def test_a_durable_produce_holds_its_reply_until_its_flush(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.started is not None
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d6", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
-    continued, resumed = direct.continued, direct.resumed
+    continued, released = direct.continued, direct.held_released
     store = broker.started.broker.store
     assert isinstance(store, DefaultMessageStore)
+    tasks = broker.started.server.server_state.tasks  # what graceful shutdown waits for
+    stats = broker.started.broker.http_requests
+    disk = SlowDisk(store, monkeypatch)
     produce = produce_request("d6", orjson.dumps({"body": "s", "queue_id": 0}))
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-        sock.sendall(produce * 3)  # the second and third wait in uvicorn's pipeline for the first's reply
-        reader = Replies(sock)
-        replies = [reader.next() for _ in range(3)]
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce * 3)  # the second and third wait in uvicorn's pipeline for the first's reply
+            deadline = time.monotonic() + PATIENCE_S
+            while not held_replies(tasks):
+                assert time.monotonic() < deadline, "the reply was not held"
+                time.sleep(0.01)
+            sock.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)  # nothing is answered while its flush has not finished
+            assert stats.in_flight == 1 and direct.held_released == released
+            disk.go()
+            sock.settimeout(PATIENCE_S)
+            reader = Replies(sock)
+            replies = [reader.next() for _ in range(3)]
+    finally:
+        disk.go()
     assert [status for status, _, _ in replies] == [201, 201, 201]
     assert [orjson.loads(body)["queue_offset"] for _, _, body in replies] == [0, 1, 2]
-    assert direct.continued == continued + 1  # waited for its flush; the app served the two behind it
-    assert direct.resumed == resumed + 1  # resumed by the flush's completion, without a task
+    assert direct.held_released == released + 1  # held, not suspended; the app served the two behind it
+    assert direct.continued == continued
+    assert not held_replies(tasks) and stats.in_flight == 0
     last = orjson.loads(replies[2][2])
     assert store.commit_log.flushed_where() >= last["commitlog_offset"] + 1
+
+
+def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The disk stalls past the produce's wait (sync_flush_timeout_ms plus the server's slack): the reply held for it
+    # becomes the problem an awaited wait answers, the message stored.
+    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\nsync_flush_timeout_ms = 100\n' + SMALL_BROKER)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.started is not None
+    assert broker.client is not None
+    assert broker.client.put("/v1/topics/d12", json={"queues": 1}).status_code == 201
+    store = broker.started.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    direct = direct_of(broker)
+    released = direct.held_released
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("d12", b"late", b"application/octet-stream"))
+            status, headers, body = read_response(sock)
+    finally:
+        disk.go()
+    problem = orjson.loads(body)
+    assert (status, headers["content-type"]) == (504, "application/problem+json")
+    assert (problem["code"], problem["stored"]) == ("FLUSH_DISK_TIMEOUT", True)
+    assert "not confirmed within" in problem["detail"]
+    assert direct.held_released == released + 1
+    got = broker.client.get("/v1/topics/d12/queues/0/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in got["messages"]] == ["late"]
+
+
+def test_a_held_reply_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.started is not None
+    assert broker.client is not None
+    assert broker.client.put("/v1/topics/d11", json={"queues": 1}).status_code == 201
+    store = broker.started.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    tasks = broker.started.server.server_state.tasks
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("d11", b"cut", b"application/octet-stream"))
+            deadline = time.monotonic() + PATIENCE_S
+            while not held_replies(tasks):
+                assert time.monotonic() < deadline, "the reply was not held"
+                time.sleep(0.01)
+            (held,) = held_replies(tasks)
+            loop = next(iter(broker.started.server.server_state.connections)).loop  # the server's
+            loop.call_soon_threadsafe(held.cancel, "the graceful shutdown's deadline")
+            assert read_until_closed(sock) == b""  # no reply: the connection is closed
+        deadline = time.monotonic() + PATIENCE_S
+        while broker.started.broker.http_requests.in_flight != 0 or held_replies(tasks):
+            assert time.monotonic() < deadline, "the cancelled produce stayed in flight or in the task set"
+            time.sleep(0.01)
+    finally:
+        disk.go()
+    # The flush ends later: nothing is written for the cancelled request, and its message is stored.
+    got = broker.client.get("/v1/topics/d11/queues/0/messages", params={"offset": 0}).json()
+    assert [m["body"] for m in got["messages"]] == ["cut"]
 
 
 def test_requests_the_protocol_does_not_serve(make_broker: MakeBroker) -> None:
