@@ -19,7 +19,8 @@ routes HotRoutes serves itself) here when it can:
   reply is written at once (ReplyTransport joins it with the turn's other writes, after the
   turn's dispatch pass); a durable produce's reply is held until its durability wait ends
   (app.held_reply: `release` writes it); one that waits (a held pull or receive) is resumed
-  when the future it waits on completes (`_Resumed`: no Task) or, past a wait on anything else, continued
+  when the future it waits on completes (`_Resumed`: no Task; its reply is written at once, not at the
+  turn's end: its connection has nothing else to join it with) or, past a wait on anything else, continued
   by a task; either is in the server's task set, which graceful shutdown waits for and, at its deadline,
   cancels;
 - the reply's head is the status line, uvicorn's default headers (the date) and the response's
@@ -201,14 +202,15 @@ class DirectRequests:
             raise
         self.reply(protocol, exchange, response)
 
-    def reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response) -> None:
-        """Write `response` (a whole body), count the request, and let uvicorn start what follows; a reply its
-        produce held (app.held_reply) is written when the durability wait it owes ends (`release`)."""
+    def reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response, now: bool = False) -> None:
+        """Write `response` (a whole body; `now`: at once, else joined with the turn's writes), count the request, and
+        let uvicorn start what follows; a reply its produce held (app.held_reply) is written when the durability wait
+        it owes ends (`release`)."""
         held: HeldReply | None = exchange.scope.pop(HELD_REPLY_KEY, None)
         if held is not None:
             held.hold(self, protocol, exchange, response)
             return
-        self._write_reply(protocol, exchange, response)
+        self._write_reply(protocol, exchange, response, now)
 
     def release(
         self,
@@ -227,7 +229,7 @@ class DirectRequests:
         self._write_reply(protocol, exchange, response, True)
 
     def _write_reply(self, protocol: BoundedHttpProtocol, exchange: DirectExchange, response: Response, now: bool = False) -> None:
-        """Write the reply (`now`: a held one, at once; else joined with the turn's writes) and end the request."""
+        """Write the reply (`now`: at once, a produce's too; else joined with the turn's writes) and end the request."""
         assert is_plain(response), "the hot routes and their problems answer with a whole body"
         hot = self.hot
         hot.stats.in_flight -= 1
@@ -317,7 +319,8 @@ class _Resumed:
             waited = self.answer.send(None)
         except StopIteration as done:
             protocol.tasks.discard(self)
-            requests.reply(protocol, exchange, done.value)
+            # Waited (a held pull's or receive's arrival): nothing of its connection to join it with in this turn.
+            requests.reply(protocol, exchange, done.value, exchange.handler not in requests._yielding_handlers)
             return
         except asyncio.CancelledError:  # graceful shutdown's deadline passed: no reply, the connection closed
             protocol.tasks.discard(self)

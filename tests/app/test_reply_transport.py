@@ -143,6 +143,36 @@ def test_a_write_runs_a_pending_dispatch_pass_before_its_bytes_leave() -> None:
     assert [len(c) for c in calls] == [9, JOIN_MAX_BYTES + 1, 11]
 
 
+def test_a_reply_written_now_leaves_at_once_after_what_is_held_and_the_pending_pass() -> None:
+    """A reply that waited (a held pull's, a held durable produce's) is written within the call, after what the
+    connection holds and after a pending dispatch pass, and nothing is left for the turn's end."""
+
+    async def run() -> tuple[list[str], list[bytes], bytes]:
+        transport, peer, calls = await _pair()
+        events: list[str] = []
+
+        def dispatch_owed() -> int:
+            events.append(f"pass after {len(calls)} writes")
+            return 0
+
+        barrier = DispatchBarrier(dispatch_owed)
+        reply = ReplyTransport(transport, asyncio.get_running_loop(), barrier)
+        reply.write(b"held ")
+        barrier.pending = True
+        reply.write_now(b"now")
+        events.append(f"returned after {len(calls)} writes")
+        assert reply.get_write_buffer_size() == 0
+        await asyncio.sleep(0)  # the turn's scheduled flush finds nothing
+        got = _read(peer, 8)
+        reply.close()
+        peer.close()
+        return events, calls, got
+
+    events, calls, got = asyncio.run(run())
+    assert events == ["pass after 0 writes", "returned after 1 writes"]
+    assert calls == [b"held now"] and got == b"held now"
+
+
 async def _pair_into(calls: list[tuple[str, bytes]], name: str) -> tuple[asyncio.Transport, socket.socket]:
     """A real socket transport whose write calls are recorded in a list shared with others, and the peer socket."""
     left, right = socket.socketpair()
