@@ -10,8 +10,8 @@ the label says:
    keep-alive connections) drives the plain-ASGI no-op (bench/noop_asgi.py), tidemq (ASYNC_FLUSH)
    and Redis without persistence alike: no-op GET, GET /healthz, single JSON produce of a 1 KiB
    body, JSON and binary batches of 100 x 1 KiB, against XADD of a 1 KiB field and 100 XADDs
-   pipelined in one write. `--rounds` interleaved rounds (default 3); each figure is the round
-   with the median server CPU per request.
+   pipelined in one write. `--rounds` interleaved rounds (default 3, every other one in reverse
+   order); each figure is the round with the median server CPU per request.
 2. durable: the same generator with 1 and `--producers` connections posting 1 KiB raw bodies to
    tidemq with SYNC_FLUSH (answered after the group commit's flush) and sending XADD of 1 KiB to
    Redis with `appendfsync always`, rounds interleaved; beside them one thread's raw
@@ -113,12 +113,14 @@ class Scenario:
 
 
 def measure_rounds(scenarios: list[Scenario], rounds: int, connections: int, seconds: float) -> dict[str, Measured]:
-    """Every scenario once per round, rounds interleaved; per scenario the round with the median CPU per request.
+    """Every scenario once per round, rounds interleaved, every other round in reverse order (a row after a batch row
+    runs while the page-cache window trims what that row wrote); per scenario the round with the median CPU per
+    request.
     Each measurement starts with no write-back under way (`os.sync` first, outside it): the gigabytes a batch row
     leaves dirty would otherwise be written back during the next rows, Redis's and the no-op's too, and slow them."""
     runs: dict[str, list[Measured]] = {s.name: [] for s in scenarios}
     for r in range(rounds):
-        for s in scenarios:
+        for s in scenarios if r % 2 == 0 else scenarios[::-1]:  # no row always follows the same one
             os.sync()
             m = loadgen(s.port, s.request, s.protocol, s.pid, connections, seconds, s.replies, s.messages)
             runs[s.name].append(m)
