@@ -201,20 +201,27 @@ class SlowDisk:
         self.gate.set()
 
 
+def sync_broker(make_broker: MakeBroker, topic: str, extra: str = "") -> tuple[InProcessBroker, DefaultMessageStore]:
+    """An in-process SYNC_FLUSH broker (its server's parts are read) with `topic` of one queue, and its store."""
+    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + extra + SMALL_BROKER)
+    assert isinstance(broker, InProcessBroker)
+    assert broker.started is not None
+    assert broker.client is not None
+    assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
+    store = broker.started.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    return broker, store
+
+
 def held_replies(tasks: set[Any]) -> list[HeldReply]:
     return [t for t in list(tasks) if isinstance(t, HeldReply)]  # uvicorn's task set is typed for tasks only
 
 
 def test_a_durable_produce_holds_its_reply_until_its_flush(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
-    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
-    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    broker, store = sync_broker(make_broker, "d6")
     assert broker.started is not None
-    assert broker.client is not None
-    assert broker.client.put("/v1/topics/d6", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     continued, released = direct.continued, direct.held_released
-    store = broker.started.broker.store
-    assert isinstance(store, DefaultMessageStore)
     tasks = broker.started.server.server_state.tasks  # what graceful shutdown waits for
     stats = broker.started.broker.http_requests
     disk = SlowDisk(store, monkeypatch)
@@ -248,13 +255,8 @@ def test_a_durable_produce_holds_its_reply_until_its_flush(make_broker: MakeBrok
 def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     # The disk stalls past the produce's wait (sync_flush_timeout_ms plus the server's slack): the reply held for it
     # becomes the problem an awaited wait answers, the message stored.
-    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\nsync_flush_timeout_ms = 100\n' + SMALL_BROKER)
-    assert isinstance(broker, InProcessBroker)  # its server's parts are read
-    assert broker.started is not None
+    broker, store = sync_broker(make_broker, "d12", "sync_flush_timeout_ms = 100\n")
     assert broker.client is not None
-    assert broker.client.put("/v1/topics/d12", json={"queues": 1}).status_code == 201
-    store = broker.started.broker.store
-    assert isinstance(store, DefaultMessageStore)
     direct = direct_of(broker)
     released = direct.held_released
     disk = SlowDisk(store, monkeypatch)
@@ -276,13 +278,8 @@ def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroke
 def test_a_held_reply_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(
     make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + SMALL_BROKER)
-    assert isinstance(broker, InProcessBroker)  # its server's parts are read
-    assert broker.started is not None
-    assert broker.client is not None
-    assert broker.client.put("/v1/topics/d11", json={"queues": 1}).status_code == 201
-    store = broker.started.broker.store
-    assert isinstance(store, DefaultMessageStore)
+    broker, store = sync_broker(make_broker, "d11")
+    assert broker.started is not None and broker.client is not None
     tasks = broker.started.server.server_state.tasks
     disk = SlowDisk(store, monkeypatch)
     try:
