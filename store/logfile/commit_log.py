@@ -504,8 +504,14 @@ class CommitLog:
 
     # Flush helpers ----------------------------------------------------------------------
 
-    def flush(self, least_pages: int = 0) -> bool:
-        return self.mapped_file_queue.flush(least_pages)
+    def flush(self, least_pages: int = 0, trim: bool = True) -> bool:
+        """Flush what is committed (`least_pages`: only when that many pages are dirty); True when nothing moved.
+        `trim` False leaves the page-cache window's trim to `trim_page_cache` (the group commit: after its acks)."""
+        return self.mapped_file_queue.flush(least_pages, trim)
+
+    def trim_page_cache(self) -> int:
+        """Drop flushed pages past the page-cache window behind the flush position (see `flush`'s `trim`)."""
+        return self.mapped_file_queue.trim_page_cache()
 
     def commit(self, least_pages: int = 0) -> bool:
         return self.mapped_file_queue.commit(least_pages)

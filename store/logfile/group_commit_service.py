@@ -5,6 +5,7 @@ the write list and wake the service. Each time its wait ends the service swaps t
 write list with the read list (under `_lock`, held only for the append and the swap), flushes
 until the flushed offset passes each request's offset (two tries at most per request, as
 RocketMQ does), and completes the futures: PUT_OK when flushed, FLUSH_DISK_TIMEOUT when not.
+The page-cache window's trim behind the flush runs after the futures are completed.
 The lists are bounded by `max_requests`; past it a put gets FLUSH_DISK_TIMEOUT at
 once (its bytes are stored, their durability is not confirmed).
 
@@ -192,13 +193,14 @@ class GroupCommitService(ServiceThread):
                 for _ in range(2):
                     if flushed >= request.next_offset:
                         break
-                    commit_log.flush(0)
+                    commit_log.flush(0, trim=False)
                     flushed = commit_log.flushed_where()
                 request.wakeup_customer(flushed >= request.next_offset)
             self._on_flushed(commit_log.mapped_file_queue.store_timestamp)
             self.group_commits += 1
             self.requests_served += len(requests)
             self._requests_read = []
+            commit_log.trim_page_cache()  # after the acks: a trim (up to 8 MiB advised) is no put's wait
         else:
             # Messages put without waiting (a put that chose not to wait) still reach disk.
             self.commit_log.flush(0)

@@ -177,8 +177,9 @@ class MappedFileQueue:
 
     # Flush and commit ------------------------------------------------------------------
 
-    def flush(self, flush_least_pages: int) -> bool:
-        """Flush the file holding flushed_where; True when nothing moved (RocketMQ's result)."""
+    def flush(self, flush_least_pages: int, trim: bool = True) -> bool:
+        """Flush the file holding flushed_where; True when nothing moved (RocketMQ's result). `trim` False: the
+        page-cache window's trim is left to the caller (`trim_page_cache`, after it answered the flush's waiters)."""
         before = self.flushed_where
         self.flushed_where = self._past_deleted(before)
         mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
@@ -196,11 +197,17 @@ class MappedFileQueue:
             # RESIDENT_TAIL_BYTES stay mapped for the readers of recent entries (a read of an older
             # one faults its page back from the page cache). The commitlog's left before its flush.
             mf.drop_resident_below(where - mf.file_from_offset - RESIDENT_TAIL_BYTES)
-        if not unchanged and self.page_cache_window is not None:
+        if trim and not unchanged and self.page_cache_window is not None:
             self.page_cache_window.trim(self.mapped_files, where)
         if flush_least_pages == 0 or not unchanged:
             self.store_timestamp = max(self.store_timestamp, store_ts)
         return unchanged
+
+    def trim_page_cache(self) -> int:
+        """The page-cache window's trim behind the flushed position (a flush made with `trim` False); bytes advised."""
+        if self.page_cache_window is None:
+            return 0
+        return self.page_cache_window.trim(self.mapped_files, self.flushed_where)
 
     def commit(self, commit_least_pages: int) -> bool:
         before = self.committed_where

@@ -7,12 +7,13 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from core import ConfigInvalid
-from store import GetMessageStatus, MessageStoreConfig, build_message
+from store import FlushDiskType, GetMessageStatus, MessageStoreConfig, PutBatch, build_message
 from store.logfile.mapped_file import OS_PAGE_SIZE
 from store.logfile.mapped_file_queue import MappedFileQueue
 from store.logfile.page_cache_window import PageCacheWindow
@@ -183,6 +184,41 @@ def test_a_store_keeps_its_window_cached_and_serves_older_messages_from_disk(tmp
         with store.get_message("g", "window", 0, len(bodies) - 16, 32) as r:
             assert r.message_count == 16
     finally:
+        store.shutdown()
+
+
+def test_the_group_commit_answers_its_puts_before_it_trims(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SYNC_FLUSH: the put whose flush first reaches a step past the window is answered before that trim runs (a trim
+    # advises up to 8 MiB: no put waits for it), and the trim follows.
+    window_bytes = 16 * OS_PAGE_SIZE
+    store = open_store(small_config(str(tmp_path), page_cache_window_bytes=window_bytes, flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    gate = threading.Event()
+    try:
+        window = store.commit_log.mapped_file_queue.page_cache_window
+        assert window is not None
+        first_trim_at = window_bytes + window.step_bytes  # the flush position of the first trim
+        body = b"t" * 1000
+        while store.commit_log.get_max_offset() + 2 * len(body) < first_trim_at:
+            assert store.put_message(build_message("trim", body, queue_id=0)).ok
+        assert window.dropped_where == 0
+        # A slow disk: the flush waits until the put's callback is registered, so the callback runs at the ack.
+        real_flush = store.commit_log.flush
+
+        def held_flush(least_pages: int = 0, trim: bool = True) -> bool:
+            gate.wait(30)
+            return real_flush(least_pages, trim)
+
+        monkeypatch.setattr(store.commit_log, "flush", held_flush)
+        seen_at_ack: list[int] = []
+        future = store.put(PutBatch.of((build_message("trim", b"t" * 4000, queue_id=0),)))
+        future.add_done_callback(lambda _: seen_at_ack.append(window.dropped_where))
+        gate.set()
+        result = future.result(30)
+        assert result.ok and result.end_offset >= first_trim_at
+        assert seen_at_ack == [0]
+        assert wait_for(lambda: window.dropped_where >= window.step_bytes, 10)
+    finally:
+        gate.set()
         store.shutdown()
 
 
