@@ -191,9 +191,9 @@ class SlowDisk:
         self.gate = threading.Event()
         real_flush = store.commit_log.flush
 
-        def held_flush(least_pages: int = 0) -> bool:
+        def held_flush(least_pages: int = 0, trim: bool = True) -> bool:
             self.gate.wait(PATIENCE_S)
-            return real_flush(least_pages)
+            return real_flush(least_pages, trim)
 
         monkeypatch.setattr(store.commit_log, "flush", held_flush)
 

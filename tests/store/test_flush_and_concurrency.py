@@ -66,9 +66,9 @@ def test_put_returns_before_its_flush_and_completes_after_it(tmp_path: Path, mon
     gate = threading.Event()
     real_flush = s.commit_log.flush
 
-    def held_flush(flush_least_pages: int) -> bool:
+    def held_flush(flush_least_pages: int, trim: bool = True) -> bool:
         gate.wait(60)
-        return real_flush(flush_least_pages)
+        return real_flush(flush_least_pages, trim)
 
     monkeypatch.setattr(s.commit_log, "flush", held_flush)
     try:
