@@ -12,8 +12,9 @@ instead of a future (`hold`, app.held_reply), settled with the same outcome.
 
 Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
 when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
-away, the server stops) cancels only its own; every held reply is settled with that outcome, once; the group's offset is at least each member's end, so
-the group's PUT_OK is each put's. Runs on the event loop only.
+away, the server stops) cancels only its own; every held reply is settled with that outcome, once;
+the group's offset is at least each member's end, so the group's PUT_OK is each put's. Runs on the
+event loop only.
 """
 
 from __future__ import annotations
