@@ -47,8 +47,8 @@ setup(
         ),
         Extension(
             "app._http",
-            sources=["app/_native/http_request.c", "app/_native/http_binding.c"],
-            depends=["app/_native/http_request.h"],
+            sources=["app/_native/http_request.c", "app/_native/produce_request.c", "app/_native/http_binding.c"],
+            depends=["app/_native/http_request.h", "app/_native/produce_request.h"],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),
         ),

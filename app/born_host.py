@@ -23,7 +23,11 @@ _MAX_PACKED = 4_096
 def born_host_of(scope: Mapping[str, Any]) -> bytes:
     """8 bytes (IPv4 + port) or 20 (IPv6 + port) for the request's client; loopback port 0 when
     the server names none or not by an IP address (a Unix socket)."""
-    client = scope.get("client")
+    return born_host_of_client(scope.get("client"))
+
+
+def born_host_of_client(client: Any) -> bytes:
+    """`born_host_of` for a client as an ASGI scope names it: (host, port), or None."""
     if not client:
         return DEFAULT_BORN_HOST
     host, port = client[0], client[1]

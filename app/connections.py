@@ -59,6 +59,7 @@ from app.direct_requests import DirectExchange, DirectRequests
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.long_poll import LOST_KEY
 from app.problems import ProblemReply
+from app.produce_lane import ProduceLane
 from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
 
@@ -67,6 +68,8 @@ log = logging.getLogger("tidemq.app")
 BUSY = -1.0
 # How a request app._http may read whole starts: a hot route's method and path prefix (app.hot_routes).
 WHOLE_REQUEST_STARTS = (b"POST /v1/topics/", b"GET /v1/topics/", b"POST /v1/groups/")
+# How a request the produce lane may serve starts (app.produce_lane).
+LANE_START = b"POST /v1/topics/"
 # Paths still served on a connection past the bound (cheap, no store access).
 ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
 
@@ -147,8 +150,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.idle_since = BUSY  # the loop's time its last reply completed with nothing after it (BUSY: a request is under way)
 
     def data_received(self, data: bytes) -> None:
-        if data.startswith(WHOLE_REQUEST_STARTS) and self.direct is not None and self._at_request_start() and self._serve_whole(data):
-            return
+        direct = self.direct
+        if direct is not None and data.startswith(WHOLE_REQUEST_STARTS) and self._at_request_start():
+            lane = direct.lane
+            if lane is not None and data.startswith(LANE_START) and self._serve_lane(lane, data):
+                return
+            if self._serve_whole(data):
+                return
         if not self._count_header_bytes(data):
             return
         super().data_received(data)
@@ -166,6 +174,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             not self.reading_headers and not self.in_body and not self.header_bytes and not self.pipeline
             and (cycle is None or cycle.response_complete)
         )  # fmt: skip
+
+    def _serve_lane(self, lane: ProduceLane, data: bytes) -> bool:
+        """Serve `data` when it is one raw produce the produce lane takes (app.produce_lane), its head within both
+        header bounds; False when it is not (nothing stored, nothing written)."""
+        total = self.header_bytes_total
+        self.idle_since = BUSY
+        if not lane.serve(self, data, min(self.max_header_bytes, total.limit - total.held)):
+            return False
+        if self.header_timer is not None:
+            self._disarm_header_timer()
+        return True
 
     def _serve_whole(self, data: bytes) -> bool:
         """Serve `data` when it is exactly one plain request to a hot route, read by app._http in one call instead of

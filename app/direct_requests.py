@@ -54,6 +54,7 @@ from app.responses import is_plain
 if TYPE_CHECKING:
     from app.connections import BoundedHttpProtocol
     from app.hot_routes import Handler, HotRoutes
+    from app.produce_lane import ProduceLane
 
 log = logging.getLogger("tidemq.app")
 # Where every hot route's request target starts (app.hot_routes); anything else is not looked at further.
@@ -115,6 +116,7 @@ class DirectRequests:
         # A produce's reply yields to the replies of the held requests its dispatch woke (app.reply_transport).
         self._yielding_handlers = (hot.produce, hot.produce_batch)
         self._defaults_head = b""  # they as head lines
+        self.lane: ProduceLane | None = None  # raw produces served from the connection's read (app.produce_lane)
 
     def begin(self, protocol: BoundedHttpProtocol) -> DirectExchange | None:
         """At a request's complete headers (httptools' callbacks): its exchange when it is served here (its scope
@@ -238,7 +240,7 @@ class DirectRequests:
         body = response.body
         if not exchange.disconnected:
             keep_alive = exchange.keep_alive
-            head: list[bytes | memoryview] = [STATUS_LINE[status], self._default_head(protocol.server_state.default_headers)]
+            head: list[bytes | memoryview] = [STATUS_LINE[status], self.default_head(protocol.server_state.default_headers)]
             for name, value in response.raw_headers:
                 if name == b"connection" and b"close" in value.lower():
                     keep_alive = False
@@ -257,7 +259,7 @@ class DirectRequests:
         hot.count(exchange.scope, status, exchange.start_ns, len(body))
         protocol.on_response_complete()
 
-    def _default_head(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+    def default_head(self, headers: list[tuple[bytes, bytes]]) -> bytes:
         """uvicorn's default headers as head lines, joined once per list: uvicorn's server replaces the list when the
         date it carries changes (once a second)."""
         if headers is not self._defaults:

@@ -23,13 +23,21 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from app.completion_relay import CompletionRelay
-from app.held_reply import HeldReply
 from store import PutMessageStatus
 
 # The store's one future for the log up to an offset (DefaultMessageStore.durable_through); None: nothing to wait for.
 DurableThrough = Callable[[int], "concurrent.futures.Future[PutMessageStatus] | None"]
+
+
+class Settled(Protocol):
+    """A held reply (app.held_reply, app.produce_lane): told its group's outcome once it is known."""
+
+    def settle(self, status: PutMessageStatus | None, exc: BaseException | None) -> None: ...
+
+
 # A member's outcome: PUT_OK, the status not confirmed, or None when the deadline passed first.
 Outcome = asyncio.Future["PutMessageStatus | None"]
 
@@ -40,7 +48,7 @@ class _Group:
     def __init__(self) -> None:
         self.end = 0  # the highest end offset of the group's puts
         self.members: list[Outcome] = []
-        self.held: list[HeldReply] = []
+        self.held: list[Settled] = []
 
 
 class DurableTurns:
@@ -62,7 +70,7 @@ class DurableTurns:
         group.members.append(member)
         return member
 
-    def hold(self, end: int, held: HeldReply) -> None:
+    def hold(self, end: int, held: Settled) -> None:
         """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s)."""
         self._joined(end, asyncio.get_running_loop()).held.append(held)
 

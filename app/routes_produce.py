@@ -38,9 +38,8 @@ from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
-from app.durable_turns import DurableTurns
+from app.durable_turns import DurableTurns, Settled
 from app.held_reply import HELD_REPLY_KEY, HOLDS_REPLY_KEY, HeldReply
-from app.hot_routes import Handler
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
 from app.problems import ProblemError, put_problem
@@ -444,6 +443,11 @@ class Producer:
         scope[HELD_REPLY_KEY] = held
         return True
 
+    def hold_for(self, result: PutMessageResult, settled: Settled) -> None:
+        """`settled` settled with the outcome of the durability wait `result` owes, shared with the loop turn's other
+        puts (app.durable_turns): the produce lane's held reply (app.produce_lane)."""
+        self._turns().hold(result.end_offset, settled)
+
     def durability_problem(
         self, result: PutMessageResult, status: PutMessageStatus | None, exc: BaseException | None
     ) -> BaseException | None:
@@ -590,8 +594,9 @@ class Producer:
         return JsonResponse(result_of(msgs[0], queue_ids[0], result.items[0], drafts[0], levels_ms), 201)
 
 
-def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
-    """The routes, and the handlers app.hot_routes serves the hot paths with (produce, produceBinaryBatch)."""
+def router(broker: Broker) -> tuple[APIRouter, Producer]:
+    """The routes, and the producer whose handlers app.hot_routes serves the hot paths with (`serve`: produce,
+    `serve_batch`: produceBinaryBatch) and whose durability waits the produce lane shares (app.produce_lane)."""
     api = APIRouter(tags=["produce"], route_class=StrictRoute)
     producer = Producer(broker)
     problems = {k: v for k, v in docs(None, 201, *PRODUCE_PROBLEMS).items() if k != 201}  # each route has its own 201
@@ -618,4 +623,4 @@ def router(broker: Broker) -> tuple[APIRouter, Handler, Handler]:
     async def produce_binary_batch(topic: TopicPath, request: Request) -> Response:
         return await producer.serve_batch(request)
 
-    return api, producer.serve, producer.serve_batch
+    return api, producer

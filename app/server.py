@@ -67,6 +67,7 @@ from app.openapi_clients import API_VERSION, fit_for_generators
 from app.openapi_limits import apply_limits
 from app.openapi_security import add_bearer_security
 from app.problems import HTTP_STATUS_CODES, ProblemError, StartRefused, problem_response, put_problem
+from app.produce_lane import ProduceLane
 from app.receive_models import AckRequest
 from app.settings import BrokerSettings
 from app.startup import StartupGate, bind_listener
@@ -274,7 +275,8 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.dispatch_barrier = DispatchBarrier(broker.store.dispatch_owed, woken)
     # Called with the one-line reason when the store cannot be loaded (the server then stops).
     app.state.on_start_failed = lambda reason: log.error("%s", reason)
-    produce_router, produce, produce_batch = routes_produce.router(broker)
+    produce_router, producer = routes_produce.router(broker)
+    produce, produce_batch = producer.serve, producer.serve_batch
     pull_router, pull, pull_batch = routes_pull.router(broker)
     routers = [routes_status.api, routes_topics.api, produce_router, pull_router]
     receive_router, receive, ack = routes_receive.router(broker)
@@ -298,7 +300,10 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     guard_front(app, front, broker, settings, acl_source, mapping)
     app.state.entry = front
     # Produces the server's connections serve without an ASGI cycle (app.direct_requests).
-    app.state.direct_requests = DirectRequests(front)
+    direct = app.state.direct_requests = DirectRequests(front)
+    # Raw produces served from the connection's read, without a scope or a coroutine (app.produce_lane).
+    if settings.produce_lane:
+        direct.lane = ProduceLane(direct, producer, broker, settings.max_request_body_bytes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

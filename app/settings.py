@@ -75,6 +75,8 @@ class BrokerSettings:
     read_threads: int = setting(4, 1, 256)
     # Serve produce and pull without FastAPI's router and parameter solver (same answers; off to compare).
     hot_routes: bool = setting(True)
+    # Serve a raw produce straight from the connection's read, no scope or coroutine (same answers; off to compare).
+    produce_lane: bool = setting(True)
     # A pull this close (in messages) to its queue's max offset reads on the event loop, not in the pool.
     inline_read_window_messages: int = setting(1_024, 0, 10_000_000)
     # Store calls queued for or running in the read pool; past it a request is answered 503 READS_BUSY.

@@ -1,8 +1,10 @@
-/* app._http: the Python binding of http_request_whole (http_request.h, docs/native.md). */
+/* app._http: the Python binding of http_request_whole and produce_request (http_request.h, produce_request.h,
+ * docs/native.md). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "http_request.h"
+#include "produce_request.h"
 
 /* The field's name as a new bytes object, lowercased (as the ASGI scope carries header names). */
 static PyObject *lowered_name(const uint8_t *p, const struct http_field *f) {
@@ -53,9 +55,29 @@ static PyObject *py_whole_request(PyObject *Py_UNUSED(self), PyObject *args) {
     return result;
 }
 
+static PyObject *py_produce_request(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer data;
+    Py_ssize_t max_head, max_body;
+    if (!PyArg_ParseTuple(args, "y*nn", &data, &max_head, &max_body)) return NULL;
+    struct produce_request r;
+    PyObject *result = NULL;
+    if (max_head < 0 || max_body < 0 || !produce_request(data.buf, (size_t)data.len, (size_t)max_head, &r) ||
+        r.request.body_len > (size_t)max_body) {
+        PyBuffer_Release(&data);
+        Py_RETURN_NONE;
+    }
+    const uint8_t *p = data.buf;
+    result = Py_BuildValue("(y#y#O)", p + r.topic_at, (Py_ssize_t)r.topic_len, p + r.request.head_len, (Py_ssize_t)r.request.body_len,
+                           r.request.keep_alive ? Py_True : Py_False);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"whole_request", py_whole_request, METH_VARARGS,
      "whole_request(data, max_head) -> (is_post, target, headers, body, keep_alive, http_10) | None"},
+    {"produce_request", py_produce_request, METH_VARARGS,
+     "produce_request(data, max_head, max_body) -> (topic, body, keep_alive) | None"},
     {NULL, NULL, 0, NULL},
 };
 

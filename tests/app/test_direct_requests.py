@@ -27,6 +27,9 @@ from tests.app.test_slow_clients import problem_code, read_response, read_until_
 
 pytestmark = pytest.mark.timeout(120)
 PATIENCE_S = 30.0
+# A raw produce goes through the produce lane (app.produce_lane, tests/app/test_produce_lane.py); these tests are about
+# the direct way, so the raw ones turn the lane off.
+NO_LANE = "produce_lane = false\n"
 
 
 def produce_request(topic: str, body: bytes, content_type: bytes = b"application/json", extra: bytes = b"", query: str = "") -> bytes:
@@ -201,9 +204,12 @@ class SlowDisk:
         self.gate.set()
 
 
-def sync_broker(make_broker: MakeBroker, topic: str, extra: str = "") -> tuple[InProcessBroker, DefaultMessageStore]:
-    """An in-process SYNC_FLUSH broker (its server's parts are read) with `topic` of one queue, and its store."""
-    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + extra + SMALL_BROKER)
+def sync_broker(
+    make_broker: MakeBroker, topic: str, extra: str = "", broker_extra: str = ""
+) -> tuple[InProcessBroker, DefaultMessageStore]:
+    """An in-process SYNC_FLUSH broker (its server's parts are read) with `topic` of one queue, and its store
+    (`extra`: more store settings; `broker_extra`: more broker settings)."""
+    broker = make_broker(SMALL_STORE + 'flush_disk_type = "SYNC_FLUSH"\n' + extra + SMALL_BROKER + broker_extra)
     assert isinstance(broker, InProcessBroker)
     assert broker.started is not None
     assert broker.client is not None
@@ -255,7 +261,7 @@ def test_a_durable_produce_holds_its_reply_until_its_flush(make_broker: MakeBrok
 def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
     # The disk stalls past the produce's wait (sync_flush_timeout_ms plus the server's slack): the reply held for it
     # becomes the problem an awaited wait answers, the message stored.
-    broker, store = sync_broker(make_broker, "d12", "sync_flush_timeout_ms = 100\n")
+    broker, store = sync_broker(make_broker, "d12", "sync_flush_timeout_ms = 100\n", NO_LANE)
     assert broker.client is not None
     direct = direct_of(broker)
     released = direct.held_released
@@ -278,7 +284,7 @@ def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroke
 def test_a_held_reply_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(
     make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker, store = sync_broker(make_broker, "d11")
+    broker, store = sync_broker(make_broker, "d11", broker_extra=NO_LANE)
     assert broker.started is not None and broker.client is not None
     tasks = broker.started.server.server_state.tasks
     disk = SlowDisk(store, monkeypatch)

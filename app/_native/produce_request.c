@@ -1,0 +1,59 @@
+/* A raw produce read whole: the one request form the produce lane serves (produce_request.h). */
+#include "produce_request.h"
+
+#include <string.h>
+
+#define ROUTE_START "/v1/topics/"
+#define ROUTE_END "/messages"
+#define OCTET_STREAM "application/octet-stream"
+
+/* The header names a lane request may carry, lower-case; any other header may change its answer. */
+static const char *const lane_names[] = {"host", "content-length", "content-type", "connection", "user-agent", "accept", "accept-encoding"};
+
+static int equals_lower(const uint8_t *p, size_t n, const char *lower) {
+    size_t len = strlen(lower);
+    if (n != len) return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = p[i];
+        if (c >= 'A' && c <= 'Z') c = (uint8_t)(c + 32);
+        if (c != (uint8_t)lower[i]) return 0;
+    }
+    return 1;
+}
+
+static int is_topic_char(uint8_t c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+/* Whether every header is one a lane request may carry and its Content-Type is exactly the raw media type. */
+static int lane_headers(const uint8_t *p, const struct http_request *r) {
+    int content_type = 0;
+    for (size_t i = 0; i < r->fields; i++) {
+        const struct http_field *f = &r->field[i];
+        const uint8_t *name = p + f->name_at;
+        size_t k = 0, names = sizeof(lane_names) / sizeof(lane_names[0]);
+        while (k < names && !equals_lower(name, f->name_len, lane_names[k])) k++;
+        if (k == names) return 0;
+        if (k == 2) {
+            if (content_type || !equals_lower(p + f->value_at, f->value_len, OCTET_STREAM)) return 0;
+            content_type = 1;
+        }
+    }
+    return content_type;
+}
+
+int produce_request(const uint8_t *p, size_t n, size_t max_head, struct produce_request *out) {
+    struct http_request *r = &out->request;
+    if (!http_request_whole(p, n, max_head, r) || !r->is_post || r->http_10 || r->body_len == 0) return 0;
+    size_t start = sizeof(ROUTE_START) - 1, end = sizeof(ROUTE_END) - 1;
+    const uint8_t *target = p + r->target_at;
+    size_t len = r->target_len;
+    if (len <= start + end || memcmp(target, ROUTE_START, start) != 0 || memcmp(target + len - end, ROUTE_END, end) != 0) return 0;
+    out->topic_at = r->target_at + start;
+    out->topic_len = len - start - end;
+    if (out->topic_len > PRODUCE_MAX_TOPIC_BYTES) return 0;
+    for (size_t i = 0; i < out->topic_len; i++) {
+        if (!is_topic_char(p[out->topic_at + i])) return 0; /* '/', '?', '%' among them: another route, a query, an escape */
+    }
+    return lane_headers(p, r);
+}

@@ -1,0 +1,261 @@
+"""ProduceLane: a raw produce served from the connection's read, without a scope, a coroutine or a response object.
+
+The produce route's common case on the wire is one request in one read: `POST /v1/topics/{topic}/messages` with an
+application/octet-stream body and no query. Served the direct way (app.direct_requests) it still builds an ASGI scope,
+matches the route, steps HotRoutes' answer coroutine, reads the headers again, makes a Starlette response and joins
+its head: at 64 producers that Python work was most of the event loop's time per request, more than the store's put
+and the socket's write together. So the server's protocol offers such a read here first (`serve`): app._http's
+`produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
+Connection, User-Agent, Accept and Accept-Encoding, a body within the limits, a topic of `[A-Za-z0-9_-]`), and the
+lane stores its body as the direct way's packed raw produce stores it (`packed_raw`, the store's `put_answer`) and
+writes the same 201 (`render_produce_reply`, the head `DirectRequests` writes).
+
+Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
+request goes that way: the lane off (`lane_open`: a guard judges requests, the hot routes off, the access log on,
+the store loading), a slave, a cluster that refuses writes now, a topic missing, not writable or whose name the
+produce refuses, and a put the store refuses (nothing stored: the direct way puts it again and answers).
+
+Under SYNC_FLUSH (or on a SYNC_MASTER) the reply is held (`LaneReply`) until the loop turn's durability group ends
+(app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). A
+held reply is the connection's cycle meanwhile, so a pipelined request waits in uvicorn's pipeline, and it is in
+the server's task set, so graceful shutdown waits for it and, at its deadline, closes the connection unanswered.
+
+Runs on the event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from app._http import produce_request
+from app.born_host import born_host_of_client
+from app.broker import Broker, topic_name_problem
+from app.dispatch_barrier import BARRIER_KEY
+from app.hot_routes import PRODUCE_ROUTE
+from app.http_requests import ROUTE_KEY
+from app.responses import JSON
+from app.routes_produce import host_hex_bytes
+from store import BrokerRole, EncodedItems, PackedProduce, PutBatch, PutMessageResult, PutMessageStatus, packed_raw, render_produce_reply
+
+if TYPE_CHECKING:
+    from app.connections import BoundedHttpProtocol
+    from app.direct_requests import DirectRequests
+    from app.routes_produce import Producer
+
+# Topic names the lane has found writable by name (`topic_name_problem` None); cleared past this many.
+MAX_LANE_TOPICS = 1024
+_CREATED = STATUS_LINE[201]
+_JSON_LENGTH = b"content-type: " + JSON + b"\r\ncontent-length: "
+
+
+class _NoReader:
+    """A held reply's `message_event` as uvicorn's connection_lost sets it: nothing reads a lane request's body."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        """Nothing to wake."""
+
+
+_NO_READER = _NoReader()
+
+
+class ProduceLane:
+    """The server's: which raw produces its connections serve from their reads, and serving them."""
+
+    def __init__(self, requests: DirectRequests, producer: Producer, broker: Broker, max_body_bytes: int) -> None:
+        self.requests = requests
+        self.hot = requests.hot
+        self.producer = producer
+        self.broker = broker
+        self.store = broker.store
+        # The largest body taken here: the request body limit and the message size limit (past either, the direct
+        # way answers 413).
+        self.max_body_bytes = min(max_body_bytes, producer.limits.max_message_size_bytes)
+        self._names: dict[bytes, str] = {}  # topic names the produce takes, by their bytes in the target
+        self.served = 0  # requests served here (tests and benchmarks)
+        self.held = 0  # of them, those whose reply waited for a durability group
+
+    def lane_open(self) -> bool:
+        """Whether requests may be served here now (the module's docstring says when not)."""
+        hot = self.hot
+        return hot.guard is None and hot.serve_hot and not hot.log_requests and not self.broker.loading
+
+    def serve(self, protocol: BoundedHttpProtocol, data: bytes, max_head: int) -> bool:
+        """Serve `data`, a connection's read at a request's start, when it is one raw produce the lane takes;
+        False, with nothing stored and nothing written, when it is not (the caller serves it its own way)."""
+        found = produce_request(data, max_head, self.max_body_bytes)
+        if found is None or not self.lane_open():
+            return False
+        start_ns = time.perf_counter_ns()
+        topic_bytes, body, keep_alive = found
+        topic = self._writable_name(topic_bytes)
+        if topic is None:
+            return False
+        broker = self.broker
+        config = self.store.topic_config(topic)
+        if config is None or "w" not in config.perm or not self._may_write(broker):
+            return False
+        packed = packed_raw(body, -1, self.max_body_bytes)
+        if packed is None:
+            return False
+        queue_id = broker.next_round_robin(topic, config.write_queue_nums)
+        batch = PutBatch.of_packed(topic, queue_id, packed, born_host_of_client(protocol.client), dedup=True)
+        batch.defer_durability = True  # a durability wait, when owed, is the loop turn's group's (`_hold`)
+        barrier = protocol.dispatch_barrier
+        batch.defer_dispatch = barrier is not None
+        result = self.store.put_answer(batch)[0]
+        if barrier is not None:
+            barrier.owe()  # also when refused: the pass finds nothing to dispatch
+        if result.status is not PutMessageStatus.PUT_OK:
+            return False  # nothing stored: the direct way puts it again and answers
+        self.served += 1
+        reply = self._created(protocol, packed, result)
+        if result.durability_owed:
+            self._hold(protocol, topic, result, reply, keep_alive, start_ns)
+            return True
+        if not keep_alive:
+            protocol.replies.write_yielding(b"".join((_CREATED, reply[0], b"connection: close\r\n\r\n", reply[1])))
+            protocol.transport.close()
+        else:
+            protocol.replies.write_yielding(b"".join((_CREATED, reply[0], b"\r\n", reply[1])))
+        self._answered(protocol, 201, start_ns, len(reply[1]))
+        return True
+
+    def _writable_name(self, topic_bytes: bytes) -> str | None:
+        """The topic a target names when a produce may write to that name (`topic_name_problem`), else None."""
+        names = self._names
+        topic = names.get(topic_bytes)
+        if topic is None:
+            topic = topic_bytes.decode("ascii")  # [A-Za-z0-9_-] only (produce_request)
+            config = self.broker.config
+            if topic_name_problem(topic, config.max_topic_length_bytes, config.broker_cluster_name, True) is not None:
+                return None
+            if len(names) >= MAX_LANE_TOPICS:
+                names.clear()
+            names[topic_bytes] = topic
+        return topic
+
+    @staticmethod
+    def _may_write(broker: Broker) -> bool:
+        """Broker.check_master's verdict without its problem: a master, and in a cluster one that may take writes now."""
+        if broker.config.broker_role is BrokerRole.SLAVE:
+            return False
+        return broker.cluster is None or broker.cluster.write_refusal() is None
+
+    def _created(self, protocol: BoundedHttpProtocol, packed: PackedProduce, result: PutMessageResult) -> tuple[bytes, bytes]:
+        """The 201's head lines (without the blank line) and its body, as DirectRequests writes the direct way's."""
+        items = result.items
+        assert isinstance(items, EncodedItems), "a packed put's items"
+        body = render_produce_reply(
+            packed.head, packed.first, host_hex_bytes(items.store_host), items.queue_id, items.first_queue_offset,
+            items.store_timestamp, items.offsets, False,
+        )  # fmt: skip
+        defaults = self.requests.default_head(protocol.server_state.default_headers)
+        return b"%scontent-length: %d\r\ncontent-type: %s\r\n" % (defaults, len(body), JSON), body
+
+    def _hold(
+        self, protocol: BoundedHttpProtocol, topic: str, result: PutMessageResult, reply: tuple[bytes, bytes], keep_alive: bool,
+        start_ns: int,
+    ) -> None:  # fmt: skip
+        held = LaneReply(self, protocol, topic, result, reply, keep_alive, start_ns)
+        self.held += 1
+        self.hot.stats.in_flight += 1
+        protocol.cycle = held  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
+        protocol.tasks.add(held)  # type: ignore[arg-type]  # uvicorn's task set: graceful shutdown waits for it
+        self.producer.hold_for(result, held)
+
+    def _answered(self, protocol: BoundedHttpProtocol, status: int, start_ns: int, sent: int) -> None:
+        """Count the request as HotRoutes counts a produce, and let uvicorn start what follows."""
+        self.hot.stats.add(PRODUCE_ROUTE, "POST", status, time.perf_counter_ns() - start_ns, sent)
+        protocol.on_response_complete()
+
+    def release(self, held: LaneReply, problem: BaseException | None) -> None:
+        """Write a held reply once its durability group ended: the 201, or the reply `problem` maps to."""
+        protocol = held.protocol
+        protocol.tasks.discard(held)
+        self.hot.stats.in_flight -= 1
+        held.response_complete = True
+        head, body = held.reply
+        status, keep_alive = 201, held.keep_alive
+        if problem is not None:
+            response = self.hot.error_reply(lane_scope(protocol, held.topic), problem)
+            status, body = response.status_code, bytes(response.body)
+            head = self.requests.default_head(protocol.server_state.default_headers)
+            for name, value in response.raw_headers:  # as DirectRequests writes a problem's head
+                if name == b"connection" and b"close" in value.lower():
+                    keep_alive = False
+                head += name + b": " + value + b"\r\n"
+        if not held.disconnected:
+            ending = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+            protocol.replies.write_now(b"".join((STATUS_LINE[status], head, ending, body)))
+            if not keep_alive:
+                protocol.transport.close()
+        self._answered(protocol, status, held.start_ns, len(body))
+
+    def cancelled(self, held: LaneReply) -> None:
+        """A held reply cut by the server's stop at its deadline: the connection closes unanswered (as a suspended
+        request's does), counted as the direct way counts it."""
+        protocol = held.protocol
+        protocol.tasks.discard(held)
+        self.hot.stats.in_flight -= 1
+        held.response_complete = True
+        self.hot.stats.add(PRODUCE_ROUTE, "POST", 500, time.perf_counter_ns() - held.start_ns, 0)
+        protocol.transport.close()
+
+
+def lane_scope(protocol: BoundedHttpProtocol, topic: str) -> dict[str, Any]:
+    """A scope for the problem reply of a held request (the error mapping names the request's path): built only then."""
+    path = f"/v1/topics/{topic}/messages"
+    return {
+        "type": "http", "http_version": "1.1", "method": "POST", "scheme": protocol.scheme, "server": protocol.server,
+        "client": protocol.client, "root_path": protocol.root_path, "path": protocol.root_path + path,
+        "raw_path": path.encode(), "query_string": b"", "headers": [], "path_params": {"topic": topic}, ROUTE_KEY: PRODUCE_ROUTE,
+        BARRIER_KEY: protocol.dispatch_barrier,
+    }  # fmt: skip
+
+
+class LaneReply:
+    """A lane request's 201 held until its durability group ends; the connection's cycle meanwhile (the fields
+    uvicorn's protocol reads of one) and a member of the server's task set (`cancel`)."""
+
+    __slots__ = (
+        "lane", "protocol", "topic", "result", "reply", "keep_alive", "start_ns", "response_complete", "disconnected", "more_body",
+        "message_event", "_done",
+    )  # fmt: skip
+
+    def __init__(
+        self, lane: ProduceLane, protocol: BoundedHttpProtocol, topic: str, result: PutMessageResult, reply: tuple[bytes, bytes],
+        keep_alive: bool, start_ns: int,
+    ) -> None:  # fmt: skip
+        self.lane = lane
+        self.protocol = protocol
+        self.topic = topic
+        self.result = result
+        self.reply = reply  # the 201's head lines and body
+        self.keep_alive = keep_alive  # False: closed after the reply (`Connection: close`, the server's stop)
+        self.start_ns = start_ns
+        self.response_complete = False
+        self.disconnected = False  # set by uvicorn's connection_lost
+        self.more_body = False
+        self.message_event = _NO_READER
+        self._done = False  # released or cancelled
+
+    def settle(self, status: PutMessageStatus | None, exc: BaseException | None) -> None:
+        """The durability group ended (app.durable_turns): write the reply its outcome answers, once."""
+        if self._done:
+            return
+        self._done = True
+        self.lane.release(self, self.lane.producer.durability_problem(self.result, status, exc))
+
+    def cancel(self, msg: Any = None) -> bool:
+        """The server's stop passed its deadline (uvicorn cancels its task set, iterating it): close unanswered, in
+        the next callback."""
+        if self._done:
+            return False
+        self._done = True
+        self.protocol.loop.call_soon(self.lane.cancelled, self)
+        return True

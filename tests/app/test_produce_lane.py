@@ -1,0 +1,297 @@
+"""The produce lane (app/produce_lane.py, app/_native/produce_request.c): a raw produce served from the connection's read.
+
+What must hold:
+- `produce_request` takes exactly one form (POST to a topic's messages, HTTP/1.1, no query, an octet-stream body within
+  the limit, no header but the harmless ones, a topic of [A-Za-z0-9_-]) and returns None for each form that breaks a
+  rule, so nothing else reaches the lane;
+- through a real broker over raw sockets, a raw produce the lane serves is answered as the direct way answers it
+  (status, head names, body fields, the stored message, the request counted under the produce route); every request
+  the lane declines (another form, a missing, reserved or read-only topic, a body too large) gets the direct way's
+  answer and nothing is stored twice; with an ACL or the access log on, the lane serves nothing (the gate judges, the
+  log has the line);
+- `Connection: close` closes after the reply; under SYNC_FLUSH the reply is held until its flush (a request sent
+  meanwhile waits behind it), past its wait it is the 504 an awaited wait answers with the message stored, and at the
+  shutdown deadline the connection closes unanswered.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app._http import produce_request as read_produce
+from app.produce_lane import LaneReply, ProduceLane
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
+from tests.app.in_process import InProcessBroker
+from tests.app.test_direct_requests import PATIENCE_S, SlowDisk, direct_of, head_names, produce_request, sync_broker
+from tests.app.test_slow_clients import read_response, read_until_closed
+
+pytestmark = pytest.mark.timeout(120)
+MAX_HEAD = 65_536
+MAX_BODY = 4_096
+RAW = b"application/octet-stream"
+
+
+def raw(topic: str = "t", body: bytes = b"abc", fields: str = "Host: x\r\n", version: str = "1.1", target: str = "") -> bytes:
+    """A raw produce's bytes; `target` replaces the topic's messages path."""
+    path = target or f"/v1/topics/{topic}/messages"
+    head = f"POST {path} HTTP/{version}\r\n{fields}Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def test_the_reader_takes_the_one_form() -> None:
+    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"abc", True)
+    fields = "HOST: x\r\nUser-Agent: c\r\nAccept: */*\r\nAccept-Encoding: gzip\r\nConnection: keep-alive\r\n"
+    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"abc", True)
+    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"abc", False)
+    upper = raw().replace(b"application/octet-stream", b"Application/Octet-Stream")
+    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"abc", True)
+    assert read_produce(raw(body=b"x" * MAX_BODY), MAX_HEAD, MAX_BODY) is not None
+    assert read_produce(raw("t" * 127), MAX_HEAD, MAX_BODY) is not None
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        raw(target="/v1/topics/t/messages?tag=a"),  # a query
+        raw(target="/v1/topics/a%20b/messages"),  # an escape
+        raw(target="/v1/topics/a/b/messages"),  # another route
+        raw(target="/v1/topics/t/messages/batch"),  # the binary batch
+        raw(target="/v1/topics//messages"),  # no topic
+        raw(target="/v1/groups/g/topics/t/receive"),
+        raw("t" * 128),  # past the topic bound
+        raw(fields="Idempotency-Key: k\r\n"),  # a header that changes the answer
+        raw(fields="X-Other: 1\r\n"),
+        raw(fields="Authorization: Bearer x\r\n"),
+        raw(version="1.0"),
+        raw(body=b""),  # empty: the direct way answers it
+        raw(body=b"x" * (MAX_BODY + 1)),  # past the limit: the direct way answers 413
+        raw().replace(b"application/octet-stream", b"application/octet-stream; x=1"),
+        raw().replace(b"application/octet-stream", b"application/json"),
+        raw().replace(b"Content-Type: application/octet-stream\r\n", b""),  # no media type
+        raw().replace(b"POST", b"GET", 1),
+        raw()[:-1],  # part of the body
+        raw() + raw(),  # pipelined
+        raw() + b"x",  # more than its body
+    ],
+)
+def test_the_reader_leaves_every_other_form(request_bytes: bytes) -> None:
+    assert read_produce(request_bytes, MAX_HEAD, MAX_BODY) is None
+
+
+def test_the_reader_keeps_to_the_head_bound() -> None:
+    request_bytes = raw()
+    head = request_bytes.index(b"\r\n\r\n") + 4
+    assert read_produce(request_bytes, head, MAX_BODY) is not None
+    assert read_produce(request_bytes, head - 1, MAX_BODY) is None
+
+
+def lane_of(broker: InProcessBroker) -> ProduceLane:
+    lane = direct_of(broker).lane
+    assert lane is not None, "the lane is on by default"
+    return lane
+
+
+def lane_broker(make_broker: MakeBroker, topic: str, extra: str = "") -> InProcessBroker:
+    broker = make_broker(SMALL_STORE + SMALL_BROKER + extra)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
+    assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
+    return broker
+
+
+def bodies(broker: InProcessBroker, topic: str) -> list[str]:
+    assert broker.client is not None
+    got = broker.client.get(f"/v1/topics/{topic}/queues/0/messages", params={"offset": 0}).json()
+    return [m["body"] for m in got.get("messages", [])]
+
+
+def test_a_raw_produce_is_answered_as_the_direct_way_answers_it(make_broker: MakeBroker) -> None:
+    broker = lane_broker(make_broker, "l1")
+    assert broker.client is not None
+    direct, lane = direct_of(broker), lane_of(broker)
+    served, direct_served = lane.served, direct.served
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l1", b"hello", RAW))
+        status, names, reply = head_names(sock)
+        assert (lane.served, direct.served) == (served + 1, direct_served)
+        direct.lane = None  # the same request the direct way
+        try:
+            sock.sendall(produce_request("l1", b"hello", RAW))
+            status_direct, names_direct, reply_direct = head_names(sock)
+        finally:
+            direct.lane = lane
+        assert (lane.served, direct.served) == (served + 1, direct_served + 1)
+    assert status == status_direct == 201
+    assert names == names_direct == ["date", "content-length", "content-type"]
+    assert sorted(reply) == sorted(reply_direct)
+    assert (reply["queue_id"], reply["queue_offset"], reply_direct["queue_offset"]) == (0, 0, 1)
+    assert reply["msg_id"] != reply_direct["msg_id"] and reply["offset_msg_id"] != reply_direct["offset_msg_id"]
+    assert reply_direct["commitlog_offset"] > reply["commitlog_offset"]
+    assert bodies(broker, "l1") == ["hello", "hello"]
+    got = broker.client.get("/v1/topics/l1/queues/0/messages", params={"offset": 0}).json()["messages"]
+    assert [m["msg_id"] for m in got] == [reply["msg_id"], reply_direct["msg_id"]]
+    assert broker.started is not None
+    store = broker.started.broker.store
+    stored = [store.look_message_by_offset(r["commitlog_offset"]) for r in (reply, reply_direct)]
+    assert stored[0] is not None and stored[1] is not None
+    assert stored[0]["born_host"] == stored[1]["born_host"] and stored[0]["properties"].keys() == stored[1]["properties"].keys()
+    metrics = broker.client.get("/metrics").text
+    assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
+
+
+def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBroker) -> None:
+    broker = lane_broker(make_broker, "l2")
+    assert broker.client is not None
+    assert broker.client.put("/v1/topics/l2ro", json={"queues": 1, "perm": "r"}).status_code == 201
+    lane = lane_of(broker)
+    served = lane.served
+    cases = [
+        (produce_request("nope", b"x", RAW), 404, "TOPIC_NOT_FOUND"),
+        (produce_request("l2ro", b"x", RAW), 403, "TOPIC_NOT_WRITABLE"),
+        (produce_request("l2", b"x" * 131_073, RAW), 413, "BODY_TOO_LARGE"),
+        (produce_request("RMQ_SYS_TRANS_HALF_TOPIC", b"x", RAW), 403, "TOPIC_RESERVED"),
+    ]
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        for request, status, code in cases:
+            sock.sendall(request)
+            got_status, headers, body = read_response(sock)
+            assert (got_status, orjson.loads(body)["code"]) == (status, code), body
+            assert headers["content-type"] == "application/problem+json"
+        sock.sendall(produce_request("l2", b"tagged", RAW, query="?tags=a"))  # a query: the direct way stores it
+        assert read_response(sock)[0] == 201
+    assert lane.served == served
+    assert bodies(broker, "l2") == ["tagged"] and bodies(broker, "l2ro") == []
+
+
+def test_connection_close_closes_after_the_reply(make_broker: MakeBroker) -> None:
+    broker = lane_broker(make_broker, "l3")
+    lane = lane_of(broker)
+    served = lane.served
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l3", b"bye", RAW, extra=b"Connection: close\r\n"))
+        got = read_until_closed(sock)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 ") and b"\r\nconnection: close" in head
+    assert orjson.loads(body)["queue_offset"] == 0 and lane.served == served + 1
+    assert bodies(broker, "l3") == ["bye"]
+
+
+def lane_replies(tasks: set[Any]) -> list[LaneReply]:
+    return [t for t in list(tasks) if isinstance(t, LaneReply)]  # uvicorn's task set is typed for tasks only
+
+
+def wait_held(tasks: set[Any]) -> None:
+    deadline = time.monotonic() + PATIENCE_S
+    while not lane_replies(tasks):
+        assert time.monotonic() < deadline, "the reply was not held"
+        time.sleep(0.01)
+
+
+def test_a_durable_raw_produce_holds_its_reply_until_its_flush(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    broker, store = sync_broker(make_broker, "l4")
+    assert broker.started is not None
+    lane = lane_of(broker)
+    held = lane.held
+    tasks = broker.started.server.server_state.tasks  # what graceful shutdown waits for
+    stats = broker.started.broker.http_requests
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("l4", b"first", RAW))
+            wait_held(tasks)
+            sock.sendall(produce_request("l4", b"second", RAW))  # waits behind the held reply
+            sock.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)  # nothing is answered while its flush has not finished
+            assert stats.in_flight == 1 and lane.held == held + 1
+            disk.go()
+            sock.settimeout(PATIENCE_S)
+            replies = [read_response(sock) for _ in range(2)]
+    finally:
+        disk.go()
+    assert [status for status, _, _ in replies] == [201, 201]
+    offsets = [orjson.loads(body)["queue_offset"] for _, _, body in replies]
+    assert offsets == [0, 1]
+    assert not lane_replies(tasks) and stats.in_flight == 0
+    assert store.commit_log.flushed_where() >= orjson.loads(replies[1][2])["commitlog_offset"] + 1
+    assert bodies(broker, "l4") == ["first", "second"]
+
+
+def test_a_held_lane_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    broker, store = sync_broker(make_broker, "l5", "sync_flush_timeout_ms = 100\n")
+    lane = lane_of(broker)
+    held = lane.held
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("l5", b"late", RAW))
+            status, headers, body = read_response(sock)
+    finally:
+        disk.go()
+    problem = orjson.loads(body)
+    assert (status, headers["content-type"]) == (504, "application/problem+json")
+    assert (problem["code"], problem["stored"]) == ("FLUSH_DISK_TIMEOUT", True)
+    assert problem["instance"] == "/v1/topics/l5/messages" and "not confirmed within" in problem["detail"]
+    assert lane.held == held + 1
+    assert bodies(broker, "l5") == ["late"]
+
+
+def test_a_held_lane_reply_cancelled_at_the_shutdown_deadline_closes_unanswered(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, store = sync_broker(make_broker, "l6")
+    assert broker.started is not None
+    tasks = broker.started.server.server_state.tasks
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("l6", b"cut", RAW))
+            wait_held(tasks)
+            (held,) = lane_replies(tasks)
+            loop = next(iter(broker.started.server.server_state.connections)).loop  # the server's
+            loop.call_soon_threadsafe(held.cancel, "the graceful shutdown's deadline")
+            assert read_until_closed(sock) == b""  # no reply: the connection is closed
+        deadline = time.monotonic() + PATIENCE_S
+        while broker.started.broker.http_requests.in_flight != 0 or lane_replies(tasks):
+            assert time.monotonic() < deadline, "the cancelled produce stayed in flight or in the task set"
+            time.sleep(0.01)
+    finally:
+        disk.go()
+    assert bodies(broker, "l6") == ["cut"]  # the flush ends later: stored, nothing written for it
+
+
+def test_with_an_acl_the_lane_is_off_and_the_gate_judges(make_broker: MakeBroker, tmp_path: Path) -> None:
+    from tests.app.acl_fixtures import BILLING, OPS, bearer, start_with_acl
+
+    broker, _ = start_with_acl(make_broker, tmp_path)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
+    assert broker.client.put("/v1/topics/billing-l", json={"queues": 1}, headers=bearer(OPS)).status_code == 201
+    lane = lane_of(broker)
+    served = lane.served
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("billing-l", b"x", RAW))  # in the lane's form, without a token
+        status, headers, body = read_response(sock)
+        assert (status, orjson.loads(body)["code"], headers["www-authenticate"]) == (401, "UNAUTHENTICATED", "Bearer")
+        sock.sendall(produce_request("billing-l", b"ok", RAW, extra=b"Authorization: Bearer " + BILLING.encode() + b"\r\n"))
+        assert read_response(sock)[0] == 201
+    assert lane.served == served
+    got = broker.client.get("/v1/topics/billing-l/queues/0/messages", params={"offset": 0}, headers=bearer(OPS)).json()
+    assert [m["body"] for m in got["messages"]] == ["ok"]
+
+
+def test_with_the_access_log_on_the_direct_way_logs_each_produce(make_broker: MakeBroker, caplog: pytest.LogCaptureFixture) -> None:
+    broker = lane_broker(make_broker, "l7", "access_log = true\n")
+    lane = lane_of(broker)
+    served = lane.served
+    with caplog.at_level("INFO"), socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l7", b"logged", RAW))
+        assert read_response(sock)[0] == 201
+    assert lane.served == served
+    assert any("/v1/topics/l7/messages" in record.getMessage() for record in caplog.records)
