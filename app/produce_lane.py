@@ -1,19 +1,21 @@
 """ProduceLane: a raw produce served from the connection's read, without a scope, a coroutine or a response object.
 
 The produce route's common case on the wire is one request in one read: `POST /v1/topics/{topic}/messages` with an
-application/octet-stream body and no query. Served the direct way (app.direct_requests) it still builds an ASGI scope,
+application/octet-stream body. Served the direct way (app.direct_requests) it still builds an ASGI scope,
 matches the route, steps HotRoutes' answer coroutine, reads the headers again, makes a Starlette response and joins
 its head: at 64 producers that Python work was most of the event loop's time per request, more than the store's put
 and the socket's write together. So the server's protocol offers such a read here first (`serve`): app._http's
 `produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
-Connection, User-Agent, Accept and Accept-Encoding, a body within the limits, a topic of `[A-Za-z0-9_-]`), and the
-lane stores its body as the direct way's packed raw produce stores it (`packed_raw`, the store's `put_answer`) and
-writes the same 201 (`render_produce_reply`, the head `DirectRequests` writes).
+Connection, User-Agent, Accept and Accept-Encoding, a body within the limits, a topic of `[A-Za-z0-9_-]`), with no
+query or one app.raw_query takes (a queue, a tag, keys), and the lane stores its body as the direct way's packed raw
+produce stores it (`packed_raw`, the store's `put_answer`) and writes the same 201 (`render_produce_reply`, the head
+`DirectRequests` writes).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
 request goes that way: the lane off (`lane_open`: a guard judges requests, the hot routes off, the access log on,
-the store loading), a slave, a cluster that refuses writes now, a topic missing, not writable or whose name the
-produce refuses, and a put the store refuses (nothing stored: the direct way puts it again and answers).
+the store loading), a query app.raw_query leaves, a slave, a cluster that refuses writes now, a topic missing, not
+writable or whose name the produce refuses, a queue the topic does not have, and a put the store refuses (nothing
+stored: the direct way puts it again and answers).
 
 Under SYNC_FLUSH (or on a SYNC_MASTER) the reply is held (`LaneReply`) until the loop turn's durability group ends
 (app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). A
@@ -36,6 +38,7 @@ from app.broker import Broker, topic_name_problem
 from app.dispatch_barrier import BARRIER_KEY
 from app.hot_routes import PRODUCE_ROUTE
 from app.http_requests import ROUTE_KEY
+from app.raw_query import raw_query
 from app.responses import JSON
 from app.routes_produce import host_hex_bytes
 from store import BrokerRole, EncodedItems, PackedProduce, PutBatch, PutMessageResult, PutMessageStatus, packed_raw, render_produce_reply
@@ -91,18 +94,23 @@ class ProduceLane:
         if found is None or not self.lane_open():
             return False
         start_ns = time.perf_counter_ns()
-        topic_bytes, body, keep_alive = found
+        topic_bytes, query, body, keep_alive = found
         topic = self._writable_name(topic_bytes)
-        if topic is None:
+        fields = raw_query(query)  # NO_QUERY without one
+        if topic is None or fields is None:
             return False
         broker = self.broker
         config = self.store.topic_config(topic)
         if config is None or "w" not in config.perm or not self._may_write(broker):
             return False
-        packed = packed_raw(body, -1, self.max_body_bytes)
+        queues, queue_id = config.write_queue_nums, fields.queue_id
+        if queue_id >= queues:
+            return False  # QUEUE_NOT_FOUND
+        packed = packed_raw(body, queue_id, self.max_body_bytes, fields.properties)
         if packed is None:
             return False
-        queue_id = broker.next_round_robin(topic, config.write_queue_nums)
+        if queue_id < 0:
+            queue_id = broker.next_round_robin(topic, queues)
         batch = PutBatch.of_packed(topic, queue_id, packed, born_host_of_client(protocol.client), dedup=True)
         batch.defer_durability = True  # a durability wait, when owed, is the loop turn's group's (`_hold`)
         barrier = protocol.dispatch_barrier

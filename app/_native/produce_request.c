@@ -47,13 +47,16 @@ int produce_request(const uint8_t *p, size_t n, size_t max_head, struct produce_
     if (!http_request_whole(p, n, max_head, r) || !r->is_post || r->http_10 || r->body_len == 0) return 0;
     size_t start = sizeof(ROUTE_START) - 1, end = sizeof(ROUTE_END) - 1;
     const uint8_t *target = p + r->target_at;
-    size_t len = r->target_len;
+    const uint8_t *mark = memchr(target, '?', r->target_len);
+    size_t len = mark == NULL ? r->target_len : (size_t)(mark - target); /* the path */
     if (len <= start + end || memcmp(target, ROUTE_START, start) != 0 || memcmp(target + len - end, ROUTE_END, end) != 0) return 0;
     out->topic_at = r->target_at + start;
     out->topic_len = len - start - end;
+    out->query_at = mark == NULL ? r->target_at + r->target_len : r->target_at + len + 1;
+    out->query_len = mark == NULL ? 0 : r->target_len - len - 1;
     if (out->topic_len > PRODUCE_MAX_TOPIC_BYTES) return 0;
     for (size_t i = 0; i < out->topic_len; i++) {
-        if (!is_topic_char(p[out->topic_at + i])) return 0; /* '/', '?', '%' among them: another route, a query, an escape */
+        if (!is_topic_char(p[out->topic_at + i])) return 0; /* '/' and '%' among them: another route, an escape */
     }
     return lane_headers(p, r);
 }

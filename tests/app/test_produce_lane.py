@@ -45,12 +45,15 @@ def raw(topic: str = "t", body: bytes = b"abc", fields: str = "Host: x\r\n", ver
 
 
 def test_the_reader_takes_the_one_form() -> None:
-    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"abc", True)
+    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"", b"abc", True)
     fields = "HOST: x\r\nUser-Agent: c\r\nAccept: */*\r\nAccept-Encoding: gzip\r\nConnection: keep-alive\r\n"
-    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"abc", True)
-    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"abc", False)
+    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
+    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", False)
     upper = raw().replace(b"application/octet-stream", b"Application/Octet-Stream")
-    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"abc", True)
+    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
+    query = raw(target="/v1/topics/t/messages?queue_id=3&tags=a")
+    assert read_produce(query, MAX_HEAD, MAX_BODY) == (b"t", b"queue_id=3&tags=a", b"abc", True)
+    assert read_produce(raw(target="/v1/topics/t/messages?"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
     assert read_produce(raw(body=b"x" * MAX_BODY), MAX_HEAD, MAX_BODY) is not None
     assert read_produce(raw("t" * 127), MAX_HEAD, MAX_BODY) is not None
 
@@ -58,8 +61,8 @@ def test_the_reader_takes_the_one_form() -> None:
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        raw(target="/v1/topics/t/messages?tag=a"),  # a query
         raw(target="/v1/topics/a%20b/messages"),  # an escape
+        raw(target="/v1/topics/a?b/messages"),  # a query before the route's end
         raw(target="/v1/topics/a/b/messages"),  # another route
         raw(target="/v1/topics/t/messages/batch"),  # the binary batch
         raw(target="/v1/topics//messages"),  # no topic
@@ -156,6 +159,8 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
         (produce_request("l2ro", b"x", RAW), 403, "TOPIC_NOT_WRITABLE"),
         (produce_request("l2", b"x" * 131_073, RAW), 413, "BODY_TOO_LARGE"),
         (produce_request("RMQ_SYS_TRANS_HALF_TOPIC", b"x", RAW), 403, "TOPIC_RESERVED"),
+        (produce_request("l2", b"x", RAW, query="?queue_id=5"), 404, "QUEUE_NOT_FOUND"),
+        (produce_request("l2", b"x", RAW, query="?tags=a&tags=b"), 400, "REQUEST_INVALID"),
     ]
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
         for request, status, code in cases:
@@ -163,10 +168,34 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
             got_status, headers, body = read_response(sock)
             assert (got_status, orjson.loads(body)["code"]) == (status, code), body
             assert headers["content-type"] == "application/problem+json"
-        sock.sendall(produce_request("l2", b"tagged", RAW, query="?tags=a"))  # a query: the direct way stores it
+        sock.sendall(produce_request("l2", b"later", RAW, query="?delay_level=1"))  # a query the lane leaves
         assert read_response(sock)[0] == 201
     assert lane.served == served
-    assert bodies(broker, "l2") == ["tagged"] and bodies(broker, "l2ro") == []
+    assert bodies(broker, "l2") == [] and bodies(broker, "l2ro") == []  # the delayed one is not due yet
+
+
+def test_a_query_the_lane_takes_stores_what_the_direct_way_stores(make_broker: MakeBroker) -> None:
+    broker = lane_broker(make_broker, "l8")
+    assert broker.client is not None and broker.started is not None
+    direct, lane = direct_of(broker), lane_of(broker)
+    served = lane.served
+    query = "?queue_id=0&tags=blue&keys=k1,,k2"
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l8", b"q", RAW, query=query))
+        reply = read_response(sock)
+        direct.lane = None
+        try:
+            sock.sendall(produce_request("l8", b"q", RAW, query=query))
+            reply_direct = read_response(sock)
+        finally:
+            direct.lane = lane
+    assert lane.served == served + 1 and reply[0] == reply_direct[0] == 201
+    store = broker.started.broker.store
+    stored = [store.look_message_by_offset(orjson.loads(r[2])["commitlog_offset"]) for r in (reply, reply_direct)]
+    assert stored[0] is not None and stored[1] is not None
+    props = [{k: v for k, v in m["properties"].items() if k != "UNIQ_KEY"} for m in stored]
+    assert props[0] == props[1] == {"TAGS": "blue", "KEYS": "k1 k2"}
+    assert list(stored[0]["properties"]) == list(stored[1]["properties"])  # the same order, so the same bytes
 
 
 def test_connection_close_closes_after_the_reply(make_broker: MakeBroker) -> None:
