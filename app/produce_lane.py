@@ -12,7 +12,8 @@ produce stores it (`packed_raw`, the store's `put_answer`) and writes the same 2
 `DirectRequests` writes).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
-request goes that way: the lane off (`lane_open`: a guard judges requests, the hot routes off, the access log on,
+request goes that way (so does a read that does not spell `application/octet-stream` in lower case: the protocol
+looks for it before offering a read here, so that a JSON produce is not read twice): the lane off (`lane_open`: a guard judges requests, the hot routes off, the access log on,
 the store loading), a query app.raw_query leaves, a slave, a cluster that refuses writes now, a topic missing, not
 writable or whose name the produce refuses, a queue the topic does not have, and a put the store refuses (nothing
 stored: the direct way puts it again and answers).

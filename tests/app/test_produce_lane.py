@@ -170,8 +170,10 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
             assert headers["content-type"] == "application/problem+json"
         sock.sendall(produce_request("l2", b"later", RAW, query="?delay_level=1"))  # a query the lane leaves
         assert read_response(sock)[0] == 201
+        sock.sendall(produce_request("l2", b"caps", b"Application/Octet-Stream"))  # not offered to the lane
+        assert read_response(sock)[0] == 201
     assert lane.served == served
-    assert bodies(broker, "l2") == [] and bodies(broker, "l2ro") == []  # the delayed one is not due yet
+    assert bodies(broker, "l2") == ["caps"] and bodies(broker, "l2ro") == []  # the delayed one is not due yet
 
 
 def test_a_query_the_lane_takes_stores_what_the_direct_way_stores(make_broker: MakeBroker) -> None:
