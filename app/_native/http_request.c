@@ -20,7 +20,7 @@ static int is_target_char(uint8_t c) {
     return c != 0 && strchr("-._~!$&'()*+,;=:@/?%", c) != NULL;
 }
 
-static int lower_equals(const uint8_t *p, size_t n, const char *lower) {
+int http_lower_equals(const uint8_t *p, size_t n, const char *lower) {
     size_t len = strlen(lower);
     if (n != len) return 0;
     for (size_t i = 0; i < n; i++) {
@@ -66,21 +66,21 @@ static long long content_length(const uint8_t *p, size_t n) {
 /* What a field means to the framing: 1 taken (noted in out), 0 not taken here. */
 static int framing_field(const uint8_t *p, const struct http_field *f, struct http_request *out, int *close, int *has_length) {
     const uint8_t *name = p + f->name_at, *value = p + f->value_at;
-    if (lower_equals(name, f->name_len, "content-length")) {
+    if (http_lower_equals(name, f->name_len, "content-length")) {
         long long v = content_length(value, f->value_len);
         if (v < 0 || *has_length) return 0;
         *has_length = 1;
         out->body_len = (size_t)v;
         return 1;
     }
-    if (lower_equals(name, f->name_len, "connection")) {
-        if (lower_equals(value, f->value_len, "close")) *close = 1;
-        else if (!lower_equals(value, f->value_len, "keep-alive")) return 0;
+    if (http_lower_equals(name, f->name_len, "connection")) {
+        if (http_lower_equals(value, f->value_len, "close")) *close = 1;
+        else if (!http_lower_equals(value, f->value_len, "keep-alive")) return 0;
         return 1;
     }
     /* llhttp reads Proxy-Connection as it reads Connection: left to it. */
-    return !lower_equals(name, f->name_len, "transfer-encoding") && !lower_equals(name, f->name_len, "expect") &&
-           !lower_equals(name, f->name_len, "upgrade") && !lower_equals(name, f->name_len, "proxy-connection");
+    return !http_lower_equals(name, f->name_len, "transfer-encoding") && !http_lower_equals(name, f->name_len, "expect") &&
+           !http_lower_equals(name, f->name_len, "upgrade") && !http_lower_equals(name, f->name_len, "proxy-connection");
 }
 
 /* One header line from `at`: the field located, the position after its CRLF; 0 when not taken. */

@@ -31,4 +31,7 @@ struct http_request {
  * use only the plain forms (out filled); 0 otherwise (the general parser answers it). */
 int http_request_whole(const uint8_t *p, size_t n, size_t max_head, struct http_request *out);
 
+/* 1 when bytes [p, p+n) equal `lower` (lower-case ASCII, NUL-terminated) in any case. */
+int http_lower_equals(const uint8_t *p, size_t n, const char *lower);
+
 #endif

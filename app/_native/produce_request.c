@@ -10,17 +10,6 @@
 /* The header names a lane request may carry, lower-case; any other header may change its answer. */
 static const char *const lane_names[] = {"host", "content-length", "content-type", "connection", "user-agent", "accept", "accept-encoding"};
 
-static int equals_lower(const uint8_t *p, size_t n, const char *lower) {
-    size_t len = strlen(lower);
-    if (n != len) return 0;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = p[i];
-        if (c >= 'A' && c <= 'Z') c = (uint8_t)(c + 32);
-        if (c != (uint8_t)lower[i]) return 0;
-    }
-    return 1;
-}
-
 static int is_topic_char(uint8_t c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
@@ -32,10 +21,10 @@ static int lane_headers(const uint8_t *p, const struct http_request *r) {
         const struct http_field *f = &r->field[i];
         const uint8_t *name = p + f->name_at;
         size_t k = 0, names = sizeof(lane_names) / sizeof(lane_names[0]);
-        while (k < names && !equals_lower(name, f->name_len, lane_names[k])) k++;
+        while (k < names && !http_lower_equals(name, f->name_len, lane_names[k])) k++;
         if (k == names) return 0;
         if (k == 2) {
-            if (content_type || !equals_lower(p + f->value_at, f->value_len, OCTET_STREAM)) return 0;
+            if (content_type || !http_lower_equals(p + f->value_at, f->value_len, OCTET_STREAM)) return 0;
             content_type = 1;
         }
     }

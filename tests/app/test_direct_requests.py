@@ -12,6 +12,7 @@ import gc
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -281,30 +282,39 @@ def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroke
     assert [m["body"] for m in got["messages"]] == ["late"]
 
 
-def test_a_held_reply_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(
-    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    broker, store = sync_broker(make_broker, "d11", broker_extra=NO_LANE)
-    assert broker.started is not None and broker.client is not None
+def cut_at_the_shutdown_deadline(broker: InProcessBroker, disk: SlowDisk, request: bytes, held_of: Callable[[set[Any]], list[Any]]) -> None:
+    """Send `request`, a produce whose reply `disk` holds, cancel the held reply (`held_of` finds it in the server's
+    task set) as graceful shutdown's deadline does, and check that the connection closes unanswered and the request
+    leaves the in-flight count and the task set; the disk is let go after."""
+    assert broker.started is not None
     tasks = broker.started.server.server_state.tasks
-    disk = SlowDisk(store, monkeypatch)
     try:
         with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-            sock.sendall(produce_request("d11", b"cut", b"application/octet-stream"))
+            sock.sendall(request)
             deadline = time.monotonic() + PATIENCE_S
-            while not held_replies(tasks):
+            while not held_of(tasks):
                 assert time.monotonic() < deadline, "the reply was not held"
                 time.sleep(0.01)
-            (held,) = held_replies(tasks)
+            (held,) = held_of(tasks)
             loop = next(iter(broker.started.server.server_state.connections)).loop  # the server's
             loop.call_soon_threadsafe(held.cancel, "the graceful shutdown's deadline")
             assert read_until_closed(sock) == b""  # no reply: the connection is closed
         deadline = time.monotonic() + PATIENCE_S
-        while broker.started.broker.http_requests.in_flight != 0 or held_replies(tasks):
+        while broker.started.broker.http_requests.in_flight != 0 or held_of(tasks):
             assert time.monotonic() < deadline, "the cancelled produce stayed in flight or in the task set"
             time.sleep(0.01)
     finally:
         disk.go()
+
+
+def test_a_held_reply_cancelled_at_the_shutdown_deadline_closes_its_connection_unanswered(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker, store = sync_broker(make_broker, "d11", broker_extra=NO_LANE)
+    assert broker.client is not None
+    cut_at_the_shutdown_deadline(
+        broker, SlowDisk(store, monkeypatch), produce_request("d11", b"cut", b"application/octet-stream"), held_replies
+    )
     # The flush ends later: nothing is written for the cancelled request, and its message is stored.
     got = broker.client.get("/v1/topics/d11/queues/0/messages", params={"offset": 0}).json()
     assert [m["body"] for m in got["messages"]] == ["cut"]
