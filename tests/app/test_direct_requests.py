@@ -109,6 +109,15 @@ def test_a_produce_is_answered_as_the_app_answers_it(make_broker: MakeBroker) ->
     assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
 
 
+def assert_problems(sock: socket.socket, cases: list[tuple[bytes, int, str]]) -> None:
+    """Each request of `cases`, sent on `sock` one after another, is answered with its status and problem code."""
+    for request, status, code in cases:
+        sock.sendall(request)
+        got_status, headers, body = read_response(sock)
+        assert (got_status, orjson.loads(body)["code"]) == (status, code), body
+        assert headers["content-type"] == "application/problem+json"
+
+
 def test_problems_are_the_apps_and_nothing_is_stored(make_broker: MakeBroker) -> None:
     broker = make_broker()
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
@@ -125,11 +134,7 @@ def test_problems_are_the_apps_and_nothing_is_stored(make_broker: MakeBroker) ->
         (produce_request("bad%20topic", b'{"body": "x"}'), 400, "TOPIC_INVALID"),
     ]
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-        for request, status, code in cases:
-            sock.sendall(request)
-            got_status, headers, body = read_response(sock)
-            assert (got_status, orjson.loads(body)["code"]) == (status, code), body
-            assert headers["content-type"] == "application/problem+json"
+        assert_problems(sock, cases)
     assert direct.served == before + len(cases)
     assert broker.client.get("/v1/topics/d2/queues/0/messages", params={"offset": 0}).json()["status"] == "NO_NEW_MSG"
 
@@ -266,20 +271,27 @@ def test_a_held_reply_past_its_wait_answers_not_confirmed(make_broker: MakeBroke
     assert broker.client is not None
     direct = direct_of(broker)
     released = direct.held_released
-    disk = SlowDisk(store, monkeypatch)
-    try:
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-            sock.sendall(produce_request("d12", b"late", b"application/octet-stream"))
-            status, headers, body = read_response(sock)
-    finally:
-        disk.go()
-    problem = orjson.loads(body)
-    assert (status, headers["content-type"]) == (504, "application/problem+json")
-    assert (problem["code"], problem["stored"]) == ("FLUSH_DISK_TIMEOUT", True)
-    assert "not confirmed within" in problem["detail"]
+    problem = not_confirmed(broker, SlowDisk(store, monkeypatch), produce_request("d12", b"late", b"application/octet-stream"))
+    assert problem["instance"] == "/v1/topics/d12/messages"
     assert direct.held_released == released + 1
     got = broker.client.get("/v1/topics/d12/queues/0/messages", params={"offset": 0}).json()
     assert [m["body"] for m in got["messages"]] == ["late"]
+
+
+def not_confirmed(broker: InProcessBroker, disk: SlowDisk, request: bytes) -> dict[str, Any]:
+    """Send `request`, a produce whose flush `disk` holds past its wait, and check it is answered 504
+    FLUSH_DISK_TIMEOUT with `stored`; the problem (the disk is let go after)."""
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(request)
+            status, headers, body = read_response(sock)
+    finally:
+        disk.go()
+    problem: dict[str, Any] = orjson.loads(body)
+    assert (status, headers["content-type"]) == (504, "application/problem+json")
+    assert (problem["code"], problem["stored"]) == ("FLUSH_DISK_TIMEOUT", True)
+    assert "not confirmed within" in problem["detail"]
+    return problem
 
 
 def cut_at_the_shutdown_deadline(broker: InProcessBroker, disk: SlowDisk, request: bytes, held_of: Callable[[set[Any]], list[Any]]) -> None:

@@ -32,9 +32,11 @@ from tests.app.test_direct_requests import (
     PATIENCE_S,
     Replies,
     SlowDisk,
+    assert_problems,
     cut_at_the_shutdown_deadline,
     direct_of,
     head_names,
+    not_confirmed,
     produce_request,
     sync_broker,
 )
@@ -172,11 +174,7 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
         (produce_request("l2", b"x", RAW, query="?tags=a&tags=b"), 400, "REQUEST_INVALID"),
     ]
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-        for request, status, code in cases:
-            sock.sendall(request)
-            got_status, headers, body = read_response(sock)
-            assert (got_status, orjson.loads(body)["code"]) == (status, code), body
-            assert headers["content-type"] == "application/problem+json"
+        assert_problems(sock, cases)
         sock.sendall(produce_request("l2", b"later", RAW, query="?delay_level=1"))  # a query the lane leaves
         assert read_response(sock)[0] == 201
         sock.sendall(produce_request("l2", b"caps", b"Application/Octet-Stream"))  # not offered to the lane
@@ -269,17 +267,8 @@ def test_a_held_lane_reply_past_its_wait_answers_not_confirmed(make_broker: Make
     broker, store = sync_broker(make_broker, "l5", "sync_flush_timeout_ms = 100\n")
     lane = lane_of(broker)
     held = lane.held
-    disk = SlowDisk(store, monkeypatch)
-    try:
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-            sock.sendall(produce_request("l5", b"late", RAW))
-            status, headers, body = read_response(sock)
-    finally:
-        disk.go()
-    problem = orjson.loads(body)
-    assert (status, headers["content-type"]) == (504, "application/problem+json")
-    assert (problem["code"], problem["stored"]) == ("FLUSH_DISK_TIMEOUT", True)
-    assert problem["instance"] == "/v1/topics/l5/messages" and "not confirmed within" in problem["detail"]
+    problem = not_confirmed(broker, SlowDisk(store, monkeypatch), produce_request("l5", b"late", RAW))
+    assert problem["instance"] == "/v1/topics/l5/messages"  # the lane's problem names the request's path too
     assert lane.held == held + 1
     assert bodies(broker, "l5") == ["late"]
 
