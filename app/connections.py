@@ -68,10 +68,12 @@ log = logging.getLogger("tidemq.app")
 BUSY = -1.0
 # How a request app._http may read whole starts: a hot route's method and path prefix (app.hot_routes).
 WHOLE_REQUEST_STARTS = (b"POST /v1/topics/", b"GET /v1/topics/", b"POST /v1/groups/")
-# How a request the produce lane may serve starts (app.produce_lane), and what it holds: its media type as clients
-# write it (a JSON produce is not read twice; one that spells the type in capitals goes the direct way).
+# How a request the produce lane may serve starts (app.produce_lane), and what it holds: one of its media types as
+# clients write them (a request of another type is not read twice; one that spells the type in capitals goes the
+# direct way).
 LANE_START = b"POST /v1/topics/"
-LANE_MEDIA = b"application/octet-stream"
+LANE_RAW = b"application/octet-stream"
+LANE_JSON = b"application/json"
 # Paths still served on a connection past the bound (cheap, no store access).
 ALWAYS_SERVED = frozenset({"/healthz", "/readyz"})
 
@@ -155,7 +157,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         direct = self.direct
         if direct is not None and data.startswith(WHOLE_REQUEST_STARTS) and self._at_request_start():
             lane = direct.lane
-            if lane is not None and data.startswith(LANE_START) and LANE_MEDIA in data and self._serve_lane(lane, data):
+            if (
+                lane is not None
+                and data.startswith(LANE_START)
+                and (LANE_RAW in data or LANE_JSON in data)
+                and self._serve_lane(lane, data)
+            ):
                 return
             if self._serve_whole(data):
                 return

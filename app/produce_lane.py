@@ -1,22 +1,23 @@
-"""ProduceLane: a raw produce served from the connection's read, without a scope, a coroutine or a response object.
+"""ProduceLane: a produce served from the connection's read, without a scope, a coroutine or a response object.
 
-The produce route's common case on the wire is one request in one read: `POST /v1/topics/{topic}/messages` with an
-application/octet-stream body. Served the direct way (app.direct_requests) it still builds an ASGI scope,
+The produce route's common case on the wire is one request in one read: `POST /v1/topics/{topic}/messages` with a
+JSON or an application/octet-stream body. Served the direct way (app.direct_requests) it still builds an ASGI scope,
 matches the route, steps HotRoutes' answer coroutine, reads the headers again, makes a Starlette response and joins
 its head: at 64 producers that Python work was most of the event loop's time per request, more than the store's put
 and the socket's write together. So the server's protocol offers such a read here first (`serve`): app._http's
 `produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
-Connection, User-Agent, Accept and Accept-Encoding, a body within the limits, a topic of `[A-Za-z0-9_-]`), with no
-query or one app.raw_query takes (a queue, a tag, keys), and the lane stores its body as the direct way's packed raw
-produce stores it (`packed_raw`, the store's `put_answer`) and writes the same 201 (`render_produce_reply`, the head
-`DirectRequests` writes).
+Connection, User-Agent, Accept and Accept-Encoding, a topic of `[A-Za-z0-9_-]`), and the lane packs its body as the
+direct way's packed produce does (Producer.serve: a JSON body without a query by `packed_json`, a raw body with a
+query app.raw_query takes by `packed_raw`), stores it the same way (the store's `put_answer`) and writes the same 201
+(`render_produce_reply`, the head `DirectRequests` writes).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
-request goes that way (so does a read that does not spell `application/octet-stream` in lower case: the protocol
-looks for it before offering a read here, so that a JSON produce is not read twice): the lane off (`lane_open`: a guard judges requests, the hot routes off, the access log on,
-the store loading), a query app.raw_query leaves, a slave, a cluster that refuses writes now, a topic missing, not
-writable or whose name the produce refuses, a queue the topic does not have, and a put the store refuses (nothing
-stored: the direct way puts it again and answers).
+request goes that way (so does a read that does not spell its media type in lower case: the protocol looks for it
+before offering a read here, so that other requests are not read twice): the lane off (`lane_open`: a guard judges
+requests, the hot routes off, the access log on, the store loading), a body past its limit, a JSON body with a
+query or one `packed_json` leaves to the parser, a raw query app.raw_query leaves, a slave, a cluster that refuses
+writes now, a topic missing, not writable or whose name the produce refuses, a queue the topic does not have, and a
+put the store refuses (nothing stored: the direct way puts it again and answers).
 
 Under SYNC_FLUSH (or on a SYNC_MASTER) the reply is held (`LaneReply`) until the loop turn's durability group ends
 (app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). A
@@ -41,8 +42,18 @@ from app.hot_routes import PRODUCE_ROUTE
 from app.http_requests import ROUTE_KEY
 from app.raw_query import raw_query
 from app.responses import JSON
-from app.routes_produce import host_hex_bytes
-from store import BrokerRole, EncodedItems, PackedProduce, PutBatch, PutMessageResult, PutMessageStatus, packed_raw, render_produce_reply
+from app.routes_produce import RESERVED_NAMES, host_hex_bytes
+from store import (
+    BrokerRole,
+    EncodedItems,
+    PackedProduce,
+    PutBatch,
+    PutMessageResult,
+    PutMessageStatus,
+    packed_json,
+    packed_raw,
+    render_produce_reply,
+)
 
 if TYPE_CHECKING:
     from app.connections import BoundedHttpProtocol
@@ -68,17 +79,18 @@ _NO_READER = _NoReader()
 
 
 class ProduceLane:
-    """The server's: which raw produces its connections serve from their reads, and serving them."""
+    """The server's: which produces its connections serve from their reads, and serving them."""
 
-    def __init__(self, requests: DirectRequests, producer: Producer, broker: Broker, max_body_bytes: int) -> None:
+    def __init__(self, requests: DirectRequests, producer: Producer, broker: Broker, max_body_bytes: int, max_json_bytes: int) -> None:
         self.requests = requests
         self.hot = requests.hot
         self.producer = producer
         self.broker = broker
         self.store = broker.store
-        # The largest body taken here: the request body limit and the message size limit (past either, the direct
-        # way answers 413).
-        self.max_body_bytes = min(max_body_bytes, producer.limits.max_message_size_bytes)
+        # The largest bodies taken here: a raw one within the request body limit and the message size limit, a JSON
+        # one within the JSON body limit (past them, the direct way answers 413).
+        self.max_raw_bytes = min(max_body_bytes, producer.limits.max_message_size_bytes)
+        self.max_json_bytes = max_json_bytes
         self._names: dict[bytes, str] = {}  # topic names the produce takes, by their bytes in the target
         self.served = 0  # requests served here (tests and benchmarks)
         self.held = 0  # of them, those whose reply waited for a durability group
@@ -89,29 +101,25 @@ class ProduceLane:
         return hot.guard is None and hot.serve_hot and not hot.log_requests and not self.broker.loading
 
     def serve(self, protocol: BoundedHttpProtocol, data: bytes, max_head: int) -> bool:
-        """Serve `data`, a connection's read at a request's start, when it is one raw produce the lane takes;
+        """Serve `data`, a connection's read at a request's start, when it is one produce the lane takes;
         False, with nothing stored and nothing written, when it is not (the caller serves it its own way)."""
-        found = produce_request(data, max_head, self.max_body_bytes)
+        found = produce_request(data, max_head, max(self.max_raw_bytes, self.max_json_bytes))
         if found is None or not self.lane_open():
             return False
         start_ns = time.perf_counter_ns()
-        topic_bytes, query, body, keep_alive = found
+        topic_bytes, query, body, keep_alive, is_json = found
         topic = self._writable_name(topic_bytes)
-        fields = raw_query(query)  # NO_QUERY without one
-        if topic is None or fields is None:
+        if topic is None:
             return False
         broker = self.broker
         config = self.store.topic_config(topic)
         if config is None or "w" not in config.perm or not self._may_write(broker):
             return False
-        queues, queue_id = config.write_queue_nums, fields.queue_id
-        if queue_id >= queues:
-            return False  # QUEUE_NOT_FOUND
-        packed = packed_raw(body, queue_id, self.max_body_bytes, fields.properties)
-        if packed is None:
-            return False
-        if queue_id < 0:
-            queue_id = broker.next_round_robin(topic, queues)
+        packed = self._packed(body, query, is_json)
+        queues = config.write_queue_nums
+        if packed is None or packed.queue_id >= queues:
+            return False  # the direct way parses it (and answers its problem: QUEUE_NOT_FOUND past the queues)
+        queue_id = broker.next_round_robin(topic, queues) if packed.queue_id < 0 else packed.queue_id
         batch = PutBatch.of_packed(topic, queue_id, packed, born_host_of_client(protocol.client), dedup=True)
         batch.defer_durability = True  # a durability wait, when owed, is the loop turn's group's (`_hold`)
         barrier = protocol.dispatch_barrier
@@ -133,6 +141,19 @@ class ProduceLane:
             protocol.replies.write_yielding(b"".join((_CREATED, reply[0], b"\r\n", reply[1])))
         self._answered(protocol, 201, start_ns, len(reply[1]))
         return True
+
+    def _packed(self, body: bytes, query: bytes, is_json: bool) -> PackedProduce | None:
+        """The body packed as the direct way packs it (Producer.serve): a JSON body without a query by `packed_json`, a
+        raw one with the query app.raw_query takes by `packed_raw`; None for one the direct way parses itself."""
+        if is_json:
+            if query or len(body) > self.max_json_bytes:
+                return None
+            limits = self.producer.limits
+            return packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
+        fields = raw_query(query)  # NO_QUERY without one
+        if fields is None or len(body) > self.max_raw_bytes:
+            return None
+        return packed_raw(body, fields.queue_id, self.max_raw_bytes, fields.properties)
 
     def _writable_name(self, topic_bytes: bytes) -> str | None:
         """The topic a target names when a produce may write to that name (`topic_name_problem`), else None."""
@@ -161,7 +182,7 @@ class ProduceLane:
         assert isinstance(items, EncodedItems), "a packed put's items"
         body = render_produce_reply(
             packed.head, packed.first, host_hex_bytes(items.store_host), items.queue_id, items.first_queue_offset,
-            items.store_timestamp, items.offsets, False,
+            items.store_timestamp, items.offsets, packed.is_batch,
         )  # fmt: skip
         defaults = self.requests.default_head(protocol.server_state.default_headers)
         return b"%scontent-length: %d\r\ncontent-type: %s\r\n" % (defaults, len(body), JSON), body
@@ -181,6 +202,14 @@ class ProduceLane:
         """Count the request as HotRoutes counts a produce, and let uvicorn start what follows."""
         self.hot.stats.add(PRODUCE_ROUTE, "POST", status, time.perf_counter_ns() - start_ns, sent)
         protocol.on_response_complete()
+
+    @staticmethod
+    def _let_go(protocol: BoundedHttpProtocol, held: LaneReply) -> None:
+        """A held reply done with: no longer the connection's cycle (it refers to the protocol, so the two would be
+        left to the cyclic collector when the connection goes)."""
+        cycle: object = protocol.cycle  # uvicorn types it as its own cycle; the lane puts a LaneReply there
+        if cycle is held:
+            protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
 
     def release(self, held: LaneReply, problem: BaseException | None) -> None:
         """Write a held reply once its durability group ended: the 201, or the reply `problem` maps to."""
@@ -203,6 +232,7 @@ class ProduceLane:
             protocol.replies.write_now(b"".join((STATUS_LINE[status], head, ending, body)))
             if not keep_alive:
                 protocol.transport.close()
+        self._let_go(protocol, held)
         self._answered(protocol, status, held.start_ns, len(body))
 
     def cancelled(self, held: LaneReply) -> None:
@@ -213,6 +243,7 @@ class ProduceLane:
         self.hot.stats.in_flight -= 1
         held.response_complete = True
         self.hot.stats.add(PRODUCE_ROUTE, "POST", 500, time.perf_counter_ns() - held.start_ns, 0)
+        self._let_go(protocol, held)
         protocol.transport.close()
 
 

@@ -301,9 +301,9 @@ def create_app(settings: BrokerSettings) -> FastAPI:
     app.state.entry = front
     # Produces the server's connections serve without an ASGI cycle (app.direct_requests).
     direct = app.state.direct_requests = DirectRequests(front)
-    # Raw produces served from the connection's read, without a scope or a coroutine (app.produce_lane).
+    # Produces served from the connection's read, without a scope or a coroutine (app.produce_lane).
     if settings.produce_lane:
-        direct.lane = ProduceLane(direct, producer, broker, settings.max_request_body_bytes)
+        direct.lane = ProduceLane(direct, producer, broker, settings.max_request_body_bytes, settings.max_json_body_bytes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

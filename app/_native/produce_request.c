@@ -1,4 +1,4 @@
-/* A raw produce read whole: the one request form the produce lane serves (produce_request.h). */
+/* A produce read whole: the one request form the produce lane serves (produce_request.h). */
 #include "produce_request.h"
 
 #include <string.h>
@@ -6,6 +6,7 @@
 #define ROUTE_START "/v1/topics/"
 #define ROUTE_END "/messages"
 #define OCTET_STREAM "application/octet-stream"
+#define JSON "application/json"
 
 /* The header names a lane request may carry, lower-case; any other header may change its answer. */
 static const char *const lane_names[] = {"host", "content-length", "content-type", "connection", "user-agent", "accept", "accept-encoding"};
@@ -14,8 +15,9 @@ static int is_topic_char(uint8_t c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
-/* Whether every header is one a lane request may carry and its Content-Type is exactly the raw media type. */
-static int lane_headers(const uint8_t *p, const struct http_request *r) {
+/* Whether every header is one a lane request may carry and its one Content-Type is exactly the raw or the JSON media
+ * type (out->is_json says which). */
+static int lane_headers(const uint8_t *p, const struct http_request *r, struct produce_request *out) {
     int content_type = 0;
     for (size_t i = 0; i < r->fields; i++) {
         const struct http_field *f = &r->field[i];
@@ -24,7 +26,11 @@ static int lane_headers(const uint8_t *p, const struct http_request *r) {
         while (k < names && !http_lower_equals(name, f->name_len, lane_names[k])) k++;
         if (k == names) return 0;
         if (k == 2) {
-            if (content_type || !http_lower_equals(p + f->value_at, f->value_len, OCTET_STREAM)) return 0;
+            const uint8_t *value = p + f->value_at;
+            if (content_type) return 0;
+            if (http_lower_equals(value, f->value_len, OCTET_STREAM)) out->is_json = 0;
+            else if (http_lower_equals(value, f->value_len, JSON)) out->is_json = 1;
+            else return 0;
             content_type = 1;
         }
     }
@@ -47,5 +53,5 @@ int produce_request(const uint8_t *p, size_t n, size_t max_head, struct produce_
     for (size_t i = 0; i < out->topic_len; i++) {
         if (!is_topic_char(p[out->topic_at + i])) return 0; /* '/' and '%' among them: another route, an escape */
     }
-    return lane_headers(p, r);
+    return lane_headers(p, r, out);
 }

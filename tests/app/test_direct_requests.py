@@ -31,6 +31,8 @@ PATIENCE_S = 30.0
 # A raw produce goes through the produce lane (app.produce_lane, tests/app/test_produce_lane.py); these tests are about
 # the direct way, so the raw ones turn the lane off.
 NO_LANE = "produce_lane = false\n"
+# A broker whose produces go the direct way (the lane off): what these tests are about.
+DIRECT_WAY = SMALL_STORE + SMALL_BROKER + NO_LANE
 
 
 def produce_request(topic: str, body: bytes, content_type: bytes = b"application/json", extra: bytes = b"", query: str = "") -> bytes:
@@ -85,7 +87,7 @@ def head_names(sock: socket.socket) -> tuple[int, list[str], dict[str, Any]]:
 
 
 def test_a_produce_is_answered_as_the_app_answers_it(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d1", json={"queues": 1}).status_code == 201
@@ -119,7 +121,7 @@ def assert_problems(sock: socket.socket, cases: list[tuple[bytes, int, str]]) ->
 
 
 def test_problems_are_the_apps_and_nothing_is_stored(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d2", json={"queues": 1}).status_code == 201
@@ -140,7 +142,7 @@ def test_problems_are_the_apps_and_nothing_is_stored(make_broker: MakeBroker) ->
 
 
 def test_pipelined_requests_are_answered_in_order(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d3", json={"queues": 1}).status_code == 201
     produce = produce_request("d3", orjson.dumps({"body": "p", "queue_id": 0}))
@@ -159,7 +161,7 @@ def test_pipelined_requests_are_answered_in_order(make_broker: MakeBroker) -> No
 
 
 def test_connection_close_and_http_1_0_are_honoured(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d4", json={"queues": 1}).status_code == 201
     body = orjson.dumps({"body": "c", "queue_id": 0})
@@ -176,7 +178,7 @@ def test_connection_close_and_http_1_0_are_honoured(make_broker: MakeBroker) -> 
 
 
 def test_a_body_in_pieces_is_served_whole(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d5", json={"queues": 1}).status_code == 201
     text = "y" * 5000
@@ -349,7 +351,7 @@ def test_requests_the_protocol_does_not_serve(make_broker: MakeBroker) -> None:
 
 
 def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d8", json={"queues": 1}).status_code == 201
@@ -369,7 +371,7 @@ def test_a_produce_expecting_100_continue_is_answered_by_the_app(make_broker: Ma
 
 
 def test_a_held_pull_is_continued_until_a_message_arrives_and_a_gone_client_ends_it(make_broker: MakeBroker) -> None:
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.started is not None
     assert broker.client is not None
@@ -467,7 +469,7 @@ def test_an_answered_request_is_freed_without_the_cyclic_collector(make_broker: 
     # requests, whose pauses were a held pull's slowest deliveries. With the collector off, an answered
     # exchange must be freed by its last reference going away; only a connection's last one is kept (uvicorn's
     # protocol holds its current cycle).
-    broker = make_broker()
+    broker = make_broker(DIRECT_WAY)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put("/v1/topics/d10", json={"queues": 1}).status_code == 201

@@ -16,6 +16,7 @@ What must hold:
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
 from pathlib import Path
@@ -56,15 +57,17 @@ def raw(topic: str = "t", body: bytes = b"abc", fields: str = "Host: x\r\n", ver
 
 
 def test_the_reader_takes_the_one_form() -> None:
-    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"", b"abc", True)
+    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"", b"abc", True, False)
     fields = "HOST: x\r\nUser-Agent: c\r\nAccept: */*\r\nAccept-Encoding: gzip\r\nConnection: keep-alive\r\n"
-    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
-    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", False)
+    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
+    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", False, False)
     upper = raw().replace(b"application/octet-stream", b"Application/Octet-Stream")
-    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
+    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
+    json = raw(body=b"{}").replace(b"application/octet-stream", b"application/JSON")
+    assert read_produce(json, MAX_HEAD, MAX_BODY) == (b"t", b"", b"{}", True, True)
     query = raw(target="/v1/topics/t/messages?queue_id=3&tags=a")
-    assert read_produce(query, MAX_HEAD, MAX_BODY) == (b"t", b"queue_id=3&tags=a", b"abc", True)
-    assert read_produce(raw(target="/v1/topics/t/messages?"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True)
+    assert read_produce(query, MAX_HEAD, MAX_BODY) == (b"t", b"queue_id=3&tags=a", b"abc", True, False)
+    assert read_produce(raw(target="/v1/topics/t/messages?"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
     assert read_produce(raw(body=b"x" * MAX_BODY), MAX_HEAD, MAX_BODY) is not None
     assert read_produce(raw("t" * 127), MAX_HEAD, MAX_BODY) is not None
 
@@ -86,7 +89,11 @@ def test_the_reader_takes_the_one_form() -> None:
         raw(body=b""),  # empty: the direct way answers it
         raw(body=b"x" * (MAX_BODY + 1)),  # past the limit: the direct way answers 413
         raw().replace(b"application/octet-stream", b"application/octet-stream; x=1"),
-        raw().replace(b"application/octet-stream", b"application/json"),
+        raw().replace(b"application/octet-stream", b"application/json; charset=utf-8"),
+        raw().replace(b"application/octet-stream", b"text/plain"),
+        raw().replace(
+            b"Content-Type: application/octet-stream\r\n", b"Content-Type: application/json\r\nContent-Type: application/json\r\n"
+        ),
         raw().replace(b"Content-Type: application/octet-stream\r\n", b""),  # no media type
         raw().replace(b"POST", b"GET", 1),
         raw()[:-1],  # part of the body
@@ -159,6 +166,41 @@ def test_a_raw_produce_is_answered_as_the_direct_way_answers_it(make_broker: Mak
     assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
 
 
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (orjson.dumps({"body": "hello", "tags": "a", "keys": ["k1", "k2"], "properties": {"p": "v"}}), "message"),
+        (orjson.dumps({"messages": [{"body": "one", "queue_id": 0}, {"body": "two", "queue_id": 0, "tags": "b"}]}), "batch"),
+    ],
+    ids=["single", "batch"],
+)
+def test_a_json_produce_is_answered_as_the_direct_way_answers_it(make_broker: MakeBroker, body: bytes, kind: str) -> None:
+    broker = lane_broker(make_broker, "l9")
+    assert broker.client is not None and broker.started is not None
+    direct, lane = direct_of(broker), lane_of(broker)
+    served = lane.served
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l9", body))
+        status, names, reply = head_names(sock)
+        direct.lane = None
+        try:
+            sock.sendall(produce_request("l9", body))
+            status_direct, names_direct, reply_direct = head_names(sock)
+        finally:
+            direct.lane = lane
+    assert lane.served == served + 1 and status == status_direct == 201
+    assert names == names_direct == ["date", "content-length", "content-type"]
+    assert reply["kind"] == reply_direct["kind"] == kind and sorted(reply) == sorted(reply_direct)
+    ours, theirs = (r["results"] if kind == "batch" else [r] for r in (reply, reply_direct))
+    assert [sorted(r) for r in ours] == [sorted(r) for r in theirs]
+    store = broker.started.broker.store
+    found = [store.look_message_by_offset(r["commitlog_offset"]) for r in [*ours, *theirs]]
+    stored = [m for m in found if m is not None]
+    assert len(stored) == 2 * len(ours)
+    views = [(m["body"], {k: v for k, v in m["properties"].items() if k != "UNIQ_KEY"}, list(m["properties"])) for m in stored]
+    assert views[: len(ours)] == views[len(ours) :]  # the same bodies, properties and property order
+
+
 def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBroker) -> None:
     broker = lane_broker(make_broker, "l2")
     assert broker.client is not None
@@ -172,6 +214,10 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
         (produce_request("RMQ_SYS_TRANS_HALF_TOPIC", b"x", RAW), 403, "TOPIC_RESERVED"),
         (produce_request("l2", b"x", RAW, query="?queue_id=5"), 404, "QUEUE_NOT_FOUND"),
         (produce_request("l2", b"x", RAW, query="?tags=a&tags=b"), 400, "REQUEST_INVALID"),
+        (produce_request("l2", b'{"body": '), 400, "BODY_INVALID"),
+        (produce_request("l2", b'{"body": "x", "queue_id": 5}'), 404, "QUEUE_NOT_FOUND"),
+        (produce_request("l2", b'{"body": "x"}', query="?queue_id=5"), 404, "QUEUE_NOT_FOUND"),
+        (produce_request("nope", b'{"body": "x"}'), 404, "TOPIC_NOT_FOUND"),
     ]
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
         assert_problems(sock, cases)
@@ -179,8 +225,12 @@ def test_what_the_lane_declines_gets_the_direct_ways_answer(make_broker: MakeBro
         assert read_response(sock)[0] == 201
         sock.sendall(produce_request("l2", b"caps", b"Application/Octet-Stream"))  # not offered to the lane
         assert read_response(sock)[0] == 201
+        sock.sendall(produce_request("l2", b'{"body": "later", "delay_level": 1}'))  # a JSON body the lane leaves
+        assert read_response(sock)[0] == 201
+        sock.sendall(produce_request("l2", b'{"body": "queried"}', query="?queue_id=0"))  # a JSON body with a query
+        assert read_response(sock)[0] == 201
     assert lane.served == served
-    assert bodies(broker, "l2") == ["caps"] and bodies(broker, "l2ro") == []  # the delayed one is not due yet
+    assert bodies(broker, "l2") == ["caps", "queried"] and bodies(broker, "l2ro") == []  # the delayed ones are not due yet
 
 
 def test_a_query_the_lane_takes_stores_what_the_direct_way_stores(make_broker: MakeBroker) -> None:
@@ -310,3 +360,24 @@ def test_with_the_access_log_on_the_direct_way_logs_each_produce(make_broker: Ma
         assert read_response(sock)[0] == 201
     assert lane.served == served
     assert any("/v1/topics/l7/messages" in record.getMessage() for record in caplog.records)
+
+
+def test_released_lane_replies_are_freed_without_the_cyclic_collector(make_broker: MakeBroker) -> None:
+    # A held reply is its connection's cycle and refers to the connection: left there, the two would wait for the
+    # cyclic collector (whose pauses are the slowest replies) once the connection goes.
+    broker, _ = sync_broker(make_broker, "l10")
+    lane = lane_of(broker)
+    held = lane.held
+    gc.collect()
+    gc.disable()
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            replies = Replies(sock)
+            for i in range(10):
+                sock.sendall(produce_request("l10", b"m%d" % i, RAW))
+                assert replies.next()[0] == 201
+            alive = sum(1 for o in gc.get_objects() if type(o) is LaneReply)
+    finally:
+        gc.enable()
+    assert lane.held == held + 10
+    assert alive == 0, f"{alive} released lane replies were left for the cyclic collector"

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from app._http import whole_request
 from app.connections import BoundedHttpProtocol
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
+from tests.app.conftest import MakeBroker
 from tests.app.in_process import InProcessBroker
-from tests.app.test_direct_requests import PATIENCE_S, Replies, direct_of, produce_request
+from tests.app.test_direct_requests import DIRECT_WAY, PATIENCE_S, Replies, direct_of, produce_request
 from tests.app.test_slow_clients import problem_code, read_until_closed
 from tests.waiting import wait_for
 
@@ -269,7 +269,9 @@ def test_the_table_parses_alike() -> None:
         httptools_agrees(data, expected)
 
 
-def broker_with_topic(make_broker: MakeBroker, topic: str, config: str = SMALL_STORE + SMALL_BROKER) -> InProcessBroker:
+def broker_with_topic(make_broker: MakeBroker, topic: str, config: str = DIRECT_WAY) -> InProcessBroker:
+    """A broker with `topic` whose produces go the direct way (the produce lane off: these tests are about the whole
+    read of the direct way)."""
     broker = make_broker(config)
     assert isinstance(broker, InProcessBroker) and broker.client is not None  # its server's parts are read
     assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
@@ -320,7 +322,7 @@ def test_a_whole_produce_is_answered_as_a_split_one(make_broker: MakeBroker) -> 
 )
 def test_close_and_http_10_end_the_connection(make_broker: MakeBroker, version: bytes, extra: bytes) -> None:
     # The keep-alive timeout (60 s) is past the socket's (PATIENCE_S): only the server's close ends the read below.
-    broker = broker_with_topic(make_broker, "w2", SMALL_STORE + SMALL_BROKER + "keep_alive_timeout_s = 60\n")
+    broker = broker_with_topic(make_broker, "w2", DIRECT_WAY + "keep_alive_timeout_s = 60\n")
     direct = direct_of(broker)
     produce = produce_request("w2", orjson.dumps({"body": "c", "queue_id": 0}), extra=extra).replace(b"HTTP/1.1", version, 1)
     before = direct.read_whole
@@ -349,7 +351,7 @@ def test_pipelined_produces_are_answered_in_order(make_broker: MakeBroker) -> No
 
 
 def test_a_head_over_max_header_bytes_is_431_and_one_at_it_is_served(make_broker: MakeBroker) -> None:
-    broker = broker_with_topic(make_broker, "w4", SMALL_STORE + SMALL_BROKER + "max_header_bytes = 1024\n")
+    broker = broker_with_topic(make_broker, "w4", DIRECT_WAY + "max_header_bytes = 1024\n")
     direct = direct_of(broker)
     body = orjson.dumps({"body": "big", "queue_id": 0})
 
