@@ -8,11 +8,12 @@ held until its flush (SYNC_FLUSH), a held pull continued to its reply, and the r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,17 @@ def test_a_produce_is_answered_as_the_app_answers_it(make_broker: MakeBroker) ->
     # Counted and timed like every request: under the produce route, by method and status.
     metrics = broker.client.get("/metrics").text
     assert 'tidemq_http_requests_total{route="/v1/topics/{topic}/messages",method="POST",status="201"} 2' in metrics
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """The cyclic collector off (after a collection) while the block runs: what it would free is what is left to it."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def assert_problems(sock: socket.socket, cases: list[tuple[bytes, int, str]]) -> None:
@@ -475,26 +487,21 @@ def test_an_answered_request_is_freed_without_the_cyclic_collector(make_broker: 
     assert broker.client.put("/v1/topics/d10", json={"queues": 1}).status_code == 201
     direct = direct_of(broker)
     served = direct.served
-    gc.collect()
-    gc.disable()
-    try:
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-            replies = Replies(sock)
-            for i in range(20):
-                sock.sendall(produce_request("d10", orjson.dumps({"body": f"m{i}", "queue_id": 0})))
-                assert replies.next()[0] == 201
-                sock.sendall(f"GET /v1/topics/d10/queues/0/messages?offset={i}&max=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                assert replies.next()[0] == 200
-            sock.sendall(b"GET /v1/topics/d10/queues/0/messages?offset=20&wait_ms=4000 HTTP/1.1\r\nHost: x\r\n\r\n")
-            deadline = time.monotonic() + PATIENCE_S
-            while direct.served < served + 41:  # the held pull is in
-                assert time.monotonic() < deadline, "the pull was not held"
-                time.sleep(0.01)
-            assert broker.client.post("/v1/topics/d10/messages", json={"body": "late", "queue_id": 0}).status_code == 201
-            status, _, body = replies.next()
-            assert status == 200 and [m["body"] for m in orjson.loads(body)["messages"]] == ["late"]
-            alive = sum(1 for o in gc.get_objects() if type(o) is DirectExchange)
-    finally:
-        gc.enable()
+    with collector_off(), socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        replies = Replies(sock)
+        for i in range(20):
+            sock.sendall(produce_request("d10", orjson.dumps({"body": f"m{i}", "queue_id": 0})))
+            assert replies.next()[0] == 201
+            sock.sendall(f"GET /v1/topics/d10/queues/0/messages?offset={i}&max=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert replies.next()[0] == 200
+        sock.sendall(b"GET /v1/topics/d10/queues/0/messages?offset=20&wait_ms=4000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + PATIENCE_S
+        while direct.served < served + 41:  # the held pull is in
+            assert time.monotonic() < deadline, "the pull was not held"
+            time.sleep(0.01)
+        assert broker.client.post("/v1/topics/d10/messages", json={"body": "late", "queue_id": 0}).status_code == 201
+        status, _, body = replies.next()
+        assert status == 200 and [m["body"] for m in orjson.loads(body)["messages"]] == ["late"]
+        alive = sum(1 for o in gc.get_objects() if type(o) is DirectExchange)
     assert direct.served == served + 42
     assert alive <= 2, f"{alive} answered exchanges were left for the cyclic collector"

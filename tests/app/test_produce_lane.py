@@ -34,6 +34,7 @@ from tests.app.test_direct_requests import (
     Replies,
     SlowDisk,
     assert_problems,
+    collector_off,
     cut_at_the_shutdown_deadline,
     direct_of,
     head_names,
@@ -368,16 +369,11 @@ def test_released_lane_replies_are_freed_without_the_cyclic_collector(make_broke
     broker, _ = sync_broker(make_broker, "l10")
     lane = lane_of(broker)
     held = lane.held
-    gc.collect()
-    gc.disable()
-    try:
-        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-            replies = Replies(sock)
-            for i in range(10):
-                sock.sendall(produce_request("l10", b"m%d" % i, RAW))
-                assert replies.next()[0] == 201
-            alive = sum(1 for o in gc.get_objects() if type(o) is LaneReply)
-    finally:
-        gc.enable()
+    with collector_off(), socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        replies = Replies(sock)
+        for i in range(10):
+            sock.sendall(produce_request("l10", b"m%d" % i, RAW))
+            assert replies.next()[0] == 201
+        alive = sum(1 for o in gc.get_objects() if type(o) is LaneReply)
     assert lane.held == held + 10
     assert alive == 0, f"{alive} released lane replies were left for the cyclic collector"
