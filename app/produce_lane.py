@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 # Topic names the lane has found writable by name (`topic_name_problem` None); cleared past this many.
 MAX_LANE_TOPICS = 1024
 _CREATED = STATUS_LINE[201]
-_JSON_LENGTH = b"content-type: " + JSON + b"\r\ncontent-length: "
 
 
 class _NoReader:
