@@ -10,6 +10,12 @@ hands it to the loop through the CompletionRelay, and completes each member's ow
 status; one deadline timer per group. A produce the connection serves itself joins with its held reply
 instead of a future (`hold`, app.held_reply), settled with the same outcome.
 
+With `loop_wait_s` (the broker's durable_wait_in_loop_ms) the loop first waits for the group's future itself, at
+most that long, before it serves anything more, as Redis's `appendfsync always` flushes in its event loop: the
+produces that arrive meanwhile form the next group, one group is one flush, and a flush ends without a hand-off to the
+loop (no relay, no timer; the flush thread takes the GIL without contending with the loop). A group whose flush takes
+longer goes on the relay's way, its deadline shortened by the wait.
+
 Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
 when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
 away, the server stops) cancels only its own; every held reply is settled with that outcome, once;
@@ -52,15 +58,19 @@ class _Group:
 
 
 class DurableTurns:
-    __slots__ = ("_through", "_relay", "_wait_s", "_open", "groups", "members")
+    __slots__ = ("_through", "_relay", "_wait_s", "_loop_wait_s", "_open", "groups", "members", "waited_in_loop", "passed_on")
 
-    def __init__(self, through: DurableThrough, relay: CompletionRelay, wait_s: float) -> None:
+    def __init__(self, through: DurableThrough, relay: CompletionRelay, wait_s: float, loop_wait_s: float = 0.0) -> None:
+        assert 0.0 <= loop_wait_s < wait_s, "the loop waits less than a group's deadline"
         self._through = through
         self._relay = relay
         self._wait_s = wait_s  # a group's deadline: its members get None past it
+        self._loop_wait_s = loop_wait_s  # how long the loop waits for a group's future itself; 0: never
         self._open: _Group | None = None  # the group of this turn, closed at its end
         self.groups = 0  # groups closed (tests and benchmarks: members per group)
         self.members = 0  # members joined
+        self.waited_in_loop = 0  # groups answered within the loop's own wait
+        self.passed_on = 0  # groups whose flush outlasted the loop's wait (answered through the relay)
 
     def wait(self, end: int) -> Outcome:
         """The outcome of the durability wait of a put ending at commitlog `end`, shared with the turn's other puts."""
@@ -96,10 +106,32 @@ class DurableTurns:
         if future is None:  # puts are answered at once now (the broker's role changed)
             _complete(group, PutMessageStatus.PUT_OK, None)
             return
+        wait_s = self._wait_s
+        if self._loop_wait_s:
+            outcome = _waited(future, self._loop_wait_s)
+            if outcome is not None:
+                self.waited_in_loop += 1
+                _complete(group, *outcome)
+                return
+            self.passed_on += 1
+            wait_s -= self._loop_wait_s
         shared = self._relay.watch(future)
         # At the deadline the relay's future is cancelled, not the store's: its flush thread still completes it.
-        deadline = asyncio.get_running_loop().call_later(self._wait_s, shared.cancel)
+        deadline = asyncio.get_running_loop().call_later(wait_s, shared.cancel)
         shared.add_done_callback(partial(_delivered, group, deadline))
+
+
+def _waited(
+    future: concurrent.futures.Future[PutMessageStatus], timeout_s: float
+) -> tuple[PutMessageStatus | None, BaseException | None] | None:
+    """The future's outcome (status, exception) when it completes within `timeout_s`, the loop blocked meanwhile
+    (the GIL released: the flush thread runs); None when it does not."""
+    try:
+        return future.result(timeout_s), None
+    except TimeoutError:  # concurrent.futures.TimeoutError (the same class)
+        return None
+    except Exception as exc:  # the store's wait failed: every member gets the error, as through the relay
+        return None, exc
 
 
 def _delivered(group: _Group, deadline: asyncio.TimerHandle, shared: asyncio.Future[PutMessageStatus]) -> None:

@@ -379,6 +379,8 @@ class Producer:
         waits = (config.flush_disk_type is FlushDiskType.SYNC_FLUSH) + sync_master
         self.flush_wait_s = max(1, waits) * config.sync_flush_timeout_ms / 1000.0 + FLUSH_WAIT_SLACK_S
         self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
+        # How long the loop waits for a turn's durability itself (app.durable_turns); below the wait's own deadline.
+        self.loop_wait_s = min(broker.settings.durable_wait_in_loop_ms / 1000.0, self.flush_wait_s / 2)
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
         self.turns: DurableTurns | None = None  # likewise
 
@@ -419,7 +421,7 @@ class Producer:
 
     def _turns(self) -> DurableTurns:
         if self.turns is None:
-            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s)
+            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s, self.loop_wait_s)
         return self.turns
 
     async def durable(self, result: PutMessageResult) -> PutMessageResult:

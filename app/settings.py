@@ -77,6 +77,10 @@ class BrokerSettings:
     hot_routes: bool = setting(True)
     # Serve a raw produce straight from the connection's read, no scope or coroutine (same answers; off to compare).
     produce_lane: bool = setting(True)
+    # Under SYNC_FLUSH or on a SYNC_MASTER, how long the event loop waits itself for its turn's produces to be durable
+    # before it serves more (as Redis's appendfsync always: one flush a turn, no hand-off); longer flushes are answered
+    # when they end, the loop serving meanwhile. 0: the loop never waits. Not a RocketMQ setting.
+    durable_wait_in_loop_ms: int = setting(20, 0, 1_000)
     # A pull this close (in messages) to its queue's max offset reads on the event loop, not in the pool.
     inline_read_window_messages: int = setting(1_024, 0, 10_000_000)
     # Store calls queued for or running in the read pool; past it a request is answered 503 READS_BUSY.

@@ -14,8 +14,9 @@ the label says:
    order); each figure is the round with the median server CPU per request.
 2. durable: the same generator with 1 and `--producers` connections posting 1 KiB raw bodies to
    tidemq with SYNC_FLUSH (answered after the group commit's flush) and sending XADD of 1 KiB to
-   Redis with `appendfsync always`, rounds interleaved; beside them one thread's raw
-   write + fdatasync of a 1 KiB record on the same disk, and the tidemq load on ASYNC_FLUSH.
+   Redis with `appendfsync always`, rounds interleaved; beside them tidemq with its event loop
+   handing each turn's flush wait to the flush thread (`durable_wait_in_loop_ms = 0`), one thread's
+   raw write + fdatasync of a 1 KiB record on the same disk, and the tidemq load on ASYNC_FLUSH.
 3. delivery: a Python producer sends 1 KiB messages at `--rate` per second, whose first 20 bytes
    are the send's start on CLOCK_MONOTONIC, and a Python consumer in another process holds a
    long poll (tidemq's pull; Redis `XREAD BLOCK`) or a group receive that it acks at once
@@ -245,15 +246,22 @@ def durable_section(root: str, args: argparse.Namespace) -> None:
     fsync_rate, fsync_cpu_us = raw_append(os.path.join(root, "raw-fsync"), b"r" * BODY_BYTES, min(args.seconds, 3.0), sync=True)
     sync_root = os.path.join(root, "sync")
     broker = Broker(sync_root, STORE_CONFIG + 'flush_disk_type = "SYNC_FLUSH"\n')
+    # The same broker with the event loop handing every turn's flush wait to the flush thread (app.durable_turns).
+    no_wait = STORE_CONFIG.replace("[broker]\n", "[broker]\ndurable_wait_in_loop_ms = 0\n", 1)
+    handing = Broker(os.path.join(root, "sync-no-wait"), no_wait + 'flush_disk_type = "SYNC_FLUSH"\n')
     peer, why = start_redis(RedisPeer("always"), root)
     try:
         broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
+        handing.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
         raw = http_request("POST", "/v1/topics/sync/messages", b"x" * BODY_BYTES, "application/octet-stream")
         runs: dict[str, list[Measured]] = {}
         for _ in range(args.rounds):
             for producers in (1, args.producers):
                 m = loadgen(broker.port, raw, "http", broker.proc.pid, producers, args.seconds)
                 runs.setdefault(f"tidemq {producers}", []).append(m)
+                if producers > 1:
+                    m = loadgen(handing.port, raw, "http", handing.proc.pid, producers, args.seconds)
+                    runs.setdefault(f"tidemq hand-off {producers}", []).append(m)
                 if peer is not None:
                     assert peer.proc is not None
                     xadd = resp_command(b"XADD", b"dur", b"*", b"f", b"v" * BODY_BYTES)
@@ -264,6 +272,7 @@ def durable_section(root: str, args: argparse.Namespace) -> None:
             print(f"  durable round done: {', '.join(f'{k} {v[-1].messages_per_s:,.0f}/s' for k, v in runs.items())}", flush=True)
     finally:
         broker.stop()
+        handing.stop()
         if peer is not None:
             peer.stop()
     async_broker = Broker(os.path.join(root, "async"), STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
@@ -287,6 +296,10 @@ def durable_section(root: str, args: argparse.Namespace) -> None:
             versus += f"{'; ' if versus else ''}rate {ratio(ours.messages_per_s, theirs.messages_per_s)} of redis; "
             versus += f"CPU/msg redis/tidemq {ratio(theirs.server_us_per_message, ours.server_us_per_message)}"
         rows.append((f"tidemq SYNC_FLUSH, {producers} producer(s)", ours, versus))
+        if producers > 1:
+            hand_off = got[f"tidemq hand-off {producers}"]
+            versus = f"CPU/msg redis/tidemq {ratio(theirs.server_us_per_message, hand_off.server_us_per_message)}" if theirs else ""
+            rows.append((f"tidemq SYNC_FLUSH, {producers} producers, durable_wait_in_loop_ms = 0", hand_off, versus))
         rows.append((f"redis appendfsync always, {producers} producer(s)", theirs, ""))
     rows.append((f"tidemq ASYNC_FLUSH, {args.producers} producers (no durability wait)", ceiling, ""))
     print_table(rows)

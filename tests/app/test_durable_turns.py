@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,13 +76,76 @@ def test_a_group_past_its_deadline_gets_none_and_one_answered_at_once_gets_put_o
     assert asyncio.run(run()) == (None, PutMessageStatus.PUT_OK)
 
 
-def test_concurrent_durable_produces_share_a_group_commit(tmp_path: Path) -> None:
+def test_the_loop_waits_for_a_group_itself_within_its_wait() -> None:
+    # The flush (10 ms on another thread) ends within the loop's own wait: the members have the outcome as soon as
+    # the turn's close returned, with no relay's hand-off; an error of the wait is every member's.
+    async def run() -> tuple[list[object], list[object], bool]:
+        loop = asyncio.get_running_loop()
+        through = FlushedBy(lambda future: future.set_result(PutMessageStatus.PUT_OK))
+        turns = DurableTurns(through, CompletionRelay(loop), 10.0, loop_wait_s=5.0)
+        members = [turns.wait(end) for end in (100, 200)]
+        await asyncio.sleep(0)  # the turn's close
+        states = [m.done() for m in members]
+        failing = DurableTurns(FlushedBy(lambda future: future.set_exception(OSError("EIO"))), CompletionRelay(loop), 10.0, 5.0)
+        failed = failing.wait(300)
+        await asyncio.sleep(0)
+        error = failed.exception()
+        return [*states, *(m.result() for m in members)], [type(error), through.asked], turns.waited_in_loop == 1 and turns.passed_on == 0
+
+    states, error, counted = asyncio.run(run())
+    assert states == [True, True, PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK]
+    assert error == [OSError, [200]]
+    assert counted
+
+
+def test_a_flush_past_the_loops_wait_is_answered_through_the_relay() -> None:
+    # The flush outlasts the loop's own wait: the loop goes on (the member still pending), the flush thread's
+    # outcome arrives through the relay; a group whose flush never ends gets None at its deadline, shortened by
+    # the loop's wait.
+    async def run() -> tuple[list[object], float, bool]:
+        loop = asyncio.get_running_loop()
+        through = Through()
+        turns = DurableTurns(through, CompletionRelay(loop), 10.0, loop_wait_s=0.02)
+        member = turns.wait(100)
+        await asyncio.sleep(0)
+        pending = not member.done()
+        threading.Thread(target=through.futures[0].set_result, args=(PutMessageStatus.PUT_OK,)).start()
+        outcome = await member
+        stalled = DurableTurns(Through(), CompletionRelay(loop), 0.5, loop_wait_s=0.4)
+        started = time.monotonic()
+        late = await stalled.wait(200)
+        return [pending, outcome, late], time.monotonic() - started, turns.passed_on == 1 and turns.waited_in_loop == 0
+
+    outcomes, took_s, counted = asyncio.run(run())
+    assert outcomes == [True, PutMessageStatus.PUT_OK, None]
+    assert 0.45 <= took_s < 0.85  # the deadline (0.5 s) from the group's close, not 0.4 + 0.5
+    assert counted
+
+
+class FlushedBy(Through):
+    """The store's side of a group's wait whose flush thread completes each future with `complete`, shortly after."""
+
+    def __init__(self, complete: Callable[[concurrent.futures.Future[PutMessageStatus]], None]) -> None:
+        super().__init__()
+        self.complete = complete
+
+    def __call__(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
+        future = super().__call__(offset)
+        assert future is not None
+        threading.Timer(0.01, self.complete, args=(future,)).start()
+        return future
+
+
+@pytest.mark.parametrize("wait_in_loop_ms", [0, 20])
+def test_concurrent_durable_produces_share_a_group_commit(tmp_path: Path, wait_in_loop_ms: int) -> None:
     """A real store under SYNC_FLUSH: twenty produces started in one turn are answered 201 after one wait,
-    each with its own offsets, and the flushed offset passes all of them."""
+    each with its own offsets, and the flushed offset passes all of them; with the loop's own wait on, the
+    group is answered within it."""
     config = MessageStoreConfig(
         mapped_file_size_commit_log_bytes=1 << 20, max_message_size_bytes=1 << 16, flush_disk_type=FlushDiskType.SYNC_FLUSH
     )
-    app = create_app(BrokerSettings(store_dir=str(tmp_path / "store"), store=config).validate())
+    settings = BrokerSettings(store_dir=str(tmp_path / "store"), store=config, durable_wait_in_loop_ms=wait_in_loop_ms)
+    app = create_app(settings.validate())
     broker, entry = app.state.broker, app.state.entry
 
     async def produce(i: int) -> dict[str, object]:
@@ -113,6 +178,8 @@ def test_concurrent_durable_produces_share_a_group_commit(tmp_path: Path) -> Non
             replies = await asyncio.gather(*(produce(i) for i in range(20)))
             assert sorted(offset_of(r, "queue_offset") for r in replies) == list(range(20))
             assert producer.turns.members == 20 and producer.turns.groups == 1
+            # A test machine's flush can outlast 20 ms: then the relay answered (passed_on), never both.
+            assert producer.turns.waited_in_loop + producer.turns.passed_on == (1 if wait_in_loop_ms else 0)
             flushed = broker.store.commit_log.flushed_where()
             assert all(flushed > offset_of(r, "commitlog_offset") for r in replies)
         finally:
