@@ -34,6 +34,7 @@ from fastapi import Depends, Request
 from app.access_check import request_account, require_create
 from app.access_revocation import Revocations
 from app.consumer_registry import ConsumerRegistry
+from app.durable_turns import DurableTurns
 from app.http_requests import RequestStats
 from app.long_poll import HeldPulls
 from app.problems import ProblemError, StartRefused
@@ -138,6 +139,8 @@ class Broker:
         self.topics_created_total = 0
         self.pulls_abandoned_total = 0
         self.send_stalls_total = 0  # connections cut because their client took nothing for send_stall_timeout_ms
+        # The durable produces' groups, one a loop turn (app.durable_turns): set by the produce routes at the first.
+        self.durable_turns: DurableTurns | None = None
         self.http_problems_total: dict[str, int] = {}
         self.http_requests = RequestStats()
         # Messages pulls returned, per topic (counted on the event loop; /metrics drops deleted topics).

@@ -139,6 +139,15 @@ def render(broker: Broker) -> str:
         [("", broker.send_stalls_total)],
     )
     metric("tidemq_topics_auto_created_total", "counter", "Topics created by a produce", [("", broker.topics_created_total)])
+    turns = broker.durable_turns
+    groups, outlasted = (turns.groups, turns.passed_on) if turns is not None else (0, 0)
+    metric("tidemq_durable_groups_total", "counter", "Flush (and slave) waits of a loop turn's durable produces", [("", groups)])
+    metric(
+        "tidemq_durable_loop_waits_outlasted_total",
+        "counter",
+        "Durable groups whose wait outlasted durable_wait_in_loop_ms (answered when it ended, the loop serving meanwhile)",
+        [("", outlasted)],
+    )
     problems = sorted(broker.http_problems_total.items())
     metric("tidemq_http_problems_total", "counter", "Error replies by code", [(f'{{code="{c}"}}', n) for c, n in problems])
     if broker.started:

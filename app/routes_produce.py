@@ -422,6 +422,7 @@ class Producer:
     def _turns(self) -> DurableTurns:
         if self.turns is None:
             self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s, self.loop_wait_s)
+            self.broker.durable_turns = self.turns  # read by /metrics
         return self.turns
 
     async def durable(self, result: PutMessageResult) -> PutMessageResult:

@@ -324,6 +324,41 @@ def test_a_held_lane_reply_past_its_wait_answers_not_confirmed(make_broker: Make
     assert bodies(broker, "l5") == ["late"]
 
 
+def test_a_flush_outlasting_the_loops_wait_is_answered_when_it_ends(make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The loop waits for its turn's flush at most durable_wait_in_loop_ms, then serves on: /metrics answers while
+    # the disk still holds the flush and counts the wait outlasted; the produce's 201 follows the flush.
+    broker, store = sync_broker(make_broker, "l7", "", "durable_wait_in_loop_ms = 50\n")
+    client = broker.client
+    assert client is not None
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+            sock.sendall(produce_request("l7", b"slow disk", RAW))
+            deadline = time.monotonic() + PATIENCE_S
+            while metric_value(client.get("/metrics").text, "tidemq_durable_loop_waits_outlasted_total") < 1:
+                assert time.monotonic() < deadline, "the loop's wait was not outlasted"
+                time.sleep(0.01)
+            sock.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)  # nothing answered while the flush is held
+            sock.settimeout(PATIENCE_S)
+            disk.go()
+            status, _, body = read_response(sock)
+    finally:
+        disk.go()
+    assert status == 201 and orjson.loads(body)["queue_offset"] == 0
+    assert store.commit_log.flushed_where() > orjson.loads(body)["commitlog_offset"]
+    text = client.get("/metrics").text
+    assert metric_value(text, "tidemq_durable_groups_total") == 1
+    assert metric_value(text, "tidemq_durable_loop_waits_outlasted_total") == 1
+
+
+def metric_value(text: str, name: str) -> float:
+    """The value of an unlabelled sample of the metrics page `text`."""
+    (value,) = [line.split(" ")[1] for line in text.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
 def test_a_held_lane_reply_cancelled_at_the_shutdown_deadline_closes_unanswered(
     make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
