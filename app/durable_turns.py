@@ -10,11 +10,12 @@ hands it to the loop through the CompletionRelay, and completes each member's ow
 status; one deadline timer per group. A produce the connection serves itself joins with its held reply
 instead of a future (`hold`, app.held_reply), settled with the same outcome.
 
-With `loop_wait_s` (the broker's durable_wait_in_loop_ms) the loop first waits for the group's future itself, at
+With `loop_wait_s` (the broker's durable_wait_in_loop_ms) the loop then waits for the group's future itself, at
 most that long, before it serves anything more, as Redis's `appendfsync always` flushes in its event loop: the
 produces that arrive meanwhile form the next group, one group is one flush, and a flush ends without a hand-off to the
-loop (no relay, no timer; the flush thread takes the GIL without contending with the loop). A group whose flush takes
-longer goes on the relay's way, its deadline shortened by the wait.
+loop (no relay, no timer; the flush thread takes the GIL without contending with the loop). The group asks for
+its flush one callback hop after the turn, so the requests the turn's dispatch woke are answered first. A
+group whose flush takes longer goes on the relay's way, its deadline shortened by the wait.
 
 Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
 when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
@@ -98,6 +99,15 @@ class DurableTurns:
         group, self._open = self._open, None
         assert group is not None, "a group is closed once, by the call its first member scheduled"
         self.groups += 1
+        if self._loop_wait_s:
+            # One hop later: what this turn's dispatch woke (held pulls and receives answer in those callbacks) is
+            # answered before the loop waits, and the flush starts as the loop stops, not contending with it.
+            asyncio.get_running_loop().call_soon(self._ask, group)
+            return
+        self._ask(group)
+
+    def _ask(self, group: _Group) -> None:
+        """Ask the store for the group's wait; completed at once, within the loop's own wait, or through the relay."""
         try:
             future = self._through(group.end)
         except Exception as exc:  # the store could not queue the wait: every member gets the error
@@ -115,6 +125,10 @@ class DurableTurns:
                 return
             self.passed_on += 1
             wait_s -= self._loop_wait_s
+        self._relayed(group, future, wait_s)
+
+    def _relayed(self, group: _Group, future: concurrent.futures.Future[PutMessageStatus], wait_s: float) -> None:
+        """The group completed through the relay when `future` is done, or with None past `wait_s`."""
         shared = self._relay.watch(future)
         # At the deadline the relay's future is cancelled, not the store's: its flush thread still completes it.
         deadline = asyncio.get_running_loop().call_later(wait_s, shared.cancel)

@@ -84,16 +84,19 @@ def test_the_loop_waits_for_a_group_itself_within_its_wait() -> None:
         through = FlushedBy(lambda future: future.set_result(PutMessageStatus.PUT_OK))
         turns = DurableTurns(through, CompletionRelay(loop), 10.0, loop_wait_s=5.0)
         members = [turns.wait(end) for end in (100, 200)]
-        await asyncio.sleep(0)  # the turn's close
-        states = [m.done() for m in members]
+        await asyncio.sleep(0)  # the turn's close: the flush asked for and waited for a hop later
+        asked = list(through.asked)
+        await asyncio.sleep(0)  # the hop: the flush asked for, the loop's wait
+        states = [asked == [] and through.asked == [200], *(m.done() for m in members)]
         failing = DurableTurns(FlushedBy(lambda future: future.set_exception(OSError("EIO"))), CompletionRelay(loop), 10.0, 5.0)
         failed = failing.wait(300)
+        await asyncio.sleep(0)
         await asyncio.sleep(0)
         error = failed.exception()
         return [*states, *(m.result() for m in members)], [type(error), through.asked], turns.waited_in_loop == 1 and turns.passed_on == 0
 
     states, error, counted = asyncio.run(run())
-    assert states == [True, True, PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK]
+    assert states == [True, True, True, PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK]
     assert error == [OSError, [200]]
     assert counted
 
@@ -108,6 +111,7 @@ def test_a_flush_past_the_loops_wait_is_answered_through_the_relay() -> None:
         turns = DurableTurns(through, CompletionRelay(loop), 10.0, loop_wait_s=0.02)
         member = turns.wait(100)
         await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the loop's wait, past its 20 ms
         pending = not member.done()
         threading.Thread(target=through.futures[0].set_result, args=(PutMessageStatus.PUT_OK,)).start()
         outcome = await member

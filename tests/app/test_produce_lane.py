@@ -353,6 +353,33 @@ def test_a_flush_outlasting_the_loops_wait_is_answered_when_it_ends(make_broker:
     assert metric_value(text, "tidemq_durable_loop_waits_outlasted_total") == 1
 
 
+def test_a_held_pull_woken_by_a_durable_produce_is_answered_before_the_loop_waits(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loop's wait for a durable turn starts a hop after the turn's dispatch: the pull that dispatch woke is
+    # answered while the disk still holds the flush (the loop would wait up to 1 s otherwise), the produce after it.
+    broker, store = sync_broker(make_broker, "l8", "", "durable_wait_in_loop_ms = 1000\n")
+    pull = f"GET /v1/topics/l8/queues/0/messages?offset=0&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    disk = SlowDisk(store, monkeypatch)
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as puller:
+            puller.sendall(pull)
+            deadline = time.monotonic() + PATIENCE_S
+            while broker.started is not None and broker.started.broker.held.held < 1:
+                assert time.monotonic() < deadline, "the pull was not held"
+                time.sleep(0.01)
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as producer:
+                producer.sendall(produce_request("l8", b"delivered first", RAW))
+                puller.settimeout(0.5)  # well within the loop's 1 s wait
+                status, _, body = read_response(puller)
+                assert (status, [m["body"] for m in orjson.loads(body)["messages"]]) == (200, ["delivered first"])
+                disk.go()
+                status, _, _ = read_response(producer)
+                assert status == 201
+    finally:
+        disk.go()
+
+
 def metric_value(text: str, name: str) -> float:
     """The value of an unlabelled sample of the metrics page `text`."""
     (value,) = [line.split(" ")[1] for line in text.splitlines() if line.startswith(name + " ")]
