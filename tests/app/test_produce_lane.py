@@ -359,7 +359,7 @@ def test_a_held_pull_woken_by_a_durable_produce_is_answered_before_the_loop_wait
     # The loop's wait for a durable turn starts a hop after the turn's dispatch: the pull that dispatch woke is
     # answered while the disk still holds the flush (the loop would wait up to 1 s otherwise), the produce after it.
     broker, store = sync_broker(make_broker, "l8", "", "durable_wait_in_loop_ms = 1000\n")
-    pull = f"GET /v1/topics/l8/queues/0/messages?offset=0&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    pull = b"GET /v1/topics/l8/queues/0/messages?offset=0&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n"
     disk = SlowDisk(store, monkeypatch)
     try:
         with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as puller:
