@@ -269,7 +269,8 @@ def durable_section(root: str, args: argparse.Namespace) -> None:
                         loadgen(peer.port, xadd, "resp", peer.proc.pid, producers, args.seconds)
                     )
                     redis_flush(peer.port)
-            print(f"  durable round done: {', '.join(f'{k} {v[-1].messages_per_s:,.0f}/s' for k, v in runs.items())}", flush=True)
+            done = ", ".join(f"{k} {v[-1].messages_per_s:,.0f}/s at {v[-1].server_us_per_message:.1f} us" for k, v in runs.items())
+            print(f"  durable round done: {done}", flush=True)
     finally:
         broker.stop()
         handing.stop()
