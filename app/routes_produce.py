@@ -427,7 +427,7 @@ class Producer:
 
     async def durable(self, result: PutMessageResult) -> PutMessageResult:
         """`result` of a put this producer made (`put`: answered at once) whose flush and slave waits the store
-        left owed, once the turn's shared wait (app.durable_turns) ended, without blocking the loop."""
+        left owed, once the turn's shared wait (app.durable_turns) ended (the loop blocked at most loop_wait_s)."""
         status = await self._turns().wait(result.end_offset)
         problem = self.durability_problem(result, status, None)
         if problem is not None:
