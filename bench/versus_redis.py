@@ -21,7 +21,11 @@ the label says:
    are the send's start on CLOCK_MONOTONIC, and a Python consumer in another process holds a
    long poll (tidemq's pull; Redis `XREAD BLOCK`) or a group receive that it acks at once
    (tidemq's receive + ack; Redis `XREADGROUP BLOCK` + `XACK`): p50/p99 from the send's start to
-   the consumer holding the message, and to the ack answered.
+   the consumer holding the message, and to the ack answered; `--rounds` rounds, tidemq's and
+   Redis's interleaved (every other round Redis first), each figure pooling its rounds' latencies
+   and CPU. Producer and consumer use one client
+   for both servers (bench/wire_client.py: a socket, one send per request, a reader of the reply's
+   framing; JSON decoded with json.loads), so the client-side cost is alike on both sides.
 4. batch: Python client processes (httpx posting binary batches; redis-py pipelines of 100 XADDs),
    1 and `--py-clients` of them, 100 x 1 KiB per request.
 
@@ -44,7 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,9 +57,7 @@ from bench.http_bench import STORE_CONFIG, Broker, binary_batch
 from bench.load_generator import Measured, cpu_seconds, http_request, load_average, loadgen, median_of, resp_command
 from bench.noop_asgi import NoopServer
 from bench.raw_append import raw_append
-
-if TYPE_CHECKING:  # redis is imported where a run uses it
-    from redis.typing import XReadGroupResponse, XReadResponse
+from bench.wire_client import RespValue, WireConnection
 
 BODY_BYTES = 1024
 BATCH = 100  # messages per batch request, XADDs per pipelined write and per redis-py execute
@@ -330,69 +332,81 @@ def paced(rate: int, count: int, send: Callable[[], object]) -> None:
 
 
 def tidemq_pull_consumer(port: int, topic: str, offset: int, count: int, deadline_s: float, out: Any) -> None:
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = WireConnection(port)
     held: list[float] = []
     end = time.monotonic() + deadline_s
     while len(held) < count and time.monotonic() < end:
-        conn.request("GET", f"/v1/topics/{topic}/queues/0/messages?offset={offset}&max=32&wait_ms=1000")
-        reply = json.loads(conn.getresponse().read())
+        status, body = conn.http(http_request("GET", f"/v1/topics/{topic}/queues/0/messages?offset={offset}&max=32&wait_ms=1000"))
+        assert status == 200, status
+        reply = json.loads(body)
         now = time.monotonic_ns()
         held.extend((now - int(m["body"][:STAMP_DIGITS])) / 1e6 for m in reply["messages"])
         offset = reply["next_offset"]
+    conn.close()
     out.put((held, []))
 
 
 def tidemq_receive_consumer(port: int, topic: str, count: int, deadline_s: float, out: Any) -> None:
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = WireConnection(port)
+    receive = http_request("POST", f"/v1/groups/lat/topics/{topic}/receive?max=32&wait_ms=1000&invisible_ms=60000")
     held: list[float] = []
     acked: list[float] = []
     end = time.monotonic() + deadline_s
     while len(acked) < count and time.monotonic() < end:
-        conn.request("POST", f"/v1/groups/lat/topics/{topic}/receive?max=32&wait_ms=1000&invisible_ms=60000")
-        reply = json.loads(conn.getresponse().read())
+        status, body = conn.http(receive)
+        assert status == 200, status
+        reply = json.loads(body)
         now = time.monotonic_ns()
         stamps = [int(m["body"][:STAMP_DIGITS]) for m in reply["messages"]]
         if not stamps:
             continue
         held.extend((now - t) / 1e6 for t in stamps)
-        body = json.dumps({"receipt_handles": [m["receipt_handle"] for m in reply["messages"]]})
-        conn.request("POST", f"/v1/groups/lat/topics/{topic}/ack", body=body, headers={"content-type": "application/json"})
-        answer = conn.getresponse()
-        answer.read()
-        assert answer.status == 200, answer.status
+        handles = json.dumps({"receipt_handles": [m["receipt_handle"] for m in reply["messages"]]}).encode()
+        status, _ = conn.http(http_request("POST", f"/v1/groups/lat/topics/{topic}/ack", handles, "application/json"))
+        assert status == 200, status
         now = time.monotonic_ns()
         acked.extend((now - t) / 1e6 for t in stamps)
+    conn.close()
     out.put((held, acked))
 
 
-def redis_consumer(port: int, count: int, deadline_s: float, group: bool, out: Any) -> None:
-    import redis
+def redis_entries(reply: RespValue) -> list[tuple[bytes, bytes]]:
+    """(entry id, field b's value) of an XREAD / XREADGROUP reply of one stream (None when it timed out)."""
+    if reply is None:
+        return []
+    assert isinstance(reply, list) and isinstance(reply[0], list) and isinstance(reply[0][1], list), reply
+    entries: list[tuple[bytes, bytes]] = []
+    for entry in reply[0][1]:
+        assert isinstance(entry, list) and isinstance(entry[0], bytes) and isinstance(entry[1], list), entry
+        fields = entry[1]
+        assert fields[0] == b"b" and isinstance(fields[1], bytes), fields
+        entries.append((entry[0], fields[1]))
+    return entries
 
-    client = redis.Redis(port=port)
+
+def redis_consumer(port: int, stream: bytes, count: int, deadline_s: float, group: bool, out: Any) -> None:
+    conn = WireConnection(port)
     held: list[float] = []
     acked: list[float] = []
     end = time.monotonic() + deadline_s
-    last = "$"
+    last = b"$"
+    read_group = resp_command(b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"32", b"BLOCK", b"1000", b"STREAMS", stream, b">")
     while len(held) < count and time.monotonic() < end:
-        reply: XReadGroupResponse | XReadResponse
         if group:
-            reply = client.xreadgroup("g", "c", {"lat": ">"}, count=32, block=1000)
+            entries = redis_entries(conn.resp(read_group))
         else:
-            reply = client.xread({"lat": last}, count=32, block=1000)
+            entries = redis_entries(conn.resp(resp_command(b"XREAD", b"COUNT", b"32", b"BLOCK", b"1000", b"STREAMS", stream, last)))
         now = time.monotonic_ns()
-        assert not isinstance(reply, dict)  # [[stream, entries]]: redis-py's legacy (RESP2) shape, its default
-        for _, entries in reply or ():
-            stamps = [int(fields[b"b"][:STAMP_DIGITS]) for _, fields in entries]
-            held.extend((now - t) / 1e6 for t in stamps)
-            last = entries[-1][0]
-            if group:
-                client.xack("lat", "g", *(entry_id for entry_id, _ in entries))
-                now = time.monotonic_ns()
-                acked.extend((now - t) / 1e6 for t in stamps)
+        if not entries:
+            continue
+        stamps = [int(value[:STAMP_DIGITS]) for _, value in entries]
+        held.extend((now - t) / 1e6 for t in stamps)
+        last = entries[-1][0]
+        if group:
+            assert conn.resp(resp_command(b"XACK", stream, b"g", *(entry_id for entry_id, _ in entries))) == len(entries)
+            now = time.monotonic_ns()
+            acked.extend((now - t) / 1e6 for t in stamps)
+    conn.close()
     out.put((held, acked))
 
 
@@ -400,11 +414,21 @@ def redis_consumer(port: int, count: int, deadline_s: float, group: bool, out: A
 class Latency:
     held: list[float]
     acked: list[float]
-    server_us_per_message: float
+    server_cpu_s: float
+    messages: int
     load: float
+
+    @property
+    def server_us_per_message(self) -> float:
+        return self.server_cpu_s / max(1, self.messages) * 1e6
 
     def figure(self, values: list[float]) -> str:
         return f"{percentile(values, 0.5):.2f} / {percentile(values, 0.99):.2f}" if values else "-"
+
+    def merged(self, other: Latency) -> Latency:
+        """This and `other` (another round) as one sample: latencies pooled, CPU summed."""
+        held, acked = sorted(self.held + other.held), sorted(self.acked + other.acked)
+        return Latency(held, acked, self.server_cpu_s + other.server_cpu_s, self.messages + other.messages, other.load)
 
 
 def run_delivery(consumer: Any, consumer_args: tuple[Any, ...], send: Callable[[], object], rate: int, count: int, pid: int) -> Latency:
@@ -417,64 +441,108 @@ def run_delivery(consumer: Any, consumer_args: tuple[Any, ...], send: Callable[[
     held, acked = results.get(timeout=120)
     used = cpu_seconds(pid) - before
     proc.join(10)
-    return Latency(sorted(held), sorted(acked), used / max(1, count) * 1e6, load_average())
+    return Latency(sorted(held), sorted(acked), used, count, load_average())
 
 
-def tidemq_delivery(root: str, rate: int, count: int) -> tuple[Latency, Latency]:
-    import http.client
+class TidemqDelivery:
+    """A broker (ASYNC_FLUSH) with a topic for held pulls and one for a group's receives."""
 
-    broker = Broker(os.path.join(root, "delivery"), STORE_CONFIG)
-    try:
+    def __init__(self, root: str) -> None:
+        self.broker = Broker(os.path.join(root, "delivery"), STORE_CONFIG)
         for topic in ("lat", "latpop"):
-            broker.request("PUT", f"/v1/topics/{topic}", b'{"queues": 1}')
-        conn = http.client.HTTPConnection("127.0.0.1", broker.port, timeout=30)
+            self.broker.request("PUT", f"/v1/topics/{topic}", b'{"queues": 1}')
 
-        def sender(topic: str) -> Callable[[], None]:
-            def send() -> None:
-                body = json.dumps({"body": stamped_body(), "queue_id": 0})
-                conn.request("POST", f"/v1/topics/{topic}/messages", body=body, headers={"content-type": "application/json"})
-                answer = conn.getresponse()
-                answer.read()
-                assert answer.status == 201, answer.status
+    def measure(self, consumer: Any, consumer_args: tuple[Any, ...], topic: str, rate: int, count: int) -> Latency:
+        conn = WireConnection(self.broker.port)  # a round's own: an idle keep-alive connection is closed between rounds
+        path = f"/v1/topics/{topic}/messages"
 
-            return send
+        def send() -> None:
+            body = json.dumps({"body": stamped_body(), "queue_id": 0}).encode()
+            status, _ = conn.http(http_request("POST", path, body, "application/json"))
+            assert status == 201, status
 
-        pull = run_delivery(tidemq_pull_consumer, (broker.port, "lat", 0, count, 60.0), sender("lat"), rate, count, broker.proc.pid)
-        receive = run_delivery(
-            tidemq_receive_consumer, (broker.port, "latpop", count, 60.0), sender("latpop"), rate, count, broker.proc.pid
-        )
-        conn.close()
-        return pull, receive
-    finally:
-        broker.stop()
+        try:
+            return run_delivery(consumer, consumer_args, send, rate, count, self.broker.proc.pid)
+        finally:
+            conn.close()
+
+    def pull(self, rate: int, count: int) -> Latency:
+        status, reply = self.broker.request("GET", "/v1/topics/lat/queues/0/messages?offset=0&max=1")
+        assert status == 200, status
+        end = json.loads(reply)["max_offset"]  # the consumer waits past what earlier rounds sent
+        return self.measure(tidemq_pull_consumer, (self.broker.port, "lat", end, count, 60.0), "lat", rate, count)
+
+    def receive(self, rate: int, count: int) -> Latency:
+        return self.measure(tidemq_receive_consumer, (self.broker.port, "latpop", count, 60.0), "latpop", rate, count)
+
+    def close(self) -> None:
+        self.broker.stop()
 
 
-def redis_delivery(root: str, rate: int, count: int) -> tuple[Latency | None, Latency | None, str]:
-    import redis
+class RedisDelivery:
+    """Redis (appendfsync everysec) with a stream for XREAD BLOCK and one with a group for XREADGROUP + XACK."""
 
-    peer, why = start_redis(RedisPeer("everysec"), root)
-    if peer is None:
-        return None, None, why
-    try:
+    def __init__(self, peer: RedisPeer) -> None:
         assert peer.proc is not None
-        client = redis.Redis(port=peer.port)
-        send = lambda: client.xadd("lat", {"b": stamped_body()})
-        read = run_delivery(redis_consumer, (peer.port, count, 60.0, False), send, rate, count, peer.proc.pid)
-        client.delete("lat")
-        client.xgroup_create("lat", "g", id="$", mkstream=True)
-        group = run_delivery(redis_consumer, (peer.port, count, 60.0, True), send, rate, count, peer.proc.pid)
-        return read, group, ""
+        self.peer, self.pid = peer, peer.proc.pid
+        conn = WireConnection(peer.port)
+        conn.resp(resp_command(b"XGROUP", b"CREATE", b"latg", b"g", b"$", b"MKSTREAM"))
+        conn.close()
+
+    def measure(self, stream: bytes, group: bool, rate: int, count: int) -> Latency:
+        conn = WireConnection(self.peer.port)
+
+        def send() -> None:
+            assert isinstance(conn.resp(resp_command(b"XADD", stream, b"*", b"b", stamped_body().encode())), bytes)
+
+        try:
+            return run_delivery(redis_consumer, (self.peer.port, stream, count, 60.0, group), send, rate, count, self.pid)
+        finally:
+            conn.close()
+
+    def pull(self, rate: int, count: int) -> Latency:
+        return self.measure(b"lat", False, rate, count)
+
+    def receive(self, rate: int, count: int) -> Latency:
+        return self.measure(b"latg", True, rate, count)
+
+    def close(self) -> None:
+        self.peer.stop()
+
+
+def delivery_rounds(root: str, args: argparse.Namespace, count: int) -> tuple[dict[str, Latency], str]:
+    """`args.rounds` rounds of the four measurements, tidemq's and Redis's interleaved (every other round Redis
+    first), so that both sides meet the same drift of the machine's load; each figure pools its rounds."""
+    tidemq = TidemqDelivery(root)
+    peer, why = start_redis(RedisPeer("everysec"), root)
+    redis = RedisDelivery(peer) if peer is not None else None
+    got: dict[str, Latency] = {}
+    try:
+        for r in range(args.rounds):
+            sides: list[tuple[str, TidemqDelivery | RedisDelivery]] = [("tidemq", tidemq)]
+            if redis is not None:
+                sides.insert(r % 2, ("redis", redis))
+            for name, side in sides:
+                for kind, measure in (("pull", side.pull), ("receive", side.receive)):
+                    one = measure(args.rate, count)
+                    key = f"{name} {kind}"
+                    got[key] = got[key].merged(one) if key in got else one
     finally:
-        peer.stop()
+        tidemq.close()
+        if redis is not None:
+            redis.close()
+    return got, why
 
 
 def delivery_section(root: str, args: argparse.Namespace) -> None:
     count = int(args.rate * args.seconds)
-    pull, receive = tidemq_delivery(root, args.rate, count)
-    read, group, why = redis_delivery(root, args.rate, count)
+    got, why = delivery_rounds(root, args, count)
+    pull, receive = got["tidemq pull"], got["tidemq receive"]
+    read, group = got.get("redis pull"), got.get("redis receive")
     print(
-        f"\nDelivery of 1 KiB messages at {args.rate}/s for {args.seconds:g} s: a Python producer (http.client / redis-py) and a "
-        "Python consumer process; p50 / p99 in ms from the send's start" + (f" (redis: {why})" if why else "")
+        f"\nDelivery of 1 KiB messages at {args.rate}/s, {args.rounds} interleaved rounds of {args.seconds:g} s: a Python producer "
+        "and a Python consumer process (one socket client, bench/wire_client.py, for both); p50 / p99 in ms from the send's start, "
+        "the rounds pooled" + (f" (redis: {why})" if why else "")
     )
     print("| figure | tidemq p50 / p99 ms | redis p50 / p99 ms | p50 ratio | p99 ratio | server CPU us/msg tidemq / redis | load |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -492,7 +560,8 @@ def delivery_section(root: str, args: argparse.Namespace) -> None:
     line("held pull / XREAD BLOCK: message held", pull, pull.held, read, read.held if read else [])
     line("held receive / XREADGROUP BLOCK: message held", receive, receive.held, group, group.held if group else [])
     line("held receive + ack / XREADGROUP + XACK: ack answered", receive, receive.acked, group, group.acked if group else [])
-    print(f"messages measured: pull {len(pull.held)}, receive {len(receive.held)}, acked {len(receive.acked)} of {count}")
+    sent = count * args.rounds
+    print(f"messages measured: pull {len(pull.held)}, receive {len(receive.held)}, acked {len(receive.acked)} of {sent}")
     if read is not None:
         p99 = percentile(pull.held, 0.99) / percentile(read.held, 0.99)
         print(f"target delivery p99 <= 2x XREAD BLOCK's: {p99:.2f}x, {'met' if p99 <= 2.0 else 'NOT met'}")
@@ -595,8 +664,8 @@ def batch_section(root: str, args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections to run, of {','.join(SECTIONS)}")
-    parser.add_argument("--quick", action="store_true", help="2 s per measurement (delivery: 2 s at the full rate)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the requests and durable sections")
+    parser.add_argument("--quick", action="store_true", help="2 s per measurement (delivery: 2 s a round at the full rate)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the requests, durable and delivery sections")
     parser.add_argument("--rate", type=int, default=1_000, help="messages per second of the delivery test")
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--producers", type=int, default=64, help="concurrent producers of the durable-put test")
