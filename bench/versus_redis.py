@@ -516,6 +516,7 @@ def delivery_rounds(root: str, args: argparse.Namespace, count: int) -> tuple[di
     tidemq = TidemqDelivery(root)
     peer, why = start_redis(RedisPeer("everysec"), root)
     redis = RedisDelivery(peer) if peer is not None else None
+    print(f"delivery servers on ports {tidemq.broker.port} (tidemq), {peer.port if peer is not None else '-'} (redis)", flush=True)
     got: dict[str, Latency] = {}
     try:
         for r in range(args.rounds):

@@ -50,3 +50,29 @@ def test_quick_requests_run_prints_every_row_and_stops_its_servers() -> None:
     assert ports, log[-2000:]
     noop, tidemq, redis = ports.groups()
     assert processes_with([f"noop_asgi.py {noop}", f"--port {tidemq} ", f"--port {redis} "]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_quick_delivery_run_measures_every_message_on_both_servers_and_stops_them() -> None:
+    """Two interleaved rounds of 60 messages each way: every message sent is measured by its consumer on both servers
+    (the one socket client reads HTTP and RESP replies whole), every figure has a p50 / p99 and a server CPU."""
+    done = run_bench("versus_redis.py", "--only", "delivery", "--rounds", "2", "--seconds", "0.3", "--rate", "200")
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "2 interleaved rounds of 0.3 s" in log and "one socket client, bench/wire_client.py, for both" in log
+    assert "messages measured: pull 120, receive 120, acked 120 of 120" in log, log[-3000:]
+    for name in ("held pull / XREAD BLOCK", "held receive / XREADGROUP BLOCK", "held receive + ack / XREADGROUP + XACK"):
+        row = re.search(
+            rf"^\| {re.escape(name)}: [^|]+ \| ([\d.]+) / ([\d.]+) \| ([\d.]+) / ([\d.]+) \| [\d.]+ \| [\d.]+ \| ([\d.]+) / ([\d.]+) \|",
+            done.stdout,
+            re.M,
+        )
+        assert row, (name, done.stdout[-3000:])
+        ours50, ours99, theirs50, theirs99, ours_cpu, theirs_cpu = (float(v) for v in row.groups())
+        assert 0 < ours50 <= ours99 and 0 < theirs50 <= theirs99 and ours_cpu > 0 and theirs_cpu > 0, row.group(0)
+    assert re.search(r"target delivery p99 <= 2x XREAD BLOCK's: [\d.]+x, (met|NOT met)", log), log[-2000:]
+    assert re.search(r"target held receive \+ ack p50 <= 1.5 ms: [\d.]+ ms, (met|NOT met)", log), log[-2000:]
+    ports = re.search(r"delivery servers on ports (\d+) \(tidemq\), (\d+) \(redis\)", log)
+    assert ports, log[-2000:]
+    assert processes_with([f"--port {ports.group(1)} ", f"--port {ports.group(2)} "]) == []
