@@ -384,12 +384,13 @@ def redis_entries(reply: RespValue) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-def redis_consumer(port: int, stream: bytes, count: int, deadline_s: float, group: bool, out: Any) -> None:
+def redis_consumer(port: int, stream: bytes, after: bytes, count: int, deadline_s: float, group: bool, out: Any) -> None:
+    """XREAD BLOCK from entry id `after` on (or, `group`, XREADGROUP of group g's new entries, each batch acked)."""
     conn = WireConnection(port)
     held: list[float] = []
     acked: list[float] = []
     end = time.monotonic() + deadline_s
-    last = b"$"
+    last = after
     read_group = resp_command(b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"32", b"BLOCK", b"1000", b"STREAMS", stream, b">")
     while len(held) < count and time.monotonic() < end:
         if group:
@@ -496,7 +497,12 @@ class RedisDelivery:
             assert isinstance(conn.resp(resp_command(b"XADD", stream, b"*", b"b", stamped_body().encode())), bytes)
 
         try:
-            return run_delivery(redis_consumer, (self.peer.port, stream, count, 60.0, group), send, rate, count, self.pid)
+            # The stream's last id now, as tidemq's pull starts at the queue's end offset: not `$`, which would skip what
+            # is sent before the consumer's first XREAD when its process starts late.
+            newest = conn.resp(resp_command(b"XREVRANGE", stream, b"+", b"-", b"COUNT", b"1"))
+            after = newest[0][0] if isinstance(newest, list) and newest and isinstance(newest[0], list) else b"0-0"
+            assert isinstance(after, bytes), newest
+            return run_delivery(redis_consumer, (self.peer.port, stream, after, count, 60.0, group), send, rate, count, self.pid)
         finally:
             conn.close()
 
