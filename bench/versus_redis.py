@@ -23,9 +23,9 @@ the label says:
    (tidemq's receive + ack; Redis `XREADGROUP BLOCK` + `XACK`): p50/p99 from the send's start to
    the consumer holding the message, and to the ack answered; `--rounds` rounds, tidemq's and
    Redis's interleaved (every other round Redis first), each figure pooling its rounds' latencies
-   and CPU. Producer and consumer use one client
-   for both servers (bench/wire_client.py: a socket, one send per request, a reader of the reply's
-   framing; JSON decoded with json.loads), so the client-side cost is alike on both sides.
+   and CPU. Producer and consumer use one client for both servers (bench/wire_client.py: a socket,
+   one send per request, a reader of the reply's framing; JSON decoded with json.loads), so the
+   client-side cost is alike on both sides.
 4. batch: Python client processes (httpx posting binary batches; redis-py pipelines of 100 XADDs),
    1 and `--py-clients` of them, 100 x 1 KiB per request.
 
