@@ -27,6 +27,11 @@ class CompletionRelay:
         self.handoffs = 0  # loop wake-ups made, for tests and benchmarks
         self.completed = 0  # futures delivered through them
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the relay hands completions to (its waiters' loop)."""
+        return self._loop
+
     def watch(self, future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
         """An asyncio future (of this relay's loop) that completes as `future` does."""
         waiter: asyncio.Future[Any] = self._loop.create_future()

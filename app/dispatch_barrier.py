@@ -36,20 +36,27 @@ BARRIER_KEY = "tidemq.dispatch_barrier"
 
 
 class DispatchBarrier:
-    __slots__ = ("_dispatch_owed", "_woken", "pending", "runs", "woke")
+    __slots__ = ("_dispatch_owed", "_woken", "_loop", "pending", "runs", "woke")
 
     def __init__(self, dispatch_owed: Callable[[], int], woken: Callable[[], int] | None = None) -> None:
         self._dispatch_owed = dispatch_owed
         self._woken = woken  # held requests woken so far (app.long_poll: HeldPulls.woken_total); None: never `woke`
+        # The server's loop (`bind`, at its start): asyncio.get_running_loop() makes a getpid() system call each time,
+        # and `owe` runs once a loop turn with puts. Unbound, the running loop is asked.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.pending = False  # a run is scheduled and has not run yet
         self.runs = 0  # passes run (tests and benchmarks: puts per pass)
         self.woke = False  # a pass of this loop turn woke held requests (cleared by the next turn)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Schedule passes on `loop`, the server's (called on it when the server starts)."""
+        self._loop = loop
 
     def owe(self) -> None:
         """A put was made with `defer_dispatch`: its dispatch runs at the end of this turn, before its reply."""
         if not self.pending:
             self.pending = True
-            asyncio.get_running_loop().call_soon(self.run)
+            (self._loop or asyncio.get_running_loop()).call_soon(self.run)
 
     def run(self) -> None:
         """Dispatch what the puts owe (the scheduled pass; a reply's write runs it first when still pending)."""
@@ -64,7 +71,7 @@ class DispatchBarrier:
             self._dispatch_owed()
             if woken() != before and not self.woke:
                 self.woke = True
-                asyncio.get_running_loop().call_soon(self._turn_over)
+                (self._loop or asyncio.get_running_loop()).call_soon(self._turn_over)
 
     def _turn_over(self) -> None:
         self.woke = False

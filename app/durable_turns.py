@@ -59,12 +59,15 @@ class _Group:
 
 
 class DurableTurns:
-    __slots__ = ("_through", "_relay", "_wait_s", "_loop_wait_s", "_open", "groups", "members", "waited_in_loop", "passed_on")
+    __slots__ = ("_through", "_relay", "_loop", "_wait_s", "_loop_wait_s", "_open", "groups", "members", "waited_in_loop", "passed_on")
 
     def __init__(self, through: DurableThrough, relay: CompletionRelay, wait_s: float, loop_wait_s: float = 0.0) -> None:
         assert 0.0 <= loop_wait_s < wait_s, "the loop waits less than a group's deadline"
         self._through = through
         self._relay = relay
+        # The relay's loop, which runs every call here: kept, because asyncio.get_running_loop() makes a getpid()
+        # system call each time (CPython 3.11 checks for a fork), and `hold` runs for every durable produce.
+        self._loop = relay.loop
         self._wait_s = wait_s  # a group's deadline: its members get None past it
         self._loop_wait_s = loop_wait_s  # how long the loop waits for a group's future itself; 0: never
         self._open: _Group | None = None  # the group of this turn, closed at its end
@@ -75,21 +78,20 @@ class DurableTurns:
 
     def wait(self, end: int) -> Outcome:
         """The outcome of the durability wait of a put ending at commitlog `end`, shared with the turn's other puts."""
-        loop = asyncio.get_running_loop()
-        group = self._joined(end, loop)
-        member: Outcome = loop.create_future()
+        group = self._joined(end)
+        member: Outcome = self._loop.create_future()
         group.members.append(member)
         return member
 
     def hold(self, end: int, held: Settled) -> None:
         """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s)."""
-        self._joined(end, asyncio.get_running_loop()).held.append(held)
+        self._joined(end).held.append(held)
 
-    def _joined(self, end: int, loop: asyncio.AbstractEventLoop) -> _Group:
+    def _joined(self, end: int) -> _Group:
         group = self._open
         if group is None:
             group = self._open = _Group()
-            loop.call_soon(self._close)
+            self._loop.call_soon(self._close)
         if end > group.end:
             group.end = end
         self.members += 1
@@ -102,7 +104,7 @@ class DurableTurns:
         if self._loop_wait_s:
             # One hop later: what this turn's dispatch woke (held pulls and receives answer in those callbacks) is
             # answered before the loop waits, and the flush starts as the loop stops, not contending with it.
-            asyncio.get_running_loop().call_soon(self._ask, group)
+            self._loop.call_soon(self._ask, group)
             return
         self._ask(group)
 
@@ -131,7 +133,7 @@ class DurableTurns:
         """The group completed through the relay when `future` is done, or with None past `wait_s`."""
         shared = self._relay.watch(future)
         # At the deadline the relay's future is cancelled, not the store's: its flush thread still completes it.
-        deadline = asyncio.get_running_loop().call_later(wait_s, shared.cancel)
+        deadline = self._loop.call_later(wait_s, shared.cancel)
         shared.add_done_callback(partial(_delivered, group, deadline))
 
 

@@ -58,7 +58,7 @@ def _complete(future: asyncio.Future[Wake], why: Wake, *_source: object) -> None
 
 async def wait_held(future: asyncio.Future[Wake], timeout_s: float, gone: asyncio.Future[Any], revoked: asyncio.Future[Any] | None) -> Wake:
     """Wait until `future` completes: by an arrival (HeldPulls), `gone`, `revoked` or `timeout_s` passing."""
-    loop = asyncio.get_running_loop()
+    loop = future.get_loop()  # the running loop's (the caller awaits it), without get_running_loop()'s getpid()
     timer = loop.call_later(timeout_s, _complete, future, Wake.DEADLINE)
     links: list[tuple[asyncio.Future[Any], Callable[..., None]]] = []
     for source, why in ((gone, Wake.GONE), (revoked, Wake.REVOKED)):
@@ -136,6 +136,12 @@ class HeldPulls:
         self._pending_topics: dict[str, set[int] | None] = {}
         # Told on the loop of arrivals in watched topics (set by app.stream_registry).
         self.on_topic_arrival: Callable[[str, set[int] | None], None] | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop whose waiters this serves (`bind`); the running one before it is bound. Read by the held
+        requests instead of asyncio.get_running_loop(), which makes a getpid() system call each time."""
+        return self._loop if self._loop is not None else asyncio.get_running_loop()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve waiters of `loop`; called on the loop's thread."""

@@ -200,7 +200,7 @@ class Receiver:
     async def hold(self, request: Request, spec: ReceiveSpec) -> list[Popped]:
         """Wait for an arrival in any queue the receive reads (or the deadline, a disconnect, the stop, an ACL
         reload that revokes the request's access: 401/403) and take again."""
-        loop = asyncio.get_running_loop()
+        loop = self.held.loop
         deadline = loop.time() + spec.wait_ms / 1000.0
         read_queues = self.broker.topic_config(spec.topic).read_queue_nums
         queues = [(spec.topic, q) for q in range(read_queues)]

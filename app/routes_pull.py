@@ -17,7 +17,6 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -330,9 +329,9 @@ class Puller:
         """Wait for a matching message (or the deadline, a disconnect, the stop, an ACL reload that revokes
         the request's access: 401/403) and re-read. `r` is the read that found nothing to answer, None when
         the pull asked for the queue's end offset (what such a read answers: NO_NEW_MSG from there)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + spec.wait_ms / 1000.0
         held = self.held
+        loop = held.loop
+        deadline = loop.time() + spec.wait_ms / 1000.0
         departure: Departure | None = None
         access = self.broker.revocations.watch(request.scope)
         try:

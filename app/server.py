@@ -254,6 +254,7 @@ def create_app(settings: BrokerSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.dispatch_barrier.bind(asyncio.get_running_loop())
         # The server listens while the store loads: health answers, other routes are 503 STARTING.
         broker.start_in_background(app.state.on_start_failed)
         try:
