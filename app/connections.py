@@ -55,6 +55,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app._http import whole_request
 from app.body_limit import BODY_TIMED_OUT
+from app.born_host import born_host_of_client
 from app.direct_requests import DirectExchange, DirectRequests
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.long_poll import LOST_KEY
@@ -62,6 +63,7 @@ from app.problems import ProblemReply
 from app.produce_lane import ProduceLane
 from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
+from store import DEFAULT_BORN_HOST
 
 log = logging.getLogger("tidemq.app")
 # A connection's `idle_since` while a request is under way (no keep-alive deadline runs).
@@ -124,6 +126,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         "gone",
         "direct",
         "idle_since",
+        "born_host",
     )
 
     header_read_timeout_s = 10.0
@@ -152,6 +155,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # Serves this connection's produces without a cycle (None: every request goes to the app).
         self.direct: DirectRequests | None = self.direct_requests
         self.idle_since = BUSY  # the loop's time its last reply completed with nothing after it (BUSY: a request is under way)
+        self.born_host = DEFAULT_BORN_HOST  # the client's BORNHOST (app.born_host), worked out once the connection is made
 
     def data_received(self, data: bytes) -> None:
         direct = self.direct
@@ -304,6 +308,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn declares BaseTransport
         self.replies = ReplyTransport(transport, self.loop, self.dispatch_barrier)  # what `transport` is from here on
         super().connection_made(self.replies)  # type: ignore[arg-type]  # a wrapper with Transport's methods, not a subclass
+        self.born_host = born_host_of_client(self.client)  # the peer is the connection's: once, not per produce
         if len(self.connections) > self.max_connections:
             self.app = refusing_app(self.app, self.max_connections, self.problem)
             self.direct = None  # every request of this connection is refused by the app above
