@@ -41,6 +41,7 @@ setup(
                 f"{NATIVE}/sql_binding.h",
                 f"{NATIVE}/produce_binding.h",
                 f"{NATIVE}/put_lane_binding.h",
+                f"{NATIVE}/properties_binding.h",
             ],
             extra_compile_args=CFLAGS,
             extra_link_args=os.environ.get("TIDEMQ_NATIVE_LDFLAGS", "").split(),

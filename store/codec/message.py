@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from store._kernels import encode_properties as _encode_properties
+
 # Property names (RocketMQ's MessageConst).
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -123,7 +125,10 @@ class MessageInner:
         joins item head, body and tail.
         """
         self.topic_bytes = self.topic.encode("utf-8")
-        self.properties_bytes = props = encode_properties(self.properties)
+        props = _encode_properties(self.properties)  # encode_properties's kernel, called directly (every message made)
+        if props is None:
+            props = format_properties(self.properties)
+        self.properties_bytes = props
         self.tags_code = tags_hash(self.properties.get(PROPERTY_TAGS, ""))
         if len(self.topic_bytes) <= 255 and len(props) <= 0x7FFF:
             self.tail = len(props).to_bytes(2, "big") + props
@@ -183,6 +188,15 @@ def split_keys(value: str) -> list[str]:
 
 
 def encode_properties(properties: dict[str, str]) -> bytes:
+    """The property string of `properties` (the module's docstring says how), by store._kernels.encode_properties;
+    `format_properties` is its reference, and writes what the kernel declines (a mapping that is not a dict, a name
+    or value that is not a str, formatted as an f-string formats it)."""
+    encoded = _encode_properties(properties)
+    return encoded if encoded is not None else format_properties(properties)
+
+
+def format_properties(properties: dict[str, str]) -> bytes:
+    """The property string, one item at a time: encode_properties's reference."""
     if not properties:
         return b""
     return "".join(f"{k}\x01{v}\x02" for k, v in properties.items()).encode("utf-8")

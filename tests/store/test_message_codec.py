@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import collections
 import struct
 import zlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.codec.message import (
+    MessageInner,
     decode_offset_msg_id,
     decode_properties,
     encode_properties,
+    format_properties,
     java_string_hash,
     offset_msg_id,
     tags_hash,
@@ -190,6 +194,31 @@ def test_dispatch_decoder_agrees_with_the_checker(body: bytes, props: dict[str, 
     write_blank_into(blank, 0, 16)
     assert decode_for_dispatch(blank, 0, 16, levels) == (DISPATCH_BLANK, None)
     assert decode_for_dispatch(bytes(16), 0, 16, levels) == (DISPATCH_END, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(props=st.dictionaries(st.text(max_size=40), st.text(max_size=200), max_size=12))
+def test_the_properties_kernel_writes_what_its_reference_writes(props: dict[str, str]) -> None:
+    # Any text the standard library encodes, in the dict's order; surrogates are refused below.
+    if any("\ud800" <= c <= "\udfff" for text in (*props, *props.values()) for c in text):
+        with pytest.raises(UnicodeEncodeError):
+            encode_properties(props)
+        with pytest.raises(UnicodeEncodeError):
+            format_properties(props)
+        return
+    assert encode_properties(props) == format_properties(props)
+    msg = MessageInner("T", b"", properties=dict(props))
+    assert msg.properties_bytes == format_properties(props)
+    assert msg.tail == len(msg.properties_bytes).to_bytes(2, "big") + msg.properties_bytes  # at most 11,544 bytes here
+
+
+def test_a_property_value_that_is_not_text_is_formatted_as_the_reference_formats_it() -> None:
+    # The kernel declines a name or value that is not a str; the reference's formatting writes it.
+    props: Any = {"TAGS": "a", "DELAY": 3}  # a value a caller typed wrong
+    assert encode_properties(props) == b"TAGS\x01a\x02DELAY\x013\x02"
+    assert MessageInner("T", b"", properties=props).properties_bytes == b"TAGS\x01a\x02DELAY\x013\x02"
+    ordered = collections.OrderedDict([("b", "1"), ("a", "2")])  # another mapping: its items() as the reference reads them
+    assert encode_properties(ordered) == b"b\x011\x02a\x012\x02"
 
 
 def test_uniq_keys_of_one_batch_never_repeat_even_past_the_16_bit_counter() -> None:
