@@ -9,6 +9,9 @@
  * messages with the Python path. A message whose lengths disagree with its TOTALSIZE does too.
  */
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "bytes.h"
 #include "kernels.h"
@@ -56,16 +59,48 @@ static void put_int(struct sink *s, int64_t v) {
     put(s, digits + at, sizeof digits - at);
 }
 
+/* Whether none of the 8 bytes of w is below 0x20, '"' or '\\' (a byte above 0x7F is plain here: UTF-8 goes out as
+ * it is). A byte below 0x20 is the only one whose subtraction borrows, so a borrow never hides one. */
+static int plain8(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+    uint64_t control = (w - ones * 0x20) & ~w & highs;
+    uint64_t quotes = (quote - ones) & ~quote & highs, slashes = (slash - ones) & ~slash & highs;
+    return (control | quotes | slashes) == 0;
+}
+
+/* How many bytes from p[0..n) on need no escape in a JSON string: 16 a step with SSE2, 8 without, then one. */
+static size_t plain_run(const uint8_t *p, size_t n) {
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), slash = _mm_set1_epi8('\\'), below = _mm_set1_epi8(0x1F);
+    for (; n - i >= 16; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        /* Unsigned v <= 0x1F where min(v, 0x1F) == v. */
+        __m128i special = _mm_or_si128(_mm_cmpeq_epi8(_mm_min_epu8(v, below), v), _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
+        if (_mm_movemask_epi8(special) != 0) break;
+    }
+#endif
+    for (; n - i >= 8; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (!plain8(w)) break;
+    }
+    while (i < n && p[i] >= 0x20 && p[i] != '"' && p[i] != '\\') i++;
+    return i;
+}
+
 /* A JSON string as orjson writes one: the bytes as they are (well-formed UTF-8), runs copied whole. */
 static void put_string(struct sink *s, struct span v) {
     static const char hex[] = "0123456789abcdef";
     PUT_LIT(s, "\"");
-    size_t run = 0;
-    for (size_t i = 0; i < v.n; i++) {
-        uint8_t c = v.p[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        put(s, v.p + run, i - run);
-        run = i + 1;
+    size_t i = 0;
+    for (;;) {
+        size_t run = plain_run(v.p + i, v.n - i);
+        put(s, v.p + i, run);
+        i += run;
+        if (i >= v.n) break;
+        uint8_t c = v.p[i++];
         char esc[6] = {'\\', 0, 0, 0, 0, 0};
         size_t k = 2;
         switch (c) {
@@ -84,7 +119,6 @@ static void put_string(struct sink *s, struct span v) {
         }
         put(s, esc, k);
     }
-    put(s, v.p + run, v.n - run);
     PUT_LIT(s, "\"");
 }
 

@@ -127,3 +127,14 @@ def test_a_received_view_falls_back_per_message_to_the_same_bytes() -> None:
         python = received_json(message_json(decode_message(message, 0, hosts=False), LIMIT), "g:handle", p.invisible_until_ms, 2, "orders")
         assert received_view(p, "g:handle", "orders", LIMIT) == orjson.dumps(python)
     assert b'"body":"inflated body"' in received_view(p, "g:handle", "orders", LIMIT)  # the Python path inflated it
+
+
+def test_strings_render_whole_whatever_the_position_of_what_they_escape() -> None:
+    # The kernel skips plain bytes 16 and 8 at a time: every escape at every offset of a long string, beside UTF-8.
+    rng = random.Random(5)
+    for special in ['"', "\\", "\x00", "\x1f", "\n", "\x7f", "é", "\U0001f600"]:
+        for at in range(0, 40):
+            text = "y" * at + special + "z" * rng.randrange(0, 40)
+            props = f"TAGS\x01{text}\x02k\x01{text[::-1]}\x02".encode()
+            data = stored(rng, props, body=text.encode())
+            assert render_views(data) == python_views(data), (special, at)
