@@ -54,6 +54,8 @@ _INT32 = struct.Struct(">i")
 QUEUE_LOCK_STRIPES = 4_096
 # (group, topic) receive rotations kept at most (past it they start again from the first queue).
 MAX_ROTATIONS = 100_000
+# Default settings kept for groups never configured (`group`); cleared past this many (client-chosen names).
+MAX_DEFAULT_GROUPS = 4_096
 _SKIPPED = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_FOUND_NULL)
 
 
@@ -124,10 +126,21 @@ class PopConsumer:
         self._queue_locks = [threading.Lock() for _ in range(QUEUE_LOCK_STRIPES)]
         self._rotation: dict[tuple[str, str], int] = {}
         self._locks_lock = threading.Lock()  # guards _rotation; never held across I/O
+        # The defaults of groups never configured, made once per name (a receive and its ack each ask); frozen, so
+        # shared. Dict reads and writes are atomic: no lock (two threads may make the same one, equal).
+        self._default_groups: dict[str, SubscriptionGroup] = {}
 
     def group(self, name: str) -> SubscriptionGroup:
         """The group's settings; RocketMQ's defaults for a group never configured."""
-        return self.groups.get(name) or SubscriptionGroup(name)
+        configured = self.groups.get(name)
+        if configured is not None:
+            return configured
+        default = self._default_groups.get(name)
+        if default is None:
+            if len(self._default_groups) >= MAX_DEFAULT_GROUPS:
+                self._default_groups.clear()
+            default = self._default_groups[name] = SubscriptionGroup(name)
+        return default
 
     # Receive --------------------------------------------------------------------------
 

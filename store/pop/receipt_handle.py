@@ -10,7 +10,6 @@ store's slaves: PopSecret) over the group, the topic and those fields: a forged 
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -168,12 +167,22 @@ def _create_secret(path: str) -> bytes:
     return secret
 
 
+# base64url's two characters for the standard alphabet's and back: base64.urlsafe_b64encode and _b64decode's
+# translations, applied around binascii's codec directly (each handle is encoded once and decoded and re-encoded
+# at its ack: base64's Python wrappers were most of that work).
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
 def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    """base64.urlsafe_b64encode(data) without its padding, as text."""
+    return binascii.b2a_base64(data, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
 
 
 def _unb64(text: str) -> bytes:
+    """base64.urlsafe_b64decode of `text` padded (characters outside the alphabet are discarded, as there: `decode`
+    re-encodes what this returns and refuses a text that differs)."""
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
+        return binascii.a2b_base64((text + "=" * (-len(text) % 4)).encode("ascii").translate(_FROM_URLSAFE))
+    except (binascii.Error, ValueError):  # UnicodeEncodeError (not ASCII) is a ValueError
         raise HandleInvalid("a receipt handle is base64url text") from None

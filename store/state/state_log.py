@@ -134,8 +134,8 @@ class StateLog:
 
         def applied_locked(items: Sequence[AppendMessageResult]) -> None:
             for k in range(first, len(items)):
-                change = changes[k - first]
-                change.table.apply_record(RecordTag.DELTA, change.payload, items[k].logics_offset, items[k].wrote_offset)
+                change, item = changes[k - first], items[k]  # an item is built when asked for: once
+                change.table.apply_record(RecordTag.DELTA, change.payload, item.logics_offset, item.wrote_offset)
 
         result = self.store.append_with_hook(msgs, applied_locked, len(changes), internal or not messages)
         if not result.ok:
