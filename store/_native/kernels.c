@@ -443,6 +443,7 @@ static PyMethodDef methods[] = {
     {"queue_runs", py_queue_runs, METH_VARARGS, "queue_runs(buf, recs, n_recs, rec_from, runs, entries, scratch) -> (stop, rec_pos, n_runs, n_fallback)"},
     {"index_put", py_index_put, METH_VARARGS, "index_put(file, slots, entries, header, keys, key_from, key_to, current_rec) -> (stop, key_pos, current_rec, last_put_rec, header)"},
     {"gather", py_gather, METH_VARARGS, "gather(entries, n, segments, out, meta, limits, codes, tags, ranges=None, state=None, sql=None) -> (stop, examined, count, bytes, removed, damaged)"},
+    {"decode_properties", py_decode_properties, METH_O, "decode_properties(data) -> {name: value} of a property string (UTF-8, U+FFFD for what is not)"},
     {"encode_properties", py_encode_properties, METH_O,
      "encode_properties(properties) -> b'name\\x01value\\x02...' (UTF-8, the dict's order), or None for another mapping or a name or value that is not a str"},
     {"sql_eval", py_sql_eval, METH_VARARGS, "sql_eval(program, properties) -> outcome: 0 FALSE, 1 TRUE, 2 null, 3 aborted, 4 left to the caller"},

@@ -65,4 +65,32 @@ static PyObject *py_encode_properties(PyObject *Py_UNUSED(self), PyObject *props
     return out;
 }
 
+/* decode_properties(data) -> dict: each item of a property string (up to 0x02) with a 0x01 in it, the name before
+ * the first 0x01 and the value after it, each decoded from UTF-8 with U+FFFD for what is not well-formed; a name
+ * met again keeps its first place and takes the last value (store.codec.message.parse_properties is the reference:
+ * it decodes the whole text first, which decodes alike, the separators being ASCII bytes that no ill-formed
+ * sequence takes in). Every span lies inside the buffer: each item ends at the next 0x02 or the end. */
+static PyObject *py_decode_properties(PyObject *Py_UNUSED(self), PyObject *arg) {
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = PyDict_New();
+    const char *p = data.buf;
+    size_t n = (size_t)data.len, i = 0;
+    while (out != NULL && i < n) {
+        const char *item = p + i, *stop = memchr(item, '\x02', n - i);
+        size_t len = stop != NULL ? (size_t)(stop - item) : n - i;
+        const char *sep = len > 0 ? memchr(item, '\x01', len) : NULL;
+        if (sep != NULL) {
+            PyObject *name = PyUnicode_DecodeUTF8(item, sep - item, "replace");
+            PyObject *value = name != NULL ? PyUnicode_DecodeUTF8(sep + 1, item + len - sep - 1, "replace") : NULL;
+            if (value == NULL || PyDict_SetItem(out, name, value) < 0) Py_CLEAR(out);
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+        }
+        i += len + 1;
+    }
+    PyBuffer_Release(&data);
+    return out;
+}
+
 #endif

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from store._kernels import decode_properties as _decode_properties
 from store._kernels import encode_properties as _encode_properties
 
 # Property names (RocketMQ's MessageConst).
@@ -203,6 +204,14 @@ def format_properties(properties: dict[str, str]) -> bytes:
 
 
 def decode_properties(data: bytes | memoryview) -> dict[str, str]:
+    """The properties of a property string, by store._kernels.decode_properties; `parse_properties` is its reference."""
+    return _decode_properties(data)
+
+
+def parse_properties(data: bytes | memoryview) -> dict[str, str]:
+    """The properties of a property string, the text decoded first (U+FFFD for what is not UTF-8), split on the
+    separators (an item without a name-value separator skipped, a name met again taking the last value): the
+    reference decode_properties's kernel is tested against."""
     out: dict[str, str] = {}
     if not data:
         return out

@@ -19,6 +19,7 @@ from store.codec.message import (
     format_properties,
     java_string_hash,
     offset_msg_id,
+    parse_properties,
     tags_hash,
     topic_problem,
 )
@@ -219,6 +220,21 @@ def test_a_property_value_that_is_not_text_is_formatted_as_the_reference_formats
     assert MessageInner("T", b"", properties=props).properties_bytes == b"TAGS\x01a\x02DELAY\x013\x02"
     ordered = collections.OrderedDict([("b", "1"), ("a", "2")])  # another mapping: its items() as the reference reads them
     assert encode_properties(ordered) == b"b\x011\x02a\x012\x02"
+
+
+# Property-string fragments: the separators, ASCII, well-formed UTF-8 of every length, truncated and ill-formed
+# sequences (a lone continuation byte, an encoded surrogate, 0xFF), so items end inside what does not decode.
+PROPERTY_FRAGMENTS = [b"\x01", b"\x02", b"a", b"\x00", b"\xc3\xa9", b"\xc3", b"\xe2\x98", b"\xe2\x98\x83", b"\xf0\x9f\x98\x80", b"\x80"]
+PROPERTY_FRAGMENTS += [b"\xed\xa0\x80", b"\xff", b"\xf0\x9f"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(PROPERTY_FRAGMENTS), max_size=24))
+def test_the_properties_kernel_reads_what_its_reference_reads(fragments: list[bytes]) -> None:
+    data = b"".join(fragments)
+    kernel, reference = decode_properties(data), parse_properties(data)
+    assert kernel == reference and list(kernel) == list(reference)  # the same names in the same order
+    assert decode_properties(memoryview(bytearray(data))) == reference
 
 
 def test_uniq_keys_of_one_batch_never_repeat_even_past_the_16_bit_counter() -> None:
