@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.service_thread import ServiceThread
-from store.codec.message import PROPERTY_REAL_TOPIC, TIMER_TOPIC, decode_properties, java_string_hash
+from store.codec.message import PROPERTY_REAL_TOPIC, TIMER_TOPIC, decode_properties, tags_hash
 from store.codec.message_codec import (
     HEADER_BYTES,
     POS_QUEUE_OFFSET,
@@ -258,7 +258,7 @@ class TimerMessageStore:
             out_ms = props.get(PROPERTY_TIMER_OUT_MS)
             if out_ms is None or not out_ms.lstrip("-").isdigit():
                 return None
-            topic_hash = java_string_hash(props.get(PROPERTY_REAL_TOPIC, ""))
+            topic_hash = tags_hash(props.get(PROPERTY_REAL_TOPIC, ""))  # java_string_hash, cached: real topics repeat
             return TimerFields(int(out_ms), topic_hash, read_long(view, POS_QUEUE_OFFSET), store_timestamp_at(view, 0))
         except (IndexError, ValueError):
             return None
