@@ -374,6 +374,12 @@ class Broker:
         self._round_robin[topic] = position
         return position
 
+    def give_back_round_robin(self, topic: str, position: int) -> None:
+        """Undo the `next_round_robin` that answered `position`, for a request refused before it stored anything (a
+        malformed batch): the next request takes that queue. Left alone when another request moved on since."""
+        if self._round_robin.get(topic) == position:
+            self._round_robin[topic] = position - 1  # -1 after queue 0: the next one is 0 again, as after a wrap
+
     def forget_topic(self, topic: str) -> None:
         self._round_robin.pop(topic, None)
 

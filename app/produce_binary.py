@@ -164,28 +164,31 @@ async def serve_binary(producer: Producer, request: Request) -> Response:
     born_host = born_host_of(request.scope)  # per request: the put sets the v6 flag from its length
     group = request.headers.get(TRANSACTION_HEADER)
     writable = producer.broker.writable_topic(topic)
+    turn: int | None = None  # the round robin's queue taken for the lane, given back when the batch is refused
     if group is None and deliver_at_ms is None and writable is not None and (queue_id is None or queue_id < writable.write_queue_nums):
         if queue_id is None:
-            queue_id = producer.broker.next_round_robin(topic, writable.write_queue_nums)
+            queue_id = turn = producer.broker.next_round_robin(topic, writable.write_queue_nums)
         lane = await stored_by_lane(producer, request, PutBatch.of_packed(topic, queue_id, packed_binary(body, queue_id), born_host))
         if lane is not None:
             return lane
     store = producer.store
     try:
         checked = store.check_batch(body)
-    except BatchError as e:
-        raise batch_problem(e) from None
-    if not checked.messages:
-        raise ProblemError("BATCH_EMPTY", "the body holds no message")
+        if not checked.messages:
+            raise ProblemError("BATCH_EMPTY", "the body holds no message")
+    except (BatchError, ProblemError) as e:
+        if turn is not None:
+            producer.broker.give_back_round_robin(topic, turn)  # nothing was stored: the turn goes to the next request
+        raise batch_problem(e) if isinstance(e, BatchError) else e from None
+    if group is not None and deliver_at_ms is not None:  # before the round robin: a refused request takes no turn
+        raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
+    producer_group = None if group is None else check_producer_group(group)
     config = writable or await producer.broker.topic_for_produce(topic, request)
     queues = config.write_queue_nums
     if queue_id is None:
         queue_id = producer.broker.next_round_robin(topic, queues)
     elif queue_id >= queues:
         raise ProblemError("QUEUE_NOT_FOUND", f"topic {topic} has write queues 0..{queues - 1}; there is no queue {queue_id}")
-    if group is not None and deliver_at_ms is not None:
-        raise ProblemError("TRANSACTION_INVALID", "a transactional message cannot be delayed (delay_ms, deliver_at_ms)")
-    producer_group = None if group is None else check_producer_group(group)
     result = producer.put(
         PutBatch.of_encoded(topic, queue_id, checked, born_host, deliver_at_ms, producer_group, dedup=True), request.scope
     )

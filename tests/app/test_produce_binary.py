@@ -188,6 +188,18 @@ def test_a_batch_the_lane_declines_keeps_the_queue_the_round_robin_gave_it(clien
     assert post(client, topic, plain).json()["queue_id"] == 1  # the duplicate took queue 0's turn
 
 
+def test_a_malformed_batch_without_queue_id_leaves_the_round_robin_where_it_was(client: httpx.Client, topic: str) -> None:
+    """The lane takes the next queue before it looks at the body; a batch the check then refuses stores nothing and
+    gives that queue back, so the next request gets it."""
+    create(client, topic, queues=3)
+    plain = pack_batch([(b"plain", b"", 0)])
+    assert post(client, topic, plain).json()["queue_id"] == 0
+    for bad in (plain[:-3], b"\x00" * 3):  # cut inside its message; too short for a message's TOTALSIZE
+        refused = post(client, topic, bad)
+        assert refused.status_code == 400 and refused.json()["code"] == "BATCH_INVALID"
+    assert [post(client, topic, plain).json()["queue_id"] for _ in range(3)] == [1, 2, 0]
+
+
 @pytest.mark.parametrize(
     ("body", "params", "status", "code"),
     [
