@@ -11,7 +11,8 @@ per request on the event loop's thread (where a request is served) and on all th
 flush, allocation). Kernel work (system calls, page faults) is not counted: the CPU-time benches
 (bench/versus_redis.py, bench/produce_cpu_bench.py) carry it. Scenarios (1 KiB bodies): single JSON
 produce, raw produce, JSON batch of 100, binary batch of 100, a pull of one message, GET /healthz, and
-a group's receive of one message followed by the ack of its handle (one connection; counted per pair).
+a group's receive of one message followed by the ack of its handle (one connection; counted per pair), and a pull
+held at a queue's end answered by a JSON produce on another connection (counted per pair).
 
 Usage: python bench/request_instructions.py --before TREE [--after TREE] [--requests N] [--only a,b]
 """
@@ -52,10 +53,16 @@ SCENARIOS = {
     "pull of one message": http_request("GET", f"/v1/topics/{TOPIC}/queues/1/messages?offset=0&max=1"),
     "GET /healthz": http_request("GET", "/healthz"),
 }
-# Scenarios whose requests depend on earlier replies: one exchange is a receive of one message and the ack of
-# its receipt handle, on one connection (counted per exchange: two requests).
+# Scenarios whose requests depend on earlier replies, counted per exchange (two requests): a receive of one message
+# and the ack of its receipt handle, on one connection; a pull held at a queue's end on one connection and the JSON
+# produce that answers it on another (what a delivery costs: the held pull's request, the produce, its dispatch, the
+# pull woken, its read and both replies).
 POP_TOPIC = "popbench"
-EXCHANGES = {"receive + ack of one message"}
+DELIVERY_TOPIC = "deliverybench"
+RECEIVE_ACK = "receive + ack of one message"
+DELIVERY = "produce to a held pull"
+EXCHANGES = {RECEIVE_ACK, DELIVERY}
+HOLD_SETTLE_S = 0.03  # given to a held pull to be parked before its produce is sent (a broker under callgrind is slow)
 WARMUP_REQUESTS = 200
 READY_TIMEOUT_S = 600.0  # a broker under callgrind starts tens of times slower
 REPLY_TIMEOUT_S = 120.0
@@ -149,6 +156,39 @@ class CountedBroker:
             conn.close()
         return self._dumped(exchanges)
 
+    def count_deliveries(self, exchanges: int) -> tuple[float, float]:
+        """(instructions per exchange on the loop thread, on all threads) of `exchanges` held pulls each answered by a
+        produce, after WARMUP_REQUESTS uncounted. A pull is sent, given HOLD_SETTLE_S to be held, then answered."""
+        puller = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT_S)
+        producer = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REPLY_TIMEOUT_S)
+        body = json.dumps({"body": BODY, "queue_id": 0}).encode()
+        try:
+            call(producer, "PUT", f"/v1/topics/{DELIVERY_TOPIC}", b'{"queues": 1}')
+            offset = 0
+
+            def deliver() -> None:
+                nonlocal offset
+                puller.request("GET", f"/v1/topics/{DELIVERY_TOPIC}/queues/0/messages?offset={offset}&max=1&wait_ms=30000")
+                time.sleep(HOLD_SETTLE_S)
+                call(producer, "POST", f"/v1/topics/{DELIVERY_TOPIC}/messages", body)
+                reply = puller.getresponse()
+                got = json.loads(reply.read())
+                if reply.status != 200 or len(got["messages"]) != 1:
+                    raise RuntimeError(f"a held pull was answered {reply.status} {str(got)[:200]}")
+                offset = got["next_offset"]
+
+            for _ in range(WARMUP_REQUESTS // 2):
+                deliver()
+            self._control("--zero")
+            self._control("--instr=on")
+            for _ in range(exchanges):
+                deliver()
+            self._control("--instr=off")
+        finally:
+            puller.close()
+            producer.close()
+        return self._dumped(exchanges)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -240,7 +280,11 @@ def measure(tree: str, scenarios: list[str], requests: int, connections: int) ->
     broker = CountedBroker(tree, root)
     try:
         return {
-            name: broker.count_exchanges(requests) if name in EXCHANGES else broker.count(SCENARIOS[name], requests, connections)
+            name: broker.count_exchanges(requests)
+            if name == RECEIVE_ACK
+            else broker.count_deliveries(requests)
+            if name == DELIVERY
+            else broker.count(SCENARIOS[name], requests, connections)
             for name in scenarios
         }
     finally:
