@@ -60,7 +60,6 @@ from app.direct_requests import DirectExchange, DirectRequests
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
 from app.long_poll import LOST_KEY
 from app.problems import ProblemReply
-from app.produce_lane import ProduceLane
 from app.reply_transport import ReplyTransport
 from app.settings import BrokerSettings
 from store import DEFAULT_BORN_HOST
@@ -161,13 +160,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         direct = self.direct
         if direct is not None and data.startswith(WHOLE_REQUEST_STARTS) and self._at_request_start():
             lane = direct.lane
-            if (
-                lane is not None
-                and data.startswith(LANE_START)
-                and (LANE_RAW in data or LANE_JSON in data)
-                and self._serve_lane(lane, data)
-            ):
-                return
+            if lane is not None and data.startswith(LANE_START) and (LANE_RAW in data or LANE_JSON in data):
+                # The produce lane (app.produce_lane) when it takes the read whole, its head within both header bounds.
+                total = self.header_bytes_total
+                self.idle_since = BUSY
+                if lane.serve(self, data, min(self.max_header_bytes, total.limit - total.held)):
+                    if self.header_timer is not None:
+                        self._disarm_header_timer()
+                    return
             if self._serve_whole(data):
                 return
         if not self._count_header_bytes(data):
@@ -187,17 +187,6 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             not self.reading_headers and not self.in_body and not self.header_bytes and not self.pipeline
             and (cycle is None or cycle.response_complete)
         )  # fmt: skip
-
-    def _serve_lane(self, lane: ProduceLane, data: bytes) -> bool:
-        """Serve `data` when it is one raw produce the produce lane takes (app.produce_lane), its head within both
-        header bounds; False when it is not (nothing stored, nothing written)."""
-        total = self.header_bytes_total
-        self.idle_since = BUSY
-        if not lane.serve(self, data, min(self.max_header_bytes, total.limit - total.held)):
-            return False
-        if self.header_timer is not None:
-            self._disarm_header_timer()
-        return True
 
     def _serve_whole(self, data: bytes) -> bool:
         """Serve `data` when it is exactly one plain request to a hot route, read by app._http in one call instead of

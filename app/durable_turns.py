@@ -85,7 +85,14 @@ class DurableTurns:
 
     def hold(self, end: int, held: Settled) -> None:
         """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s)."""
-        self._joined(end).held.append(held)
+        group = self._open  # `_joined`, written out (every produce the lane holds)
+        if group is None:
+            group = self._open = _Group()
+            self._loop.call_soon(self._close)
+        if end > group.end:
+            group.end = end
+        self.members += 1
+        group.held.append(held)
 
     def _joined(self, end: int) -> _Group:
         group = self._open

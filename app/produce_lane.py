@@ -8,12 +8,13 @@ and the socket's write together. So the server's protocol offers such a read her
 `produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
 Connection, User-Agent, Accept and Accept-Encoding, a topic of `[A-Za-z0-9_-]`), and the lane packs its body as the
 direct way's packed produce does (Producer.serve: a JSON body without a query by `packed_json`, a raw body with a
-query app.raw_query takes by `packed_raw`), stores it the same way (the store's `put_answer`) and writes the same 201
-(`render_produce_reply`, the head `DirectRequests` writes).
+query app.raw_query takes by `packed_raw`), stores it the same way (the store's put lane, `put_packed`, without a
+batch or result object; when that declines, `put_answer`) and writes the same 201 (`render_produce_reply`, the head
+`DirectRequests` writes).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
 request goes that way (so does a read that does not spell its media type in lower case: the protocol looks for it
-before offering a read here, so that other requests are not read twice): the lane off (`lane_open`: a guard judges
+before offering a read here, so that other requests are not read twice): the lane off (a guard judges
 requests, the hot routes off, the access log on, the store loading), a body past its limit, a JSON body with a
 query or one `packed_json` leaves to the parser, a raw query app.raw_query leaves, a slave, a cluster that refuses
 writes now, a topic missing, not writable or whose name the produce refuses, a queue the topic does not have, and a
@@ -46,6 +47,7 @@ from store import (
     BrokerRole,
     EncodedItems,
     PackedProduce,
+    PackedPut,
     PutBatch,
     PutMessageResult,
     PutMessageStatus,
@@ -57,6 +59,7 @@ from store import (
 if TYPE_CHECKING:
     from app.connections import BoundedHttpProtocol
     from app.direct_requests import DirectRequests
+    from app.durable_turns import DurableTurns
     from app.routes_produce import Producer
 
 # Topic names the lane has found writable by name (`topic_name_problem` None); cleared past this many.
@@ -89,57 +92,71 @@ class ProduceLane:
         # one within the JSON body limit (past them, the direct way answers 413).
         self.max_raw_bytes = min(max_body_bytes, producer.limits.max_message_size_bytes)
         self.max_json_bytes = max_json_bytes
+        self.max_body_bytes = max(self.max_raw_bytes, max_json_bytes)  # the largest body either form may have
         self._names: dict[bytes, str] = {}  # topic names the produce takes, by their bytes in the target
         self.served = 0  # requests served here (tests and benchmarks)
         self.held = 0  # of them, those whose reply waited for a durability group
         self._created_tally: Tally | None = None  # the request figures of the lane's 201s (`_answered`)
-
-    def lane_open(self) -> bool:
-        """Whether requests may be served here now (the module's docstring says when not)."""
-        hot = self.hot
-        return hot.guard is None and hot.serve_hot and not hot.log_requests and not self.broker.loading
+        self._host = b""  # the store host the 201s were last rendered for, and its hex (`_created`)
+        self._host_hex = b""
+        self._turns: DurableTurns | None = None  # the producer's durability groups, once a reply was held
 
     def serve(self, protocol: BoundedHttpProtocol, data: bytes, max_head: int) -> bool:
         """Serve `data`, a connection's read at a request's start, when it is one produce the lane takes;
         False, with nothing stored and nothing written, when it is not (the caller serves it its own way)."""
-        found = produce_request(data, max_head, max(self.max_raw_bytes, self.max_json_bytes))
-        if found is None or not self.lane_open():
+        found = produce_request(data, max_head, self.max_body_bytes)
+        if found is None:
             return False
+        hot, broker = self.hot, self.broker
+        if hot.guard is not None or not hot.serve_hot or hot.log_requests or broker.loading:
+            return False  # the lane is off (the module's docstring says when)
         start_ns = time.perf_counter_ns()
         topic_bytes, query, body, keep_alive, is_json = found
-        topic = self._writable_name(topic_bytes)
+        topic = self._names.get(topic_bytes) or self._writable_name(topic_bytes)
         if topic is None:
             return False
-        broker = self.broker
         config = self.store.topic_config(topic)
-        if config is None or "w" not in config.perm or not self._may_write(broker):
+        if config is None or "w" not in config.perm:
+            return False
+        if (broker.cluster is not None or broker.config.broker_role is BrokerRole.SLAVE) and not self._may_write(broker):
             return False
         packed = self._packed(body, query, is_json)
         queues = config.write_queue_nums
         if packed is None or packed.queue_id >= queues:
             return False  # the direct way parses it (and answers its problem: QUEUE_NOT_FOUND past the queues)
         queue_id = broker.next_round_robin(topic, queues) if packed.queue_id < 0 else packed.queue_id
-        batch = PutBatch.of_packed(topic, queue_id, packed, protocol.born_host, dedup=True)
-        batch.defer_durability = True  # a durability wait, when owed, is the loop turn's group's (`_hold`)
-        barrier = protocol.dispatch_barrier
-        batch.defer_dispatch = barrier is not None
-        result = self.store.put_answer(batch)[0]
+        barrier = protocol.dispatch_barrier  # a durability wait, when owed, is the loop turn's group's (`_hold`)
+        put = self.store.put_packed(topic, queue_id, packed, protocol.born_host, barrier is not None)
+        if put is None:
+            put = self._put_batch(topic, queue_id, packed, protocol.born_host, barrier is not None)
         if barrier is not None:
             barrier.owe()  # also when refused: the pass finds nothing to dispatch
-        if result.status is not PutMessageStatus.PUT_OK:
+        if put is None:
             return False  # nothing stored: the direct way puts it again and answers
         self.served += 1
-        reply = self._created(protocol, packed, result)
-        if result.durability_owed:
-            self._hold(protocol, topic, result, reply, keep_alive, start_ns)
+        items, end, owed = put
+        reply, sent = self._created(protocol, packed, items, keep_alive)
+        if owed:
+            self._hold(protocol, topic, items, end, reply, sent, keep_alive, start_ns)
             return True
+        protocol.replies.write_yielding(reply)
         if not keep_alive:
-            protocol.replies.write_yielding(b"".join((_CREATED, reply[0], b"connection: close\r\n\r\n", reply[1])))
             protocol.transport.close()
-        else:
-            protocol.replies.write_yielding(b"".join((_CREATED, reply[0], b"\r\n", reply[1])))
-        self._answered(protocol, 201, start_ns, len(reply[1]))
+        self._answered(protocol, 201, start_ns, sent)
         return True
+
+    def _put_batch(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool) -> PackedPut | None:
+        """The put the store's lane (`put_packed`) declined, made the general way (the hooks, the write-through of a
+        large body): as `put_packed` answers; None when the store refused it (nothing stored)."""
+        batch = PutBatch.of_packed(topic, queue_id, packed, born_host, dedup=True)
+        batch.defer_durability = True
+        batch.defer_dispatch = defer_dispatch
+        result = self.store.put_answer(batch)[0]
+        if result.status is not PutMessageStatus.PUT_OK:
+            return None
+        items = result.items
+        assert isinstance(items, EncodedItems), "a packed put's items"
+        return items, result.end_offset, result.durability_owed
 
     def _packed(self, body: bytes, query: bytes, is_json: bool) -> PackedProduce | None:
         """The body packed as the direct way packs it (Producer.serve): a JSON body without a query by `packed_json`, a
@@ -149,13 +166,16 @@ class ProduceLane:
                 return None
             limits = self.producer.limits
             return packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
-        fields = raw_query(query)  # NO_QUERY without one
+        if not query:  # the common raw produce: no queue, no properties
+            return packed_raw(body, -1, self.max_raw_bytes)
+        fields = raw_query(query)
         if fields is None or len(body) > self.max_raw_bytes:
             return None
         return packed_raw(body, fields.queue_id, self.max_raw_bytes, fields.properties)
 
     def _writable_name(self, topic_bytes: bytes) -> str | None:
-        """The topic a target names when a produce may write to that name (`topic_name_problem`), else None."""
+        """The topic a target names when a produce may write to that name (`topic_name_problem`), else None; kept for
+        the next request to the name (`serve` looks there first)."""
         names = self._names
         topic = names.get(topic_bytes)
         if topic is None:
@@ -175,38 +195,46 @@ class ProduceLane:
             return False
         return broker.cluster is None or broker.cluster.write_refusal() is None
 
-    def _created(self, protocol: BoundedHttpProtocol, packed: PackedProduce, result: PutMessageResult) -> tuple[bytes, bytes]:
-        """The 201's head lines (without the blank line) and its body, as DirectRequests writes the direct way's."""
-        items = result.items
-        assert isinstance(items, EncodedItems), "a packed put's items"
+    def _created(self, protocol: BoundedHttpProtocol, packed: PackedProduce, items: EncodedItems, keep_alive: bool) -> tuple[bytes, int]:
+        """The whole 201 (status line, head, blank line, body) as DirectRequests writes the direct way's, and its body's
+        length."""
+        store_host = items.store_host
+        if store_host is not self._host:  # the store's one value: its hex worked out once
+            self._host, self._host_hex = store_host, host_hex_bytes(store_host)
         body = render_produce_reply(
-            packed.head, packed.first, host_hex_bytes(items.store_host), items.queue_id, items.first_queue_offset,
-            items.store_timestamp, items.offsets, packed.is_batch,
+            packed.head, packed.first, self._host_hex, items.queue_id, items.first_queue_offset, items.store_timestamp,
+            items.offsets, packed.is_batch,
         )  # fmt: skip
         defaults = self.requests.default_head(protocol.server_state.default_headers)
-        return b"%scontent-length: %d\r\ncontent-type: %s\r\n" % (defaults, len(body), JSON), body
+        ending = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
+        return b"%s%scontent-length: %d\r\ncontent-type: %s\r\n%s%s" % (_CREATED, defaults, len(body), JSON, ending, body), len(body)
 
     def _hold(
-        self, protocol: BoundedHttpProtocol, topic: str, result: PutMessageResult, reply: tuple[bytes, bytes], keep_alive: bool,
+        self, protocol: BoundedHttpProtocol, topic: str, items: EncodedItems, end: int, reply: bytes, sent: int, keep_alive: bool,
         start_ns: int,
     ) -> None:  # fmt: skip
-        held = LaneReply(self, protocol, topic, result, reply, keep_alive, start_ns)
+        held = LaneReply(self, protocol, topic, items, reply, sent, keep_alive, start_ns)
         self.held += 1
         self.hot.stats.in_flight += 1
         protocol.cycle = held  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
         protocol.tasks.add(held)  # type: ignore[arg-type]  # uvicorn's task set: graceful shutdown waits for it
-        self.producer.hold_for(result, held)
+        turns = self._turns
+        if turns is None:
+            turns = self._turns = self.producer.durable_turns()
+        turns.hold(end, held)
 
     def _answered(self, protocol: BoundedHttpProtocol, status: int, start_ns: int, sent: int) -> None:
         """Count the request as HotRoutes counts a produce, and let uvicorn start what follows."""
-        if status == 201:  # the lane's common answer: its series looked up once (made at the first, as `add` makes it)
-            created = self._created_tally
-            if created is None:
-                created = self._created_tally = self.hot.stats.tally(PRODUCE_ROUTE, "POST", 201)
-            created.add(time.perf_counter_ns() - start_ns, sent)
+        if status == 201:  # the lane's common answer: its series looked up once (`_created_count`)
+            (self._created_tally or self._created_count()).add(time.perf_counter_ns() - start_ns, sent)
         else:
             self.hot.stats.add(PRODUCE_ROUTE, "POST", status, time.perf_counter_ns() - start_ns, sent)
         protocol.on_response_complete()
+
+    def _created_count(self) -> Tally:
+        """The request figures of the lane's 201s, made at the first (as RequestStats.add makes a series)."""
+        created = self._created_tally = self.hot.stats.tally(PRODUCE_ROUTE, "POST", 201)
+        return created
 
     @staticmethod
     def _let_go(protocol: BoundedHttpProtocol, held: LaneReply) -> None:
@@ -216,22 +244,35 @@ class ProduceLane:
         if cycle is held:
             protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
 
-    def release(self, held: LaneReply, problem: BaseException | None) -> None:
-        """Write a held reply once its durability group ended: the 201, or the reply `problem` maps to."""
+    def release(self, held: LaneReply) -> None:
+        """Write a held reply whose durability group ended confirmed: the 201 it holds."""
         protocol = held.protocol
         protocol.tasks.discard(held)
         self.hot.stats.in_flight -= 1
         held.response_complete = True
-        head, body = held.reply
-        status, keep_alive = 201, held.keep_alive
-        if problem is not None:
-            response = self.hot.error_reply(lane_scope(protocol, held.topic), problem)
-            status, body = response.status_code, bytes(response.body)
-            head = self.requests.default_head(protocol.server_state.default_headers)
-            for name, value in response.raw_headers:  # as DirectRequests writes a problem's head
-                if name == b"connection" and b"close" in value.lower():
-                    keep_alive = False
-                head += name + b": " + value + b"\r\n"
+        if not held.disconnected:
+            protocol.replies.write_now(held.reply)
+            if not held.keep_alive:
+                protocol.transport.close()
+        cycle: object = protocol.cycle  # `_let_go`, written out (every held reply)
+        if cycle is held:
+            protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
+        (self._created_tally or self._created_count()).add(time.perf_counter_ns() - held.start_ns, held.sent)  # `_answered`'s
+        protocol.on_response_complete()
+
+    def refuse(self, held: LaneReply, problem: BaseException) -> None:
+        """Write, instead of a held reply's 201, the reply `problem` (its durability wait's) maps to."""
+        protocol = held.protocol
+        protocol.tasks.discard(held)
+        self.hot.stats.in_flight -= 1
+        held.response_complete = True
+        response = self.hot.error_reply(lane_scope(protocol, held.topic), problem)
+        status, body, keep_alive = response.status_code, bytes(response.body), held.keep_alive
+        head = self.requests.default_head(protocol.server_state.default_headers)
+        for name, value in response.raw_headers:  # as DirectRequests writes a problem's head
+            if name == b"connection" and b"close" in value.lower():
+                keep_alive = False
+            head += name + b": " + value + b"\r\n"
         if not held.disconnected:
             ending = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
             protocol.replies.write_now(b"".join((STATUS_LINE[status], head, ending, body)))
@@ -268,19 +309,20 @@ class LaneReply:
     uvicorn's protocol reads of one) and a member of the server's task set (`cancel`)."""
 
     __slots__ = (
-        "lane", "protocol", "topic", "result", "reply", "keep_alive", "start_ns", "response_complete", "disconnected", "more_body",
-        "message_event", "_done",
+        "lane", "protocol", "topic", "items", "reply", "sent", "keep_alive", "start_ns", "response_complete", "disconnected",
+        "more_body", "message_event", "_done",
     )  # fmt: skip
 
     def __init__(
-        self, lane: ProduceLane, protocol: BoundedHttpProtocol, topic: str, result: PutMessageResult, reply: tuple[bytes, bytes],
+        self, lane: ProduceLane, protocol: BoundedHttpProtocol, topic: str, items: EncodedItems, reply: bytes, sent: int,
         keep_alive: bool, start_ns: int,
     ) -> None:  # fmt: skip
         self.lane = lane
         self.protocol = protocol
         self.topic = topic
-        self.result = result
-        self.reply = reply  # the 201's head lines and body
+        self.items = items  # the put's (a problem's reply names them)
+        self.reply = reply  # the whole 201: status line, head, blank line, body
+        self.sent = sent  # its body's length
         self.keep_alive = keep_alive  # False: closed after the reply (`Connection: close`, the server's stop)
         self.start_ns = start_ns
         self.response_complete = False
@@ -294,7 +336,13 @@ class LaneReply:
         if self._done:
             return
         self._done = True
-        self.lane.release(self, self.lane.producer.durability_problem(self.result, status, exc))
+        lane = self.lane
+        if status is PutMessageStatus.PUT_OK and exc is None:  # confirmed: the 201 (durability_problem's None)
+            lane.release(self)
+            return
+        problem = lane.producer.durability_problem(PutMessageResult(PutMessageStatus.PUT_OK, items=self.items), status, exc)
+        assert problem is not None, "a wait that did not end PUT_OK has its problem"
+        lane.refuse(self, problem)
 
     def cancel(self, msg: Any = None) -> bool:
         """The server's stop passed its deadline (uvicorn cancels its task set, iterating it): close unanswered, in

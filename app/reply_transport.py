@@ -74,8 +74,20 @@ class ReplyTransport:
     def write_now(self, data: bytes) -> None:
         """Write `data` after what is held, now: a reply released by a durability wait's end (app.held_reply),
         whose dispatch ran turns before, so it has nothing to yield to or wait for in this turn."""
-        self._pending.append(data)
-        self._flush_now()
+        if self._pending:
+            self._pending.append(data)
+            self._flush_now()
+            return
+        # `_flush_now` of `data` alone, written out (every held reply): no list made and joined.
+        self._yielding = False
+        self._yield_turns = 0
+        transport = self._transport
+        if transport.is_closing():
+            return
+        barrier = self._barrier
+        if barrier is not None and barrier.pending:
+            barrier.run()
+        transport.write(data)
 
     def flush(self) -> None:
         """Write what is held, in order, with one call (the scheduled call at a turn's end), after the turn's

@@ -38,7 +38,7 @@ from app.born_host import born_host_of
 from app.broker import Broker
 from app.completion_relay import CompletionRelay
 from app.dispatch_barrier import BARRIER_KEY, DispatchBarrier
-from app.durable_turns import DurableTurns, Settled
+from app.durable_turns import DurableTurns
 from app.held_reply import HELD_REPLY_KEY, HOLDS_REPLY_KEY, HeldReply
 from app.models import BinaryBatchSendResult, ProduceBatch, ProduceMessage, SendResult, example_of
 from app.params import NAME_SCHEMA, TopicPath
@@ -446,10 +446,10 @@ class Producer:
         scope[HELD_REPLY_KEY] = held
         return True
 
-    def hold_for(self, result: PutMessageResult, settled: Settled) -> None:
-        """`settled` settled with the outcome of the durability wait `result` owes, shared with the loop turn's other
-        puts (app.durable_turns): the produce lane's held reply (app.produce_lane)."""
-        self._turns().hold(result.end_offset, settled)
+    def durable_turns(self) -> DurableTurns:
+        """The loop turns' durability groups (app.durable_turns), made at the first ask: the produce lane holds its
+        replies there (`DurableTurns.hold`)."""
+        return self._turns()
 
     def durability_problem(
         self, result: PutMessageResult, status: PutMessageStatus | None, exc: BaseException | None

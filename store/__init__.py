@@ -66,6 +66,7 @@ from store.pop.group_consumption import (
 )
 from store.put.dedup_window import DuplicateItem, dedup_id_problem
 from store.put.put_batch import DEDUP_PROPERTY, MessageFields, PackedProduce, PutBatch, packed_binary, packed_json, packed_raw
+from store.put.put_pipeline import PackedPut
 from store.queue.get_message_result import GetMessageResult, TagFilter
 from store.report_types import (
     CleanupStatus,
@@ -177,6 +178,7 @@ __all__ = [
     "MessageStoreConfig",
     "MetadataCorrupt",
     "PackedProduce",
+    "PackedPut",
     "PendingHalf",
     "PopCounts",
     "Popped",

@@ -78,9 +78,9 @@ from store.native import CheckedBatch
 from store.pop.group_consumption import GroupConsumption
 from store.put.dedup_hook import DedupHook
 from store.put.dedup_window import DedupWindow, DuplicateItem, first_in_index
-from store.put.put_batch import PutBatch
+from store.put.put_batch import PackedProduce, PutBatch
 from store.put.put_hook import PutHook
-from store.put.put_pipeline import PutAnswer, PutPipeline
+from store.put.put_pipeline import PackedPut, PutAnswer, PutPipeline
 from store.put_validation import PutValidator
 from store.queue.consume_queue import ConsumeQueue
 from store.queue.consume_queue_table import ConsumeQueueTable
@@ -195,6 +195,7 @@ class DefaultMessageStore:
         )
         # The instance's put_answer is the pipeline's own method: a produce of the front end runs no call around it.
         self.put_answer = self.pipeline.put  # type: ignore[method-assign]  # the same signature, bound one level down
+        self.put_packed = self.pipeline.put_packed  # type: ignore[method-assign]  # likewise (every produce of the lane)
         self._build_state_log()
         self.role_change = self._build_role_change()
 
@@ -335,6 +336,10 @@ class DefaultMessageStore:
     def put_lane(self, batch: PutBatch) -> PutAnswer | None:
         """The put lane alone (MessageStore.put_lane)."""
         return self.pipeline.put_lane(batch)
+
+    def put_packed(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool) -> PackedPut | None:
+        """The put lane of a packed produce without a batch (MessageStore.put_packed); bound on the instance as put_answer."""
+        return self.pipeline.put_packed(topic, queue_id, packed, born_host, defer_dispatch)
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:
         """Blocking helper: `put` of a batch of one, waited for."""

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from store.metadata.topic_config_manager import TopicConfig
     from store.native import CheckedBatch
     from store.pop.group_consumption import GroupConsumption
-    from store.put.put_batch import PutBatch
+    from store.put.put_batch import PackedProduce, PutBatch
     from store.queue.get_message_result import Filter, GetMessageResult
     from store.report_types import ManualCleanup, RecoveryReport, RuntimeInfo, ScheduleStatus, StatsSnapshot, StoreFiles, TimerStatus
-    from store.status import PutMessageResult, PutMessageStatus
+    from store.status import EncodedItems, PutMessageResult, PutMessageStatus
     from store.transaction.transaction_store import Transactions
 
 __all__ = ["ArrivingListener", "CommitLogView", "MessageStore", "ReplicationWaiter"]
@@ -124,6 +124,14 @@ class MessageStore(Protocol):
         """`put_answer` of a packed batch (`PutBatch.of_packed`) when the put lane takes it: checked and appended in one
         kernel call. None, with nothing stored or changed, when the lane declines it (a check it fails, a dedup id,
         the put lock held, a file to roll, no lane with the transient store pool)."""
+        ...
+
+    def put_packed(
+        self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool
+    ) -> tuple[EncodedItems, int, bool] | None:
+        """`put_lane` of `PutBatch.of_packed(topic, queue_id, packed, born_host)` with `defer_durability` (and
+        `defer_dispatch` as given), answered as (its items, its commitlog end offset, whether its durability wait is
+        owed: `durable_through`) without a batch or result object; None, nothing stored, where `put_lane` answers None."""
         ...
 
     def dispatch_owed(self) -> int:

@@ -71,10 +71,18 @@ class PutValidator:
     def admits_plain(self, topic: str, queue_id: int, messages: int) -> bool:
         """Whether `before_put` would let a plain batch of `messages` to `topic`'s `queue_id` through (the put lane asks
         before its one call; a refusal is left to `before_put`, which says why)."""
-        return (
-            0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None
-            and self.check_state() is None
-        )  # fmt: skip
+        if not (0 < messages <= self.max_batch and 0 <= queue_id < self.max_queues and topic_problem(topic, self.max_topic) is None):
+            return False
+        # `check_state() is None`, its conditions written out in its order (every put of the lane; tests hold the two to
+        # the same verdict).
+        store = self.store
+        if not store.is_running() or self.is_slave or store.disk_full or store.space_exhausted:
+            return False
+        reput, commit_log = store.reput_service, store.commit_log
+        if reput.failure or commit_log.mapped_file_queue.get_max_offset() - reput.reput_from_offset > self.max_dispatch_lag:
+            return False
+        begin = commit_log.begin_time_in_lock_ms
+        return not begin or int(time.time() * 1000) - begin <= self.busy_timeout_ms
 
     def check(self, msgs: Sequence[MessageInner]) -> PutMessageResult | None:
         refusal = self.check_state()

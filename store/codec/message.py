@@ -351,15 +351,28 @@ class UniqKeyGenerator:
         now = self._clock_ms()
         ms, head = self._head_ascii
         if ms != now:  # the first reservation of this millisecond formats the head
-            if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
-                self._set_time_base(now)
-            head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}".encode("ascii")
-            self._head_ascii = (now, head)
-        if n == 1:  # a single produce's: one draw
+            head = self._ascii_head(now)
+        if n == 1:  # a single produce's: one draw (`reserve_one`)
             return head, next(self._counter)
         # One C call draws the n values (no other thread can draw between them); it keeps the last.
         (last,) = collections.deque(itertools.islice(self._counter, n), maxlen=1)
         return head, last - n + 1
+
+    def reserve_one(self) -> tuple[bytes, int]:
+        """`reserve(1)` (every raw produce)."""
+        now = self._clock_ms()
+        ms, head = self._head_ascii
+        if ms != now:
+            head = self._ascii_head(now)
+        return head, next(self._counter)
+
+    def _ascii_head(self, now: int) -> bytes:
+        """The head of the keys reserved in millisecond `now`, formatted and kept for the rest of it."""
+        if now >= self._next_month_start_ms:  # a new month has begun: its start is the base
+            self._set_time_base(now)
+        head = f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}".encode("ascii")
+        self._head_ascii = (now, head)
+        return head
 
 
 # Keys made per clock reading at most; a clock tick per chunk keeps 2**16 counter values apart.
@@ -394,6 +407,7 @@ def new_uniq_keys(n: int) -> list[str]:
 # reserve_uniq_keys(n) -> (head, first): `n` fresh UNIQ_KEY values for one batch as a head and a first counter value
 # (UniqKeyGenerator.reserve); the bound method itself, called by every packed produce.
 reserve_uniq_keys = _DEFAULT_GENERATOR.reserve
+reserve_uniq_key = _DEFAULT_GENERATOR.reserve_one  # reserve_uniq_keys(1)
 
 
 def uniq_keys_of(head: bytes, first: int, n: int) -> list[str]:

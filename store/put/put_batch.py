@@ -35,16 +35,18 @@ from store.codec.message import (
     decode_properties,
     new_uniq_key,
     new_uniq_keys,
+    reserve_uniq_key,
     reserve_uniq_keys,
     uniq_keys_of,
 )
-from store.native import BATCH_ITEM_HEAD, CheckedBatch, json_produce, pack_batch, pack_one
+from store.native import BATCH_FIXED_BYTES, BATCH_ITEM_HEAD, CheckedBatch, json_produce, pack_batch, pack_one
 from store.status import AppendedHook
 
 # The property a producer's dedup id travels in (docs/http-api.md, "Idempotent produce"); the store also
 # adds the id to the message's KEYS, so the index finds it after a restart or on a promoted slave.
 DEDUP_PROPERTY = "TIDEMQ_DEDUP_ID"
 UNIQ_KEY_NAME = PROPERTY_UNIQ_KEY.encode("ascii")
+_pack_item_head = BATCH_ITEM_HEAD.pack  # a batch item's fixed head (TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length)
 
 
 class BatchForm(enum.Enum):
@@ -219,9 +221,11 @@ def packed_raw(body: bytes, queue_id: int, max_body_bytes: int, properties: byte
     which the caller's own path refuses."""
     if len(body) > max_body_bytes:
         return None
-    head, first = reserve_uniq_keys(1)
+    head, first = reserve_uniq_key()
     props = b"%s%s\x01%s%04X\x02" % (properties, UNIQ_KEY_NAME, head, first & 0xFFFF)
-    return PackedProduce(pack_one(body, props), 1, queue_id, False, head, first)
+    size = len(props)  # pack_one, written out (every raw produce)
+    item_head = _pack_item_head(BATCH_FIXED_BYTES + len(body) + size, 0, 0, 0, len(body))
+    return PackedProduce(b"".join((item_head, body, size.to_bytes(2, "big"), props)), 1, queue_id, False, head, first)
 
 
 def properties_of(fields: MessageFields, uniq_key: str) -> bytes:

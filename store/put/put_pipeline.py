@@ -30,7 +30,7 @@ from store.dispatch.reput_message_service import ReputMessageService
 from store.logfile.commit_log import BatchHead, CommitLog
 from store.logfile.put_durability import PutDurability
 from store.native import CheckedBatch
-from store.put.put_batch import BatchForm, PutBatch, packed_fields
+from store.put.put_batch import BatchForm, PackedProduce, PutBatch, packed_fields
 from store.put.put_hook import PutHook
 from store.stats.store_stats_service import StoreStatsService
 from store.status import EncodedItems, PutMessageResult, PutMessageStatus, PutRefusal, total_bytes
@@ -44,6 +44,9 @@ _BATCH_REFUSALS = {
 }
 # A put's answer and its durability waiter (None: answered at once).
 PutAnswer = tuple[PutMessageResult, "concurrent.futures.Future[PutMessageResult] | None"]
+# A packed put's answer without a result object (`PutPipeline.put_packed`): its items, its commitlog end offset and
+# whether its durability wait is owed (DefaultMessageStore.durable_through).
+PackedPut = tuple[EncodedItems, int, bool]
 
 
 class PutPipeline:
@@ -116,30 +119,56 @@ class PutPipeline:
 
     def _put_packed(self, batch: PutBatch) -> PutAnswer | None:
         """The put lane: a packed batch (`PutBatch.of_packed`) the validator admits, checked and appended by the commitlog's
-        one kernel call (CommitLog.put_packed), counted, then answered as `_after_put` answers; None when the validator
+        one kernel call (`_append_packed`), counted, then answered as `_after_put` answers; None when the validator
         would refuse it or the kernel declines, having changed nothing: the general path then stores or refuses it."""
         packed = batch.packed
         assert packed is not None and self.lane_admits is not None
         if batch.producer_group is not None or batch.deliver_at_ms is not None or batch.on_appended_locked or batch.state_records:
             return None  # of_packed makes none of these; a caller that sets one takes the hooks that act on it
-        through = self.commit_log.write_through.min_bytes
+        appended = self._append_packed(batch.topic, batch.queue_id, packed, batch.born_host)
+        if appended is None:
+            return None
+        items, end = appended
+        return self._answer(PutMessageResult(PutMessageStatus.PUT_OK, items=items), end, batch)
+
+    def put_packed(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool) -> PackedPut | None:
+        """`_put_packed` of `PutBatch.of_packed(topic, queue_id, packed, born_host)` with `defer_durability` (and
+        `defer_dispatch` as given), answered without the batch and result objects: (items, end offset, whether the
+        durability wait is owed). None, nothing changed, where `put_lane` would answer None."""
+        if self.lane_admits is None:
+            return None
+        appended = self._append_packed(topic, queue_id, packed, born_host)
+        if appended is None:
+            return None
+        items, end = appended
+        reput = self.reput_service
+        owed = not self.durability.answers_at_once()  # before the dispatch: the flush request overlaps it
+        if not (defer_dispatch and reput.owe(end, False)):
+            reput.dispatch_through(end)
+        return items, end, owed
+
+    def _append_packed(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes) -> tuple[EncodedItems, int] | None:
+        """A packed batch the validator admits appended by the commitlog's one kernel call (CommitLog.put_packed) and
+        counted: its items and end offset; None, nothing changed, when it is large enough to be written through
+        (store/logfile/write_through.py), the validator would refuse it or the kernel declines."""
+        assert self.lane_admits is not None
+        cl = self.commit_log
+        through = cl.write_through.min_bytes
         if through and len(packed.data) >= through:
             return None  # a large batch is written through by put_batch (store/logfile/write_through.py): no page faulted
-        topic, queue_id = batch.topic, batch.queue_id
         if not self.lane_admits(topic, queue_id, packed.messages):
             return None
         cfg = self.config
         t0 = time.perf_counter_ns()
-        stored = self.commit_log.put_packed(
-            packed.data, topic, topic.encode(), queue_id, batch.born_host, cfg.max_message_size_bytes, cfg.max_batch_messages,
+        stored = cl.put_packed(
+            packed.data, topic, topic.encode(), queue_id, born_host, cfg.max_message_size_bytes, cfg.max_batch_messages,
             cfg.max_properties_size_bytes,
         )  # fmt: skip
         if stored is None:
             return None
         offsets, first, now, end, messages, size = stored
-        result = PutMessageResult(PutMessageStatus.PUT_OK, items=EncodedItems(offsets, first, queue_id, now, self.commit_log.store_host))
         self.stats.record_put(messages, size, (time.perf_counter_ns() - t0) // 1000)
-        return self._answer(result, end, batch)
+        return EncodedItems(offsets, first, queue_id, now, cl.store_host), end
 
     def _pack_fields(self, batch: PutBatch) -> PutMessageResult | None:
         """Pack a FIELDS batch into RocketMQ's encoding and check it (it becomes ENCODED); a refusal when the check fails."""

@@ -115,3 +115,19 @@ def test_a_reservation_stands_for_the_keys_next_would_make() -> None:
     clock.ms = local_ms(2026, 5, 1) + 42
     assert parts(uniq_keys_of(*gen.reserve(1), 1)[0])[3] == 42  # counted from 1 May
     assert parts(gen.next())[3] == 42
+
+
+def test_reserve_one_is_a_reservation_of_one() -> None:
+    """`reserve_one` (every raw produce) answers as `reserve(1)`: the same counter, the same head of this millisecond,
+    of the next one when the clock moves, from the new month's start; and `reserve` after it keeps that head."""
+    clock = FixedClock(local_ms(2026, 6, 30, 23, 59, 59) + 998)
+    gen = UniqKeyGenerator(clock_ms=clock)
+    head, first = gen.reserve(1)
+    one = gen.reserve_one()
+    assert one == (head, first + 1)
+    clock.ms += 1
+    moved = parts(uniq_keys_of(*gen.reserve_one(), 1)[0])
+    assert moved[3] == parts(uniq_keys_of(head, first, 1)[0])[3] + 1 and moved[4] == first + 2
+    assert gen.reserve(1)[0] == gen.reserve_one()[0]  # the head reserve_one formatted, kept for the millisecond
+    clock.ms = local_ms(2026, 7, 1) + 7
+    assert parts(uniq_keys_of(*gen.reserve_one(), 1)[0])[3] == 7  # counted from 1 July
