@@ -375,9 +375,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.body_timer is not None:  # answered (e.g. 413 before the body): the rest of the body is not waited for
             self._disarm_body_timer()
         self.server_state.total_requests += 1
-        if self.transport.is_closing():
+        if self.replies.is_closing():
             return
-        self.flow.resume_reading()
+        flow = self.flow
+        if flow.read_paused:  # resume_reading's own test, without its call (every reply)
+            flow.resume_reading()
         if self.pipeline:
             self.idle_since = BUSY
             cycle, app = self.pipeline.pop()

@@ -85,6 +85,7 @@ class ProduceLane:
     def __init__(self, requests: DirectRequests, producer: Producer, broker: Broker, max_body_bytes: int, max_json_bytes: int) -> None:
         self.requests = requests
         self.hot = requests.hot
+        self.stats = self.hot.stats  # the request figures (in flight, per status)
         self.producer = producer
         self.broker = broker
         self.store = broker.store
@@ -215,7 +216,7 @@ class ProduceLane:
     ) -> None:  # fmt: skip
         held = LaneReply(self, protocol, topic, items, reply, sent, keep_alive, start_ns)
         self.held += 1
-        self.hot.stats.in_flight += 1
+        self.stats.in_flight += 1
         protocol.cycle = held  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
         protocol.tasks.add(held)  # type: ignore[arg-type]  # uvicorn's task set: graceful shutdown waits for it
         turns = self._turns
@@ -248,7 +249,7 @@ class ProduceLane:
         """Write a held reply whose durability group ended confirmed: the 201 it holds."""
         protocol = held.protocol
         protocol.tasks.discard(held)
-        self.hot.stats.in_flight -= 1
+        self.stats.in_flight -= 1
         held.response_complete = True
         if not held.disconnected:
             protocol.replies.write_now(held.reply)

@@ -155,6 +155,7 @@ class DefaultMessageStore:
             config.broker_cluster_name, config.default_topic_queue_nums, config.pop_revive_queue_num, config.timer_wheel_enable
         )
         self.topic_config_manager = TopicConfigManager(config.config_dir(), config.max_topic_queue_nums, rocketmq_topics)
+        self.topic_config = self.topic_config_manager.get  # type: ignore[method-assign]  # the same answer, one call (every produce)
         self.consumer_offset_manager = ConsumerOffsetManager(config.config_dir())
         self.topic_removals = TopicRemovals()  # queues of deleted topics, removed once the deletion is applied
         self.stats = StoreStatsService()

@@ -435,6 +435,8 @@ static PyMethodDef methods[] = {
      "render_received(message, topic, reconsume_times, handle, invisible_until_ms) -> a received message's JSON view, or None"},
     {"json_produce", py_json_produce, METH_VARARGS,
      "json_produce(body, max_messages, max_body, reserved, reserve) -> (packed, count, queue_id, is_batch, reserve(count)) or None"},
+    {"raw_item", (PyCFunction)(void (*)(void))py_raw_item, METH_FASTCALL,
+     "raw_item(body, properties, head, first) -> a raw produce's batch item with its UNIQ_KEY (head + first's 4 hex digits)"},
     {"render_produce_reply", py_render_produce_reply, METH_VARARGS,
      "render_produce_reply(head, first, host_hex, queue_id, first_queue_offset, store_timestamp, offsets, is_batch) -> the reply's JSON"},
     {"put_packed", (PyCFunction)(void (*)(void))py_put_packed, METH_FASTCALL,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from store import _kernels
 from store.codec.message import (
     DEFAULT_BORN_HOST,
     KEY_SEPARATOR,
@@ -39,14 +40,18 @@ from store.codec.message import (
     reserve_uniq_keys,
     uniq_keys_of,
 )
-from store.native import BATCH_FIXED_BYTES, BATCH_ITEM_HEAD, CheckedBatch, json_produce, pack_batch, pack_one
+from store.native import BATCH_ITEM_HEAD, CheckedBatch, json_produce, pack_batch, pack_one
 from store.status import AppendedHook
 
 # The property a producer's dedup id travels in (docs/http-api.md, "Idempotent produce"); the store also
 # adds the id to the message's KEYS, so the index finds it after a restart or on a promoted slave.
 DEDUP_PROPERTY = "TIDEMQ_DEDUP_ID"
 UNIQ_KEY_NAME = PROPERTY_UNIQ_KEY.encode("ascii")
-_pack_item_head = BATCH_ITEM_HEAD.pack  # a batch item's fixed head (TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length)
+_new_tuple = tuple.__new__
+# The most property bytes `packed_raw` takes besides its UNIQ_KEY (name, \x01, 32 characters, \x02): a batch item's
+# property length is 2 bytes.
+MAX_RAW_PROPERTIES_BYTES = 0xFFFF - len(UNIQ_KEY_NAME) - 1 - 32 - 1
+raw_item = _kernels.raw_item  # raw_item(body, properties, head, first): `raw_item_of` in C
 
 
 class BatchForm(enum.Enum):
@@ -217,15 +222,19 @@ def packed_json(body: bytes, max_messages: int, max_body_bytes: int, reserved: b
 def packed_raw(body: bytes, queue_id: int, max_body_bytes: int, properties: bytes = b"") -> PackedProduce | None:
     """A raw produce's body as its one message to `queue_id` (-1: none named), packed as `packed_fields` packs it:
     its properties `properties` (RocketMQ's encoding, as properties_of writes a message's TAGS and KEYS; the put's
-    batch check refuses ill-formed or oversized ones) and a fresh UNIQ_KEY; None for a body over `max_body_bytes`,
-    which the caller's own path refuses."""
-    if len(body) > max_body_bytes:
+    batch check refuses ill-formed or oversized ones) and a fresh UNIQ_KEY; None for a body over `max_body_bytes` or
+    properties past what a batch item's length field holds with the key, which the caller's own path refuses."""
+    if len(body) > max_body_bytes or len(properties) > MAX_RAW_PROPERTIES_BYTES:
         return None
     head, first = reserve_uniq_key()
-    props = b"%s%s\x01%s%04X\x02" % (properties, UNIQ_KEY_NAME, head, first & 0xFFFF)
-    size = len(props)  # pack_one, written out (every raw produce)
-    item_head = _pack_item_head(BATCH_FIXED_BYTES + len(body) + size, 0, 0, 0, len(body))
-    return PackedProduce(b"".join((item_head, body, size.to_bytes(2, "big"), props)), 1, queue_id, False, head, first)
+    data = raw_item(body, properties, head, first)  # raw_item_of's bytes, in one kernel call (every raw produce)
+    return _new_tuple(PackedProduce, (data, 1, queue_id, False, head, first))  # PackedProduce(...) without its Python __new__
+
+
+def raw_item_of(body: bytes, properties: bytes, head: bytes, first: int) -> bytes:
+    """The reference of the `raw_item` kernel: a raw produce's one batch item (pack_one) whose properties are
+    `properties` and its UNIQ_KEY, `head` and `first`'s low 16 bits in four hex digits."""
+    return pack_one(body, b"%s%s\x01%s%04X\x02" % (properties, UNIQ_KEY_NAME, head, first & 0xFFFF))
 
 
 def properties_of(fields: MessageFields, uniq_key: str) -> bytes:

@@ -175,7 +175,11 @@ class PutPipeline:
         if batch.packed is not None:
             data = batch.packed.data
         else:
-            data, batch.uniq_keys = packed_fields(batch.fields)
+            try:
+                data, batch.uniq_keys = packed_fields(batch.fields)
+            except OverflowError:  # a message's properties past the 2-byte length of a batch item (pack_one)
+                detail = "a message's properties are longer than 65,535 bytes; nothing was stored"
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, PutRefusal.PROPERTIES_TOO_LARGE, detail)
         cfg, data = self.config, bytes(data)
         try:  # check_batch, its kernel called directly (every packed produce)
             count, stored, crcs, has_dedup_id = _kernels.check_batch(

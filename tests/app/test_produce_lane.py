@@ -439,3 +439,23 @@ def test_released_lane_replies_are_freed_without_the_cyclic_collector(make_broke
         alive = sum(1 for o in gc.get_objects() if type(o) is LaneReply)
     assert lane.held == held + 10
     assert alive == 0, f"{alive} released lane replies were left for the cyclic collector"
+
+
+def test_keys_past_a_batch_items_property_length_are_refused_not_crashed_on(make_broker: MakeBroker) -> None:
+    """A raw produce whose query gives more KEYS than a batch item's 2-byte property length holds (possible with a
+    large max_header_bytes) is left by the lane to the direct way, which refuses it with a problem; the connection
+    is served after it."""
+    broker = lane_broker(make_broker, "l9", "max_header_bytes = 262144\n")
+    lane = lane_of(broker)
+    served = lane.served
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        sock.sendall(produce_request("l9", b"x", RAW, query="?keys=" + "k" * 70_000))
+        status, _, body = read_response(sock)
+        assert 400 <= status < 500 and orjson.loads(body)["code"] == "PROPERTIES_TOO_LARGE", body[:200]
+        sock.sendall(produce_request("l9", b'{"body": "x", "keys": ["%s"]}' % (b"k" * 70_000)))  # the same in JSON
+        status, _, body = read_response(sock)
+        assert 400 <= status < 500 and orjson.loads(body)["code"] == "PROPERTIES_TOO_LARGE", body[:200]
+        sock.sendall(produce_request("l9", b"after", RAW))
+        assert read_response(sock)[0] == 201
+    assert lane.served == served + 1
+    assert bodies(broker, "l9") == ["after"]

@@ -26,6 +26,7 @@ from store import (
     _kernels,
 )
 from store import native as nk
+from store.put.put_batch import MAX_RAW_PROPERTIES_BYTES, packed_raw, raw_item_of
 from store.timer.timer_message import REQUEST_PROPERTIES
 from store.timer.timer_message import RESERVED_PROPERTIES as TIMER_MARKS
 from store.transaction.transaction_message import TRANSACTION_PROPERTIES
@@ -220,3 +221,34 @@ def test_a_second_module_instance_shares_the_process_wide_error_class() -> None:
     assert other.BatchError is _kernels.BatchError and other.Mapping is _kernels.Mapping
     with pytest.raises(_kernels.BatchError):
         other.check_batch(b"\x00" * 3, 1024)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    body=st.binary(max_size=3000),
+    properties=st.binary(max_size=300),
+    head=st.text(alphabet="0123456789ABCDEF", min_size=28, max_size=28),
+    first=st.integers(min_value=0, max_value=2**64 - 1),
+)
+def test_raw_item_writes_what_its_reference_writes(body: bytes, properties: bytes, head: str, first: int) -> None:
+    """`raw_item` (every raw produce's packing) against `raw_item_of`, and the batch check reads it as one item."""
+    item = _kernels.raw_item(body, properties, head.encode(), first)
+    assert item == raw_item_of(body, properties, head.encode(), first)
+    assert nk.check_batch(item, len(body))[0] == 1
+
+
+def test_raw_item_refuses_what_its_length_fields_cannot_hold() -> None:
+    head = b"0" * 28
+    longest = MAX_RAW_PROPERTIES_BYTES
+    assert _kernels.raw_item(b"b", b"p" * longest, head, 1) == raw_item_of(b"b", b"p" * longest, head, 1)
+    with pytest.raises(OverflowError):
+        raw_item_of(b"b", b"p" * (longest + 1), head, 1)  # the reference's own refusal
+    with pytest.raises(OverflowError):
+        _kernels.raw_item(b"b", b"p" * (longest + 1), head, 1)
+    with pytest.raises(ValueError, match="28 characters"):
+        _kernels.raw_item(b"b", b"", b"0" * 27, 1)
+    with pytest.raises(TypeError):
+        _kernels.raw_item(b"b", b"", head)  # type: ignore[call-arg]  # three arguments: refused, not read past
+    with pytest.raises(TypeError):
+        _kernels.raw_item(bytearray(b"b"), b"", head, 1)  # type: ignore[arg-type]  # bytes only
+    assert packed_raw(b"b", -1, 10, b"p" * (longest + 1)) is None  # the caller's own path refuses it
