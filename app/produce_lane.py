@@ -100,6 +100,8 @@ class ProduceLane:
         self._created_tally: Tally | None = None  # the request figures of the lane's 201s (`_answered`)
         self._host = b""  # the store host the 201s were last rendered for, and its hex (`_created`)
         self._host_hex = b""
+        self._defaults: list[tuple[bytes, bytes]] | None = None  # uvicorn's default headers the 201s last had, and their
+        self._defaults_head = b""  # head lines (`_created`)
         self._turns: DurableTurns | None = None  # the producer's durability groups, once a reply was held
 
     def serve(self, protocol: BoundedHttpProtocol, data: bytes, max_head: int) -> bool:
@@ -121,7 +123,10 @@ class ProduceLane:
             return False
         if (broker.cluster is not None or broker.config.broker_role is BrokerRole.SLAVE) and not self._may_write(broker):
             return False
-        packed = self._packed(body, query, is_json)
+        if is_json or query:
+            packed = self._packed(body, query, is_json)
+        else:  # the common raw produce: no queue, no properties (`_packed`'s first case, without its call)
+            packed = packed_raw(body, -1, self.max_raw_bytes)
         queues = config.write_queue_nums
         if packed is None or packed.queue_id >= queues:
             return False  # the direct way parses it (and answers its problem: QUEUE_NOT_FOUND past the queues)
@@ -167,7 +172,7 @@ class ProduceLane:
                 return None
             limits = self.producer.limits
             return packed_json(body, limits.max_batch_messages, limits.max_message_size_bytes, RESERVED_NAMES)
-        if not query:  # the common raw produce: no queue, no properties
+        if not query:  # no queue, no properties
             return packed_raw(body, -1, self.max_raw_bytes)
         fields = raw_query(query)
         if fields is None or len(body) > self.max_raw_bytes:
@@ -206,9 +211,16 @@ class ProduceLane:
             packed.head, packed.first, self._host_hex, items.queue_id, items.first_queue_offset, items.store_timestamp,
             items.offsets, packed.is_batch,
         )  # fmt: skip
-        defaults = self.requests.default_head(protocol.server_state.default_headers)
+        headers = protocol.server_state.default_headers
+        defaults = self._defaults_head if headers is self._defaults else self._default_head(headers)
         ending = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
         return b"%s%scontent-length: %d\r\ncontent-type: %s\r\n%s%s" % (_CREATED, defaults, len(body), JSON, ending, body), len(body)
+
+    def _default_head(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """uvicorn's default headers as head lines (DirectRequests.default_head), kept while the list is the same (it
+        changes once a second, with the date it carries)."""
+        self._defaults, self._defaults_head = headers, self.requests.default_head(headers)
+        return self._defaults_head
 
     def _hold(
         self, protocol: BoundedHttpProtocol, topic: str, items: EncodedItems, end: int, reply: bytes, sent: int, keep_alive: bool,
