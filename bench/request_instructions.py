@@ -11,8 +11,10 @@ per request on the event loop's thread (where a request is served) and on all th
 flush, allocation). Kernel work (system calls, page faults) is not counted: the CPU-time benches
 (bench/versus_redis.py, bench/produce_cpu_bench.py) carry it. Scenarios (1 KiB bodies): single JSON
 produce, raw produce, JSON batch of 100, binary batch of 100, a pull of one message, GET /healthz, and
-a group's receive of one message followed by the ack of its handle (one connection; counted per pair), and a pull
-held at a queue's end answered by a JSON produce on another connection (counted per pair).
+a group's receive of one message followed by the ack of its handle (one connection; counted per pair), a pull
+held at a queue's end answered by a JSON produce on another connection (counted per pair), and the raw produce on a
+broker of its own with SYNC_FLUSH (each reply held until its loop turn's group commit: the held reply, the group's
+wait and the flush thread's work per message).
 
 Usage: python bench/request_instructions.py --before TREE [--after TREE] [--requests N] [--only a,b]
 """
@@ -62,6 +64,8 @@ DELIVERY_TOPIC = "deliverybench"
 RECEIVE_ACK = "receive + ack of one message"
 DELIVERY = "produce to a held pull"
 EXCHANGES = {RECEIVE_ACK, DELIVERY}
+# Scenarios served by a broker with SYNC_FLUSH (one started for them, after the ASYNC_FLUSH one).
+DURABLE = {"durable raw produce (SYNC_FLUSH)": SCENARIOS["raw produce"]}
 HOLD_SETTLE_S = 0.03  # given to a held pull to be parked before its produce is sent (a broker under callgrind is slow)
 WARMUP_REQUESTS = 200
 READY_TIMEOUT_S = 600.0  # a broker under callgrind starts tens of times slower
@@ -71,11 +75,11 @@ REPLY_TIMEOUT_S = 120.0
 class CountedBroker:
     """A broker process of `tree` under callgrind, collection off until `count` turns it on."""
 
-    def __init__(self, tree: str, root: str) -> None:
+    def __init__(self, tree: str, root: str, flush_disk_type: str = "ASYNC_FLUSH") -> None:
         self.port = free_port()
         config = os.path.join(root, "broker.toml")
         with open(config, "w") as f:
-            f.write(STORE_CONFIG.replace("268435456", "67108864") + 'flush_disk_type = "ASYNC_FLUSH"\n')
+            f.write(STORE_CONFIG.replace("268435456", "67108864") + f'flush_disk_type = "{flush_disk_type}"\n')
         self.out = os.path.join(root, "callgrind.out")
         cmd = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes", f"--callgrind-out-file={self.out}",
@@ -276,20 +280,27 @@ def take_reply(buffer: bytearray) -> bytes | None:
 
 
 def measure(tree: str, scenarios: list[str], requests: int, connections: int) -> dict[str, tuple[float, float]]:
-    root = tempfile.mkdtemp(prefix="tidemq-instructions-")
-    broker = CountedBroker(tree, root)
-    try:
-        return {
-            name: broker.count_exchanges(requests)
-            if name == RECEIVE_ACK
-            else broker.count_deliveries(requests)
-            if name == DELIVERY
-            else broker.count(SCENARIOS[name], requests, connections)
-            for name in scenarios
-        }
-    finally:
-        broker.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    counted: dict[str, tuple[float, float]] = {}
+    for flush_disk_type in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        served = [name for name in scenarios if (name in DURABLE) == (flush_disk_type == "SYNC_FLUSH")]
+        if not served:
+            continue
+        root = tempfile.mkdtemp(prefix="tidemq-instructions-")
+        try:
+            broker = CountedBroker(tree, root, flush_disk_type)
+            try:
+                for name in served:
+                    if name == RECEIVE_ACK:
+                        counted[name] = broker.count_exchanges(requests)
+                    elif name == DELIVERY:
+                        counted[name] = broker.count_deliveries(requests)
+                    else:
+                        counted[name] = broker.count({**SCENARIOS, **DURABLE}[name], requests, connections)
+            finally:
+                broker.stop()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return counted
 
 
 def main() -> None:
@@ -302,7 +313,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
-    scenarios = [s for s in [*SCENARIOS, *EXCHANGES] if not args.only or s in args.only.split(",")]
+    scenarios = [s for s in [*SCENARIOS, *sorted(EXCHANGES), *DURABLE] if not args.only or s in args.only.split(",")]
     before = measure(os.path.abspath(args.before), scenarios, args.requests, args.connections)
     after = measure(os.path.abspath(args.after), scenarios, args.requests, args.connections)
     print(f"User-space instructions per request (callgrind; {args.requests} requests per scenario, {args.connections} connections)")
