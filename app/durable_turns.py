@@ -8,7 +8,8 @@ result says the wait is owed, joins the turn's group (`wait`): at the end of the
 asks the store for one future through the highest end offset of its puts (`durable_through`),
 hands it to the loop through the CompletionRelay, and completes each member's own future with the
 status; one deadline timer per group. A produce the connection serves itself joins with its held reply
-instead of a future (`hold`, app.held_reply), settled with the same outcome.
+instead of a future (`hold`, app.held_reply), settled with the same outcome; the produce lane joins its turn's held
+replies as one member (`hold` for the first, `reach` for the others while the group is open).
 
 With `loop_wait_s` (the broker's durable_wait_in_loop_ms) the loop then waits for the group's future itself, at
 most that long, before it serves anything more, as Redis's `appendfsync always` flushes in its event loop: the
@@ -83,16 +84,24 @@ class DurableTurns:
         group.members.append(member)
         return member
 
-    def hold(self, end: int, held: Settled) -> None:
-        """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s)."""
-        group = self._open  # `_joined`, written out (every produce the lane holds)
-        if group is None:
-            group = self._open = _Group()
-            self._loop.call_soon(self._close)
-        if end > group.end:
-            group.end = end
-        self.members += 1
+    def hold(self, end: int, held: Settled) -> object:
+        """`held` settled with the outcome of the durability wait of a put ending at commitlog `end` (`wait`'s); the
+        group joined, for `reach` (an opaque token)."""
+        group = self._joined(end)
         group.held.append(held)
+        return group
+
+    def reach(self, end: int, group: object) -> bool:
+        """Join another put ending at commitlog `end` to `group` (a token `hold` answered) while it is this turn's
+        open group: its settled member is told the outcome through `end` too (the produce lane's batch of held
+        replies, app.produce_lane). False, nothing joined, when that group has closed."""
+        joined = self._open
+        if joined is not group or joined is None:
+            return False
+        if end > joined.end:
+            joined.end = end
+        self.members += 1
+        return True
 
     def _joined(self, end: int) -> _Group:
         group = self._open

@@ -21,7 +21,8 @@ writes now, a topic missing, not writable or whose name the produce refuses, a q
 put the store refuses (nothing stored: the direct way puts it again and answers).
 
 Under SYNC_FLUSH (or on a SYNC_MASTER) the reply is held (`LaneReply`) until the loop turn's durability group ends
-(app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). A
+(app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). The
+replies held in one group are one member of it (`LaneBatch`), whose confirmed 201s are written in one loop. A
 held reply is the connection's cycle meanwhile, so a pipelined request waits in uvicorn's pipeline, and it is in
 the server's task set, so graceful shutdown waits for it and, at its deadline, closes the connection unanswered.
 
@@ -103,6 +104,7 @@ class ProduceLane:
         self._defaults: list[tuple[bytes, bytes]] | None = None  # uvicorn's default headers the 201s last had, and their
         self._defaults_head = b""  # head lines (`_created`)
         self._turns: DurableTurns | None = None  # the producer's durability groups, once a reply was held
+        self._batch: LaneBatch | None = None  # the held replies of the latest durability group (`_hold`)
 
     def serve(self, protocol: BoundedHttpProtocol, data: bytes, max_head: int) -> bool:
         """Serve `data`, a connection's read at a request's start, when it is one produce the lane takes;
@@ -231,10 +233,14 @@ class ProduceLane:
         self.stats.in_flight += 1
         protocol.cycle = held  # type: ignore[assignment]  # read by uvicorn's protocol as a cycle
         protocol.tasks.add(held)  # type: ignore[arg-type]  # uvicorn's task set: graceful shutdown waits for it
-        turns = self._turns
-        if turns is None:
-            turns = self._turns = self.producer.durable_turns()
-        turns.hold(end, held)
+        batch = self._batch  # the held replies of this loop turn's durability group, settled together
+        if batch is None or not batch.turns.reach(end, batch.group):
+            turns = self._turns
+            if turns is None:
+                turns = self._turns = self.producer.durable_turns()
+            batch = self._batch = LaneBatch(self, turns)
+            batch.group = turns.hold(end, batch)
+        batch.replies.append(held)
 
     def _answered(self, protocol: BoundedHttpProtocol, status: int, start_ns: int, sent: int) -> None:
         """Count the request as HotRoutes counts a produce, and let uvicorn start what follows."""
@@ -257,21 +263,35 @@ class ProduceLane:
         if cycle is held:
             protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
 
-    def release(self, held: LaneReply) -> None:
-        """Write a held reply whose durability group ended confirmed: the 201 it holds."""
-        protocol = held.protocol
-        protocol.tasks.discard(held)
-        self.stats.in_flight -= 1
-        held.response_complete = True
-        if not held.disconnected:
-            protocol.replies.write_now(held.reply)
-            if not held.keep_alive:
-                protocol.transport.close()
-        cycle: object = protocol.cycle  # `_let_go`, written out (every held reply)
-        if cycle is held:
-            protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
-        (self._created_tally or self._created_count()).add(time.perf_counter_ns() - held.start_ns, held.sent)  # `_answered`'s
-        protocol.on_response_complete()
+    def batch_settled(self, batch: LaneBatch) -> None:
+        """`batch`'s group ended: a later held reply starts a batch of its own."""
+        if self._batch is batch:
+            self._batch = None
+
+    def release_all(self, replies: list[LaneReply]) -> None:
+        """Write the 201 of each of a durability group's held replies (its wait ended confirmed) not settled or
+        cancelled yet, in one loop: one clock reading for their figures, the count in flight changed once."""
+        created = self._created_tally or self._created_count()
+        now_ns = time.perf_counter_ns()
+        released = 0
+        for held in replies:
+            if held.settled:
+                continue  # cancelled by the server's stop
+            held.settled = True
+            released += 1
+            protocol = held.protocol
+            protocol.tasks.discard(held)
+            held.response_complete = True
+            if not held.disconnected:
+                protocol.replies.write_now(held.reply)
+                if not held.keep_alive:
+                    protocol.transport.close()
+            cycle: object = protocol.cycle  # `_let_go`, written out
+            if cycle is held:
+                protocol.cycle = None  # type: ignore[assignment]  # uvicorn starts a connection with None, typed as a cycle
+            created.add(now_ns - held.start_ns, held.sent)
+            protocol.on_response_complete()
+        self.stats.in_flight -= released
 
     def refuse(self, held: LaneReply, problem: BaseException) -> None:
         """Write, instead of a held reply's 201, the reply `problem` (its durability wait's) maps to."""
@@ -317,13 +337,38 @@ def lane_scope(protocol: BoundedHttpProtocol, topic: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+class LaneBatch:
+    """The lane's held replies of one durability group (app.durable_turns holds the batch as one member): settled
+    together, the 201s written in one loop when the wait confirmed them, each reply's own way otherwise."""
+
+    __slots__ = ("lane", "turns", "group", "replies")
+
+    def __init__(self, lane: ProduceLane, turns: DurableTurns) -> None:
+        self.lane = lane
+        self.turns = turns
+        self.group: object = None  # the group joined (DurableTurns.hold's token; `reach` adds the later puts)
+        self.replies: list[LaneReply] = []
+
+    def settle(self, status: PutMessageStatus | None, exc: BaseException | None) -> None:
+        """The group ended (app.durable_turns): every reply written as its outcome answers."""
+        self.lane.batch_settled(self)
+        # The group holds the batch and the batch its group: let go of it (and of the replies once written), so that
+        # neither waits for the cyclic collector.
+        self.group, replies, self.replies = None, self.replies, []
+        if status is PutMessageStatus.PUT_OK and exc is None:
+            self.lane.release_all(replies)
+            return
+        for held in replies:
+            held.settle(status, exc)
+
+
 class LaneReply:
     """A lane request's 201 held until its durability group ends; the connection's cycle meanwhile (the fields
     uvicorn's protocol reads of one) and a member of the server's task set (`cancel`)."""
 
     __slots__ = (
         "lane", "protocol", "topic", "items", "reply", "sent", "keep_alive", "start_ns", "response_complete", "disconnected",
-        "more_body", "message_event", "_done",
+        "more_body", "message_event", "settled",
     )  # fmt: skip
 
     def __init__(
@@ -342,17 +387,17 @@ class LaneReply:
         self.disconnected = False  # set by uvicorn's connection_lost
         self.more_body = False
         self.message_event = _NO_READER
-        self._done = False  # released or cancelled
+        self.settled = False  # released or cancelled
 
     def settle(self, status: PutMessageStatus | None, exc: BaseException | None) -> None:
         """The durability group ended (app.durable_turns): write the reply its outcome answers, once."""
-        if self._done:
+        if self.settled:
             return
-        self._done = True
         lane = self.lane
         if status is PutMessageStatus.PUT_OK and exc is None:  # confirmed: the 201 (durability_problem's None)
-            lane.release(self)
+            lane.release_all([self])
             return
+        self.settled = True
         problem = lane.producer.durability_problem(PutMessageResult(PutMessageStatus.PUT_OK, items=self.items), status, exc)
         assert problem is not None, "a wait that did not end PUT_OK has its problem"
         lane.refuse(self, problem)
@@ -360,8 +405,8 @@ class LaneReply:
     def cancel(self, msg: Any = None) -> bool:
         """The server's stop passed its deadline (uvicorn cancels its task set, iterating it): close unanswered, in
         the next callback."""
-        if self._done:
+        if self.settled:
             return False
-        self._done = True
+        self.settled = True
         self.protocol.loop.call_soon(self.lane.cancelled, self)
         return True

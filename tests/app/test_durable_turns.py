@@ -67,6 +67,48 @@ def test_members_of_a_turn_share_one_wait_through_their_highest_end() -> None:
     assert counted
 
 
+class Recorded:
+    """A held reply (app.durable_turns.Settled) that records the outcomes it is told."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[PutMessageStatus | None, BaseException | None]] = []
+
+    def settle(self, status: PutMessageStatus | None, exc: BaseException | None) -> None:
+        self.outcomes.append((status, exc))
+
+
+def test_reach_joins_the_open_group_only() -> None:
+    """A held member joined by `hold` is told its group's outcome once; `reach` raises that group's end while it is
+    the turn's open group, and refuses (joining nothing) once it has closed."""
+
+    Outcomes = list[tuple[PutMessageStatus | None, BaseException | None]]
+
+    async def run() -> tuple[list[int], Outcomes, Outcomes, list[bool], int]:
+        through = Through()
+        turns = DurableTurns(through, CompletionRelay(asyncio.get_running_loop()), 10.0)
+        first, second = Recorded(), Recorded()
+        group = turns.hold(100, first)
+        joined = [turns.reach(700, group), turns.reach(400, group)]
+        await asyncio.sleep(0)  # the turn ends: its group asks through 700
+        joined.append(turns.reach(900, group))  # closed: not joined
+        later = turns.hold(900, second)
+        joined.append(turns.reach(950, later))
+        await asyncio.sleep(0)
+        for future in through.futures:
+            future.set_result(PutMessageStatus.PUT_OK)
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            if first.outcomes and second.outcomes:
+                break
+        return through.asked, first.outcomes, second.outcomes, joined, turns.members
+
+    asked, first, second, joined, members = asyncio.run(run())
+    assert asked == [700, 950]
+    assert first == [(PutMessageStatus.PUT_OK, None)] and second == [(PutMessageStatus.PUT_OK, None)]
+    assert joined == [True, True, False, True]
+    assert members == 5  # two holds and three reaches joined
+
+
 def test_a_group_past_its_deadline_gets_none_and_one_answered_at_once_gets_put_ok() -> None:
     async def run() -> tuple[object, object]:
         late = DurableTurns(Through(), CompletionRelay(asyncio.get_running_loop()), 0.05)
