@@ -30,7 +30,8 @@ the label says:
    1 and `--py-clients` of them, 100 x 1 KiB per request.
 
 Redis is Debian's redis-server (installed with apt-get when missing and possible; else its rows
-say why they are empty).
+say why they are empty). Between sections what the section's servers stored is removed and the disk synced, so a
+section does not run beside the previous one's write-back or page cache.
 
 Usage: python bench/versus_redis.py [--only requests,durable,delivery,batch] [--quick] [--rounds N]
        [--seconds S] [--rate N] [--producers N] [--connections N] [--py-clients N]
@@ -42,6 +43,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -692,7 +694,16 @@ def main() -> None:
                               ("batch", batch_section)):  # fmt: skip
             if name in sections:
                 section(root, args)
+                clear_section(root)
     print(f"load average at the end {os.getloadavg()}")
+
+
+def clear_section(root: str) -> None:
+    """Remove what a section's servers stored (they are stopped) and wait for the disk: the next section starts with
+    neither the gigabytes the batch rows wrote in the page cache nor their write-back under way, on both sides."""
+    for entry in os.listdir(root):
+        shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+    os.sync()
 
 
 if __name__ == "__main__":
