@@ -170,7 +170,7 @@ def _figure_sections(plan: dict[str, Any], systems: dict[str, dict[str, Any]], r
         "",
         *_figure_table(rows["produce"], fast, produce_tests, "per_s"),
         "",
-        "Server CPU per message stored (µs, /proc/PID/stat around the run; lower is better):",
+        "Server CPU per message stored (µs, the process CPU clock around the run; lower is better):",
         "",
         *_figure_table(rows["produce"], fast, produce_tests, "server_cpu_us_per_msg", 1),
         "",

@@ -3,7 +3,7 @@
 One broker process (`python -m app serve`, uvicorn + uvloop + httptools) over a temporary
 store, beside a plain-ASGI no-op server (bench/noop_asgi.py: a bare ASGI callable under the same
 uvicorn), measured in one run on one machine; every row gives the server's CPU per request and per
-message (/proc/PID/stat around the wrk run) and the load average at its end, and its CPU ratio to
+message (the process CPU clock around the wrk run) and the load average at its end, and its CPU ratio to
 the no-op's, which is what the targets are judged by:
 0. GET on the plain-ASGI no-op: the floor of a request through uvicorn;
 1. GET /healthz: the broker's no-op, answered by its ASGI entry in front of FastAPI (app.hot_routes);
@@ -358,7 +358,7 @@ def render(rows: list[Row], latency: tuple[float, float, int], rate_per_s: int, 
     noop = next((row for row in rows if row.name == NOOP_ROW), None)
     lines = [
         f"tidemq HTTP benchmark ({platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}); "
-        f"bodies of {BODY_BYTES} B; wrk for every row; server CPU from /proc/PID/stat around each run; load average "
+        f"bodies of {BODY_BYTES} B; wrk for every row; server CPU from its process CPU clock around each run; load average "
         f"{os.getloadavg()[0]:.2f} at the end",
         "",
         "| Scenario | Requests/s | Messages/s | server CPU µs/req | µs/msg | CPU/req ratio to the no-op | rate ratio to /healthz around it "

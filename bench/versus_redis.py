@@ -1,6 +1,6 @@
 """tidemq beside Redis Streams and a plain-ASGI no-op, measured in one run on one machine.
 
-Every figure gives the server's CPU per request or message (/proc/PID/stat around the
+Every figure gives the server's CPU per request or message (the process CPU clock around the
 measurement) beside its rate, and the 1-minute load average at its end; a ratio of CPU per
 message is what a target is judged by, because the machine is shared and rates drift with the
 other work on it. Both sides of every comparison use the same load generator and the payload
