@@ -54,7 +54,7 @@ test-native-asan: $(STAMP)
 	TIDEMQ_NATIVE_CFLAGS="$(ASAN_FLAGS)" TIDEMQ_NATIVE_LDFLAGS="-fsanitize=address" \
 		$(PY) setup.py -q build_ext --inplace --force --build-temp build/asan
 	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
-		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_put_lane.py tests/store/test_mapping.py tests/store/test_native_sql.py tests/store/test_sql_eval.py tests/app/test_message_views.py tests/app/test_json_produce.py tests/app/test_whole_request.py tests/app/test_produce_lane.py; \
+		$(PY) -m pytest -q -p no:cacheprovider tests/store/test_native_kernels.py tests/store/test_native_apply.py tests/store/test_native_checks.py tests/store/test_native_put.py tests/store/test_put_lane.py tests/store/test_mapping.py tests/store/test_group_flush.py tests/store/test_flush_and_concurrency.py tests/store/test_native_sql.py tests/store/test_sql_eval.py tests/app/test_message_views.py tests/app/test_json_produce.py tests/app/test_whole_request.py tests/app/test_produce_lane.py; \
 		rc=$$?; $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
 # Serves on 127.0.0.1:8080; topics are created explicitly (PUT /v1/topics/NAME or `tidemq topics create NAME`),

@@ -31,6 +31,7 @@ setup(
                 f"{NATIVE}/produce.c",
                 f"{NATIVE}/produce_reply.c",
                 f"{NATIVE}/mapping.c",
+                f"{NATIVE}/group_flush.c",
             ],
             depends=[
                 f"{NATIVE}/kernels.h",
@@ -38,6 +39,7 @@ setup(
                 f"{NATIVE}/gather_binding.h",
                 f"{NATIVE}/apply_binding.h",
                 f"{NATIVE}/mapping_binding.h",
+                f"{NATIVE}/group_flush_binding.h",
                 f"{NATIVE}/sql_binding.h",
                 f"{NATIVE}/produce_binding.h",
                 f"{NATIVE}/put_lane_binding.h",

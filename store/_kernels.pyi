@@ -110,6 +110,37 @@ def gather(
 MADV_DONTNEED: int
 MADV_WILLNEED: int
 
+SERVE_IDLE: int
+SERVE_WINDOW: int
+SERVE_BUDGET: int
+SERVE_CALLED: int
+SERVE_FAILED: int
+SERVE_CLOSED: int
+
+class GroupFlush:
+    """The group commit's requests, flushed offset and flushes without the GIL (store/_native/group_flush.c)."""
+
+    requested: int
+    flushed: int
+    failures: int
+    asks: int
+    flushes: int
+    last_errno: int
+    closed: bool
+    waiters: int
+    serving: bool
+    def __init__(self) -> None: ...
+    def ask(self, offset: int, python: bool = False, /) -> None: ...
+    def serve(
+        self, mapping: Mapping | None, file_from: int, dropped_to: int, unmap_first: bool, max_flushes: int, idle_s: float, /
+    ) -> tuple[int, int]: ...
+    def wait(self, offset: int, timeout_s: float, /) -> int: ...
+    def advance(self, offset: int, /) -> None: ...
+    def reset(self, offset: int, /) -> None: ...
+    def fail(self) -> None: ...
+    def call(self) -> None: ...
+    def close(self) -> None: ...
+
 class Mapping:
     """A shared read-write mapping of a file that holds no descriptor (store/_native/mapping.c)."""
 

@@ -91,7 +91,7 @@ class MessageStoreConfig:
     flush_consume_queue_thorough_interval_ms: int = setting(60_000, 1, 3_600_000)
     # How long a SYNC_FLUSH (or SYNC_MASTER) put waits before FLUSH_*_TIMEOUT.
     sync_flush_timeout_ms: int = setting(5_000, 1, 600_000)
-    # Requests the group commit service holds at once; past it a put is stored and answered FLUSH_DISK_TIMEOUT (0: always).
+    # Waits with a callback the group commit holds at once; past it one is answered FLUSH_DISK_TIMEOUT, put stored (0: every wait).
     max_group_commit_requests: int = setting(100_000, 0, 10_000_000)
     # Write into pooled buffers and commit them to the file channel (RocketMQ's TransientStorePool).
     transient_store_pool_enable: bool = setting(False)

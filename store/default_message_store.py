@@ -210,6 +210,7 @@ class DefaultMessageStore:
         self.flush_service: GroupCommitService | FlushRealTimeService
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.flush_service = GroupCommitService(self.commit_log, config.max_group_commit_requests, self._on_commit_log_flushed)
+            self.commit_log.native_flushes = self.flush_service.group_flush  # read by the log's flushed_where()
         else:
             self.flush_service = FlushRealTimeService(self.commit_log, config, self._on_commit_log_flushed)
         self.durability = PutDurability(config, self.flush_service)
@@ -398,7 +399,11 @@ class DefaultMessageStore:
 
     def durable_through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
         """The flush and slave waits of the log up to commitlog `offset`, as one future (PutDurability.through)
-        for every put owing durability that ends there or before; None when puts are answered at once."""
+        for every put owing durability that ends there or before; None when puts are answered at once. ValueError
+        for an offset past the log's end: no put ends there, and a flush asked that far would claim bytes not yet
+        written."""
+        if offset > self.commit_log.get_max_offset():
+            raise ValueError(f"offset {offset} is past the log's end ({self.commit_log.get_max_offset()})")
         return self.durability.through(offset)
 
     def _on_commit_log_flushed(self, store_timestamp: int) -> None:

@@ -140,7 +140,8 @@ class MessageStore(Protocol):
 
     def durable_through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
         """One future for the flush and slave waits of the log up to `offset` (PUT_OK or the status not confirmed),
-        for the puts made with `defer_durability` whose results say `durability_owed`; None when none is needed."""
+        for the puts made with `defer_durability` whose results say `durability_owed`; None when none is needed.
+        ValueError for an offset past the log's end."""
         ...
 
     def put_message(self, msg: MessageInner) -> PutMessageResult:

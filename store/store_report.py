@@ -92,7 +92,7 @@ def runtime_info(store: ReportedStore) -> RuntimeInfo:
         "commitlog_min_offset": max(0, cl.get_min_offset()),
         "commitlog_max_offset": cl.get_max_offset(),
         "commitlog_committed_offset": mfq.committed_where if store.transient_store_pool else cl.get_max_offset(),
-        "commitlog_flushed_offset": mfq.flushed_where,
+        "commitlog_flushed_offset": cl.flushed_where(),
         "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
         "commitlog_damaged_bytes": cl.damaged_bytes(),
         "commitlog_damaged_range_count": len(cl.damaged_ranges),

@@ -9,6 +9,7 @@
 #include <errno.h>
 
 #include "kernels.h"
+#include "group_flush_binding.h"
 #include "mapping_binding.h"
 
 static PyObject *BatchError;
@@ -481,7 +482,7 @@ static int kernels_exec(PyObject *m) {
     }
     if (make_batch_error() < 0 || PyModule_AddObjectRef(m, "BatchError", BatchError) < 0 ||
         PyModule_AddIntConstant(m, "GIL_RELEASE_MIN_BYTES", GIL_RELEASE_MIN_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "ASSERTIONS", ASSERTIONS_ON) < 0 || add_mapping(m) < 0 || make_put_names() < 0)
+        PyModule_AddIntConstant(m, "ASSERTIONS", ASSERTIONS_ON) < 0 || add_mapping(m) < 0 || add_group_flush(m) < 0 || make_put_names() < 0)
         return -1;
     return 0;
 }

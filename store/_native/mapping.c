@@ -295,6 +295,25 @@ static PyMethodDef module_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+int mapping_pin(PyObject *obj, uint8_t **data, Py_ssize_t *size) {
+    if (!PyObject_TypeCheck(obj, &MappingType)) {
+        PyErr_Format(PyExc_TypeError, "a Mapping is required, not %.80s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Mapping *self = (Mapping *)obj;
+    if (check_open(self) < 0) return -1;
+    self->exports++;
+    *data = self->data;
+    *size = self->size;
+    return 0;
+}
+
+void mapping_unpin(PyObject *obj) {
+    Mapping *self = (Mapping *)obj;
+    assert(self->exports > 0 && "an unpin matches a pin");
+    self->exports--;
+}
+
 int add_mapping(PyObject *module) {
     if (PyType_Ready(&MappingType) < 0) return -1;
     if (PyModule_AddObjectRef(module, "Mapping", (PyObject *)&MappingType) < 0) return -1;

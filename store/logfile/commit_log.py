@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core import Clock
 from store import _kernels
-from store._kernels import Mapping
+from store._kernels import GroupFlush, Mapping
 from store.codec.message import MessageInner
 from store.codec.message_codec import (
     FIXED_PART_BYTES,
@@ -57,7 +57,7 @@ from store.disk.space_reservation import DEFAULT_RESERVATION, SpaceReservation
 from store.errors import MetadataCorrupt
 from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
-from store.logfile.mapped_file_queue import MappedFileQueue
+from store.logfile.mapped_file_queue import FlushWindow, MappedFileQueue
 from store.logfile.page_cache_window import PageCacheWindow
 from store.logfile.write_through import WriteThrough
 from store.native import BATCH_ITEM_HEAD, OFFSET_AND_SIZE, CheckedBatch, Stop
@@ -104,6 +104,9 @@ class CommitLog:
             unmap_before_flush=True,
         )
         self.transient_store_pool = transient_store_pool
+        # The group commit's native flusher (GroupCommitService sets it): ahead of the queue's flushed position,
+        # which follows it in steps.
+        self.native_flushes: GroupFlush | None = None
         self.put_lock = threading.Lock()
         self.write_through = WriteThrough(config.write_through_min_bytes)  # large batches: one pwrite each
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -513,11 +516,27 @@ class CommitLog:
         """Drop flushed pages past the page-cache window behind the flush position (see `flush`'s `trim`)."""
         return self.mapped_file_queue.trim_page_cache()
 
+    def flush_window(self) -> FlushWindow | None:
+        """The file holding the flushed position, lent to the group commit's native flusher (MappedFileQueue)."""
+        return self.mapped_file_queue.flush_window()
+
+    def window_flushed(self, window: FlushWindow, flushed: int, dropped_to: int) -> None:
+        """The lent file given back, flushed below log offset `flushed` (MappedFileQueue.window_flushed)."""
+        self.mapped_file_queue.window_flushed(window, flushed, dropped_to)
+
     def commit(self, least_pages: int = 0) -> bool:
         return self.mapped_file_queue.commit(least_pages)
 
     def flushed_where(self) -> int:
-        return self.mapped_file_queue.flushed_where
+        """Every byte of the log below it is on disk: the queue's flushed position, or the native flusher's
+        when that is ahead (never past the log's end: a cut at recovery moves the end back before it resets)."""
+        where = self.mapped_file_queue.flushed_where
+        native = self.native_flushes
+        if native is not None:
+            ahead = native.flushed
+            if ahead > where:
+                where = min(ahead, self.get_max_offset())
+        return where
 
     # Recovery helpers -------------------------------------------------------------------
 

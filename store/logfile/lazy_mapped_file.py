@@ -134,6 +134,9 @@ class LazyMappedFile(MappedFile):
     def is_mapped(self) -> bool:
         return self._mm is not None
 
+    def plainly_mapped(self) -> bool:
+        return False  # the budget may unmap it any time: never lent to an outside flusher
+
     def _map(self) -> Mapping:
         if len(self._budget) >= self._budget.max_mapped:
             self._budget.trim()  # make room before taking another descriptor

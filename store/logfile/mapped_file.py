@@ -303,6 +303,19 @@ class MappedFile:
         assert self.positions_ordered(start), self.positions()
         return self.flushed_position
 
+    def plainly_mapped(self) -> bool:
+        """True when an msync of the mapping flushes this file (no pool, no write buffer, mapped now): what an
+        outside flusher (MappedFileQueue.flush_window) needs."""
+        return self._pool is None and self.write_buffer is None and isinstance(self.mm, Mapping) and not self.mm.closed
+
+    def note_flushed(self, position: int) -> int:
+        """An outside flusher made the bytes below `position` (a file offset) durable: the flushed position
+        moves there, never back, never past the readable bytes; returns it."""
+        start = self.flushed_position
+        self.flushed_position = max(start, min(position, self.get_read_position()))
+        assert self.positions_ordered(start), self.positions()
+        return self.flushed_position
+
     def positions_ordered(self, flushed_before: int) -> bool:
         """flushed_before <= flushed <= committed <= wrote <= file_size, read so that a concurrent append
         cannot break it: each position is read before the ones a writer sets earlier (wrote, then committed)."""

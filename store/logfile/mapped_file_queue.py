@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from store import _kernels
 from store.disk.space_reservation import is_no_space
@@ -30,6 +30,18 @@ log = logging.getLogger("tidemq.store")
 
 # Flushed bytes behind a file's flush position that stay in the process's resident set (see flush).
 RESIDENT_TAIL_BYTES = 4 * 1024 * 1024
+
+
+class FlushWindow(NamedTuple):
+    """A file lent to an outside flusher (MappedFileQueue.flush_window), with what its flush needs."""
+
+    file: MappedFile  # held until window_flushed
+    mapping: _kernels.Mapping
+    file_from: int  # the log offset of the file's first byte
+    dropped_to: int  # pages below it are out of the mapping already
+    unmap_first: bool  # MappedFile.flush's unmap_first
+    store_timestamp: int  # of a message below read_position
+    read_position: int  # the file's readable bytes when lent
 
 
 class MappedFileQueue:
@@ -187,6 +199,15 @@ class MappedFileQueue:
             return True
         store_ts = mf.store_timestamp
         where = mf.file_from_offset + mf.flush(flush_least_pages, self.unmap_before_flush)
+        unchanged = where == before
+        self._after_flush(mf, before, where, trim)
+        if flush_least_pages == 0 or not unchanged:
+            self.store_timestamp = max(self.store_timestamp, store_ts)
+        return unchanged
+
+    def _after_flush(self, mf: MappedFile, before: int, where: int, trim: bool) -> None:
+        """The flushed position moved from `before` to `where` in `mf`: flushed pages leave the resident set
+        and (with `trim`) the page-cache window trims. Run by the thread that flushes (one per queue)."""
         assert where >= before, f"the flushed position would move back from {before} to {where} (only truncation moves it back)"
         unchanged = where == before
         self.flushed_where = where
@@ -199,9 +220,34 @@ class MappedFileQueue:
             mf.drop_resident_below(where - mf.file_from_offset - RESIDENT_TAIL_BYTES)
         if trim and not unchanged and self.page_cache_window is not None:
             self.page_cache_window.trim(self.mapped_files, where)
-        if flush_least_pages == 0 or not unchanged:
-            self.store_timestamp = max(self.store_timestamp, store_ts)
-        return unchanged
+
+    def flush_window(self) -> FlushWindow | None:
+        """The file holding the flushed position, held, for flushes made outside this queue (the group
+        commit's store._kernels.GroupFlush); None when there is none, or it is not a plain mapped file (a
+        pooled one flushes its descriptor). Given back with `window_flushed`, which moves the positions."""
+        self.flushed_where = self._past_deleted(self.flushed_where)
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None or not mf.plainly_mapped() or not mf.hold():
+            return None
+        # The time and position read together, the time first: the time is of a message at or below the position.
+        store_ts = mf.store_timestamp
+        return FlushWindow(mf, mf.mm, mf.file_from_offset, mf.dropped_to, self.unmap_before_flush, store_ts, mf.get_read_position())
+
+    def window_flushed(self, window: FlushWindow, flushed: int, dropped_to: int) -> None:
+        """The window's file is on disk below log offset `flushed` and out of the mapping below `dropped_to`
+        (file offsets): the positions move as `flush`'s would; the file is released."""
+        mf = window.file
+        try:
+            mf.dropped_to = max(mf.dropped_to, dropped_to)
+            before = self.flushed_where
+            moved = mf.note_flushed(flushed - mf.file_from_offset)
+            where = mf.file_from_offset + moved
+            if where > before:
+                self._after_flush(mf, before, where, trim=False)
+            if moved >= window.read_position:
+                self.store_timestamp = max(self.store_timestamp, window.store_timestamp)
+        finally:
+            mf.release()
 
     def trim_page_cache(self) -> int:
         """The page-cache window's trim behind the flushed position (a flush made with `trim` False); bytes advised."""

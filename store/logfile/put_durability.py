@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from store.logfile.flush_real_time_service import FlushRealTimeService
-from store.logfile.group_commit_service import GroupCommitRequest, GroupCommitService
+from store.logfile.group_commit_service import GroupCommitService
 from store.logfile.uncancellable_future import UncancellableFuture
 from store.status import PutMessageResult, PutMessageStatus
 
@@ -52,12 +52,9 @@ class PutDurability:
             return self._chain_slave(result)  # ASYNC_FLUSH on a SYNC_MASTER: only the slave is waited for
         assert isinstance(self.flush_service, GroupCommitService)
         not_durable = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, items=result.items, detail="stored, not confirmed durable")
-        if not need_slave:  # the group commit answers the put itself: one future per put
-            direct = GroupCommitRequest(result.end_offset, result, not_durable)
-            self.flush_service.put_request(direct)
-            return direct.future
-        request = GroupCommitRequest(result.end_offset)
-        self.flush_service.put_request(request)
+        if not need_slave:  # the flushed offset answers the put itself: one future per put
+            return self.flush_service.wait_for(result.end_offset, result, not_durable)
+        request = self.flush_service.wait_for(result.end_offset)
         outer: Waiter = concurrent.futures.Future()
 
         def flushed(f: concurrent.futures.Future[PutMessageStatus]) -> None:
@@ -69,7 +66,7 @@ class PutDurability:
             else:
                 outer.set_result(result)
 
-        request.future.add_done_callback(flushed)
+        request.add_done_callback(flushed)
         return outer
 
     def through(self, offset: int) -> concurrent.futures.Future[PutMessageStatus] | None:
@@ -82,10 +79,9 @@ class PutDurability:
         if self.config.flush_disk_type is not FlushDiskType.SYNC_FLUSH:
             return self._slave_status(offset, concurrent.futures.Future())  # ASYNC_FLUSH on a SYNC_MASTER
         assert isinstance(self.flush_service, GroupCommitService)
-        request = GroupCommitRequest(offset)
-        self.flush_service.put_request(request)
+        request = self.flush_service.wait_for(offset)
         if not self._needs_slave():
-            return request.future
+            return request
         outer: concurrent.futures.Future[PutMessageStatus] = concurrent.futures.Future()
 
         def flushed(f: concurrent.futures.Future[PutMessageStatus]) -> None:
@@ -95,7 +91,7 @@ class PutDurability:
             else:
                 outer.set_result(status)
 
-        request.future.add_done_callback(flushed)
+        request.add_done_callback(flushed)
         return outer
 
     def _slave_status(self, offset: int, out: concurrent.futures.Future[PutMessageStatus]) -> concurrent.futures.Future[PutMessageStatus]:

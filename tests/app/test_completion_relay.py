@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from app.completion_relay import CompletionRelay
-from store.logfile.group_commit_service import CommitFuture
+from store.logfile.commit_future import CommitFuture
 
 
 def test_a_group_completed_at_once_wakes_the_loop_about_once() -> None:

@@ -207,18 +207,29 @@ def test_a_body_in_pieces_is_served_whole(make_broker: MakeBroker) -> None:
 
 
 class SlowDisk:
-    """A disk that stalls: no flush of the store's commitlog finishes until `go` (the only way to hold a group commit
-    still while its produce's reply is held)."""
+    """A disk that stalls: no flush of the store's commitlog starts until `go` (the only way to hold a group commit
+    still while its produce's reply is held). The group commit's thread stops at its next flush of its own or before
+    it lends the next file to its native flusher; made, the thread is stopped there."""
 
     def __init__(self, store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.gate = threading.Event()
-        real_flush = store.commit_log.flush
+        held = threading.Event()
+        real_flush, real_window = store.commit_log.flush, store.commit_log.flush_window
 
         def held_flush(least_pages: int = 0, trim: bool = True) -> bool:
+            held.set()
             self.gate.wait(PATIENCE_S)
             return real_flush(least_pages, trim)
 
+        def held_window() -> object:
+            held.set()
+            self.gate.wait(PATIENCE_S)
+            return real_window()
+
         monkeypatch.setattr(store.commit_log, "flush", held_flush)
+        monkeypatch.setattr(store.commit_log, "flush_window", held_window)
+        store.flush_service.wakeup()  # the native flusher's serve under way comes back to Python
+        assert held.wait(PATIENCE_S), "the group commit did not stop"
 
     def go(self) -> None:
         self.gate.set()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from store.logfile.group_commit_service import CommitFuture, GroupCommitRequest
+from store.logfile.commit_future import CommitFuture
+from store.logfile.group_commit_service import GroupCommitRequest
 from store.status import PutMessageStatus
 
 pytestmark = pytest.mark.timeout(30)

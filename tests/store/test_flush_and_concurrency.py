@@ -61,16 +61,20 @@ def test_one_flush_serves_many_waiters(tmp_path: Path) -> None:
 
 def test_put_returns_before_its_flush_and_completes_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
-    # A slow disk: no flush of the commitlog finishes until the gate opens (the only way to hold a
-    # flush still while a put is under way).
-    gate = threading.Event()
-    real_flush = s.commit_log.flush
+    # A slow disk: no flush of the commitlog starts until the gate opens (the only way to hold a flush
+    # still while a put is under way): the group commit's thread stops before it lends the next file to
+    # its native flusher, and before any flush of its own.
+    gate, held = threading.Event(), threading.Event()
+    real_window = s.commit_log.flush_window
 
-    def held_flush(flush_least_pages: int, trim: bool = True) -> bool:
+    def held_window() -> object:
+        held.set()
         gate.wait(60)
-        return real_flush(flush_least_pages, trim)
+        return real_window()
 
-    monkeypatch.setattr(s.commit_log, "flush", held_flush)
+    monkeypatch.setattr(s.commit_log, "flush_window", held_window)
+    s.flush_service.wakeup()  # the serve under way comes back; the next one waits at the gate
+    assert held.wait(10)
     try:
         returned: list[concurrent.futures.Future[PutMessageResult]] = []
 
