@@ -33,11 +33,19 @@
 /* Why serve() came back (store.logfile.group_commit_service.ServeEnd names them). */
 enum serve_end { SERVE_IDLE = 0, SERVE_WINDOW = 1, SERVE_BUDGET = 2, SERVE_CALLED = 3, SERVE_FAILED = 4, SERVE_CLOSED = 5 };
 
+/* A thread blocked in wait(): its node lives on its own stack, linked into `waiting` while it sleeps, so a
+ * flush wakes only the threads whose offset it reached (no herd of every waiter at every flush). */
+struct waiter {
+    struct waiter *next;
+    int64_t offset;
+    pthread_cond_t cond;
+};
+
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;           /* guards every field below */
     pthread_cond_t bell;          /* serve() sleeps here until asked */
-    pthread_cond_t flushed_cond;  /* wait() sleeps here until flushed moves */
+    struct waiter *waiting;       /* the threads in wait(), each on its own condition */
     int64_t requested;            /* the highest end offset asked for */
     int64_t flushed;              /* every byte of the log below it is on disk */
     unsigned long long failures;  /* flushes that failed, plus `fail` calls */
@@ -106,18 +114,11 @@ static PyObject *group_flush_new(PyTypeObject *type, PyObject *args, PyObject *k
         Py_TYPE(self)->tp_free((PyObject *)self);
         return PyErr_NoMemory();
     }
-    if (init_cond(&self->flushed_cond) < 0) {
-        pthread_cond_destroy(&self->bell);
-        pthread_mutex_destroy(&self->mu);
-        Py_TYPE(self)->tp_free((PyObject *)self);
-        return PyErr_NoMemory();
-    }
     return (PyObject *)self;
 }
 
 static void group_flush_dealloc(GroupFlush *self) {
     /* A serve() or wait() holds a reference to self while it runs: none is under way here. */
-    pthread_cond_destroy(&self->flushed_cond);
     pthread_cond_destroy(&self->bell);
     pthread_mutex_destroy(&self->mu);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -152,6 +153,12 @@ static PyObject *group_flush_ask(GroupFlush *self, PyObject *const *args, Py_ssi
     if (self->idle && (python || offset > self->flushed)) pthread_cond_signal(&self->bell);
     pthread_mutex_unlock(&self->mu);
     Py_RETURN_NONE;
+}
+
+/* Wake the waiters whose offset the flushed offset reached, or (`all`: a failure, a close) every waiter. */
+static void wake_locked(GroupFlush *self, int all) {
+    for (struct waiter *w = self->waiting; w != NULL; w = w->next)
+        if (all || w->offset <= self->flushed) pthread_cond_signal(&w->cond);
 }
 
 /* Sleep until there is work (a request past flushed, a call, close) or `deadline`; 1: work, 0: none came. */
@@ -199,13 +206,13 @@ static int serve_locked(GroupFlush *self, const struct flush_window *w, struct s
             if (err != 0) {
                 self->failures++;
                 self->last_errno = err;
-                if (self->waiters > 0) pthread_cond_broadcast(&self->flushed_cond);
+                wake_locked(self, 1);
                 return SERVE_FAILED;
             }
             if (target > self->flushed) self->flushed = target;
             self->flushes++;
             st->count++;
-            if (self->waiters > 0) pthread_cond_broadcast(&self->flushed_cond);
+            wake_locked(self, 0);
         }
         if (self->called) {
             self->called = 0;
@@ -277,6 +284,37 @@ static PyObject *group_flush_serve(GroupFlush *self, PyObject *const *args, Py_s
     return Py_BuildValue("iL", end, (long long)st.dropped_to);
 }
 
+/* The wait itself, the GIL released: see group_flush_wait. */
+static int wait_flushed(GroupFlush *self, int64_t offset, double timeout_s) {
+    struct timespec deadline = deadline_after(timeout_s > 0 ? timeout_s : 0);
+    struct waiter me = {.next = NULL, .offset = offset};
+    pthread_mutex_lock(&self->mu);
+    unsigned long long failures = self->failures;
+    int linked = 0, timed_out = 0;
+    if (self->flushed < offset && !self->closed && timeout_s != 0 && init_cond(&me.cond) == 0) {
+        me.next = self->waiting;
+        self->waiting = &me;
+        self->waiters++;
+        linked = 1;
+    }
+    while (linked && self->flushed < offset && self->failures == failures && !self->closed && !timed_out) {
+        if (timeout_s < 0)
+            pthread_cond_wait(&me.cond, &self->mu);
+        else
+            timed_out = pthread_cond_timedwait(&me.cond, &self->mu, &deadline) == ETIMEDOUT;
+    }
+    if (linked) {
+        struct waiter **at = &self->waiting;
+        while (*at != &me) at = &(*at)->next;
+        *at = me.next;
+        self->waiters--;
+        pthread_cond_destroy(&me.cond);
+    }
+    int answer = self->flushed >= offset ? 1 : (self->failures != failures || self->closed) ? -1 : 0;
+    pthread_mutex_unlock(&self->mu);
+    return answer;
+}
+
 /* wait(offset, timeout_s) -> 1 flushed through offset, 0 the timeout passed (negative: none), -1 a flush
  * failed or the object closed first; the GIL released. */
 static PyObject *group_flush_wait(GroupFlush *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -289,20 +327,7 @@ static PyObject *group_flush_wait(GroupFlush *self, PyObject *const *args, Py_ss
     double timeout_s = PyFloat_AsDouble(args[1]);
     if (timeout_s == -1.0 && PyErr_Occurred()) return NULL;
     int answer;
-    Py_BEGIN_ALLOW_THREADS struct timespec deadline = deadline_after(timeout_s > 0 ? timeout_s : 0);
-    pthread_mutex_lock(&self->mu);
-    unsigned long long failures = self->failures;
-    self->waiters++;
-    int timed_out = 0;
-    while (self->flushed < offset && self->failures == failures && !self->closed && !timed_out) {
-        if (timeout_s < 0)
-            pthread_cond_wait(&self->flushed_cond, &self->mu);
-        else
-            timed_out = pthread_cond_timedwait(&self->flushed_cond, &self->mu, &deadline) == ETIMEDOUT;
-    }
-    self->waiters--;
-    answer = self->flushed >= offset ? 1 : (self->failures != failures || self->closed) ? -1 : 0;
-    pthread_mutex_unlock(&self->mu);
+    Py_BEGIN_ALLOW_THREADS answer = wait_flushed(self, offset, timeout_s);
     Py_END_ALLOW_THREADS return PyLong_FromLong(answer);
 }
 
@@ -330,7 +355,7 @@ static PyObject *change(GroupFlush *self, enum change what, int64_t offset) {
         self->closed = 1;
         break;
     }
-    if (self->waiters > 0) pthread_cond_broadcast(&self->flushed_cond);
+    wake_locked(self, what != CHANGE_ADVANCE);
     if (self->idle) pthread_cond_signal(&self->bell);
     pthread_mutex_unlock(&self->mu);
     Py_RETURN_NONE;

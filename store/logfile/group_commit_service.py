@@ -110,7 +110,9 @@ class GroupCommitService(ServiceThread):
         (at once when `max_requests` is 0: no wait is ever confirmed)."""
         wait = FlushWait(self.group_flush, offset, on_ok, on_timeout, self._register)
         if self.max_requests:
-            self.group_flush.ask(offset)
+            # Asked up to all the log holds now, as RocketMQ's flush goes to the write position: puts written since
+            # (the loop's next turn) are flushed with this group and their own wait finds them done.
+            self.group_flush.ask(max(offset, self.commit_log.get_max_offset()))
         else:
             wait.answer(False)
         return wait

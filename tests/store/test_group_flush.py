@@ -253,3 +253,20 @@ def test_waits_with_a_callback_take_places_in_the_bounded_list(tmp_path: Path) -
         assert answers[-1] == ("first", PutMessageStatus.PUT_OK)  # its callback ran as it completed
     finally:
         store.shutdown()
+
+
+def test_each_waiter_is_answered_when_the_flush_reaches_its_own_offset() -> None:
+    flush = GroupFlush()
+    flush.reset(0)
+    answers: dict[int, int] = {}
+    threads = [threading.Thread(target=lambda o=o: answers.__setitem__(o, flush.wait(o, 10))) for o in (100, 200, 300)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: flush.waiters == 3, what="three waiters")
+    flush.advance(200)  # reaches the first two: the third stays linked and asleep
+    wait_for(lambda: len(answers) == 2, what="the two reached waits")
+    assert answers == {100: 1, 200: 1} and flush.waiters == 1
+    flush.advance(300)
+    for t in threads:
+        t.join(10)
+    assert answers == {100: 1, 200: 1, 300: 1} and flush.waiters == 0
