@@ -31,6 +31,7 @@ RuntimeGauge = Literal[
     "dispatch_lag_bytes", "disk_used_ratio", "commitlog_files", "consume_queues", "topics", "disk_full", "index_files",
     "commitlog_damaged_bytes", "commitlog_damaged_range_count", "damaged_queue_entries",
 ]  # fmt: skip
+RuntimeCounter = Literal["commitlog_group_flushes", "commitlog_flush_waits"]
 CleanupCounter = Literal["commitlog_files_deleted", "consume_queue_files_deleted", "index_files_deleted", "passes"]
 TimerCounter = Literal["enqueued", "delivered", "rolled", "deduplicated", "undeliverable", "retries"]
 TransactionCounter = Literal["committed", "rolled_back", "checks", "check_rollbacks", "deduplicated"]
@@ -72,6 +73,12 @@ GAUGES: dict[RuntimeGauge, tuple[str, str]] = {
         "tidemq_store_damaged_queue_entries",
         "Consume-queue entries met by reads that point at no message (skipped)",
     ),
+}
+
+# store.runtime_info() counter -> (metric name, help).
+RUNTIME_COUNTERS: dict[RuntimeCounter, tuple[str, str]] = {
+    "commitlog_group_flushes": ("tidemq_commitlog_group_flushes_total", "SYNC_FLUSH flushes that answered produces waiting for them"),
+    "commitlog_flush_waits": ("tidemq_commitlog_flush_waits_total", "SYNC_FLUSH waits for a flush (per group flush: the mean group)"),
 }
 
 # store.runtime_info()["cleanup"] counter -> (metric name, help).
@@ -203,6 +210,8 @@ def render_runtime(metric: Any, info: RuntimeInfo) -> None:
     """The commitlog, dispatch, disk and file gauges and the cleanup counters."""
     for key, (name, help_text) in GAUGES.items():
         metric(name, "gauge", help_text, [("", info[key])])
+    for counter_key, (name, help_text) in RUNTIME_COUNTERS.items():
+        metric(name, "counter", help_text, [("", info[counter_key])])
     cleanup: CleanupStatus = info["cleanup"]
     for counter, (name, help_text) in CLEANUP.items():
         metric(name, "counter", help_text, [("", cleanup[counter])])

@@ -517,6 +517,8 @@ class StoreStatus(BaseModel):
                     "commitlog_min_offset": 0,
                     "commitlog_max_offset": 4096,
                     "commitlog_flushed_offset": 4096,
+                    "commitlog_group_flushes": 0,
+                    "commitlog_flush_waits": 0,
                     "dispatch_lag_bytes": 0,
                     "disk_full": False,
                     "cleanup": {

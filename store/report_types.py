@@ -64,6 +64,8 @@ class RuntimeInfo(TypedDict):
     commitlog_max_offset: int
     commitlog_committed_offset: int
     commitlog_flushed_offset: int
+    commitlog_group_flushes: int  # SYNC_FLUSH: flushes that answered waits (0 under ASYNC_FLUSH)
+    commitlog_flush_waits: int  # SYNC_FLUSH: waits for a flush asked (their ratio to the flushes: the mean group)
     commitlog_damaged_ranges: list[list[int]]  # [start, end) pairs
     commitlog_damaged_bytes: int
     commitlog_damaged_range_count: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from store.logfile.group_commit_service import GroupCommitService
 from store.report_types import RecoveryReport, RuntimeInfo
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from store.dispatch.reput_message_service import ReputMessageService
     from store.index.index_service import IndexService
     from store.logfile.commit_log import CommitLog
+    from store.logfile.flush_real_time_service import FlushRealTimeService
     from store.logfile.lazy_mapped_file import MappingBudget
     from store.logfile.transient_store_pool import TransientStorePool
     from store.metadata.topic_config_manager import TopicConfigManager
@@ -36,6 +38,8 @@ class ReportedStore(Protocol):
     def commit_log(self) -> CommitLog: ...
     @property
     def transient_store_pool(self) -> TransientStorePool | None: ...
+    @property
+    def flush_service(self) -> GroupCommitService | FlushRealTimeService: ...
     @property
     def reput_service(self) -> ReputMessageService: ...
     @property
@@ -83,16 +87,26 @@ def degraded_reasons(store: ReportedStore) -> list[str]:
     return reasons
 
 
+def group_commit_counts(service: GroupCommitService | FlushRealTimeService) -> tuple[int, int]:
+    """SYNC_FLUSH's flushes that answered waits and the waits asked; zeros under ASYNC_FLUSH."""
+    if isinstance(service, GroupCommitService):
+        return service.group_commits, service.requests_served
+    return 0, 0
+
+
 def runtime_info(store: ReportedStore) -> RuntimeInfo:
     """Commitlog offsets and damage, recovery, dispatch, flush mode, role, disk, cleanup and file counts."""
     cl = store.commit_log
     mfq = cl.mapped_file_queue
     config = store.config
+    flushes, waits = group_commit_counts(store.flush_service)
     return {
         "commitlog_min_offset": max(0, cl.get_min_offset()),
         "commitlog_max_offset": cl.get_max_offset(),
         "commitlog_committed_offset": mfq.committed_where if store.transient_store_pool else cl.get_max_offset(),
         "commitlog_flushed_offset": cl.flushed_where(),
+        "commitlog_group_flushes": flushes,
+        "commitlog_flush_waits": waits,
         "commitlog_damaged_ranges": [list(r) for r in cl.damaged_ranges],
         "commitlog_damaged_bytes": cl.damaged_bytes(),
         "commitlog_damaged_range_count": len(cl.damaged_ranges),

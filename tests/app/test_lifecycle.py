@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -92,7 +93,12 @@ def test_sync_flush_replies_after_the_flush(make_broker: MakeBroker) -> None:
         assert flushed > r.json()["commitlog_offset"]
     batch = c.post("/v1/topics/s/messages", json={"messages": [{"body": "b"}] * 20})
     assert batch.status_code == 201
-    assert c.get("/v1/store").json()["runtime"]["commitlog_flushed_offset"] > batch.json()["results"][-1]["commitlog_offset"]
+    runtime = c.get("/v1/store").json()["runtime"]
+    assert runtime["commitlog_flushed_offset"] > batch.json()["results"][-1]["commitlog_offset"]
+    # Seven durable puts (the topic's record, five produces, the batch) each waited for a flush: counted.
+    assert runtime["commitlog_flush_waits"] >= 7 and 1 <= runtime["commitlog_group_flushes"] <= runtime["commitlog_flush_waits"]
+    counted = re.search(r"^tidemq_commitlog_flush_waits_total (\d+)$", c.get("/metrics").text, re.M)
+    assert counted is not None and int(counted.group(1)) >= runtime["commitlog_flush_waits"]
 
 
 def test_flush_timeout_is_504_and_the_message_is_stored(make_broker: MakeBroker) -> None:
