@@ -270,3 +270,19 @@ def test_each_waiter_is_answered_when_the_flush_reaches_its_own_offset() -> None
     for t in threads:
         t.join(10)
     assert answers == {100: 1, 200: 1, 300: 1} and flush.waiters == 0
+
+
+def test_a_wait_past_the_logs_end_is_refused_and_asks_nothing(tmp_path: Path) -> None:
+    store = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    try:
+        end = store.put_message(build_message("E", b"x")).end_offset
+        service = store.flush_service
+        assert isinstance(service, GroupCommitService)
+        asked = service.group_flush.asks
+        with pytest.raises(ValueError, match="past the log's end"):
+            store.durable_through(end + 1)  # a flush asked there would claim bytes not yet written
+        assert service.group_flush.asks == asked and service.group_flush.requested <= store.commit_log.get_max_offset()
+        durable = store.durable_through(end)
+        assert durable is not None and durable.result(10) is PutMessageStatus.PUT_OK
+    finally:
+        store.shutdown()
