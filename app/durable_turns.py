@@ -18,6 +18,15 @@ loop (no relay, no timer; the flush thread takes the GIL without contending with
 its flush one callback hop after the turn, so the requests the turn's dispatch woke are answered first. A
 group whose flush takes longer goes on the relay's way, its deadline shortened by the wait.
 
+With `linger_s` as well (the broker's durable_group_linger_us), a group smaller at its turn's end than the last
+group the loop answered itself stays open for the produces of the next turns, until it is as large or `linger_s`
+has passed (PostgreSQL's commit_delay, its siblings counted by the last group): producers answered together send
+their next puts over the following few hundred microseconds, and without it the first turn after an answer finds a
+few of them, flushes for those, and the rest form another group. One flush then serves them all, its cost (a disk
+request, a wake-up, a turn's fixed work) shared by twice as many; a put waits at most `linger_s` longer. Only a
+group answered within the loop's wait counts as siblings: one passed on to the relay was still waiting while the
+next group formed, and a group never waits for its own members.
+
 Invariants: every member's future completes (PUT_OK, the status of the wait not confirmed, or None
 when the deadline passed first) unless it was cancelled, and a member cancelled (its client went
 away, the server stops) cancels only its own; every held reply is settled with that outcome, once;
@@ -51,19 +60,27 @@ Outcome = asyncio.Future["PutMessageStatus | None"]
 
 
 class _Group:
-    __slots__ = ("end", "members", "held")
+    __slots__ = ("end", "members", "held", "size", "deadline")
 
     def __init__(self) -> None:
         self.end = 0  # the highest end offset of the group's puts
         self.members: list[Outcome] = []
         self.held: list[Settled] = []
+        self.size = 0  # the puts joined (a produce lane's batch of held replies is one `held`, each of its puts counted)
+        self.deadline: asyncio.TimerHandle | None = None  # while it lingers: its close at the linger's end
 
 
 class DurableTurns:
-    __slots__ = ("_through", "_relay", "_loop", "_wait_s", "_loop_wait_s", "_open", "groups", "members", "waited_in_loop", "passed_on")
+    __slots__ = (
+        "_through", "_relay", "_loop", "_wait_s", "_loop_wait_s", "_linger_s", "_siblings", "_open", "groups", "members",
+        "waited_in_loop", "passed_on", "lingered", "lingered_short",
+    )  # fmt: skip
 
-    def __init__(self, through: DurableThrough, relay: CompletionRelay, wait_s: float, loop_wait_s: float = 0.0) -> None:
+    def __init__(
+        self, through: DurableThrough, relay: CompletionRelay, wait_s: float, loop_wait_s: float = 0.0, linger_s: float = 0.0
+    ) -> None:
         assert 0.0 <= loop_wait_s < wait_s, "the loop waits less than a group's deadline"
+        assert 0.0 <= linger_s < wait_s, "a group lingers less than its deadline"
         self._through = through
         self._relay = relay
         # The relay's loop, which runs every call here: kept, because asyncio.get_running_loop() makes a getpid()
@@ -71,11 +88,15 @@ class DurableTurns:
         self._loop = relay.loop
         self._wait_s = wait_s  # a group's deadline: its members get None past it
         self._loop_wait_s = loop_wait_s  # how long the loop waits for a group's future itself; 0: never
-        self._open: _Group | None = None  # the group of this turn, closed at its end
+        self._linger_s = linger_s  # how long a group smaller than its siblings stays open past its turn; 0: never
+        self._siblings = 0  # the size of the last group answered within the loop's wait; 0 after one that was not
+        self._open: _Group | None = None  # the group of this turn, closed at its end (or, lingering, later)
         self.groups = 0  # groups closed (tests and benchmarks: members per group)
         self.members = 0  # members joined
         self.waited_in_loop = 0  # groups answered within the loop's own wait
         self.passed_on = 0  # groups whose flush outlasted the loop's wait (answered through the relay)
+        self.lingered = 0  # groups kept open past their turn for their siblings
+        self.lingered_short = 0  # of them, closed at the linger's end still smaller than their siblings
 
     def wait(self, end: int) -> Outcome:
         """The outcome of the durability wait of a put ending at commitlog `end`, shared with the turn's other puts."""
@@ -101,21 +122,49 @@ class DurableTurns:
         if end > joined.end:
             joined.end = end
         self.members += 1
+        joined.size += 1
+        if joined.deadline is not None and joined.size >= self._siblings:
+            self._filled(joined)
         return True
 
     def _joined(self, end: int) -> _Group:
         group = self._open
         if group is None:
             group = self._open = _Group()
-            self._loop.call_soon(self._close)
+            self._loop.call_soon(self._turn_ended, group)
         if end > group.end:
             group.end = end
         self.members += 1
+        group.size += 1
+        if group.deadline is not None and group.size >= self._siblings:
+            self._filled(group)
         return group
+
+    def _turn_ended(self, group: _Group) -> None:
+        """The end of the turn that opened `group`: closed now, or kept open up to `linger_s` while it is smaller
+        than its siblings (the last group answered within the loop's wait)."""
+        if self._linger_s and group.size < self._siblings:
+            self.lingered += 1
+            group.deadline = self._loop.call_later(self._linger_s, self._lingered_out, group)
+            return
+        self._close()
+
+    def _filled(self, group: _Group) -> None:
+        """A lingering group as large as its siblings: closed at the end of this turn (its other puts join it)."""
+        deadline, group.deadline = group.deadline, None
+        assert deadline is not None
+        deadline.cancel()
+        self._loop.call_soon(self._close)
+
+    def _lingered_out(self, group: _Group) -> None:
+        assert group is self._open, "a lingering group is closed by its deadline or when filled, once"
+        group.deadline = None
+        self.lingered_short += 1
+        self._close()
 
     def _close(self) -> None:
         group, self._open = self._open, None
-        assert group is not None, "a group is closed once, by the call its first member scheduled"
+        assert group is not None and group.deadline is None, "a group is closed once, by its turn's end, its linger or its filling"
         self.groups += 1
         if self._loop_wait_s:
             # One hop later: what this turn's dispatch woke (held pulls and receives answer in those callbacks) is
@@ -126,6 +175,7 @@ class DurableTurns:
 
     def _ask(self, group: _Group) -> None:
         """Ask the store for the group's wait; completed at once, within the loop's own wait, or through the relay."""
+        self._siblings = 0  # unless the loop answers the group within its wait, below
         try:
             future = self._through(group.end)
         except Exception as exc:  # the store could not queue the wait: every member gets the error
@@ -139,6 +189,7 @@ class DurableTurns:
             outcome = _waited(future, self._loop_wait_s)
             if outcome is not None:
                 self.waited_in_loop += 1
+                self._siblings = group.size  # answered now: their next puts make the next group
                 _complete(group, *outcome)
                 return
             self.passed_on += 1

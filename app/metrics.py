@@ -148,7 +148,20 @@ def render(broker: Broker) -> str:
     metric("tidemq_topics_auto_created_total", "counter", "Topics created by a produce", [("", broker.topics_created_total)])
     turns = broker.durable_turns
     groups, outlasted = (turns.groups, turns.passed_on) if turns is not None else (0, 0)
+    lingered, lingered_out = (turns.lingered, turns.lingered_short) if turns is not None else (0, 0)
     metric("tidemq_durable_groups_total", "counter", "Flush (and slave) waits of a loop turn's durable produces", [("", groups)])
+    metric(
+        "tidemq_durable_groups_lingered_total",
+        "counter",
+        "Durable groups kept open past their turn while smaller than the last one (durable_group_linger_us)",
+        [("", lingered)],
+    )
+    metric(
+        "tidemq_durable_groups_lingered_out_total",
+        "counter",
+        "Of them, groups closed at the linger's end still smaller than the last one",
+        [("", lingered_out)],
+    )
     metric(
         "tidemq_durable_loop_waits_outlasted_total",
         "counter",

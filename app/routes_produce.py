@@ -381,6 +381,8 @@ class Producer:
         self.timeout_code = "FLUSH_SLAVE_TIMEOUT" if sync_master else "FLUSH_DISK_TIMEOUT"
         # How long the loop waits for a turn's durability itself (app.durable_turns); below the wait's own deadline.
         self.loop_wait_s = min(broker.settings.durable_wait_in_loop_ms / 1000.0, self.flush_wait_s / 2)
+        # How long a group smaller than the last one stays open (app.durable_turns); only with the loop's own wait.
+        self.linger_s = min(broker.settings.durable_group_linger_us / 1e6, self.flush_wait_s / 2) if self.loop_wait_s else 0.0
         self.relay: CompletionRelay | None = None  # made on the loop at the first durable wait
         self.turns: DurableTurns | None = None  # likewise
 
@@ -421,7 +423,7 @@ class Producer:
 
     def _turns(self) -> DurableTurns:
         if self.turns is None:
-            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s, self.loop_wait_s)
+            self.turns = DurableTurns(self.store.durable_through, self._relay(), self.flush_wait_s, self.loop_wait_s, self.linger_s)
             self.broker.durable_turns = self.turns  # read by /metrics
         return self.turns
 

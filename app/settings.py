@@ -81,6 +81,9 @@ class BrokerSettings:
     # before it serves more (as Redis's appendfsync always: one flush a turn, no hand-off); longer flushes are answered
     # when they end, the loop serving meanwhile. 0: the loop never waits. Not a RocketMQ setting.
     durable_wait_in_loop_ms: int = setting(20, 0, 1_000)
+    # With that wait on, how long a turn's durable produces stay open for more while they are fewer than the group the
+    # loop answered last (its producers' next puts are on the way): one flush for both. 0: never. Not a RocketMQ setting.
+    durable_group_linger_us: int = setting(200, 0, 1_000_000)
     # A pull this close (in messages) to its queue's max offset reads on the event loop, not in the pool.
     inline_read_window_messages: int = setting(1_024, 0, 10_000_000)
     # Store calls queued for or running in the read pool; past it a request is answered 503 READS_BUSY.

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.held_polls_bench import CONFIG, rss_mb
 from bench.http_bench import Broker
-from bench.versus_redis import RedisInMemory, start_redis
+from bench.versus_common import RedisInMemory, start_redis
 
 WAIT_MS = 120_000
 HELD_TIMEOUT_S = 120.0

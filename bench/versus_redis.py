@@ -12,11 +12,12 @@ the label says:
    body, JSON and binary batches of 100 x 1 KiB, against XADD of a 1 KiB field and 100 XADDs
    pipelined in one write. `--rounds` interleaved rounds (default 3, every other one in reverse
    order); each figure is the round with the median server CPU per request.
-2. durable: the same generator with 1 and `--producers` connections posting 1 KiB raw bodies to
-   tidemq with SYNC_FLUSH (answered after the group commit's flush) and sending XADD of 1 KiB to
+2. durable (bench/versus_durable.py): the same generator with 1 and `--producers` connections posting 1 KiB raw
+   bodies to tidemq with SYNC_FLUSH (answered after the group commit's flush) and sending XADD of 1 KiB to
    Redis with `appendfsync always`, rounds interleaved; beside them tidemq with its event loop
-   handing each turn's flush wait to the flush thread (`durable_wait_in_loop_ms = 0`), one thread's
-   raw write + fdatasync of a 1 KiB record on the same disk, and the tidemq load on ASYNC_FLUSH.
+   handing each turn's flush wait to the flush thread (`durable_wait_in_loop_ms = 0`), tidemq whose groups
+   never linger (`durable_group_linger_us = 0`), one thread's raw write + fdatasync of a 1 KiB record on the
+   same disk, and the tidemq load on ASYNC_FLUSH; every tidemq row with the messages a flush served.
 3. delivery: a Python producer sends 1 KiB messages at `--rate` per second, whose first 20 bytes
    are the send's start on CLOCK_MONOTONIC, and a Python consumer in another process holds a
    long poll (tidemq's pull; Redis `XREAD BLOCK`) or a group receive that it acks at once
@@ -49,7 +50,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,49 +58,14 @@ from bench.compare_peers import RedisPeer
 from bench.http_bench import STORE_CONFIG, Broker, binary_batch
 from bench.load_generator import Measured, cpu_seconds, http_request, load_average, loadgen, median_of, resp_command
 from bench.noop_asgi import NoopServer
-from bench.raw_append import raw_append
+from bench.versus_common import BODY_BYTES, RedisInMemory, percentile, print_table, ratio, redis_flush, start_redis
+from bench.versus_durable import durable_section
 from bench.wire_client import RespValue, WireConnection
 
-BODY_BYTES = 1024
 BATCH = 100  # messages per batch request, XADDs per pipelined write and per redis-py execute
 BATCH_MEDIA_TYPE = "application/x-tidemq-batch"
 SECTIONS = ("requests", "durable", "delivery", "batch")
 STAMP_DIGITS = 20  # the send time at the head of a delivery test's body, zero-padded nanoseconds
-
-
-def percentile(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
-
-
-def ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}" if b and b == b and a == a else "-"
-
-
-class RedisInMemory(RedisPeer):
-    """Redis with no persistence at all (no AOF, no RDB snapshots): the peer of tidemq's ASYNC_FLUSH."""
-
-    def __init__(self) -> None:
-        super().__init__("everysec")
-        self.label = "redis (appendonly no, save '')"
-
-    def argv(self, data_dir: Path) -> list[str]:
-        assert self.binary_path
-        return [
-            self.binary_path, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(data_dir),
-            "--appendonly", "no", "--save", "", "--daemonize", "no",
-        ]  # fmt: skip
-
-
-def start_redis(peer: RedisPeer, root: str) -> tuple[RedisPeer | None, str]:
-    reason = peer.start_or_reason(Path(root))
-    return (None, reason) if reason is not None else (peer, "")
-
-
-def redis_flush(port: int) -> None:
-    """Drop every stream between runs: each run starts from an empty server, and memory stays bounded."""
-    import redis
-
-    redis.Redis(port=port).flushall()
 
 
 @dataclass
@@ -133,20 +98,6 @@ def measure_rounds(scenarios: list[Scenario], rounds: int, connections: int, sec
                 s.after()
             print(f"  round {r + 1}: {s.name}: {m.messages_per_s:,.0f} msg/s, {m.server_us_per_message:.2f} us CPU/msg", flush=True)
     return {name: median_of(got) for name, got in runs.items()}
-
-
-def print_table(rows: list[tuple[str, Measured | None, str]]) -> None:
-    """rows: (figure, measurement, comparison text)."""
-    print("| figure | msg/s | req/s | server CPU us/req | us/msg | server cores | generator cores | errors | load | vs |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for name, m, versus in rows:
-        if m is None:
-            print(f"| {name} | - | - | - | - | - | - | - | - | {versus} |")
-            continue
-        print(
-            f"| {name} | {m.messages_per_s:,.0f} | {m.requests_per_s:,.0f} | {m.server_us_per_request:.1f} | "
-            f"{m.server_us_per_message:.2f} | {m.server_cores:.2f} | {m.client_cores:.2f} | {m.errors} | {m.load:.2f} | {versus} |"
-        )
 
 
 # 1. Requests ----------------------------------------------------------------------------
@@ -241,79 +192,6 @@ def requests_report(got: dict[str, Measured], args: argparse.Namespace, why: str
             ratio = got[f"tidemq {kind} batch {BATCH} x 1 KiB"].server_us_per_message / redis_many.server_us_per_message
             verdict = "met" if ratio <= most else "NOT met"
             print(f"target {kind} batch <= {most:g}x XADD x{BATCH} pipelined's CPU per message: {ratio:.2f}x, {verdict}")
-
-
-# 2. Durable puts ------------------------------------------------------------------------
-
-
-def durable_section(root: str, args: argparse.Namespace) -> None:
-    fsync_rate, fsync_cpu_us = raw_append(os.path.join(root, "raw-fsync"), b"r" * BODY_BYTES, min(args.seconds, 3.0), sync=True)
-    sync_root = os.path.join(root, "sync")
-    broker = Broker(sync_root, STORE_CONFIG + 'flush_disk_type = "SYNC_FLUSH"\n')
-    # The same broker with the event loop handing every turn's flush wait to the flush thread (app.durable_turns).
-    no_wait = STORE_CONFIG.replace("[broker]\n", "[broker]\ndurable_wait_in_loop_ms = 0\n", 1)
-    handing = Broker(os.path.join(root, "sync-no-wait"), no_wait + 'flush_disk_type = "SYNC_FLUSH"\n')
-    peer, why = start_redis(RedisPeer("always"), root)
-    try:
-        broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
-        handing.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
-        raw = http_request("POST", "/v1/topics/sync/messages", b"x" * BODY_BYTES, "application/octet-stream")
-        runs: dict[str, list[Measured]] = {}
-        for _ in range(args.rounds):
-            for producers in (1, args.producers):
-                m = loadgen(broker.port, raw, "http", broker.proc.pid, producers, args.seconds)
-                runs.setdefault(f"tidemq {producers}", []).append(m)
-                if producers > 1:
-                    m = loadgen(handing.port, raw, "http", handing.proc.pid, producers, args.seconds)
-                    runs.setdefault(f"tidemq hand-off {producers}", []).append(m)
-                if peer is not None:
-                    assert peer.proc is not None
-                    xadd = resp_command(b"XADD", b"dur", b"*", b"f", b"v" * BODY_BYTES)
-                    runs.setdefault(f"redis {producers}", []).append(
-                        loadgen(peer.port, xadd, "resp", peer.proc.pid, producers, args.seconds)
-                    )
-                    redis_flush(peer.port)
-            done = ", ".join(f"{k} {v[-1].messages_per_s:,.0f}/s at {v[-1].server_us_per_message:.1f} us" for k, v in runs.items())
-            print(f"  durable round done: {done}", flush=True)
-    finally:
-        broker.stop()
-        handing.stop()
-        if peer is not None:
-            peer.stop()
-    async_broker = Broker(os.path.join(root, "async"), STORE_CONFIG + 'flush_disk_type = "ASYNC_FLUSH"\n')
-    try:
-        async_broker.request("PUT", "/v1/topics/sync", b'{"queues": 4}')
-        ceiling = loadgen(async_broker.port, raw, "http", async_broker.proc.pid, args.producers, args.seconds)
-    finally:
-        async_broker.stop()
-    got = {k: median_of(v) for k, v in runs.items()}
-    print(
-        f"\nDurable puts of 1 KiB: bench/loadgen.c for both, 1 and {args.producers} connections, {args.rounds} interleaved rounds "
-        f"(median by server CPU per message); tidemq SYNC_FLUSH raw-body produce, Redis appendfsync always XADD"
-        + (f" ({why})" if why else "")
-    )
-    print(f"raw write + fdatasync of 1 KiB, one thread, same disk: {fsync_rate:,.0f}/s, {fsync_cpu_us:.1f} us CPU per call")
-    rows: list[tuple[str, Measured | None, str]] = []
-    for producers in (1, args.producers):
-        ours, theirs = got[f"tidemq {producers}"], got.get(f"redis {producers}")
-        versus = f"{ours.messages_per_s / fsync_rate:.2f} of raw fdatasync rate" if producers == 1 else ""
-        if theirs is not None:
-            versus += f"{'; ' if versus else ''}rate {ratio(ours.messages_per_s, theirs.messages_per_s)} of redis; "
-            versus += f"CPU/msg redis/tidemq {ratio(theirs.server_us_per_message, ours.server_us_per_message)}"
-        rows.append((f"tidemq SYNC_FLUSH, {producers} producer(s)", ours, versus))
-        if producers > 1:
-            hand_off = got[f"tidemq hand-off {producers}"]
-            versus = f"CPU/msg redis/tidemq {ratio(theirs.server_us_per_message, hand_off.server_us_per_message)}" if theirs else ""
-            rows.append((f"tidemq SYNC_FLUSH, {producers} producers, durable_wait_in_loop_ms = 0", hand_off, versus))
-        rows.append((f"redis appendfsync always, {producers} producer(s)", theirs, ""))
-    rows.append((f"tidemq ASYNC_FLUSH, {args.producers} producers (no durability wait)", ceiling, ""))
-    print_table(rows)
-    ours, theirs = got[f"tidemq {args.producers}"], got.get(f"redis {args.producers}")
-    if theirs is not None:
-        rate = ours.messages_per_s / theirs.messages_per_s
-        cpu = theirs.server_us_per_message / ours.server_us_per_message
-        met = "met" if rate >= 0.5 and cpu >= 0.5 else "NOT met"
-        print(f"target {args.producers} producers >= 0.5 of redis: rate {rate:.2f}, CPU per message (redis/tidemq) {cpu:.2f}: {met}")
 
 
 # 3. Delivery ----------------------------------------------------------------------------

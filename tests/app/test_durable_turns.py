@@ -182,6 +182,84 @@ class FlushedBy(Through):
         return future
 
 
+def flushed_ok() -> FlushedBy:
+    """A store side whose flushes all succeed, each 10 ms after it is asked."""
+    return FlushedBy(lambda future: future.set_result(PutMessageStatus.PUT_OK))
+
+
+async def turn_ends() -> None:
+    """The turn ends (its group closes or starts to linger), then the hop after it (the flush asked and waited for)."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
+def test_a_group_smaller_than_the_last_lingers_until_it_is_as_large() -> None:
+    # Three puts answered within the loop's wait make the next group's siblings: a group of one at its turn's end
+    # stays open (nothing asked), a later turn's held replies (a lane's batch: one hold, one reach) bring it to
+    # three, and it closes at that turn's end, one flush through the highest end for all of them.
+    async def run() -> tuple[list[int], list[int], list[object], list[int]]:
+        loop = asyncio.get_running_loop()
+        through = flushed_ok()
+        turns = DurableTurns(through, CompletionRelay(loop), 10.0, loop_wait_s=5.0, linger_s=5.0)
+        first = [turns.wait(end) for end in (100, 300, 200)]
+        await turn_ends()
+        asked_first = list(through.asked)
+        alone = turns.wait(400)
+        await turn_ends()
+        await asyncio.sleep(0.05)  # later turns, with nothing joining: still open, nothing asked
+        lingering = list(through.asked)
+        batch = Recorded()
+        token = turns.hold(600, batch)
+        reached = turns.reach(500, token)
+        await turn_ends()
+        outcomes: list[object] = [m.result() for m in first]
+        outcomes += [alone.result(), batch.outcomes, reached]
+        return asked_first, lingering + through.asked, outcomes, [turns.groups, turns.lingered, turns.lingered_short]
+
+    asked_first, asked, outcomes, counts = asyncio.run(run())
+    assert asked_first == [300]
+    assert asked == [300, 300, 600]  # nothing asked while the group lingered; then one flush through 600
+    ok = PutMessageStatus.PUT_OK
+    assert outcomes == [ok, ok, ok, ok, [(ok, None)], True]
+    assert counts == [2, 1, 0]
+
+
+def test_a_lingering_group_closes_at_the_linger_end_and_the_next_one_follows_it() -> None:
+    # Two puts answered together, then one alone: it waits the linger (50 ms) for a sibling that never comes, is
+    # answered, and becomes the siblings of the next group, which is as large at once and does not linger.
+    async def run() -> tuple[float, float, list[int]]:
+        turns = DurableTurns(flushed_ok(), CompletionRelay(asyncio.get_running_loop()), 10.0, loop_wait_s=5.0, linger_s=0.05)
+        await asyncio.gather(turns.wait(100), turns.wait(200))
+        started = time.monotonic()
+        assert await turns.wait(300) is PutMessageStatus.PUT_OK
+        alone_s = time.monotonic() - started
+        started = time.monotonic()
+        assert await turns.wait(400) is PutMessageStatus.PUT_OK
+        return alone_s, time.monotonic() - started, [turns.groups, turns.lingered, turns.lingered_short]
+
+    alone_s, next_s, counts = asyncio.run(run())
+    assert alone_s >= 0.049  # a timer may end the linger a clock tick early
+    assert counts == [3, 1, 1]
+    assert next_s < alone_s  # no linger: the flush's 10 ms, not the linger's 50 as well
+
+
+def test_only_a_group_answered_within_the_loops_wait_makes_siblings() -> None:
+    # A group passed on to the relay (its flush outlasted the loop's wait) was still waiting while the next group
+    # formed: the next group does not linger for it. Without the loop's wait no group ever lingers.
+    async def run() -> list[int]:
+        loop = asyncio.get_running_loop()
+        slow = FlushedBy(lambda future: future.set_result(PutMessageStatus.PUT_OK))
+        passed = DurableTurns(slow, CompletionRelay(loop), 10.0, loop_wait_s=0.001, linger_s=5.0)
+        await asyncio.gather(*(passed.wait(end) for end in (100, 200, 300)))  # the flush's 10 ms: past the 1 ms wait
+        await passed.wait(400)
+        handed = DurableTurns(flushed_ok(), CompletionRelay(loop), 10.0, loop_wait_s=0.0, linger_s=5.0)
+        await asyncio.gather(*(handed.wait(end) for end in (100, 200, 300)))
+        await handed.wait(400)
+        return [passed.groups, passed.passed_on, passed.lingered, handed.groups, handed.lingered]
+
+    assert asyncio.run(run()) == [2, 2, 0, 2, 0]
+
+
 @pytest.mark.parametrize("wait_in_loop_ms", [0, 20])
 def test_concurrent_durable_produces_share_a_group_commit(tmp_path: Path, wait_in_loop_ms: int) -> None:
     """A real store under SYNC_FLUSH: twenty produces started in one turn are answered 201 after one wait,

@@ -27,6 +27,7 @@ import pytest
 
 from app._http import produce_request as read_produce
 from app.produce_lane import LaneReply, ProduceLane
+from store.logfile.group_commit_service import GroupCommitService
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.in_process import InProcessBroker
 from tests.app.test_direct_requests import (
@@ -459,3 +460,66 @@ def test_keys_past_a_batch_items_property_length_are_refused_not_crashed_on(make
         assert read_response(sock)[0] == 201
     assert lane.served == served + 1
     assert bodies(broker, "l9") == ["after"]
+
+
+def test_a_group_smaller_than_the_last_lingers_for_the_produces_of_later_turns(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lane produces on three connections. Two produces sent while the loop waits for a held flush are read in the
+    # turn after it: one group of two, answered within the loop's wait, is the next group's siblings. A produce
+    # alone then waits the whole linger (1 s) for another that never comes; a produce alone with another sent 20 ms
+    # later on another connection is answered with it (one group, filled), long before the linger's end.
+    broker, store = sync_broker(make_broker, "l9", "", "durable_wait_in_loop_ms = 1000\ndurable_group_linger_us = 1000000\n")
+    client = broker.client
+    assert client is not None
+    assert isinstance(store.flush_service, GroupCommitService)
+    group_flush = store.flush_service.group_flush
+    conns = [socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) for _ in range(3)]
+
+    def answered(conn: socket.socket) -> int:
+        status, _, body = read_response(conn)
+        assert status == 201, body
+        offset: int = orjson.loads(body)["queue_offset"]
+        return offset
+
+    def one_then_two(tag: str) -> None:
+        """A group of one (its flush held while two more produces arrive), then a group of those two."""
+        disk = SlowDisk(store, monkeypatch)
+        try:
+            before = store.commit_log.get_max_offset()
+            conns[0].sendall(produce_request("l9", f"{tag}-1".encode(), RAW))
+            deadline = time.monotonic() + PATIENCE_S
+            while store.commit_log.get_max_offset() == before or group_flush.requested < store.commit_log.get_max_offset():
+                assert time.monotonic() < deadline, "the loop did not wait for the first produce's flush"
+                time.sleep(0.005)
+            conns[1].sendall(produce_request("l9", f"{tag}-2".encode(), RAW))
+            conns[2].sendall(produce_request("l9", f"{tag}-3".encode(), RAW))
+        finally:
+            disk.go()
+        for conn in conns:
+            answered(conn)
+
+    try:
+        one_then_two("a")
+        started = time.monotonic()
+        conns[0].sendall(produce_request("l9", b"alone", RAW))
+        answered(conns[0])
+        alone_s = time.monotonic() - started
+        one_then_two("b")
+        started = time.monotonic()
+        conns[0].sendall(produce_request("l9", b"first", RAW))
+        time.sleep(0.02)
+        conns[1].sendall(produce_request("l9", b"second", RAW))
+        pair = [answered(conns[0]), answered(conns[1])]
+        pair_s = time.monotonic() - started
+    finally:
+        for conn in conns:
+            conn.close()
+    assert alone_s >= 0.99  # the loop's timers (uvloop's: whole milliseconds) may end a linger a little early
+    assert pair_s < alone_s and pair == [pair[0], pair[0] + 1]
+    text = client.get("/metrics").text
+    # a-1, a-2+a-3, alone, b-1, b-2+b-3, first+second
+    assert metric_value(text, "tidemq_durable_groups_total") == 6
+    assert metric_value(text, "tidemq_durable_groups_lingered_total") == 2
+    assert metric_value(text, "tidemq_durable_groups_lingered_out_total") == 1
+    assert bodies(broker, "l9") == ["a-1", "a-2", "a-3", "alone", "b-1", "b-2", "b-3", "first", "second"]
