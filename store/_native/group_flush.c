@@ -10,6 +10,15 @@
  * positions, checkpoint time, resident pages), when Python called it back (`call`: a request that waits
  * with a callback, or a shutdown), or when a flush failed.
  *
+ * A wait may lead (`wait` with `lead_to`): it asks for the log up to `lead_to` and, while no flush is under
+ * way and the file serve() holds covers what is asked, makes the flush itself on its own thread, as a
+ * committing thread flushes its log in PostgreSQL or LevelDB. No thread is woken to flush and none to be told
+ * (on a VM each wake-up of a sleeping CPU is an interrupt the waker pays for: most of what a flush handed to
+ * the group commit thread cost beyond the msync). Waits that arrive meanwhile sleep; the leader's flush covers
+ * every offset asked before it began, and when asks remain past it the leader hands the next flush to one
+ * leading waiter it did not reach (else to serve()). serve() keeps its file pinned and flushes only when no
+ * leader does; before it returns, no leader may start and the one under way has finished.
+ *
  * Invariants, each kept under `mu`: `flushed` never moves back except by `reset` (no serve under way);
  * it moves forward only past bytes an msync returned 0 for, or by `advance` (Python flushed them); a
  * `wait` answers 1 only when `flushed` covers its offset, -1 when a flush failed or the object closed
@@ -41,6 +50,23 @@ struct waiter {
     pthread_cond_t cond;
 };
 
+/* The mapped file a serve() flushes: data[0, size) holds log offsets [from, from + size). */
+struct flush_window {
+    uint8_t *data; /* NULL: no file to flush (serve only waits) */
+    int64_t from;
+    int64_t size;
+    int unmap_first;     /* drop whole pages from the mapping before their msync (MappedFile.flush's unmap_first) */
+    long max_flushes;
+    double idle_s;
+};
+
+/* What the flushes through one lent window share (serve()'s and the leaders'), changed only by the one flushing. */
+struct serve_state {
+    int64_t dropped_to; /* pages below it are out of the mapping already (page aligned, <= size) */
+    long count;         /* flushes made by this serve() */
+    int unmap;          /* drop pages first (cleared when madvise refuses: pages locked by warm-up) */
+};
+
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;           /* guards every field below */
@@ -57,22 +83,14 @@ typedef struct {
     int serving;                  /* a serve() is under way (one at a time) */
     int waiters;                  /* threads in wait() */
     int closed;                   /* close(): waits answer -1, serve() returns at once */
+    const struct flush_window *lent; /* serve()'s file while it serves one (pinned): leaders flush through it */
+    struct serve_state *lent_state;  /* the state of its flushes */
+    int flushing;                 /* a flush through `lent` is under way (serve()'s or a leader's) */
+    int releasing;                /* serve() is returning: no leader starts, it waits for the flush under way */
+    int lead_failed;              /* a leader's flush failed: serve() answers SERVE_FAILED at its next wake */
+    unsigned long long led;       /* msyncs made by leading waits (counted in `flushes` too) */
+    int last_answered;            /* the sleeping waits the last flush answered (a leader's own not counted) */
 } GroupFlush;
-
-/* The mapped file a serve() flushes: data[0, size) holds log offsets [from, from + size). */
-struct flush_window {
-    uint8_t *data; /* NULL: no file to flush (serve only waits) */
-    int64_t from;
-    int64_t size;
-    int unmap_first;     /* drop whole pages from the mapping before their msync (MappedFile.flush's unmap_first) */
-    long max_flushes;
-    double idle_s;
-};
-
-struct serve_state {
-    int64_t dropped_to; /* pages below it are out of the mapping already (page aligned, <= size) */
-    long count;         /* flushes made by this serve() */
-};
 
 static int64_t page_bytes(void) {
     long sz = sysconf(_SC_PAGESIZE);
@@ -156,71 +174,126 @@ static PyObject *group_flush_ask(GroupFlush *self, PyObject *const *args, Py_ssi
 }
 
 /* Wake the waiters whose offset the flushed offset reached, or (`all`: a failure, a close) every waiter. */
-static void wake_locked(GroupFlush *self, int all) {
+static int wake_locked(GroupFlush *self, int all) {
+    int woken = 0;
     for (struct waiter *w = self->waiting; w != NULL; w = w->next)
-        if (all || w->offset <= self->flushed) pthread_cond_signal(&w->cond);
-}
-
-/* Sleep until there is work (a request past flushed, a call, close) or `deadline`; 1: work, 0: none came. */
-static int wait_for_work_locked(GroupFlush *self, const struct timespec *deadline) {
-    while (self->requested <= self->flushed && !self->called && !self->closed) {
-        self->idle = 1;
-        int rc = pthread_cond_timedwait(&self->bell, &self->mu, deadline);
-        self->idle = 0;
-        if (rc == ETIMEDOUT) return self->requested > self->flushed || self->called || self->closed;
-    }
-    return 1;
+        if (all || w->offset <= self->flushed) {
+            pthread_cond_signal(&w->cond);
+            woken++;
+        }
+    return woken;
 }
 
 /* msync of the window's bytes [start, end) (offsets in the file), whole pages; after the whole pages below
  * `end` left the mapping when the window asks for it. 0, or the msync's errno. */
-static int flush_span(const struct flush_window *w, struct serve_state *st, int64_t start, int64_t end, int *unmap) {
+static int flush_span(const struct flush_window *w, struct serve_state *st, int64_t start, int64_t end) {
     int64_t page = page_bytes();
     assert(0 <= start && start <= end && end <= w->size);
-    if (*unmap) {
+    if (st->unmap) {
         int64_t floor = end - end % page;
         if (floor > st->dropped_to) {
             if (madvise(w->data + st->dropped_to, (size_t)(floor - st->dropped_to), MADV_DONTNEED) == 0)
                 st->dropped_to = floor;
             else
-                *unmap = 0; /* refused (pages locked by warm-up): they stay mapped, the msync still writes them */
+                st->unmap = 0; /* refused (pages locked by warm-up): they stay mapped, the msync still writes them */
         }
     }
     int64_t aligned = start - start % page;
     return msync(w->data + aligned, (size_t)(end - aligned), MS_SYNC) == 0 ? 0 : errno;
 }
 
+/* Work for serve(): a request past flushed that no leader is flushing, a call, a leader's failure, close, or its
+ * budget of flushes spent by leaders (Python's bookkeeping is due). */
+static int has_work_locked(const GroupFlush *self) {
+    int spent = self->lent_state != NULL && self->lent_state->count >= self->lent->max_flushes;
+    return (self->requested > self->flushed && !self->flushing) || self->called || self->closed || self->lead_failed || spent;
+}
+
+/* Sleep until there is work or `deadline`; 1: work, 0: none came. */
+static int wait_for_work_locked(GroupFlush *self, const struct timespec *deadline) {
+    while (!has_work_locked(self)) {
+        self->idle = 1;
+        int rc = pthread_cond_timedwait(&self->bell, &self->mu, deadline);
+        self->idle = 0;
+        if (rc == ETIMEDOUT) return has_work_locked(self);
+    }
+    return 1;
+}
+
+/* One flush through the lent window from the flushed offset to `target`, `mu` released around it; the flushed
+ * offset and the waiters follow. 0, or the msync's errno (every waiter then woken to answer -1). */
+static int flush_to_locked(GroupFlush *self, int64_t target) {
+    const struct flush_window *w = self->lent; /* both read under `mu`: serve() clears them when it returns, */
+    struct serve_state *st = self->lent_state; /* after this flush ends (`flushing`) */
+    int64_t start = self->flushed;
+    assert(w != NULL && st != NULL && w->data != NULL && !self->flushing);
+    assert(w->from <= start && start < target && target <= w->from + w->size);
+    self->flushing = 1;
+    pthread_mutex_unlock(&self->mu);
+    int err = flush_span(w, st, start - w->from, target - w->from);
+    pthread_mutex_lock(&self->mu);
+    self->flushing = 0;
+    if (err != 0) {
+        self->failures++;
+        self->last_errno = err;
+        wake_locked(self, 1);
+        return err;
+    }
+    if (target > self->flushed) self->flushed = target;
+    self->flushes++;
+    self->last_answered = wake_locked(self, 0);
+    return 0;
+}
+
 /* The flushes of one serve() call, the GIL released; returns its serve_end. */
-static int serve_locked(GroupFlush *self, const struct flush_window *w, struct serve_state *st) {
-    int unmap = w->unmap_first;
+static int serve_loop_locked(GroupFlush *self, const struct flush_window *w, struct serve_state *st) {
     struct timespec deadline = deadline_after(w->idle_s);
+    unsigned long long seen = self->flushes; /* idle means no flush by anyone, leaders included */
     for (;;) {
-        if (!wait_for_work_locked(self, &deadline)) return SERVE_IDLE;
+        if (!wait_for_work_locked(self, &deadline)) {
+            if (self->flushes == seen) return SERVE_IDLE;
+            seen = self->flushes;
+            deadline = deadline_after(w->idle_s);
+            continue;
+        }
         if (self->closed) return SERVE_CLOSED;
+        if (self->lead_failed) {
+            self->lead_failed = 0;
+            return SERVE_FAILED;
+        }
         int64_t target = self->requested, start = self->flushed;
-        if (target > start) {
+        if (target > start && !self->flushing) {
             if (w->data == NULL || start < w->from || target > w->from + w->size) return SERVE_WINDOW;
-            pthread_mutex_unlock(&self->mu);
-            int err = flush_span(w, st, start - w->from, target - w->from, &unmap);
-            pthread_mutex_lock(&self->mu);
-            if (err != 0) {
-                self->failures++;
-                self->last_errno = err;
-                wake_locked(self, 1);
-                return SERVE_FAILED;
-            }
-            if (target > self->flushed) self->flushed = target;
-            self->flushes++;
+            if (flush_to_locked(self, target) != 0) return SERVE_FAILED;
             st->count++;
-            wake_locked(self, 0);
         }
         if (self->called) {
             self->called = 0;
             return SERVE_CALLED;
         }
         if (st->count >= w->max_flushes) return SERVE_BUDGET;
+        seen = self->flushes;
         deadline = deadline_after(w->idle_s);
     }
+}
+
+/* serve_loop_locked with its file lent to the leaders meanwhile; it returns once no leader flushes through it. */
+static int serve_locked(GroupFlush *self, const struct flush_window *w, struct serve_state *st) {
+    if (w->data != NULL) {
+        self->lent = w;
+        self->lent_state = st;
+    }
+    int end = serve_loop_locked(self, w, st);
+    self->lent = NULL;
+    self->lent_state = NULL;
+    self->releasing = 1;
+    while (self->flushing) {
+        self->idle = 1;
+        pthread_cond_wait(&self->bell, &self->mu);
+        self->idle = 0;
+    }
+    self->releasing = 0;
+    return end;
 }
 
 static int parse_window(PyObject *const *args, struct flush_window *w, struct serve_state *st) {
@@ -249,6 +322,7 @@ static int parse_window(PyObject *const *args, struct flush_window *w, struct se
     w->idle_s = idle_s;
     st->dropped_to = (int64_t)dropped_to;
     st->count = 0;
+    st->unmap = unmap_first;
     return 0;
 }
 
@@ -284,20 +358,57 @@ static PyObject *group_flush_serve(GroupFlush *self, PyObject *const *args, Py_s
     return Py_BuildValue("iL", end, (long long)st.dropped_to);
 }
 
+/* A leader may flush now: it waits alone (`others`: the other threads in wait()), nothing is under way, and
+ * serve() holds a file covering all that is asked past flushed. Waits that are not alone leave the flushes to
+ * serve(), which flushes again as soon as one ends while asks remain, without a thread woken for each. */
+static int can_lead_locked(const GroupFlush *self, int others) {
+    const struct flush_window *w = self->lent;
+    return w != NULL && others == 0 && !self->flushing && !self->releasing && !self->closed &&
+           self->requested > self->flushed && self->flushed >= w->from && self->requested <= w->from + w->size;
+}
+
+/* After a leader's flush: serve() is woken when it has work (asks the flush did not reach, a call, a failure, its
+ * budget spent) or is returning and waits for the flush to end. */
+static void hand_on_locked(GroupFlush *self) {
+    if (self->idle && (self->releasing || has_work_locked(self))) pthread_cond_signal(&self->bell);
+}
+
+/* The leader's flush of everything asked; a failure is serve()'s to report (SERVE_FAILED). */
+static void lead_locked(GroupFlush *self) {
+    if (flush_to_locked(self, self->requested) == 0) {
+        self->led++;
+        if (self->lent_state != NULL) self->lent_state->count++; /* NULL: serve() began returning meanwhile */
+    } else {
+        self->lead_failed = 1;
+    }
+    hand_on_locked(self);
+}
+
 /* The wait itself, the GIL released: see group_flush_wait. */
-static int wait_flushed(GroupFlush *self, int64_t offset, double timeout_s) {
+static int wait_flushed(GroupFlush *self, int64_t offset, double timeout_s, int64_t lead_to) {
     struct timespec deadline = deadline_after(timeout_s > 0 ? timeout_s : 0);
     struct waiter me = {.next = NULL, .offset = offset};
+    int lead = lead_to > 0;
     pthread_mutex_lock(&self->mu);
     unsigned long long failures = self->failures;
     int linked = 0, timed_out = 0;
-    if (self->flushed < offset && !self->closed && timeout_s != 0 && init_cond(&me.cond) == 0) {
-        me.next = self->waiting;
-        self->waiting = &me;
-        self->waiters++;
-        linked = 1;
+    if (lead) {
+        self->asks++;
+        if (lead_to > self->requested) self->requested = lead_to;
     }
-    while (linked && self->flushed < offset && self->failures == failures && !self->closed && !timed_out) {
+    while (self->flushed < offset && self->failures == failures && !self->closed && !timed_out && timeout_s != 0) {
+        if (lead && can_lead_locked(self, self->waiters - linked)) {
+            lead_locked(self);
+            continue;
+        }
+        if (lead && self->idle && has_work_locked(self)) pthread_cond_signal(&self->bell); /* serve() flushes it */
+        if (!linked) {
+            if (init_cond(&me.cond) != 0) break;
+            me.next = self->waiting;
+            self->waiting = &me;
+            self->waiters++;
+            linked = 1;
+        }
         if (timeout_s < 0)
             pthread_cond_wait(&me.cond, &self->mu);
         else
@@ -315,19 +426,26 @@ static int wait_flushed(GroupFlush *self, int64_t offset, double timeout_s) {
     return answer;
 }
 
-/* wait(offset, timeout_s) -> 1 flushed through offset, 0 the timeout passed (negative: none), -1 a flush
- * failed or the object closed first; the GIL released. */
+/* wait(offset, timeout_s, lead_to=0) -> 1 flushed through offset, 0 the timeout passed (negative: none), -1 a
+ * flush failed or the object closed first; the GIL released. `lead_to` > 0: the log up to it is asked for and
+ * the wait flushes it itself when it can (the file comment); a leader's flush ends past its timeout when the
+ * disk is that slow. */
 static PyObject *group_flush_wait(GroupFlush *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "wait takes 2 arguments (%zd given)", nargs);
+    if (nargs < 2 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "wait takes 2 or 3 arguments (%zd given)", nargs);
         return NULL;
     }
-    int64_t offset;
+    int64_t offset, lead_to = 0;
     if (parse_offset(args[0], &offset) < 0) return NULL;
     double timeout_s = PyFloat_AsDouble(args[1]);
     if (timeout_s == -1.0 && PyErr_Occurred()) return NULL;
+    if (nargs == 3 && parse_offset(args[2], &lead_to) < 0) return NULL;
+    if (lead_to > 0 && lead_to < offset) {
+        PyErr_SetString(PyExc_ValueError, "a leading wait asks for at least its own offset");
+        return NULL;
+    }
     int answer;
-    Py_BEGIN_ALLOW_THREADS answer = wait_flushed(self, offset, timeout_s);
+    Py_BEGIN_ALLOW_THREADS answer = wait_flushed(self, offset, timeout_s, lead_to);
     Py_END_ALLOW_THREADS return PyLong_FromLong(answer);
 }
 
@@ -382,7 +500,7 @@ static PyObject *group_flush_call(GroupFlush *self, PyObject *Py_UNUSED(ignored)
 static PyObject *group_flush_close(GroupFlush *self, PyObject *Py_UNUSED(ignored)) { return change(self, CHANGE_CLOSE, 0); }
 
 /* The counters and offsets, read under `mu`. */
-enum field { F_REQUESTED, F_FLUSHED, F_FAILURES, F_ASKS, F_FLUSHES, F_LAST_ERRNO, F_CLOSED, F_WAITERS, F_SERVING };
+enum field { F_REQUESTED, F_FLUSHED, F_FAILURES, F_ASKS, F_FLUSHES, F_LAST_ERRNO, F_CLOSED, F_WAITERS, F_SERVING, F_LED, F_LENDING, F_LONE };
 
 static PyObject *group_flush_get(GroupFlush *self, void *closure) {
     long long v = 0;
@@ -397,17 +515,21 @@ static PyObject *group_flush_get(GroupFlush *self, void *closure) {
     case F_CLOSED: v = self->closed; break;
     case F_WAITERS: v = self->waiters; break;
     case F_SERVING: v = self->serving; break;
+    case F_LED: v = (long long)self->led; break;
+    case F_LENDING: v = self->lent != NULL; break;
+    case F_LONE: v = self->last_answered <= 1 && self->waiters == 0; break;
     }
     pthread_mutex_unlock(&self->mu);
     intptr_t f = (intptr_t)closure;
-    return f == F_CLOSED || f == F_SERVING ? PyBool_FromLong((long)v) : PyLong_FromLongLong(v);
+    return f == F_CLOSED || f == F_SERVING || f == F_LENDING || f == F_LONE ? PyBool_FromLong((long)v) : PyLong_FromLongLong(v);
 }
 
 static PyMethodDef group_flush_methods[] = {
     {"ask", (PyCFunction)(void (*)(void))group_flush_ask, METH_FASTCALL, "ask(offset, python=False): the log up to offset is wanted on disk"},
     {"serve", (PyCFunction)(void (*)(void))group_flush_serve, METH_FASTCALL,
      "serve(mapping, file_from, dropped_to, unmap_first, max_flushes, idle_s) -> (serve_end, dropped_to)"},
-    {"wait", (PyCFunction)(void (*)(void))group_flush_wait, METH_FASTCALL, "wait(offset, timeout_s) -> 1 flushed, 0 timed out, -1 failed or closed"},
+    {"wait", (PyCFunction)(void (*)(void))group_flush_wait, METH_FASTCALL,
+     "wait(offset, timeout_s, lead_to=0) -> 1 flushed, 0 timed out, -1 failed or closed; lead_to > 0: ask and flush itself"},
     {"advance", (PyCFunction)group_flush_advance, METH_O, "advance(offset): Python flushed the log up to offset"},
     {"reset", (PyCFunction)group_flush_reset, METH_O, "reset(offset): flushed and requested both offset, open again"},
     {"fail", (PyCFunction)group_flush_fail, METH_NOARGS, "fail(): the waits under way answer -1"},
@@ -422,7 +544,10 @@ static PyGetSetDef group_flush_getset[] = {
     FIELD("flushed", F_FLUSHED, "every byte of the log below it is on disk"),
     FIELD("failures", F_FAILURES, "failed flushes and fail() calls"),
     FIELD("asks", F_ASKS, "ask() calls"),
-    FIELD("flushes", F_FLUSHES, "msyncs made by serve()"),
+    FIELD("flushes", F_FLUSHES, "msyncs made by serve() and by leading waits"),
+    FIELD("led", F_LED, "msyncs made by leading waits"),
+    FIELD("lending", F_LENDING, "True while serve() holds a file that a leading wait may flush through"),
+    FIELD("lone", F_LONE, "True when no thread waits and the last flush woke at most one (one put at a time: its wait may lead)"),
     FIELD("last_errno", F_LAST_ERRNO, "errno of the last failed msync (0: none)"),
     FIELD("closed", F_CLOSED, "True after close() until reset()"),
     FIELD("waiters", F_WAITERS, "threads blocked in wait()"),

@@ -109,11 +109,17 @@ class FlushWait(CommitFuture):
     passes it, `on_timeout` when a flush failed (or the flusher closed) first. `result(timeout)` waits in C
     (TimeoutError when the timeout passes first, as a Future's); `done` reads the flushed offset; the first
     callback added before it is done hands the wait to the group commit (`register`: its request list), which
-    completes it as a CommitFuture. Whichever completes it first wins; the other's completion is dropped."""
+    completes it as a CommitFuture. Whichever completes it first wins; the other's completion is dropped.
 
-    __slots__ = ("_flush", "_offset", "on_ok", "on_timeout", "_register", "_registered")
+    `lead_to` > 0 (a wait not asked for yet: puts come one at a time): `result` asks for the log up to it and, when
+    it waits alone, makes the flush on its own thread (GroupFlush's leading wait), so no thread is woken to flush
+    or to answer it; a leader's flush may end past the timeout given when the disk is that slow."""
 
-    def __init__(self, flush: GroupFlush, offset: int, on_ok: Any, on_timeout: Any, register: Callable[[FlushWait], None]) -> None:
+    __slots__ = ("_flush", "_offset", "on_ok", "on_timeout", "_register", "_registered", "_lead_to")
+
+    def __init__(
+        self, flush: GroupFlush, offset: int, on_ok: Any, on_timeout: Any, register: Callable[[FlushWait], None], lead_to: int = 0
+    ) -> None:
         super().__init__()
         self._flush = flush
         self._offset = offset
@@ -121,6 +127,7 @@ class FlushWait(CommitFuture):
         self.on_timeout = on_timeout
         self._register = register
         self._registered = False
+        self._lead_to = lead_to
 
     @property
     def offset(self) -> int:
@@ -157,7 +164,7 @@ class FlushWait(CommitFuture):
     def _wait(self, timeout: float | None) -> None:
         if self._state is _FINISHED:
             return
-        outcome = self._flush.wait(self._offset, -1.0 if timeout is None else max(0.0, timeout))
+        outcome = self._flush.wait(self._offset, -1.0 if timeout is None else max(0.0, timeout), self._lead_to)
         if outcome == 0:
             if self._state is _FINISHED:  # completed by the group commit meanwhile (a flush Python made)
                 return

@@ -104,17 +104,28 @@ class GroupCommitService(ServiceThread):
         return self.group_flush.asks
 
     def wait_for(
-        self, offset: int, on_ok: Any = PutMessageStatus.PUT_OK, on_timeout: Any = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        self,
+        offset: int,
+        on_ok: Any = PutMessageStatus.PUT_OK,
+        on_timeout: Any = PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        lead: bool = False,
     ) -> FlushWait:
         """The wait of a put for the log up to `offset` on disk: `on_ok` then, `on_timeout` when not confirmed
-        (at once when `max_requests` is 0: no wait is ever confirmed)."""
-        wait = FlushWait(self.group_flush, offset, on_ok, on_timeout, self._register)
-        if self.max_requests:
-            # Asked up to all the log holds now, as RocketMQ's flush goes to the write position: puts written since
-            # (the loop's next turn) are flushed with this group and their own wait finds them done.
-            self.group_flush.ask(max(offset, self.commit_log.get_max_offset()))
-        else:
+        (at once when `max_requests` is 0: no wait is ever confirmed). `lead`: for a caller that blocks in `result`,
+        which then asks and flushes itself when it can (FlushWait); else the flush is asked now, this thread's
+        caller going on meanwhile (the event loop: it must not wait on a disk longer than its own bound)."""
+        # Asked up to all the log holds now, as RocketMQ's flush goes to the write position: puts written since
+        # (the loop's next turn) are flushed with this group and their own wait finds them done.
+        upto = max(offset, self.commit_log.get_max_offset())
+        flush = self.group_flush
+        # Puts that come one at a time lead; when flushes answer several waits, the group commit thread's flush
+        # asked now (overlapping the caller's dispatch, flushing again as soon as one ends) serves them better.
+        lead_to = upto if lead and self.max_requests and flush.lone else 0
+        wait = FlushWait(flush, offset, on_ok, on_timeout, self._register, lead_to)
+        if not self.max_requests:
             wait.answer(False)
+        elif not lead_to:
+            flush.ask(upto)
         return wait
 
     def _register(self, wait: FlushWait) -> None:

@@ -52,8 +52,8 @@ class PutDurability:
             return self._chain_slave(result)  # ASYNC_FLUSH on a SYNC_MASTER: only the slave is waited for
         assert isinstance(self.flush_service, GroupCommitService)
         not_durable = PutMessageResult(PutMessageStatus.FLUSH_DISK_TIMEOUT, items=result.items, detail="stored, not confirmed durable")
-        if not need_slave:  # the flushed offset answers the put itself: one future per put
-            return self.flush_service.wait_for(result.end_offset, result, not_durable)
+        if not need_slave:  # the flushed offset answers the put itself: one future per put, whose `result` flushes itself
+            return self.flush_service.wait_for(result.end_offset, result, not_durable, lead=True)
         request = self.flush_service.wait_for(result.end_offset)
         outer: Waiter = concurrent.futures.Future()
 

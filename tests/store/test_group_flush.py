@@ -286,3 +286,145 @@ def test_a_wait_past_the_logs_end_is_refused_and_asks_nothing(tmp_path: Path) ->
         assert durable is not None and durable.result(10) is PutMessageStatus.PUT_OK
     finally:
         store.shutdown()
+
+
+def test_a_wait_alone_flushes_itself_through_the_file_serve_holds(mapping: Mapping) -> None:
+    # A leading wait asks for the log up to its lead_to and, alone and with serve() holding the file, makes the
+    # flush on its own thread: serve() was not woken for it and still serves. Leaders' flushes count against
+    # serve()'s budget, so Python's bookkeeping still comes every max_flushes flushes.
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    server = Server(flush, mapping, max_flushes=2)
+    wait_for(lambda: flush.lending, what="serve() to lend its file")
+    mapping[0:2000] = b"l" * 2000
+    assert flush.wait(FILE_FROM + 1000, 10, FILE_FROM + 2000) == 1
+    assert (flush.flushed, flush.requested, flush.led, flush.flushes, flush.asks) == (FILE_FROM + 2000, FILE_FROM + 2000, 1, 1, 1)
+    assert flush.serving  # serve() sleeps on: nothing woke it
+    mapping[2000:2500] = b"m" * 500
+    assert flush.wait(FILE_FROM + 2500, 10, FILE_FROM + 2500) == 1
+    assert server.join()[0] == SERVE_BUDGET and flush.led == 2 and flush.flushes == 2
+
+
+def test_a_leading_wait_without_a_file_to_flush_leaves_the_flush_to_serve(mapping: Mapping) -> None:
+    # No serve() under way: the wait asks and times out, serve() then flushes what it asked. A wait asking past
+    # the file serve() holds rings serve(), which comes back for the next file (WINDOW), flushing none of it.
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    mapping[0:300] = b"s" * 300
+    assert flush.wait(FILE_FROM + 100, 0.05, FILE_FROM + 300) == 0
+    assert flush.requested == FILE_FROM + 300 and flush.flushed == FILE_FROM
+    server = Server(flush, mapping, max_flushes=1)
+    assert server.join()[0] == SERVE_BUDGET and flush.flushed == FILE_FROM + 300 and flush.led == 0
+    server = Server(flush, mapping)
+    wait_for(lambda: flush.serving, what="serve() to begin")
+    assert flush.wait(FILE_FROM + FILE_BYTES + 10, 0.05, FILE_FROM + FILE_BYTES + 10) == 0
+    assert server.join()[0] == SERVE_WINDOW and flush.flushed == FILE_FROM + 300
+    with pytest.raises(ValueError, match="at least its own offset"):
+        flush.wait(FILE_FROM + 500, 1, FILE_FROM + 400)
+    with pytest.raises(ValueError, match="negative"):
+        flush.wait(FILE_FROM, 1, -1)
+
+
+def test_serve_is_not_idle_while_leaders_flush(mapping: Mapping) -> None:
+    # serve()'s idle pass is for a log nobody flushes: leaders flushing every 10 ms keep it serving past its
+    # idle_s (0.5 s); once they stop it comes back IDLE.
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    server = Server(flush, mapping, max_flushes=10_000, idle_s=0.5)
+    wait_for(lambda: flush.lending, what="serve() to lend its file")
+    for n in range(1, 101):
+        mapping[n * 10 : n * 10 + 10] = b"i" * 10
+        assert flush.wait(FILE_FROM + n * 10 + 10, 10, FILE_FROM + n * 10 + 10) == 1
+        threading.Event().wait(0.01)
+    assert flush.serving and flush.led == 100
+    assert server.join()[0] == SERVE_IDLE
+
+
+def test_leaders_and_serve_flush_one_at_a_time_and_answer_every_wait(mapping: Mapping) -> None:
+    # Eight threads of leading waits while serve() comes back every 7 flushes and is called again (its file lent
+    # and taken back all the time): every wait is answered flushed, the flushed offset covers the last one, and
+    # every flush is counted once (by a leader or by serve()).
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    stop = threading.Event()
+    ends: list[int] = []
+
+    def serving() -> None:
+        while not stop.is_set():
+            ends.append(flush.serve(mapping, FILE_FROM, 0, True, 7, 0.005)[0])
+
+    lock = threading.Lock()
+    position = [0]
+    answers: list[int] = []
+
+    def leader() -> None:
+        for _ in range(150):
+            with lock:
+                start = position[0]
+                position[0] += 24
+                mapping[start : start + 24] = b"c" * 24
+            answers.append(flush.wait(FILE_FROM + start + 24, 10, FILE_FROM + start + 24))
+
+    server = threading.Thread(target=serving)
+    server.start()
+    leaders = [threading.Thread(target=leader) for _ in range(8)]
+    for t in leaders:
+        t.start()
+    for t in leaders:
+        t.join(60)
+    stop.set()
+    flush.call()
+    server.join(10)
+    assert not server.is_alive()
+    assert answers == [1] * 1200
+    assert flush.flushed == FILE_FROM + position[0] == FILE_FROM + 1200 * 24
+    assert 0 < flush.led <= flush.flushes and SERVE_BUDGET in ends
+    assert mapping[0 : 1200 * 24] == b"c" * (1200 * 24)  # pages dropped by either flusher read back
+
+
+def test_a_sync_put_alone_is_flushed_by_its_own_thread(tmp_path: Path) -> None:
+    # In process, one producer: its put's wait leads, so most flushes are the putting thread's, and every put is
+    # confirmed flushed (tests/store/test_crash.py kills such a writer and checks what it was told).
+    store = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    try:
+        service = store.flush_service
+        assert isinstance(service, GroupCommitService)
+        flush = service.group_flush
+        assert store.put_message(build_message("A", b"first")).status is PutMessageStatus.PUT_OK  # the log's first file
+        wait_for(lambda: flush.lending, what="the group commit to lend its file")
+        led = flush.led
+        for n in range(50):
+            r = store.put_message(build_message("A", b"alone-%d" % n))
+            assert r.status is PutMessageStatus.PUT_OK
+            assert store.commit_log.flushed_where() >= r.end_offset
+        assert flush.led - led >= 25
+    finally:
+        store.shutdown()
+
+
+def test_lone_says_whether_puts_come_one_at_a_time(mapping: Mapping) -> None:
+    # A put's wait leads only while puts come one at a time: no thread waits and the last flush answered at most
+    # one sleeping wait. A flush that answered two makes it False until a flush answers one again.
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    assert flush.lone
+    answers: list[int] = []
+    waits = [threading.Thread(target=lambda o=o: answers.append(flush.wait(FILE_FROM + o, 10))) for o in (100, 200)]
+    for t in waits:
+        t.start()
+    wait_for(lambda: flush.waiters == 2, what="two waiters")
+    assert not flush.lone  # threads wait
+    mapping[0:200] = b"o" * 200
+    flush.ask(FILE_FROM + 200)
+    assert Server(flush, mapping, max_flushes=1).join()[0] == SERVE_BUDGET
+    for t in waits:
+        t.join(10)
+    assert answers == [1, 1] and not flush.lone  # that flush answered two
+    waiter = threading.Thread(target=lambda: answers.append(flush.wait(FILE_FROM + 300, 10)))
+    waiter.start()
+    wait_for(lambda: flush.waiters == 1, what="one waiter")
+    mapping[200:300] = b"o" * 100
+    flush.ask(FILE_FROM + 300)
+    assert Server(flush, mapping, max_flushes=1).join()[0] == SERVE_BUDGET
+    waiter.join(10)
+    assert answers == [1, 1, 1] and flush.lone
