@@ -90,6 +90,7 @@ typedef struct {
     int lead_failed;              /* a leader's flush failed: serve() answers SERVE_FAILED at its next wake */
     unsigned long long led;       /* msyncs made by leading waits (counted in `flushes` too) */
     int last_answered;            /* the sleeping waits the last flush answered (a leader's own not counted) */
+    int injected_errno;           /* inject_failure(): the next flush fails with it, no msync made */
 } GroupFlush;
 
 static int64_t page_bytes(void) {
@@ -228,9 +229,11 @@ static int flush_to_locked(GroupFlush *self, int64_t target) {
     int64_t start = self->flushed;
     assert(w != NULL && st != NULL && w->data != NULL && !self->flushing);
     assert(w->from <= start && start < target && target <= w->from + w->size);
+    int err = self->injected_errno; /* a test's fault (inject_failure): this flush fails without its msync */
+    self->injected_errno = 0;
     self->flushing = 1;
     pthread_mutex_unlock(&self->mu);
-    int err = flush_span(w, st, start - w->from, target - w->from);
+    if (err == 0) err = flush_span(w, st, start - w->from, target - w->from);
     pthread_mutex_lock(&self->mu);
     self->flushing = 0;
     if (err != 0) {
@@ -496,6 +499,21 @@ static PyObject *group_flush_reset(GroupFlush *self, PyObject *arg) {
 }
 
 static PyObject *group_flush_fail(GroupFlush *self, PyObject *Py_UNUSED(ignored)) { return change(self, CHANGE_FAIL, 0); }
+
+/* inject_failure(errno): the next flush through a lent file (serve()'s or a leader's) fails with `errno` instead of
+ * making its msync: the tests' fault, since no disk fails on demand. */
+static PyObject *group_flush_inject_failure(GroupFlush *self, PyObject *arg) {
+    long err = PyLong_AsLong(arg);
+    if (err == -1 && PyErr_Occurred()) return NULL;
+    if (err <= 0 || err > 4095) {
+        PyErr_SetString(PyExc_ValueError, "inject_failure takes an errno (1..4095)");
+        return NULL;
+    }
+    pthread_mutex_lock(&self->mu);
+    self->injected_errno = (int)err;
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
 static PyObject *group_flush_call(GroupFlush *self, PyObject *Py_UNUSED(ignored)) { return change(self, CHANGE_CALL, 0); }
 static PyObject *group_flush_close(GroupFlush *self, PyObject *Py_UNUSED(ignored)) { return change(self, CHANGE_CLOSE, 0); }
 
@@ -533,6 +551,7 @@ static PyMethodDef group_flush_methods[] = {
     {"advance", (PyCFunction)group_flush_advance, METH_O, "advance(offset): Python flushed the log up to offset"},
     {"reset", (PyCFunction)group_flush_reset, METH_O, "reset(offset): flushed and requested both offset, open again"},
     {"fail", (PyCFunction)group_flush_fail, METH_NOARGS, "fail(): the waits under way answer -1"},
+    {"inject_failure", (PyCFunction)group_flush_inject_failure, METH_O, "inject_failure(errno): the next flush fails with errno (tests)"},
     {"call", (PyCFunction)group_flush_call, METH_NOARGS, "call(): serve() comes back (at once when it sleeps)"},
     {"close", (PyCFunction)group_flush_close, METH_NOARGS, "close(): waits answer -1 unless flushed; serve() returns"},
     {NULL, NULL, 0, NULL},

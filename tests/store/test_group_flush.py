@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from store._kernels import (
     SERVE_BUDGET,
     SERVE_CALLED,
     SERVE_CLOSED,
+    SERVE_FAILED,
     SERVE_IDLE,
     SERVE_WINDOW,
     GroupFlush,
@@ -428,3 +430,58 @@ def test_lone_says_whether_puts_come_one_at_a_time(mapping: Mapping) -> None:
     assert Server(flush, mapping, max_flushes=1).join()[0] == SERVE_BUDGET
     waiter.join(10)
     assert answers == [1, 1, 1] and flush.lone
+
+
+def test_a_failed_flush_answers_its_waits_minus_1_and_serve_comes_back_failed(mapping: Mapping) -> None:
+    # serve()'s own flush fails (an injected EIO): the wait under way answers -1, serve() answers SERVE_FAILED with
+    # the errno, the flushed offset stays. A leader's flush fails the same way: its wait answers -1 and serve(),
+    # which did not flush, comes back SERVE_FAILED at once (Python logs it and pauses). Then a leader flushes again.
+    flush = GroupFlush()
+    flush.reset(FILE_FROM)
+    mapping[0:300] = b"f" * 300
+    outcome: list[int] = []
+    waiter = threading.Thread(target=lambda: outcome.append(flush.wait(FILE_FROM + 100, 10)))
+    waiter.start()
+    wait_for(lambda: flush.waiters == 1, what="the waiter to block")
+    flush.inject_failure(errno.EIO)
+    flush.ask(FILE_FROM + 100)
+    assert Server(flush, mapping).join()[0] == SERVE_FAILED
+    waiter.join(10)
+    assert outcome == [-1] and flush.failures == 1 and flush.last_errno == errno.EIO and flush.flushed == FILE_FROM
+    flush.reset(FILE_FROM)  # nothing asked: the next serve() sleeps until a leader comes
+    server = Server(flush, mapping)
+    wait_for(lambda: flush.lending, what="serve() to lend its file")
+    flush.inject_failure(errno.ENOSPC)
+    assert flush.wait(FILE_FROM + 200, 10, FILE_FROM + 200) == -1
+    assert server.join()[0] == SERVE_FAILED and flush.failures == 2 and flush.last_errno == errno.ENOSPC
+    assert flush.led == 0 and flush.flushes == 0 and flush.flushed == FILE_FROM
+    flush.reset(FILE_FROM)
+    server = Server(flush, mapping, max_flushes=1)
+    wait_for(lambda: flush.lending, what="serve() to lend its file")
+    assert flush.wait(FILE_FROM + 300, 10, FILE_FROM + 300) == 1
+    assert server.join()[0] == SERVE_BUDGET and flush.led == 1 and flush.flushed == FILE_FROM + 300
+    with pytest.raises(ValueError, match="errno"):
+        flush.inject_failure(0)
+
+
+def test_a_failed_flush_is_logged_and_its_put_answered_not_confirmed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # On a real store: the flush of a SYNC put fails (an injected EIO, whichever thread makes it): the put is
+    # stored and answered FLUSH_DISK_TIMEOUT, the group commit logs the failure (SERVE_FAILED's branch) and
+    # pauses, and the next put is flushed and answered PUT_OK.
+    store = open_store(small_config(str(tmp_path / "s"), flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    try:
+        service = store.flush_service
+        assert isinstance(service, GroupCommitService)
+        assert store.put_message(build_message("F", b"first")).status is PutMessageStatus.PUT_OK
+        wait_for(lambda: service.group_flush.lending, what="the group commit to lend its file")
+        service.group_flush.inject_failure(errno.EIO)
+        with caplog.at_level("ERROR", logger="tidemq.store"):
+            failed = store.put_message(build_message("F", b"second"))
+            wait_for(lambda: service.serve_ends[ServeEnd.FAILED] == 1, what="the group commit to come back FAILED")
+        assert failed.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and failed.stored
+        assert any("flush failed (errno 5), 1 time(s)" in r.getMessage() for r in caplog.records)
+        again = store.put_message(build_message("F", b"third"))
+        assert again.status is PutMessageStatus.PUT_OK
+        assert store.commit_log.flushed_where() >= again.end_offset
+    finally:
+        store.shutdown()
