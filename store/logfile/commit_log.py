@@ -22,7 +22,6 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 import functools
 import logging
 import operator
@@ -52,10 +51,9 @@ from store.codec.message_codec import (
     write_blank_into,
 )
 from store.config import MessageStoreConfig
-from store.disk.json_file import read_json, write_json_atomically
 from store.disk.space_reservation import DEFAULT_RESERVATION, SpaceReservation
-from store.errors import MetadataCorrupt
 from store.logfile.allocate_mapped_file_service import AllocateMappedFileService
+from store.logfile.damaged_ranges import DamagedRanges
 from store.logfile.mapped_file import OS_PAGE_SIZE, MappedFile, SelectMappedBufferResult, offset_to_file_name
 from store.logfile.mapped_file_queue import FlushWindow, MappedFileQueue
 from store.logfile.page_cache_window import PageCacheWindow
@@ -126,8 +124,7 @@ class CommitLog:
         # topic_queue_table, store_host, file_size, begin_time_in_lock_ms and clock, and the last file's write_buffer,
         # wrote_position, reserved_to, file_from_offset, mm, committed_position and store_timestamp, as put_batch does.
         self.put_packed: PackedPut = functools.partial(_kernels.put_packed, self)
-        self.damaged_ranges: tuple[tuple[int, int], ...] = ()
-        self._damaged_path = os.path.join(config.store_path_root_dir, "damaged_ranges.json")
+        self.damaged = DamagedRanges(os.path.join(config.store_path_root_dir, "damaged_ranges.json"))
 
     # Loading ---------------------------------------------------------------------------
 
@@ -135,66 +132,30 @@ class CommitLog:
         ok = self.mapped_file_queue.load()
         log.info("commitlog load %s, %d files", "ok" if ok else "failed", len(self.mapped_file_queue.mapped_files))
         if ok:
-            self._load_damaged_ranges()
+            first = self.mapped_file_queue.get_first_mapped_file()
+            self.damaged.load(first.file_from_offset if first is not None else 0)
         return ok
 
-    # Damaged ranges ----------------------------------------------------------------------
+    # Damaged ranges (store/logfile/damaged_ranges.py) ------------------------------------
 
-    def _load_damaged_ranges(self) -> None:
-        try:
-            data = read_json(self._damaged_path)
-        except MetadataCorrupt as exc:
-            log.error("%s; recovery finds the damaged ranges it scans again", exc)
-            return
-        if not isinstance(data, dict) or not isinstance(data.get("damaged"), list):
-            return
-        first = self.mapped_file_queue.get_first_mapped_file()
-        low = first.file_from_offset if first is not None else 0
-        ranges = [(int(a), int(b)) for a, b in data["damaged"] if int(b) > max(low, int(a))]
-        self.damaged_ranges = tuple(sorted(ranges))
-        for start, end in self.damaged_ranges:
-            log.error("commitlog bytes [%d, %d) are damaged (found by an earlier recovery); they are skipped", start, end)
+    @property
+    def damaged_ranges(self) -> tuple[tuple[int, int], ...]:
+        return self.damaged.ranges
 
     def add_damaged_range(self, start: int, end: int) -> bool:
         """Record [start, end) as damaged and persist the table; False when it was already known."""
-        assert start < end, "a damaged range holds at least one byte"
-        if any(a <= start and end <= b for a, b in self.damaged_ranges):
-            return False
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted([*self.damaged_ranges, (start, end)]):
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        self._set_damaged_ranges(tuple(merged))
-        return True
-
-    def _set_damaged_ranges(self, ranges: tuple[tuple[int, int], ...]) -> None:
-        if ranges == self.damaged_ranges:
-            return
-        self.damaged_ranges = ranges
-        write_json_atomically(self._damaged_path, {"damaged": [list(r) for r in ranges]})
+        return self.damaged.add(start, end)
 
     def damaged_range_end(self, offset: int) -> int | None:
         """The end of the damaged range holding `offset`, None when `offset` is not damaged."""
-        ranges = self.damaged_ranges
-        if not ranges:
-            return None
-        i = bisect.bisect_right(ranges, (offset, 1 << 62)) - 1
-        if i >= 0 and ranges[i][0] <= offset < ranges[i][1]:
-            return ranges[i][1]
-        return None
+        return self.damaged.end_of(offset)
 
     def next_damaged_start(self, offset: int) -> int | None:
         """The start of the first damaged range at or after `offset`, None when there is none."""
-        ranges = self.damaged_ranges
-        if not ranges:
-            return None
-        i = bisect.bisect_left(ranges, (offset, -1))
-        return ranges[i][0] if i < len(ranges) else None
+        return self.damaged.next_start(offset)
 
     def damaged_bytes(self) -> int:
-        return sum(b - a for a, b in self.damaged_ranges)
+        return self.damaged.byte_count()
 
     # Putting ---------------------------------------------------------------------------
 
@@ -547,8 +508,7 @@ class CommitLog:
             self.mapped_file_queue.set_positions(offset)
             self._last_file = self.mapped_file_queue.get_last_mapped_file()
             self.write_through.close()  # the cut may have removed the file it wrote last
-        # Bytes past the cut will hold new messages: no damaged range may cover them.
-        self._set_damaged_ranges(tuple((a, min(b, offset)) for a, b in self.damaged_ranges if a < offset))
+        self.damaged.cut_at(offset)
 
     def shutdown(self) -> None:
         with self.put_lock:

@@ -31,7 +31,7 @@ from store.codec.message_codec import (
     write_blank_into,
 )
 from store.index.index_file import key_hash
-from store.logfile.commit_log import CommitLog
+from store.logfile.damaged_ranges import DamagedRanges
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY
 from store.queue.reference_getter import ReferenceGetter
 from store.status import GetMessageStatus
@@ -668,9 +668,8 @@ def test_gather_skips_entries_in_damaged_ranges_as_the_commit_log_decides(
     near_start = st.tuples(st.sampled_from(starts + [len(log)]), st.integers(-2, 2)).map(sum)
     spans = data.draw(st.lists(st.tuples(near_start, near_start).filter(lambda r: r[0] < r[1]), max_size=4))
     ranges = tuple(sorted(spans))
-    owner = CommitLog.__new__(CommitLog)  # only the ranges, no files: the rule is the method's
-    owner.damaged_ranges = ranges
-    kept = [i for i, p in enumerate(starts) if owner.damaged_range_end(p) is None]
+    owner = DamagedRanges("", ranges)  # the commit log's rule (CommitLog.damaged_range_end), no file
+    kept = [i for i, p in enumerate(starts) if owner.end_of(p) is None]
     entries, limits = gather_all(log, starts, sizes, codes)
     out, meta = bytearray(len(log)), bytearray(16 * len(starts))
     g = nk.gather(entries, len(starts), [(0, log)], out, meta, limits, damaged_ranges=nk.ranges_array(ranges) if ranges else None)
