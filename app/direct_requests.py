@@ -49,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from app.access_gate import audit_answer
 from app.held_reply import HELD_REPLY_KEY, HOLDS_REPLY_KEY, HeldReply
+from app.reply_transport import EARLY_REPLY_KEY
 from app.responses import is_plain
 
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ class DirectRequests:
                 head.append(b"connection: close\r\n")
             head += (b"\r\n", body)
             if now:
-                protocol.replies.write_now(b"".join(head))
+                protocol.replies.write_now(b"".join(head), EARLY_REPLY_KEY in exchange.scope)
             elif exchange.handler in self._yielding_handlers:  # identity first: no __eq__ call
                 protocol.replies.write_yielding(b"".join(head))
             else:

@@ -17,6 +17,10 @@ Invariants:
   every waiter of the queue is woken too.
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
+- A pull that takes every message is held at its queue offset (`Waiter.offset`), and the produce lane
+  (app.produce_lane), having put one message there on the loop's thread, wakes it with that message
+  (`deliver`) before the dispatch pass: the pull reads it by its commitlog offset and answers before the
+  pass runs, which the pass's place in the same loop turn keeps safe (app.reply_transport `write_now`).
 - A held request waits on one future (`wait_held`): an arrival, the client going away (the
   connection's future under `LOST_KEY`, app.connections), an ACL revocation or the deadline
   completes it with the `Wake` that says which; no task or `asyncio.wait` per held request.
@@ -107,14 +111,18 @@ async def _disconnected(receive: Receive) -> None:
 
 
 class Waiter:
-    """One held pull: its future and the tags codes it accepts (None = every message)."""
+    """One held pull: its future, the tags codes it accepts (None = every message) and, for a pull that takes every
+    message, the queue offset it waits at (`offset`, -1 otherwise), where the put that stores that offset's message
+    may answer it (`delivery`: the message's commitlog offset and size, set with its future's result)."""
 
-    __slots__ = ("key", "codes", "future")
+    __slots__ = ("key", "codes", "future", "offset", "delivery")
 
-    def __init__(self, key: tuple[str, int], codes: frozenset[int] | None, future: asyncio.Future[Wake]) -> None:
+    def __init__(self, key: tuple[str, int], codes: frozenset[int] | None, future: asyncio.Future[Wake], offset: int = -1) -> None:
         self.key = key
         self.codes = codes
         self.future = future
+        self.offset = offset
+        self.delivery: tuple[int, int] | None = None
 
 
 class HeldPulls:
@@ -129,6 +137,7 @@ class HeldPulls:
         self._count = 0
         self._closed = False
         self.woken_total = 0
+        self.delivered_total = 0  # of them, woken by the put of their message (`deliver`)
         self.refused_total = 0
         # Topics event streams watch -> their watches; read without the lock by the dispatching threads.
         self._watched: dict[str, int] = {}
@@ -160,16 +169,17 @@ class HeldPulls:
     # Loop side -------------------------------------------------------------------
 
     def register(
-        self, topic: str, queue_id: int, codes: frozenset[int] | None, future: asyncio.Future[Wake] | None = None
+        self, topic: str, queue_id: int, codes: frozenset[int] | None, future: asyncio.Future[Wake] | None = None, offset: int = -1
     ) -> Waiter | None:
         """Hold a pull (on `future`, which several registrations of one request may share; a new one
-        when None); None when closed or at the bound (the caller answers at once)."""
+        when None); None when closed or at the bound (the caller answers at once). `offset`: the queue offset a pull
+        that takes every message waits at, for `deliver` (-1: woken by the dispatch pass only)."""
         assert self._loop is not None, "bind() first"
         if self._closed or self._count >= self.max_held:
             self.refused_total += 1
             return None
         key = (topic, queue_id)
-        waiter = Waiter(key, codes, future if future is not None else self._loop.create_future())
+        waiter = Waiter(key, codes, future if future is not None else self._loop.create_future(), offset)
         with self._lock:
             self._waiters.setdefault(key, set()).add(waiter)
             self._count += 1
@@ -205,6 +215,26 @@ class HeldPulls:
         for waiter in everyone:
             if not waiter.future.done():
                 waiter.future.set_result(Wake.ARRIVED)
+
+    def waits_on(self, key: tuple[str, int]) -> bool:
+        """Whether a pull is held on the queue `key` (a dict look-up, no lock: read on the loop, where it changes)."""
+        return key in self._waiters
+
+    def deliver(self, key: tuple[str, int], queue_offset: int, delivery: tuple[int, int]) -> int:
+        """A put on the loop's thread has just stored one message at `queue_offset` of the queue `key`, its commitlog
+        offset and size `delivery`, and its dispatch pass is still to run: the pulls held there at that offset that
+        take every message are woken with it (`Waiter.delivery`: each reads it by its commitlog offset, not through
+        the consume queue, and answers before the pass). The others wait for the pass. Answers how many were woken."""
+        assert threading.get_ident() == self._loop_thread, "on the loop: the waiters change there"
+        delivered = 0
+        for waiter in self._waiters.get(key, ()):
+            if waiter.offset == queue_offset and not waiter.future.done():
+                waiter.delivery = delivery
+                waiter.future.set_result(Wake.ARRIVED)
+                delivered += 1
+        self.woken_total += delivered
+        self.delivered_total += delivered
+        return delivered
 
     def _wake(self, key: tuple[str, int]) -> None:
         with self._lock:

@@ -124,6 +124,10 @@ def render(broker: Broker) -> str:
     metric("tidemq_held_pulls", "gauge", "Pulls held waiting for a message", [("", broker.held.held)])
     metric("tidemq_held_pulls_max", "gauge", "Bound on held pulls", [("", broker.held.max_held)])
     metric("tidemq_held_pulls_woken_total", "counter", "Held pulls woken by an arriving message", [("", broker.held.woken_total)])
+    delivered = [("", broker.held.delivered_total)]
+    metric(
+        "tidemq_held_pulls_delivered_total", "counter", "Held pulls answered by the put of their message, before its dispatch", delivered
+    )
     metric(
         "tidemq_held_pulls_refused_total", "counter", "Pulls refused a hold (bound reached or stopping)", [("", broker.held.refused_total)]
     )

@@ -90,6 +90,7 @@ class ProduceLane:
         self.producer = producer
         self.broker = broker
         self.store = broker.store
+        self.held_pulls = broker.held  # the held pulls a single put wakes with its message (`_deliver`)
         # The largest bodies taken here: a raw one within the request body limit and the message size limit, a JSON
         # one within the JSON body limit (past them, the direct way answers 413).
         self.max_raw_bytes = min(max_body_bytes, producer.limits.max_message_size_bytes)
@@ -135,7 +136,10 @@ class ProduceLane:
         queue_id = broker.next_round_robin(topic, queues) if packed.queue_id < 0 else packed.queue_id
         barrier = protocol.dispatch_barrier  # a durability wait, when owed, is the loop turn's group's (`_hold`)
         put = self.store.put_packed(topic, queue_id, packed, protocol.born_host, barrier is not None)
-        if put is None:
+        if put is not None:
+            if barrier is not None and self.held_pulls.waits_on((topic, queue_id)):
+                self._deliver(topic, put[0])
+        else:
             put = self._put_batch(topic, queue_id, packed, protocol.born_host, barrier is not None)
         if barrier is not None:
             barrier.owe()  # also when refused: the pass finds nothing to dispatch
@@ -152,6 +156,15 @@ class ProduceLane:
             protocol.transport.close()
         self._answered(protocol, 201, start_ns, sent)
         return True
+
+    def _deliver(self, topic: str, items: EncodedItems) -> None:
+        """Wake the pulls held at the offset of the one message the put lane has just stored, with that message
+        (app.long_poll `deliver`), before its dispatch pass is owed: their continuations come first in the loop's
+        queue, then the pass, then this produce's reply. A batch is left to the pass (its messages may be more than a
+        pull takes, or more than one read of the log gives)."""
+        only = items.only_message()
+        if only is not None:
+            self.held_pulls.deliver((topic, items.queue_id), items.first_queue_offset, only)
 
     def _put_batch(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool) -> PackedPut | None:
         """The put the store's lane (`put_packed`) declined, made the general way (the hooks, the write-through of a

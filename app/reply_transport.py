@@ -25,6 +25,9 @@ from typing import Any
 
 from app.dispatch_barrier import DispatchBarrier
 
+# The scope key a held pull's reply carries when the put of its message answered it before its dispatch pass
+# (app.long_poll `deliver`): written by `write_now` without running that pass first.
+EARLY_REPLY_KEY = "tidemq.early_reply"
 # Writes up to this size are held to be joined; a larger one (a big body: many segments anyway) is written at once.
 JOIN_MAX_BYTES = 64 * 1024
 # Turns a yielding reply waits when its turn's dispatch pass woke held requests: theirs are written in the second.
@@ -71,9 +74,12 @@ class ReplyTransport:
             self._scheduled = True
             self._loop.call_soon(self.flush)
 
-    def write_now(self, data: bytes) -> None:
+    def write_now(self, data: bytes, early: bool = False) -> None:
         """Write `data` after what is held, now: a reply released by a durability wait's end (app.held_reply),
-        whose dispatch ran turns before, so it has nothing to yield to or wait for in this turn."""
+        whose dispatch ran turns before, so it has nothing to yield to or wait for in this turn, or a woken held
+        request's. `early`: a held pull's reply of the message a put on this loop turn delivered to it (app.long_poll
+        `deliver`), written before that put's pass, which the put scheduled in this turn after the pull's continuation:
+        the pass runs before the loop reads anything more, so no request sent after this reply arrives before it."""
         if self._pending:
             self._pending.append(data)
             self._flush_now()
@@ -85,7 +91,7 @@ class ReplyTransport:
         if transport.is_closing():
             return
         barrier = self._barrier
-        if barrier is not None and barrier.pending:
+        if barrier is not None and barrier.pending and not early:
             barrier.run()
         transport.write(data)
 

@@ -33,6 +33,7 @@ from app.models import PullResult, PullStatus
 from app.params import NAME_SCHEMA, QueuePath, TopicPath
 from app.problems import ProblemError
 from app.query import query_of
+from app.reply_transport import EARLY_REPLY_KEY
 from app.responses import BATCH_MEDIA_TYPE, Reply, docs
 from app.strict_route import StrictRoute
 from store import MAX_SQL_CHARS, GetMessageResult, GetMessageStatus, group_problem, render_views
@@ -258,7 +259,19 @@ class Puller:
 
     def read(self, spec: PullSpec, offset: int) -> Read:
         """Read and serialise (runs in the read pool, or inline for just-written data)."""
-        result = self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
+        return self.serialise(
+            spec, offset, self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
+        )
+
+    def read_put(self, spec: PullSpec, offset: int, delivery: tuple[int, int]) -> Read:
+        """The message a put delivered to the held pull (app.long_poll `deliver`: its commitlog offset and size), read
+        by that offset before its dispatch; the usual read (which finds nothing until the pass: the pull holds again)
+        when it is not there."""
+        result = self.store.get_put_message(spec.topic, spec.queue_id, offset, *delivery)
+        return self.read(spec, offset) if result is None else self.serialise(spec, offset, result)
+
+    def serialise(self, spec: PullSpec, offset: int, result: GetMessageResult) -> Read:
+        """A get's result as the reply's parts (released here)."""
         try:
             status = PULL_STATUS_OF_NAME[result.status._name_]
             if status == "NO_NEW_MSG" and result.next_begin_offset < offset:
@@ -341,7 +354,7 @@ class Puller:
                 if remaining <= 0:
                     break
                 woken = False  # by an arrival: the read below is of what was just written
-                waiter = held.register(spec.topic, spec.queue_id, spec.codes)
+                waiter = held.register(spec.topic, spec.queue_id, spec.codes, None, -1 if spec.message_filter is not None else offset)
                 if waiter is None:
                     if held.closed:
                         break
@@ -366,7 +379,13 @@ class Puller:
                 # in memory. A tag-filtered pull whose read matched nothing goes on from `next_offset` at once:
                 # far behind the tail (a backlog of other tags, one scan window a read) it reads in the pool, so
                 # the loop serves others meanwhile.
-                r = self.read(spec, offset) if woken else await self.read_at(spec, offset)
+                delivery = waiter.delivery
+                if delivery is not None:  # woken by the put of its message, before its dispatch pass
+                    r = self.read_put(spec, offset, delivery)
+                    if r.status == "FOUND":
+                        request.scope[EARLY_REPLY_KEY] = True  # written before that pass (app.reply_transport `write_now`)
+                else:
+                    r = self.read(spec, offset) if woken else await self.read_at(spec, offset)
         finally:
             self.broker.revocations.release(access)
             if departure is not None:

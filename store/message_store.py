@@ -165,6 +165,12 @@ class MessageStore(Protocol):
         MessageFilter), copied out of the commitlog (blocking)."""
         ...
 
+    def get_put_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, size: int) -> GetMessageResult | None:
+        """The message a put on this thread has just stored (its commitlog offset and size, its queue offset: the put's
+        items), as `get_message(.., queue_offset, 1)` answers once it is dispatched, read before its dispatch (a held
+        pull answered by the put itself); None when no message of that size starts there."""
+        ...
+
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The queue's first offset still stored; 0 for a queue that does not exist."""
         ...

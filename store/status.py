@@ -140,6 +140,11 @@ class LazyItems(Sequence[AppendMessageResult]):
         """The first message's commitlog offset (read from the kernel's buffer, no item built)."""
         return int(_OFFSET_AND_SIZE.unpack_from(self.offsets)[0])
 
+    def only_message(self) -> tuple[int, int] | None:
+        """(commitlog offset, stored size) of the one message of a put of one; None for a put of more."""
+        offsets = self.offsets
+        return _OFFSET_AND_SIZE.unpack(offsets) if len(offsets) == 16 else None
+
     def end_offset(self) -> int:
         """Commitlog offset just past the last message (read from the kernel's buffer, no item built)."""
         offset, size = _OFFSET_AND_SIZE.unpack_from(self.offsets, len(self.offsets) - 16)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from store import native
-from store.codec.message_codec import message_length
+from store.codec.message_codec import MESSAGE_MAGIC_CODE, TOTAL_AND_MAGIC, message_length
 from store.logfile.mapped_file import MappedFile
 from store.native import META, Gathered, GatherLimits, GatherState, Stop
 from store.queue.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue, is_filler
@@ -154,6 +154,30 @@ class MessageGetter:
         else:
             self._collect(result, cq, offset, max_count, message_filter)
         self.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)
+        return result
+
+    def get_put_message(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int) -> GetMessageResult | None:
+        """The message a put has just stored (`size` bytes at commitlog offset `phy`, `queue_offset` in `topic`'s
+        `queue_id`), read by its commitlog offset before its consume-queue entry is written: what
+        `get_message(.., queue_offset, 1)` answers once it is dispatched, with the queue's end at the message. None when
+        no message of that size starts there (TOTALSIZE and MAGICCODE checked, as the gather kernel checks them)."""
+        res = self.commit_log.get_message(phy, size)
+        if res is None:
+            return None
+        try:
+            view = res.view
+            if len(view) < size or TOTAL_AND_MAGIC.unpack_from(view, 0) != (size, MESSAGE_MAGIC_CODE):
+                return None
+            data = bytearray(view[:size])
+        finally:
+            res.release()
+        cq = self.find_consume_queue(topic, queue_id)
+        result = GetMessageResult(GetMessageStatus.FOUND)
+        result.min_offset = cq.get_min_offset_in_queue() if cq is not None else queue_offset
+        result.max_offset = result.next_begin_offset = queue_offset + 1
+        result.start_offset = queue_offset
+        result.data, result.meta = data, bytearray(META.pack(phy, 0, size))
+        self.stats.record_get(True, 1, size)
         return result
 
     def _collect(self, result: GetMessageResult, cq: ConsumeQueue, offset: int, max_count: int, message_filter: Filter | None) -> None:

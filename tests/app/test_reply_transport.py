@@ -173,6 +173,44 @@ def test_a_reply_written_now_leaves_at_once_after_what_is_held_and_the_pending_p
     assert calls == [b"held now"] and got == b"held now"
 
 
+def test_an_early_reply_leaves_before_the_pending_pass_unless_something_is_held() -> None:
+    """A held pull's reply of the message its put delivered (`early`) is written before the pending pass, which stays
+    pending for its scheduled run; with writes held on the connection it is written after them and the pass, as any."""
+
+    async def run() -> tuple[list[str], list[bytes]]:
+        transport, peer, calls = await _pair()
+        events: list[str] = []
+
+        def dispatch_owed() -> int:
+            events.append(f"pass after {len(calls)} writes")
+            return 0
+
+        barrier = DispatchBarrier(dispatch_owed)
+        reply = ReplyTransport(transport, asyncio.get_running_loop(), barrier)
+        barrier.pending = True
+        reply.write_now(b"early", early=True)
+        events.append(f"returned after {len(calls)} writes, pass pending {barrier.pending}")
+        barrier.run()
+        reply.write(b"held ")
+        barrier.pending = True
+        reply.write_now(b"later", early=True)
+        events.append(f"returned after {len(calls)} writes, pass pending {barrier.pending}")
+        got = _read(peer, 15)
+        assert got == b"earlyheld later"
+        reply.close()
+        peer.close()
+        return events, calls
+
+    events, calls = asyncio.run(run())
+    assert events == [
+        "returned after 1 writes, pass pending True",
+        "pass after 1 writes",
+        "pass after 1 writes",
+        "returned after 2 writes, pass pending False",
+    ]
+    assert calls == [b"early", b"held later"]
+
+
 async def _pair_into(calls: list[tuple[str, bytes]], name: str) -> tuple[asyncio.Transport, socket.socket]:
     """A real socket transport whose write calls are recorded in a list shared with others, and the peer socket."""
     left, right = socket.socketpair()

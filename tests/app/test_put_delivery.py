@@ -1,0 +1,172 @@
+"""A held pull answered by the put of its message (app.long_poll `deliver`, app.produce_lane `_deliver`, the store's
+`get_put_message`), over loopback through a real broker.
+
+What must hold:
+- a pull held at its queue's end that takes every message is answered by the single produce the lane serves there,
+  with exactly what a read of that offset answers once the message is dispatched (JSON and the batch format), and
+  counted in `tidemq_held_pulls_delivered_total`;
+- its reply is written before that produce's dispatch pass (an early write), and a request its consumer sends on
+  receiving it finds the message dispatched: a pull of that offset, a query by the message's key;
+- a tag-filtered pull and a batch produce are left to the pass, which wakes them as before (not counted delivered);
+- the store's `get_put_message` answers a put's message as `get_message` does once it is dispatched, and None for an
+  offset or a size no message has.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from app.reply_transport import ReplyTransport
+from store import DefaultMessageStore, MessageInner
+from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
+from tests.app.in_process import InProcessBroker
+from tests.app.test_direct_requests import PATIENCE_S, produce_request
+from tests.app.test_produce_lane import metric_value
+from tests.app.test_slow_clients import read_response
+
+pytestmark = pytest.mark.timeout(120)
+RAW = b"application/octet-stream"
+BATCH = "application/x-tidemq-batch"
+
+
+def delivery_broker(make_broker: MakeBroker, topic: str) -> InProcessBroker:
+    broker = make_broker(SMALL_STORE + SMALL_BROKER)
+    assert isinstance(broker, InProcessBroker)  # its server's parts are read
+    assert broker.client is not None
+    assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
+    return broker
+
+
+def counters(broker: InProcessBroker) -> tuple[int, int]:
+    """(held pulls woken, of them delivered by their put)."""
+    assert broker.started is not None
+    held = broker.started.broker.held
+    return held.woken_total, held.delivered_total
+
+
+def hold(broker: InProcessBroker, target: str, accept: str = "", held_before: int = 0) -> socket.socket:
+    """A connection whose pull `target` (a path and query) is held by the broker once this returns."""
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S)
+    extra = f"Accept: {accept}\r\n" if accept else ""
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+    assert broker.started is not None
+    deadline = time.monotonic() + PATIENCE_S
+    while broker.started.broker.held.held <= held_before:
+        assert time.monotonic() < deadline, "the pull was not held"
+        time.sleep(0.005)
+    return sock
+
+
+def produce(broker: InProcessBroker, topic: str, body: bytes, query: str = "", content_type: bytes = RAW) -> dict[str, Any]:
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as producer:
+        producer.sendall(produce_request(topic, body, content_type, query=query))
+        status, _, reply = read_response(producer)
+    assert status == 201, reply
+    answer: dict[str, Any] = orjson.loads(reply)
+    return answer
+
+
+def get(broker: InProcessBroker, target: str, accept: str = "") -> tuple[int, dict[str, str], bytes]:
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+        extra = f"Accept: {accept}\r\n" if accept else ""
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+        return read_response(sock)
+
+
+def test_a_held_pull_is_answered_by_its_messages_put_as_a_read_answers_it(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d1")
+    assert broker.client is not None
+    woken, delivered = counters(broker)
+    for offset, body in enumerate((b"first", b"second")):
+        path = f"/v1/topics/d1/queues/0/messages?offset={offset}"
+        with hold(broker, path + "&wait_ms=5000") as puller:
+            produce(broker, "d1", body)
+            status, headers, reply = read_response(puller)
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert orjson.loads(reply)["messages"][0]["body"] == body.decode()
+        # What the pull answered is what a read of the offset answers now that the message is dispatched.
+        assert (status, reply) == get(broker, path)[::2]
+    assert counters(broker) == (woken + 2, delivered + 2)
+    metrics = broker.client.get("/metrics").text
+    assert metric_value(metrics, "tidemq_held_pulls_delivered_total") == delivered + 2
+
+
+def test_a_held_batch_format_pull_is_answered_with_the_stored_bytes_a_read_answers(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d2")
+    produce(broker, "d2", b"already there")
+    _, delivered = counters(broker)
+    path = "/v1/topics/d2/queues/0/messages?offset=1"
+    with hold(broker, path + "&wait_ms=5000", BATCH) as puller:
+        produce(broker, "d2", b"x" * 700, "?tags=T&keys=k1")
+        status, headers, body = read_response(puller)
+    assert status == 200 and headers["x-tidemq-status"] == "FOUND" and headers["x-tidemq-count"] == "1"
+    again = get(broker, path, BATCH)
+    assert (status, body) == (again[0], again[2])
+    named = ("x-tidemq-next-offset", "x-tidemq-min-offset", "x-tidemq-max-offset", "content-type")
+    assert {h: headers[h] for h in named} == {h: again[1][h] for h in named} and headers["x-tidemq-next-offset"] == "2"
+    assert counters(broker)[1] == delivered + 1
+
+
+def test_the_early_reply_leaves_before_the_pass_and_what_its_consumer_asks_next_is_dispatched(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = delivery_broker(make_broker, "d3")
+    writes: list[tuple[bool, bool]] = []  # (early, the pass still pending) of each reply written at once
+    write_now = ReplyTransport.write_now
+
+    def recorded(self: ReplyTransport, data: bytes, early: bool = False) -> None:
+        barrier = self._barrier
+        writes.append((early, barrier is not None and barrier.pending))
+        write_now(self, data, early)
+
+    monkeypatch.setattr(ReplyTransport, "write_now", recorded)
+    with hold(broker, "/v1/topics/d3/queues/0/messages?offset=0&wait_ms=5000") as puller:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as producer:
+            producer.sendall(produce_request("d3", b"keyed", RAW, query="?keys=order-17"))
+            status, _, reply = read_response(puller)
+            assert status == 200 and orjson.loads(reply)["next_offset"] == 1
+            # Asked the moment the reply is read: the message is in its queue and in the index.
+            status, _, again = get(broker, "/v1/topics/d3/queues/0/messages?offset=0")
+            assert status == 200 and [m["body"] for m in orjson.loads(again)["messages"]] == ["keyed"]
+            status, _, found = get(broker, "/v1/topics/d3/messages?key=order-17")
+            assert status == 200 and [m["body"] for m in orjson.loads(found)["messages"]] == ["keyed"]
+            assert read_response(producer)[0] == 201
+    assert writes[0] == (True, True)  # the pull's reply, written with the produce's pass still to run
+
+
+def test_filtered_pulls_and_batches_are_left_to_the_dispatch_pass(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d4")
+    woken, delivered = counters(broker)
+    with hold(broker, "/v1/topics/d4/queues/0/messages?offset=0&wait_ms=5000&tag=T") as puller:
+        produce(broker, "d4", b"tagged", "?tags=T")
+        status, _, reply = read_response(puller)
+    assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == ["tagged"]
+    assert counters(broker) == (woken + 1, delivered)
+    batch = orjson.dumps({"messages": [{"body": "one"}, {"body": "two"}]})
+    with hold(broker, "/v1/topics/d4/queues/0/messages?offset=1&wait_ms=5000") as puller:
+        produce(broker, "d4", batch, content_type=b"application/json")
+        status, _, reply = read_response(puller)
+    assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == ["one", "two"]
+    assert counters(broker) == (woken + 2, delivered)
+
+
+def test_get_put_message_answers_as_get_message_does_once_dispatched(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d5")
+    assert broker.started is not None
+    store = broker.started.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    result = store.put_message(MessageInner(topic="d5", queue_id=0, body=b"stored"))
+    (item,) = result.items
+    early = store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset, item.wrote_bytes)
+    read = store.get_message("", "d5", 0, item.logics_offset, 1)
+    assert early is not None
+    got = [(r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.start_offset, bytes(r.data), bytes(r.meta)) for r in (early, read)]
+    assert got[0] == got[1]
+    assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset + 1, item.wrote_bytes) is None
+    assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset, item.wrote_bytes - 1) is None
+    assert store.get_put_message("d5", 0, item.logics_offset, 1 << 40, item.wrote_bytes) is None
