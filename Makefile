@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 BENCH_STAMP := $(VENV)/.installed-bench
 STORE ?= ./data
 
-.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-held-memory bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-instructions bench-pop bench-push bench-topics cluster bench-cluster clean
+.PHONY: venv native test-native-asan run test test-fast test-console lint openapi settings-doc bench-store bench-reserve bench-offsets bench-kernels bench-http bench-acl bench-request-metrics bench-ha bench-spark bench-compare bench-schedule bench-timer bench-held-polls bench-held-memory bench-sql-filter bench-streams bench-http-clients bench-vs-redis bench-batch-vs-redis bench-instructions bench-pop bench-push bench-topics cluster bench-cluster clean
 
 # setuptools >= 77 reads pyproject.toml's SPDX license; the venv's bundled one is older.
 $(PY):
@@ -121,6 +121,10 @@ bench-timer: $(STAMP) native
 # wrk against the broker and a plain-ASGI no-op: rates, server CPU per request, CPU ratios (QUICK=1: 2 s per scenario).
 bench-http: $(BENCH_STAMP)
 	$(PY) bench/http_bench.py $(if $(QUICK),--quick)
+
+# Single JSON produces without and with an ACL (a bearer token judged per request): CPU per request, its ratio.
+bench-acl: $(BENCH_STAMP)
+	$(PY) -m bench.acl_bench $(if $(QUICK),--seconds 1)
 
 # What counting each HTTP request (and the access log) adds per request, in process (QUICK=1: a smoke test).
 bench-request-metrics: $(STAMP) native

@@ -103,13 +103,24 @@ class RateLimiter:
         bucket[0] = tokens
         return max(1, math.ceil((1.0 - tokens) / rate))
 
+    def give_back(self, account: Account) -> None:
+        """Return the token `retry_after` took for a request that was then not served (another way judges it again)."""
+        bucket = self.buckets.get(account.name)
+        if account.rate_limit_per_s is not None and bucket is not None:
+            bucket[0] = min(float(account.burst), bucket[0] + 1.0)
+
 
 def bearer_token(scope: Scope) -> bytes | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
-            if value[:7].lower() == BEARER and len(value) > 7:
-                return bytes(value[7:].strip())
-            return None
+            return bearer_of(value)
+    return None
+
+
+def bearer_of(authorization: bytes) -> bytes | None:
+    """The token of an Authorization header's value `Bearer <token>` (the scheme in any case), else None."""
+    if authorization[:7].lower() == BEARER and len(authorization) > 7:
+        return bytes(authorization[7:].strip())
     return None
 
 
@@ -122,6 +133,7 @@ class AccessGate:
         self.limiter = RateLimiter()
         # (method, path, query) -> Need: a producer or consumer repeats the same few requests.
         self.needs: dict[tuple[str, str, bytes], Need] = {}
+        self.produce_needs: dict[str, Need] = {}  # topic -> a produce's Need (`admit_produce`)
 
     def need(self, scope: Scope) -> Need:
         key = (scope["method"], scope["path"], scope["query_string"])
@@ -166,6 +178,25 @@ class AccessGate:
         scope[ACCOUNT_KEY] = account
         scope[NEED_KEY] = need
         return account if need.admin or need.audited else None
+
+    def admit_produce(self, topic: str, authorization: bytes | None) -> Account | None:
+        """The account a produce to `topic` goes as when `judge` would let it through unaudited, its rate limit's
+        token taken (the produce lane, which has no scope); None when `judge` would refuse or audit it: the caller
+        leaves the request to the way that calls `judge`, which answers it. A caller that admits a produce and then
+        leaves it to that way after all gives its token back (`limiter.give_back`): `judge` takes one again."""
+        need = self.produce_needs.get(topic)
+        if need is None:
+            need = need_of("POST", f"/v1/topics/{topic}/messages", {})
+            if len(self.produce_needs) >= NEED_MEMO_LIMIT:
+                self.produce_needs.clear()  # bounded, as `needs`
+            self.produce_needs[topic] = need
+        token = bearer_of(authorization) if authorization is not None else None
+        if token is None or need.open or need.admin or need.audited:
+            return None
+        account = self.source.current().authenticate(token)
+        if account is None or not allowed(account, need) or self.limiter.retry_after(account):
+            return None
+        return account
 
     def _refusal(self, scope: Scope, code: str, detail: str, headers: dict[str, str] | None, account: Account | None = None) -> Response:
         """A refusal's reply; an admin route's refusal is audited with the account that tried (`-`: no or an unknown token)."""

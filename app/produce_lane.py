@@ -6,7 +6,7 @@ matches the route, steps HotRoutes' answer coroutine, reads the headers again, m
 its head: at 64 producers that Python work was most of the event loop's time per request, more than the store's put
 and the socket's write together. So the server's protocol offers such a read here first (`serve`): app._http's
 `produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
-Connection, User-Agent, Accept and Accept-Encoding, a topic of `[A-Za-z0-9_-]`), and the lane packs its body as the
+Connection, User-Agent, Accept, Accept-Encoding and one Authorization, a topic of `[A-Za-z0-9_-]`), and the lane packs its body as the
 direct way's packed produce does (Producer.serve: a JSON body without a query by `packed_json`, a raw body with a
 query app.raw_query takes by `packed_raw`), stores it the same way (the store's put lane, `put_packed`, without a
 batch or result object; when that declines, `put_answer`) and writes the same 201 (`render_produce_reply`, the head
@@ -14,8 +14,9 @@ batch or result object; when that declines, `put_answer`) and writes the same 20
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
 request goes that way (so does a read that does not spell its media type in lower case: the protocol looks for it
-before offering a read here, so that other requests are not read twice): the lane off (a guard judges
-requests, the hot routes off, the access log on, the store loading), a body past its limit, a JSON body with a
+before offering a read here, so that other requests are not read twice): the lane off (a cluster forwarder judges
+requests, the hot routes off, the access log on, the store loading), a produce the ACL gate would not let through
+unaudited (`AccessGate.admit_produce`, asked last, whose rate-limit token a later refusal gives back), a body past its limit, a JSON body with a
 query or one `packed_json` leaves to the parser, a raw query app.raw_query leaves, a slave, a cluster that refuses
 writes now, a topic missing, not writable or whose name the produce refuses, a queue the topic does not have, and a
 put the store refuses (nothing stored: the direct way puts it again and answers).
@@ -114,10 +115,11 @@ class ProduceLane:
         if found is None:
             return False
         hot, broker = self.hot, self.broker
-        if hot.guard is not None or not hot.serve_hot or hot.log_requests or broker.loading:
+        gate = hot.gate
+        if (hot.guard is not gate) or not hot.serve_hot or hot.log_requests or broker.loading:
             return False  # the lane is off (the module's docstring says when)
         start_ns = time.perf_counter_ns()
-        topic_bytes, query, body, keep_alive, is_json = found
+        topic_bytes, query, body, keep_alive, is_json, authorization = found
         topic = self._names.get(topic_bytes) or self._writable_name(topic_bytes)
         if topic is None:
             return False
@@ -133,6 +135,11 @@ class ProduceLane:
         queues = config.write_queue_nums
         if packed is None or packed.queue_id >= queues:
             return False  # the direct way parses it (and answers its problem: QUEUE_NOT_FOUND past the queues)
+        account = None
+        if gate is not None:  # judged last: a token of its rate limit is taken
+            account = gate.admit_produce(topic, authorization)
+            if account is None:
+                return False  # the direct way judges it and answers
         queue_id = broker.next_round_robin(topic, queues) if packed.queue_id < 0 else packed.queue_id
         barrier = protocol.dispatch_barrier  # a durability wait, when owed, is the loop turn's group's (`_hold`)
         put = self.store.put_packed(topic, queue_id, packed, protocol.born_host, barrier is not None)
@@ -144,7 +151,9 @@ class ProduceLane:
         if barrier is not None:
             barrier.owe()  # also when refused: the pass finds nothing to dispatch
         if put is None:
-            return False  # nothing stored: the direct way puts it again and answers
+            if account is not None and gate is not None:
+                gate.limiter.give_back(account)
+            return False  # nothing stored: the direct way judges it, puts it again and answers
         self.served += 1
         items, end, owed = put
         reply, sent = self._created(protocol, packed, items, keep_alive)

@@ -67,9 +67,14 @@ static PyObject *py_produce_request(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_RETURN_NONE;
     }
     const uint8_t *p = data.buf;
-    result = Py_BuildValue("(y#y#y#OO)", p + r.topic_at, (Py_ssize_t)r.topic_len, p + r.query_at, (Py_ssize_t)r.query_len,
+    PyObject *auth = r.has_auth ? PyBytes_FromStringAndSize((const char *)p + r.auth_at, (Py_ssize_t)r.auth_len) : Py_NewRef(Py_None);
+    if (auth == NULL) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    result = Py_BuildValue("(y#y#y#OON)", p + r.topic_at, (Py_ssize_t)r.topic_len, p + r.query_at, (Py_ssize_t)r.query_len,
                            p + r.request.head_len, (Py_ssize_t)r.request.body_len, r.request.keep_alive ? Py_True : Py_False,
-                           r.is_json ? Py_True : Py_False);
+                           r.is_json ? Py_True : Py_False, auth);
     PyBuffer_Release(&data);
     return result;
 }
@@ -78,7 +83,7 @@ static PyMethodDef methods[] = {
     {"whole_request", py_whole_request, METH_VARARGS,
      "whole_request(data, max_head) -> (is_post, target, headers, body, keep_alive, http_10) | None"},
     {"produce_request", py_produce_request, METH_VARARGS,
-     "produce_request(data, max_head, max_body) -> (topic, query, body, keep_alive, is_json) | None"},
+     "produce_request(data, max_head, max_body) -> (topic, query, body, keep_alive, is_json, authorization) | None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,19 @@ def test_rate_limit_answers_429_with_retry_after(make_broker: MakeBroker, tmp_pa
     assert client.get("/v1/topics", headers=bearer(OPS)).status_code == 200
     time.sleep(1.1)  # the bucket's one-second refill must pass
     assert client.post("/v1/topics/limited/messages", json={"body": "x"}, headers=bearer(LIMITED)).status_code == 201
+
+
+def test_a_token_given_back_is_the_next_requests() -> None:
+    from app.access_gate import RateLimiter
+
+    (account,) = [a for a in parse_acl(tomllib.loads(ACL_TEXT)).accounts.values() if a.name == "limited"]  # 1 a second, burst 2
+    limiter = RateLimiter()
+    assert [limiter.retry_after(account) for _ in range(3)] == [0, 0, 1]
+    limiter.give_back(account)
+    assert limiter.retry_after(account) == 0 and limiter.retry_after(account) == 1
+    for _ in range(5):
+        limiter.give_back(account)  # never past the burst
+    assert [limiter.retry_after(account) for _ in range(3)] == [0, 0, 1]
 
 
 def test_admin_actions_are_audited(make_broker: MakeBroker, tmp_path: Path) -> None:

@@ -474,9 +474,14 @@ def test_with_an_acl_the_gate_judges_what_the_protocol_serves(make_broker: MakeB
     assert orjson.loads(produce("billing-d", LIMITED)[2])["code"] == "FORBIDDEN"  # no right on this topic
     got = broker.client.get("/v1/topics/billing-d/queues/0/messages", params={"offset": 0}, headers=ops).json()
     assert got["status"] == "NO_NEW_MSG"  # nothing refused was stored
+    lane = direct.lane
+    assert lane is not None
+    lane_served = lane.served
     status, _, body = produce("billing-d", BILLING)
     assert status == 201 and orjson.loads(body)["queue_offset"] == 0
-    assert direct.served == served + 6  # the five produces and the pull between them, each judged by the gate there
+    # The four refused produces and the pull between them, each judged by the gate there; the produce the gate lets
+    # through is the produce lane's (tests/app/test_produce_lane.py), which asks the gate too.
+    assert direct.served == served + 5 and lane.served == lane_served + 1
     # A pull on the same path: judged too (the billing account may read its topic, nobody without a token).
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
         sock.sendall(b"GET /v1/topics/billing-d/queues/0/messages?offset=0 HTTP/1.1\r\nHost: x\r\n\r\n")

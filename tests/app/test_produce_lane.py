@@ -2,13 +2,14 @@
 
 What must hold:
 - `produce_request` takes exactly one form (POST to a topic's messages, HTTP/1.1, no query, an octet-stream body within
-  the limit, no header but the harmless ones, a topic of [A-Za-z0-9_-]) and returns None for each form that breaks a
-  rule, so nothing else reaches the lane;
+  the limit, no header but the harmless ones and one Authorization, a topic of [A-Za-z0-9_-]) and returns None for each
+  form that breaks a rule, so nothing else reaches the lane;
 - through a real broker over raw sockets, a raw produce the lane serves is answered as the direct way answers it
   (status, head names, body fields, the stored message, the request counted under the produce route); every request
   the lane declines (another form, a missing, reserved or read-only topic, a body too large) gets the direct way's
-  answer and nothing is stored twice; with an ACL or the access log on, the lane serves nothing (the gate judges, the
-  log has the line);
+  answer and nothing is stored twice; with the access log on the lane serves nothing (the log has the line); with an
+  ACL it serves the produces the gate lets through unaudited and leaves every other to the gate, which answers it
+  (401, 403, 429), its rate limit charged once a request;
 - `Connection: close` closes after the reply; under SYNC_FLUSH the reply is held until its flush (a request sent
   meanwhile waits behind it), past its wait it is the 504 an awaited wait answers with the message stored, and at the
   shutdown deadline the connection closes unanswered.
@@ -59,19 +60,21 @@ def raw(topic: str = "t", body: bytes = b"abc", fields: str = "Host: x\r\n", ver
 
 
 def test_the_reader_takes_the_one_form() -> None:
-    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"", b"abc", True, False)
+    assert read_produce(raw("orders-1_A"), MAX_HEAD, MAX_BODY) == (b"orders-1_A", b"", b"abc", True, False, None)
     fields = "HOST: x\r\nUser-Agent: c\r\nAccept: */*\r\nAccept-Encoding: gzip\r\nConnection: keep-alive\r\n"
-    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
-    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", False, False)
+    assert read_produce(raw(fields=fields), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False, None)
+    assert read_produce(raw(fields="Connection: close\r\n"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", False, False, None)
     upper = raw().replace(b"application/octet-stream", b"Application/Octet-Stream")
-    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
+    assert read_produce(upper, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False, None)
     json = raw(body=b"{}").replace(b"application/octet-stream", b"application/JSON")
-    assert read_produce(json, MAX_HEAD, MAX_BODY) == (b"t", b"", b"{}", True, True)
+    assert read_produce(json, MAX_HEAD, MAX_BODY) == (b"t", b"", b"{}", True, True, None)
     query = raw(target="/v1/topics/t/messages?queue_id=3&tags=a")
-    assert read_produce(query, MAX_HEAD, MAX_BODY) == (b"t", b"queue_id=3&tags=a", b"abc", True, False)
-    assert read_produce(raw(target="/v1/topics/t/messages?"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False)
+    assert read_produce(query, MAX_HEAD, MAX_BODY) == (b"t", b"queue_id=3&tags=a", b"abc", True, False, None)
+    assert read_produce(raw(target="/v1/topics/t/messages?"), MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False, None)
     assert read_produce(raw(body=b"x" * MAX_BODY), MAX_HEAD, MAX_BODY) is not None
     assert read_produce(raw("t" * 127), MAX_HEAD, MAX_BODY) is not None
+    token = raw(fields="Host: x\r\nAuthorization: Bearer abc.def\r\n")
+    assert read_produce(token, MAX_HEAD, MAX_BODY) == (b"t", b"", b"abc", True, False, b"Bearer abc.def")
 
 
 @pytest.mark.parametrize(
@@ -86,7 +89,7 @@ def test_the_reader_takes_the_one_form() -> None:
         raw("t" * 128),  # past the topic bound
         raw(fields="Idempotency-Key: k\r\n"),  # a header that changes the answer
         raw(fields="X-Other: 1\r\n"),
-        raw(fields="Authorization: Bearer x\r\n"),
+        raw(fields="Authorization: Bearer x\r\nAuthorization: Bearer y\r\n"),  # two: the general path answers
         raw(version="1.0"),
         raw(body=b""),  # empty: the direct way answers it
         raw(body=b"x" * (MAX_BODY + 1)),  # past the limit: the direct way answers 413
@@ -395,24 +398,48 @@ def test_a_held_lane_reply_cancelled_at_the_shutdown_deadline_closes_unanswered(
     assert bodies(broker, "l6") == ["cut"]  # the flush ends later: stored, nothing written for it
 
 
-def test_with_an_acl_the_lane_is_off_and_the_gate_judges(make_broker: MakeBroker, tmp_path: Path) -> None:
-    from tests.app.acl_fixtures import BILLING, OPS, bearer, start_with_acl
+def test_with_an_acl_the_lane_serves_what_the_gate_lets_through_and_leaves_it_the_rest(make_broker: MakeBroker, tmp_path: Path) -> None:
+    from tests.app.acl_fixtures import BILLING, LIMITED, OPS, bearer, start_with_acl
 
     broker, _ = start_with_acl(make_broker, tmp_path)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
-    assert broker.client.put("/v1/topics/billing-l", json={"queues": 1}, headers=bearer(OPS)).status_code == 201
+    for topic in ("billing-l", "limited", "billing-secret"):
+        assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}, headers=bearer(OPS)).status_code == 201
     lane = lane_of(broker)
     served = lane.served
+
+    def token(value: str) -> bytes:
+        return b"Authorization: " + value.encode() + b"\r\n"
+
     with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
-        sock.sendall(produce_request("billing-l", b"x", RAW))  # in the lane's form, without a token
-        status, headers, body = read_response(sock)
-        assert (status, orjson.loads(body)["code"], headers["www-authenticate"]) == (401, "UNAUTHENTICATED", "Bearer")
-        sock.sendall(produce_request("billing-l", b"ok", RAW, extra=b"Authorization: Bearer " + BILLING.encode() + b"\r\n"))
+        refused = [
+            (produce_request("billing-l", b"x", RAW), 401, "UNAUTHENTICATED"),  # in the lane's form, without a token
+            (produce_request("billing-l", b"x", RAW, extra=token("Bearer unknown")), 401, "UNAUTHENTICATED"),
+            (produce_request("billing-l", b"x", RAW, extra=token("Basic " + BILLING)), 401, "UNAUTHENTICATED"),
+            (produce_request("billing-secret", b"x", RAW, extra=token("Bearer " + BILLING)), 403, "FORBIDDEN"),
+        ]
+        for request, status, code in refused:
+            sock.sendall(request)
+            got, headers, body = read_response(sock)
+            assert (got, orjson.loads(body)["code"]) == (status, code), body
+        assert lane.served == served
+        sock.sendall(produce_request("billing-l", b"ok", RAW, extra=token("bearer " + BILLING)))
         assert read_response(sock)[0] == 201
-    assert lane.served == served
+        sock.sendall(produce_request("billing-l", b'{"body": "json"}', b"application/json", extra=token("Bearer " + BILLING)))
+        assert read_response(sock)[0] == 201
+        assert lane.served == served + 2
+        # A burst of 2 at 1 a second: the lane serves two, the third is the gate's 429, charged once.
+        answers = []
+        for body in (b"1", b"2", b"3"):
+            sock.sendall(produce_request("limited", body, RAW, extra=token("Bearer " + LIMITED)))
+            status, headers, _ = read_response(sock)
+            answers.append((status, headers.get("retry-after")))
+        assert answers == [(201, None), (201, None), (429, "1")] and lane.served == served + 4
     got = broker.client.get("/v1/topics/billing-l/queues/0/messages", params={"offset": 0}, headers=bearer(OPS)).json()
-    assert [m["body"] for m in got["messages"]] == ["ok"]
+    assert [m["body"] for m in got["messages"]] == ["ok", "json"]
+    got = broker.client.get("/v1/topics/limited/queues/0/messages", params={"offset": 0}, headers=bearer(OPS)).json()
+    assert [m["body"] for m in got["messages"]] == ["1", "2"]
 
 
 def test_with_the_access_log_on_the_direct_way_logs_each_produce(make_broker: MakeBroker, caplog: pytest.LogCaptureFixture) -> None:
