@@ -143,20 +143,26 @@ def test_a_write_runs_a_pending_dispatch_pass_before_its_bytes_leave() -> None:
     assert [len(c) for c in calls] == [9, JOIN_MAX_BYTES + 1, 11]
 
 
+async def _with_recorded_pass() -> tuple[ReplyTransport, DispatchBarrier, socket.socket, list[bytes], list[str]]:
+    """A ReplyTransport over a recorded pair (`_pair`) whose barrier's passes are recorded in `events` with the
+    writes made before each."""
+    transport, peer, calls = await _pair()
+    events: list[str] = []
+
+    def dispatch_owed() -> int:
+        events.append(f"pass after {len(calls)} writes")
+        return 0
+
+    barrier = DispatchBarrier(dispatch_owed)
+    return ReplyTransport(transport, asyncio.get_running_loop(), barrier), barrier, peer, calls, events
+
+
 def test_a_reply_written_now_leaves_at_once_after_what_is_held_and_the_pending_pass() -> None:
     """A reply that waited (a held pull's, a held durable produce's) is written within the call, after what the
     connection holds and after a pending dispatch pass, and nothing is left for the turn's end."""
 
     async def run() -> tuple[list[str], list[bytes], bytes]:
-        transport, peer, calls = await _pair()
-        events: list[str] = []
-
-        def dispatch_owed() -> int:
-            events.append(f"pass after {len(calls)} writes")
-            return 0
-
-        barrier = DispatchBarrier(dispatch_owed)
-        reply = ReplyTransport(transport, asyncio.get_running_loop(), barrier)
+        reply, barrier, peer, calls, events = await _with_recorded_pass()
         reply.write(b"held ")
         barrier.pending = True
         reply.write_now(b"now")
@@ -178,15 +184,7 @@ def test_an_early_reply_leaves_before_the_pending_pass_unless_something_is_held(
     pending for its scheduled run; with writes held on the connection it is written after them and the pass, as any."""
 
     async def run() -> tuple[list[str], list[bytes]]:
-        transport, peer, calls = await _pair()
-        events: list[str] = []
-
-        def dispatch_owed() -> int:
-            events.append(f"pass after {len(calls)} writes")
-            return 0
-
-        barrier = DispatchBarrier(dispatch_owed)
-        reply = ReplyTransport(transport, asyncio.get_running_loop(), barrier)
+        reply, barrier, peer, calls, events = await _with_recorded_pass()
         barrier.pending = True
         reply.write_now(b"early", early=True)
         events.append(f"returned after {len(calls)} writes, pass pending {barrier.pending}")
