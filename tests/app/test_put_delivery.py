@@ -15,6 +15,7 @@ What must hold:
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from typing import Any
 
@@ -170,3 +171,54 @@ def test_get_put_message_answers_as_get_message_does_once_dispatched(make_broker
     assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset + 1, item.wrote_bytes) is None
     assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset, item.wrote_bytes - 1) is None
     assert store.get_put_message("d5", 0, item.logics_offset, 1 << 40, item.wrote_bytes) is None
+
+
+def test_consumers_following_a_queue_get_every_message_once_in_order(make_broker: MakeBroker) -> None:
+    """Eight consumers each follow the queue with held pulls while a producer sends single produces (answered by their
+    put when a pull waits at their offset) and, every seventh, a batch of two (left to the pass): each consumer gets
+    every message exactly once, in the order stored."""
+    broker = delivery_broker(make_broker, "d6")
+    _, delivered = counters(broker)
+    sent: list[str] = []
+    for i in range(120):
+        sent += [f"{i}a", f"{i}b"] if i % 7 == 6 else [f"{i}"]
+    got: dict[int, list[str]] = {}
+    failures: list[BaseException] = []
+
+    def consume(index: int) -> None:
+        bodies: list[str] = []
+        offset = 0
+        try:
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as sock:
+                while len(bodies) < len(sent):
+                    sock.sendall(f"GET /v1/topics/d6/queues/0/messages?offset={offset}&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                    status, _, reply = read_response(sock)
+                    assert status == 200, reply
+                    answer = orjson.loads(reply)
+                    bodies += [m["body"] for m in answer.get("messages", [])]
+                    offset = answer["next_offset"]
+        except BaseException as e:  # reported by the test's thread
+            failures.append(e)
+        got[index] = bodies
+
+    consumers = [threading.Thread(target=consume, args=(i,)) for i in range(8)]
+    for thread in consumers:
+        thread.start()
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=PATIENCE_S) as producer:
+        i = 0
+        while i < len(sent):
+            if sent[i].endswith("a"):
+                body = orjson.dumps({"messages": [{"body": sent[i]}, {"body": sent[i + 1]}]})
+                producer.sendall(produce_request("d6", body, b"application/json"))
+                i += 2
+            else:
+                producer.sendall(produce_request("d6", sent[i].encode(), RAW))
+                i += 1
+            assert read_response(producer)[0] == 201
+            if i % 5 == 0:
+                time.sleep(0.002)  # let the consumers come back and be held
+    for thread in consumers:
+        thread.join(PATIENCE_S)
+    assert failures == [] and all(not thread.is_alive() for thread in consumers)
+    assert got == {i: sent for i in range(8)}
+    assert counters(broker)[1] > delivered  # some were answered by their put
