@@ -370,6 +370,7 @@ class Producer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
+        self.held_pulls = broker.held  # the held pulls a put of one message answers (`put_lane`)
         config = broker.config
         self.levels_ms = config.delay_levels_ms()
         self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, self.levels_ms, config.timer_max_delay_ms)
@@ -486,7 +487,8 @@ class Producer:
 
     def put_lane(self, batch: PutBatch, scope: Scope) -> PutMessageResult | None:
         """`put` of a packed batch when the store's put lane takes it (MessageStore.put_lane); None, nothing stored,
-        when it declines."""
+        when it declines. The lane stores a plain batch in the queue it names: a put of one message there answers the
+        pulls held at its offset with it before the dispatch pass it owes (app.long_poll `deliver`)."""
         batch.defer_durability = True
         barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
         batch.defer_dispatch = barrier is not None
@@ -494,12 +496,20 @@ class Producer:
         if answer is None:
             return None
         if barrier is not None:
+            items = answer[0].items
+            if type(items) is EncodedItems and self.held_pulls.waits_on((batch.topic, items.queue_id)):
+                only = items.only_message()
+                if only is not None:
+                    self.held_pulls.deliver((batch.topic, items.queue_id), items.first_queue_offset, only)
             barrier.owe()
         return answer[0]
 
-    async def stored(self, batch: PutBatch, scope: Scope) -> PutMessageResult:
-        """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored."""
-        result = self.put(batch, scope)
+    async def stored(self, batch: PutBatch, scope: Scope, lane: bool = False) -> PutMessageResult:
+        """The store's answer to `batch`, awaited without blocking the loop; a problem when it was not stored
+        (`lane`: the put lane is asked first, `put_lane`)."""
+        result = self.put_lane(batch, scope) if lane else None
+        if result is None:
+            result = self.put(batch, scope)
         if result.durability_owed and not self.held(result, scope):
             result = await self.durable(result)
         if not result.ok:
@@ -520,7 +530,7 @@ class Producer:
         queues = config.write_queue_nums
         queue_id = self.broker.next_round_robin(topic, queues) if packed.queue_id < 0 else named_queue(topic, queues, packed.queue_id)
         batch = PutBatch.of_packed(topic, queue_id, packed, born_host_of(request.scope), dedup=True)
-        result = await self.stored(batch, request.scope)
+        result = await self.stored(batch, request.scope, lane=True)
         items = result.items
         assert isinstance(items, EncodedItems) and not result.duplicate  # a packed body has no dedup ids
         reply = render_produce_reply(

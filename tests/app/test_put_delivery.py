@@ -2,9 +2,10 @@
 `get_put_message`), over loopback through a real broker.
 
 What must hold:
-- a pull held at its queue's end that takes every message is answered by the single produce the lane serves there,
-  with exactly what a read of that offset answers once the message is dispatched (JSON and the batch format), and
-  counted in `tidemq_held_pulls_delivered_total`;
+- a pull held at its queue's end that takes every message is answered by the single produce stored there by a put
+  lane (the produce lane's, or the direct way's for a produce the produce lane leaves to it), with exactly what a read
+  of that offset answers once the message is dispatched (JSON and the batch format), and counted in
+  `tidemq_held_pulls_delivered_total`;
 - its reply is written before that produce's dispatch pass (an early write), and a request its consumer sends on
   receiving it finds the message dispatched: a pull of that offset, a query by the message's key;
 - a tag-filtered pull and a batch produce are left to the pass, which wakes them as before (not counted delivered);
@@ -95,6 +96,19 @@ def test_a_held_pull_is_answered_by_its_messages_put_as_a_read_answers_it(make_b
     assert counters(broker) == (woken + 2, delivered + 2)
     metrics = broker.client.get("/metrics").text
     assert metric_value(metrics, "tidemq_held_pulls_delivered_total") == delivered + 2
+
+
+def test_a_produce_the_lane_leaves_to_the_direct_way_answers_a_held_pull_too(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d7")
+    _, delivered = counters(broker)
+    path = "/v1/topics/d7/queues/0/messages?offset=0"
+    with hold(broker, path + "&wait_ms=5000") as puller:
+        # A media type with a parameter: not the lane's form, packed and put by the direct way's put lane.
+        produce(broker, "d7", orjson.dumps({"body": "direct"}), content_type=b"application/json; charset=utf-8")
+        status, _, reply = read_response(puller)
+    assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == ["direct"]
+    assert (status, reply) == get(broker, path)[::2]
+    assert counters(broker)[1] == delivered + 1
 
 
 def test_a_held_batch_format_pull_is_answered_with_the_stored_bytes_a_read_answers(make_broker: MakeBroker) -> None:
