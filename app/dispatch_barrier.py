@@ -21,8 +21,8 @@ continuations run in the next turn and their replies are flushed in the one afte
 own reply on loopback wakes its producer, a cost the consumer would otherwise wait behind; so the
 consumer of a message hears of it first, and the producer at most two turns later.
 
-A held pull the produce lane answers with the message its put has just stored (app.long_poll `deliver`) is the
-one reply written before a pending pass: its continuation was scheduled before the pass, the pass runs next in
+A held pull answered with the message a put lane has just stored (app.long_poll `deliver`) is the one reply
+written before a pending pass: its continuation was scheduled before the pass, the pass runs next in
 the same turn, and the loop reads no request before it has run (app.reply_transport `write_now`, `early`).
 
 Invariants: owed dispatch is run on the event loop's thread only; after `run` returns, every put

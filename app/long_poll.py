@@ -17,9 +17,9 @@ Invariants:
   every waiter of the queue is woken too.
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
-- A pull that takes every message is held at its queue offset (`Waiter.offset`), and a produce whose put
-  lane put one message there on the loop's thread (app.produce_lane, app.routes_produce `put_lane`) wakes it with that message
-  (`deliver`) before the dispatch pass: the pull reads it by its commitlog offset and answers before the
+- A pull that takes every message is held at its queue offset (`Waiter.offset`), and a produce whose
+  put lane stored one message there on the loop's thread (app.produce_lane, app.routes_produce
+  `put_lane`) wakes it with that message (`deliver`) before the dispatch pass: the pull reads it by its commitlog offset and answers before the
   pass runs, which the pass's place in the same loop turn keeps safe (app.reply_transport `write_now`).
 - A held request waits on one future (`wait_held`): an arrival, the client going away (the
   connection's future under `LOST_KEY`, app.connections), an ACL revocation or the deadline

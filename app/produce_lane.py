@@ -6,20 +6,22 @@ matches the route, steps HotRoutes' answer coroutine, reads the headers again, m
 its head: at 64 producers that Python work was most of the event loop's time per request, more than the store's put
 and the socket's write together. So the server's protocol offers such a read here first (`serve`): app._http's
 `produce_request` takes it only in that one form (HTTP/1.1, no header but Host, Content-Length, Content-Type,
-Connection, User-Agent, Accept, Accept-Encoding and one Authorization, a topic of `[A-Za-z0-9_-]`), and the lane packs its body as the
-direct way's packed produce does (Producer.serve: a JSON body without a query by `packed_json`, a raw body with a
-query app.raw_query takes by `packed_raw`), stores it the same way (the store's put lane, `put_packed`, without a
-batch or result object; when that declines, `put_answer`) and writes the same 201 (`render_produce_reply`, the head
-`DirectRequests` writes).
+Connection, User-Agent, Accept, Accept-Encoding and one Authorization, a topic of `[A-Za-z0-9_-]`), and the lane
+packs its body as the direct way's packed produce does (Producer.serve: a JSON body without a query by
+`packed_json`, a raw body with a query app.raw_query takes by `packed_raw`), stores it the same way (the store's put
+lane, `put_packed`, without a batch or result object; when that declines, `put_answer`) and writes the same 201
+(`render_produce_reply`, the head `DirectRequests` writes). A put of one message answers the pulls held at its offset
+with it before its dispatch pass (`_deliver`).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
 request goes that way (so does a read that does not spell its media type in lower case: the protocol looks for it
 before offering a read here, so that other requests are not read twice): the lane off (a cluster forwarder judges
-requests, the hot routes off, the access log on, the store loading), a produce the ACL gate would not let through
-unaudited (`AccessGate.admit_produce`, asked last, whose rate-limit token a later refusal gives back), a body past its limit, a JSON body with a
-query or one `packed_json` leaves to the parser, a raw query app.raw_query leaves, a slave, a cluster that refuses
-writes now, a topic missing, not writable or whose name the produce refuses, a queue the topic does not have, and a
-put the store refuses (nothing stored: the direct way puts it again and answers).
+requests, the hot routes off, the access log on, the store loading), a body past its limit, a JSON body with a query
+or one `packed_json` leaves to the parser, a raw query app.raw_query leaves, a slave, a cluster that refuses writes
+now, a topic missing, not writable or whose name the produce refuses, a queue the topic does not have, a produce the
+ACL gate would not let through unaudited (`AccessGate.admit_produce`, asked last) and a put the store refuses
+(nothing stored: the direct way judges it, puts it again and answers; the rate-limit token the gate took is given
+back first).
 
 Under SYNC_FLUSH (or on a SYNC_MASTER) the reply is held (`LaneReply`) until the loop turn's durability group ends
 (app.durable_turns), then written: the 201, or the problem the direct way answers (Producer.durability_problem). The
