@@ -22,7 +22,6 @@ two groups measure the scaling that is left, not the one of separate machines.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.load_generator import cpu_seconds
 from cluster.local_cluster import FAST_FAILOVER, LocalCluster
 
 # Sent when a request must be served by the broker it is addressed to (cluster/forwarding.py).
@@ -107,15 +107,9 @@ class Load:
             t.join(10)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU time of the processes, from /proc/{pid}/stat."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat(5))
-    return total / ticks
+def cpu_seconds_of(pids: list[int]) -> float:
+    """User plus system CPU seconds of the processes (each one's CPU clock: bench.load_generator.cpu_seconds)."""
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def throughput(groups: int, args: argparse.Namespace, spanning: bool = False, min_in_sync: int = 1) -> tuple[float, float]:
@@ -140,9 +134,9 @@ def throughput(groups: int, args: argparse.Namespace, spanning: bool = False, mi
             pids = [p.pid for name, p in cluster.procs.items() if name != "etcd"]
             with Load(targets, args.producers, "x" * args.body_bytes) as load:
                 time.sleep(args.seconds / 4)  # warm-up
-                before, started, cpu_before = load.acked, time.monotonic(), cpu_seconds(pids)
+                before, started, cpu_before = load.acked, time.monotonic(), cpu_seconds_of(pids)
                 time.sleep(args.seconds)
-                acked, elapsed, cpu = load.acked - before, time.monotonic() - started, cpu_seconds(pids) - cpu_before
+                acked, elapsed, cpu = load.acked - before, time.monotonic() - started, cpu_seconds_of(pids) - cpu_before
                 return acked / elapsed, cpu / max(acked, 1)
         finally:
             cluster.stop()

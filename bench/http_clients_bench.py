@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
-import os
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from bench.compare_peers import TidemqPeer  # noqa: E402
+from bench.load_generator import cpu_seconds  # noqa: E402
 from tidemq import AsyncClient, Client  # noqa: E402
 
 IN_FLIGHT = 8
@@ -231,12 +231,6 @@ def available(module: str) -> bool:
     return True
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Figures:
     def __init__(self, names: list[str]) -> None:
         self.rates: dict[str, list[float]] = {name: [] for name in names}
@@ -251,10 +245,10 @@ def measure(base: str, broker_pid: int, messages: int, rounds: int) -> Figures:
     figures = Figures([name for name, (module, _) in CANDIDATES.items() if available(module)])
     for r in range(rounds):
         for name in figures.rates:
-            client_before, broker_before = time.process_time(), process_cpu_s(broker_pid)
+            client_before, broker_before = time.process_time(), cpu_seconds(broker_pid)
             seconds = CANDIDATES[name][1](base, messages)
             figures.client_cpu_s[name] += time.process_time() - client_before
-            figures.broker_cpu_s[name] += process_cpu_s(broker_pid) - broker_before
+            figures.broker_cpu_s[name] += cpu_seconds(broker_pid) - broker_before
             figures.sent[name] += messages
             figures.rates[name].append(messages / seconds)
             print(f"round {r + 1}: {name}: {messages / seconds:,.0f} msg/s", file=sys.stderr, flush=True)

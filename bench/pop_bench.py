@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.compare_peers import RedisPeer
 from bench.http_bench import ROOT, STORE_CONFIG, Broker
+from bench.load_generator import cpu_seconds
 
 BODY_BYTES = 1024
 RECEIVE_MAX = 32  # messages per receive, per pull and per XREADGROUP
@@ -138,13 +139,6 @@ class Shared:
 
     def running(self) -> bool:
         return not self.done.is_set() and time.perf_counter() < self.stop_at
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_average() -> str:

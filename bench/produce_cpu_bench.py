@@ -30,9 +30,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import BATCH, BODY_BYTES, TOPIC, binary_batch, ensure_wrk, free_port, lua_string, post_script, wrk
+from bench.load_generator import cpu_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STORE_CONFIG = """
 [broker]
 max_json_body_bytes = 33554432
@@ -43,13 +43,6 @@ mapped_file_size_commit_log_bytes = 268435456
 KEYED_MAX_KEYS = 5_000_000
 # The in-process put row: messages per round and rounds.
 STORE_ROUNDS = 300
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def context_switches(pid: int) -> int:

@@ -37,7 +37,7 @@ import orjson
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import Broker
-from bench.pop_bench import cpu_seconds
+from bench.load_generator import cpu_seconds
 
 BODY_BYTES = 1024
 RECEIVE_MAX = 32

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import Broker
+from bench.load_generator import cpu_seconds
 
 CONFIG = """
 [broker]
@@ -53,14 +54,6 @@ TOPIC = "streamed"
 IDLE_TOPIC = "idle"
 POLL_TOPIC = "polled"
 BODY = b"x" * 128
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """The process's user + system CPU time, seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def rss_anon_mb(pid: int) -> float:
@@ -150,13 +143,13 @@ async def latency_round(broker: Broker, n: int, kind: str, produces: int) -> Rou
     for _ in range(50):  # warm-up, not counted
         await request(reader, writer, head, BODY)
     took: list[float] = []
-    cpu_before = cpu_s(broker.proc.pid)
+    cpu_before = cpu_seconds(broker.proc.pid)
     for _ in range(produces):
         started = time.perf_counter()
         reply, _ = await request(reader, writer, head, BODY)
         took.append(time.perf_counter() - started)
         assert reply.startswith(b"HTTP/1.1 201"), reply[:100]
-    cpu = cpu_s(broker.proc.pid) - cpu_before
+    cpu = cpu_seconds(broker.proc.pid) - cpu_before
     scrapes = []
     for _ in range(5):
         started = time.perf_counter()
@@ -226,7 +219,7 @@ async def rss_run(broker: Broker, with_stream: bool, seconds: float, rate: int) 
     first: tuple[float, float, int, float] | None = None  # (time, rss, events, cpu) after the warm-up
     while (now := time.monotonic()) - started < seconds:
         if first is None and now - started >= warmup:
-            first = (now, rss_anon_mb(broker.proc.pid), streams.events, cpu_s(broker.proc.pid))
+            first = (now, rss_anon_mb(broker.proc.pid), streams.events, cpu_seconds(broker.proc.pid))
         due = int((now - started) * rate)
         while sent < due:
             reply, _ = await request(reader, writer, head, BODY)
@@ -234,7 +227,7 @@ async def rss_run(broker: Broker, with_stream: bool, seconds: float, rate: int) 
             sent += 1
         await asyncio.sleep(0.01)
     assert first is not None
-    end = (time.monotonic(), rss_anon_mb(broker.proc.pid), streams.events, cpu_s(broker.proc.pid))
+    end = (time.monotonic(), rss_anon_mb(broker.proc.pid), streams.events, cpu_seconds(broker.proc.pid))
     writer.close()
     await streams.close()
     minutes = (end[0] - first[0]) / 60

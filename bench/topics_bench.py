@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.http_bench import Broker
-from bench.pop_bench import cpu_seconds
+from bench.load_generator import cpu_seconds
 
 CONFIG = """
 [broker]
