@@ -18,9 +18,10 @@ Invariants:
 - The number of held pulls never exceeds `max_held`; `register` answers None past it.
 - After `close()` nothing is held: every waiter is woken and `register` answers None.
 - A pull that takes every message is held at its queue offset (`Waiter.offset`), and a produce whose
-  put lane stored one message there on the loop's thread (app.produce_lane, app.routes_produce
-  `put_lane`) wakes it with that message (`deliver`) before the dispatch pass: the pull reads it by its commitlog offset and answers before the
-  pass runs, which the pass's place in the same loop turn keeps safe (app.reply_transport `write_now`).
+  put lane stored messages from there on the loop's thread (app.produce_lane, app.routes_produce
+  `put_lane`) wakes it with them (`deliver`) before the dispatch pass: the pull reads them by their
+  commitlog offsets and answers before the pass runs, which the pass's place in the same loop turn
+  keeps safe (app.reply_transport `write_now`).
 - A held request waits on one future (`wait_held`): an arrival, the client going away (the
   connection's future under `LOST_KEY`, app.connections), an ACL revocation or the deadline
   completes it with the `Wake` that says which; no task or `asyncio.wait` per held request.
@@ -113,7 +114,7 @@ async def _disconnected(receive: Receive) -> None:
 class Waiter:
     """One held pull: its future, the tags codes it accepts (None = every message) and, for a pull that takes every
     message, the queue offset it waits at (`offset`, -1 otherwise), where the put that stores that offset's message
-    may answer it (`delivery`: the message's commitlog offset and size, set with its future's result)."""
+    may answer it (`delivery`: the put's messages' commitlog offsets and sizes, set with its future's result)."""
 
     __slots__ = ("key", "codes", "future", "offset", "delivery")
 
@@ -122,7 +123,7 @@ class Waiter:
         self.codes = codes
         self.future = future
         self.offset = offset
-        self.delivery: tuple[int, int] | None = None
+        self.delivery: list[tuple[int, int]] | None = None
 
 
 class HeldPulls:
@@ -220,11 +221,12 @@ class HeldPulls:
         """Whether a pull is held on the queue `key` (a dict look-up, no lock: read on the loop, where it changes)."""
         return key in self._waiters
 
-    def deliver(self, key: tuple[str, int], queue_offset: int, delivery: tuple[int, int]) -> int:
-        """A put on the loop's thread has just stored one message at `queue_offset` of the queue `key`, its commitlog
-        offset and size `delivery`, and its dispatch pass is still to run: the pulls held there at that offset that
-        take every message are woken with it (`Waiter.delivery`: each reads it by its commitlog offset, not through
-        the consume queue, and answers before the pass). The others wait for the pass. Answers how many were woken."""
+    def deliver(self, key: tuple[str, int], queue_offset: int, delivery: list[tuple[int, int]]) -> int:
+        """A put on the loop's thread has just stored messages from `queue_offset` of the queue `key` (`delivery`: their
+        commitlog offsets and sizes) and its dispatch pass is still to run: the pulls held there at that offset that
+        take every message are woken with them (`Waiter.delivery`: each reads them by their commitlog offsets, not
+        through the consume queue, and answers before the pass). The others wait for the pass. Answers how many were
+        woken."""
         assert threading.get_ident() == self._loop_thread, "on the loop: the waiters change there"
         delivered = 0
         for waiter in self._waiters.get(key, ()):

@@ -10,8 +10,8 @@ Connection, User-Agent, Accept, Accept-Encoding and one Authorization, a topic o
 packs its body as the direct way's packed produce does (Producer.serve: a JSON body without a query by
 `packed_json`, a raw body with a query app.raw_query takes by `packed_raw`), stores it the same way (the store's put
 lane, `put_packed`, without a batch or result object; when that declines, `put_answer`) and writes the same 201
-(`render_produce_reply`, the head `DirectRequests` writes). A put of one message answers the pulls held at its offset
-with it before its dispatch pass (`_deliver`).
+(`render_produce_reply`, the head `DirectRequests` writes). Its put answers the pulls held at its first message's
+offset with its messages before its dispatch pass (`_deliver`).
 
 Anything the lane does not serve exactly as the direct way would, it declines before anything is stored, and the
 request goes that way (so does a read that does not spell its media type in lower case: the protocol looks for it
@@ -169,13 +169,10 @@ class ProduceLane:
         return True
 
     def _deliver(self, topic: str, items: EncodedItems) -> None:
-        """Wake the pulls held at the offset of the one message the put lane has just stored, with that message
+        """Wake the pulls held at the offset of the first message the put lane has just stored, with its messages
         (app.long_poll `deliver`), before its dispatch pass is owed: their continuations come first in the loop's
-        queue, then the pass, then this produce's reply. A batch is left to the pass (its messages may be more than a
-        pull takes, or more than one read of the log gives)."""
-        only = items.only_message()
-        if only is not None:
-            self.held_pulls.deliver((topic, items.queue_id), items.first_queue_offset, only)
+        queue, then the pass, then this produce's reply."""
+        self.held_pulls.deliver((topic, items.queue_id), items.first_queue_offset, items.spans())
 
     def _put_batch(self, topic: str, queue_id: int, packed: PackedProduce, born_host: bytes, defer_dispatch: bool) -> PackedPut | None:
         """The put the store's lane (`put_packed`) declined, made the general way (the hooks, the write-through of a

@@ -370,7 +370,7 @@ class Producer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
-        self.held_pulls = broker.held  # the held pulls a put of one message answers (`put_lane`)
+        self.held_pulls = broker.held  # the held pulls a put lane's put answers (`put_lane`)
         config = broker.config
         self.levels_ms = config.delay_levels_ms()
         self.limits = Limits(config.max_message_size_bytes, config.max_batch_messages, self.levels_ms, config.timer_max_delay_ms)
@@ -487,8 +487,8 @@ class Producer:
 
     def put_lane(self, batch: PutBatch, scope: Scope) -> PutMessageResult | None:
         """`put` of a packed batch when the store's put lane takes it (MessageStore.put_lane); None, nothing stored,
-        when it declines. The lane stores a plain batch in the queue it names: a put of one message there answers the
-        pulls held at its offset with it before the dispatch pass it owes (app.long_poll `deliver`)."""
+        when it declines. The lane stores a plain batch in the queue it names: its put answers the pulls held at its
+        first message's offset with its messages before the dispatch pass it owes (app.long_poll `deliver`)."""
         batch.defer_durability = True
         barrier: DispatchBarrier | None = scope.get(BARRIER_KEY)
         batch.defer_dispatch = barrier is not None
@@ -498,9 +498,7 @@ class Producer:
         if barrier is not None:
             items = answer[0].items
             if type(items) is EncodedItems and self.held_pulls.waits_on((batch.topic, items.queue_id)):
-                only = items.only_message()
-                if only is not None:
-                    self.held_pulls.deliver((batch.topic, items.queue_id), items.first_queue_offset, only)
+                self.held_pulls.deliver((batch.topic, items.queue_id), items.first_queue_offset, items.spans())
             barrier.owe()
         return answer[0]
 

@@ -263,11 +263,11 @@ class Puller:
             spec, offset, self.store.get_message(spec.group, spec.topic, spec.queue_id, offset, spec.max_count, spec.message_filter)
         )
 
-    def read_put(self, spec: PullSpec, offset: int, delivery: tuple[int, int]) -> Read:
-        """The message a put delivered to the held pull (app.long_poll `deliver`: its commitlog offset and size), read
-        by that offset before its dispatch; the usual read (which finds nothing until the pass: the pull holds again)
-        when it is not there."""
-        result = self.store.get_put_message(spec.topic, spec.queue_id, offset, *delivery)
+    def read_put(self, spec: PullSpec, offset: int, delivery: list[tuple[int, int]]) -> Read:
+        """The messages a put delivered to the held pull (app.long_poll `deliver`: their commitlog offsets and sizes),
+        read by those offsets before their dispatch as a read takes them (`max`, the transfer limits); the usual read
+        (which finds nothing until the pass: the pull holds again) when they are not there."""
+        result = self.store.get_put_message(spec.topic, spec.queue_id, offset, delivery, spec.max_count)
         return self.read(spec, offset) if result is None else self.serialise(spec, offset, result)
 
     def serialise(self, spec: PullSpec, offset: int, result: GetMessageResult) -> Read:

@@ -511,8 +511,10 @@ class DefaultMessageStore:
     ) -> GetMessageResult:
         return self.getter.get_message(group, topic, queue_id, offset, max_count, message_filter)
 
-    def get_put_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, size: int) -> GetMessageResult | None:
-        return self.getter.get_put_message(topic, queue_id, queue_offset, commitlog_offset, size)
+    def get_put_message(
+        self, topic: str, queue_id: int, queue_offset: int, spans: Sequence[tuple[int, int]], max_count: int
+    ) -> GetMessageResult | None:
+        return self.getter.get_put_message(topic, queue_id, queue_offset, spans, max_count)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         return self.getter.get_offset_in_queue_by_time(topic, queue_id, timestamp_ms)

@@ -165,10 +165,13 @@ class MessageStore(Protocol):
         MessageFilter), copied out of the commitlog (blocking)."""
         ...
 
-    def get_put_message(self, topic: str, queue_id: int, queue_offset: int, commitlog_offset: int, size: int) -> GetMessageResult | None:
-        """The message a put on this thread has just stored (its commitlog offset and size, its queue offset: the put's
-        items), as `get_message(.., queue_offset, 1)` answers once it is dispatched, read before its dispatch (a held
-        pull answered by the put itself); None when no message of that size starts there."""
+    def get_put_message(
+        self, topic: str, queue_id: int, queue_offset: int, spans: Sequence[tuple[int, int]], max_count: int
+    ) -> GetMessageResult | None:
+        """The messages a put on this thread has just stored (`spans`: each one's commitlog offset and size, the put's
+        items' `spans()`; the first at `queue_offset`), as `get_message(.., queue_offset, max_count)` answers once they
+        are dispatched, read before their dispatch (a held pull answered by the put itself); None when they do not lie
+        one after another or a message of its size does not start where its span says."""
         ...
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:

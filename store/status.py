@@ -140,10 +140,13 @@ class LazyItems(Sequence[AppendMessageResult]):
         """The first message's commitlog offset (read from the kernel's buffer, no item built)."""
         return int(_OFFSET_AND_SIZE.unpack_from(self.offsets)[0])
 
-    def only_message(self) -> tuple[int, int] | None:
-        """(commitlog offset, stored size) of the one message of a put of one; None for a put of more."""
+    def spans(self) -> list[tuple[int, int]]:
+        """(commitlog offset, stored size) of each message, in order."""
         offsets = self.offsets
-        return _OFFSET_AND_SIZE.unpack(offsets) if len(offsets) == 16 else None
+        if len(offsets) == 16:  # one message, the common put: no array
+            return [_OFFSET_AND_SIZE.unpack(offsets)]
+        pairs = array("q", offsets)
+        return list(zip(pairs[0::2], pairs[1::2], strict=True))
 
     def end_offset(self) -> int:
         """Commitlog offset just past the last message (read from the kernel's buffer, no item built)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from store import native
@@ -156,29 +156,68 @@ class MessageGetter:
         self.stats.record_get(result.status is GetMessageStatus.FOUND, result.message_count, result.buffer_total_size)
         return result
 
-    def get_put_message(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int) -> GetMessageResult | None:
-        """The message a put has just stored (`size` bytes at commitlog offset `phy`, `queue_offset` in `topic`'s
-        `queue_id`), read by its commitlog offset before its consume-queue entry is written: what
-        `get_message(.., queue_offset, 1)` answers once it is dispatched, with the queue's end at the message. None when
-        no message of that size starts there (TOTALSIZE and MAGICCODE checked, as the gather kernel checks them)."""
-        res = self.commit_log.get_message(phy, size)
+    def get_put_message(
+        self, topic: str, queue_id: int, queue_offset: int, spans: Sequence[tuple[int, int]], max_count: int
+    ) -> GetMessageResult | None:
+        """The messages a put has just stored (`spans`: each one's commitlog offset and size, in order, one after another
+        in the log; the first `queue_offset` in `topic`'s `queue_id`), read by their commitlog offsets before their
+        consume-queue entries are written: what `get_message(.., queue_offset, max_count)` answers once they are
+        dispatched (the same count, byte and memory limits), with the queue's end at the put's last message. None when
+        they do not lie one after another or a message of its size does not start where its span says (TOTALSIZE and
+        MAGICCODE checked, as the gather kernel checks them)."""
+        taken, total = self._put_taken(spans, max_count) if len(spans) != 1 else (1, spans[0][1])  # one: the usual put
+        if not taken or total <= 0:
+            return None
+        first = spans[0][0]
+        res = self.commit_log.get_message(first, total)
         if res is None:
             return None
         try:
             view = res.view
-            if len(view) < size or TOTAL_AND_MAGIC.unpack_from(view, 0) != (size, MESSAGE_MAGIC_CODE):
+            if len(view) < total:
                 return None
-            data = bytearray(view[:size])
+            pos = 0
+            for i in range(taken):
+                size = spans[i][1]
+                if TOTAL_AND_MAGIC.unpack_from(view, pos) != (size, MESSAGE_MAGIC_CODE):
+                    return None
+                pos += size
+            data = bytearray(view[:total])
         finally:
             res.release()
         cq = self.find_consume_queue(topic, queue_id)
         result = GetMessageResult(GetMessageStatus.FOUND)
         result.min_offset = cq.get_min_offset_in_queue() if cq is not None else queue_offset
-        result.max_offset = result.next_begin_offset = queue_offset + 1
+        result.max_offset = queue_offset + len(spans)
+        result.next_begin_offset = queue_offset + taken
         result.start_offset = queue_offset
-        result.data, result.meta = data, bytearray(META.pack(phy, 0, size))
-        self.stats.record_get(True, 1, size)
+        result.data = data
+        if taken == 1:
+            result.meta = bytearray(META.pack(first, 0, total))
+        else:
+            result.meta = bytearray(b"".join(META.pack(phy, i, size) for i, (phy, size) in enumerate(spans[:taken])))
+        self.stats.record_get(True, taken, total)
         return result
+
+    def _put_taken(self, spans: Sequence[tuple[int, int]], max_count: int) -> tuple[int, int]:
+        """How many of a put's first messages a read takes (the gather kernel's `batch_full`: the first always, then
+        `max_count` and the transfer limits, on disk's or in memory's by where each lies) and their bytes; (0, 0) when
+        they do not lie one after another in the log."""
+        (count_mem, bytes_mem), (count_disk, bytes_disk) = self.limits_memory, self.limits_disk
+        disk_below = self.commit_log.get_max_offset() - self.memory_window
+        taken = total = 0
+        end = spans[0][0] if spans else 0
+        for phy, size in spans:
+            if phy != end or size <= 0:
+                return 0, 0
+            if taken:
+                count_limit, bytes_limit = (count_disk, bytes_disk) if phy < disk_below else (count_mem, bytes_mem)
+                if taken >= max_count or total + size > bytes_limit or taken >= count_limit:
+                    break
+            taken += 1
+            total += size
+            end = phy + size
+        return taken, total
 
     def _collect(self, result: GetMessageResult, cq: ConsumeQueue, offset: int, max_count: int, message_filter: Filter | None) -> None:
         index_buf = cq.get_index_buffer(offset)

@@ -147,14 +147,14 @@ def test_a_put_delivers_its_message_to_the_pulls_held_at_its_offset_that_take_ev
         other_queue = held.register("t", 1, None, None, 5)
         assert at_five and also_at_five and at_six and filtered and other_queue
         assert held.waits_on(("t", 0)) and not held.waits_on(("t", 2))
-        assert held.deliver(("t", 0), 5, (4096, 180)) == 2
-        assert at_five.future.result() is Wake.ARRIVED and at_five.delivery == (4096, 180)
-        assert also_at_five.delivery == (4096, 180)
+        assert held.deliver(("t", 0), 5, [(4096, 180)]) == 2
+        assert at_five.future.result() is Wake.ARRIVED and at_five.delivery == [(4096, 180)]
+        assert also_at_five.delivery == [(4096, 180)]
         for waiter in (at_six, filtered, other_queue):
             assert not waiter.future.done() and waiter.delivery is None
-        assert held.deliver(("t", 0), 5, (9999, 1)) == 0  # a pull already woken is not delivered twice
-        assert at_five.delivery == (4096, 180)
-        assert held.deliver(("t", 3), 0, (0, 1)) == 0  # no pull held there
+        assert held.deliver(("t", 0), 5, [(9999, 1)]) == 0  # a pull already woken is not delivered twice
+        assert at_five.delivery == [(4096, 180)]
+        assert held.deliver(("t", 3), 0, [(0, 1)]) == 0  # no pull held there
         assert (held.woken_total, held.delivered_total) == (2, 2)
         # The dispatch pass that follows wakes the rest as before; it does not count the delivered again.
         held.on_message_arriving("t", 0, 6, None)

@@ -2,20 +2,22 @@
 `get_put_message`), over loopback through a real broker.
 
 What must hold:
-- a pull held at its queue's end that takes every message is answered by the single produce stored there by a put
+- a pull held at its queue's end that takes every message is answered by the produce stored there by a put
   lane (the produce lane's, or the direct way's for a produce the produce lane leaves to it), with exactly what a read
   of that offset answers once the message is dispatched (JSON and the batch format), and counted in
   `tidemq_held_pulls_delivered_total`;
 - its reply is written before that produce's dispatch pass (an early write), and a request its consumer sends on
   receiving it finds the message dispatched: a pull of that offset, a query by the message's key;
-- a tag-filtered pull and a batch produce are left to the pass, which wakes them as before (not counted delivered);
-- the store's `get_put_message` answers a put's message as `get_message` does once it is dispatched, and None for an
-  offset or a size no message has.
+- a batch answers it with what a read of the pull's `max` answers (the transfer limits too); a tag-filtered pull is
+  left to the pass, which wakes it as before (not counted delivered);
+- the store's `get_put_message` answers a put's messages as `get_message` does once they are dispatched (its max and
+  byte limit), and None for an offset or a size no message has, or spans that do not follow one another.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -24,7 +26,7 @@ import orjson
 import pytest
 
 from app.reply_transport import ReplyTransport
-from store import DefaultMessageStore, MessageInner
+from store import DefaultMessageStore, EncodedItems, MessageInner
 from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
 from tests.app.in_process import InProcessBroker
 from tests.app.test_direct_requests import PATIENCE_S, produce_request
@@ -36,8 +38,8 @@ RAW = b"application/octet-stream"
 BATCH = "application/x-tidemq-batch"
 
 
-def delivery_broker(make_broker: MakeBroker, topic: str) -> InProcessBroker:
-    broker = make_broker(SMALL_STORE + SMALL_BROKER)
+def delivery_broker(make_broker: MakeBroker, topic: str, store_extra: str = "") -> InProcessBroker:
+    broker = make_broker(SMALL_STORE + store_extra + SMALL_BROKER)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
@@ -154,7 +156,7 @@ def test_the_early_reply_leaves_before_the_pass_and_what_its_consumer_asks_next_
     assert writes[0] == (True, True)  # the pull's reply, written with the produce's pass still to run
 
 
-def test_filtered_pulls_and_batches_are_left_to_the_dispatch_pass(make_broker: MakeBroker) -> None:
+def test_filtered_pulls_are_left_to_the_dispatch_pass(make_broker: MakeBroker) -> None:
     broker = delivery_broker(make_broker, "d4")
     woken, delivered = counters(broker)
     with hold(broker, "/v1/topics/d4/queues/0/messages?offset=0&wait_ms=5000&tag=T") as puller:
@@ -162,29 +164,57 @@ def test_filtered_pulls_and_batches_are_left_to_the_dispatch_pass(make_broker: M
         status, _, reply = read_response(puller)
     assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == ["tagged"]
     assert counters(broker) == (woken + 1, delivered)
-    batch = orjson.dumps({"messages": [{"body": "one"}, {"body": "two"}]})
-    with hold(broker, "/v1/topics/d4/queues/0/messages?offset=1&wait_ms=5000") as puller:
-        produce(broker, "d4", batch, content_type=b"application/json")
-        status, _, reply = read_response(puller)
-    assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == ["one", "two"]
-    assert counters(broker) == (woken + 2, delivered)
+
+
+def test_a_batch_answers_a_held_pull_with_what_a_read_of_its_max_answers(make_broker: MakeBroker) -> None:
+    broker = delivery_broker(make_broker, "d8")
+    woken, delivered = counters(broker)
+    batch = orjson.dumps({"messages": [{"body": b} for b in ("one", "two", "three")]})
+    for offset, (query, want) in enumerate((("&max=2", ["one", "two"]), ("", ["one", "two", "three"]))):
+        path = f"/v1/topics/d8/queues/0/messages?offset={3 * offset}{query}"
+        with hold(broker, path + "&wait_ms=5000") as puller:
+            produce(broker, "d8", batch, content_type=b"application/json")
+            status, _, reply = read_response(puller)
+        assert status == 200 and [m["body"] for m in orjson.loads(reply)["messages"]] == want
+        assert (status, reply) == get(broker, path)[::2]  # the same next_offset and views as a read of its max now
+    assert counters(broker) == (woken + 2, delivered + 2)
+
+
+def test_a_puts_spans_are_its_messages_offsets_and_sizes() -> None:
+    one = EncodedItems(struct.pack("=qq", 4096, 180), 7, 0, 0, b"")
+    three = EncodedItems(struct.pack("=6q", 0, 10, 10, 20, 30, 5), 7, 0, 0, b"")
+    assert one.spans() == [(4096, 180)] and three.spans() == [(0, 10), (10, 20), (30, 5)]
 
 
 def test_get_put_message_answers_as_get_message_does_once_dispatched(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d5")
+    broker = delivery_broker(make_broker, "d5", "max_transfer_bytes_on_message_in_memory = 50000\n")
     assert broker.started is not None
     store = broker.started.broker.store
     assert isinstance(store, DefaultMessageStore)
+
+    def same(spans: list[tuple[int, int]], first: int, max_count: int, max_offset: int, count: int) -> None:
+        early = store.get_put_message("d5", 0, first, spans, max_count)
+        read = store.get_message("", "d5", 0, first, max_count)
+        assert early is not None and early.message_count == count
+        got = [(r.status, r.next_begin_offset, r.min_offset, r.start_offset, bytes(r.data), bytes(r.meta)) for r in (early, read)]
+        assert got[0] == got[1] and early.max_offset == max_offset
+
     result = store.put_message(MessageInner(topic="d5", queue_id=0, body=b"stored"))
     (item,) = result.items
-    early = store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset, item.wrote_bytes)
-    read = store.get_message("", "d5", 0, item.logics_offset, 1)
-    assert early is not None
-    got = [(r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.start_offset, bytes(r.data), bytes(r.meta)) for r in (early, read)]
-    assert got[0] == got[1]
-    assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset + 1, item.wrote_bytes) is None
-    assert store.get_put_message("d5", 0, item.logics_offset, item.wrote_offset, item.wrote_bytes - 1) is None
-    assert store.get_put_message("d5", 0, item.logics_offset, 1 << 40, item.wrote_bytes) is None
+    span = (item.wrote_offset, item.wrote_bytes)
+    same([span], item.logics_offset, 1, 1, 1)
+    same([span], item.logics_offset, 32, 1, 1)
+    # A put of four messages of 20 KB: a read takes two of them (max_transfer_bytes_on_message_in_memory, 50,000 here),
+    # or fewer by its max.
+    result = store.put_messages([MessageInner(topic="d5", queue_id=0, body=bytes([i]) * 20_000) for i in range(4)])
+    spans = [(i.wrote_offset, i.wrote_bytes) for i in result.items]
+    assert len(spans) == 4 and all(spans[i][0] + spans[i][1] == spans[i + 1][0] for i in range(3))
+    same(spans, 1, 32, 5, 2)
+    same(spans, 1, 1, 5, 1)
+    # Nothing where the spans say, or spans that do not follow one another: None.
+    (phy, size) = span
+    for wrong in ([(phy + 1, size)], [(phy, size - 1)], [(1 << 40, size)], [spans[0], spans[2]], []):
+        assert store.get_put_message("d5", 0, item.logics_offset, wrong, 32) is None
 
 
 def test_consumers_following_a_queue_get_every_message_once_in_order(make_broker: MakeBroker) -> None:
