@@ -123,8 +123,10 @@ def lane_of(broker: InProcessBroker) -> ProduceLane:
     return lane
 
 
-def lane_broker(make_broker: MakeBroker, topic: str, extra: str = "") -> InProcessBroker:
-    broker = make_broker(SMALL_STORE + SMALL_BROKER + extra)
+def lane_broker(make_broker: MakeBroker, topic: str, extra: str = "", store_extra: str = "") -> InProcessBroker:
+    """An in-process broker (its server's parts are read) with `topic` of one queue (`extra`: more broker settings,
+    `store_extra`: more store settings)."""
+    broker = make_broker(SMALL_STORE + store_extra + SMALL_BROKER + extra)
     assert isinstance(broker, InProcessBroker)  # its server's parts are read
     assert broker.client is not None
     assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201

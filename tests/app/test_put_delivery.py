@@ -27,23 +27,15 @@ import pytest
 
 from app.reply_transport import ReplyTransport
 from store import DefaultMessageStore, EncodedItems, MessageInner
-from tests.app.conftest import SMALL_BROKER, SMALL_STORE, MakeBroker
+from tests.app.conftest import MakeBroker
 from tests.app.in_process import InProcessBroker
 from tests.app.test_direct_requests import PATIENCE_S, produce_request
-from tests.app.test_produce_lane import metric_value
+from tests.app.test_produce_lane import lane_broker, metric_value
 from tests.app.test_slow_clients import read_response
 
 pytestmark = pytest.mark.timeout(120)
 RAW = b"application/octet-stream"
 BATCH = "application/x-tidemq-batch"
-
-
-def delivery_broker(make_broker: MakeBroker, topic: str, store_extra: str = "") -> InProcessBroker:
-    broker = make_broker(SMALL_STORE + store_extra + SMALL_BROKER)
-    assert isinstance(broker, InProcessBroker)  # its server's parts are read
-    assert broker.client is not None
-    assert broker.client.put(f"/v1/topics/{topic}", json={"queues": 1}).status_code == 201
-    return broker
 
 
 def counters(broker: InProcessBroker) -> tuple[int, int]:
@@ -83,7 +75,7 @@ def get(broker: InProcessBroker, target: str, accept: str = "") -> tuple[int, di
 
 
 def test_a_held_pull_is_answered_by_its_messages_put_as_a_read_answers_it(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d1")
+    broker = lane_broker(make_broker, "d1")
     assert broker.client is not None
     woken, delivered = counters(broker)
     for offset, body in enumerate((b"first", b"second")):
@@ -101,7 +93,7 @@ def test_a_held_pull_is_answered_by_its_messages_put_as_a_read_answers_it(make_b
 
 
 def test_a_produce_the_lane_leaves_to_the_direct_way_answers_a_held_pull_too(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d7")
+    broker = lane_broker(make_broker, "d7")
     _, delivered = counters(broker)
     path = "/v1/topics/d7/queues/0/messages?offset=0"
     with hold(broker, path + "&wait_ms=5000") as puller:
@@ -114,7 +106,7 @@ def test_a_produce_the_lane_leaves_to_the_direct_way_answers_a_held_pull_too(mak
 
 
 def test_a_held_batch_format_pull_is_answered_with_the_stored_bytes_a_read_answers(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d2")
+    broker = lane_broker(make_broker, "d2")
     produce(broker, "d2", b"already there")
     _, delivered = counters(broker)
     path = "/v1/topics/d2/queues/0/messages?offset=1"
@@ -132,7 +124,7 @@ def test_a_held_batch_format_pull_is_answered_with_the_stored_bytes_a_read_answe
 def test_the_early_reply_leaves_before_the_pass_and_what_its_consumer_asks_next_is_dispatched(
     make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker = delivery_broker(make_broker, "d3")
+    broker = lane_broker(make_broker, "d3")
     writes: list[tuple[bool, bool]] = []  # (early, the pass still pending) of each reply written at once
     write_now = ReplyTransport.write_now
 
@@ -157,7 +149,7 @@ def test_the_early_reply_leaves_before_the_pass_and_what_its_consumer_asks_next_
 
 
 def test_filtered_pulls_are_left_to_the_dispatch_pass(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d4")
+    broker = lane_broker(make_broker, "d4")
     woken, delivered = counters(broker)
     with hold(broker, "/v1/topics/d4/queues/0/messages?offset=0&wait_ms=5000&tag=T") as puller:
         produce(broker, "d4", b"tagged", "?tags=T")
@@ -167,7 +159,7 @@ def test_filtered_pulls_are_left_to_the_dispatch_pass(make_broker: MakeBroker) -
 
 
 def test_a_batch_answers_a_held_pull_with_what_a_read_of_its_max_answers(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d8")
+    broker = lane_broker(make_broker, "d8")
     woken, delivered = counters(broker)
     batch = orjson.dumps({"messages": [{"body": b} for b in ("one", "two", "three")]})
     for offset, (query, want) in enumerate((("&max=2", ["one", "two"]), ("", ["one", "two", "three"]))):
@@ -187,7 +179,7 @@ def test_a_puts_spans_are_its_messages_offsets_and_sizes() -> None:
 
 
 def test_get_put_message_answers_as_get_message_does_once_dispatched(make_broker: MakeBroker) -> None:
-    broker = delivery_broker(make_broker, "d5", "max_transfer_bytes_on_message_in_memory = 50000\n")
+    broker = lane_broker(make_broker, "d5", store_extra="max_transfer_bytes_on_message_in_memory = 50000\n")
     assert broker.started is not None
     store = broker.started.broker.store
     assert isinstance(store, DefaultMessageStore)
@@ -221,7 +213,7 @@ def test_consumers_following_a_queue_get_every_message_once_in_order(make_broker
     """Eight consumers each follow the queue with held pulls while a producer sends single produces (answered by their
     put when a pull waits at their offset) and, every seventh, a batch of two (left to the pass): each consumer gets
     every message exactly once, in the order stored."""
-    broker = delivery_broker(make_broker, "d6")
+    broker = lane_broker(make_broker, "d6")
     _, delivered = counters(broker)
     sent: list[str] = []
     for i in range(120):
